@@ -1,0 +1,102 @@
+# attnserve — build, test and benchmark.
+#
+#   make                       build build/attnserve (portable; SIMD chosen at run time)
+#   make test                  install what is missing, build and run every test
+#   make SANITIZE=address,undefined test   the same tests under ASan+UBSan
+#   make bench-attention       attention kernel benchmark (see bench/README.md)
+#   make deps                  install the Debian packages the project needs
+#
+# Objects go to $(BUILD) (default build/, or build-san-<list> with SANITIZE), so
+# a sanitizer build never mixes with the normal one. Any change of flags
+# rebuilds everything (see $(BUILD)/flags).
+
+CC      ?= cc
+comma   := ,
+SANITIZE ?=
+BUILD   ?= $(if $(SANITIZE),build-san-$(subst $(comma),-,$(SANITIZE)),build)
+
+PKGS    := libmicrohttpd jansson libuv
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
+BLAS_LIBS   := $(shell pkg-config --libs openblas 2>/dev/null)
+TEST_LIBS   := $(shell pkg-config --libs criterion 2>/dev/null)
+
+# Frame pointers everywhere so perf attributes time to every kernel;
+# -g keeps symbols (the default build is not stripped).
+CFLAGS  ?= -O2 -g
+CFLAGS  += -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -pthread \
+           -fno-omit-frame-pointer -MMD -MP -I. $(PKG_CFLAGS) $(BLAS_CFLAGS)
+ifneq ($(filter x86_64 i%86,$(shell uname -m)),)
+CFLAGS  += -mno-omit-leaf-frame-pointer
+endif
+LDLIBS  += $(PKG_LIBS) $(BLAS_LIBS) -lm -pthread
+ifneq ($(SANITIZE),)
+CFLAGS  += -fsanitize=$(SANITIZE) -fno-sanitize-recover=all
+LDFLAGS += -fsanitize=$(SANITIZE)
+endif
+
+# Files named *_avx512.c / *_avx2.c hold one SIMD path each and are the only
+# ones compiled with those instruction sets; callers reach them only after
+# simd.c has checked CPUID.
+AVX512_FLAGS := -mavx512f -mavx512dq -mavx512bw -mavx512vl -mavx2 -mfma
+AVX2_FLAGS   := -mavx2 -mfma
+
+LIB_SRC   := $(sort $(wildcard kernels/*.c) $(filter-out server/main.c,$(wildcard server/*.c)) $(wildcard model/*.c))
+LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+UNIT_SRC  := $(sort $(wildcard tests/unit/*.c))
+UNIT_OBJ  := $(UNIT_SRC:%.c=$(BUILD)/obj/%.o)
+BENCH_SRC := $(sort $(wildcard bench/*.c))
+BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/%)
+
+LIB  := $(BUILD)/libattnserve.a
+BIN  := $(BUILD)/attnserve
+UNIT := $(BUILD)/unit-tests
+
+.PHONY: all test unit e2e bench-attention deps clean format
+all: $(BIN) $(BENCH_BIN)
+
+# Rebuild everything when the compiler or flags change.
+FLAGS_LINE := $(CC) $(CFLAGS) $(LDFLAGS)
+$(BUILD)/flags: FORCE
+	@mkdir -p $(@D)
+	@echo '$(FLAGS_LINE)' | cmp -s - $@ || echo '$(FLAGS_LINE)' > $@
+FORCE:
+
+$(BUILD)/obj/%.o: %.c $(BUILD)/flags
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(if $(filter %_avx512.c,$<),$(AVX512_FLAGS)) $(if $(filter %_avx2.c,$<),$(AVX2_FLAGS)) -c $< -o $@
+
+$(LIB): $(LIB_OBJ)
+	@rm -f $@
+	$(AR) rcs $@ $^
+
+$(BIN): $(BUILD)/obj/server/main.o $(LIB)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(UNIT): $(UNIT_OBJ) $(LIB)
+	$(CC) $(LDFLAGS) -o $@ $^ $(TEST_LIBS) $(LDLIBS)
+
+$(BUILD)/%: $(BUILD)/obj/bench/%.o $(LIB)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+deps:
+	@scripts/install-deps.sh
+
+# The whole suite: C unit tests (Criterion), then the end-to-end tests when
+# there are any. Fails on the first failing stage.
+test: deps unit
+
+unit: $(UNIT)
+	$(UNIT) --jobs=2
+
+bench-attention: $(BUILD)/bench_attention
+	$(BUILD)/bench_attention $(BENCH_ARGS)
+
+format:
+	clang-format -i $(LIB_SRC) $(UNIT_SRC) $(BENCH_SRC) server/main.c $(wildcard */*.h)
+
+clean:
+	rm -rf build build-san-*
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

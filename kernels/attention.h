@@ -1,0 +1,127 @@
+/* attention.h — the contract every attention backend keeps.
+ *
+ * A backend is a const table of function pointers. The rest of the service
+ * (loader, scheduler, metrics) sees only this table, so backends can be
+ * swapped by configuration without touching anything else.
+ *
+ * Layout (as FlashAttention's varlen API): a batch of B sequences packed
+ * without padding. Sequence b owns tokens [cu_seqlens[b], cu_seqlens[b+1]).
+ * Q, K, V and the output are rows of H heads × D floats per token:
+ *   q[t * q_stride + h * D + d]      t < total_tokens, h < H, d < D
+ * A token stride larger than H*D lets a caller point Q, K and V into one
+ * fused [T][3][H][D] projection without copying. */
+#ifndef ATTN_ATTENTION_H
+#define ATTN_ATTENTION_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "parallel.h"
+
+/* ---- errors ---------------------------------------------------------------
+ * Negative codes, one list; attn_strerror() gives the message. */
+#define ATTN_ERRORS(X)                                                          \
+    X(ATTN_OK, 0, "success")                                                    \
+    X(ATTN_EINVAL, -1, "invalid argument")                                      \
+    X(ATTN_EUNSUPPORTED, -2, "shape not supported by this backend")             \
+    X(ATTN_EWORKSPACE, -3, "workspace too small for this batch")                \
+    X(ATTN_EUNKNOWN, -4, "unknown backend name")
+
+enum {
+#define ATTN_ERR_ENUM(name, code, msg) name = code,
+    ATTN_ERRORS(ATTN_ERR_ENUM)
+#undef ATTN_ERR_ENUM
+};
+
+const char *attn_strerror(int err);
+
+/* ---- shapes ---------------------------------------------------------------
+ * The bounds of a batch: what capability checks and workspace sizing need.
+ * A workspace sized for a shape serves every batch within its bounds. */
+typedef struct attn_shape {
+    int32_t batch;        /* B: sequences in the batch (>= 1) */
+    int32_t total_tokens; /* T: tokens over all sequences (>= 0) */
+    int32_t max_seqlen;   /* longest sequence, <= T */
+    int32_t heads;        /* H (>= 1) */
+    int32_t head_dim;     /* D (>= 1) */
+    int causal;           /* 1: token i attends to keys 0..i of its sequence */
+} attn_shape;
+
+/* One forward call. Pointers are caller-owned; out must not alias q, k, v. */
+typedef struct attn_problem {
+    attn_shape shape;
+    const int32_t *cu_seqlens; /* [B + 1], cu[0] = 0, non-decreasing, cu[B] = T */
+    const float *q;            /* (T, H, D) with token stride q_stride */
+    const float *k;            /* (T, H, D) with token stride k_stride */
+    const float *v;            /* (T, H, D) with token stride v_stride */
+    float *out;                /* (T, H, D) with token stride out_stride */
+    size_t q_stride, k_stride, v_stride, out_stride; /* floats; >= H*D */
+    float scale;               /* softmax scale, usually 1/sqrt(D) */
+} attn_problem;
+
+/* Fills p for dense [T][H][D] tensors with scale 1/sqrt(D). */
+void attn_problem_dense(attn_problem *p, attn_shape shape, const int32_t *cu_seqlens,
+                        const float *q, const float *k, const float *v, float *out);
+
+/* Checks that p is self-consistent (cu_seqlens against the shape, strides,
+ * pointers, finite scale). Returns ATTN_OK or ATTN_EINVAL with a reason. */
+int attn_problem_check(const attn_problem *p, char *why, size_t why_len);
+
+/* Floating-point operations of one forward: 4·L²·D·H per sequence of length L
+ * (QK^T and PV), counting only the keys a causal query sees. */
+double attn_flops(const attn_problem *p);
+
+/* ---- the backend table ---------------------------------------------------- */
+typedef struct attn_backend {
+    /* Name used in configuration, logs and metrics ("naive", "fused"). */
+    const char *name;
+
+    /* One line for --help and /info. */
+    const char *summary;
+
+    /* Relative speed on the shapes the service runs; `auto` picks the highest
+     * whose capability check passes. */
+    int speed_rank;
+
+    /* Capability check. Returns ATTN_OK if forward can run every batch within
+     * shape; otherwise ATTN_EUNSUPPORTED and a NUL-terminated reason in why
+     * (why may be NULL). Never allocates. */
+    int (*supports)(const attn_shape *shape, char *why, size_t why_len);
+
+    /* Bytes of workspace forward needs for any batch within shape when run
+     * with nthreads workers. May be 0. */
+    size_t (*workspace_size)(const attn_shape *shape, int nthreads);
+
+    /* Computes the attention output of p. workspace (aligned to 64 bytes,
+     * workspace_bytes >= workspace_size(&p->shape, par->nthreads)) is
+     * scratch the caller owns. Parallel work runs through par. Never
+     * allocates, never blocks on anything but par. Returns ATTN_OK or a
+     * negative ATTN_E* code, leaving out unspecified on error. */
+    int (*forward)(const attn_problem *p, void *workspace, size_t workspace_bytes,
+                   const attn_parallel *par);
+
+    /* The instruction-set path forward uses on this machine now ("avx512",
+     * "avx2", "portable"), for /info, metrics and logs. */
+    const char *(*simd_path)(void);
+} attn_backend;
+
+/* ---- registry (registry.c) -------------------------------------------------- */
+
+/* All backends built into this binary, in a fixed order, NULL-terminated. */
+const attn_backend *const *attn_backends(void);
+
+/* Finds a backend by exact name ("naive", "fused"); NULL if none. */
+const attn_backend *attn_backend_find(const char *name);
+
+/* Resolves a configured name ("naive", "fused" or "auto") for the given
+ * bounds. "auto" picks the highest speed_rank backend that supports shape.
+ * A named backend that refuses shape is an error with its reason. Returns
+ * ATTN_OK and *out, or ATTN_EUNKNOWN / ATTN_EUNSUPPORTED with a message in
+ * err that, for an unknown name, lists the valid ones. */
+int attn_backend_select(const char *name, const attn_shape *shape, const attn_backend **out,
+                        char *err, size_t err_len);
+
+/* The valid configuration names, comma-separated ("naive, fused, auto"). */
+const char *attn_backend_names(void);
+
+#endif

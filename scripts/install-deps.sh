@@ -1,0 +1,21 @@
+#!/bin/sh
+# install-deps.sh — installs every Debian package that attnserve's build, tests
+# and service need. Idempotent: when everything is present it only checks.
+set -eu
+
+PACKAGES="build-essential pkg-config
+libmicrohttpd-dev libjansson-dev libuv1-dev libopenblas-dev
+libcriterion-dev"
+
+missing=""
+for p in $PACKAGES; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+        missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+
+echo "install-deps: installing:$missing"
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+$SUDO apt-get update -q
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends $missing
