@@ -53,7 +53,7 @@ LIB  := $(BUILD)/libattnserve.a
 BIN  := $(BUILD)/attnserve
 UNIT := $(BUILD)/unit-tests
 
-.PHONY: all test unit e2e bench-attention deps clean format
+.PHONY: all test unit e2e run model bench-attention bench-http bench-embed deps clean format
 all: $(BIN) $(BENCH_BIN)
 
 # Rebuild everything when the compiler or flags change.
@@ -83,15 +83,40 @@ $(BUILD)/%: $(BUILD)/obj/bench/%.o $(LIB)
 deps:
 	@scripts/install-deps.sh
 
-# The whole suite: C unit tests (Criterion), then the end-to-end tests when
-# there are any. Fails on the first failing stage.
-test: deps unit
+# The default model (sentence-transformers/all-MiniLM-L6-v2) under models/.
+MODEL_DIR ?= models/all-MiniLM-L6-v2
+model:
+	@scripts/get-model.sh $(MODEL_DIR)
+
+# The whole suite: C unit tests (Criterion), then end-to-end tests against
+# the real binary. Stages run in order, each in a fresh make so that the
+# packages deps installs are seen by pkg-config; the first failure stops it.
+test:
+	@scripts/install-deps.sh
+	@$(MAKE) --no-print-directory model
+	@$(MAKE) --no-print-directory unit
+	@$(MAKE) --no-print-directory e2e
 
 unit: $(UNIT)
 	$(UNIT) --jobs=2
 
+e2e: $(BIN)
+	@tests/e2e/run.sh $(BIN)
+
+# Installs what is missing, fetches the default model and serves it.
+run:
+	@scripts/install-deps.sh
+	@$(MAKE) --no-print-directory model $(BIN)
+	$(BIN) --config config/attnserve.json --model=$(MODEL_DIR) $(RUN_ARGS)
+
 bench-attention: $(BUILD)/bench_attention
 	$(BUILD)/bench_attention $(BENCH_ARGS)
+
+bench-http: $(BIN)
+	bench/http/run.sh $(BIN)
+
+bench-embed: $(BIN) model
+	bench/embed/run.sh $(BIN) $(MODEL_DIR)
 
 format:
 	clang-format -i $(LIB_SRC) $(UNIT_SRC) $(BENCH_SRC) server/main.c $(wildcard */*.h)
