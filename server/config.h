@@ -1,0 +1,124 @@
+/* config.h — every setting of attnserve, where it comes from, and reloading.
+ *
+ * One table in config.c (name, type, default, bounds or allowed values, help,
+ * reloadable) drives loading, validation, --help, --print-config and reload.
+ * Precedence, lowest first:
+ *   built-in defaults < config file (JSON) < environment ATTNSERVE_<NAME> < flags
+ * Flags are --name=value or --name value ('-' may stand for '_' in names).
+ * The config file is --config PATH, else $ATTNSERVE_CONFIG, else
+ * config/attnserve.json; the default file may be absent, a file named
+ * explicitly must exist. Unknown keys or flags, wrong types and out-of-range
+ * values are errors naming the key, the source, the value and what is
+ * allowed; main prints the message and exits with CONFIG_EXIT_INVALID.
+ *
+ * API keys are secrets: they come only from the file named by api_key_file
+ * (one key per line) and from $ATTNSERVE_API_KEY, never from a flag (flags
+ * show in `ps`) and never from the config file; they are never printed. */
+#ifndef ATTN_CONFIG_H
+#define ATTN_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <jansson.h>
+
+/* The exit status for any configuration error (as sysexits' EX_USAGE is 64,
+ * but 2 is what shells and getopt users expect for bad usage). */
+#define CONFIG_EXIT_INVALID 2
+
+/* The effective configuration. Field names are the setting names. Strings
+ * are owned by the struct; enum fields point to static storage and are
+ * always one of the listed values. Read-only for everyone but config.c. */
+typedef struct config {
+    /* ---- listening and connections ---- */
+    char *host;                   /* address to bind */
+    int64_t port;                 /* TCP port */
+    int64_t max_connections;      /* concurrent connections */
+    int64_t connection_timeout_s; /* idle connection closed after */
+    int64_t max_body_bytes;       /* larger request bodies get 413 */
+    int64_t request_timeout_ms;   /* deadline from arrival to answer */
+    int64_t drain_timeout_s;      /* SIGTERM: answer in-flight work within */
+
+    /* ---- compute and batching ---- */
+    const char *backend;          /* "naive" | "fused" | "auto" */
+    char *fallback_backends;      /* comma-separated backend names, may be "" */
+    int64_t threads;              /* compute threads; 0 = all online cores */
+    int64_t max_batch_tokens;     /* token budget of one batch */
+    int64_t max_batch_requests;   /* requests in one batch */
+    int64_t max_wait_us;          /* how long a batch may wait to fill */
+    int64_t max_queue;            /* requests waiting; more get 429 */
+    double verify_sample_rate;    /* fraction of batches checked against naive */
+
+    /* ---- model and inputs ---- */
+    char *model;                    /* model directory */
+    int64_t max_inputs_per_request; /* embeddings inputs per request */
+    bool truncate;                  /* cut inputs to the model's max length */
+
+    /* ---- access ---- */
+    char *api_key_file;       /* path of the key file; "" = none */
+    bool metrics_require_key; /* /metrics needs a key when keys exist */
+
+    /* ---- logging ---- */
+    const char *log_level;  /* "debug" | "info" | "warn" | "error" */
+    const char *log_format; /* "text" | "json" */
+
+    /* ---- not settings: loaded secrets and where the settings came from ---- */
+    char **api_keys;  /* keys from api_key_file and $ATTNSERVE_API_KEY */
+    size_t n_api_keys; /* 0: no authentication */
+    char *config_path; /* the file read, or NULL when the default was absent */
+    int argc;          /* the flags given, kept so that reload re-applies them */
+    char **argv;
+    bool config_explicit; /* the file was named by --config or $ATTNSERVE_CONFIG */
+} config;
+
+/* What main should do once config_load has succeeded. */
+typedef enum config_action {
+    CONFIG_RUN,     /* serve with the loaded configuration */
+    CONFIG_HELP,    /* --help / -h: print config_print_help() and exit 0 */
+    CONFIG_PRINT,   /* --print-config: print config_print() and exit 0 */
+    CONFIG_VERSION, /* --version: print the version and exit 0 */
+} config_action;
+
+/* Builds *cfg from defaults, the config file, the environment and argv
+ * (argv[0] is the program name, as main receives it). Returns 0 and sets
+ * *action, or -1 with a one-line message in err; on error *cfg holds nothing
+ * that needs freeing. For CONFIG_HELP and CONFIG_VERSION nothing is read and
+ * *cfg holds the defaults. */
+int config_load(config *cfg, int argc, char *const argv[], config_action *action, char *err,
+                size_t err_len);
+
+/* Frees what cfg owns (API keys are wiped first) and zeroes it. Safe on a
+ * zeroed struct and twice. */
+void config_free(config *cfg);
+
+/* Called by config_reload for every setting whose value differs, values as
+ * text. applied is false for a setting that needs a restart: the running
+ * value is kept. name "api_keys" reports a changed key set by count only. */
+typedef void (*config_change_fn)(void *ctx, const char *name, const char *old_value,
+                                 const char *new_value, bool applied);
+
+/* SIGHUP: re-reads the same config file, the environment and the original
+ * flags into *next, validating everything as at start. Reloadable settings
+ * take their new values; non-reloadable ones keep cur's values (reported
+ * with applied = false), as PostgreSQL does, so one edit that needs a
+ * restart does not block the others. Returns 0, or -1 with a message in err
+ * and *next zeroed: then cur stays in force unchanged. cur is not modified;
+ * the caller swaps and frees. on_change may be NULL. */
+int config_reload(const config *cur, config *next, config_change_fn on_change, void *ctx,
+                  char *err, size_t err_len);
+
+/* The settings as a JSON object in table order (a new reference; NULL only
+ * when out of memory). Never contains API keys. */
+json_t *config_to_json(const config *cfg);
+
+/* --print-config: config_to_json indented, with a final newline. Feeding the
+ * output back as a config file yields the same settings. Returns 0 or -1. */
+int config_print(const config *cfg, FILE *out);
+
+/* --help: usage and every setting with its type, default, bounds or values,
+ * environment name and whether SIGHUP reloads it. */
+void config_print_help(FILE *out, const char *prog);
+
+#endif
