@@ -1,0 +1,75 @@
+/* attn_ref.c — float64 reference attention for the tests. */
+#include "attn_ref.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+uint64_t rng_next(test_rng *r) {
+    r->s ^= r->s >> 12;
+    r->s ^= r->s << 25;
+    r->s ^= r->s >> 27;
+    return r->s * 0x2545F4914F6CDD1DULL;
+}
+
+int rng_int(test_rng *r, int lo, int hi) {
+    return lo + (int)(rng_next(r) % (uint64_t)(hi - lo + 1));
+}
+
+float rng_normal(test_rng *r) {
+    /* Box–Muller from two uniforms in (0, 1]. */
+    double u1 = ((double)(rng_next(r) >> 11) + 1.0) / 9007199254740992.0;
+    double u2 = (double)(rng_next(r) >> 11) / 9007199254740992.0;
+    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+void attn_reference(const attn_problem *p, int32_t row_lo, int32_t row_hi, double *ref,
+                    double *vmax, double *smax) {
+    double smax_seen = 0.0;
+    const int H = p->shape.heads, D = p->shape.head_dim;
+    double *s = malloc(sizeof(double) * (size_t)(p->shape.max_seqlen > 0 ? p->shape.max_seqlen : 1));
+    for (int32_t b = 0; b < p->shape.batch; b++) {
+        const int32_t start = p->cu_seqlens[b], len = p->cu_seqlens[b + 1] - start;
+        for (int32_t i = 0; i < len; i++) {
+            const int32_t t = start + i;
+            if (t < row_lo || t >= row_hi)
+                continue;
+            const int32_t nkeys = p->shape.causal ? i + 1 : len;
+            for (int h = 0; h < H; h++) {
+                const float *qi = p->q + (size_t)t * p->q_stride + (size_t)h * D;
+                double m = -INFINITY;
+                for (int32_t j = 0; j < nkeys; j++) {
+                    const float *kj = p->k + (size_t)(start + j) * p->k_stride + (size_t)h * D;
+                    double dot = 0.0;
+                    for (int d = 0; d < D; d++)
+                        dot += (double)qi[d] * (double)kj[d];
+                    s[j] = dot * (double)p->scale;
+                    m = fmax(m, s[j]);
+                    smax_seen = fmax(smax_seen, fabs(s[j]));
+                }
+                double sum = 0.0;
+                for (int32_t j = 0; j < nkeys; j++) {
+                    s[j] = exp(s[j] - m);
+                    sum += s[j];
+                }
+                double *r = ref + ((size_t)(t - row_lo) * H + h) * D;
+                double *vm = vmax ? vmax + ((size_t)(t - row_lo) * H + h) * D : NULL;
+                for (int d = 0; d < D; d++) {
+                    r[d] = 0.0;
+                    if (vm)
+                        vm[d] = 0.0;
+                }
+                for (int32_t j = 0; j < nkeys; j++) {
+                    const float *vj = p->v + (size_t)(start + j) * p->v_stride + (size_t)h * D;
+                    for (int d = 0; d < D; d++) {
+                        r[d] += s[j] / sum * (double)vj[d];
+                        if (vm)
+                            vm[d] = fmax(vm[d], fabs((double)vj[d]));
+                    }
+                }
+            }
+        }
+    }
+    free(s);
+    if (smax)
+        *smax = smax_seen;
+}

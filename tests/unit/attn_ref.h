@@ -1,0 +1,29 @@
+/* attn_ref.h — test helpers shared by the attention tests: a float64
+ * reference, a deterministic RNG and batch builders. */
+#ifndef TEST_ATTN_REF_H
+#define TEST_ATTN_REF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/attention.h"
+
+/* xorshift64*: deterministic across platforms, so a failing case can be
+ * reproduced from its seed. */
+typedef struct {
+    uint64_t s;
+} test_rng;
+
+uint64_t rng_next(test_rng *r);
+int rng_int(test_rng *r, int lo, int hi); /* uniform in [lo, hi] */
+float rng_normal(test_rng *r);
+
+/* The float64 reference for query rows [row_lo, row_hi) of p (token
+ * indices, all sequences): ref receives (row_hi - row_lo, H, D) doubles.
+ * vmax (may be NULL) receives, per element, max_j |v_j[d]| over the keys the
+ * query sees; *smax (may be NULL) the largest |score| met. Both feed the
+ * error bound. */
+void attn_reference(const attn_problem *p, int32_t row_lo, int32_t row_hi, double *ref,
+                    double *vmax, double *smax);
+
+#endif
