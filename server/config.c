@@ -1,0 +1,986 @@
+/* config.c — the settings table and everything it drives: defaults, the JSON
+ * config file, ATTNSERVE_* environment variables, flags, API keys, --help,
+ * --print-config and SIGHUP reload. Adding a setting is one field in
+ * config.h and one row in the table below; nothing else changes. */
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+
+#define DEFAULT_CONFIG_PATH "config/attnserve.json"
+#define ENV_PREFIX "ATTNSERVE_"
+#define ENV_API_KEY "ATTNSERVE_API_KEY"
+#define ENV_CONFIG "ATTNSERVE_CONFIG"
+
+/* Bounds that keep every string and the key file small enough to print and
+ * log safely; no real path or key comes near them. */
+#define STRING_MAX 4096
+#define KEY_FILE_MAX (1 << 20)
+
+/* ---- the table -------------------------------------------------------------- */
+
+typedef enum setting_type { T_INT, T_DOUBLE, T_BOOL, T_STRING, T_ENUM } setting_type;
+
+/* Extra rule for a string setting: 0 if value is fine, else -1 and a reason. */
+typedef int (*check_fn)(const char *value, char *why, size_t why_len);
+
+typedef struct setting {
+    const char *name;
+    setting_type type;
+    size_t offset; /* of the field in struct config */
+    bool reloadable;
+    const char *help;
+    int64_t i_def, i_min, i_max;
+    double d_def, d_min, d_max;
+    bool b_def;
+    const char *s_def;         /* T_STRING and T_ENUM */
+    const char *const *values; /* T_ENUM: allowed values, NULL-terminated */
+    check_fn check;            /* T_STRING: NULL when any string goes */
+    const char *check_doc;     /* what check allows, for messages and --help */
+} setting;
+
+#define RELOAD true
+#define RESTART false
+#define INT(n, def, lo, hi, rel, h)                                                          \
+    {.name = #n, .type = T_INT, .offset = offsetof(config, n), .reloadable = rel, .help = h, \
+     .i_def = def, .i_min = lo, .i_max = hi}
+#define DOUBLE(n, def, lo, hi, rel, h)                                                          \
+    {.name = #n, .type = T_DOUBLE, .offset = offsetof(config, n), .reloadable = rel, .help = h, \
+     .d_def = def, .d_min = lo, .d_max = hi}
+#define BOOL(n, def, rel, h)                                                                  \
+    {.name = #n, .type = T_BOOL, .offset = offsetof(config, n), .reloadable = rel, .help = h, \
+     .b_def = def}
+#define STRING(n, def, chk, doc, rel, h)                                                        \
+    {.name = #n, .type = T_STRING, .offset = offsetof(config, n), .reloadable = rel, .help = h, \
+     .s_def = def, .check = chk, .check_doc = doc}
+#define ENUM(n, def, vals, rel, h)                                                            \
+    {.name = #n, .type = T_ENUM, .offset = offsetof(config, n), .reloadable = rel, .help = h, \
+     .s_def = def, .values = vals}
+
+static const char *const backend_values[] = {"naive", "fused", "auto", NULL};
+static const char *const log_level_values[] = {"debug", "info", "warn", "error", NULL};
+static const char *const log_format_values[] = {"text", "json", NULL};
+
+static int check_nonempty(const char *value, char *why, size_t why_len);
+static int check_backend_list(const char *value, char *why, size_t why_len);
+
+/* Reloadable means the running service can adopt the value between batches.
+ * Settings that size memory at start (batch shape, queue, bodies), bind
+ * sockets or load the model need a restart, which keeps the worst-case
+ * memory computed at start true for the life of the process. */
+static const setting settings[] = {
+    STRING(host, "127.0.0.1", check_nonempty, "a non-empty address", RESTART,
+           "Address to listen on. Loopback by default so that nothing is exposed by "
+           "accident; containers set 0.0.0.0."),
+    INT(port, 8080, 1, 65535, RESTART, "TCP port to listen on."),
+    INT(max_connections, 1024, 1, 1000000, RESTART,
+        "Concurrent client connections; more are refused."),
+    INT(connection_timeout_s, 30, 1, 3600, RESTART,
+        "A connection idle this long is closed."),
+    INT(max_body_bytes, 4 << 20, 1024, INT64_C(1) << 30, RESTART,
+        "Largest request body; larger ones get 413 without being read."),
+    INT(request_timeout_ms, 30000, 1, 3600000, RELOAD,
+        "Deadline from arrival; a request still queued past it gets 504."),
+    INT(drain_timeout_s, 20, 0, 3600, RELOAD,
+        "On SIGTERM, time allowed to answer accepted requests before exit "
+        "(below the 30 s Kubernetes grace period)."),
+    ENUM(backend, "auto", backend_values, RELOAD,
+         "Attention backend; auto picks the fastest that supports the model."),
+    STRING(fallback_backends, "fused,naive", check_backend_list,
+           "comma-separated names from naive, fused (no spaces), or empty", RELOAD,
+           "Backends to try, in order, when the chosen one refuses a batch."),
+    INT(threads, 0, 0, 4096, RESTART, "Compute threads; 0 uses every online core."),
+    INT(max_batch_tokens, 16384, 1, 1 << 20, RESTART,
+        "Token budget of one batch; workspaces are allocated for it at start."),
+    INT(max_batch_requests, 64, 1, 65536, RESTART, "Most requests packed into one batch."),
+    INT(max_wait_us, 2000, 0, 10000000, RELOAD,
+        "How long a batch that is not full may wait for more requests."),
+    INT(max_queue, 1024, 1, 1000000, RESTART,
+        "Requests waiting for compute; more get 429."),
+    DOUBLE(verify_sample_rate, 0.001, 0.0, 1.0, RELOAD,
+           "Fraction of batches recomputed with the naive backend and compared."),
+    STRING(model, "models/all-MiniLM-L6-v2", check_nonempty, "a non-empty path", RESTART,
+           "Model directory (config.json, tokenizer, safetensors weights)."),
+    INT(max_inputs_per_request, 256, 1, 65536, RELOAD,
+        "Most inputs in one embeddings request; more get 413."),
+    BOOL(truncate, true, RESTART,
+         "Cut inputs longer than the model's maximum length instead of refusing them."),
+    STRING(api_key_file, "", NULL, "a file path, or \"\" for none", RELOAD,
+           "File of API keys, one per line ('#' comments); with $ATTNSERVE_API_KEY. "
+           "No keys: no authentication. SIGHUP re-reads it."),
+    BOOL(metrics_require_key, false, RELOAD, "Whether /metrics needs an API key."),
+    ENUM(log_level, "info", log_level_values, RELOAD, "Least severe level logged."),
+    ENUM(log_format, "text", log_format_values, RELOAD,
+         "Log lines as human-readable text or one JSON object per line."),
+};
+#define N_SETTINGS (sizeof settings / sizeof settings[0])
+
+/* ---- small helpers -------------------------------------------------------------- */
+
+static int fail(char *err, size_t err_len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int fail(char *err, size_t err_len, const char *fmt, ...) {
+    if (err && err_len) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, err_len, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+static void *field(const config *cfg, const setting *s) {
+    return (char *)cfg + s->offset;
+}
+
+static const setting *find_setting(const char *name) {
+    for (size_t i = 0; i < N_SETTINGS; i++)
+        if (strcmp(settings[i].name, name) == 0)
+            return &settings[i];
+    return NULL;
+}
+
+static void env_name(const setting *s, char *buf, size_t len) {
+    size_t n = (size_t)snprintf(buf, len, ENV_PREFIX "%s", s->name);
+    for (size_t i = 0; i < n && i < len; i++)
+        buf[i] = (char)toupper((unsigned char)buf[i]);
+}
+
+/* The shortest %g text that reads back as the same double, so that
+ * --print-config, --help and reload reports show 0.001 and not
+ * 0.0010000000000000000208. */
+static void format_double(double d, char *buf, size_t len) {
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(buf, len, "%.*g", prec, d);
+        if (strtod(buf, NULL) == d)
+            return;
+    }
+}
+
+/* Edit distance, to suggest the setting a typo meant. */
+static size_t edit_distance(const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 64 || lb > 64)
+        return SIZE_MAX;
+    size_t row[65];
+    for (size_t j = 0; j <= lb; j++)
+        row[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            size_t up = row[j];
+            size_t best = diag + (a[i - 1] != b[j - 1]);
+            if (row[j] + 1 < best)
+                best = row[j] + 1;
+            if (row[j - 1] + 1 < best)
+                best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[lb];
+}
+
+/* " (did you mean "port"?)" for a near miss, else "". */
+static void suggestion(const char *name, const char *prefix, char *buf, size_t len) {
+    const setting *best = NULL;
+    size_t best_d = 3; /* farther than two edits is not a typo */
+    for (size_t i = 0; i < N_SETTINGS; i++) {
+        size_t d = edit_distance(name, settings[i].name);
+        if (d < best_d) {
+            best_d = d;
+            best = &settings[i];
+        }
+    }
+    if (best)
+        snprintf(buf, len, "; did you mean %s%s?", prefix, best->name);
+    else
+        buf[0] = '\0';
+}
+
+static bool is_api_key_name(const char *name) {
+    return strcmp(name, "api_key") == 0 || strcmp(name, "api_keys") == 0;
+}
+
+static const char api_key_refusal[] =
+    "API keys are read only from api_key_file or the ATTNSERVE_API_KEY environment "
+    "variable";
+
+/* ---- string checks ------------------------------------------------------------ */
+
+static int check_nonempty(const char *value, char *why, size_t why_len) {
+    if (value[0] == '\0')
+        return fail(why, why_len, "is empty");
+    return 0;
+}
+
+static bool is_backend_name(const char *name, size_t len) {
+    for (const char *const *v = backend_values; *v; v++)
+        if (strcmp(*v, "auto") != 0 && strlen(*v) == len && memcmp(*v, name, len) == 0)
+            return true;
+    return false;
+}
+
+/* Names the scheduler can split on ',' without trimming; no name twice. */
+static int check_backend_list(const char *value, char *why, size_t why_len) {
+    const char *p = value;
+    while (*p) {
+        size_t len = strcspn(p, ",");
+        if (!is_backend_name(p, len))
+            return fail(why, why_len, "names an unknown backend \"%.*s\"", (int)len, p);
+        for (const char *q = value; q < p; q += strcspn(q, ",") + 1)
+            if (strcspn(q, ",") == len && memcmp(q, p, len) == 0)
+                return fail(why, why_len, "names \"%.*s\" twice", (int)len, p);
+        p += len;
+        if (*p == ',' && *++p == '\0')
+            return fail(why, why_len, "ends with a comma");
+    }
+    return 0;
+}
+
+/* ---- values: parsing, checking, storing -------------------------------------- */
+
+typedef struct value {
+    int64_t i;
+    double d;
+    bool b;
+    const char *s;
+} value;
+
+static void describe_allowed(const setting *s, char *buf, size_t len) {
+    switch (s->type) {
+    case T_INT:
+        snprintf(buf, len, "an integer in %" PRId64 "..%" PRId64, s->i_min, s->i_max);
+        return;
+    case T_DOUBLE: {
+        char lo[32], hi[32];
+        format_double(s->d_min, lo, sizeof lo);
+        format_double(s->d_max, hi, sizeof hi);
+        snprintf(buf, len, "a number in %s..%s", lo, hi);
+        return;
+    }
+    case T_BOOL:
+        snprintf(buf, len, "true or false");
+        return;
+    case T_STRING:
+        snprintf(buf, len, "%s", s->check_doc ? s->check_doc : "a string");
+        return;
+    case T_ENUM: {
+        size_t n = (size_t)snprintf(buf, len, "one of ");
+        for (const char *const *v = s->values; *v && n < len; v++)
+            n += (size_t)snprintf(buf + n, len - n, "%s%s", *v, v[1] ? ", " : "");
+        return;
+    }
+    }
+}
+
+static int parse_bool_text(const char *text, bool *out) {
+    static const char *const yes[] = {"true", "1", "yes", "on"};
+    static const char *const no[] = {"false", "0", "no", "off"};
+    for (size_t i = 0; i < 4; i++) {
+        if (strcasecmp(text, yes[i]) == 0)
+            return *out = true, 0;
+        if (strcasecmp(text, no[i]) == 0)
+            return *out = false, 0;
+    }
+    return -1;
+}
+
+/* Text from the environment or a flag into v. Returns 0, or -1 with why. */
+static int parse_text(const setting *s, const char *text, value *v, char *why, size_t why_len) {
+    char *end;
+    switch (s->type) {
+    case T_INT:
+        errno = 0;
+        if (!*text || isspace((unsigned char)*text))
+            return fail(why, why_len, "is not an integer");
+        v->i = strtoll(text, &end, 10);
+        if (*end)
+            return fail(why, why_len, "is not an integer");
+        if (errno == ERANGE)
+            return fail(why, why_len, "is out of range");
+        return 0;
+    case T_DOUBLE:
+        if (!*text || isspace((unsigned char)*text))
+            return fail(why, why_len, "is not a number");
+        v->d = strtod(text, &end);
+        if (*end || !isfinite(v->d))
+            return fail(why, why_len, "is not a finite number");
+        return 0;
+    case T_BOOL:
+        if (parse_bool_text(text, &v->b) != 0)
+            return fail(why, why_len, "is not a boolean");
+        return 0;
+    case T_STRING:
+    case T_ENUM:
+        v->s = text;
+        return 0;
+    }
+    return fail(why, why_len, "has an unknown type");
+}
+
+/* A value from the config file into v: JSON types must match exactly (an
+ * integer setting does not take "8080" or 8080.5). */
+static int parse_json(const setting *s, const json_t *j, value *v, char *why, size_t why_len) {
+    switch (s->type) {
+    case T_INT:
+        if (!json_is_integer(j))
+            return fail(why, why_len, "is not a JSON integer");
+        v->i = json_integer_value(j);
+        return 0;
+    case T_DOUBLE:
+        if (!json_is_number(j))
+            return fail(why, why_len, "is not a JSON number");
+        v->d = json_number_value(j);
+        return 0;
+    case T_BOOL:
+        if (!json_is_boolean(j))
+            return fail(why, why_len, "is not a JSON boolean");
+        v->b = json_is_true(j);
+        return 0;
+    case T_STRING:
+    case T_ENUM:
+        if (!json_is_string(j))
+            return fail(why, why_len, "is not a JSON string");
+        v->s = json_string_value(j);
+        return 0;
+    }
+    return fail(why, why_len, "has an unknown type");
+}
+
+/* Bounds and allowed values. For an enum, points v->s at the table's own
+ * copy so that the config never owns enum strings. */
+static int check_value(const setting *s, value *v, char *why, size_t why_len) {
+    switch (s->type) {
+    case T_INT:
+        if (v->i < s->i_min || v->i > s->i_max)
+            return fail(why, why_len, "is out of range");
+        return 0;
+    case T_DOUBLE:
+        if (!(v->d >= s->d_min && v->d <= s->d_max))
+            return fail(why, why_len, "is out of range");
+        return 0;
+    case T_BOOL:
+        return 0;
+    case T_STRING:
+        if (strlen(v->s) > STRING_MAX)
+            return fail(why, why_len, "is longer than %d bytes", STRING_MAX);
+        for (const char *p = v->s; *p; p++)
+            if (iscntrl((unsigned char)*p))
+                return fail(why, why_len, "contains a control character");
+        return s->check ? s->check(v->s, why, why_len) : 0;
+    case T_ENUM:
+        for (const char *const *a = s->values; *a; a++)
+            if (strcmp(*a, v->s) == 0) {
+                v->s = *a;
+                return 0;
+            }
+        return fail(why, why_len, "is not an allowed value");
+    }
+    return fail(why, why_len, "has an unknown type");
+}
+
+static int store(config *cfg, const setting *s, const value *v) {
+    void *f = field(cfg, s);
+    switch (s->type) {
+    case T_INT:
+        *(int64_t *)f = v->i;
+        return 0;
+    case T_DOUBLE:
+        *(double *)f = v->d;
+        return 0;
+    case T_BOOL:
+        *(bool *)f = v->b;
+        return 0;
+    case T_STRING: {
+        char *copy = strdup(v->s);
+        if (!copy)
+            return -1;
+        free(*(char **)f);
+        *(char **)f = copy;
+        return 0;
+    }
+    case T_ENUM:
+        *(const char **)f = v->s;
+        return 0;
+    }
+    return -1;
+}
+
+/* The value as shown in messages: text quoted, JSON as written, both cut
+ * short so that a huge value cannot flood the terminal. */
+static void show_value(const char *text, const json_t *j, char *buf, size_t len) {
+    if (text) {
+        snprintf(buf, len, "\"%.60s%s\"", text, strlen(text) > 60 ? "..." : "");
+        return;
+    }
+    char *dump = json_dumps(j, JSON_ENCODE_ANY | JSON_COMPACT);
+    snprintf(buf, len, "%.60s%s", dump ? dump : "(value)", dump && strlen(dump) > 60 ? "..." : "");
+    free(dump);
+}
+
+/* Sets one setting from text (environment, flag) or JSON (file); source
+ * says where it came from for the message. */
+static int set_from(config *cfg, const setting *s, const char *text, const json_t *j,
+                    const char *source, char *err, size_t err_len) {
+    value v = {0};
+    char why[160], allowed[160], shown[80];
+    int rc = text ? parse_text(s, text, &v, why, sizeof why)
+                  : parse_json(s, j, &v, why, sizeof why);
+    if (rc == 0)
+        rc = check_value(s, &v, why, sizeof why);
+    if (rc != 0) {
+        describe_allowed(s, allowed, sizeof allowed);
+        show_value(text, j, shown, sizeof shown);
+        return fail(err, err_len, "setting \"%s\": %s from %s %s; allowed: %s", s->name, shown,
+                    source, why, allowed);
+    }
+    if (store(cfg, s, &v) != 0)
+        return fail(err, err_len, "setting \"%s\": out of memory", s->name);
+    return 0;
+}
+
+/* The value as text, for --help and reload reports. */
+static void format_value(const config *cfg, const setting *s, char *buf, size_t len) {
+    const void *f = field(cfg, s);
+    switch (s->type) {
+    case T_INT:
+        snprintf(buf, len, "%" PRId64, *(const int64_t *)f);
+        return;
+    case T_DOUBLE:
+        format_double(*(const double *)f, buf, len);
+        return;
+    case T_BOOL:
+        snprintf(buf, len, "%s", *(const bool *)f ? "true" : "false");
+        return;
+    case T_STRING:
+    case T_ENUM:
+        snprintf(buf, len, "\"%s\"", *(const char *const *)f);
+        return;
+    }
+}
+
+static bool same_value(const config *a, const config *b, const setting *s) {
+    const void *fa = field(a, s), *fb = field(b, s);
+    switch (s->type) {
+    case T_INT:
+        return *(const int64_t *)fa == *(const int64_t *)fb;
+    case T_DOUBLE:
+        return *(const double *)fa == *(const double *)fb;
+    case T_BOOL:
+        return *(const bool *)fa == *(const bool *)fb;
+    case T_STRING:
+    case T_ENUM:
+        return strcmp(*(const char *const *)fa, *(const char *const *)fb) == 0;
+    }
+    return false;
+}
+
+/* Copies one setting's value from src to dst (strings duplicated). */
+static int copy_value(config *dst, const config *src, const setting *s) {
+    value v = {0};
+    const void *f = field(src, s);
+    switch (s->type) {
+    case T_INT:
+        v.i = *(const int64_t *)f;
+        break;
+    case T_DOUBLE:
+        v.d = *(const double *)f;
+        break;
+    case T_BOOL:
+        v.b = *(const bool *)f;
+        break;
+    case T_STRING:
+    case T_ENUM:
+        v.s = *(const char *const *)f;
+        break;
+    }
+    return store(dst, s, &v);
+}
+
+static int set_defaults(config *cfg) {
+    for (size_t i = 0; i < N_SETTINGS; i++) {
+        const setting *s = &settings[i];
+        value v = {.i = s->i_def, .d = s->d_def, .b = s->b_def, .s = s->s_def};
+        if (store(cfg, s, &v) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* ---- flags ----------------------------------------------------------------- */
+
+/* One --name=value flag, checked for its name and kept for after the file
+ * and the environment. */
+typedef struct flag {
+    const setting *s;
+    const char *value;
+    char source[80]; /* "flag --port" */
+} flag;
+
+typedef struct flags {
+    flag *items;
+    size_t n;
+    const char *config_path; /* --config, NULL if absent */
+    config_action action;
+} flags;
+
+/* "--max-batch-tokens=5" gives name "max_batch_tokens" (at most len-1
+ * bytes) and *value "5" (NULL when there is no '='). */
+static void split_flag(const char *arg, char *name, size_t len, const char **value) {
+    const char *eq = strchr(arg, '=');
+    size_t n = eq ? (size_t)(eq - arg) : strlen(arg);
+    if (n >= len)
+        n = len - 1;
+    for (size_t i = 0; i < n; i++)
+        name[i] = arg[i] == '-' ? '_' : arg[i];
+    name[n] = '\0';
+    *value = eq ? eq + 1 : NULL;
+}
+
+static bool is_flag(const char *arg, const char *name) {
+    return strcmp(arg, name) == 0;
+}
+
+/* --help and --version win over everything else, even over bad flags, so
+ * that a user can always ask. */
+static config_action early_action(int argc, char *const argv[]) {
+    for (int i = 0; i < argc; i++) {
+        if (is_flag(argv[i], "--help") || is_flag(argv[i], "-h"))
+            return CONFIG_HELP;
+        if (is_flag(argv[i], "--version"))
+            return CONFIG_VERSION;
+    }
+    return CONFIG_RUN;
+}
+
+static int parse_flags(int argc, char *const argv[], flags *out, char *err, size_t err_len) {
+    out->items = calloc((size_t)argc + 1, sizeof *out->items);
+    if (!out->items)
+        return fail(err, err_len, "out of memory");
+    for (int i = 0; i < argc; i++) {
+        const char *arg = argv[i];
+        char name[72], hint[96];
+        const char *value;
+        if (strncmp(arg, "--", 2) != 0 || arg[2] == '\0')
+            return fail(err, err_len,
+                        "unexpected argument \"%.60s\"; settings are given as --name=value "
+                        "(see --help)",
+                        arg);
+        split_flag(arg + 2, name, sizeof name, &value);
+        if (is_api_key_name(name))
+            return fail(err, err_len,
+                        "flag --%s refused: %s, never from the command line, where any user "
+                        "can read it in ps",
+                        name, api_key_refusal);
+        if (strcmp(name, "print_config") == 0 && !value) {
+            out->action = CONFIG_PRINT;
+            continue;
+        }
+        bool is_config = strcmp(name, "config") == 0;
+        const setting *s = is_config ? NULL : find_setting(name);
+        if (!s && !is_config) {
+            suggestion(name, "--", hint, sizeof hint);
+            return fail(err, err_len, "unknown flag --%s%s (see --help)", name, hint);
+        }
+        /* A bare boolean flag means true unless a boolean word follows it. */
+        bool b;
+        if (!value && s && s->type == T_BOOL)
+            value = i + 1 < argc && parse_bool_text(argv[i + 1], &b) == 0 ? argv[++i] : "true";
+        if (!value) {
+            if (i + 1 >= argc || strncmp(argv[i + 1], "--", 2) == 0)
+                return fail(err, err_len, "flag --%s needs a value (--%s=VALUE)", name, name);
+            value = argv[++i];
+        }
+        if (is_config) {
+            out->config_path = value;
+            continue;
+        }
+        flag *f = &out->items[out->n++];
+        f->s = s;
+        f->value = value;
+        snprintf(f->source, sizeof f->source, "flag --%s", s->name);
+    }
+    return 0;
+}
+
+/* ---- config file and environment ------------------------------------------ */
+
+/* named_by says who chose the path (--config or $ATTNSERVE_CONFIG), or is
+ * NULL for the default, which alone may be absent. */
+static int load_file(config *cfg, const char *path, const char *named_by, char *err,
+                     size_t err_len) {
+    FILE *fp = fopen(path, "r");
+    if (!fp) {
+        if (errno == ENOENT && !named_by)
+            return 0;
+        return fail(err, err_len, "config file %s (%s): %s", path,
+                    named_by ? named_by : "the default", strerror(errno));
+    }
+    struct stat st;
+    if (fstat(fileno(fp), &st) == 0 && S_ISDIR(st.st_mode)) {
+        fclose(fp);
+        return fail(err, err_len, "config file %s: is a directory", path);
+    }
+    json_error_t jerr;
+    json_t *root = json_loadf(fp, JSON_REJECT_DUPLICATES, &jerr);
+    fclose(fp);
+    if (!root)
+        return fail(err, err_len, "config file %s:%d:%d: malformed JSON: %s", path, jerr.line,
+                    jerr.column, jerr.text);
+    int rc = 0;
+    if (!json_is_object(root))
+        rc = fail(err, err_len, "config file %s: must hold one JSON object of settings", path);
+    char source[STRING_MAX + 32];
+    snprintf(source, sizeof source, "config file %s", path);
+    const char *key;
+    json_t *val;
+    json_object_foreach(root, key, val) {
+        if (rc != 0)
+            break;
+        const setting *s = find_setting(key);
+        char hint[96];
+        if (is_api_key_name(key)) {
+            rc = fail(err, err_len, "%s: key \"%s\" refused: %s, so that the config file "
+                      "can be shared and printed", source, key, api_key_refusal);
+        } else if (!s) {
+            suggestion(key, "", hint, sizeof hint);
+            rc = fail(err, err_len, "%s: unknown setting \"%.64s\"%s (see --help)", source, key,
+                      hint);
+        } else {
+            rc = set_from(cfg, s, NULL, val, source, err, err_len);
+        }
+    }
+    json_decref(root);
+    if (rc == 0 && !(cfg->config_path = strdup(path)))
+        rc = fail(err, err_len, "out of memory");
+    return rc;
+}
+
+/* Only the variables of known settings are read: unknown ATTNSERVE_* names
+ * are ignored rather than refused, because Kubernetes injects service links
+ * (ATTNSERVE_SERVICE_HOST, ATTNSERVE_PORT_8080_TCP, ...) for a service of
+ * that name. */
+static int load_env(config *cfg, char *err, size_t err_len) {
+    for (size_t i = 0; i < N_SETTINGS; i++) {
+        char name[80], source[128];
+        env_name(&settings[i], name, sizeof name);
+        const char *text = getenv(name);
+        if (!text)
+            continue;
+        snprintf(source, sizeof source, "environment variable %s", name);
+        if (set_from(cfg, &settings[i], text, NULL, source, err, err_len) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* ---- API keys ---------------------------------------------------------------- */
+
+static int add_key(config *cfg, const char *key, size_t len) {
+    char **keys = realloc(cfg->api_keys, (cfg->n_api_keys + 1) * sizeof *keys);
+    if (!keys)
+        return -1;
+    cfg->api_keys = keys;
+    if (!(keys[cfg->n_api_keys] = strndup(key, len)))
+        return -1;
+    cfg->n_api_keys++;
+    return 0;
+}
+
+/* Trims surrounding whitespace (mounted secrets end with a newline) and
+ * checks what is left is one token a Bearer header can carry. Messages
+ * never quote the key. */
+static int take_key(config *cfg, const char *text, size_t len, const char *where, char *err,
+                    size_t err_len) {
+    while (len && isspace((unsigned char)*text))
+        text++, len--;
+    while (len && isspace((unsigned char)text[len - 1]))
+        len--;
+    if (len == 0)
+        return fail(err, err_len, "%s: the API key is empty", where);
+    for (size_t i = 0; i < len; i++)
+        if (!isgraph((unsigned char)text[i]))
+            return fail(err, err_len, "%s: the API key contains a space or control character",
+                        where);
+    if (add_key(cfg, text, len) != 0)
+        return fail(err, err_len, "out of memory");
+    return 0;
+}
+
+static int read_key_file(config *cfg, const char *path, char *err, size_t err_len) {
+    FILE *fp = fopen(path, "r");
+    if (!fp)
+        return fail(err, err_len, "api_key_file %s: %s", path, strerror(errno));
+    char *buf = malloc(KEY_FILE_MAX + 1);
+    size_t n = buf ? fread(buf, 1, KEY_FILE_MAX + 1, fp) : 0;
+    int rc = 0;
+    if (!buf)
+        rc = fail(err, err_len, "out of memory");
+    else if (ferror(fp))
+        rc = fail(err, err_len, "api_key_file %s: read error", path);
+    else if (n > KEY_FILE_MAX)
+        rc = fail(err, err_len, "api_key_file %s: larger than %d bytes", path, KEY_FILE_MAX);
+    fclose(fp);
+    size_t before = cfg->n_api_keys, line_no = 0;
+    for (size_t at = 0; rc == 0 && at < n; line_no++) {
+        const char *line = buf + at;
+        size_t len = strcspn(line, "\n");
+        if (memchr(line, '\0', len)) {
+            /* strcspn stops at NUL; such a file is not text. */
+            rc = fail(err, err_len, "api_key_file %s: line %zu holds a NUL byte", path,
+                      line_no + 1);
+            break;
+        }
+        at += len + 1;
+        size_t lead = 0;
+        while (lead < len && isspace((unsigned char)line[lead]))
+            lead++;
+        if (lead == len || line[lead] == '#')
+            continue;
+        char where[STRING_MAX + 64];
+        snprintf(where, sizeof where, "api_key_file %s line %zu", path, line_no + 1);
+        rc = take_key(cfg, line, len, where, err, err_len);
+    }
+    if (rc == 0 && cfg->n_api_keys == before)
+        rc = fail(err, err_len,
+                  "api_key_file %s holds no keys; set api_key_file to \"\" to run without "
+                  "authentication",
+                  path);
+    if (buf) {
+        explicit_bzero(buf, n < KEY_FILE_MAX + 1 ? n : KEY_FILE_MAX + 1);
+        free(buf);
+    }
+    return rc;
+}
+
+static int load_api_keys(config *cfg, char *err, size_t err_len) {
+    if (cfg->api_key_file[0] && read_key_file(cfg, cfg->api_key_file, err, err_len) != 0)
+        return -1;
+    const char *env = getenv(ENV_API_KEY);
+    if (env && take_key(cfg, env, strlen(env), "environment variable " ENV_API_KEY, err,
+                        err_len) != 0)
+        return -1;
+    return 0;
+}
+
+static void free_keys(config *cfg) {
+    for (size_t i = 0; i < cfg->n_api_keys; i++) {
+        explicit_bzero(cfg->api_keys[i], strlen(cfg->api_keys[i]));
+        free(cfg->api_keys[i]);
+    }
+    free(cfg->api_keys);
+    cfg->api_keys = NULL;
+    cfg->n_api_keys = 0;
+}
+
+static bool same_keys(const config *a, const config *b) {
+    if (a->n_api_keys != b->n_api_keys)
+        return false;
+    for (size_t i = 0; i < a->n_api_keys; i++)
+        if (strcmp(a->api_keys[i], b->api_keys[i]) != 0)
+            return false;
+    return true;
+}
+
+/* ---- loading ------------------------------------------------------------------ */
+
+static int copy_argv(config *cfg, int argc, char *const argv[]) {
+    cfg->argv = calloc((size_t)argc + 1, sizeof *cfg->argv);
+    if (!cfg->argv)
+        return -1;
+    for (int i = 0; i < argc; i++) {
+        if (!(cfg->argv[i] = strdup(argv[i])))
+            return -1;
+        cfg->argc = i + 1;
+    }
+    return 0;
+}
+
+/* Everything after the program name, in precedence order. cfg is zeroed
+ * on entry; on error the caller frees it. */
+static int build(config *cfg, int argc, char *const argv[], config_action *action, char *err,
+                 size_t err_len) {
+    flags fl = {0};
+    int rc = -1;
+    if (set_defaults(cfg) != 0 || copy_argv(cfg, argc, argv) != 0) {
+        fail(err, err_len, "out of memory");
+        goto out;
+    }
+    if (parse_flags(argc, argv, &fl, err, err_len) != 0)
+        goto out;
+    const char *path = fl.config_path, *named_by = "given by --config";
+    if (!path && (path = getenv(ENV_CONFIG)))
+        named_by = "given by $" ENV_CONFIG;
+    cfg->config_explicit = path != NULL;
+    if (!path) {
+        path = DEFAULT_CONFIG_PATH;
+        named_by = NULL;
+    }
+    if (load_file(cfg, path, named_by, err, err_len) != 0 || load_env(cfg, err, err_len) != 0)
+        goto out;
+    for (size_t i = 0; i < fl.n; i++)
+        if (set_from(cfg, fl.items[i].s, fl.items[i].value, NULL, fl.items[i].source, err,
+                     err_len) != 0)
+            goto out;
+    if (load_api_keys(cfg, err, err_len) != 0)
+        goto out;
+    *action = fl.action;
+    rc = 0;
+out:
+    free(fl.items);
+    return rc;
+}
+
+int config_load(config *cfg, int argc, char *const argv[], config_action *action, char *err,
+                size_t err_len) {
+    memset(cfg, 0, sizeof *cfg);
+    int nflags = argc > 0 ? argc - 1 : 0;
+    char *const *flagv = argv + (argc > 0);
+    *action = early_action(nflags, flagv);
+    int rc;
+    if (*action != CONFIG_RUN)
+        rc = set_defaults(cfg) == 0 ? 0 : fail(err, err_len, "out of memory");
+    else
+        rc = build(cfg, nflags, flagv, action, err, err_len);
+    if (rc != 0)
+        config_free(cfg);
+    return rc;
+}
+
+void config_free(config *cfg) {
+    for (size_t i = 0; i < N_SETTINGS; i++)
+        if (settings[i].type == T_STRING)
+            free(*(char **)field(cfg, &settings[i]));
+    free_keys(cfg);
+    free(cfg->config_path);
+    for (int i = 0; i < cfg->argc; i++)
+        free(cfg->argv[i]);
+    free(cfg->argv);
+    memset(cfg, 0, sizeof *cfg);
+}
+
+/* ---- reload ------------------------------------------------------------------- */
+
+int config_reload(const config *cur, config *next, config_change_fn on_change, void *ctx,
+                  char *err, size_t err_len) {
+    config_action action;
+    memset(next, 0, sizeof *next);
+    if (build(next, cur->argc, cur->argv, &action, err, err_len) != 0) {
+        config_free(next);
+        return -1;
+    }
+    for (size_t i = 0; i < N_SETTINGS; i++) {
+        const setting *s = &settings[i];
+        if (same_value(cur, next, s))
+            continue;
+        char was[STRING_MAX + 8], now[STRING_MAX + 8];
+        format_value(cur, s, was, sizeof was);
+        format_value(next, s, now, sizeof now);
+        if (!s->reloadable && copy_value(next, cur, s) != 0) {
+            config_free(next);
+            return fail(err, err_len, "out of memory");
+        }
+        if (on_change)
+            on_change(ctx, s->name, was, now, s->reloadable);
+    }
+    if (!same_keys(cur, next) && on_change) {
+        char was[32], now[32];
+        snprintf(was, sizeof was, "%zu keys", cur->n_api_keys);
+        snprintf(now, sizeof now, "%zu keys", next->n_api_keys);
+        on_change(ctx, "api_keys", was, now, true);
+    }
+    return 0;
+}
+
+/* ---- printing ----------------------------------------------------------------- */
+
+static json_t *value_json(const config *cfg, const setting *s) {
+    const void *f = field(cfg, s);
+    switch (s->type) {
+    case T_INT:
+        return json_integer(*(const int64_t *)f);
+    case T_DOUBLE:
+        return json_real(*(const double *)f);
+    case T_BOOL:
+        return json_boolean(*(const bool *)f);
+    case T_STRING:
+    case T_ENUM:
+        return json_string(*(const char *const *)f);
+    }
+    return NULL;
+}
+
+json_t *config_to_json(const config *cfg) {
+    json_t *obj = json_object();
+    for (size_t i = 0; obj && i < N_SETTINGS; i++)
+        if (json_object_set_new(obj, settings[i].name, value_json(cfg, &settings[i])) != 0) {
+            json_decref(obj);
+            obj = NULL;
+        }
+    return obj;
+}
+
+int config_print(const config *cfg, FILE *out) {
+    json_t *obj = config_to_json(cfg);
+    int rc = obj ? json_dumpf(obj, out, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : -1;
+    json_decref(obj);
+    if (rc == 0 && fputc('\n', out) == EOF)
+        rc = -1;
+    return rc;
+}
+
+static const char *type_label(const setting *s) {
+    switch (s->type) {
+    case T_INT:
+        return "INT";
+    case T_DOUBLE:
+        return "NUMBER";
+    case T_BOOL:
+        return "BOOL";
+    case T_STRING:
+        return "STRING";
+    case T_ENUM:
+        return "CHOICE";
+    }
+    return "?";
+}
+
+void config_print_help(FILE *out, const char *prog) {
+    config defaults = {0};
+    fprintf(out,
+            "Usage: %s [--config PATH] [--print-config] [--NAME=VALUE | --NAME VALUE ...]\n"
+            "       %s --help | --version\n\n"
+            "An HTTP service for embeddings and attention.\n\n"
+            "Each setting comes from, lowest precedence first: its default, the config file\n"
+            "(--config PATH, else $" ENV_CONFIG ", else " DEFAULT_CONFIG_PATH
+            " if present),\n"
+            "the environment variable shown, a flag. '-' may replace '_' in flag names.\n"
+            "SIGHUP reloads the settings marked reloadable; the others need a restart.\n"
+            "API keys: api_key_file and $" ENV_API_KEY ", never a flag.\n\n"
+            "Settings:\n",
+            prog, prog);
+    bool have_defaults = set_defaults(&defaults) == 0;
+    for (size_t i = 0; i < N_SETTINGS; i++) {
+        const setting *s = &settings[i];
+        char def[STRING_MAX + 8], allowed[160], env[80];
+        if (have_defaults)
+            format_value(&defaults, s, def, sizeof def);
+        else
+            snprintf(def, sizeof def, "?");
+        describe_allowed(s, allowed, sizeof allowed);
+        env_name(s, env, sizeof env);
+        fprintf(out, "  --%s=%s\n      %s\n      default %s; allowed: %s\n      env %s; %s\n",
+                s->name, type_label(s), s->help, def, allowed, env,
+                s->reloadable ? "reloadable on SIGHUP" : "needs a restart");
+    }
+    config_free(&defaults);
+}
