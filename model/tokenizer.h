@@ -1,0 +1,96 @@
+/* tokenizer.h — BERT WordPiece tokenizer, id for id equal to Hugging Face
+ * `tokenizers` (BertNormalizer + BertPreTokenizer + WordPiece + the
+ * TemplateProcessing/BertProcessing post-processor) for BERT-family models.
+ *
+ * A tokenizer is loaded once from a model directory and is read-only after,
+ * so any number of threads may call tok_encode on it at the same time. */
+#ifndef ATTN_TOKENIZER_H
+#define ATTN_TOKENIZER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- errors ---------------------------------------------------------------
+ * Negative codes, one list; tok_strerror() gives the message. */
+#define TOK_ERRORS(X)                                                           \
+    X(TOK_OK, 0, "success")                                                     \
+    X(TOK_EINVAL, -1, "invalid argument")                                       \
+    X(TOK_EUTF8, -2, "input is not valid UTF-8")                                \
+    X(TOK_ETOOLONG, -3, "input has more tokens than the maximum")              \
+    X(TOK_ENOMEM, -4, "out of memory")                                          \
+    X(TOK_ELOAD, -5, "cannot load the tokenizer")
+
+enum {
+#define TOK_ERR_ENUM(name, code, msg) name = code,
+    TOK_ERRORS(TOK_ERR_ENUM)
+#undef TOK_ERR_ENUM
+};
+
+const char *tok_strerror(int err);
+
+typedef struct tok_tokenizer tok_tokenizer;
+
+/* Loads the tokenizer of a Hugging Face model directory: tokenizer.json when
+ * present, else vocab.txt with tokenizer_config.json (do_lower_case,
+ * strip_accents, tokenize_chinese_chars, the special token names). Anything
+ * this tokenizer cannot reproduce exactly (another model type, normalizer or
+ * pre-tokenizer, added tokens with lstrip/rstrip/single_word/normalized) is
+ * refused rather than approximated. Returns TOK_OK and *out, or TOK_ELOAD /
+ * TOK_ENOMEM with a message naming the file and the problem in err. */
+int tok_load(tok_tokenizer **out, const char *model_dir, char *err, size_t err_len);
+
+void tok_free(tok_tokenizer *t);
+
+/* A token's place in the input: bytes [start, end) of the text given to
+ * tok_encode. Special tokens added by the post-processor have {0, 0}. */
+typedef struct tok_span {
+    uint32_t start, end;
+} tok_span;
+
+/* Where tok_encode writes. The caller owns the arrays and sets capacity, which
+ * is also the maximum sequence length (special tokens included; the service
+ * passes the model's maximum, 512). */
+typedef struct tok_output {
+    int32_t *ids;      /* [capacity] */
+    tok_span *offsets; /* [capacity], or NULL when not wanted */
+    int32_t capacity;
+    int32_t n;      /* out: ids written (after truncation) */
+    int32_t n_full; /* out: tokens the input has without truncation, specials included */
+    size_t error_at; /* out: on TOK_EUTF8, the byte offset of the first invalid byte */
+} tok_output;
+
+/* Tokenizes text[0, len) (UTF-8, need not be NUL-terminated) into
+ * [CLS] pieces... [SEP] (or whatever the model's post-processor adds).
+ * truncate != 0: keeps the first capacity - tok_num_special() pieces.
+ * truncate == 0: returns TOK_ETOOLONG when n_full > capacity (n_full is set,
+ * so the caller can say how long the input is).
+ * Invalid UTF-8 (overlong forms, surrogates, > U+10FFFF, cut sequences) gives
+ * TOK_EUTF8 and error_at. capacity below tok_num_special() gives TOK_EINVAL.
+ *
+ * Memory: besides the caller's arrays, O(max_input_chars_per_word) scratch,
+ * plus, only for runs of reorderable combining marks that strip_accents keeps,
+ * 16 bytes per mark of the longest such run (at most 16 bytes per input byte).
+ * Time is linear in len: the whole input is read even when truncating, to
+ * give n_full. Thread-safe on a shared tokenizer. On error, ids and offsets
+ * are unspecified. */
+int tok_encode(const tok_tokenizer *t, const char *text, size_t len, int truncate,
+               tok_output *out);
+
+/* Number of special tokens the post-processor adds to one sequence (2 for
+ * [CLS] ... [SEP]). */
+int32_t tok_num_special(const tok_tokenizer *t);
+
+/* The vocabulary: ids are 0 .. tok_vocab_size() - 1. */
+int32_t tok_vocab_size(const tok_tokenizer *t);
+
+/* The string of token id ("##ing", "[CLS]"), or NULL for an id outside the
+ * vocabulary or a hole in it. Valid as long as t. */
+const char *tok_id_to_token(const tok_tokenizer *t, int32_t id);
+
+/* The id of an exact vocabulary entry, or -1. */
+int32_t tok_token_to_id(const tok_tokenizer *t, const char *token, size_t len);
+
+/* The [UNK] id. */
+int32_t tok_unk_id(const tok_tokenizer *t);
+
+#endif
