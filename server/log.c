@@ -356,7 +356,7 @@ void log_write_(log_level level, const char *msg, ...) {
     while (va_arg(count, log_field).type != LOG_T_END)
         n++;
     va_end(count);
-    log_field stack[STACK_FIELDS];
+    log_field stack[STACK_FIELDS] = {0}; /* zeroed: GCC cannot see n bounds the reads */
     log_field *fields = n <= STACK_FIELDS ? stack : malloc(n * sizeof *fields);
     if (fields) {
         for (size_t i = 0; i < n; i++)
