@@ -1,0 +1,673 @@
+/* attention_api.c — decoding and checking /v1/attention requests, running
+ * them in packed batches, encoding the answers.
+ *
+ * A request becomes an attn_job: its q, k, v decoded to float32, an output
+ * buffer, and an embedded sched_req. The I/O thread decodes and submits; the
+ * compute thread packs each group of equal (heads, head_dim, causal) into
+ * the service's buffers, runs one forward per group and copies each output
+ * back; the loop thread's done callback hands the job back to the I/O thread,
+ * which encodes the answer. */
+#include "attention_api.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "errors.h"
+#include "log.h"
+#include "metrics.h"
+
+/* ---- jobs --------------------------------------------------------------------- */
+
+enum { ENC_NESTED, ENC_BASE64 };
+
+typedef struct attn_job {
+    sched_req sreq;
+    http_request *http;
+    int32_t seq, heads, head_dim;
+    int causal;
+    int encoding; /* of the answer: the one q came in */
+    size_t n;     /* floats per tensor: seq * heads * head_dim */
+    float *q, *k, *v, *out; /* (seq, heads, head_dim) each, one allocation */
+
+    /* Written by the compute thread, read after the done callback. */
+    int err;           /* SRV_OK or the SRV_E* to answer with */
+    char why[128];
+    const attn_backend *ran;
+    bool packed;       /* run_batch scratch: already in a group */
+
+    /* Two parties finish with a job: the handler once it has parked the
+     * connection, the done callback once the result is in. The second one
+     * resumes, so a resume never precedes the suspend. */
+    atomic_int gate;
+} attn_job;
+
+static void job_free(void *p) {
+    attn_job *job = p;
+    if (job)
+        free(job->q);
+    free(job);
+}
+
+/* ---- the compute side ------------------------------------------------------- */
+
+struct attn_service {
+    tp_pool *pool;
+    attn_parallel par;
+    _Atomic(const attn_backend *) backend;
+    const attn_backend *reference; /* runs groups the backend refuses */
+    size_t cap;                    /* floats per packed tensor */
+    int32_t max_batch_requests;
+    float *q, *k, *v, *out;        /* (cap) each */
+    int32_t *cu_seqlens;           /* (max_batch_requests + 1) */
+    attn_job **members;            /* (max_batch_requests): the group being run */
+    void *ws;                      /* kernel workspace, 64-byte aligned */
+    size_t ws_bytes, total_bytes;
+};
+
+attn_shape attn_service_bounds(int32_t max_batch_tokens, int32_t max_batch_requests) {
+    return (attn_shape){.batch = max_batch_requests,
+                        .total_tokens = max_batch_tokens,
+                        .max_seqlen = max_batch_tokens,
+                        .heads = ATTN_API_MAX_HEADS,
+                        .head_dim = ATTN_API_MAX_HEAD_DIM,
+                        .causal = 0};
+}
+
+static size_t round64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+attn_service *attn_service_create(int32_t max_batch_tokens, int32_t max_batch_requests,
+                                  tp_pool *pool, const attn_backend *backend, char *err,
+                                  size_t err_len) {
+    attn_service *svc = calloc(1, sizeof *svc);
+    if (!svc) {
+        snprintf(err, err_len, "out of memory");
+        return NULL;
+    }
+    svc->pool = pool;
+    svc->par = tp_parallel(pool);
+    atomic_store(&svc->backend, backend);
+    svc->reference = attn_backend_find("naive");
+    svc->max_batch_requests = max_batch_requests;
+    svc->cap = (size_t)max_batch_tokens * ATTN_API_ROW_FLOATS;
+
+    /* Every built-in backend's workspace fits, so a reload can switch to any
+     * of them without allocating while serving. */
+    attn_shape bounds = attn_service_bounds(max_batch_tokens, max_batch_requests);
+    for (const attn_backend *const *b = attn_backends(); *b; b++) {
+        size_t need = (*b)->workspace_size(&bounds, tp_nthreads(pool));
+        svc->ws_bytes = need > svc->ws_bytes ? need : svc->ws_bytes;
+    }
+    size_t tensor_bytes = round64(svc->cap * sizeof(float));
+    svc->q = aligned_alloc(64, tensor_bytes);
+    svc->k = aligned_alloc(64, tensor_bytes);
+    svc->v = aligned_alloc(64, tensor_bytes);
+    svc->out = aligned_alloc(64, tensor_bytes);
+    svc->cu_seqlens = calloc((size_t)max_batch_requests + 1, sizeof *svc->cu_seqlens);
+    svc->members = calloc((size_t)max_batch_requests, sizeof *svc->members);
+    svc->ws = svc->ws_bytes ? aligned_alloc(64, round64(svc->ws_bytes)) : NULL;
+    svc->total_bytes = 4 * tensor_bytes + ((size_t)max_batch_requests + 1) * sizeof(int32_t) +
+                       (size_t)max_batch_requests * sizeof(attn_job *) + round64(svc->ws_bytes);
+    if (!svc->q || !svc->k || !svc->v || !svc->out || !svc->cu_seqlens || !svc->members ||
+        (svc->ws_bytes && !svc->ws)) {
+        snprintf(err, err_len, "cannot allocate %zu bytes of attention workspace",
+                 svc->total_bytes);
+        attn_service_destroy(svc);
+        return NULL;
+    }
+    return svc;
+}
+
+void attn_service_destroy(attn_service *svc) {
+    if (!svc)
+        return;
+    free(svc->q);
+    free(svc->k);
+    free(svc->v);
+    free(svc->out);
+    free(svc->cu_seqlens);
+    free(svc->members);
+    free(svc->ws);
+    free(svc);
+}
+
+size_t attn_service_workspace_bytes(const attn_service *svc) { return svc->total_bytes; }
+
+const attn_backend *attn_service_backend(const attn_service *svc) {
+    return atomic_load(&svc->backend);
+}
+
+typedef struct swap_arg {
+    attn_service *svc;
+    const attn_backend *backend;
+} swap_arg;
+
+static int swap_backend(void *arg) {
+    swap_arg *a = arg;
+    atomic_store(&a->svc->backend, a->backend);
+    return SCHED_OK;
+}
+
+int attn_service_set_backend(attn_service *svc, sched *s, const attn_backend *backend) {
+    swap_arg a = {svc, backend};
+    return sched_call(s, swap_backend, &a);
+}
+
+static double seconds_since(const struct timespec *t0) {
+    struct timespec t1;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    return (double)(t1.tv_sec - t0->tv_sec) + (double)(t1.tv_nsec - t0->tv_nsec) * 1e-9;
+}
+
+static void fail_group(attn_service *svc, int32_t n, int err, const char *why) {
+    for (int32_t i = 0; i < n; i++) {
+        svc->members[i]->err = err;
+        snprintf(svc->members[i]->why, sizeof svc->members[i]->why, "%s", why);
+    }
+}
+
+/* Runs the n jobs in svc->members (equal heads, head_dim, causal), already
+ * packed, and copies each output back to its job. */
+static void run_group(attn_service *svc, const attn_backend *backend, int32_t n, int32_t max_len) {
+    const attn_job *first = svc->members[0];
+    attn_shape shape = {.batch = n,
+                        .total_tokens = svc->cu_seqlens[n],
+                        .max_seqlen = max_len,
+                        .heads = first->heads,
+                        .head_dim = first->head_dim,
+                        .causal = first->causal};
+    /* A shape the configured backend refuses still gets a correct answer,
+     * from the reference; the response names the backend that ran. */
+    if (backend->supports(&shape, NULL, 0) != ATTN_OK)
+        backend = svc->reference;
+    if (backend->workspace_size(&shape, svc->par.nthreads) > svc->ws_bytes) {
+        fail_group(svc, n, SRV_EINTERNAL, "attention workspace too small for this batch");
+        return;
+    }
+    attn_problem p;
+    attn_problem_dense(&p, shape, svc->cu_seqlens, svc->q, svc->k, svc->v, svc->out);
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int rc = backend->forward(&p, svc->ws, svc->ws_bytes, &svc->par);
+    metrics_kernel(backend, seconds_since(&t0), attn_flops(&p));
+    if (rc != ATTN_OK) {
+        fail_group(svc, n, SRV_EINTERNAL, attn_strerror(rc));
+        return;
+    }
+    size_t off = 0;
+    for (int32_t i = 0; i < n; i++) {
+        attn_job *job = svc->members[i];
+        memcpy(job->out, svc->out + off, job->n * sizeof(float));
+        off += job->n;
+        job->ran = backend;
+        job->err = SRV_OK;
+        for (size_t j = 0; j < job->n; j++)
+            if (!isfinite(job->out[j])) {
+                job->err = SRV_EINVALID;
+                snprintf(job->why, sizeof job->why,
+                         "the attention output overflowed float32; scale the inputs down");
+                break;
+            }
+    }
+}
+
+int attn_service_run_batch(const sched_batch *b, void *ctx) {
+    attn_service *svc = ctx;
+    /* One read per batch: a reload swaps the backend between batches only. */
+    const attn_backend *backend = atomic_load(&svc->backend);
+    for (int32_t i = 0; i < b->n_reqs; i++)
+        SCHED_CONTAINER_OF(b->reqs[i], attn_job, sreq)->packed = false;
+
+    for (int32_t i = 0; i < b->n_reqs; i++) {
+        attn_job *lead = SCHED_CONTAINER_OF(b->reqs[i], attn_job, sreq);
+        if (lead->packed)
+            continue;
+        int32_t n = 0, max_len = 0;
+        size_t off = 0;
+        svc->cu_seqlens[0] = 0;
+        for (int32_t j = i; j < b->n_reqs; j++) {
+            attn_job *job = SCHED_CONTAINER_OF(b->reqs[j], attn_job, sreq);
+            if (job->packed || job->heads != lead->heads || job->head_dim != lead->head_dim ||
+                job->causal != lead->causal)
+                continue;
+            job->packed = true;
+            /* The token budget keeps every batch within cap; a request that
+             * would not fit is a bug, answered 500 rather than overrun. */
+            if (off + job->n > svc->cap || n >= svc->max_batch_requests) {
+                job->err = SRV_EINTERNAL;
+                snprintf(job->why, sizeof job->why, "batch exceeds the attention buffers");
+                continue;
+            }
+            memcpy(svc->q + off, job->q, job->n * sizeof(float));
+            memcpy(svc->k + off, job->k, job->n * sizeof(float));
+            memcpy(svc->v + off, job->v, job->n * sizeof(float));
+            off += job->n;
+            svc->members[n++] = job;
+            svc->cu_seqlens[n] = svc->cu_seqlens[n - 1] + job->seq;
+            max_len = job->seq > max_len ? job->seq : max_len;
+        }
+        if (n)
+            run_group(svc, backend, n, max_len);
+    }
+    return 0;
+}
+
+/* ---- decoding ----------------------------------------------------------------- */
+
+/* Why a request is refused: the SRV_E* code and a message. */
+typedef struct refusal {
+    int err;
+    char msg[256];
+} refusal;
+
+static int refuse(refusal *r, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int refuse(refusal *r, int err, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->msg, sizeof r->msg, fmt, ap);
+    va_end(ap);
+    r->err = err;
+    return err;
+}
+
+/* What a tensor claims before any of its numbers are read. */
+typedef struct tensor_desc {
+    const char *name;
+    json_t *json;
+    int encoding;
+    int64_t dims[3];
+    const char *data; /* base64 text */
+    size_t data_len;
+} tensor_desc;
+
+static int nested_dims(tensor_desc *t, refusal *r) {
+    json_t *level = t->json;
+    static const char *const what[3] = {"seq", "heads", "head_dim"};
+    for (int d = 0; d < 3; d++) {
+        if (!json_is_array(level))
+            return refuse(r, SRV_EBADREQUEST,
+                          "%s must be a nested array [seq][heads][head_dim] of numbers or "
+                          "{\"shape\", \"data\"}",
+                          t->name);
+        t->dims[d] = (int64_t)json_array_size(level);
+        if (t->dims[d] == 0)
+            return refuse(r, SRV_EINVALID, "%s has %s = 0", t->name, what[d]);
+        level = json_array_get(level, 0);
+    }
+    return SRV_OK;
+}
+
+static int base64_dims(tensor_desc *t, refusal *r) {
+    json_t *shape = NULL, *data = NULL;
+    const char *key;
+    json_t *value;
+    json_object_foreach(t->json, key, value) {
+        if (strcmp(key, "shape") == 0)
+            shape = value;
+        else if (strcmp(key, "data") == 0)
+            data = value;
+        else
+            return refuse(r, SRV_EBADREQUEST, "%s: unknown field \"%.64s\" (expected shape, data)",
+                          t->name, key);
+    }
+    if (!json_is_array(shape) || json_array_size(shape) != 3)
+        return refuse(r, SRV_EBADREQUEST, "%s.shape must be [seq, heads, head_dim]", t->name);
+    if (!json_is_string(data))
+        return refuse(r, SRV_EBADREQUEST, "%s.data must be a base64 string", t->name);
+    for (int d = 0; d < 3; d++) {
+        json_t *v = json_array_get(shape, (size_t)d);
+        if (!json_is_integer(v))
+            return refuse(r, SRV_EBADREQUEST, "%s.shape[%d] must be an integer", t->name, d);
+        t->dims[d] = (int64_t)json_integer_value(v);
+        if (t->dims[d] <= 0)
+            return refuse(r, SRV_EINVALID, "%s.shape[%d] is %lld; dimensions must be >= 1",
+                          t->name, d, (long long)t->dims[d]);
+    }
+    t->data = json_string_value(data);
+    t->data_len = json_string_length(data);
+    return SRV_OK;
+}
+
+static int describe(tensor_desc *t, refusal *r) {
+    if (!t->json)
+        return refuse(r, SRV_EBADREQUEST, "missing field \"%s\"", t->name);
+    if (json_is_object(t->json)) {
+        t->encoding = ENC_BASE64;
+        return base64_dims(t, r);
+    }
+    t->encoding = ENC_NESTED;
+    return nested_dims(t, r);
+}
+
+/* Fills out (dims[0]*dims[1]*dims[2] floats) from a nested array, checking
+ * that it is rectangular and that every number fits float32. */
+static int decode_nested(const tensor_desc *t, float *out, refusal *r) {
+    size_t o = 0;
+    for (int64_t s = 0; s < t->dims[0]; s++) {
+        json_t *row = json_array_get(t->json, (size_t)s);
+        if (!json_is_array(row) || (int64_t)json_array_size(row) != t->dims[1])
+            return refuse(r, json_is_array(row) ? SRV_EINVALID : SRV_EBADREQUEST,
+                          "%s[%lld] must be an array of %lld heads", t->name, (long long)s,
+                          (long long)t->dims[1]);
+        for (int64_t h = 0; h < t->dims[1]; h++) {
+            json_t *vec = json_array_get(row, (size_t)h);
+            if (!json_is_array(vec) || (int64_t)json_array_size(vec) != t->dims[2])
+                return refuse(r, json_is_array(vec) ? SRV_EINVALID : SRV_EBADREQUEST,
+                              "%s[%lld][%lld] must be an array of %lld numbers", t->name,
+                              (long long)s, (long long)h, (long long)t->dims[2]);
+            for (int64_t d = 0; d < t->dims[2]; d++) {
+                json_t *x = json_array_get(vec, (size_t)d);
+                if (!json_is_number(x))
+                    return refuse(r, SRV_EBADREQUEST, "%s[%lld][%lld][%lld] is not a number",
+                                  t->name, (long long)s, (long long)h, (long long)d);
+                float f = (float)json_number_value(x);
+                if (!isfinite(f))
+                    return refuse(r, SRV_EINVALID, "%s[%lld][%lld][%lld] is outside float32 range",
+                                  t->name, (long long)s, (long long)h, (long long)d);
+                out[o++] = f;
+            }
+        }
+    }
+    return SRV_OK;
+}
+
+static int b64_value(unsigned char c) {
+    if (c >= 'A' && c <= 'Z')
+        return c - 'A';
+    if (c >= 'a' && c <= 'z')
+        return c - 'a' + 26;
+    if (c >= '0' && c <= '9')
+        return c - '0' + 52;
+    if (c == '+')
+        return 62;
+    if (c == '/')
+        return 63;
+    return -1;
+}
+
+/* Bytes that len characters of base64 (padding included or not) decode to;
+ * -1 for a length no base64 text can have. */
+static int64_t b64_decoded_len(const char *s, size_t len) {
+    size_t pad = 0;
+    while (pad < 2 && len > pad && s[len - 1 - pad] == '=')
+        pad++;
+    if (pad && len % 4)
+        return -1;
+    size_t body = len - pad;
+    if (body % 4 == 1)
+        return -1;
+    return (int64_t)(body / 4 * 3 + (body % 4 ? body % 4 - 1 : 0));
+}
+
+static float float_le(const unsigned char *b) {
+    uint32_t u = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static int decode_base64(const tensor_desc *t, float *out, size_t n, refusal *r) {
+    int64_t bytes = b64_decoded_len(t->data, t->data_len);
+    if (bytes < 0)
+        return refuse(r, SRV_EBADREQUEST, "%s.data is not valid base64 (bad length)", t->name);
+    if ((uint64_t)bytes != (uint64_t)n * 4)
+        return refuse(r, SRV_EINVALID, "%s.data holds %lld bytes; shape [%lld, %lld, %lld] needs %zu",
+                      t->name, (long long)bytes, (long long)t->dims[0], (long long)t->dims[1],
+                      (long long)t->dims[2], n * 4);
+    /* Four bytes make a float: decode in groups, collect bytes in quad. */
+    unsigned char quad[4];
+    int have = 0;
+    size_t o = 0;
+    uint32_t acc = 0;
+    int bits = 0;
+    for (size_t i = 0; i < t->data_len && t->data[i] != '='; i++) {
+        int v = b64_value((unsigned char)t->data[i]);
+        if (v < 0)
+            return refuse(r, SRV_EBADREQUEST, "%s.data is not valid base64 (character %zu)",
+                          t->name, i);
+        acc = acc << 6 | (uint32_t)v;
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            quad[have++] = (unsigned char)(acc >> bits);
+            acc &= (1u << bits) - 1;
+            if (have == 4) {
+                out[o] = float_le(quad);
+                if (!isfinite(out[o]))
+                    return refuse(r, SRV_EINVALID, "%s holds a non-finite value at index %zu",
+                                  t->name, o);
+                o++;
+                have = 0;
+            }
+        }
+    }
+    return SRV_OK;
+}
+
+/* Checks the whole request and decodes it into a new job. */
+static attn_job *decode_request(const attn_api *api, json_t *root, refusal *r) {
+    tensor_desc t[3] = {{.name = "q"}, {.name = "k"}, {.name = "v"}};
+    json_t *causal = NULL;
+    const char *key;
+    json_t *value;
+    json_object_foreach(root, key, value) {
+        if (strcmp(key, "q") == 0)
+            t[0].json = value;
+        else if (strcmp(key, "k") == 0)
+            t[1].json = value;
+        else if (strcmp(key, "v") == 0)
+            t[2].json = value;
+        else if (strcmp(key, "causal") == 0)
+            causal = value;
+        else {
+            refuse(r, SRV_EBADREQUEST, "unknown field \"%.64s\" (expected q, k, v, causal)", key);
+            return NULL;
+        }
+    }
+    if (causal && !json_is_boolean(causal)) {
+        refuse(r, SRV_EBADREQUEST, "causal must be true or false");
+        return NULL;
+    }
+    for (int i = 0; i < 3; i++)
+        if (describe(&t[i], r) != SRV_OK)
+            return NULL;
+    for (int i = 1; i < 3; i++)
+        if (memcmp(t[i].dims, t[0].dims, sizeof t[0].dims) != 0) {
+            refuse(r, SRV_EINVALID,
+                   "shapes differ: q is [%lld, %lld, %lld], %s is [%lld, %lld, %lld]",
+                   (long long)t[0].dims[0], (long long)t[0].dims[1], (long long)t[0].dims[2],
+                   t[i].name, (long long)t[i].dims[0], (long long)t[i].dims[1],
+                   (long long)t[i].dims[2]);
+            return NULL;
+        }
+    const int64_t seq = t[0].dims[0], heads = t[0].dims[1], head_dim = t[0].dims[2];
+    if (heads > ATTN_API_MAX_HEADS || head_dim > ATTN_API_MAX_HEAD_DIM ||
+        seq > api->max_batch_tokens) {
+        refuse(r, SRV_EINVALID,
+               "shape [%lld, %lld, %lld] is too large (limits: seq <= %d, heads <= %d, "
+               "head_dim <= %d)",
+               (long long)seq, (long long)heads, (long long)head_dim, (int)api->max_batch_tokens,
+               ATTN_API_MAX_HEADS, ATTN_API_MAX_HEAD_DIM);
+        return NULL;
+    }
+    const int64_t row = heads * head_dim;
+    const int64_t cost = seq * ((row + ATTN_API_ROW_FLOATS - 1) / ATTN_API_ROW_FLOATS);
+    if (cost > api->max_batch_tokens) {
+        refuse(r, SRV_EINVALID,
+               "shape [%lld, %lld, %lld] needs %lld batch tokens (seq x ceil(heads x head_dim "
+               "/ %d)); max_batch_tokens is %d",
+               (long long)seq, (long long)heads, (long long)head_dim, (long long)cost,
+               ATTN_API_ROW_FLOATS, (int)api->max_batch_tokens);
+        return NULL;
+    }
+
+    attn_job *job = calloc(1, sizeof *job);
+    size_t n = (size_t)(seq * row);
+    float *buf = job ? malloc(4 * n * sizeof(float)) : NULL;
+    if (!buf) {
+        free(job);
+        refuse(r, SRV_EINTERNAL, "out of memory");
+        return NULL;
+    }
+    job->q = buf;
+    job->k = buf + n;
+    job->v = buf + 2 * n;
+    job->out = buf + 3 * n;
+    job->n = n;
+    job->seq = (int32_t)seq;
+    job->heads = (int32_t)heads;
+    job->head_dim = (int32_t)head_dim;
+    job->causal = causal && json_is_true(causal);
+    job->encoding = t[0].encoding;
+    sched_req_init(&job->sreq, (int32_t)cost, 1, 0, NULL);
+    float *dst[3] = {job->q, job->k, job->v};
+    for (int i = 0; i < 3; i++) {
+        int rc = t[i].encoding == ENC_NESTED ? decode_nested(&t[i], dst[i], r)
+                                             : decode_base64(&t[i], dst[i], n, r);
+        if (rc != SRV_OK) {
+            job_free(job);
+            return NULL;
+        }
+    }
+    return job;
+}
+
+/* ---- encoding ------------------------------------------------------------------- */
+
+static const char b64_chars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+static json_t *encode_base64(const attn_job *job) {
+    size_t bytes = job->n * 4, len = (bytes + 2) / 3 * 4;
+    char *text = malloc(len + 1);
+    if (!text)
+        return NULL;
+    size_t o = 0;
+    for (size_t i = 0; i < bytes; i += 3) {
+        unsigned char b[3] = {0, 0, 0};
+        size_t take = bytes - i < 3 ? bytes - i : 3;
+        for (size_t j = 0; j < take; j++) {
+            size_t at = i + j;
+            uint32_t u;
+            memcpy(&u, &job->out[at / 4], sizeof u);
+            b[j] = (unsigned char)(u >> (8 * (at % 4)));
+        }
+        uint32_t triple = (uint32_t)b[0] << 16 | (uint32_t)b[1] << 8 | b[2];
+        text[o++] = b64_chars[triple >> 18 & 63];
+        text[o++] = b64_chars[triple >> 12 & 63];
+        text[o++] = take > 1 ? b64_chars[triple >> 6 & 63] : '=';
+        text[o++] = take > 2 ? b64_chars[triple & 63] : '=';
+    }
+    json_t *out = json_pack("{s:[i,i,i], s:s%}", "shape", (json_int_t)job->seq,
+                            (json_int_t)job->heads, (json_int_t)job->head_dim, "data", text, o);
+    free(text);
+    return out;
+}
+
+static json_t *encode_nested(const attn_job *job) {
+    json_t *out = json_array();
+    size_t o = 0;
+    for (int32_t s = 0; out && s < job->seq; s++) {
+        json_t *row = json_array();
+        for (int32_t h = 0; row && h < job->heads; h++) {
+            json_t *vec = json_array();
+            for (int32_t d = 0; vec && d < job->head_dim; d++)
+                if (json_array_append_new(vec, json_real(job->out[o++])) != 0) {
+                    json_decref(vec);
+                    vec = NULL;
+                }
+            if (!vec || json_array_append_new(row, vec) != 0) {
+                json_decref(row);
+                row = NULL;
+            }
+        }
+        if (!row || json_array_append_new(out, row) != 0) {
+            json_decref(out);
+            out = NULL;
+        }
+    }
+    return out;
+}
+
+/* ---- the route ---------------------------------------------------------------------- */
+
+static double ns_to_ms(uint64_t ns) { return (double)ns * 1e-6; }
+
+/* Loop thread: the result is in the job (or the request never ran). */
+static void job_done(sched_req *sreq, int status) {
+    attn_job *job = SCHED_CONTAINER_OF(sreq, attn_job, sreq);
+    if (status == SCHED_EDEADLINE) {
+        job->err = SRV_ETIMEOUT;
+        snprintf(job->why, sizeof job->why, "request timed out after %.0f ms in the queue",
+                 ns_to_ms(sreq->start_ns - sreq->enqueue_ns));
+    } else if (status == SCHED_ESHUTDOWN || status == SCHED_ECANCELED) {
+        job->err = SRV_EUNAVAILABLE;
+        snprintf(job->why, sizeof job->why, "%s", sched_strerror(status));
+    } else if (status != SCHED_OK) {
+        job->err = SRV_EINTERNAL;
+        snprintf(job->why, sizeof job->why, "%s", sched_strerror(status));
+    }
+    if (atomic_fetch_add(&job->gate, 1) == 1)
+        http_resume(job->http);
+}
+
+static int submit_error(http_request *req, int rc) {
+    switch (rc) {
+    case SCHED_EFULL:
+        return http_reply_error(req, SRV_EQUEUEFULL, "queue full (max_queue requests waiting)");
+    case SCHED_EDRAINING:
+    case SCHED_ESHUTDOWN:
+        return http_reply_error(req, SRV_EUNAVAILABLE, "server is draining");
+    case SCHED_ETOOBIG:
+        return http_reply_error(req, SRV_EINVALID, "request exceeds the batch limits in force");
+    default:
+        return http_reply_error(req, SRV_EINTERNAL, "%s", sched_strerror(rc));
+    }
+}
+
+int attn_api_handle(http_request *req, void *ctx) {
+    attn_api *api = ctx;
+    int answered = HTTP_FAIL;
+    json_t *root = http_body_json(req, &answered);
+    if (!root)
+        return answered;
+    refusal r = {0};
+    attn_job *job = decode_request(api, root, &r);
+    json_decref(root);
+    if (!job)
+        return http_reply_error(req, r.err, "%s", r.msg);
+
+    job->http = req;
+    job->sreq.done = job_done;
+    int64_t timeout_ms = atomic_load(&api->request_timeout_ms);
+    if (timeout_ms > 0)
+        job->sreq.deadline_ns = sched_now_ns() + (uint64_t)timeout_ms * 1000000u;
+    int rc = sched_submit(api->sched, &job->sreq);
+    if (rc != SCHED_OK) {
+        job_free(job);
+        return submit_error(req, rc);
+    }
+    http_set_user(req, job, job_free);
+    http_park(req);
+    if (atomic_fetch_add(&job->gate, 1) == 1)
+        http_resume(req);
+    return HTTP_PARKED;
+}
+
+int attn_api_resumed(http_request *req, void *ctx) {
+    (void)ctx;
+    attn_job *job = http_user(req);
+    const sched_req *s = &job->sreq;
+    http_set_timing(req, ns_to_ms(s->start_ns - s->enqueue_ns), ns_to_ms(s->end_ns - s->start_ns),
+                    job->ran ? job->ran->name : NULL);
+    if (job->err != SRV_OK)
+        return http_reply_error(req, job->err, "%s", job->why);
+    json_t *out = job->encoding == ENC_BASE64 ? encode_base64(job) : encode_nested(job);
+    if (!out)
+        return http_reply_error(req, SRV_EINTERNAL, "out of memory encoding the output");
+    return http_reply_json(req, 200, json_pack("{s:o, s:s}", "output", out, "backend",
+                                               job->ran->name));
+}

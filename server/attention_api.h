@@ -1,0 +1,75 @@
+/* attention_api.h — POST /v1/attention: the attention operator as a service.
+ *
+ * Request: {"q": T, "k": T, "v": T, "causal": false} where each tensor T is
+ * either a nested array [seq][heads][head_dim] of numbers or
+ * {"shape": [seq, heads, head_dim], "data": "<base64 of little-endian float32>"}.
+ * q, k and v must have the same shape (self-attention over one sequence).
+ * Response: {"output": T, "backend": "naive"} with output in the encoding q
+ * used. Every request is one sequence of a packed varlen batch; requests
+ * queued together run in one batch, one attention call per group of equal
+ * (heads, head_dim, causal).
+ *
+ * Limits: heads <= ATTN_API_MAX_HEADS, head_dim <= ATTN_API_MAX_HEAD_DIM, and
+ * a request costs seq * ceil(heads * head_dim / ATTN_API_ROW_FLOATS) tokens of
+ * the scheduler's max_batch_tokens budget. The cost keeps the packed batch
+ * within buffers sized once at start (max_batch_tokens rows of
+ * ATTN_API_ROW_FLOATS floats per tensor), whatever the shapes. */
+#ifndef ATTN_ATTENTION_API_H
+#define ATTN_ATTENTION_API_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "http.h"
+#include "kernels/attention.h"
+#include "kernels/threadpool.h"
+#include "scheduler.h"
+
+#define ATTN_API_MAX_HEADS 128
+#define ATTN_API_MAX_HEAD_DIM 256
+#define ATTN_API_ROW_FLOATS 512
+
+/* ---- the compute side: runs on the scheduler's compute thread ------------------- */
+
+typedef struct attn_service attn_service;
+
+/* The widest batch the service can be handed: what backends are checked
+ * against and workspaces are sized for. */
+attn_shape attn_service_bounds(int32_t max_batch_tokens, int32_t max_batch_requests);
+
+/* Allocates every buffer a batch needs (packed Q, K, V, output, cu_seqlens,
+ * the largest kernel workspace of any built-in backend, so a reload can swap
+ * backends without allocating). backend must already have passed
+ * attn_backend_select for the bounds. Returns NULL with a message in err. */
+attn_service *attn_service_create(int32_t max_batch_tokens, int32_t max_batch_requests,
+                                  tp_pool *pool, const attn_backend *backend, char *err,
+                                  size_t err_len);
+void attn_service_destroy(attn_service *svc);
+
+/* Bytes allocated by attn_service_create. */
+size_t attn_service_workspace_bytes(const attn_service *svc);
+
+/* The backend batches run with now; safe from any thread. */
+const attn_backend *attn_service_backend(const attn_service *svc);
+
+/* Switches the backend between two batches (through sched_call, so never
+ * during one). Returns SCHED_OK or the sched_call error. */
+int attn_service_set_backend(attn_service *svc, sched *s, const attn_backend *backend);
+
+/* The scheduler's run_batch (ctx is the attn_service). */
+int attn_service_run_batch(const sched_batch *b, void *ctx);
+
+/* ---- the HTTP side: runs on the I/O thread ----------------------------------------- */
+
+typedef struct attn_api {
+    attn_service *svc;
+    sched *sched;
+    int32_t max_batch_tokens;             /* the start-time ceiling */
+    _Atomic int64_t request_timeout_ms;   /* reloadable */
+} attn_api;
+
+/* Route functions for http_route (ctx is the attn_api). */
+int attn_api_handle(http_request *req, void *ctx);
+int attn_api_resumed(http_request *req, void *ctx);
+
+#endif

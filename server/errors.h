@@ -1,0 +1,49 @@
+/* errors.h — every error the service answers with, in one list.
+ *
+ * Each entry gives a negative code, the HTTP status it maps to, the error
+ * "type" clients can branch on, and a default message. One function,
+ * srv_error_body(), builds every error body, so all of them share the shape
+ *   {"error": {"message": "...", "type": "...", "code": 422}}
+ * where "code" repeats the HTTP status (as OpenAI-style APIs do: clients
+ * that only see the body still know what happened). */
+#ifndef ATTN_ERRORS_H
+#define ATTN_ERRORS_H
+
+#include <jansson.h>
+
+/*  name                 code  status type                          default message */
+#define SRV_ERRORS(X)                                                                        \
+    X(SRV_EBADREQUEST, -1, 400, "invalid_request_error", "malformed request")               \
+    X(SRV_EUNAUTHORIZED, -2, 401, "authentication_error", "missing or invalid API key")     \
+    X(SRV_ENOTFOUND, -3, 404, "not_found_error", "no such route")                          \
+    X(SRV_EMETHOD, -4, 405, "method_not_allowed_error", "method not allowed on this route") \
+    X(SRV_ETOOLARGE, -5, 413, "request_too_large_error", "request body too large")          \
+    X(SRV_EMEDIATYPE, -6, 415, "unsupported_media_type_error",                               \
+      "Content-Type must be application/json")                                               \
+    X(SRV_EINVALID, -7, 422, "invalid_value_error", "request is well-formed but invalid")   \
+    X(SRV_EQUEUEFULL, -8, 429, "overloaded_error", "queue full, retry later")               \
+    X(SRV_EUNAVAILABLE, -9, 503, "unavailable_error", "service not ready or draining")      \
+    X(SRV_ETIMEOUT, -10, 504, "timeout_error", "deadline passed while queued")               \
+    X(SRV_EINTERNAL, -11, 500, "internal_error", "internal error")
+
+enum {
+    SRV_OK = 0,
+#define SRV_ERR_ENUM(name, code, status, type, msg) name = code,
+    SRV_ERRORS(SRV_ERR_ENUM)
+#undef SRV_ERR_ENUM
+};
+
+/* HTTP status of err; 500 for a code not in the list. */
+unsigned srv_error_status(int err);
+
+/* The "type" string of err ("internal_error" for a code not in the list). */
+const char *srv_error_type(int err);
+
+/* The default message of err. */
+const char *srv_error_message(int err);
+
+/* {"error": {"message", "type", "code"}}: message NULL means the default.
+ * Returns a new reference, NULL only when out of memory. */
+json_t *srv_error_body(int err, const char *message);
+
+#endif

@@ -1,0 +1,127 @@
+/* http.h — the HTTP front end: libmicrohttpd, a routes table, bodies, auth.
+ *
+ * libmicrohttpd runs its own I/O thread (epoll where available). For every
+ * request http.c allocates its state on the first callback, collects the body
+ * up to max_body_bytes, checks the route, the method, the API key and the
+ * Content-Type, and only then calls the route's handler with the whole body.
+ * A handler answers at once (http_reply_*), or parks the request while its
+ * work is queued elsewhere and calls http_resume from any thread when the
+ * result is ready; the route's `resumed` function then writes the answer on
+ * the I/O thread. The state is freed in MHD's completion callback however the
+ * request ended, after the request's log line and metrics are written.
+ *
+ * Every response carries x-request-id (the client's when it sent a usable
+ * one), x-queue-time-ms, x-inference-time-ms and x-attention-backend. Every
+ * error is written by http_reply_error, in the one shape of errors.h. */
+#ifndef ATTN_HTTP_H
+#define ATTN_HTTP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+typedef struct http_server http_server;
+typedef struct http_request http_request;
+
+/* Who may call a route. */
+typedef enum http_auth {
+    HTTP_AUTH_OPEN,    /* always open (/health, /ready) */
+    HTTP_AUTH_KEY,     /* needs a key whenever keys are configured */
+    HTTP_AUTH_METRICS, /* needs a key when keys exist and metrics_require_key */
+} http_auth;
+
+/* A handler returns what http_reply_* returned, or HTTP_PARKED after
+ * http_park. Returning anything else closes the connection unanswered. */
+enum { HTTP_FAIL = 0, HTTP_DONE = 1, HTTP_PARKED = 2 };
+typedef int (*http_handler_fn)(http_request *req, void *ctx);
+
+typedef struct http_route {
+    const char *method; /* "GET" (also answers HEAD) or "POST" */
+    const char *path;   /* exact match */
+    bool json_body;     /* the body must be application/json */
+    http_auth auth;
+    http_handler_fn handler; /* the body is complete when it runs */
+    http_handler_fn resumed; /* after http_resume; NULL for routes that never park */
+    void *ctx;
+} http_route;
+
+typedef struct http_options {
+    const char *host; /* numeric address or name to bind */
+    int port;
+    unsigned max_connections;
+    unsigned connection_timeout_s;
+    size_t max_body_bytes;
+    /* The backend named in x-attention-backend when a request ran none
+     * (e.g. /health); called from the I/O thread. */
+    const char *(*backend_name)(void *ctx);
+    void *backend_ctx;
+} http_options;
+
+/* Starts the daemon on its own thread with routes (n of them, kept by
+ * pointer until http_destroy). Returns NULL, with a log line naming why,
+ * when it cannot listen. */
+http_server *http_create(const http_options *opt, const http_route *routes, size_t n);
+
+/* The port actually bound (differs from opt->port when that was 0). */
+int http_port(const http_server *srv);
+
+/* Stops accepting connections (the listening socket is closed, so new
+ * clients are refused at once) and marks every later response
+ * "Connection: close"; requests already accepted are still served. */
+void http_quiesce(http_server *srv);
+
+/* Requests started and not yet completed (parked ones included). */
+uint64_t http_active(const http_server *srv);
+
+/* Stops the daemon and frees everything. No request may be parked: drain
+ * first. NULL is a no-op. */
+void http_destroy(http_server *srv);
+
+/* Settings that a reload may change; safe from any thread. keys are copied;
+ * n == 0 turns authentication off. Returns 0, or -1 when out of memory (the
+ * old keys stay). */
+int http_set_api_keys(http_server *srv, char *const *keys, size_t n);
+void http_set_metrics_require_key(http_server *srv, bool require);
+void http_set_max_body_bytes(http_server *srv, size_t bytes);
+
+/* ---- inside a handler (I/O thread) ---- */
+
+const char *http_request_id(const http_request *req);
+const char *http_body(const http_request *req, size_t *len);
+
+/* Parses the body as one JSON object, with nesting limited to
+ * HTTP_JSON_MAX_DEPTH and duplicate keys refused. NULL, with the 400
+ * already answered, when it is not; *answered tells which happened so the
+ * handler can return HTTP_DONE or HTTP_FAIL. */
+#define HTTP_JSON_MAX_DEPTH 64
+json_t *http_body_json(http_request *req, int *answered);
+
+/* Handler state that lives as long as the request: free_fn(user) runs in the
+ * completion callback, whatever happened. */
+void http_set_user(http_request *req, void *user, void (*free_fn)(void *));
+void *http_user(const http_request *req);
+
+/* Times and backend reported in the response headers and the log line. */
+void http_set_timing(http_request *req, double queue_ms, double inference_ms,
+                     const char *backend);
+
+/* Answers. body is stolen (json_decref'd) whatever happens. */
+int http_reply_json(http_request *req, unsigned status, json_t *body);
+int http_reply_text(http_request *req, unsigned status, const char *content_type,
+                    const char *text, size_t len);
+/* err is an SRV_E* code; fmt NULL means the default message. */
+int http_reply_error(http_request *req, int err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Parks the request: MHD stops reading the connection until http_resume.
+ * Call before handing the request to another thread, then return
+ * HTTP_PARKED. */
+void http_park(http_request *req);
+
+/* From any thread, once per park: the route's `resumed` runs next on the
+ * I/O thread and must answer. */
+void http_resume(http_request *req);
+
+#endif

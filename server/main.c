@@ -1,0 +1,432 @@
+/* main.c — attnserve: configuration, compute pool, backend, scheduler and
+ * HTTP wired together, the operations endpoints, and the lifecycle.
+ *
+ * Signals are blocked in every thread and taken synchronously by the main
+ * thread with sigwaitinfo, so reload and drain run as ordinary code rather
+ * than in signal handlers. */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kernels/attention.h"
+#include "kernels/simd.h"
+#include "kernels/threadpool.h"
+#include "server/attention_api.h"
+#include "server/config.h"
+#include "server/errors.h"
+#include "server/http.h"
+#include "server/log.h"
+#include "server/metrics.h"
+#include "server/scheduler.h"
+
+#ifndef ATTNSERVE_VERSION
+#define ATTNSERVE_VERSION "0.1.0"
+#endif
+
+/* libmicrohttpd's per-connection memory pool (its default), for the
+ * worst-case memory estimate. */
+#define MHD_POOL_BYTES (32 * 1024)
+
+typedef struct app {
+    pthread_mutex_t cfg_mu; /* /info reads cfg on the I/O thread while SIGHUP swaps it */
+    config cfg;
+    int nthreads;
+    const char *simd;
+    tp_pool *pool;
+    attn_service *svc;
+    sched *sched;
+    http_server *http;
+    attn_api api;
+    _Atomic bool ready;
+} app;
+
+/* ---- operations endpoints ------------------------------------------------------ */
+
+static int handle_health(http_request *req, void *ctx) {
+    (void)ctx;
+    return http_reply_json(req, 200, json_pack("{s:s}", "status", "ok"));
+}
+
+static int handle_ready(http_request *req, void *ctx) {
+    app *a = ctx;
+    if (!atomic_load(&a->ready))
+        return http_reply_error(req, SRV_EUNAVAILABLE, "not ready: starting or draining");
+    return http_reply_json(req, 200, json_pack("{s:s}", "status", "ready"));
+}
+
+static int handle_metrics(http_request *req, void *ctx) {
+    (void)ctx;
+    size_t len = 0;
+    char *text = metrics_render(&len);
+    if (!text)
+        return http_reply_error(req, SRV_EINTERNAL, "out of memory rendering metrics");
+    int r = http_reply_text(req, 200, "text/plain; version=0.0.4; charset=utf-8", text, len);
+    free(text);
+    return r;
+}
+
+/* The most memory the configuration lets the service hold: weights, the
+ * compute workspace, bodies of every queued request and a full body being
+ * read on every connection (plus MHD's pool per connection). */
+static json_t *memory_json(const app *a) {
+    const config *c = &a->cfg;
+    json_int_t weights = 0; /* no model is loaded by this binary yet */
+    json_int_t workspace = (json_int_t)attn_service_workspace_bytes(a->svc);
+    json_int_t queue = (json_int_t)c->max_queue * (json_int_t)c->max_body_bytes;
+    json_int_t conns =
+        (json_int_t)c->max_connections * ((json_int_t)c->max_body_bytes + MHD_POOL_BYTES);
+    return json_pack("{s:I, s:I, s:I, s:I, s:I}", "weights_bytes", weights, "workspace_bytes",
+                     workspace, "queue_bytes", queue, "connections_bytes", conns,
+                     "worst_case_bytes", weights + workspace + queue + conns);
+}
+
+static json_t *info_json(app *a) {
+    pthread_mutex_lock(&a->cfg_mu);
+    const config *c = &a->cfg;
+    const attn_backend *b = attn_service_backend(a->svc);
+    json_t *backends = json_array();
+    for (const attn_backend *const *it = attn_backends(); backends && *it; it++)
+        json_array_append_new(backends, json_string((*it)->name));
+    json_t *info = json_pack(
+        "{s:s, s:s, s:s, s:o*, s:s, s:s, s:i, s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, "
+        "s:i, s:i, s:i}, s:o*, s:{s:s, s:b}}",
+        "version", ATTNSERVE_VERSION, "backend", b->name, "backend_setting", c->backend,
+        "backends", backends, "simd", b->simd_path(), "cpu_simd", a->simd, "threads", a->nthreads,
+        "limits",
+        "max_batch_tokens", (json_int_t)c->max_batch_tokens, "max_batch_requests",
+        (json_int_t)c->max_batch_requests, "max_wait_us", (json_int_t)c->max_wait_us,
+        "max_queue", (json_int_t)c->max_queue, "request_timeout_ms",
+        (json_int_t)c->request_timeout_ms, "max_body_bytes", (json_int_t)c->max_body_bytes,
+        "max_connections", (json_int_t)c->max_connections, "connection_timeout_s",
+        (json_int_t)c->connection_timeout_s, "drain_timeout_s", (json_int_t)c->drain_timeout_s,
+        "max_inputs_per_request", (json_int_t)c->max_inputs_per_request, "attention_max_heads",
+        ATTN_API_MAX_HEADS, "attention_max_head_dim", ATTN_API_MAX_HEAD_DIM,
+        "attention_row_floats", ATTN_API_ROW_FLOATS, "memory", memory_json(a), "model", "path",
+        c->model, "loaded", 0);
+    pthread_mutex_unlock(&a->cfg_mu);
+    return info;
+}
+
+static int handle_info(http_request *req, void *ctx) {
+    json_t *info = info_json(ctx);
+    if (!info)
+        return http_reply_error(req, SRV_EINTERNAL, "out of memory");
+    return http_reply_json(req, 200, info);
+}
+
+static const char *backend_name(void *ctx) {
+    const app *a = ctx;
+    return attn_service_backend(a->svc)->name;
+}
+
+/* ---- start-up -------------------------------------------------------------------- */
+
+static attn_shape bounds_of(const config *c) {
+    return attn_service_bounds((int32_t)c->max_batch_tokens, (int32_t)c->max_batch_requests);
+}
+
+/* The configured backend, or else the first of fallback_backends that
+ * accepts the bounds; NULL when none does. */
+static const attn_backend *choose_backend(const config *c) {
+    attn_shape bounds = bounds_of(c);
+    const attn_backend *b = NULL;
+    char why[256];
+    if (attn_backend_select(c->backend, &bounds, &b, why, sizeof why) == ATTN_OK)
+        return b;
+    log_warn("configured backend refused", LOG_KV("backend", c->backend), LOG_KV("reason", why));
+    char list[256];
+    snprintf(list, sizeof list, "%s", c->fallback_backends ? c->fallback_backends : "");
+    char *save = NULL;
+    for (char *name = strtok_r(list, ",", &save); name; name = strtok_r(NULL, ",", &save)) {
+        if (attn_backend_select(name, &bounds, &b, why, sizeof why) == ATTN_OK) {
+            log_warn("using fallback backend", LOG_KV("backend", name));
+            return b;
+        }
+        log_warn("fallback backend refused", LOG_KV("backend", name), LOG_KV("reason", why));
+    }
+    return NULL;
+}
+
+static void on_batch(const sched_batch *b, int run_status, void *ctx) {
+    (void)run_status;
+    (void)ctx;
+    metrics_batch(b);
+}
+
+static sched_limits limits_of(const config *c) {
+    return (sched_limits){.max_batch_tokens = (int32_t)c->max_batch_tokens,
+                          .max_batch_requests = (int32_t)c->max_batch_requests,
+                          .max_wait_us = (uint32_t)c->max_wait_us,
+                          .max_queue = (uint32_t)c->max_queue};
+}
+
+static int start(app *a) {
+    const config *c = &a->cfg;
+    char err[256];
+    a->nthreads = c->threads > 0 ? (int)c->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (a->nthreads < 1)
+        a->nthreads = 1;
+    a->simd = attn_simd_name(attn_simd_active());
+    metrics_init(ATTNSERVE_VERSION, a->simd);
+
+    const attn_backend *backend = choose_backend(c);
+    if (!backend) {
+        log_error("no attention backend can run the configured shapes",
+                  LOG_KV("backend", c->backend));
+        return CONFIG_EXIT_INVALID;
+    }
+    if (!(a->pool = tp_create(a->nthreads))) {
+        log_error("cannot start the compute threads", LOG_KV("threads", a->nthreads));
+        return 1;
+    }
+    a->svc = attn_service_create((int32_t)c->max_batch_tokens, (int32_t)c->max_batch_requests,
+                                 a->pool, backend, err, sizeof err);
+    if (!a->svc) {
+        log_error("cannot allocate the workspace", LOG_KV("error", err));
+        return 1;
+    }
+    metrics_set_workspace_bytes(attn_service_workspace_bytes(a->svc));
+    metrics_set_backend(backend);
+
+    sched_config sc = {.limits = limits_of(c),
+                       .run_batch = attn_service_run_batch,
+                       .run_ctx = a->svc,
+                       .on_batch = on_batch};
+    int rc = sched_create(&a->sched, &sc);
+    if (rc != SCHED_OK) {
+        log_error("cannot start the scheduler", LOG_KV("error", sched_strerror(rc)));
+        return 1;
+    }
+    metrics_set_scheduler(a->sched);
+    a->api.svc = a->svc;
+    a->api.sched = a->sched;
+    a->api.max_batch_tokens = (int32_t)c->max_batch_tokens;
+    atomic_store(&a->api.request_timeout_ms, c->request_timeout_ms);
+    return 0;
+}
+
+static int listen_http(app *a, const http_route *routes, size_t n) {
+    const config *c = &a->cfg;
+    http_options opt = {.host = c->host,
+                        .port = (int)c->port,
+                        .max_connections = (unsigned)c->max_connections,
+                        .connection_timeout_s = (unsigned)c->connection_timeout_s,
+                        .max_body_bytes = (size_t)c->max_body_bytes,
+                        .backend_name = backend_name,
+                        .backend_ctx = a};
+    if (!(a->http = http_create(&opt, routes, n)))
+        return 1;
+    if (http_set_api_keys(a->http, c->api_keys, c->n_api_keys) != 0) {
+        log_error("out of memory copying API keys");
+        return 1;
+    }
+    http_set_metrics_require_key(a->http, c->metrics_require_key);
+    return 0;
+}
+
+/* ---- reload (SIGHUP) ---------------------------------------------------------------- */
+
+static void on_change(void *ctx, const char *name, const char *old_value, const char *new_value,
+                      bool applied) {
+    (void)ctx;
+    if (applied)
+        log_info("setting changed", LOG_KV("name", name), LOG_KV("from", old_value),
+                 LOG_KV("to", new_value));
+    else
+        log_warn("setting needs a restart; keeping the running value", LOG_KV("name", name),
+                 LOG_KV("running", old_value), LOG_KV("requested", new_value));
+}
+
+/* A backend change takes effect between batches; a backend that refuses the
+ * configured shapes is refused and the one in force kept. */
+static void reload_backend(app *a, const config *next) {
+    attn_shape bounds = bounds_of(next);
+    const attn_backend *cur = attn_service_backend(a->svc), *want = NULL;
+    char why[256];
+    if (attn_backend_select(next->backend, &bounds, &want, why, sizeof why) != ATTN_OK) {
+        log_warn("backend refused on reload; keeping the one in force",
+                 LOG_KV("requested", next->backend), LOG_KV("kept", cur->name),
+                 LOG_KV("reason", why));
+        return;
+    }
+    if (want == cur)
+        return;
+    int rc = attn_service_set_backend(a->svc, a->sched, want);
+    if (rc != SCHED_OK) {
+        log_error("cannot switch backend", LOG_KV("error", sched_strerror(rc)));
+        return;
+    }
+    metrics_set_backend(want);
+    log_info("backend switched", LOG_KV("from", cur->name), LOG_KV("to", want->name),
+             LOG_KV("simd", want->simd_path()));
+}
+
+static void reload(app *a) {
+    config next;
+    char err[512];
+    log_info("reloading configuration");
+    if (config_reload(&a->cfg, &next, on_change, a, err, sizeof err) != 0) {
+        log_error("reload refused; configuration unchanged", LOG_KV("error", err));
+        return;
+    }
+    if (log_configure(next.log_level, next.log_format) != 0)
+        log_warn("log settings refused", LOG_KV("level", next.log_level),
+                 LOG_KV("format", next.log_format));
+    reload_backend(a, &next);
+    sched_limits lim = limits_of(&next);
+    if (sched_set_limits(a->sched, &lim) != SCHED_OK)
+        log_warn("batch limits refused; keeping the ones in force");
+    atomic_store(&a->api.request_timeout_ms, next.request_timeout_ms);
+    if (http_set_api_keys(a->http, next.api_keys, next.n_api_keys) != 0)
+        log_error("out of memory copying API keys; keeping the old ones");
+    http_set_metrics_require_key(a->http, next.metrics_require_key);
+
+    pthread_mutex_lock(&a->cfg_mu);
+    config old = a->cfg;
+    a->cfg = next;
+    pthread_mutex_unlock(&a->cfg_mu);
+    config_free(&old);
+    log_info("configuration reloaded", LOG_KV("backend", attn_service_backend(a->svc)->name));
+}
+
+/* ---- drain (SIGTERM, SIGINT) -------------------------------------------------------- */
+
+static int64_t ms_since(const struct timespec *t0) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (int64_t)(now.tv_sec - t0->tv_sec) * 1000 + (now.tv_nsec - t0->tv_nsec) / 1000000;
+}
+
+/* Stops taking connections, answers every request already accepted, and
+ * returns 0 once none is left, or -1 if the scheduler could not finish within
+ * drain_timeout_s (requests are then still parked and nothing can be freed
+ * safely). */
+static int drain(app *a, int sig) {
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    const int64_t limit_ms = a->cfg.drain_timeout_s * 1000;
+    log_info("draining", LOG_KV("signal", strsignal(sig)),
+             LOG_KV("active_requests", http_active(a->http)),
+             LOG_KV("drain_timeout_s", a->cfg.drain_timeout_s));
+    atomic_store(&a->ready, false);
+    metrics_set_ready(0);
+    http_quiesce(a->http);
+    sched_drain(a->sched, NULL, NULL);
+    if (sched_wait_drained(a->sched, limit_ms) != SCHED_OK) {
+        log_error("drain timed out with requests still queued or running",
+                  LOG_KV("active_requests", http_active(a->http)));
+        return -1;
+    }
+    /* Resumed requests still have their answers to write. */
+    const struct timespec tick = {0, 5 * 1000 * 1000};
+    while (http_active(a->http) > 0 && ms_since(&t0) < limit_ms)
+        nanosleep(&tick, NULL);
+    if (http_active(a->http) > 0)
+        log_warn("drain timed out; closing connections with requests unfinished",
+                 LOG_KV("active_requests", http_active(a->http)));
+    log_info("drained", LOG_KV("ms", ms_since(&t0)));
+    return 0;
+}
+
+/* ---- main ------------------------------------------------------------------------------ */
+
+static void stop(app *a) {
+    http_destroy(a->http);
+    sched_destroy(a->sched);
+    attn_service_destroy(a->svc);
+    tp_destroy(a->pool);
+    config_free(&a->cfg);
+    pthread_mutex_destroy(&a->cfg_mu);
+}
+
+static void log_start(app *a) {
+    json_t *settings = config_to_json(&a->cfg);
+    json_t *memory = memory_json(a);
+    const attn_backend *b = attn_service_backend(a->svc);
+    log_info("serving", LOG_KV("version", ATTNSERVE_VERSION), LOG_KV("host", a->cfg.host),
+             LOG_KV("port", http_port(a->http)), LOG_KV("backend", b->name),
+             LOG_KV("simd", b->simd_path()), LOG_KV("cpu_simd", a->simd),
+             LOG_KV("threads", a->nthreads),
+             LOG_KV("api_keys", a->cfg.n_api_keys), LOG_JSON("memory", memory),
+             LOG_JSON("config", settings));
+    json_decref(settings);
+    json_decref(memory);
+}
+
+int main(int argc, char **argv) {
+    /* Blocked before any thread starts, so every thread inherits the mask and
+     * only sigwaitinfo below ever sees these signals. */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    static app a;
+    pthread_mutex_init(&a.cfg_mu, NULL);
+    config_action action;
+    char err[512];
+    if (config_load(&a.cfg, argc, argv, &action, err, sizeof err) != 0) {
+        fprintf(stderr, "attnserve: %s\n", err);
+        return CONFIG_EXIT_INVALID;
+    }
+    if (action != CONFIG_RUN) {
+        int rc = 0;
+        if (action == CONFIG_HELP)
+            config_print_help(stdout, argv[0]);
+        else if (action == CONFIG_PRINT)
+            rc = config_print(&a.cfg, stdout) == 0 ? 0 : 1;
+        else
+            printf("attnserve %s\n", ATTNSERVE_VERSION);
+        config_free(&a.cfg);
+        return rc;
+    }
+    log_configure(a.cfg.log_level, a.cfg.log_format);
+
+    const http_route routes[] = {
+        {"GET", "/health", false, HTTP_AUTH_OPEN, handle_health, NULL, &a},
+        {"GET", "/ready", false, HTTP_AUTH_OPEN, handle_ready, NULL, &a},
+        {"GET", "/info", false, HTTP_AUTH_KEY, handle_info, NULL, &a},
+        {"GET", "/metrics", false, HTTP_AUTH_METRICS, handle_metrics, NULL, &a},
+        {"POST", "/v1/attention", true, HTTP_AUTH_KEY, attn_api_handle, attn_api_resumed, &a.api},
+    };
+    int rc = start(&a);
+    if (rc == 0)
+        rc = listen_http(&a, routes, sizeof routes / sizeof routes[0]);
+    if (rc != 0) {
+        stop(&a);
+        return rc;
+    }
+    atomic_store(&a.ready, true);
+    metrics_set_ready(1);
+    log_start(&a);
+
+    for (;;) {
+        siginfo_t si;
+        int sig = sigwaitinfo(&sigs, &si);
+        if (sig < 0 && errno == EINTR)
+            continue;
+        if (sig == SIGHUP) {
+            reload(&a);
+            continue;
+        }
+        if (drain(&a, sig) != 0) {
+            /* Parked requests still belong to the scheduler and MHD: freeing
+             * either now would be unsafe, so leave without cleaning up. */
+            _exit(1);
+        }
+        break;
+    }
+    stop(&a);
+    log_info("stopped");
+    return 0;
+}

@@ -1,0 +1,347 @@
+/* metrics.c — fixed slots of relaxed atomics, rendered as Prometheus text.
+ *
+ * Histogram buckets are stored per bucket (not cumulative) so an update is
+ * one add; render accumulates them. Sums of seconds are kept in integer
+ * nanoseconds so they need no compare-and-swap loop. */
+#include "metrics.h"
+
+#include <dirent.h>
+#include <math.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- histograms ---------------------------------------------------------- */
+
+#define HIST_MAX_BUCKETS 16
+
+typedef struct histogram {
+    const double *bounds; /* upper bounds, increasing; +Inf is implicit */
+    int nbounds;
+    double sum_unit;      /* sum is stored in units of this (1e-9: ns) */
+    _Atomic uint64_t buckets[HIST_MAX_BUCKETS + 1];
+    _Atomic uint64_t sum;
+} histogram;
+
+static const double time_bounds[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                                     0.1,    0.25,  0.5,    1,     2.5,  5,     10};
+static const double size_bounds[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512};
+static const double token_bounds[] = {16, 64, 256, 1024, 4096, 16384, 65536, 262144};
+
+#define NBOUNDS(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+static void hist_observe(histogram *h, double value) {
+    int i = 0;
+    while (i < h->nbounds && value > h->bounds[i])
+        i++;
+    atomic_fetch_add_explicit(&h->buckets[i], 1, memory_order_relaxed);
+    double units = value / h->sum_unit;
+    atomic_fetch_add_explicit(&h->sum, units > 0 ? (uint64_t)llround(units) : 0,
+                              memory_order_relaxed);
+}
+
+/* ---- the one set ---------------------------------------------------------- */
+
+/* Statuses the service answers with; anything else shares the last slot. */
+static const unsigned statuses[] = {0, 200, 400, 401, 404, 405, 413, 415, 422, 429, 500, 503, 504};
+#define NSTATUS (NBOUNDS(statuses) + 1)
+
+#define MAX_BACKENDS 8
+
+static struct {
+    const char *version, *simd;
+    time_t start_time;
+    const char *routes[METRICS_MAX_ROUTES];
+    int nroutes;
+    _Atomic uint64_t requests[METRICS_MAX_ROUTES][NSTATUS];
+    histogram duration[METRICS_MAX_ROUTES];
+    histogram queue, inference, batch_size, batch_tokens;
+    _Atomic uint64_t dropped;
+    _Atomic int64_t http_in_flight;
+    _Atomic uint64_t kernel_ns[MAX_BACKENDS], kernel_calls[MAX_BACKENDS];
+    _Atomic uint64_t kernel_mflop[MAX_BACKENDS];
+    _Atomic uint64_t workspace_bytes;
+    _Atomic(const attn_backend *) backend;
+    _Atomic int ready;
+    _Atomic(sched *) sched;
+} M;
+
+static void hist_setup(histogram *h, const double *bounds, int n, double unit) {
+    h->bounds = bounds;
+    h->nbounds = n;
+    h->sum_unit = unit;
+}
+
+void metrics_init(const char *version, const char *simd) {
+    M.version = version;
+    M.simd = simd;
+    M.start_time = time(NULL);
+    for (int r = 0; r < METRICS_MAX_ROUTES; r++)
+        hist_setup(&M.duration[r], time_bounds, NBOUNDS(time_bounds), 1e-9);
+    hist_setup(&M.queue, time_bounds, NBOUNDS(time_bounds), 1e-9);
+    hist_setup(&M.inference, time_bounds, NBOUNDS(time_bounds), 1e-9);
+    hist_setup(&M.batch_size, size_bounds, NBOUNDS(size_bounds), 1);
+    hist_setup(&M.batch_tokens, token_bounds, NBOUNDS(token_bounds), 1);
+}
+
+int metrics_route(const char *route) {
+    for (int i = 0; i < M.nroutes; i++)
+        if (strcmp(M.routes[i], route) == 0)
+            return i;
+    if (M.nroutes < METRICS_MAX_ROUTES - 1) {
+        M.routes[M.nroutes] = route;
+        return M.nroutes++;
+    }
+    return METRICS_MAX_ROUTES - 1;
+}
+
+static int status_slot(unsigned status) {
+    for (int i = 0; i < NBOUNDS(statuses); i++)
+        if (statuses[i] == status)
+            return i;
+    return NSTATUS - 1;
+}
+
+void metrics_request(int route, unsigned status, double queue_s, double inference_s,
+                     double total_s) {
+    if (route < 0 || route >= METRICS_MAX_ROUTES)
+        route = METRICS_MAX_ROUTES - 1;
+    atomic_fetch_add_explicit(&M.requests[route][status_slot(status)], 1, memory_order_relaxed);
+    hist_observe(&M.duration[route], total_s);
+    if (status == 0)
+        atomic_fetch_add_explicit(&M.dropped, 1, memory_order_relaxed);
+    /* Only requests that went through the scheduler have queue and compute
+     * times; counting zeros for the rest would hide the real ones. */
+    if (queue_s > 0 || inference_s > 0) {
+        hist_observe(&M.queue, queue_s);
+        hist_observe(&M.inference, inference_s);
+    }
+}
+
+void metrics_batch(const sched_batch *b) {
+    hist_observe(&M.batch_size, (double)b->n_reqs);
+    hist_observe(&M.batch_tokens, (double)b->n_tokens);
+}
+
+static int backend_slot(const attn_backend *backend) {
+    const attn_backend *const *all = attn_backends();
+    for (int i = 0; i < MAX_BACKENDS && all[i]; i++)
+        if (all[i] == backend)
+            return i;
+    return -1;
+}
+
+void metrics_kernel(const attn_backend *backend, double seconds, double flops) {
+    int i = backend_slot(backend);
+    if (i < 0)
+        return;
+    atomic_fetch_add_explicit(&M.kernel_ns[i], (uint64_t)llround(seconds * 1e9),
+                              memory_order_relaxed);
+    atomic_fetch_add_explicit(&M.kernel_calls[i], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&M.kernel_mflop[i], (uint64_t)llround(flops * 1e-6),
+                              memory_order_relaxed);
+}
+
+void metrics_http_in_flight(int delta) {
+    atomic_fetch_add_explicit(&M.http_in_flight, delta, memory_order_relaxed);
+}
+
+void metrics_set_workspace_bytes(size_t bytes) { atomic_store(&M.workspace_bytes, bytes); }
+void metrics_set_backend(const attn_backend *backend) { atomic_store(&M.backend, backend); }
+void metrics_set_ready(int ready) { atomic_store(&M.ready, ready); }
+void metrics_set_scheduler(sched *s) { atomic_store(&M.sched, s); }
+
+/* ---- rendering ------------------------------------------------------------- */
+
+static uint64_t load(_Atomic uint64_t *v) { return atomic_load_explicit(v, memory_order_relaxed); }
+
+static void header(FILE *f, const char *name, const char *type, const char *help) {
+    fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static uint64_t hist_count(histogram *h) {
+    uint64_t n = 0;
+    for (int i = 0; i <= h->nbounds; i++)
+        n += load(&h->buckets[i]);
+    return n;
+}
+
+/* labels is "" or `name="value"` without braces. */
+static void render_hist(FILE *f, const char *name, const char *labels, histogram *h) {
+    uint64_t cum = 0;
+    const char *sep = labels[0] ? "," : "";
+    for (int i = 0; i <= h->nbounds; i++) {
+        cum += load(&h->buckets[i]);
+        if (i < h->nbounds)
+            fprintf(f, "%s_bucket{%s%sle=\"%g\"} %llu\n", name, labels, sep, h->bounds[i],
+                    (unsigned long long)cum);
+        else
+            fprintf(f, "%s_bucket{%s%sle=\"+Inf\"} %llu\n", name, labels, sep,
+                    (unsigned long long)cum);
+    }
+    const char *open = labels[0] ? "{" : "", *close = labels[0] ? "}" : "";
+    fprintf(f, "%s_sum%s%s%s %.9g\n", name, open, labels, close,
+            (double)load(&h->sum) * h->sum_unit);
+    fprintf(f, "%s_count%s%s%s %llu\n", name, open, labels, close, (unsigned long long)cum);
+}
+
+/* Slot METRICS_MAX_ROUTES - 1 takes routes registered past the limit. */
+static const char *route_name(int r) { return r < M.nroutes ? M.routes[r] : "overflow"; }
+
+static void render_requests(FILE *f) {
+    header(f, "attnserve_http_requests_total", "counter",
+           "HTTP requests by route and status (0: client went away unanswered).");
+    for (int r = 0; r < METRICS_MAX_ROUTES; r++)
+        for (int s = 0; s < NSTATUS; s++) {
+            uint64_t n = load(&M.requests[r][s]);
+            if (!n)
+                continue;
+            if (s < NBOUNDS(statuses))
+                fprintf(f, "attnserve_http_requests_total{route=\"%s\",status=\"%u\"} %llu\n",
+                        route_name(r), statuses[s], (unsigned long long)n);
+            else
+                fprintf(f, "attnserve_http_requests_total{route=\"%s\",status=\"other\"} %llu\n",
+                        route_name(r), (unsigned long long)n);
+        }
+    header(f, "attnserve_http_request_duration_seconds", "histogram",
+           "Time from request headers to the answer, by route.");
+    for (int r = 0; r < METRICS_MAX_ROUTES; r++) {
+        if (r >= M.nroutes && !(r == METRICS_MAX_ROUTES - 1 && hist_count(&M.duration[r])))
+            continue;
+        char label[128];
+        snprintf(label, sizeof label, "route=\"%s\"", route_name(r));
+        render_hist(f, "attnserve_http_request_duration_seconds", label, &M.duration[r]);
+    }
+    header(f, "attnserve_http_requests_in_flight", "gauge",
+           "HTTP requests started and not yet completed.");
+    fprintf(f, "attnserve_http_requests_in_flight %lld\n",
+            (long long)atomic_load_explicit(&M.http_in_flight, memory_order_relaxed));
+}
+
+static void render_scheduler(FILE *f) {
+    header(f, "attnserve_request_queue_seconds", "histogram",
+           "Time a request waited in the queue before its batch started.");
+    render_hist(f, "attnserve_request_queue_seconds", "", &M.queue);
+    header(f, "attnserve_request_inference_seconds", "histogram",
+           "Compute time of the batch a request ran in.");
+    render_hist(f, "attnserve_request_inference_seconds", "", &M.inference);
+    header(f, "attnserve_batch_size", "histogram", "Requests per batch.");
+    render_hist(f, "attnserve_batch_size", "", &M.batch_size);
+    header(f, "attnserve_batch_tokens", "histogram", "Tokens per batch.");
+    render_hist(f, "attnserve_batch_tokens", "", &M.batch_tokens);
+
+    sched_stats st = {0};
+    sched *s = atomic_load(&M.sched);
+    if (s)
+        sched_stats_get(s, &st);
+    header(f, "attnserve_queue_depth", "gauge", "Requests accepted and waiting for a batch.");
+    fprintf(f, "attnserve_queue_depth %llu\n", (unsigned long long)st.queue_depth);
+    header(f, "attnserve_batch_requests_in_flight", "gauge", "Requests in the running batch.");
+    fprintf(f, "attnserve_batch_requests_in_flight %llu\n", (unsigned long long)st.in_flight);
+    header(f, "attnserve_requests_rejected_total", "counter",
+           "Requests refused at admission, by reason.");
+    fprintf(f, "attnserve_requests_rejected_total{reason=\"queue_full\"} %llu\n",
+            (unsigned long long)st.rejected_full);
+    fprintf(f, "attnserve_requests_rejected_total{reason=\"too_big\"} %llu\n",
+            (unsigned long long)st.rejected_too_big);
+    fprintf(f, "attnserve_requests_rejected_total{reason=\"draining\"} %llu\n",
+            (unsigned long long)st.rejected_closed);
+    header(f, "attnserve_requests_timed_out_total", "counter",
+           "Requests whose deadline passed while queued (answered 504).");
+    fprintf(f, "attnserve_requests_timed_out_total %llu\n", (unsigned long long)st.timed_out);
+    header(f, "attnserve_requests_dropped_total", "counter",
+           "Requests whose client went away before the answer.");
+    fprintf(f, "attnserve_requests_dropped_total %llu\n",
+            (unsigned long long)(st.cancelled + load(&M.dropped)));
+    header(f, "attnserve_batches_total", "counter", "Batches run.");
+    fprintf(f, "attnserve_batches_total %llu\n", (unsigned long long)st.batches);
+}
+
+static void render_kernels(FILE *f) {
+    const attn_backend *const *all = attn_backends();
+    header(f, "attnserve_attention_kernel_seconds_total", "counter",
+           "Wall time in attention forward calls, by backend.");
+    for (int i = 0; i < MAX_BACKENDS && all[i]; i++)
+        fprintf(f, "attnserve_attention_kernel_seconds_total{backend=\"%s\"} %.9g\n", all[i]->name,
+                (double)load(&M.kernel_ns[i]) * 1e-9);
+    header(f, "attnserve_attention_kernel_calls_total", "counter",
+           "Attention forward calls, by backend.");
+    for (int i = 0; i < MAX_BACKENDS && all[i]; i++)
+        fprintf(f, "attnserve_attention_kernel_calls_total{backend=\"%s\"} %llu\n", all[i]->name,
+                (unsigned long long)load(&M.kernel_calls[i]));
+    header(f, "attnserve_attention_kernel_flops_total", "counter",
+           "Floating-point operations of attention forward calls (MFLOP resolution), by "
+           "backend; divide its rate by the seconds' rate for GFLOP/s.");
+    for (int i = 0; i < MAX_BACKENDS && all[i]; i++)
+        fprintf(f, "attnserve_attention_kernel_flops_total{backend=\"%s\"} %.6g\n", all[i]->name,
+                (double)load(&M.kernel_mflop[i]) * 1e6);
+}
+
+/* Resident set from /proc/self/statm (second field, in pages). */
+static long long resident_bytes(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    long long size = 0, resident = 0;
+    if (!f)
+        return 0;
+    if (fscanf(f, "%lld %lld", &size, &resident) != 2)
+        resident = 0;
+    fclose(f);
+    return resident * sysconf(_SC_PAGESIZE);
+}
+
+static long open_fds(void) {
+    DIR *d = opendir("/proc/self/fd");
+    long n = 0;
+    if (!d)
+        return 0;
+    for (struct dirent *e; (e = readdir(d));)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n - 1; /* the directory stream's own descriptor */
+}
+
+static void render_process(FILE *f) {
+    const attn_backend *b = atomic_load(&M.backend);
+    header(f, "attnserve_build_info", "gauge", "Version, backend in force and SIMD path.");
+    fprintf(f, "attnserve_build_info{version=\"%s\",backend=\"%s\",simd=\"%s\"} 1\n", M.version,
+            b ? b->name : "none", M.simd);
+    header(f, "attnserve_ready", "gauge", "1 when /ready answers 200.");
+    fprintf(f, "attnserve_ready %d\n", atomic_load(&M.ready));
+    header(f, "attnserve_workspace_bytes", "gauge", "Compute workspace allocated at start.");
+    fprintf(f, "attnserve_workspace_bytes %llu\n", (unsigned long long)load(&M.workspace_bytes));
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    header(f, "process_cpu_seconds_total", "counter", "User and system CPU time.");
+    fprintf(f, "process_cpu_seconds_total %.6f\n",
+            (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+                (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6);
+    header(f, "process_resident_memory_bytes", "gauge", "Resident memory size.");
+    fprintf(f, "process_resident_memory_bytes %lld\n", resident_bytes());
+    header(f, "process_open_fds", "gauge", "Open file descriptors.");
+    fprintf(f, "process_open_fds %ld\n", open_fds());
+    header(f, "process_start_time_seconds", "gauge", "Start time since the Unix epoch.");
+    fprintf(f, "process_start_time_seconds %lld\n", (long long)M.start_time);
+}
+
+char *metrics_render(size_t *len) {
+    char *text = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&text, &n);
+    if (!f)
+        return NULL;
+    render_requests(f);
+    render_scheduler(f);
+    render_kernels(f);
+    render_process(f);
+    if (fclose(f) != 0) {
+        free(text);
+        return NULL;
+    }
+    *len = n;
+    return text;
+}

@@ -1,0 +1,56 @@
+/* metrics.h — the service's counters, gauges and histograms, and the one
+ * function that renders them in Prometheus text format for /metrics.
+ *
+ * One process-wide set. Updates are relaxed atomic adds, safe and cheap from
+ * the I/O, loop and compute threads; rendering reads them without stopping
+ * anyone, so a scrape is not one consistent cut (as in every Prometheus
+ * client). Routes and backends get fixed slots at start, so no update ever
+ * allocates or locks. */
+#ifndef ATTN_METRICS_H
+#define ATTN_METRICS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/attention.h"
+#include "scheduler.h"
+
+/* Route labels beyond this many share one "overflow" slot. */
+#define METRICS_MAX_ROUTES 16
+
+/* Starts the clock and records the build-info labels. version and simd must
+ * outlive the process (string literals). */
+void metrics_init(const char *version, const char *simd);
+
+/* The slot of a route label, registering it on first use; call at start,
+ * before serving (not thread-safe against updates). */
+int metrics_route(const char *route);
+
+/* One finished HTTP request; times in seconds. status 0: the client went away
+ * before an answer was written (counted as dropped as well). */
+void metrics_request(int route, unsigned status, double queue_s, double inference_s,
+                     double total_s);
+
+/* One batch as the scheduler saw it (its on_batch observer). */
+void metrics_batch(const sched_batch *b);
+
+/* One forward call of a backend: wall seconds and floating-point work. */
+void metrics_kernel(const attn_backend *backend, double seconds, double flops);
+
+/* HTTP requests started (+1) and completed (-1): the in-flight gauge. */
+void metrics_http_in_flight(int delta);
+
+/* Gauges set by whoever owns the value. */
+void metrics_set_workspace_bytes(size_t bytes);
+void metrics_set_backend(const attn_backend *backend); /* the one in force */
+void metrics_set_ready(int ready);
+
+/* The scheduler whose stats (queue depth, in flight, rejected, cancelled)
+ * are rendered; may be NULL. */
+void metrics_set_scheduler(sched *s);
+
+/* The exposition text (malloc'd, NUL-terminated, *len without the NUL), or
+ * NULL when out of memory. */
+char *metrics_render(size_t *len);
+
+#endif
