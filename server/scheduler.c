@@ -15,8 +15,8 @@
 #include <time.h>
 #include <uv.h>
 
-#define NS_PER_MS 1000000ull
-#define NS_PER_US 1000ull
+#define NS_PER_MS   1000000ull
+#define NS_PER_US   1000ull
 #define NO_DEADLINE UINT64_MAX
 
 /* A call posted by sched_call; it lives on the caller's stack. */
@@ -33,7 +33,9 @@ typedef struct req_list {
     sched_req *tail;
 } req_list;
 
-struct sched {
+/* Fields are grouped by the thread that owns them, not packed: there is one
+ * of these per process. */
+struct sched { /* NOLINT(clang-analyzer-optin.performance.Padding) */
     /* Fixed at create. */
     sched_run_fn run_batch;
     void *run_ctx;
@@ -56,10 +58,10 @@ struct sched {
     bool stopping;
     sched_drained_fn drained_cb;
     void *drained_ctx;
-    sched_batch *ready;    /* formed by the loop, not yet taken by compute */
-    bool batch_finished;   /* compute finished the running batch */
-    int batch_status;      /* run_batch's return for it */
-    call_slot *call;       /* posted by sched_call, not yet run */
+    sched_batch *ready;  /* formed by the loop, not yet taken by compute */
+    bool batch_finished; /* compute finished the running batch */
+    int batch_status;    /* run_batch's return for it */
+    call_slot *call;     /* posted by sched_call, not yet run */
     bool compute_stop;
 
     /* Owned by the loop thread. */
@@ -95,8 +97,8 @@ struct sched {
 
 const char *sched_strerror(int err) {
     switch (err) {
-#define SCHED_ERR_MSG(name, code, msg)                                          \
-    case code:                                                                  \
+#define SCHED_ERR_MSG(name, code, msg)                                                             \
+    case code:                                                                                     \
         return msg;
         SCHED_ERRORS(SCHED_ERR_MSG)
 #undef SCHED_ERR_MSG
@@ -106,8 +108,8 @@ const char *sched_strerror(int err) {
 
 const char *sched_errname(int err) {
     switch (err) {
-#define SCHED_ERR_NAME(name, code, msg)                                         \
-    case code:                                                                  \
+#define SCHED_ERR_NAME(name, code, msg)                                                            \
+    case code:                                                                                     \
         return #name;
         SCHED_ERRORS(SCHED_ERR_NAME)
 #undef SCHED_ERR_NAME
@@ -115,7 +117,9 @@ const char *sched_errname(int err) {
     return "SCHED_E?";
 }
 
-uint64_t sched_now_ns(void) { return uv_hrtime(); }
+uint64_t sched_now_ns(void) {
+    return uv_hrtime();
+}
 
 void sched_req_init(sched_req *req, int32_t n_tokens, int32_t n_seqs, uint64_t deadline_ns,
                     sched_done_fn done) {
@@ -237,8 +241,9 @@ static void dispatch(sched *s, const sched_limits *lim) {
     int32_t n = 0, seqs = 0, tokens = 0;
     while (s->queue.head) {
         sched_req *r = s->queue.head;
-        if (n > 0 && (tokens + r->n_tokens > lim->max_batch_tokens ||
-                      seqs + r->n_seqs > lim->max_batch_requests))
+        /* 64-bit sums: two int32 counts near the limit must not wrap. */
+        if (n > 0 && ((int64_t)tokens + r->n_tokens > lim->max_batch_tokens ||
+                      (int64_t)seqs + r->n_seqs > lim->max_batch_requests))
             break;
         s->queue.head = r->next_;
         slots[n++] = r;
@@ -363,11 +368,10 @@ static void service(sched *s) {
     s->batch_finished = false;
     pthread_mutex_unlock(&s->mu);
 
-    sched_batch *done_batch = NULL;
-    if (finished) {
-        done_batch = s->running;
+    /* A finished batch frees the compute thread for the next one. */
+    sched_batch *done_batch = finished ? s->running : NULL;
+    if (finished)
         s->running = NULL;
-    }
     uint64_t now = sched_now_ns();
     req_list drops = {0};
     bool cancels = atomic_exchange(&s->cancel_pending, false);
@@ -394,9 +398,15 @@ static void service(sched *s) {
     arm(&s->deadline_timer, on_deadline_timer, s->next_deadline, now);
 }
 
-static void on_wake(uv_async_t *a) { service(a->data); }
-static void on_wait_timer(uv_timer_t *t) { service(t->data); }
-static void on_deadline_timer(uv_timer_t *t) { service(t->data); }
+static void on_wake(uv_async_t *a) {
+    service(a->data);
+}
+static void on_wait_timer(uv_timer_t *t) {
+    service(t->data);
+}
+static void on_deadline_timer(uv_timer_t *t) {
+    service(t->data);
+}
 
 static void *loop_main(void *arg) {
     sched *s = arg;
@@ -700,6 +710,8 @@ int sched_call(sched *s, sched_call_fn fn, void *arg) {
         pthread_mutex_unlock(&s->mu);
         return SCHED_ESHUTDOWN;
     }
+    /* c lives on this stack until it has run: this function waits for it. */
+    /* cppcheck-suppress autoVariables */
     s->call = &c;
     pthread_cond_signal(&s->compute_cv);
     while (!c.finished)

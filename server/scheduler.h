@@ -33,19 +33,19 @@
  * Negative codes, one list; sched_strerror() gives the message and
  * sched_errname() the symbol (for logs). The HTTP status each one suggests is
  * in the comment; the scheduler itself never speaks HTTP. */
-#define SCHED_ERRORS(X)                                                         \
-    X(SCHED_OK, 0, "success")                                    /* 200 */      \
-    X(SCHED_EINVAL, -1, "invalid argument")                      /* 500 */      \
-    X(SCHED_EFULL, -2, "queue full")                             /* 429 */      \
-    X(SCHED_ETOOBIG, -3, "request exceeds the batch limits")     /* 422 */      \
-    X(SCHED_EDRAINING, -4, "draining: not accepting requests")   /* 503 */      \
-    X(SCHED_ESHUTDOWN, -5, "scheduler shut down")                /* 503 */      \
-    X(SCHED_EDEADLINE, -6, "deadline passed while queued")       /* 504 */      \
-    X(SCHED_ECANCELED, -7, "cancelled before it ran")            /* none */     \
-    X(SCHED_EBATCH, -8, "batch computation failed")              /* 500 */      \
-    X(SCHED_ENOMEM, -9, "out of memory")                         /* start */    \
-    X(SCHED_ESYS, -10, "cannot start a thread or the event loop") /* start */   \
-    X(SCHED_ETIMEDOUT, -11, "timed out waiting")                 /* drain */
+#define SCHED_ERRORS(X)                                                                            \
+    X(SCHED_OK, 0, "success")                                     /* 200 */                        \
+    X(SCHED_EINVAL, -1, "invalid argument")                       /* 500 */                        \
+    X(SCHED_EFULL, -2, "queue full")                              /* 429 */                        \
+    X(SCHED_ETOOBIG, -3, "request exceeds the batch limits")      /* 422 */                        \
+    X(SCHED_EDRAINING, -4, "draining: not accepting requests")    /* 503 */                        \
+    X(SCHED_ESHUTDOWN, -5, "scheduler shut down")                 /* 503 */                        \
+    X(SCHED_EDEADLINE, -6, "deadline passed while queued")        /* 504 */                        \
+    X(SCHED_ECANCELED, -7, "cancelled before it ran")             /* none */                       \
+    X(SCHED_EBATCH, -8, "batch computation failed")               /* 500 */                        \
+    X(SCHED_ENOMEM, -9, "out of memory")                          /* start */                      \
+    X(SCHED_ESYS, -10, "cannot start a thread or the event loop") /* start */                      \
+    X(SCHED_ETIMEDOUT, -11, "timed out waiting")                  /* drain */
 
 enum {
 #define SCHED_ERR_ENUM(name, code, msg) name = code,
@@ -101,15 +101,15 @@ void sched_req_init(sched_req *req, int32_t n_tokens, int32_t n_seqs, uint64_t d
                     sched_done_fn done);
 
 /* The struct that embeds ptr as member: libuv's container_of. */
-#define SCHED_CONTAINER_OF(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
+#define SCHED_CONTAINER_OF(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
 
 /* ---- batches -------------------------------------------------------------------- */
 typedef struct sched_batch {
     sched_req *const *reqs; /* [n_reqs] in FIFO (submission) order */
     int32_t n_reqs;
-    int32_t n_seqs;   /* sum of reqs[i]->n_seqs, <= max_batch_requests */
-    int32_t n_tokens; /* sum of reqs[i]->n_tokens, <= max_batch_tokens */
-    uint64_t id;      /* 1-based, increasing */
+    int32_t n_seqs;    /* sum of reqs[i]->n_seqs, <= max_batch_requests */
+    int32_t n_tokens;  /* sum of reqs[i]->n_tokens, <= max_batch_tokens */
+    uint64_t id;       /* 1-based, increasing */
     uint64_t start_ns; /* set just before run_batch is called */
     uint64_t end_ns;   /* set just after it returns (0 while running) */
 } sched_batch;
@@ -170,7 +170,8 @@ int sched_create(sched **out, const sched_config *cfg);
 /* Stops admission; requests still queued complete with SCHED_ESHUTDOWN at
  * once, a running batch is waited for and completes normally; then both
  * threads are joined and everything is freed. Every accepted request has had
- * its done callback when this returns. NULL is a no-op. */
+ * its done callback when this returns. No other sched_* call on s may run
+ * concurrently with it or follow it. NULL is a no-op. */
 void sched_destroy(sched *s);
 
 /* ---- requests ------------------------------------------------------------------- */

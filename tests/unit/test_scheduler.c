@@ -13,11 +13,11 @@
 
 #include "server/scheduler.h"
 
-#define MAX_REQS 8192
-#define MAX_BATCHES 8192
+#define MAX_REQS     8192
+#define MAX_BATCHES  8192
 #define MAX_IN_BATCH 64
-#define WAIT_MS 5000 /* bound on any wait; a pass takes milliseconds */
-#define MS 1000000ull
+#define WAIT_MS      5000 /* bound on any wait; a pass takes milliseconds */
+#define MS           1000000ull
 
 typedef struct harness harness;
 
@@ -36,10 +36,10 @@ struct harness {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     sched *s;
-    bool gated;       /* the first batch waits for open_gate */
+    bool gated; /* the first batch waits for open_gate */
     bool gate_open;
-    int fail_status;  /* run_batch's return */
-    int entered;      /* batches that reached run_batch */
+    int fail_status; /* run_batch's return */
+    int entered;     /* batches that reached run_batch */
     bool in_batch;
     pthread_t compute_thread;
     int n_batches;
@@ -64,8 +64,12 @@ struct harness {
 
 static harness *H;
 
-static void lock(harness *h) { pthread_mutex_lock(&h->mu); }
-static void unlock(harness *h) { pthread_mutex_unlock(&h->mu); }
+static void lock(harness *h) {
+    pthread_mutex_lock(&h->mu);
+}
+static void unlock(harness *h) {
+    pthread_mutex_unlock(&h->mu);
+}
 
 static void deadline_in(struct timespec *ts, long ms) {
     clock_gettime(CLOCK_MONOTONIC, ts);
@@ -78,16 +82,16 @@ static void deadline_in(struct timespec *ts, long ms) {
 }
 
 /* Waits (bounded) until cond holds under the harness lock. */
-#define WAIT_FOR(h, cond)                                                       \
-    do {                                                                        \
-        struct timespec until_;                                                 \
-        deadline_in(&until_, WAIT_MS);                                          \
-        lock(h);                                                                \
-        while (!(cond) && pthread_cond_timedwait(&(h)->cv, &(h)->mu, &until_) != ETIMEDOUT) \
-            ;                                                                   \
-        bool ok_ = (cond);                                                      \
-        unlock(h);                                                              \
-        cr_assert(ok_, "timed out waiting for %s", #cond);                      \
+#define WAIT_FOR(h, cond)                                                                          \
+    do {                                                                                           \
+        struct timespec until_;                                                                    \
+        deadline_in(&until_, WAIT_MS);                                                             \
+        lock(h);                                                                                   \
+        while (!(cond) && pthread_cond_timedwait(&(h)->cv, &(h)->mu, &until_) != ETIMEDOUT)        \
+            ;                                                                                      \
+        bool ok_ = (cond);                                                                         \
+        unlock(h);                                                                                 \
+        cr_assert(ok_, "timed out waiting for %s", #cond);                                         \
     } while (0)
 
 static int run_batch(const sched_batch *b, void *ctx) {
@@ -157,8 +161,10 @@ static void on_drained(void *ctx) {
 }
 
 static sched_limits limits(int32_t tokens, int32_t seqs, uint32_t wait_us, uint32_t queue) {
-    return (sched_limits){.max_batch_tokens = tokens, .max_batch_requests = seqs,
-                          .max_wait_us = wait_us, .max_queue = queue};
+    return (sched_limits){.max_batch_tokens = tokens,
+                          .max_batch_requests = seqs,
+                          .max_wait_us = wait_us,
+                          .max_queue = queue};
 }
 
 static void setup(void) {
@@ -192,8 +198,11 @@ TestSuite(scheduler, .init = setup, .fini = teardown, .timeout = 20);
 
 static void start(sched_limits lim, bool gated) {
     H->gated = gated;
-    sched_config cfg = {.limits = lim, .run_batch = run_batch, .run_ctx = H,
-                        .on_batch = on_batch, .observer_ctx = H};
+    sched_config cfg = {.limits = lim,
+                        .run_batch = run_batch,
+                        .run_ctx = H,
+                        .on_batch = on_batch,
+                        .observer_ctx = H};
     cr_assert_eq(sched_create(&H->s, &cfg), SCHED_OK);
 }
 
@@ -210,7 +219,9 @@ static void block_with(int32_t tokens) {
 }
 
 /* A one-token blocker, for limits that do not make it wait (max_wait 0). */
-static void block(void) { block_with(1); }
+static void block(void) {
+    block_with(1);
+}
 
 static void open_gate(void) {
     lock(H);
@@ -231,7 +242,8 @@ static void expect_batch(int k, const int *ids, int n) {
 static void expect_all_done(int from, int to, int status) {
     lock(H);
     for (int i = from; i < to; i++) {
-        cr_expect_eq(H->reqs[i].done_calls, 1, "request %d done %d times", i, H->reqs[i].done_calls);
+        cr_expect_eq(H->reqs[i].done_calls, 1, "request %d done %d times", i,
+                     H->reqs[i].done_calls);
         cr_expect_eq(H->reqs[i].status, status, "request %d: %s", i,
                      sched_errname(H->reqs[i].status));
     }
@@ -312,8 +324,8 @@ Test(scheduler, lone_request_waits_max_wait) {
     cr_assert_eq(submit(1, 4, 1, 0), SCHED_OK);
     WAIT_FOR(H, H->completions == 1);
     sched_req *r = &H->reqs[1].req;
-    cr_expect_geq(r->start_ns - r->enqueue_ns, (uint64_t)wait_us * 1000,
-                  "dispatched after %lu ns", (unsigned long)(r->start_ns - r->enqueue_ns));
+    cr_expect_geq(r->start_ns - r->enqueue_ns, (uint64_t)wait_us * 1000, "dispatched after %lu ns",
+                  (unsigned long)(r->start_ns - r->enqueue_ns));
     cr_expect_geq(r->end_ns, r->start_ns);
     cr_expect_eq(r->batch_id, 1);
 }
@@ -627,7 +639,7 @@ Test(scheduler, call_runs_between_batches_on_compute_thread) {
 
 /* ---- stress ------------------------------------------------------------------ */
 
-#define STRESS_THREADS 4
+#define STRESS_THREADS    4
 #define STRESS_PER_THREAD 1500
 
 static void *stress_submitter(void *arg) {
