@@ -1,0 +1,304 @@
+/* fused_tile.h — the fused attention kernel, written once over a small vector
+ * API and included by each path (fused.c, fused_avx2.c, fused_avx512.c), so
+ * the three paths run one algorithm and differ only in vector width. No
+ * include guard: every includer instantiates it once.
+ *
+ * Layout trick: a vector holds VL query rows (one lane per row), never VL
+ * head dimensions. Then S^T = K·Q^T is built by broadcasting one key element
+ * against a vector of VL query elements, and the online softmax (row max, row
+ * sum, rescale) is plain lane-wise arithmetic across the KT score vectors of a
+ * tile, with no horizontal reductions. P·V broadcasts value elements against
+ * those same score vectors. Query rows are transposed once per task; each key
+ * tile is transposed once and reused by all BR/VL row groups of the task.
+ *
+ * The includer defines, before including:
+ *   VL, KT, PVC    lanes per vector, keys per tile, output columns per PV step
+ *   vf             the vector type
+ *   FUSED_NAME(x)  x with the path's suffix
+ *   vf v_zero(void), v_set1(float), v_load(const float *), v_bcast(const float *)
+ *   void v_store(float *, vf)
+ *   vf v_add(a, b), v_sub(a, b), v_mul(a, b), v_div(a, b), v_fma(a, b, c) = a·b + c
+ *   vf v_max(a, b)           b where a is NaN (as x86 maxps)
+ *   vf v_pow2_bits(vf t)     2^n where t = n + FUSED_ROUND_MAGIC, |n| <= 127
+ *   vf v_fill_below(vf x, int n, float fill)   lanes < n replaced by fill
+ *   void v_transpose(float *dst, size_t ds, const float *src, size_t ss)
+ *                            dst[i·ds + j] = src[j·ss + i] for i, j < VL
+ *
+ * The tile loops over keys and columns are unrolled and their accumulators
+ * inlined, so that arrays of vectors become registers. */
+
+#define FUSED_INLINE    static inline __attribute__((always_inline))
+#define FUSED_PRAGMA(x) _Pragma(#x)
+#define FUSED_UNROLL(n) FUSED_PRAGMA(GCC unroll n)
+
+/* Key tiles are transposed with the VL×VL block transpose. */
+_Static_assert(KT == VL, "a key tile must be one transpose block");
+
+/* exp2 of each lane, see FUSED_EXP2_* in fused_impl.h. NaN and -inf give
+ * 2^-125, so masked scores are zeroed by the caller, not here. */
+FUSED_INLINE vf v_exp2(vf x) {
+    x = v_max(x, v_set1(FUSED_EXP2_MIN));
+    const vf t = v_add(x, v_set1(FUSED_ROUND_MAGIC));
+    const vf f = v_sub(x, v_sub(t, v_set1(FUSED_ROUND_MAGIC)));
+    vf p = v_set1(FUSED_EXP2_C6);
+    p = v_fma(p, f, v_set1(FUSED_EXP2_C5));
+    p = v_fma(p, f, v_set1(FUSED_EXP2_C4));
+    p = v_fma(p, f, v_set1(FUSED_EXP2_C3));
+    p = v_fma(p, f, v_set1(FUSED_EXP2_C2));
+    p = v_fma(p, f, v_set1(FUSED_EXP2_C1));
+    p = v_fma(p, f, v_set1(FUSED_EXP2_C0));
+    return v_mul(p, v_pow2_bits(t));
+}
+
+void FUSED_NAME(fused_exp2)(float *y, const float *x, size_t n) {
+    size_t i = 0;
+    for (; i + VL <= n; i += VL)
+        v_store(y + i, v_exp2(v_load(x + i)));
+    if (i < n) {
+        float in[VL] = {0}, out[VL];
+        for (size_t j = i; j < n; j++)
+            in[j - i] = x[j];
+        v_store(out, v_exp2(v_load(in)));
+        for (size_t j = i; j < n; j++)
+            y[j] = out[j - i];
+    }
+}
+
+/* Leading lanes (query rows) that may not see key j of a tile: all of them
+ * past the sequence end, and under the causal mask the rows above the key.
+ * kofs = first key of the tile - first row of the group. */
+FUSED_INLINE int hidden_rows(int j, int kofs, int nkeys, int causal) {
+    if (j >= nkeys)
+        return VL;
+    return causal ? kofs + j : 0;
+}
+
+/* ot[c] = alpha·ot[c] + sum_j P[j]·v[j][c] for NC output columns: NC
+ * independent accumulators cover the FMA latency; P stays in registers. */
+FUSED_INLINE void pv_step(float *ot /* (NC, VL) */, const vf *pj /* (KT) */, vf alpha,
+                          const float *v /* (KT, ·) stride vs */, size_t vs, const int NC) {
+    vf acc[PVC];
+    FUSED_UNROLL(PVC)
+    for (int c = 0; c < NC; c++)
+        acc[c] = v_mul(v_load(ot + c * VL), alpha);
+    FUSED_UNROLL(KT)
+    for (int j = 0; j < KT; j++) {
+        const float *vj = v + (size_t)j * vs;
+        FUSED_UNROLL(PVC)
+        for (int c = 0; c < NC; c++)
+            acc[c] = v_fma(pj[j], v_bcast(vj + c), acc[c]);
+    }
+    FUSED_UNROLL(PVC)
+    for (int c = 0; c < NC; c++)
+        v_store(ot + c * VL, acc[c]);
+}
+
+/* One tile: VL query rows × KT keys. Scores S^T (KT vectors of VL rows) live
+ * in registers from the dot products through the softmax update to P·V.
+ * masked: some (row, key) pairs of the tile are hidden (sequence end or
+ * causal diagonal); kofs and nkeys say which. */
+FUSED_INLINE void tile(const float *qt /* (D, VL) */, const float *kt /* (D, KT) */,
+                       const float *v /* (KT, D) stride vs */, size_t vs, float *ot /* (D, VL) */,
+                       float *m /* (VL) */, float *l /* (VL) */, const int D, const int masked,
+                       int kofs, int nkeys, int causal) {
+    vf s[KT];
+    FUSED_UNROLL(KT)
+    for (int j = 0; j < KT; j++)
+        s[j] = v_zero();
+    for (int d = 0; d < D; d++) {
+        const vf q = v_load(qt + (size_t)d * VL);
+        FUSED_UNROLL(KT)
+        for (int j = 0; j < KT; j++)
+            s[j] = v_fma(q, v_bcast(kt + (size_t)d * KT + j), s[j]);
+    }
+    if (masked) {
+        FUSED_UNROLL(KT)
+        for (int j = 0; j < KT; j++)
+            s[j] = v_fill_below(s[j], hidden_rows(j, kofs, nkeys, causal), -INFINITY);
+    }
+
+    /* Online softmax, lane-wise: new max, rescale factor, exp2, sum. */
+    vf mx = s[0];
+    FUSED_UNROLL(KT)
+    for (int j = 1; j < KT; j++)
+        mx = v_max(mx, s[j]);
+    const vf m_old = v_load(m);
+    const vf m_new = v_max(mx, m_old);
+    const vf alpha = v_exp2(v_sub(m_old, m_new));
+    vf sum = v_zero();
+    FUSED_UNROLL(KT)
+    for (int j = 0; j < KT; j++) {
+        s[j] = v_exp2(v_sub(s[j], m_new));
+        if (masked)
+            s[j] = v_fill_below(s[j], hidden_rows(j, kofs, nkeys, causal), 0.0f);
+        sum = v_add(sum, s[j]);
+    }
+    v_store(m, m_new);
+    v_store(l, v_fma(v_load(l), alpha, sum));
+
+    int d0 = 0;
+    for (; d0 + PVC <= D; d0 += PVC)
+        pv_step(ot + (size_t)d0 * VL, s, alpha, v + d0, vs, PVC);
+    switch (D - d0) { /* constant column counts keep the accumulators in registers */
+#if PVC > 4
+    case 7:
+        pv_step(ot + (size_t)d0 * VL, s, alpha, v + d0, vs, 7);
+        break;
+    case 6:
+        pv_step(ot + (size_t)d0 * VL, s, alpha, v + d0, vs, 6);
+        break;
+    case 5:
+        pv_step(ot + (size_t)d0 * VL, s, alpha, v + d0, vs, 5);
+        break;
+    case 4:
+        pv_step(ot + (size_t)d0 * VL, s, alpha, v + d0, vs, 4);
+        break;
+#endif
+    case 3:
+        pv_step(ot + (size_t)d0 * VL, s, alpha, v + d0, vs, 3);
+        break;
+    case 2:
+        pv_step(ot + (size_t)d0 * VL, s, alpha, v + d0, vs, 2);
+        break;
+    case 1:
+        pv_step(ot + (size_t)d0 * VL, s, alpha, v + d0, vs, 1);
+        break;
+    default:
+        break;
+    }
+}
+
+/* dst[d][lane] = src[lane][d] for lanes < nrows and d < D, lanes past nrows
+ * zero: whole VL×VL blocks through v_transpose, the ragged edges by scalars. */
+static void transpose_in(float *dst /* (D, VL) */, const float *src /* (nrows, D) stride ss */,
+                         size_t ss, int nrows, int D) {
+    int d0 = 0;
+    if (nrows == VL)
+        for (; d0 + VL <= D; d0 += VL)
+            v_transpose(dst + (size_t)d0 * VL, VL, src + d0, ss);
+    for (int d = d0; d < D; d++)
+        for (int lane = 0; lane < VL; lane++)
+            dst[(size_t)d * VL + lane] = lane < nrows ? src[(size_t)lane * ss + d] : 0.0f;
+}
+
+/* dst[lane][d] = src[d][lane] for lanes < nrows: the inverse of transpose_in. */
+static void transpose_out(float *dst /* (nrows, D) stride ds */, size_t ds,
+                          const float *src /* (D, VL) */, int nrows, int D) {
+    int d0 = 0;
+    if (nrows == VL)
+        for (; d0 + VL <= D; d0 += VL)
+            v_transpose(dst + d0, ds, src + (size_t)d0 * VL, VL);
+    for (int lane = 0; lane < nrows; lane++)
+        for (int d = d0; d < D; d++)
+            dst[(size_t)lane * ds + d] = src[(size_t)d * VL + lane];
+}
+
+/* Query rows q0.. of one (sequence, head), transposed into row groups of VL
+ * lanes and scaled by scale·log2(e); rows past the sequence end are zero. */
+static void pack_queries(float *qt /* (ngroups, D, VL) */, const float *q, size_t qs, int32_t nq,
+                         int ngroups, int D, float qscale) {
+    const vf sc = v_set1(qscale);
+    for (int g = 0; g < ngroups; g++) {
+        float *dst = qt + (size_t)g * D * VL;
+        const int nrows = nq - g * VL < VL ? (int)(nq - g * VL) : VL;
+        transpose_in(dst, q + (size_t)g * VL * qs, qs, nrows, D);
+        for (int d = 0; d < D; d++)
+            v_store(dst + (size_t)d * VL, v_mul(v_load(dst + (size_t)d * VL), sc));
+    }
+}
+
+/* The last, partial value tile copied into a zero-padded (KT, D) buffer, so
+ * the tile never reads past the sequence (or the tensor). */
+static void pack_value_tail(float *vt /* (KT, D) */, const float *v, size_t vs, int nkeys, int D) {
+    for (int j = 0; j < KT; j++)
+        for (int d = 0; d < D; d++)
+            vt[(size_t)j * D + d] = j < nkeys ? v[(size_t)j * vs + d] : 0.0f;
+}
+
+/* One task: query rows [q0, q0 + BR) of head h of the sequence at tokens
+ * [start, start + len), against every key those rows may see. */
+FUSED_INLINE void query_block(const fused_ctx *c, const fused_ws *w, int32_t start, int32_t len,
+                              int h, int32_t q0, const int D) {
+    const attn_problem *p = c->p;
+    const int causal = p->shape.causal;
+    const int32_t nq = len - q0 < FUSED_BR ? len - q0 : FUSED_BR;
+    const int ngroups = (nq + VL - 1) / VL;
+    const size_t hd = (size_t)h * (size_t)D;
+
+    pack_queries(w->qt, p->q + (size_t)(start + q0) * p->q_stride + hd, p->q_stride, nq, ngroups, D,
+                 c->qscale);
+    for (size_t i = 0; i < (size_t)ngroups * D * VL; i++)
+        w->ot[i] = 0.0f;
+    for (int i = 0; i < ngroups * VL; i++) {
+        w->m[i] = -INFINITY;
+        w->l[i] = 0.0f;
+    }
+
+    /* Causal: keys after the block's last row are hidden from all its rows. */
+    const int32_t kend = causal ? q0 + nq : len;
+    for (int32_t k0 = 0; k0 < kend; k0 += KT) {
+        const int nkeys = len - k0 < KT ? (int)(len - k0) : KT;
+        const float *v = p->v + (size_t)(start + k0) * p->v_stride + hd; /* (nkeys, D) */
+        size_t vs = p->v_stride;
+        /* kt: (D, KT) key tile transposed, zero past the sequence end */
+        transpose_in(w->kt, p->k + (size_t)(start + k0) * p->k_stride + hd, p->k_stride, nkeys, D);
+        if (nkeys < KT) {
+            pack_value_tail(w->vtail, v, vs, nkeys, D);
+            v = w->vtail;
+            vs = (size_t)D;
+        }
+        for (int g = 0; g < ngroups; g++) {
+            const int32_t r0 = q0 + g * VL; /* first row of the group */
+            const int32_t rlast = (r0 + VL < len ? r0 + VL : len) - 1;
+            if (causal && k0 > rlast)
+                continue;
+            const int kofs = (int)(k0 - r0);
+            float *qt = w->qt + (size_t)g * D * VL, *ot = w->ot + (size_t)g * D * VL;
+            float *m = w->m + g * VL, *l = w->l + g * VL;
+            if (nkeys < KT || (causal && kofs + KT - 1 > 0))
+                tile(qt, w->kt, v, vs, ot, m, l, D, 1, kofs, nkeys, causal);
+            else
+                tile(qt, w->kt, v, vs, ot, m, l, D, 0, 0, KT, 0);
+        }
+    }
+
+    /* The one division per row, and the transpose back to token rows. */
+    for (int g = 0; g < ngroups; g++) {
+        float *ot = w->ot + (size_t)g * D * VL;
+        const vf inv = v_div(v_set1(1.0f), v_load(w->l + g * VL));
+        for (int d = 0; d < D; d++)
+            v_store(ot + (size_t)d * VL, v_mul(v_load(ot + (size_t)d * VL), inv));
+        const int32_t r0 = q0 + g * VL;
+        transpose_out(p->out + (size_t)(start + r0) * p->out_stride + hd, p->out_stride, ot,
+                      nq - g * VL < VL ? (int)(nq - g * VL) : VL, D);
+    }
+}
+
+void FUSED_NAME(fused_task)(void *ctx, size_t task, int worker) {
+    const fused_ctx *c = ctx;
+    int32_t b, q0;
+    int h;
+    fused_task_coords(c, task, &b, &h, &q0);
+    const int32_t start = c->p->cu_seqlens[b], len = c->p->cu_seqlens[b + 1] - start;
+    const fused_ws w = fused_worker_ws(c, worker);
+    /* Fast paths: a constant head_dim lets the compiler unroll the column
+     * loops and drop the partial PV step. */
+    switch (c->p->shape.head_dim) {
+    case 32:
+        query_block(c, &w, start, len, h, q0, 32);
+        break;
+    case 64:
+        query_block(c, &w, start, len, h, q0, 64);
+        break;
+    case 128:
+        query_block(c, &w, start, len, h, q0, 128);
+        break;
+    default:
+        query_block(c, &w, start, len, h, q0, c->p->shape.head_dim);
+        break;
+    }
+}
+
+#undef FUSED_INLINE
+#undef FUSED_PRAGMA
+#undef FUSED_UNROLL
