@@ -1,0 +1,21 @@
+/* peak.h — this machine's FP32 FMA peak, measured with a register-only loop.
+ *
+ * Benchmarks divide achieved GFLOP/s by this number. The loop keeps many
+ * independent accumulators in registers (enough to cover FMA latency on
+ * current cores) and touches no memory, so it runs at the FMA issue rate. */
+#ifndef ATTN_PEAK_H
+#define ATTN_PEAK_H
+
+#include "simd.h"
+
+/* Runs iters iterations of the FMA loop of path on the calling thread and
+ * returns the floating-point operations it did (2 per FMA lane), or 0 when
+ * the CPU cannot run path. */
+double attn_peak_fma(attn_simd path, long iters);
+
+/* The path-specific loops (peak_avx512.c, peak_avx2.c); reached only through
+ * attn_peak_fma, after the CPU check. */
+double attn_peak_fma_avx512(long iters);
+double attn_peak_fma_avx2(long iters);
+
+#endif
