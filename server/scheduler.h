@@ -188,13 +188,12 @@ void sched_destroy(sched *s);
 int sched_submit(sched *s, sched_req *req);
 
 /* Asks that req be dropped if it has not yet joined a batch (the HTTP layer
- * calls it when the client went away). Never blocks, never waits for the
- * loop. The outcome is the status done gets: SCHED_ECANCELED if it was still
- * queued, otherwise its normal status; cancelling a request that is running
- * or already completed does nothing. req must still be valid memory: a caller
- * that may cancel from one thread while done frees from another should count
- * references (free on the later of the two). Returns SCHED_OK, or
- * SCHED_EINVAL for NULL arguments. */
+ * calls it when the client went away). It only holds the scheduler's lock
+ * for a moment and never waits for the loop. The outcome is the status done gets: SCHED_ECANCELED
+ * if it was still queued, otherwise its normal status; cancelling a request that is running or
+ * already completed does nothing. req must still be valid memory: a caller that may cancel from one
+ * thread while done frees from another should count references (free on the later of the two).
+ * Returns SCHED_OK, or SCHED_EINVAL for NULL arguments. */
 int sched_cancel(sched *s, sched_req *req);
 
 /* ---- drain, reload, compute-thread calls ----------------------------------------- */
