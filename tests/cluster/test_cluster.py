@@ -452,7 +452,11 @@ def test_cluster(cluster):
           "restarts; retry-on + redispatch)" % retried_in_log(lb.log_path))
     for inst in instances:
         with open(inst.log_path, errors="replace") as f:
-            assert re.search("drain", f.read(), re.I), "%s logged no drain" % inst.name
+            text = f.read()
+        # The lines attnserve writes on SIGTERM ("draining ...", "drained ...").
+        for word in ("draining", "drained"):
+            assert re.search(r"\b%s\b" % word, text), "%s logged no '%s'" % (inst.name, word)
+        assert "drain timed out" not in text, "%s: a drain timed out" % inst.name
 
     # ---- 4. throughput: one instance vs three ----------------------------------------
     n4 = 900
