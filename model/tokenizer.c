@@ -22,8 +22,8 @@
 
 const char *tok_strerror(int err) {
     switch (err) {
-#define TOK_ERR_CASE(name, code, msg)                                           \
-    case name:                                                                  \
+#define TOK_ERR_CASE(name, code, msg)                                                              \
+    case name:                                                                                     \
         return msg;
         TOK_ERRORS(TOK_ERR_CASE)
 #undef TOK_ERR_CASE
@@ -33,8 +33,8 @@ const char *tok_strerror(int err) {
 
 /* ---- the loaded tokenizer ------------------------------------------------- */
 
-#define TOK_MAX_SPECIAL 8   /* post-processor tokens before or after the text */
-#define TOK_MAX_ADDED 64    /* added tokens matched in the raw text */
+#define TOK_MAX_SPECIAL    8  /* post-processor tokens before or after the text */
+#define TOK_MAX_ADDED      64 /* added tokens matched in the raw text */
 #define TOK_MAX_WORD_CHARS 4096
 
 typedef struct added_token {
@@ -114,9 +114,15 @@ int32_t tok_token_to_id(const tok_tokenizer *t, const char *token, size_t len) {
     return vocab_find(t, fnv_add(FNV_BASIS, (const uint8_t *)token, len), "", 0, token, len);
 }
 
-int32_t tok_vocab_size(const tok_tokenizer *t) { return t ? t->vocab_size : 0; }
-int32_t tok_num_special(const tok_tokenizer *t) { return t ? t->n_head + t->n_tail : 0; }
-int32_t tok_unk_id(const tok_tokenizer *t) { return t ? t->unk_id : -1; }
+int32_t tok_vocab_size(const tok_tokenizer *t) {
+    return t ? t->vocab_size : 0;
+}
+int32_t tok_num_special(const tok_tokenizer *t) {
+    return t ? t->n_head + t->n_tail : 0;
+}
+int32_t tok_unk_id(const tok_tokenizer *t) {
+    return t ? t->unk_id : -1;
+}
 
 const char *tok_id_to_token(const tok_tokenizer *t, int32_t id) {
     if (!t || id < 0 || id >= t->vocab_size || t->tok_at[id] == UINT32_MAX)
@@ -160,7 +166,8 @@ static int build_vocab(tok_tokenizer *t, const vocab_entry *e, size_t n, const c
             max_id = e[i].id;
         bytes += e[i].len + 1;
     }
-    if (n == 0 || max_id >= INT32_MAX / 2 || (size_t)max_id >= 4 * n + 1024 || bytes >= UINT32_MAX) {
+    if (n == 0 || max_id >= INT32_MAX / 2 || (size_t)max_id >= 4 * n + 1024 ||
+        bytes >= UINT32_MAX) {
         set_err(err, err_len, "%s: empty or implausible vocabulary", file);
         return TOK_ELOAD;
     }
@@ -308,8 +315,9 @@ static int load_post_processor(tok_tokenizer *t, json_t *pp, const char *file, c
             set_err(err, err_len, "%s: bad TemplateProcessing piece", file);
             return TOK_ELOAD;
         }
-        int rc = seen_seq ? template_ids(t, specials, name, t->tail, &t->n_tail, file, err, err_len)
-                          : template_ids(t, specials, name, t->head, &t->n_head, file, err, err_len);
+        int rc = seen_seq
+                     ? template_ids(t, specials, name, t->tail, &t->n_tail, file, err, err_len)
+                     : template_ids(t, specials, name, t->head, &t->n_head, file, err, err_len);
         if (rc)
             return rc;
     }
@@ -348,8 +356,8 @@ static int load_added_tokens(tok_tokenizer *t, json_t *arr, const char *file, ch
             set_err(err, err_len, "%s: added_tokens[%zu] without content or id", file, i);
             return TOK_ELOAD;
         }
-        if (json_bool(a, "lstrip", 0) || json_bool(a, "rstrip", 0) || json_bool(a, "single_word", 0) ||
-            json_bool(a, "normalized", 0)) {
+        if (json_bool(a, "lstrip", 0) || json_bool(a, "rstrip", 0) ||
+            json_bool(a, "single_word", 0) || json_bool(a, "normalized", 0)) {
             set_err(err, err_len,
                     "%s: added token %s uses lstrip/rstrip/single_word/normalized, "
                     "which this tokenizer does not implement",
@@ -375,7 +383,8 @@ static int load_tokenizer_json(tok_tokenizer *t, const char *file, char *err, si
     json_t *model = json_object_get(root, "model");
     json_t *vocab = json_object_get(model, "vocab");
     const char *type = json_string_value(json_object_get(model, "type"));
-    const char *pre = json_string_value(json_object_get(json_object_get(root, "pre_tokenizer"), "type"));
+    const char *pre =
+        json_string_value(json_object_get(json_object_get(root, "pre_tokenizer"), "type"));
     if (!type || strcmp(type, "WordPiece") != 0 || !json_is_object(vocab)) {
         set_err(err, err_len, "%s: model is %s, not WordPiece", file, type ? type : "missing");
         goto out;
@@ -408,7 +417,8 @@ static int load_tokenizer_json(tok_tokenizer *t, const char *file, char *err, si
     json_t *maxw = json_object_get(model, "max_input_chars_per_word");
     t->unk_id = unk ? tok_token_to_id(t, unk, strlen(unk)) : -1;
     if (t->unk_id < 0) {
-        set_err(err, err_len, "%s: unk_token %s is not in the vocabulary", file, unk ? unk : "null");
+        set_err(err, err_len, "%s: unk_token %s is not in the vocabulary", file,
+                unk ? unk : "null");
         goto out;
     }
     if ((rc = set_prefix(t, prefix ? prefix : "##", file, err, err_len)))
@@ -507,11 +517,10 @@ static int load_vocab_txt(tok_tokenizer *t, const char *dir, char *err, size_t e
     t->chinese = json_bool(cfg, "tokenize_chinese_chars", 1);
     t->lowercase = json_bool(cfg, "do_lower_case", 1);
     t->strip_accents = json_bool(cfg, "strip_accents", t->lowercase);
-    const char *names[5] = {config_token(cfg, "pad_token", "[PAD]"),
-                            config_token(cfg, "unk_token", "[UNK]"),
-                            config_token(cfg, "cls_token", "[CLS]"),
-                            config_token(cfg, "sep_token", "[SEP]"),
-                            config_token(cfg, "mask_token", "[MASK]")};
+    const char *names[5] = {
+        config_token(cfg, "pad_token", "[PAD]"), config_token(cfg, "unk_token", "[UNK]"),
+        config_token(cfg, "cls_token", "[CLS]"), config_token(cfg, "sep_token", "[SEP]"),
+        config_token(cfg, "mask_token", "[MASK]")};
     int32_t ids[5];
     for (int i = 0; i < 5; i++) {
         ids[i] = tok_token_to_id(t, names[i], strlen(names[i]));
@@ -588,11 +597,11 @@ typedef struct enc_state {
 
     /* The current word: up to max_word_chars characters are kept; past that
      * only the count grows, since the whole word becomes [UNK]. */
-    word_char *chars;   /* [max_word_chars + 1] */
-    uint32_t *hashes;   /* [max_word_chars + 1] scratch for the greedy search */
-    int32_t *piece_ids; /* [max_word_chars] */
+    word_char *chars;    /* [max_word_chars + 1] */
+    uint32_t *hashes;    /* [max_word_chars + 1] scratch for the greedy search */
+    int32_t *piece_ids;  /* [max_word_chars] */
     uint32_t *piece_end; /* [max_word_chars] */
-    char *word_bytes;   /* [4 * max_word_chars] */
+    char *word_bytes;    /* [4 * max_word_chars] */
     int32_t nchars;
     uint32_t nbytes;
     uint32_t word_start, word_end;
@@ -766,18 +775,22 @@ static void flush_run(enc_state *s) {
 
 static int run_push(enc_state *s, norm_cp c) {
     if (s->run_len == s->run_cap) {
+        /* Past the inline arrays both move to the heap together; only run
+         * holds anything to keep. */
         size_t cap = s->run_cap * 2;
-        norm_cp *run = s->run == s->run_inline ? NULL : s->run;
-        norm_cp *tmp = s->run_tmp == s->run_tmp_inline ? NULL : s->run_tmp;
-        run = realloc(run, cap * sizeof *run);
-        if (!run)
+        norm_cp *run = malloc(cap * sizeof *run);
+        norm_cp *tmp = malloc(cap * sizeof *tmp);
+        if (!run || !tmp) {
+            free(run);
+            free(tmp);
             return TOK_ENOMEM;
-        if (s->run == s->run_inline)
-            memcpy(run, s->run_inline, s->run_len * sizeof *run);
+        }
+        memcpy(run, s->run, s->run_len * sizeof *run);
+        if (s->run != s->run_inline) {
+            free(s->run);
+            free(s->run_tmp);
+        }
         s->run = run;
-        tmp = realloc(tmp, cap * sizeof *tmp);
-        if (!tmp)
-            return TOK_ENOMEM;
         s->run_tmp = tmp;
         s->run_cap = cap;
     }
@@ -938,8 +951,8 @@ int tok_encode(const tok_tokenizer *t, const char *text, size_t len, int truncat
     s.run_tmp = s.run_tmp_inline;
     s.run_cap = sizeof s.run_inline / sizeof s.run_inline[0];
     /* One allocation for the word scratch, sized by max_input_chars_per_word. */
-    size_t bytes = (m + 1) * sizeof(word_char) + (m + 1) * sizeof(uint32_t) +
-                   m * sizeof(int32_t) + m * sizeof(uint32_t) + 4 * m;
+    size_t bytes = (m + 1) * sizeof(word_char) + (m + 1) * sizeof(uint32_t) + m * sizeof(int32_t) +
+                   m * sizeof(uint32_t) + 4 * m;
     char *scratch = malloc(bytes);
     if (!scratch)
         return TOK_ENOMEM;

@@ -12,12 +12,12 @@
 
 /* ---- errors ---------------------------------------------------------------
  * Negative codes, one list; tok_strerror() gives the message. */
-#define TOK_ERRORS(X)                                                           \
-    X(TOK_OK, 0, "success")                                                     \
-    X(TOK_EINVAL, -1, "invalid argument")                                       \
-    X(TOK_EUTF8, -2, "input is not valid UTF-8")                                \
-    X(TOK_ETOOLONG, -3, "input has more tokens than the maximum")              \
-    X(TOK_ENOMEM, -4, "out of memory")                                          \
+#define TOK_ERRORS(X)                                                                              \
+    X(TOK_OK, 0, "success")                                                                        \
+    X(TOK_EINVAL, -1, "invalid argument")                                                          \
+    X(TOK_EUTF8, -2, "input is not valid UTF-8")                                                   \
+    X(TOK_ETOOLONG, -3, "input has more tokens than the maximum")                                  \
+    X(TOK_ENOMEM, -4, "out of memory")                                                             \
     X(TOK_ELOAD, -5, "cannot load the tokenizer")
 
 enum {
@@ -54,8 +54,8 @@ typedef struct tok_output {
     int32_t *ids;      /* [capacity] */
     tok_span *offsets; /* [capacity], or NULL when not wanted */
     int32_t capacity;
-    int32_t n;      /* out: ids written (after truncation) */
-    int32_t n_full; /* out: tokens the input has without truncation, specials included */
+    int32_t n;       /* out: ids written (after truncation) */
+    int32_t n_full;  /* out: tokens the input has without truncation, specials included */
     size_t error_at; /* out: on TOK_EUTF8, the byte offset of the first invalid byte */
 } tok_output;
 
@@ -73,8 +73,7 @@ typedef struct tok_output {
  * Time is linear in len: the whole input is read even when truncating, to
  * give n_full. Thread-safe on a shared tokenizer. On error, ids and offsets
  * are unspecified. */
-int tok_encode(const tok_tokenizer *t, const char *text, size_t len, int truncate,
-               tok_output *out);
+int tok_encode(const tok_tokenizer *t, const char *text, size_t len, int truncate, tok_output *out);
 
 /* Number of special tokens the post-processor adds to one sequence (2 for
  * [CLS] ... [SEP]). */

@@ -21,16 +21,16 @@ enum {
  * decomposition is full (recursive) and excludes Hangul syllables, which are
  * decomposed arithmetically. Sequences live in uni_pool. */
 typedef struct uni_record {
-    uint8_t flags;     /* UNI_* bits */
-    uint8_t ccc;       /* canonical combining class */
-    uint8_t decomp_len;  /* 0: NFD leaves it alone; at most UNI_MAX_DECOMP */
-    uint8_t lower_len;   /* 0: lowercasing leaves it alone; at most UNI_MAX_LOWER */
-    uint16_t decomp_at;  /* index into uni_pool */
-    uint16_t lower_at;   /* index into uni_pool */
+    uint8_t flags;      /* UNI_* bits */
+    uint8_t ccc;        /* canonical combining class */
+    uint8_t decomp_len; /* 0: NFD leaves it alone; at most UNI_MAX_DECOMP */
+    uint8_t lower_len;  /* 0: lowercasing leaves it alone; at most UNI_MAX_LOWER */
+    uint16_t decomp_at; /* index into uni_pool */
+    uint16_t lower_at;  /* index into uni_pool */
 } uni_record;
 
 #define UNI_MAX_DECOMP 4
-#define UNI_MAX_LOWER 3
+#define UNI_MAX_LOWER  3
 
 extern const uint16_t uni_stage1[0x110000 >> 8];
 extern const uint16_t uni_stage2[][256];

@@ -16,7 +16,7 @@
 #include "model/unicode_tables.h"
 
 #define CASES_FILE "tests/golden/tokenizer_cases.json"
-#define CAP 4096
+#define CAP        4096
 
 static const char *model_dir(void) {
     const char *d = getenv("ATTN_TEST_MODEL_DIR");
@@ -105,8 +105,9 @@ static int check_case(const tok_tokenizer *t, json_t *c, int with_offsets, char 
         uint32_t ws = (uint32_t)json_integer_value(json_array_get(o, 0));
         uint32_t we = (uint32_t)json_integer_value(json_array_get(o, 1));
         if (r.offsets[i].start != ws || r.offsets[i].end != we) {
-            snprintf(why, cap, "text \"%s\": token %zu \"%s\" spans bytes [%u, %u), expected [%u, %u)",
-                     esc, i, gs ? gs : "-", r.offsets[i].start, r.offsets[i].end, ws, we);
+            snprintf(why, cap,
+                     "text \"%s\": token %zu \"%s\" spans bytes [%u, %u), expected [%u, %u)", esc,
+                     i, gs ? gs : "-", r.offsets[i].start, r.offsets[i].end, ws, we);
             return 0;
         }
     }
@@ -200,8 +201,7 @@ Test(tokenizer, concurrent) {
 /* ---- pieces --------------------------------------------------------------- */
 
 /* Tokens of text between [CLS] and [SEP], joined by spaces. */
-static void tokens_of(const tok_tokenizer *t, const char *text, size_t len, char *dst,
-                      size_t cap) {
+static void tokens_of(const tok_tokenizer *t, const char *text, size_t len, char *dst, size_t cap) {
     static result r;
     encode(t, text, len, CAP, 0, &r);
     cr_assert_eq(r.rc, TOK_OK, "%s", tok_strerror(r.rc));
@@ -212,11 +212,11 @@ static void tokens_of(const tok_tokenizer *t, const char *text, size_t len, char
                               tok_id_to_token(t, r.ids[i]));
 }
 
-#define EXPECT_TOKENS(t, text, want)                                             \
-    do {                                                                         \
-        char got_[1024];                                                         \
-        tokens_of(t, text, sizeof(text) - 1, got_, sizeof got_);                 \
-        cr_expect_str_eq(got_, want, "tokens of %s: \"%s\"", #text, got_);               \
+#define EXPECT_TOKENS(t, text, want)                                                               \
+    do {                                                                                           \
+        char got_[1024];                                                                           \
+        tokens_of(t, text, sizeof(text) - 1, got_, sizeof got_);                                   \
+        cr_expect_str_eq(got_, want, "tokens of %s: \"%s\"", #text, got_);                         \
     } while (0)
 
 Test(tokenizer, unicode_tables) {
@@ -251,7 +251,11 @@ Test(tokenizer, normalizer_pieces) {
     EXPECT_TOKENS(t, "Café", "cafe");
     EXPECT_TOKENS(t, "cafe\xcc\x81", "cafe");
     EXPECT_TOKENS(t, "HELLO", "hello");
-    EXPECT_TOKENS(t, "a\x00" "b\x1b" "c", "abc");
+    EXPECT_TOKENS(t,
+                  "a\x00"
+                  "b\x1b"
+                  "c",
+                  "abc");
     EXPECT_TOKENS(t, "zero\xe2\x80\x8bwidth", "zero ##wi ##dt ##h"); /* U+200B is Cf: removed */
     EXPECT_TOKENS(t, "tab\there\nnow", "tab here now");
     EXPECT_TOKENS(t, "\xe5\x8c\x97\xe4\xba\xac\xe5\xa4\xa7\xe5\xad\xa6", "北 京 大 学");
@@ -279,7 +283,35 @@ Test(tokenizer, unknown_words) {
     cr_expect_neq(r.ids[1], tok_unk_id(t));
     /* Greek small letter heta (U+0371) is not in the vocabulary: the whole
      * word, not just the letter, becomes [UNK]. */
-    EXPECT_TOKENS(t, "ab\xcd\xb1" "cd ok", "[UNK] ok");
+    EXPECT_TOKENS(t,
+                  "ab\xcd\xb1"
+                  "cd ok",
+                  "[UNK] ok");
+    tok_free(t);
+}
+
+/* A run of reorderable marks longer than the inline buffer: it moves to the
+ * heap, stays one word, and the word spans all of it (HF: [UNK] over bytes
+ * [0, 401), then "ok"). */
+Test(tokenizer, long_combining_run) {
+    tok_tokenizer *t = load_model();
+    char text[512];
+    size_t n = 0;
+    text[n++] = 'a';
+    for (int i = 0; i < 50; i++) {
+        memcpy(text + n, "\xf0\x9d\x85\xad\xf0\x9d\x85\xa5", 8); /* U+1D16D U+1D165 */
+        n += 8;
+    }
+    memcpy(text + n, " ok", 3);
+    n += 3;
+    static result r;
+    encode(t, text, n, CAP, 0, &r);
+    cr_assert_eq(r.rc, TOK_OK);
+    cr_assert_eq(r.out.n, 4);
+    cr_expect_eq(r.ids[1], tok_unk_id(t));
+    cr_expect_eq(r.offsets[1].start, 0);
+    cr_expect_eq(r.offsets[1].end, 401);
+    cr_expect_str_eq(tok_id_to_token(t, r.ids[2]), "ok");
     tok_free(t);
 }
 
@@ -291,13 +323,13 @@ Test(tokenizer, invalid_utf8) {
     } bad[] = {
         {"\xff", 1, 0},
         {"ab\x80", 3, 2},
-        {"\xc0\x80", 2, 0},          /* overlong NUL */
-        {"x\xc1\xbf", 3, 1},         /* overlong */
-        {"\xe0\x80\xaf", 3, 0},      /* overlong */
-        {"\xed\xa0\x80", 3, 0},      /* surrogate */
-        {"\xf4\x90\x80\x80", 4, 0},  /* above U+10FFFF */
+        {"\xc0\x80", 2, 0},         /* overlong NUL */
+        {"x\xc1\xbf", 3, 1},        /* overlong */
+        {"\xe0\x80\xaf", 3, 0},     /* overlong */
+        {"\xed\xa0\x80", 3, 0},     /* surrogate */
+        {"\xf4\x90\x80\x80", 4, 0}, /* above U+10FFFF */
         {"\xf5\x80\x80\x80", 4, 0},
-        {"ok \xe2\x82", 5, 3},       /* cut at the end */
+        {"ok \xe2\x82", 5, 3}, /* cut at the end */
         {"\xe2\x28\xa1", 3, 0},
         {"caf\xc3", 4, 3},
     };
