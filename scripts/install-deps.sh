@@ -5,7 +5,8 @@ set -eu
 
 PACKAGES="build-essential pkg-config
 libmicrohttpd-dev libjansson-dev libuv1-dev libopenblas-dev
-libcriterion-dev"
+libcriterion-dev
+python3-pytest python3-requests"
 
 missing=""
 for p in $PACKAGES; do

@@ -1,3 +1,21 @@
 #!/bin/sh
-# run.sh BIN — end-to-end tests against the real binary (replaced by the service work).
-echo "e2e: no end-to-end tests yet" >&2
+# run.sh BIN — end-to-end tests: pytest starts the real binary BIN on free
+# loopback ports and talks HTTP to it. Debian's python3 is used on purpose
+# (python3-pytest and python3-requests come from scripts/install-deps.sh), so
+# a pyenv or virtualenv on PATH cannot change what runs. pytest's exit
+# status is this script's. Extra arguments go to pytest (-k NAME, -x, ...).
+set -eu
+if [ $# -lt 1 ]; then
+    echo "usage: $0 BIN [pytest args]" >&2
+    exit 2
+fi
+BIN=$(realpath "$1")
+shift
+HERE=$(dirname "$(realpath "$0")")
+PY=/usr/bin/python3
+if ! "$PY" -c 'import pytest, requests' 2>/dev/null; then
+    echo "e2e: $PY lacks pytest or requests; run scripts/install-deps.sh" >&2
+    exit 2
+fi
+cd "$HERE"
+ATTNSERVE_BIN="$BIN" exec "$PY" -m pytest -q -p no:cacheprovider "$@" "$HERE"

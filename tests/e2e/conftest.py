@@ -1,0 +1,279 @@
+"""Fixtures for the end-to-end tests: the real attnserve binary on a free
+loopback port with a temporary config file, and helpers to talk to it.
+
+Every server a test starts is stopped (SIGTERM, then SIGKILL) when the test
+ends, and its log is printed when the test fails."""
+import base64
+import json
+import math
+import os
+import random
+import re
+import signal
+import socket
+import struct
+import subprocess
+import time
+
+import pytest
+import requests
+
+BIN = os.environ.get("ATTNSERVE_BIN", "")
+
+# Small, fast settings shared by most servers; tests override what they need.
+BASE_SETTINGS = {
+    "host": "127.0.0.1",
+    "backend": "naive",
+    "fallback_backends": "naive",
+    "threads": 2,
+    "max_connections": 256,
+    "connection_timeout_s": 10,
+    "max_body_bytes": 4 << 20,
+    "request_timeout_ms": 30000,
+    "drain_timeout_s": 20,
+    "max_batch_tokens": 4096,
+    "max_batch_requests": 64,
+    "max_wait_us": 2000,
+    "max_queue": 256,
+    "log_level": "info",
+    "log_format": "text",
+}
+
+JSON = {"Content-Type": "application/json"}
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, workdir, env=None, **settings):
+        self.workdir = workdir
+        self.settings = dict(BASE_SETTINGS, **settings)
+        self.settings.setdefault("port", free_port())
+        self.config_path = os.path.join(workdir, "attnserve-%d.json" % self.settings["port"])
+        self.write_config()
+        self.log_path = self.config_path.replace(".json", ".log")
+        self.log = open(self.log_path, "w+")
+        child_env = {k: v for k, v in os.environ.items() if not k.startswith("ATTNSERVE_")}
+        child_env.update(env or {})
+        self.proc = subprocess.Popen([BIN, "--config", self.config_path], stdout=self.log,
+                                     stderr=subprocess.STDOUT, env=child_env)
+        self.base = "http://127.0.0.1:%d" % self.settings["port"]
+        self.wait_ready()
+
+    def write_config(self):
+        with open(self.config_path + ".tmp", "w") as f:
+            json.dump(self.settings, f)
+        os.replace(self.config_path + ".tmp", self.config_path)
+
+    def url(self, path):
+        return self.base + path
+
+    def wait_ready(self, timeout=10):
+        end = time.time() + timeout
+        while time.time() < end:
+            if self.proc.poll() is not None:
+                raise RuntimeError("attnserve exited with %d:\n%s" % (self.proc.returncode,
+                                                                    self.log_text()))
+            try:
+                if requests.get(self.url("/ready"), timeout=1).status_code == 200:
+                    return
+            except requests.ConnectionError:
+                pass
+            time.sleep(0.02)
+        raise RuntimeError("attnserve not ready after %ss:\n%s" % (timeout, self.log_text()))
+
+    def log_text(self):
+        with open(self.log_path) as f:
+            return f.read()
+
+    def reload(self, **changes):
+        self.settings.update(changes)
+        self.write_config()
+        self.proc.send_signal(signal.SIGHUP)
+
+    def terminate(self):
+        self.proc.send_signal(signal.SIGTERM)
+
+    def wait_exit(self, timeout=30):
+        return self.proc.wait(timeout=timeout)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=25)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+    def metrics(self):
+        r = requests.get(self.url("/metrics"), timeout=5)
+        assert r.status_code == 200, r.text
+        return parse_metrics(r.text)
+
+    def metric(self, name, **labels):
+        want = tuple(sorted(labels.items()))
+        return self.metrics().get((name, want), 0.0)
+
+
+_SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$')
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def parse_metrics(text):
+    """Prometheus text → {(name, sorted label pairs): value}; asserts the format."""
+    out = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = _SAMPLE.match(line)
+        assert m, "bad metrics line: %r" % line
+        labels = tuple(sorted(_LABEL.findall(m.group(2) or "")))
+        out[(m.group(1), labels)] = float(m.group(3))
+    return out
+
+
+@pytest.fixture
+def start_server(tmp_path, request):
+    """start_server(**settings) → a running Server, stopped after the test."""
+    servers = []
+
+    def start(env=None, **settings):
+        s = Server(str(tmp_path), env=env, **settings)
+        servers.append(s)
+        return s
+
+    yield start
+    failed = getattr(request.node, "rep_call", None)
+    for s in servers:
+        s.stop()
+        if failed is not None and failed.failed:
+            print("---- attnserve log (%s) ----\n%s" % (s.base, s.log_text()[-8000:]))
+
+
+@pytest.hookimpl(tryfirst=True, hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    setattr(item, "rep_" + rep.when, rep)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """One ordinary server shared by a module's read-only tests."""
+    s = Server(str(tmp_path_factory.mktemp("srv")))
+    yield s
+    s.stop()
+
+
+# ---- tensors and the reference --------------------------------------------------
+
+def f32(x):
+    return struct.unpack("<f", struct.pack("<f", x))[0]
+
+
+def random_tensor(rng, seq, heads, head_dim, scale=1.0):
+    """[seq][heads][head_dim] of float32-representable values."""
+    return [[[f32(rng.uniform(-scale, scale)) for _ in range(head_dim)] for _ in range(heads)]
+            for _ in range(seq)]
+
+
+def flatten(t):
+    return [x for row in t for vec in row for x in vec]
+
+
+def to_base64(t):
+    flat = flatten(t)
+    return {"shape": [len(t), len(t[0]), len(t[0][0])],
+            "data": base64.b64encode(struct.pack("<%df" % len(flat), *flat)).decode()}
+
+
+def from_base64(obj):
+    seq, heads, head_dim = obj["shape"]
+    raw = base64.b64decode(obj["data"])
+    flat = struct.unpack("<%df" % (len(raw) // 4), raw)
+    assert len(flat) == seq * heads * head_dim
+    it = iter(flat)
+    return [[[next(it) for _ in range(head_dim)] for _ in range(heads)] for _ in range(seq)]
+
+
+def attention_ref(q, k, v, causal=False):
+    """softmax(q kᵀ / sqrt(D)) v per head, in float64."""
+    seq, heads, dim = len(q), len(q[0]), len(q[0][0])
+    scale = 1.0 / math.sqrt(dim)
+    out = [[[0.0] * dim for _ in range(heads)] for _ in range(seq)]
+    for h in range(heads):
+        for i in range(seq):
+            n = i + 1 if causal else seq
+            qi = q[i][h]
+            s = [scale * sum(a * b for a, b in zip(qi, k[j][h])) for j in range(n)]
+            m = max(s)
+            w = [math.exp(x - m) for x in s]
+            z = sum(w)
+            o = out[i][h]
+            for j in range(n):
+                wj, vj = w[j] / z, v[j][h]
+                for d in range(dim):
+                    o[d] += wj * vj[d]
+    return out
+
+
+def max_abs_diff(a, b):
+    fa, fb = flatten(a), flatten(b)
+    assert len(fa) == len(fb)
+    return max(abs(x - y) for x, y in zip(fa, fb))
+
+
+def attention_case(seed, seq, heads, head_dim, causal=False):
+    """(request body as nested arrays, expected output)."""
+    rng = random.Random(seed)
+    q = random_tensor(rng, seq, heads, head_dim)
+    k = random_tensor(rng, seq, heads, head_dim)
+    v = random_tensor(rng, seq, heads, head_dim)
+    return {"q": q, "k": k, "v": v, "causal": causal}, attention_ref(q, k, v, causal)
+
+
+def as_base64(body):
+    return dict(body, q=to_base64(body["q"]), k=to_base64(body["k"]), v=to_base64(body["v"]))
+
+
+def slow_body(seq=2048, heads=2, head_dim=8, seed=7):
+    """A base64 request that keeps the naive backend busy for a while (about
+    half a second on two cores for the default size) with a small body, so
+    that on a small machine the I/O thread reads it quickly even while the
+    compute threads take every core."""
+    rng = random.Random(seed)
+    t = [random_tensor(rng, seq, heads, head_dim) for _ in range(3)]
+    return json.dumps({"q": to_base64(t[0]), "k": to_base64(t[1]), "v": to_base64(t[2])})
+
+
+def post_attention(server, body, timeout=60, session=None, **kw):
+    data = body if isinstance(body, (str, bytes)) else json.dumps(body)
+    poster = session.post if session else requests.post
+    return poster(server.url("/v1/attention"), data=data, headers=dict(JSON, **kw),
+                  timeout=timeout)
+
+
+def assert_error(r, status, etype=None):
+    assert r.status_code == status, (r.status_code, r.text)
+    assert r.headers["Content-Type"] == "application/json"
+    err = r.json()["error"]
+    assert set(err) == {"message", "type", "code"}
+    assert err["code"] == status and err["message"]
+    if etype:
+        assert err["type"] == etype
+    return err
+
+
+def wait_for(cond, timeout=10, what="condition"):
+    end = time.time() + timeout
+    while time.time() < end:
+        if cond():
+            return
+        time.sleep(0.01)
+    raise AssertionError("timed out waiting for " + what)
