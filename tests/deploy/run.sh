@@ -19,4 +19,23 @@ if [ -n "$need" ]; then
     $SUDO apt-get update -q >/dev/null
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends $need >/dev/null
 fi
+# kubernetes-validate (PyPI, pinned) carries the official Kubernetes schemas:
+# installed once into a cache outside the repository.
+KV_VERSION=1.37.0
+KV_DIR=${ATTNSERVE_DEPLOY_PYDEPS:-${XDG_CACHE_HOME:-$HOME/.cache}/attnserve/kubernetes-validate-$KV_VERSION}
+if ! PYTHONPATH=$KV_DIR /usr/bin/python3 -c 'import kubernetes_validate' 2>/dev/null; then
+    /usr/bin/python3 -m pip --version >/dev/null 2>&1 || {
+        SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+        $SUDO apt-get update -q >/dev/null
+        DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends python3-pip >/dev/null
+    }
+    echo "deploy-test: installing kubernetes-validate $KV_VERSION into $KV_DIR" >&2
+    rm -rf "$KV_DIR.partial"
+    timeout 600 /usr/bin/python3 -m pip install -q --disable-pip-version-check --no-warn-script-location \
+        --target "$KV_DIR.partial" "kubernetes-validate==$KV_VERSION" 2>&1 | grep -v 'as the .root. user' >&2 || true
+    PYTHONPATH=$KV_DIR.partial /usr/bin/python3 -c 'import kubernetes_validate' ||
+        { echo "deploy-test: FAIL: kubernetes-validate did not install" >&2; exit 1; }
+    rm -rf "$KV_DIR" && mv "$KV_DIR.partial" "$KV_DIR"
+fi
+export ATTNSERVE_DEPLOY_PYDEPS_DIR=$KV_DIR
 exec timeout -k 10 180 /usr/bin/python3 -m pytest -p no:cacheprovider -q -rs "$ROOT/tests/deploy"

@@ -519,3 +519,41 @@ def test_haproxy_validates(haproxy_cfg):
     # The only warnings allowed: the example server names do not resolve here.
     warnings = [l for l in out.splitlines() if "[WARNING]" in l and "could not resolve" not in l]
     assert not warnings, "\n".join(warnings)
+
+
+# ---- Kubernetes schemas ------------------------------------------------------------------
+
+# The oldest and newest Kubernetes versions the manifests are meant for.
+K8S_VERSIONS = ("1.27.0", "1.37.0")
+
+VALIDATE = r"""
+import sys, yaml, kubernetes_validate as kv
+bad = 0
+for path in sys.argv[2:]:
+    for doc in yaml.safe_load_all(open(path)):
+        if not doc or doc.get("kind") == "Kustomization":  # kustomize's file, not an API object
+            continue
+        try:
+            kv.validate(doc, sys.argv[1], strict=True)
+        except kv.ValidationError as e:
+            bad += 1
+            print("%s: %s/%s: %s" % (path, doc["kind"], doc["metadata"]["name"], e))
+sys.exit(1 if bad else 0)
+"""
+
+
+def test_k8s_schemas_strict():
+    """Every manifest against the official OpenAPI schemas, rejecting unknown
+    fields (typos), with the kubernetes-validate package. tests/deploy/run.sh
+    installs it from PyPI into a cache outside the repository and names it in
+    ATTNSERVE_DEPLOY_PYDEPS_DIR; it runs in a process of its own, so its
+    pinned dependencies never mix with the ones pytest has loaded."""
+    pydeps = os.environ.get("ATTNSERVE_DEPLOY_PYDEPS_DIR")
+    if not pydeps:
+        pytest.skip("kubernetes-validate not installed (tests/deploy/run.sh installs it)")
+    files = sorted(os.path.join(K8S, n) for n in os.listdir(K8S) if n.endswith(".yaml"))
+    env = dict(os.environ, PYTHONPATH=pydeps)
+    for version in K8S_VERSIONS:
+        r = subprocess.run(["/usr/bin/python3", "-c", VALIDATE, version] + files,
+                           capture_output=True, text=True, env=env, timeout=120)
+        assert r.returncode == 0, "against Kubernetes %s:\n%s%s" % (version, r.stdout, r.stderr)
