@@ -1,0 +1,662 @@
+/* bert.c — BERT weights arranged for GEMMs, and the encoder forward pass on a
+ * packed varlen batch.
+ *
+ * Threads. The service owns every thread: OpenBLAS is set to one thread and
+ * each GEMM is split into blocks that run on the attn_parallel pool handed to
+ * forward — by rows (tokens) when the batch is tall, by output columns when
+ * it is short (then each worker also reads only its share of the weights).
+ * Embeddings, LayerNorm, GELU, attention and pooling run on the same pool, so
+ * one pool runs everything and nothing oversubscribes the cores.
+ *
+ * GEMM layout. Weights stay as PyTorch stores them, W (out, in), and a linear
+ * layer is out (T, N) = inp (T, K) · Wᵀ + b, i.e. sgemm(NoTrans, Trans): no
+ * copy of the 90 MB of weights is needed and OpenBLAS packs Wᵀ panels itself.
+ * The one rearrangement is Q, K, V stacked into W_qkv (3C, C), so one GEMM
+ * yields qkv (T, 3C) = [Q | K | V] per token, which the attention contract
+ * reads in place through token strides of 3C. */
+#include "bert.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "safetensors.h"
+
+/* ---- weights ------------------------------------------------------------------ */
+
+typedef struct bert_layer {
+    const float *qkv_w;     /* (3C, C): rows of W_q, then W_k, then W_v */
+    const float *qkv_b;     /* (3C) */
+    const float *attn_o_w;  /* (C, C) */
+    const float *attn_o_b;  /* (C) */
+    const float *ln1_w;     /* (C) LayerNorm after attention */
+    const float *ln1_b;     /* (C) */
+    const float *ffn_in_w;  /* (F, C) */
+    const float *ffn_in_b;  /* (F) */
+    const float *ffn_out_w; /* (C, F) */
+    const float *ffn_out_b; /* (C) */
+    const float *ln2_w;     /* (C) LayerNorm after the FFN */
+    const float *ln2_b;     /* (C) */
+} bert_layer;
+
+struct bert_model {
+    bert_config cfg;
+    st_file *file;         /* the mapping most weights point into */
+    const float *wte;      /* (V, C) word embeddings */
+    const float *wpe;      /* (P, C) position embeddings */
+    const float *wtt;      /* (C) token type 0 embedding */
+    const float *emb_ln_w; /* (C) */
+    const float *emb_ln_b; /* (C) */
+    bert_layer *layers;    /* [L] */
+    float *owned;          /* [owned_floats]: stacked QKV and converted tensors */
+    size_t owned_floats;
+};
+
+static int fail(int code, char *err, size_t err_len, const char *fmt, ...) {
+    if (err && err_len) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, err_len, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+/* Binding runs twice over the same list of tensors: the first pass (arena
+ * NULL) checks every name and shape and counts the floats to own, the second
+ * carves them from one allocation and fills them. */
+typedef struct loader {
+    const st_file *file;
+    const char *path;   /* of the safetensors file, for messages */
+    const char *prefix; /* "" or "bert." (checkpoints saved from a task head) */
+    float *arena;       /* NULL in the counting pass */
+    size_t used;        /* floats reserved so far */
+    int rc;             /* the BERT_E* code of the first failure */
+    char *err;
+    size_t err_len;
+} loader;
+
+static float *reserve(loader *ld, size_t n) {
+    float *p = ld->arena ? ld->arena + ld->used : NULL;
+    ld->used += n;
+    return p;
+}
+
+static float half_to_float(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, bits;
+    if (exp == 0x1f)
+        bits = sign | 0x7f800000u | (man << 13); /* inf, NaN */
+    else if (exp != 0)
+        bits = sign | ((exp + 112) << 23) | (man << 13);
+    else if (man == 0)
+        bits = sign; /* ±0 */
+    else {
+        /* Subnormal: shift the mantissa up until it is normal. */
+        exp = 113;
+        while (!(man & 0x400u)) {
+            man <<= 1;
+            exp--;
+        }
+        bits = sign | (exp << 23) | ((man & 0x3ffu) << 13);
+    }
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+/* Copies t into dst as F32; t's bytes may be unaligned inside the mapping. */
+static void convert(const st_tensor *t, float *dst, size_t n) {
+    const uint8_t *src = t->data;
+    for (size_t i = 0; i < n; i++) {
+        if (t->dtype == ST_F32) {
+            memcpy(&dst[i], src + 4 * i, 4);
+            continue;
+        }
+        uint16_t h;
+        memcpy(&h, src + 2 * i, 2);
+        if (t->dtype == ST_F16)
+            dst[i] = half_to_float(h);
+        else {
+            uint32_t bits = (uint32_t)h << 16;
+            memcpy(&dst[i], &bits, sizeof bits);
+        }
+    }
+}
+
+/* Finds name with the file's prefix and checks it is a float tensor of the
+ * given shape (cols 0: a vector of rows). */
+static const st_tensor *find(loader *ld, const char *name, int64_t rows, int64_t cols) {
+    char full[256];
+    snprintf(full, sizeof full, "%s%s", ld->prefix, name);
+    const st_tensor *t = st_find(ld->file, full);
+    if (!t) {
+        ld->rc = fail(BERT_EFORMAT, ld->err, ld->err_len, "%s: tensor %s is missing", ld->path,
+                      full);
+        return NULL;
+    }
+    const int ndim = cols ? 2 : 1;
+    if (t->dtype != ST_F32 && t->dtype != ST_F16 && t->dtype != ST_BF16) {
+        ld->rc = fail(BERT_EUNSUPPORTED, ld->err, ld->err_len,
+                      "%s: tensor %s has dtype %s; weights must be F32, F16 or BF16", ld->path,
+                      full, st_dtype_name(t->dtype));
+        return NULL;
+    }
+    if (t->ndim != ndim || t->shape[0] != rows || (cols && t->shape[1] != cols)) {
+        ld->rc = fail(BERT_EFORMAT, ld->err, ld->err_len,
+                      "%s: tensor %s has the wrong shape for config.json (expected [%lld%s%.0lld])",
+                      ld->path, full, (long long)rows, cols ? ", " : "", (long long)cols);
+        return NULL;
+    }
+    return t;
+}
+
+/* Points *dst at the tensor in the mapping when it is aligned F32, else at
+ * a converted copy. Returns 0 or -1 with ld->err set. */
+static int bind(loader *ld, const float **dst, const char *name, int64_t rows, int64_t cols) {
+    const st_tensor *t = find(ld, name, rows, cols);
+    if (!t)
+        return -1;
+    const size_t n = (size_t)rows * (size_t)(cols ? cols : 1);
+    if (t->dtype == ST_F32 && (uintptr_t)t->data % _Alignof(float) == 0) {
+        *dst = t->data;
+        return 0;
+    }
+    float *p = reserve(ld, n);
+    if (p)
+        convert(t, p, n);
+    *dst = p;
+    return 0;
+}
+
+/* Copies the tensor into dst (a slice of an owned stacked tensor). */
+static int bind_into(loader *ld, float *dst, const char *name, int64_t rows, int64_t cols) {
+    const st_tensor *t = find(ld, name, rows, cols);
+    if (!t)
+        return -1;
+    if (dst)
+        convert(t, dst, (size_t)rows * (size_t)(cols ? cols : 1));
+    return 0;
+}
+
+static int bind_layer(loader *ld, bert_layer *w, int l, const bert_config *c) {
+    const int64_t C = c->hidden_size, F = c->intermediate_size;
+    char n[128];
+#define NAME(suffix) (snprintf(n, sizeof n, "encoder.layer.%d.%s", l, suffix), n)
+    float *qkv_w = reserve(ld, (size_t)(3 * C * C)); /* (3C, C) */
+    float *qkv_b = reserve(ld, (size_t)(3 * C));     /* (3C) */
+    static const char *const proj[3] = {"query", "key", "value"};
+    for (int i = 0; i < 3; i++) {
+        char wn[64], bn[64];
+        snprintf(wn, sizeof wn, "attention.self.%s.weight", proj[i]);
+        snprintf(bn, sizeof bn, "attention.self.%s.bias", proj[i]);
+        if (bind_into(ld, qkv_w ? qkv_w + i * C * C : NULL, NAME(wn), C, C) < 0 ||
+            bind_into(ld, qkv_b ? qkv_b + i * C : NULL, NAME(bn), C, 0) < 0)
+            return -1;
+    }
+    w->qkv_w = qkv_w;
+    w->qkv_b = qkv_b;
+    int rc = bind(ld, &w->attn_o_w, NAME("attention.output.dense.weight"), C, C);
+    rc = rc ? rc : bind(ld, &w->attn_o_b, NAME("attention.output.dense.bias"), C, 0);
+    rc = rc ? rc : bind(ld, &w->ln1_w, NAME("attention.output.LayerNorm.weight"), C, 0);
+    rc = rc ? rc : bind(ld, &w->ln1_b, NAME("attention.output.LayerNorm.bias"), C, 0);
+    rc = rc ? rc : bind(ld, &w->ffn_in_w, NAME("intermediate.dense.weight"), F, C);
+    rc = rc ? rc : bind(ld, &w->ffn_in_b, NAME("intermediate.dense.bias"), F, 0);
+    rc = rc ? rc : bind(ld, &w->ffn_out_w, NAME("output.dense.weight"), C, F);
+    rc = rc ? rc : bind(ld, &w->ffn_out_b, NAME("output.dense.bias"), C, 0);
+    rc = rc ? rc : bind(ld, &w->ln2_w, NAME("output.LayerNorm.weight"), C, 0);
+    rc = rc ? rc : bind(ld, &w->ln2_b, NAME("output.LayerNorm.bias"), C, 0);
+#undef NAME
+    return rc;
+}
+
+static int bind_all(loader *ld, bert_model *m) {
+    const bert_config *c = &m->cfg;
+    const int64_t C = c->hidden_size;
+    const float *wtt; /* (type_vocab_size, C); forward uses row 0 */
+    int rc = bind(ld, &m->wte, "embeddings.word_embeddings.weight", c->vocab_size, C);
+    rc = rc ? rc : bind(ld, &m->wpe, "embeddings.position_embeddings.weight", c->max_positions, C);
+    rc = rc ? rc : bind(ld, &wtt, "embeddings.token_type_embeddings.weight", c->type_vocab_size, C);
+    rc = rc ? rc : bind(ld, &m->emb_ln_w, "embeddings.LayerNorm.weight", C, 0);
+    rc = rc ? rc : bind(ld, &m->emb_ln_b, "embeddings.LayerNorm.bias", C, 0);
+    if (rc)
+        return rc;
+    m->wtt = wtt;
+    for (int l = 0; l < c->num_layers; l++)
+        if (bind_layer(ld, &m->layers[l], l, c) < 0)
+            return -1;
+    return 0;
+}
+
+static int load_weights(bert_model *m, const char *dir, char *err, size_t err_len) {
+    char path[4096];
+    if ((size_t)snprintf(path, sizeof path, "%s/model.safetensors", dir) >= sizeof path)
+        return fail(BERT_EIO, err, err_len, "%s: path too long", dir);
+    char why[512];
+    if (st_open(path, &m->file, why, sizeof why) < 0) {
+        /* A file that is absent or unreadable is BERT_EIO; one that opens but
+         * fails validation is malformed. */
+        const int io = strstr(why, "cannot open") != NULL;
+        return fail(io ? BERT_EIO : BERT_EFORMAT, err, err_len, "%s", why);
+    }
+    loader ld = {.file = m->file, .path = path, .prefix = "", .err = err, .err_len = err_len};
+    if (!st_find(m->file, "embeddings.word_embeddings.weight") &&
+        st_find(m->file, "bert.embeddings.word_embeddings.weight"))
+        ld.prefix = "bert.";
+
+    if (bind_all(&ld, m) < 0)
+        return ld.rc;
+    m->owned_floats = ld.used;
+    m->owned = aligned_alloc(64, (ld.used * sizeof(float) + 63) / 64 * 64);
+    if (!m->owned)
+        return fail(BERT_ENOMEM, err, err_len, "%s: cannot allocate %zu bytes of weights", path,
+                    ld.used * sizeof(float));
+    ld.arena = m->owned;
+    ld.used = 0;
+    bind_all(&ld, m);
+    return BERT_OK;
+}
+
+int bert_load(const char *dir, bert_model **out, char *err, size_t err_len) {
+    *out = NULL;
+    bert_model *m = calloc(1, sizeof *m);
+    if (!m)
+        return fail(BERT_ENOMEM, err, err_len, "out of memory");
+    int rc = bert_config_load(dir, &m->cfg, err, err_len);
+    if (!rc) {
+        m->layers = calloc((size_t)m->cfg.num_layers, sizeof *m->layers);
+        rc = m->layers ? load_weights(m, dir, err, err_len)
+                       : fail(BERT_ENOMEM, err, err_len, "out of memory");
+    }
+    if (rc) {
+        bert_free(m);
+        return rc;
+    }
+    /* The GEMMs are split across the service's pool (see the top of this
+     * file); OpenBLAS threads on top of that would oversubscribe the cores. */
+    openblas_set_num_threads(1);
+    *out = m;
+    return BERT_OK;
+}
+
+void bert_free(bert_model *m) {
+    if (!m)
+        return;
+    st_close(m->file);
+    free(m->layers);
+    free(m->owned);
+    free(m);
+}
+
+const bert_config *bert_get_config(const bert_model *m) { return &m->cfg; }
+size_t bert_owned_bytes(const bert_model *m) { return m->owned_floats * sizeof(float); }
+size_t bert_mapped_bytes(const bert_model *m) { return st_file_bytes(m->file); }
+
+attn_shape bert_attn_shape(const bert_config *c, int max_tokens) {
+    return (attn_shape){
+        .batch = max_tokens,
+        .total_tokens = max_tokens,
+        .max_seqlen = max_tokens < c->max_positions ? max_tokens : c->max_positions,
+        .heads = c->num_heads,
+        .head_dim = c->hidden_size / c->num_heads,
+        .causal = 0,
+    };
+}
+
+/* ---- workspace ---------------------------------------------------------------- */
+
+struct bert_workspace {
+    int max_tokens; /* T_max */
+    int nthreads;
+    int32_t *pos;   /* (T) position of each token within its sequence */
+    float *x;       /* (T, C) residual stream */
+    float *proj;    /* (T, C) a projection's output before its residual add */
+    float *qkv;     /* (T, 3C) [Q | K | V] per token; overlaps ffn */
+    float *att;     /* (T, C) attention output, heads side by side; overlaps ffn */
+    float *ffn;     /* (T, F) FFN hidden activations; overlaps qkv and att */
+    void *attn_ws;  /* [attn_bytes] attention backend scratch */
+    size_t attn_bytes;
+    void *mem;      /* the one allocation everything above is carved from */
+    size_t bytes;
+};
+
+static size_t round64(size_t n) { return (n + 63) / 64 * 64; }
+
+int bert_workspace_create(const bert_model *m, int max_tokens, int nthreads,
+                          const attn_backend *const *backends, size_t nbackends,
+                          bert_workspace **out, char *err, size_t err_len) {
+    *out = NULL;
+    const bert_config *c = &m->cfg;
+    if (max_tokens < 1 || nthreads < 1)
+        return fail(BERT_EINPUT, err, err_len, "max_tokens and nthreads must be >= 1");
+    const attn_shape bound = bert_attn_shape(c, max_tokens);
+    size_t attn_bytes = 0;
+    for (size_t i = 0; i < nbackends; i++) {
+        char why[256] = "";
+        if (backends[i]->supports(&bound, why, sizeof why) != ATTN_OK)
+            return fail(BERT_EUNSUPPORTED, err, err_len,
+                        "attention backend %s cannot run this model's batches: %s",
+                        backends[i]->name, why);
+        size_t b = backends[i]->workspace_size(&bound, nthreads);
+        attn_bytes = b > attn_bytes ? b : attn_bytes;
+    }
+
+    /* The FFN activations are live only after attention's are dead, so
+     * they share one region: per token max(3C + C, F) floats. */
+    const size_t T = (size_t)max_tokens, C = (size_t)c->hidden_size;
+    const size_t F = (size_t)c->intermediate_size;
+    const size_t shared = 4 * C > F ? 4 * C : F;
+    const size_t sizes[] = {
+        round64(T * sizeof(int32_t)),      /* pos */
+        round64(T * C * sizeof(float)),      /* x */
+        round64(T * C * sizeof(float)),      /* proj */
+        round64(T * shared * sizeof(float)), /* qkv + att, or ffn */
+        round64(attn_bytes),
+    };
+    size_t total = 0;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        total += sizes[i];
+
+    bert_workspace *ws = calloc(1, sizeof *ws);
+    void *mem = aligned_alloc(64, total);
+    if (!ws || !mem) {
+        free(ws);
+        free(mem);
+        return fail(BERT_ENOMEM, err, err_len, "cannot allocate a %zu-byte model workspace",
+                    total);
+    }
+    char *p = mem;
+    ws->pos = (int32_t *)p;
+    p += sizes[0];
+    ws->x = (float *)p;
+    p += sizes[1];
+    ws->proj = (float *)p;
+    p += sizes[2];
+    ws->qkv = (float *)p;
+    ws->att = ws->qkv + T * 3 * C;
+    ws->ffn = (float *)p;
+    p += sizes[3];
+    ws->attn_ws = attn_bytes ? p : NULL;
+    ws->attn_bytes = attn_bytes;
+    ws->mem = mem;
+    ws->bytes = total;
+    ws->max_tokens = max_tokens;
+    ws->nthreads = nthreads;
+    *out = ws;
+    return BERT_OK;
+}
+
+void bert_workspace_free(bert_workspace *ws) {
+    if (!ws)
+        return;
+    free(ws->mem);
+    free(ws);
+}
+
+size_t bert_workspace_bytes(const bert_workspace *ws) { return ws->bytes; }
+int bert_workspace_max_tokens(const bert_workspace *ws) { return ws->max_tokens; }
+
+/* ---- layers (each one parallel loop on the pool) ------------------------------- */
+
+/* Splits [0, n) into ntasks near-equal blocks; task i gets [*lo, *hi). */
+static void block(size_t n, size_t ntasks, size_t i, size_t *lo, size_t *hi) {
+    *lo = n * i / ntasks;
+    *hi = n * (i + 1) / ntasks;
+}
+
+/* Elementwise loops get a few blocks per worker so a slow worker is evened
+ * out by the pool's dynamic hand-out. */
+static size_t row_tasks(const attn_parallel *par, size_t rows) {
+    size_t n = (size_t)par->nthreads * 4;
+    return n < rows ? n : rows;
+}
+
+typedef struct linear_ctx {
+    float *out;       /* (T, N) */
+    const float *inp; /* (T, K) */
+    const float *w;   /* (N, K) */
+    const float *b;   /* (N) */
+    size_t T, K, N;
+    size_t ntasks;
+    int by_rows; /* 1: task blocks are token rows; 0: output columns */
+    int gelu;    /* apply exact GELU after the bias */
+} linear_ctx;
+
+static float gelu(float x) { return 0.5f * x * (1.0f + erff(x * (float)M_SQRT1_2)); }
+
+static void linear_task(void *arg, size_t task, int worker) {
+    (void)worker;
+    const linear_ctx *c = arg;
+    size_t r0 = 0, r1 = c->T, c0 = 0, c1 = c->N;
+    if (c->by_rows)
+        block(c->T, c->ntasks, task, &r0, &r1);
+    else {
+        /* Column blocks are whole multiples of 16 floats (one cache line). */
+        const size_t step = ((c->N + c->ntasks - 1) / c->ntasks + 15) / 16 * 16;
+        c0 = task * step < c->N ? task * step : c->N;
+        c1 = c0 + step < c->N ? c0 + step : c->N;
+    }
+    if (r0 == r1 || c0 == c1)
+        return;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(r1 - r0), (int)(c1 - c0),
+                (int)c->K, 1.0f, c->inp + r0 * c->K, (int)c->K, c->w + c0 * c->K, (int)c->K,
+                0.0f, c->out + r0 * c->N + c0, (int)c->N);
+    for (size_t r = r0; r < r1; r++) {
+        float *o = c->out + r * c->N; /* (N) */
+        for (size_t j = c0; j < c1; j++)
+            o[j] += c->b[j];
+        if (c->gelu)
+            for (size_t j = c0; j < c1; j++)
+                o[j] = gelu(o[j]);
+    }
+}
+
+/* out (T, N) = inp (T, K) · wᵀ + b, optionally followed by GELU. */
+static void linear(const attn_parallel *par, float *out, const float *inp, const float *w,
+                   const float *b, int T, int K, int N, int apply_gelu) {
+    linear_ctx c = {.out = out, .inp = inp, .w = w, .b = b, .T = (size_t)T, .K = (size_t)K,
+                    .N = (size_t)N, .gelu = apply_gelu};
+    /* Tall batches split by token rows: each GEMM stays large. Short ones
+     * split the weight's rows instead, so a single short input still uses
+     * every core and each core streams only its part of W. */
+    const size_t nt = (size_t)par->nthreads;
+    c.by_rows = (size_t)T >= 64 * nt;
+    c.ntasks = c.by_rows ? nt : ((size_t)N / 16 < nt ? ((size_t)N + 15) / 16 : nt);
+    if (c.ntasks < 1)
+        c.ntasks = 1;
+    par->parallel_for(par->impl, c.ntasks, linear_task, &c);
+}
+
+/* y = (x - mean) / sqrt(var + eps) * w + b over one row of C; the statistics
+ * are accumulated in double so they do not depend on C's size. */
+static void layernorm_row(float *y, const float *x, const float *w, const float *b, int C,
+                          float eps) {
+    double sum = 0.0;
+    for (int i = 0; i < C; i++)
+        sum += x[i];
+    const double mean = sum / C;
+    double var = 0.0;
+    for (int i = 0; i < C; i++)
+        var += (x[i] - mean) * (x[i] - mean);
+    const float rstd = (float)(1.0 / sqrt(var / C + eps));
+    for (int i = 0; i < C; i++)
+        y[i] = (float)(x[i] - mean) * rstd * w[i] + b[i];
+}
+
+typedef struct embed_ctx {
+    const bert_model *m;
+    const int32_t *ids; /* (T) */
+    const int32_t *pos; /* (T) */
+    float *x;           /* (T, C) */
+    size_t T, ntasks;
+} embed_ctx;
+
+/* x[t] = LayerNorm(wte[id] + wtt[0] + wpe[pos]), summed in PyTorch's order. */
+static void embed_task(void *arg, size_t task, int worker) {
+    (void)worker;
+    const embed_ctx *c = arg;
+    const bert_model *m = c->m;
+    const int C = m->cfg.hidden_size;
+    size_t t0, t1;
+    block(c->T, c->ntasks, task, &t0, &t1);
+    for (size_t t = t0; t < t1; t++) {
+        const float *we = m->wte + (size_t)c->ids[t] * C; /* (C) */
+        const float *pe = m->wpe + (size_t)c->pos[t] * C; /* (C) */
+        float *xt = c->x + t * C;                         /* (C) */
+        for (int i = 0; i < C; i++)
+            xt[i] = (we[i] + m->wtt[i]) + pe[i];
+        layernorm_row(xt, xt, m->emb_ln_w, m->emb_ln_b, C, m->cfg.layer_norm_eps);
+    }
+}
+
+typedef struct residual_ctx {
+    float *x;          /* (T, C) */
+    const float *add;  /* (T, C) */
+    const float *w, *b; /* (C) */
+    int C;
+    float eps;
+    size_t T, ntasks;
+} residual_ctx;
+
+/* x[t] = LayerNorm(x[t] + add[t]) (BERT is post-norm). */
+static void residual_task(void *arg, size_t task, int worker) {
+    (void)worker;
+    const residual_ctx *c = arg;
+    size_t t0, t1;
+    block(c->T, c->ntasks, task, &t0, &t1);
+    for (size_t t = t0; t < t1; t++) {
+        float *xt = c->x + t * c->C;             /* (C) */
+        const float *at = c->add + t * c->C;     /* (C) */
+        for (int i = 0; i < c->C; i++)
+            xt[i] += at[i];
+        layernorm_row(xt, xt, c->w, c->b, c->C, c->eps);
+    }
+}
+
+static void residual_layernorm(const attn_parallel *par, float *x, const float *add,
+                               const float *w, const float *b, int T, int C, float eps) {
+    residual_ctx c = {.x = x, .add = add, .w = w, .b = b, .C = C, .eps = eps, .T = (size_t)T,
+                      .ntasks = row_tasks(par, (size_t)T)};
+    par->parallel_for(par->impl, c.ntasks, residual_task, &c);
+}
+
+typedef struct pool_ctx {
+    const bert_config *cfg;
+    const float *x;      /* (T, C) */
+    const int32_t *cu;   /* (B + 1) */
+    float *out;          /* (B, C) */
+} pool_ctx;
+
+/* One sequence: mean over its tokens (or its first, [CLS], token), then L2
+ * normalisation with PyTorch's F.normalize floor of 1e-12 on the norm. */
+static void pool_task(void *arg, size_t b, int worker) {
+    (void)worker;
+    const pool_ctx *c = arg;
+    const int C = c->cfg->hidden_size;
+    const int32_t start = c->cu[b], len = c->cu[b + 1] - start;
+    float *o = c->out + b * (size_t)C; /* (C) */
+    for (int i = 0; i < C; i++) {
+        if (c->cfg->pooling == BERT_POOL_CLS) {
+            o[i] = c->x[(size_t)start * C + i];
+            continue;
+        }
+        double sum = 0.0;
+        for (int32_t t = 0; t < len; t++)
+            sum += c->x[(size_t)(start + t) * C + i];
+        o[i] = (float)(sum / len);
+    }
+    if (!c->cfg->normalize)
+        return;
+    double norm = 0.0;
+    for (int i = 0; i < C; i++)
+        norm += (double)o[i] * o[i];
+    norm = sqrt(norm);
+    const float inv = (float)(1.0 / (norm > 1e-12 ? norm : 1e-12));
+    for (int i = 0; i < C; i++)
+        o[i] *= inv;
+}
+
+/* ---- forward ------------------------------------------------------------------- */
+
+/* Checks the batch and fills pos (T) with each token's position. */
+static int check_batch(const bert_model *m, bert_workspace *ws, const int32_t *ids,
+                       const int32_t *cu, int B, int32_t *max_len, char *err, size_t err_len) {
+    const bert_config *c = &m->cfg;
+    if (!ids || !cu || B < 1)
+        return fail(BERT_EINPUT, err, err_len, "empty batch or missing ids / cu_seqlens");
+    if (cu[0] != 0)
+        return fail(BERT_EINPUT, err, err_len, "cu_seqlens[0] must be 0");
+    *max_len = 0;
+    for (int b = 0; b < B; b++) {
+        if (cu[b + 1] <= cu[b] || cu[b + 1] > ws->max_tokens)
+            return fail(BERT_EINPUT, err, err_len,
+                        "sequence %d: empty, or the batch exceeds the workspace's %d tokens", b,
+                        ws->max_tokens);
+        const int32_t len = cu[b + 1] - cu[b];
+        if (len > c->max_positions)
+            return fail(BERT_EINPUT, err, err_len,
+                        "sequence %d has %d tokens; the model takes at most %d", b, len,
+                        c->max_positions);
+        *max_len = len > *max_len ? len : *max_len;
+        for (int32_t i = 0; i < len; i++) {
+            const int32_t id = ids[cu[b] + i];
+            if (id < 0 || id >= c->vocab_size)
+                return fail(BERT_EINPUT, err, err_len,
+                            "sequence %d token %d: id %d outside the vocabulary [0, %d)", b, i,
+                            id, c->vocab_size);
+            ws->pos[cu[b] + i] = i;
+        }
+    }
+    return BERT_OK;
+}
+
+int bert_forward(const bert_model *m, bert_workspace *ws, const attn_backend *attn,
+                 const attn_parallel *par, const int32_t *ids, const int32_t *cu_seqlens,
+                 int batch, float *out, char *err, size_t err_len) {
+    const bert_config *cfg = &m->cfg;
+    const int C = cfg->hidden_size, F = cfg->intermediate_size, H = cfg->num_heads;
+    const float eps = cfg->layer_norm_eps;
+    if (!attn || !par || !out || par->nthreads > ws->nthreads)
+        return fail(BERT_EINPUT, err, err_len,
+                    "missing backend, pool or output, or more threads than the workspace's %d",
+                    ws->nthreads);
+    int32_t max_len = 0;
+    int rc = check_batch(m, ws, ids, cu_seqlens, batch, &max_len, err, err_len);
+    if (rc)
+        return rc;
+    const int T = cu_seqlens[batch];
+
+    /* Q, K and V are read in place from the fused projection. */
+    attn_problem ap;
+    const attn_shape shape = {.batch = batch, .total_tokens = T, .max_seqlen = max_len,
+                              .heads = H, .head_dim = C / H, .causal = 0};
+    attn_problem_dense(&ap, shape, cu_seqlens, ws->qkv, ws->qkv + C, ws->qkv + 2 * C, ws->att);
+    ap.q_stride = ap.k_stride = ap.v_stride = 3 * (size_t)C;
+    ap.out_stride = (size_t)C;
+
+    embed_ctx ec = {.m = m, .ids = ids, .pos = ws->pos, .x = ws->x, .T = (size_t)T,
+                    .ntasks = row_tasks(par, (size_t)T)};
+    par->parallel_for(par->impl, ec.ntasks, embed_task, &ec);
+
+    for (int l = 0; l < cfg->num_layers; l++) {
+        const bert_layer *w = &m->layers[l];
+        linear(par, ws->qkv, ws->x, w->qkv_w, w->qkv_b, T, C, 3 * C, 0);
+        rc = attn->forward(&ap, ws->attn_ws, ws->attn_bytes, par);
+        if (rc != ATTN_OK)
+            return fail(BERT_EATTN, err, err_len, "layer %d: attention backend %s: %s", l,
+                        attn->name, attn_strerror(rc));
+        linear(par, ws->proj, ws->att, w->attn_o_w, w->attn_o_b, T, C, C, 0);
+        residual_layernorm(par, ws->x, ws->proj, w->ln1_w, w->ln1_b, T, C, eps);
+        linear(par, ws->ffn, ws->x, w->ffn_in_w, w->ffn_in_b, T, C, F, 1);
+        linear(par, ws->proj, ws->ffn, w->ffn_out_w, w->ffn_out_b, T, F, C, 0);
+        residual_layernorm(par, ws->x, ws->proj, w->ln2_w, w->ln2_b, T, C, eps);
+    }
+
+    pool_ctx pc = {.cfg = cfg, .x = ws->x, .cu = cu_seqlens, .out = out};
+    par->parallel_for(par->impl, (size_t)batch, pool_task, &pc);
+    return BERT_OK;
+}

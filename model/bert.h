@@ -1,0 +1,118 @@
+/* bert.h — a BERT-family sentence encoder: token ids of a packed batch in,
+ * one pooled vector per sequence out.
+ *
+ * Loads a sentence-transformers directory (config.json, model.safetensors,
+ * modules.json, the pooling config), keeps the weights memory-mapped and runs
+ * the encoder on a variable-length packed batch — no padding is ever
+ * computed — with attention through a backend from kernels/attention.h. It
+ * knows nothing of HTTP, tokenisation or scheduling.
+ *
+ * Dimension letters used in shape comments:
+ *   B sequences in the batch, T tokens in the batch, C hidden size,
+ *   H heads, D = C/H head size, F intermediate (FFN) size, V vocabulary,
+ *   P max positions, L layers. */
+#ifndef MODEL_BERT_H
+#define MODEL_BERT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/attention.h"
+#include "kernels/parallel.h"
+
+/* ---- errors ---------------------------------------------------------------
+ * Negative codes, one list; bert_strerror() gives the category, and every
+ * failing call also writes a specific message. BERT_EFORMAT and
+ * BERT_EUNSUPPORTED are start-up errors (the service exits with status 2). */
+#define BERT_ERRORS(X)                                                                       \
+    X(BERT_OK, 0, "success")                                                                 \
+    X(BERT_EIO, -1, "cannot read a model file")                                              \
+    X(BERT_EFORMAT, -2, "malformed model file")                                              \
+    X(BERT_EUNSUPPORTED, -3, "model not supported")                                          \
+    X(BERT_ENOMEM, -4, "out of memory")                                                      \
+    X(BERT_EINPUT, -5, "invalid batch")                                                      \
+    X(BERT_EATTN, -6, "attention backend failed")
+
+enum {
+#define BERT_ERR_ENUM(name, code, msg) name = code,
+    BERT_ERRORS(BERT_ERR_ENUM)
+#undef BERT_ERR_ENUM
+};
+
+const char *bert_strerror(int err);
+
+/* ---- model description ----------------------------------------------------- */
+typedef enum bert_pooling { BERT_POOL_MEAN, BERT_POOL_CLS } bert_pooling;
+
+typedef struct bert_config {
+    int vocab_size;        /* V */
+    int hidden_size;       /* C */
+    int num_layers;        /* L */
+    int num_heads;         /* H; C % H == 0 */
+    int intermediate_size; /* F */
+    int max_positions;     /* P: the longest sequence forward accepts */
+    int type_vocab_size;   /* token types; forward always uses type 0 */
+    float layer_norm_eps;
+    bert_pooling pooling;  /* from the sentence-transformers Pooling module */
+    int normalize;         /* 1 when a Normalize module follows pooling */
+} bert_config;
+
+/* Reads config.json, modules.json and the Pooling module's config.json from
+ * dir. Anything outside what forward computes (another architecture or
+ * activation, another pooling mode, extra modules such as Dense) is
+ * BERT_EUNSUPPORTED; a missing file BERT_EIO; a malformed one BERT_EFORMAT. */
+int bert_config_load(const char *dir, bert_config *cfg, char *err, size_t err_len);
+
+/* ---- weights ----------------------------------------------------------------- */
+typedef struct bert_model bert_model;
+
+/* Loads the directory: config as above, then dir/model.safetensors. F16 and
+ * BF16 weights are converted to F32 at load; F32 weights are used in place
+ * from the read-only mapping; Q, K and V projections are concatenated for
+ * one fused GEMM. Sets OpenBLAS to one thread: parallelism comes from the
+ * attn_parallel pool handed to forward (see bert.c). */
+int bert_load(const char *dir, bert_model **out, char *err, size_t err_len);
+void bert_free(bert_model *m);
+
+const bert_config *bert_get_config(const bert_model *m);
+
+/* Bytes of weights the model allocated (converted or rearranged), and bytes
+ * of the mapped weight file (shared, read-only page cache). */
+size_t bert_owned_bytes(const bert_model *m);
+size_t bert_mapped_bytes(const bert_model *m);
+
+/* The attention bounds of every batch of at most max_tokens tokens: what a
+ * backend's capability check and workspace sizing are asked about. */
+attn_shape bert_attn_shape(const bert_config *cfg, int max_tokens);
+
+/* ---- workspace ------------------------------------------------------------- */
+typedef struct bert_workspace bert_workspace;
+
+/* Allocates, once, the activations for batches of up to max_tokens tokens
+ * and the attention scratch that every backend in backends[0..nbackends)
+ * needs with nthreads workers, so forward may run any of them. A backend
+ * that refuses the bounds is BERT_EUNSUPPORTED with its reason. */
+int bert_workspace_create(const bert_model *m, int max_tokens, int nthreads,
+                          const attn_backend *const *backends, size_t nbackends,
+                          bert_workspace **out, char *err, size_t err_len);
+void bert_workspace_free(bert_workspace *ws);
+
+/* Total bytes the workspace holds: with bert_owned_bytes, the model's
+ * worst-case memory beyond the mapped weights. */
+size_t bert_workspace_bytes(const bert_workspace *ws);
+int bert_workspace_max_tokens(const bert_workspace *ws);
+
+/* ---- forward ------------------------------------------------------------------ */
+
+/* Encodes a packed batch: sequence b is ids[cu_seqlens[b] .. cu_seqlens[b+1])
+ * (each 1..P tokens, [CLS] ... [SEP] as the tokenizer made them, total <= the
+ * workspace's max_tokens) and writes its pooled (and, if the model says so,
+ * L2-normalised) vector to out[b * C .. b * C + C). Attention runs through
+ * attn, whose workspace must have been sized at bert_workspace_create;
+ * par->nthreads must not exceed the nthreads given there. Allocates nothing.
+ * Returns BERT_OK, BERT_EINPUT (bad batch) or BERT_EATTN, with a message. */
+int bert_forward(const bert_model *m, bert_workspace *ws, const attn_backend *attn,
+                 const attn_parallel *par, const int32_t *ids, const int32_t *cu_seqlens,
+                 int batch, float *out, char *err, size_t err_len);
+
+#endif

@@ -1,0 +1,220 @@
+/* bert_config.c — reads what a sentence-transformers directory says about the
+ * model: the BERT hyper-parameters, the pooling mode and normalisation.
+ *
+ * Only what forward computes is accepted; everything else is refused by name
+ * at start, so a model is never served with silently different maths. */
+#include "bert.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+const char *bert_strerror(int err) {
+    switch (err) {
+#define BERT_ERR_CASE(name, code, msg)                                                      \
+    case name:                                                                               \
+        return msg;
+        BERT_ERRORS(BERT_ERR_CASE)
+#undef BERT_ERR_CASE
+    }
+    return "unknown error";
+}
+
+static int fail(int code, char *err, size_t err_len, const char *fmt, ...) {
+    if (err && err_len) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, err_len, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+/* Loads dir/name as JSON. A missing file is BERT_EIO, bad JSON BERT_EFORMAT. */
+static int load_json(const char *dir, const char *name, json_t **out, char *err, size_t err_len) {
+    char path[4096];
+    if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, name) >= sizeof path)
+        return fail(BERT_EIO, err, err_len, "%s/%s: path too long", dir, name);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return fail(BERT_EIO, err, err_len, "%s: cannot open: %s", path, strerror(errno));
+    json_error_t jerr;
+    *out = json_loadf(f, JSON_REJECT_DUPLICATES, &jerr);
+    fclose(f);
+    if (!*out)
+        return fail(BERT_EFORMAT, err, err_len, "%s: invalid JSON at line %d: %s", path,
+                    jerr.line, jerr.text);
+    return BERT_OK;
+}
+
+/* A required integer field within [lo, hi]: the bounds keep every size
+ * product forward and the loader form far from overflow. */
+static int get_int(const json_t *o, const char *path, const char *key, long lo, long hi,
+                   int *out, char *err, size_t err_len) {
+    const json_t *v = json_object_get(o, key);
+    if (!v)
+        return fail(BERT_EFORMAT, err, err_len, "%s: missing \"%s\"", path, key);
+    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi)
+        return fail(BERT_EFORMAT, err, err_len, "%s: \"%s\" must be an integer in [%ld, %ld]",
+                    path, key, lo, hi);
+    *out = (int)json_integer_value(v);
+    return BERT_OK;
+}
+
+static int read_hyperparameters(const char *dir, bert_config *c, char *err, size_t err_len) {
+    json_t *j;
+    int rc = load_json(dir, "config.json", &j, err, err_len);
+    if (rc)
+        return rc;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (!json_is_object(j)) {
+        json_decref(j);
+        return fail(BERT_EFORMAT, err, err_len, "%s: not a JSON object", path);
+    }
+
+    const char *type = json_string_value(json_object_get(j, "model_type"));
+    const char *act = json_string_value(json_object_get(j, "hidden_act"));
+    const char *pos = json_string_value(json_object_get(j, "position_embedding_type"));
+    const json_t *eps = json_object_get(j, "layer_norm_eps");
+    if (!type || strcmp(type, "bert") != 0)
+        rc = fail(BERT_EUNSUPPORTED, err, err_len,
+                  "%s: model_type \"%s\" is not supported (only \"bert\")", path,
+                  type ? type : "(missing)");
+    else if (!act || strcmp(act, "gelu") != 0)
+        rc = fail(BERT_EUNSUPPORTED, err, err_len,
+                  "%s: hidden_act \"%s\" is not supported (only \"gelu\", the exact erf form)",
+                  path, act ? act : "(missing)");
+    else if (pos && strcmp(pos, "absolute") != 0)
+        rc = fail(BERT_EUNSUPPORTED, err, err_len,
+                  "%s: position_embedding_type \"%s\" is not supported (only \"absolute\")",
+                  path, pos);
+    else if (json_is_true(json_object_get(j, "is_decoder")))
+        rc = fail(BERT_EUNSUPPORTED, err, err_len, "%s: decoder models are not supported", path);
+    else if (!json_is_number(eps) || !(json_number_value(eps) > 0.0) ||
+             json_number_value(eps) > 1.0)
+        rc = fail(BERT_EFORMAT, err, err_len, "%s: \"layer_norm_eps\" must be a number in (0, 1]",
+                  path);
+    if (!rc)
+        c->layer_norm_eps = (float)json_number_value(eps);
+    if (!rc)
+        rc = get_int(j, path, "vocab_size", 1, 1 << 24, &c->vocab_size, err, err_len);
+    if (!rc)
+        rc = get_int(j, path, "hidden_size", 1, 1 << 16, &c->hidden_size, err, err_len);
+    if (!rc)
+        rc = get_int(j, path, "num_hidden_layers", 1, 1024, &c->num_layers, err, err_len);
+    if (!rc)
+        rc = get_int(j, path, "num_attention_heads", 1, 1024, &c->num_heads, err, err_len);
+    if (!rc)
+        rc = get_int(j, path, "intermediate_size", 1, 1 << 18, &c->intermediate_size, err,
+                     err_len);
+    if (!rc)
+        rc = get_int(j, path, "max_position_embeddings", 1, 1 << 20, &c->max_positions, err,
+                     err_len);
+    if (!rc)
+        rc = get_int(j, path, "type_vocab_size", 1, 1 << 16, &c->type_vocab_size, err, err_len);
+    if (!rc && c->hidden_size % c->num_heads != 0)
+        rc = fail(BERT_EFORMAT, err, err_len,
+                  "%s: hidden_size %d is not a multiple of num_attention_heads %d", path,
+                  c->hidden_size, c->num_heads);
+    json_decref(j);
+    return rc;
+}
+
+/* The Pooling module's config: exactly one mode on, and it must be CLS or
+ * mean. Modes are found by their "pooling_mode_" prefix so that a mode this
+ * code has never heard of is refused rather than ignored. */
+static int read_pooling(const char *dir, const char *sub, bert_config *c, char *err,
+                        size_t err_len) {
+    char name[2048];
+    if ((size_t)snprintf(name, sizeof name, "%s/config.json", sub) >= sizeof name)
+        return fail(BERT_EFORMAT, err, err_len, "%s/modules.json: Pooling path too long", dir);
+    json_t *j;
+    int rc = load_json(dir, name, &j, err, err_len);
+    if (rc)
+        return rc;
+    int on = 0;
+    const char *key;
+    const json_t *v;
+    json_object_foreach(j, key, v) {
+        if (strncmp(key, "pooling_mode_", 13) != 0 || !json_is_true(v))
+            continue;
+        on++;
+        if (strcmp(key, "pooling_mode_mean_tokens") == 0)
+            c->pooling = BERT_POOL_MEAN;
+        else if (strcmp(key, "pooling_mode_cls_token") == 0)
+            c->pooling = BERT_POOL_CLS;
+        else
+            rc = fail(BERT_EUNSUPPORTED, err, err_len,
+                      "%s/%s: %s is not supported (only mean_tokens or cls_token)", dir, name,
+                      key);
+    }
+    const json_t *dim = json_object_get(j, "word_embedding_dimension");
+    if (!rc && on != 1)
+        rc = fail(BERT_EUNSUPPORTED, err, err_len,
+                  "%s/%s: %d pooling modes are on; exactly one (mean or CLS) is supported", dir,
+                  name, on);
+    else if (!rc && dim && (!json_is_integer(dim) || json_integer_value(dim) != c->hidden_size))
+        rc = fail(BERT_EFORMAT, err, err_len,
+                  "%s/%s: word_embedding_dimension differs from hidden_size %d", dir, name,
+                  c->hidden_size);
+    json_decref(j);
+    return rc;
+}
+
+/* The class name of a sentence-transformers module type: the part after the
+ * last dot, for "sentence_transformers.models.Pooling" and the newer
+ * "sentence_transformers.sentence_transformer.modules.Pooling" alike. */
+static const char *module_class(const char *type) {
+    if (!type || strncmp(type, "sentence_transformers.", 22) != 0)
+        return NULL;
+    return strrchr(type, '.') + 1;
+}
+
+/* modules.json must be Transformer, Pooling and optionally Normalize, in
+ * that order: the pipeline forward implements. */
+static int read_modules(const char *dir, bert_config *c, char *err, size_t err_len) {
+    json_t *j;
+    int rc = load_json(dir, "modules.json", &j, err, err_len);
+    if (rc)
+        return rc;
+    static const char *const expected[] = {"Transformer", "Pooling", "Normalize"};
+    size_t n = json_array_size(j);
+    if (!json_is_array(j) || n < 2 || n > 3)
+        rc = fail(BERT_EUNSUPPORTED, err, err_len,
+                  "%s/modules.json: expected the modules Transformer, Pooling and optionally "
+                  "Normalize",
+                  dir);
+    const char *pooling_path = NULL;
+    for (size_t i = 0; !rc && i < n; i++) {
+        const json_t *mod = json_array_get(j, i);
+        const char *type = json_string_value(json_object_get(mod, "type"));
+        const char *cls = module_class(type);
+        if (!cls || strcmp(cls, expected[i]) != 0)
+            rc = fail(BERT_EUNSUPPORTED, err, err_len,
+                      "%s/modules.json: module %zu is \"%s\"; supported: Transformer, Pooling, "
+                      "then optionally Normalize",
+                      dir, i, type ? type : "(no type)");
+        else if (i == 1)
+            pooling_path = json_string_value(json_object_get(mod, "path"));
+    }
+    if (!rc && (!pooling_path || !*pooling_path || strstr(pooling_path, "..")))
+        rc = fail(BERT_EFORMAT, err, err_len, "%s/modules.json: bad path of the Pooling module",
+                  dir);
+    if (!rc) {
+        c->normalize = n == 3;
+        rc = read_pooling(dir, pooling_path, c, err, err_len);
+    }
+    json_decref(j);
+    return rc;
+}
+
+int bert_config_load(const char *dir, bert_config *cfg, char *err, size_t err_len) {
+    memset(cfg, 0, sizeof *cfg);
+    int rc = read_hyperparameters(dir, cfg, err, err_len);
+    if (!rc)
+        rc = read_modules(dir, cfg, err, err_len);
+    return rc;
+}

@@ -1,0 +1,186 @@
+#!/usr/bin/env python3
+"""make_golden.py — reference embeddings of all-MiniLM-L6-v2 for the C model tests.
+
+Runs sentence-transformers (PyTorch, CPU, float32) on a varied corpus and writes
+tests/golden/embeddings.json: for every input its text, the token ids the Hugging
+Face tokenizer produced (so the C forward test does not depend on the C
+tokenizer) and the pooled, normalised embedding. A second, smaller set runs the
+same weights with CLS pooling and no Normalize module, to check those paths.
+
+Sequences are truncated at 512 tokens (the model's position limit, which is what
+the service does), not at the 256 of the model's sentence_bert_config.json.
+
+Usage (versions used are recorded in the output):
+    python3 -m venv /tmp/stvenv
+    /tmp/stvenv/bin/pip install torch sentence-transformers
+    /tmp/stvenv/bin/python tests/golden/make_golden.py models/all-MiniLM-L6-v2
+"""
+import json
+import platform
+import sys
+
+import numpy as np
+import sentence_transformers
+import tokenizers
+import torch
+import transformers
+from sentence_transformers import SentenceTransformer, models
+
+MAX_TOKENS = 512
+
+LOREM = (
+    "The committee met on Tuesday to review the quarterly budget, and after a long "
+    "discussion about infrastructure, staffing and the new data centre, it approved "
+    "most of the proposals while asking for revised estimates on the remaining ones. "
+)
+
+
+def long_text(words):
+    """Prose of about `words` words, varied so that no window repeats exactly."""
+    base = LOREM.split()
+    out = []
+    i = 0
+    while len(out) < words:
+        out.append(base[i % len(base)])
+        if i % 17 == 0:
+            out.append(str(i))
+        i += 1
+    return " ".join(out)
+
+
+CORPUS = [
+    # short and plain
+    "Hello",
+    "a",
+    "",
+    "Hello, world!",
+    "The quick brown fox jumps over the lazy dog.",
+    "What is the capital of France?",
+    "Paris is the capital and most populous city of France.",
+    "I love machine learning.",
+    "Embeddings map text to vectors.",
+    "How do I reset my password?",
+    "This is a test.",
+    "This is a test",
+    "THIS IS A TEST.",
+    "   leading and trailing spaces   ",
+    "tabs\tand\nnewlines\r\nmixed",
+    "1234567890 3.14159 -42 1e10",
+    "!!!???...,,,;;;:::",
+    "e-mail: someone@example.com, url: https://example.org/path?q=1&r=2",
+    "int main(void) { return 0; }",
+    "def f(x): return x ** 2  # square",
+    "supercalifragilisticexpialidocious",
+    "antidisestablishmentarianism " * 3,
+    "a" * 150,
+    "don't won't can't shouldn't y'all",
+    "Mr. Smith went to Washington D.C. on Jan. 5th.",
+    # accents and Latin-script languages
+    "Café au lait, crème brûlée, naïve façade.",
+    "Ünïcödé àçcéñts éverywhere",
+    "Der schnelle braune Fuchs springt über den faulen Hund.",
+    "El rápido zorro marrón salta sobre el perro perezoso.",
+    "Tiếng Việt có nhiều dấu thanh.",
+    "Zażółć gęślą jaźń.",
+    # other scripts
+    "我爱自然语言处理。",
+    "北京是中华人民共和国的首都。",
+    "日本語のテキストも処理できますか？",
+    "ひらがなとカタカナ、そして漢字。",
+    "한국어 문장도 임베딩할 수 있습니다.",
+    "Привет, как дела? Это тест.",
+    "Γειά σου Κόσμε",
+    "مرحبا بالعالم، هذا اختبار.",
+    "שלום עולם",
+    "नमस्ते दुनिया, यह एक परीक्षण है।",
+    "สวัสดีชาวโลก",
+    "ሰላም ለዓለም",
+    "Բարեւ աշխարհ",
+    "გამარჯობა მსოფლიო",
+    # emoji, symbols, mixed and control characters
+    "I love pizza 🍕🍕🍕 and 🐍 python!",
+    "👩‍👩‍👧‍👦 family emoji with ZWJ",
+    "Mixed: English, 中文, العربية, русский, हिन्दी, 日本語.",
+    "math: ∑ x² ≤ ∞, α → β, √2 ≈ 1.414",
+    "control\u0000chars\u0007here\u001b[0m and zero\u200bwidth",
+    "full‐width ＡＢＣ １２３ and ligature ﬁ",
+    # long: over 256 tokens, and over the 512-token limit (truncated)
+    long_text(120),
+    long_text(230),
+    long_text(300),
+    long_text(420),
+    long_text(900),
+    ("Unicode across scripts: 你好世界 こんにちは 안녕하세요 Привет مرحبا שלום नमस्ते "
+     "สวัสดี Γειά ") * 40,
+    " ".join(f"token{i}" for i in range(700)),
+]
+
+# Inputs for the CLS-pooling, unnormalised variant.
+CLS_CORPUS = [
+    "Hello, world!",
+    "Paris is the capital and most populous city of France.",
+    "我爱自然语言处理。",
+    "I love pizza 🍕🍕🍕 and 🐍 python!",
+    long_text(300),
+    long_text(900),
+]
+
+
+def run(model, texts):
+    model.max_seq_length = MAX_TOKENS
+    features = model.tokenize(texts)
+    ids = [
+        [int(t) for t, m in zip(row, mask) if m]
+        for row, mask in zip(features["input_ids"].tolist(), features["attention_mask"].tolist())
+    ]
+    emb = model.encode(texts, batch_size=16, convert_to_numpy=True, normalize_embeddings=False)
+    out = []
+    for text, row, vec in zip(texts, ids, emb):
+        assert len(row) <= MAX_TOKENS
+        out.append({
+            "text": text,
+            "ids": row,
+            "embedding": [float(f"{x:.9g}") for x in np.asarray(vec, dtype=np.float32)],
+        })
+    return out
+
+
+def main():
+    model_dir = sys.argv[1] if len(sys.argv) > 1 else "models/all-MiniLM-L6-v2"
+    torch.manual_seed(0)
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+
+    full = SentenceTransformer(model_dir, device="cpu")
+    modules = [type(m).__name__ for m in full]
+    assert modules == ["Transformer", "Pooling", "Normalize"], modules
+
+    transformer = models.Transformer(model_dir, max_seq_length=MAX_TOKENS)
+    dim = full.get_sentence_embedding_dimension()
+    cls = SentenceTransformer(modules=[transformer, models.Pooling(dim, "cls")], device="cpu")
+
+    golden = {
+        "model": "sentence-transformers/all-MiniLM-L6-v2",
+        "max_tokens": MAX_TOKENS,
+        "made_by": "tests/golden/make_golden.py",
+        "versions": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "sentence_transformers": sentence_transformers.__version__,
+            "transformers": transformers.__version__,
+            "tokenizers": tokenizers.__version__,
+            "numpy": np.__version__,
+        },
+        "mean_normalized": run(full, CORPUS),
+        "cls_raw": run(cls, CLS_CORPUS),
+    }
+    lengths = [len(x["ids"]) for x in golden["mean_normalized"]]
+    print(f"{len(lengths)} inputs, tokens min {min(lengths)} max {max(lengths)}, "
+          f"> 256: {sum(n > 256 for n in lengths)}, = 512: {sum(n == 512 for n in lengths)}",
+          file=sys.stderr)
+    with open("tests/golden/embeddings.json", "w", encoding="utf-8") as f:
+        json.dump(golden, f, ensure_ascii=False, separators=(",", ":"))
+        f.write("\n")
+
+
+if __name__ == "__main__":
+    main()

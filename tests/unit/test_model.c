@@ -1,0 +1,462 @@
+/* test_model.c — the encoder against sentence-transformers (PyTorch).
+ *
+ * tests/golden/embeddings.json (made by tests/golden/make_golden.py) holds, for
+ * 58 inputs, the token ids the Hugging Face tokenizer produced and the
+ * embedding PyTorch computed. Every backend must reproduce every embedding to
+ * cosine >= 0.99999, and an input must get the same vector alone as inside a
+ * large mixed batch. The model is read from models/all-MiniLM-L6-v2 (`make
+ * model`); without it these tests fail, they do not skip. */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "kernels/attention.h"
+#include "kernels/threadpool.h"
+#include "model/bert.h"
+
+#define MODEL_DIR "models/all-MiniLM-L6-v2"
+#define GOLDEN "tests/golden/embeddings.json"
+#define MIN_COSINE 0.99999
+#define MAX_BATCH_DIFF 1e-6
+#define THREADS 2
+
+typedef struct {
+    int n;          /* inputs */
+    int32_t **ids;  /* [n][len[i]] */
+    int32_t *len;   /* [n] */
+    float **emb;    /* [n][C] */
+    int dim;        /* C */
+} golden_set;
+
+static void golden_free(golden_set *g) {
+    for (int i = 0; i < g->n; i++) {
+        free(g->ids[i]);
+        free(g->emb[i]);
+    }
+    free(g->ids);
+    free(g->len);
+    free(g->emb);
+}
+
+static golden_set golden_load(const char *set) {
+    json_error_t jerr;
+    json_t *root = json_load_file(GOLDEN, JSON_ALLOW_NUL, &jerr); /* texts hold a NUL */
+    cr_assert_not_null(root, "%s: %s (line %d)", GOLDEN, jerr.text, jerr.line);
+    json_t *arr = json_object_get(root, set);
+    cr_assert(json_is_array(arr), "%s has no array %s", GOLDEN, set);
+    golden_set g = {.n = (int)json_array_size(arr)};
+    g.ids = calloc((size_t)g.n, sizeof *g.ids);
+    g.len = calloc((size_t)g.n, sizeof *g.len);
+    g.emb = calloc((size_t)g.n, sizeof *g.emb);
+    for (int i = 0; i < g.n; i++) {
+        json_t *e = json_array_get(arr, (size_t)i);
+        json_t *ids = json_object_get(e, "ids"), *emb = json_object_get(e, "embedding");
+        g.len[i] = (int32_t)json_array_size(ids);
+        g.dim = (int)json_array_size(emb);
+        g.ids[i] = malloc((size_t)g.len[i] * sizeof(int32_t));
+        g.emb[i] = malloc((size_t)g.dim * sizeof(float));
+        for (int32_t t = 0; t < g.len[i]; t++)
+            g.ids[i][t] = (int32_t)json_integer_value(json_array_get(ids, (size_t)t));
+        for (int d = 0; d < g.dim; d++)
+            g.emb[i][d] = (float)json_number_value(json_array_get(emb, (size_t)d));
+    }
+    json_decref(root);
+    return g;
+}
+
+static void require_model(const char *dir) {
+    struct stat sb;
+    char path[512];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    cr_assert_eq(stat(path, &sb), 0,
+                 "model missing: %s not found — run `make model` (the tests need the real "
+                 "all-MiniLM-L6-v2 and do not skip without it)",
+                 path);
+}
+
+static bert_model *load_model(const char *dir) {
+    require_model(MODEL_DIR);
+    bert_model *m = NULL;
+    char err[512] = "";
+    int rc = bert_load(dir, &m, err, sizeof err);
+    cr_assert_eq(rc, BERT_OK, "bert_load(%s): %s: %s", dir, bert_strerror(rc), err);
+    return m;
+}
+
+static const attn_backend *backend(const char *name) {
+    const attn_backend *b = attn_backend_find(name);
+    cr_assert_not_null(b, "no attention backend %s", name);
+    return b;
+}
+
+static bert_workspace *make_workspace(const bert_model *m, int max_tokens,
+                                      const attn_backend *b) {
+    bert_workspace *ws = NULL;
+    char err[512] = "";
+    int rc = bert_workspace_create(m, max_tokens, THREADS, &b, 1, &ws, err, sizeof err);
+    cr_assert_eq(rc, BERT_OK, "workspace for %s: %s", b->name, err);
+    return ws;
+}
+
+/* Packs inputs idx[0..n) of g into ids / cu (caller frees). */
+static int32_t pack(const golden_set *g, const int *idx, int n, int32_t **ids, int32_t **cu) {
+    *cu = calloc((size_t)n + 1, sizeof **cu);
+    for (int b = 0; b < n; b++)
+        (*cu)[b + 1] = (*cu)[b] + g->len[idx[b]];
+    *ids = malloc((size_t)(*cu)[n] * sizeof **ids);
+    for (int b = 0; b < n; b++)
+        memcpy(*ids + (*cu)[b], g->ids[idx[b]], (size_t)g->len[idx[b]] * sizeof **ids);
+    return (*cu)[n];
+}
+
+static double cosine(const float *a, const float *b, int n) {
+    double ab = 0, aa = 0, bb = 0;
+    for (int i = 0; i < n; i++) {
+        ab += (double)a[i] * b[i];
+        aa += (double)a[i] * a[i];
+        bb += (double)b[i] * b[i];
+    }
+    return ab / sqrt(aa * bb);
+}
+
+/* Runs every input of set through `name` in one packed batch and checks each
+ * against PyTorch. Returns the smallest cosine. */
+static double check_golden(const char *dir, const char *set, const char *name) {
+    golden_set g = golden_load(set);
+    bert_model *m = load_model(dir);
+    const int C = bert_get_config(m)->hidden_size;
+    cr_assert_eq(g.dim, C);
+
+    int *idx = malloc((size_t)g.n * sizeof *idx);
+    for (int i = 0; i < g.n; i++)
+        idx[i] = i;
+    int32_t *ids, *cu;
+    const int32_t T = pack(&g, idx, g.n, &ids, &cu);
+    const attn_backend *b = backend(name);
+    bert_workspace *ws = make_workspace(m, T, b);
+    tp_pool *pool = tp_create(THREADS);
+    attn_parallel par = tp_parallel(pool);
+    float *out = malloc((size_t)g.n * C * sizeof *out);
+    char err[512] = "";
+    int rc = bert_forward(m, ws, b, &par, ids, cu, g.n, out, err, sizeof err);
+    cr_assert_eq(rc, BERT_OK, "forward with %s: %s", name, err);
+
+    double min_cos = 1.0, max_abs = 0.0;
+    for (int i = 0; i < g.n; i++) {
+        const double c = cosine(out + (size_t)i * C, g.emb[i], C);
+        for (int d = 0; d < C; d++)
+            max_abs = fmax(max_abs, fabs(out[(size_t)i * C + d] - g.emb[i][d]));
+        cr_expect_geq(c, MIN_COSINE, "%s, %s input %d (%d tokens): cosine %.8f", name, set, i,
+                      g.len[i], c);
+        min_cos = fmin(min_cos, c);
+    }
+    fprintf(stderr,
+            "model golden %s/%s: %d inputs, %d tokens: min cosine 1 - %.2g, max |diff| %.3g\n",
+            set, name, g.n, T, 1.0 - min_cos, max_abs);
+
+    free(out);
+    tp_destroy(pool);
+    bert_workspace_free(ws);
+    bert_free(m);
+    free(ids);
+    free(cu);
+    free(idx);
+    golden_free(&g);
+    return min_cos;
+}
+
+TestSuite(model, .timeout = 300);
+
+Test(model, reads_the_minilm_description) {
+    require_model(MODEL_DIR);
+    bert_config c;
+    char err[512] = "";
+    cr_assert_eq(bert_config_load(MODEL_DIR, &c, err, sizeof err), BERT_OK, "%s", err);
+    cr_assert_eq(c.vocab_size, 30522);
+    cr_assert_eq(c.hidden_size, 384);
+    cr_assert_eq(c.num_layers, 6);
+    cr_assert_eq(c.num_heads, 12);
+    cr_assert_eq(c.intermediate_size, 1536);
+    cr_assert_eq(c.max_positions, 512);
+    cr_assert_eq(c.pooling, BERT_POOL_MEAN);
+    cr_assert_eq(c.normalize, 1);
+    cr_assert_float_eq(c.layer_norm_eps, 1e-12f, 1e-18);
+}
+
+Test(model, golden_naive) {
+    check_golden(MODEL_DIR, "mean_normalized", "naive");
+}
+
+Test(model, golden_fused) {
+    check_golden(MODEL_DIR, "mean_normalized", "fused");
+}
+
+/* ---- batch independence ------------------------------------------------------ */
+
+/* Each input alone, then all inputs in a mixed order with every third one
+ * repeated, in one batch: the vectors must agree to MAX_BATCH_DIFF. */
+static void check_batch_independence(const char *name) {
+    golden_set g = golden_load("mean_normalized");
+    bert_model *m = load_model(MODEL_DIR);
+    const int C = bert_get_config(m)->hidden_size;
+    const attn_backend *b = backend(name);
+
+    int n = 0, *idx = malloc((size_t)g.n * 2 * sizeof *idx);
+    for (int i = 0; i < g.n; i++) {
+        idx[n++] = (i * 37) % g.n; /* 37 is prime to 58: a permutation */
+        if (i % 3 == 0)
+            idx[n++] = i;
+    }
+    int32_t *ids, *cu;
+    const int32_t T = pack(&g, idx, n, &ids, &cu);
+    bert_workspace *ws = make_workspace(m, T, b);
+    tp_pool *pool = tp_create(THREADS);
+    attn_parallel par = tp_parallel(pool);
+    float *batched = malloc((size_t)n * C * sizeof *batched);
+    float *alone = malloc((size_t)C * sizeof *alone);
+    char err[512] = "";
+    cr_assert_eq(bert_forward(m, ws, b, &par, ids, cu, n, batched, err, sizeof err), BERT_OK,
+                 "%s", err);
+
+    double worst = 0.0;
+    for (int i = 0; i < g.n; i++) {
+        const int32_t one[2] = {0, g.len[i]};
+        cr_assert_eq(bert_forward(m, ws, b, &par, g.ids[i], one, 1, alone, err, sizeof err),
+                     BERT_OK, "%s", err);
+        for (int k = 0; k < n; k++) {
+            if (idx[k] != i)
+                continue;
+            double diff = 0.0;
+            for (int d = 0; d < C; d++)
+                diff = fmax(diff, fabs(alone[d] - batched[(size_t)k * C + d]));
+            cr_expect_leq(diff, MAX_BATCH_DIFF,
+                          "%s: input %d (%d tokens) alone vs at %d in a batch of %d: %.3g", name,
+                          i, g.len[i], k, n, diff);
+            worst = fmax(worst, diff);
+        }
+    }
+    fprintf(stderr, "model batch independence %s: %d sequences, %d tokens: max |diff| %.3g\n",
+            name, n, T, worst);
+
+    free(alone);
+    free(batched);
+    tp_destroy(pool);
+    bert_workspace_free(ws);
+    bert_free(m);
+    free(ids);
+    free(cu);
+    free(idx);
+    golden_free(&g);
+}
+
+Test(model, alone_equals_batched_naive) {
+    check_batch_independence("naive");
+}
+
+Test(model, alone_equals_batched_fused) {
+    check_batch_independence("fused");
+}
+
+/* A single-threaded pool must give what the two-thread pool gives: the
+ * GEMM split changes with the thread count. */
+Test(model, thread_count_does_not_change_results) {
+    golden_set g = golden_load("mean_normalized");
+    bert_model *m = load_model(MODEL_DIR);
+    const int C = bert_get_config(m)->hidden_size;
+    const attn_backend *b = backend("naive");
+    int idx[] = {4, 52, 31, 55};
+    int32_t *ids, *cu;
+    const int32_t T = pack(&g, idx, 4, &ids, &cu);
+    bert_workspace *ws = make_workspace(m, T, b);
+    tp_pool *pool = tp_create(THREADS);
+    attn_parallel par = tp_parallel(pool);
+    float a[4 * 384], s[4 * 384];
+    char err[512] = "";
+    cr_assert_eq(bert_forward(m, ws, b, &par, ids, cu, 4, a, err, sizeof err), BERT_OK, "%s", err);
+    cr_assert_eq(bert_forward(m, ws, b, &attn_parallel_serial, ids, cu, 4, s, err, sizeof err),
+                 BERT_OK, "%s", err);
+    for (int i = 0; i < 4 * C; i++)
+        cr_assert_leq(fabsf(a[i] - s[i]), MAX_BATCH_DIFF, "element %d: %g vs %g", i, a[i], s[i]);
+    tp_destroy(pool);
+    bert_workspace_free(ws);
+    bert_free(m);
+    free(ids);
+    free(cu);
+    golden_free(&g);
+}
+
+/* ---- model directories made for a test -------------------------------------- */
+
+static char tmpdir[64];
+
+/* A copy of the MiniLM directory whose weights and vocabulary are links and
+ * whose JSON files can be replaced. */
+static void make_variant(void) {
+    require_model(MODEL_DIR);
+    char cwd[1024], cmd[8192];
+    cr_assert_not_null(getcwd(cwd, sizeof cwd));
+    strcpy(tmpdir, "/tmp/attn-model-XXXXXX");
+    cr_assert_not_null(mkdtemp(tmpdir));
+    snprintf(cmd, sizeof cmd,
+             "set -e; cd %s; mkdir 1_Pooling; ln -s %s/%s/model.safetensors .; "
+             "cp %s/%s/config.json %s/%s/modules.json .; "
+             "cp %s/%s/1_Pooling/config.json 1_Pooling/",
+             tmpdir, cwd, MODEL_DIR, cwd, MODEL_DIR, cwd, MODEL_DIR, cwd, MODEL_DIR);
+    cr_assert_eq(system(cmd), 0);
+}
+
+static void remove_variant(void) {
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+static void write_file(const char *rel, const char *text) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", tmpdir, rel);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f, "%s", path);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* Rewrites one key of config.json (value is JSON text). */
+static void set_config(const char *key, const char *value) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/config.json", tmpdir);
+    json_t *j = json_load_file(path, 0, NULL);
+    cr_assert_not_null(j);
+    json_t *v = json_loads(value, JSON_DECODE_ANY, NULL);
+    cr_assert_not_null(v, "%s", value);
+    json_object_set_new(j, key, v);
+    cr_assert_eq(json_dump_file(j, path, 0), 0);
+    json_decref(j);
+}
+
+static const char *const CLS_POOLING =
+    "{\"word_embedding_dimension\": 384, \"pooling_mode_cls_token\": true, "
+    "\"pooling_mode_mean_tokens\": false, \"pooling_mode_max_tokens\": false}";
+static const char *const NO_NORMALIZE =
+    "[{\"idx\":0,\"name\":\"0\",\"path\":\"\",\"type\":\"sentence_transformers.models.Transformer\"},"
+    "{\"idx\":1,\"name\":\"1\",\"path\":\"1_Pooling\",\"type\":\"sentence_transformers.models.Pooling\"}]";
+
+Test(model, golden_cls_unnormalised, .init = make_variant, .fini = remove_variant) {
+    write_file("1_Pooling/config.json", CLS_POOLING);
+    write_file("modules.json", NO_NORMALIZE);
+    bert_config c;
+    char err[512] = "";
+    cr_assert_eq(bert_config_load(tmpdir, &c, err, sizeof err), BERT_OK, "%s", err);
+    cr_assert_eq(c.pooling, BERT_POOL_CLS);
+    cr_assert_eq(c.normalize, 0);
+    check_golden(tmpdir, "cls_raw", "naive");
+    check_golden(tmpdir, "cls_raw", "fused");
+}
+
+/* Loading dir must fail with code and a message containing want. */
+static void expect_load_error(int code, const char *want) {
+    bert_model *m = (bert_model *)1;
+    char err[512] = "";
+    int rc = bert_load(tmpdir, &m, err, sizeof err);
+    cr_assert_eq(rc, code, "got %s (%s), wanted %s", bert_strerror(rc), err, bert_strerror(code));
+    cr_assert_null(m);
+    cr_assert_not_null(strstr(err, want), "message '%s' lacks '%s'", err, want);
+}
+
+Test(model, refuses_other_architectures, .init = make_variant, .fini = remove_variant) {
+    set_config("model_type", "\"roberta\"");
+    expect_load_error(BERT_EUNSUPPORTED, "model_type \"roberta\"");
+}
+
+Test(model, refuses_other_activations, .init = make_variant, .fini = remove_variant) {
+    set_config("hidden_act", "\"gelu_new\"");
+    expect_load_error(BERT_EUNSUPPORTED, "hidden_act \"gelu_new\"");
+}
+
+Test(model, refuses_relative_positions, .init = make_variant, .fini = remove_variant) {
+    set_config("position_embedding_type", "\"relative_key\"");
+    expect_load_error(BERT_EUNSUPPORTED, "relative_key");
+}
+
+Test(model, refuses_other_pooling, .init = make_variant, .fini = remove_variant) {
+    write_file("1_Pooling/config.json",
+               "{\"pooling_mode_max_tokens\": true, \"pooling_mode_mean_tokens\": false}");
+    expect_load_error(BERT_EUNSUPPORTED, "pooling_mode_max_tokens");
+    write_file("1_Pooling/config.json",
+               "{\"pooling_mode_cls_token\": true, \"pooling_mode_mean_tokens\": true}");
+    expect_load_error(BERT_EUNSUPPORTED, "2 pooling modes");
+}
+
+Test(model, refuses_extra_modules, .init = make_variant, .fini = remove_variant) {
+    write_file("modules.json",
+               "[{\"path\":\"\",\"type\":\"sentence_transformers.models.Transformer\"},"
+               "{\"path\":\"1_Pooling\",\"type\":\"sentence_transformers.models.Pooling\"},"
+               "{\"path\":\"2_Dense\",\"type\":\"sentence_transformers.models.Dense\"}]");
+    expect_load_error(BERT_EUNSUPPORTED, "models.Dense");
+}
+
+Test(model, missing_and_malformed_files, .init = make_variant, .fini = remove_variant) {
+    write_file("config.json", "{\"model_type\": \"bert\",");
+    expect_load_error(BERT_EFORMAT, "invalid JSON");
+    char path[512];
+    snprintf(path, sizeof path, "%s/config.json", tmpdir);
+    unlink(path);
+    expect_load_error(BERT_EIO, "config.json: cannot open");
+}
+
+Test(model, weights_must_match_the_config, .init = make_variant, .fini = remove_variant) {
+    set_config("intermediate_size", "1024");
+    expect_load_error(BERT_EFORMAT, "intermediate.dense.weight has the wrong shape");
+    set_config("intermediate_size", "1536");
+    set_config("num_hidden_layers", "7");
+    expect_load_error(BERT_EFORMAT, "encoder.layer.6.attention.self.query.weight is missing");
+    set_config("num_hidden_layers", "6");
+    set_config("num_attention_heads", "5");
+    expect_load_error(BERT_EFORMAT, "not a multiple");
+}
+
+/* ---- bad batches ----------------------------------------------------------------- */
+
+Test(model, refuses_bad_batches) {
+    bert_model *m = load_model(MODEL_DIR);
+    const attn_backend *b = backend("naive");
+    bert_workspace *ws = make_workspace(m, 600, b);
+    cr_assert_eq(bert_workspace_max_tokens(ws), 600);
+    cr_assert_gt(bert_workspace_bytes(ws), (size_t)600 * 384 * 4 * 3);
+    float out[2 * 384];
+    int32_t ids[600];
+    for (int i = 0; i < 600; i++)
+        ids[i] = 1000 + i;
+    char err[512];
+    const attn_parallel *par = &attn_parallel_serial;
+
+    const int32_t too_long[] = {0, 513};
+    cr_assert_eq(bert_forward(m, ws, b, par, ids, too_long, 1, out, err, sizeof err), BERT_EINPUT);
+    cr_assert_not_null(strstr(err, "at most 512"), "%s", err);
+    const int32_t too_many[] = {0, 300, 601};
+    cr_assert_eq(bert_forward(m, ws, b, par, ids, too_many, 2, out, err, sizeof err), BERT_EINPUT);
+    const int32_t empty_seq[] = {0, 0, 4};
+    cr_assert_eq(bert_forward(m, ws, b, par, ids, empty_seq, 2, out, err, sizeof err), BERT_EINPUT);
+    const int32_t bad_start[] = {1, 4};
+    cr_assert_eq(bert_forward(m, ws, b, par, ids, bad_start, 1, out, err, sizeof err), BERT_EINPUT);
+    cr_assert_eq(bert_forward(m, ws, b, par, ids, too_long, 0, out, err, sizeof err), BERT_EINPUT);
+    ids[2] = 30522;
+    const int32_t ok[] = {0, 4};
+    cr_assert_eq(bert_forward(m, ws, b, par, ids, ok, 1, out, err, sizeof err), BERT_EINPUT);
+    cr_assert_not_null(strstr(err, "outside the vocabulary"), "%s", err);
+    ids[2] = -1;
+    cr_assert_eq(bert_forward(m, ws, b, par, ids, ok, 1, out, err, sizeof err), BERT_EINPUT);
+    ids[2] = 1002;
+    cr_assert_eq(bert_forward(m, ws, b, par, ids, ok, 1, out, err, sizeof err), BERT_OK, "%s", err);
+
+    tp_pool *pool = tp_create(THREADS + 1);
+    attn_parallel wide = tp_parallel(pool);
+    cr_assert_eq(bert_forward(m, ws, b, &wide, ids, ok, 1, out, err, sizeof err), BERT_EINPUT);
+    tp_destroy(pool);
+    bert_workspace_free(ws);
+    bert_free(m);
+}
