@@ -49,20 +49,20 @@ typedef struct setting {
 #define RELOAD true
 #define RESTART false
 #define INT(n, def, lo, hi, rel, h)                                                          \
-    {.name = #n, .type = T_INT, .offset = offsetof(config, n), .reloadable = rel, .help = h, \
-     .i_def = def, .i_min = lo, .i_max = hi}
+    {.name = #n, .type = T_INT, .offset = offsetof(config, n), .reloadable = (rel), .help = (h), \
+     .i_def = (def), .i_min = (lo), .i_max = (hi)}
 #define DOUBLE(n, def, lo, hi, rel, h)                                                          \
-    {.name = #n, .type = T_DOUBLE, .offset = offsetof(config, n), .reloadable = rel, .help = h, \
-     .d_def = def, .d_min = lo, .d_max = hi}
+    {.name = #n, .type = T_DOUBLE, .offset = offsetof(config, n), .reloadable = (rel), .help = (h), \
+     .d_def = (def), .d_min = (lo), .d_max = (hi)}
 #define BOOL(n, def, rel, h)                                                                  \
-    {.name = #n, .type = T_BOOL, .offset = offsetof(config, n), .reloadable = rel, .help = h, \
-     .b_def = def}
+    {.name = #n, .type = T_BOOL, .offset = offsetof(config, n), .reloadable = (rel), .help = (h), \
+     .b_def = (def)}
 #define STRING(n, def, chk, doc, rel, h)                                                        \
-    {.name = #n, .type = T_STRING, .offset = offsetof(config, n), .reloadable = rel, .help = h, \
-     .s_def = def, .check = chk, .check_doc = doc}
+    {.name = #n, .type = T_STRING, .offset = offsetof(config, n), .reloadable = (rel), .help = (h), \
+     .s_def = (def), .check = (chk), .check_doc = (doc)}
 #define ENUM(n, def, vals, rel, h)                                                            \
-    {.name = #n, .type = T_ENUM, .offset = offsetof(config, n), .reloadable = rel, .help = h, \
-     .s_def = def, .values = vals}
+    {.name = #n, .type = T_ENUM, .offset = offsetof(config, n), .reloadable = (rel), .help = (h), \
+     .s_def = (def), .values = (vals)}
 
 static const char *const backend_values[] = {"naive", "fused", "auto", NULL};
 static const char *const log_level_values[] = {"debug", "info", "warn", "error", NULL};
@@ -432,12 +432,13 @@ static void show_value(const char *text, const json_t *j, char *buf, size_t len)
 static int set_from(config *cfg, const setting *s, const char *text, const json_t *j,
                     const char *source, char *err, size_t err_len) {
     value v = {0};
-    char why[160], allowed[160], shown[80];
+    char why[160];
     int rc = text ? parse_text(s, text, &v, why, sizeof why)
                   : parse_json(s, j, &v, why, sizeof why);
     if (rc == 0)
         rc = check_value(s, &v, why, sizeof why);
     if (rc != 0) {
+        char allowed[160], shown[80];
         describe_allowed(s, allowed, sizeof allowed);
         show_value(text, j, shown, sizeof shown);
         return fail(err, err_len, "setting \"%s\": %s from %s %s; allowed: %s", s->name, shown,
@@ -541,7 +542,7 @@ static void split_flag(const char *arg, char *name, size_t len, const char **val
     if (n >= len)
         n = len - 1;
     for (size_t i = 0; i < n; i++)
-        name[i] = arg[i] == '-' ? '_' : arg[i];
+        name[i] = (char)(arg[i] == '-' ? '_' : arg[i]);
     name[n] = '\0';
     *value = eq ? eq + 1 : NULL;
 }
@@ -568,7 +569,7 @@ static int parse_flags(int argc, char *const argv[], flags *out, char *err, size
         return fail(err, err_len, "out of memory");
     for (int i = 0; i < argc; i++) {
         const char *arg = argv[i];
-        char name[72], hint[96];
+        char name[72];
         const char *value;
         if (strncmp(arg, "--", 2) != 0 || arg[2] == '\0')
             return fail(err, err_len,
@@ -588,6 +589,7 @@ static int parse_flags(int argc, char *const argv[], flags *out, char *err, size
         bool is_config = strcmp(name, "config") == 0;
         const setting *s = is_config ? NULL : find_setting(name);
         if (!s && !is_config) {
+            char hint[96];
             suggestion(name, "--", hint, sizeof hint);
             return fail(err, err_len, "unknown flag --%s%s (see --help)", name, hint);
         }
