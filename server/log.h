@@ -53,7 +53,8 @@ typedef struct log_field {
 #define LOG_JSON(k, x) ((log_field){.key = (k), .type = LOG_T_JSON, .v.j = (x)})
 
 /* A field whose type follows the value's C type (strings, integers of any
- * width, float/double, bool). */
+ * width, float/double, bool). The literals true and false are ints in C11:
+ * write LOG_BOOL("ok", true) for them. */
 #define LOG_KV(k, x)                                                                     \
     _Generic((x),                                                                        \
         char *: log_field_str_, const char *: log_field_str_,                            \
