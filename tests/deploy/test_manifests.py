@@ -557,3 +557,70 @@ def test_k8s_schemas_strict():
         r = subprocess.run(["/usr/bin/python3", "-c", VALIDATE, version] + files,
                            capture_output=True, text=True, env=env, timeout=120)
         assert r.returncode == 0, "against Kubernetes %s:\n%s%s" % (version, r.stdout, r.stderr)
+
+
+# ---- the image's HEALTHCHECK script ---------------------------------------------------------
+
+def run_healthcheck(port, host=None):
+    env = {"PATH": "/usr/bin:/bin", "ATTNSERVE_PORT": str(port)}
+    if host:
+        env["ATTNSERVE_HOST"] = host
+    return subprocess.run(["bash", os.path.join(DEPLOY, "docker", "healthcheck.sh")],
+                          env=env, capture_output=True, text=True, timeout=10).returncode
+
+
+def test_healthcheck_script_fails_without_a_server():
+    assert run_healthcheck(free_port()) != 0
+
+
+def test_healthcheck_script_fails_on_non_200():
+    """A listener that answers 503 is unhealthy."""
+    import http.server
+    import threading
+
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(503 if self.path == "/health" else 404)
+            self.end_headers()
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.HTTPServer(("127.0.0.1", 0), H)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    try:
+        assert run_healthcheck(srv.server_address[1], "0.0.0.0") != 0
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_healthcheck_script_passes_on_the_real_binary():
+    if not binary_serves():
+        pytest.skip("build/attnserve is not built: make first")
+    import requests
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ATTNSERVE_")}
+    p = subprocess.Popen([BIN, "--host=127.0.0.1", "--port=%d" % port, "--model=%s" % MODEL],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert p.poll() is None, "attnserve exited %s" % p.returncode
+            try:
+                if requests.get("http://127.0.0.1:%d/health" % port, timeout=1).ok:
+                    break
+            except requests.RequestException:
+                pass
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        assert run_healthcheck(port, "127.0.0.1") == 0
+        assert run_healthcheck(port, "0.0.0.0") == 0
+    finally:
+        p.terminate()
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
