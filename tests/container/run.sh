@@ -44,13 +44,12 @@ cleanup() {
     local rc=$?
     [ -n "$LOAD_PID" ] && kill "$LOAD_PID" 2>/dev/null || true
     for c in "${CONTAINERS[@]}"; do
+        if [ "$rc" -ne 0 ]; then
+            podman --runtime runc logs "$c" >"$WORK/$c.log" 2>&1 || true
+            [ -s "$WORK/$c.log" ] && { log "--- last logs of $c ---"; tail -n 40 "$WORK/$c.log" >&2; }
+        fi
         podman --runtime runc rm -f -t 0 "$c" >/dev/null 2>&1 || true
     done
-    if [ "$rc" -ne 0 ]; then
-        for c in "${CONTAINERS[@]}"; do
-            [ -f "$WORK/$c.log" ] && { log "--- logs of $c ---"; tail -n 40 "$WORK/$c.log" >&2; }
-        done
-    fi
     rm -rf "$WORK"
     exit "$rc"
 }
@@ -107,7 +106,7 @@ fi
 build() {
     local tag=$1; shift
     log "podman build $* -t $tag"
-    timeout 1800 podman --runtime runc build --pull=never --network host --format docker \
+    timeout 1200 podman --runtime runc build --pull=never --network host --format docker \
         "$@" -t "$tag" . >"$WORK/build.log" 2>&1 ||
         { tail -n 40 "$WORK/build.log" >&2; die "podman build of $tag failed"; }
 }
