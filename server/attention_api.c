@@ -30,15 +30,15 @@ typedef struct attn_job {
     http_request *http;
     int32_t seq, heads, head_dim;
     int causal;
-    int encoding; /* of the answer: the one q came in */
-    size_t n;     /* floats per tensor: seq * heads * head_dim */
+    int encoding;           /* of the answer: the one q came in */
+    size_t n;               /* floats per tensor: seq * heads * head_dim */
     float *q, *k, *v, *out; /* (seq, heads, head_dim) each, one allocation */
 
     /* Written by the compute thread, read after the done callback. */
-    int err;           /* SRV_OK or the SRV_E* to answer with */
+    int err; /* SRV_OK or the SRV_E* to answer with */
     char why[128];
     const attn_backend *ran;
-    bool packed;       /* run_batch scratch: already in a group */
+    bool packed; /* run_batch scratch: already in a group */
 
     /* Two parties finish with a job: the handler once it has parked the
      * connection, the done callback once the result is in. The second one
@@ -62,10 +62,10 @@ struct attn_service {
     const attn_backend *reference; /* runs groups the backend refuses */
     size_t cap;                    /* floats per packed tensor */
     int32_t max_batch_requests;
-    float *q, *k, *v, *out;        /* (cap) each */
-    int32_t *cu_seqlens;           /* (max_batch_requests + 1) */
-    attn_job **members;            /* (max_batch_requests): the group being run */
-    void *ws;                      /* kernel workspace, 64-byte aligned */
+    float *q, *k, *v, *out; /* (cap) each */
+    int32_t *cu_seqlens;    /* (max_batch_requests + 1) */
+    attn_job **members;     /* (max_batch_requests): the group being run */
+    void *ws;               /* kernel workspace, 64-byte aligned */
     size_t ws_bytes, total_bytes;
 };
 
@@ -78,7 +78,9 @@ attn_shape attn_service_bounds(int32_t max_batch_tokens, int32_t max_batch_reque
                         .causal = 0};
 }
 
-static size_t round64(size_t n) { return (n + 63) & ~(size_t)63; }
+static size_t round64(size_t n) {
+    return (n + 63) & ~(size_t)63;
+}
 
 attn_service *attn_service_create(int32_t max_batch_tokens, int32_t max_batch_requests,
                                   tp_pool *pool, const attn_backend *backend, char *err,
@@ -135,7 +137,9 @@ void attn_service_destroy(attn_service *svc) {
     free(svc);
 }
 
-size_t attn_service_workspace_bytes(const attn_service *svc) { return svc->total_bytes; }
+size_t attn_service_workspace_bytes(const attn_service *svc) {
+    return svc->total_bytes;
+}
 
 const attn_backend *attn_service_backend(const attn_service *svc) {
     return atomic_load(&svc->backend);
@@ -324,8 +328,8 @@ static int base64_dims(tensor_desc *t, refusal *r) {
             return refuse(r, SRV_EBADREQUEST, "%s.shape[%d] must be an integer", t->name, d);
         t->dims[d] = (int64_t)json_integer_value(v);
         if (t->dims[d] <= 0)
-            return refuse(r, SRV_EINVALID, "%s.shape[%d] is %lld; dimensions must be >= 1",
-                          t->name, d, (long long)t->dims[d]);
+            return refuse(r, SRV_EINVALID, "%s.shape[%d] is %lld; dimensions must be >= 1", t->name,
+                          d, (long long)t->dims[d]);
     }
     t->data = json_string_value(data);
     t->data_len = json_string_length(data);
@@ -415,8 +419,9 @@ static int decode_base64(const tensor_desc *t, float *out, size_t n, refusal *r)
     if (bytes < 0)
         return refuse(r, SRV_EBADREQUEST, "%s.data is not valid base64 (bad length)", t->name);
     if ((uint64_t)bytes != (uint64_t)n * 4)
-        return refuse(r, SRV_EINVALID, "%s.data holds %lld bytes; shape [%lld, %lld, %lld] needs %zu",
-                      t->name, (long long)bytes, (long long)t->dims[0], (long long)t->dims[1],
+        return refuse(r, SRV_EINVALID,
+                      "%s.data holds %lld bytes; shape [%lld, %lld, %lld] needs %zu", t->name,
+                      (long long)bytes, (long long)t->dims[0], (long long)t->dims[1],
                       (long long)t->dims[2], n * 4);
     /* Four bytes make a float: decode in groups, collect bytes in quad. */
     unsigned char quad[4];
@@ -594,7 +599,9 @@ static json_t *encode_nested(const attn_job *job) {
 
 /* ---- the route ---------------------------------------------------------------------- */
 
-static double ns_to_ms(uint64_t ns) { return (double)ns * 1e-6; }
+static double ns_to_ms(uint64_t ns) {
+    return (double)ns * 1e-6;
+}
 
 /* Loop thread: the result is in the job (or the request never ran). */
 static void job_done(sched_req *sreq, int status) {
@@ -630,6 +637,8 @@ static int submit_error(http_request *req, int rc) {
 
 int attn_api_handle(http_request *req, void *ctx) {
     attn_api *api = ctx;
+    if (http_draining(req))
+        return http_reply_error(req, SRV_EUNAVAILABLE, "server is draining");
     int answered = HTTP_FAIL;
     json_t *root = http_body_json(req, &answered);
     if (!root)
@@ -665,9 +674,11 @@ int attn_api_resumed(http_request *req, void *ctx) {
                     job->ran ? job->ran->name : NULL);
     if (job->err != SRV_OK)
         return http_reply_error(req, job->err, "%s", job->why);
+    if (!job->ran)
+        return http_reply_error(req, SRV_EINTERNAL, "the batch did not run this request");
     json_t *out = job->encoding == ENC_BASE64 ? encode_base64(job) : encode_nested(job);
     if (!out)
         return http_reply_error(req, SRV_EINTERNAL, "out of memory encoding the output");
-    return http_reply_json(req, 200, json_pack("{s:o, s:s}", "output", out, "backend",
-                                               job->ran->name));
+    return http_reply_json(req, 200,
+                           json_pack("{s:o, s:s}", "output", out, "backend", job->ran->name));
 }

@@ -25,9 +25,9 @@
 #include "kernels/threadpool.h"
 #include "scheduler.h"
 
-#define ATTN_API_MAX_HEADS 128
+#define ATTN_API_MAX_HEADS    128
 #define ATTN_API_MAX_HEAD_DIM 256
-#define ATTN_API_ROW_FLOATS 512
+#define ATTN_API_ROW_FLOATS   512
 
 /* ---- the compute side: runs on the scheduler's compute thread ------------------- */
 
@@ -64,8 +64,8 @@ int attn_service_run_batch(const sched_batch *b, void *ctx);
 typedef struct attn_api {
     attn_service *svc;
     sched *sched;
-    int32_t max_batch_tokens;             /* the start-time ceiling */
-    _Atomic int64_t request_timeout_ms;   /* reloadable */
+    int32_t max_batch_tokens;           /* the start-time ceiling */
+    _Atomic int64_t request_timeout_ms; /* reloadable */
 } attn_api;
 
 /* Route functions for http_route (ctx is the attn_api). */

@@ -24,11 +24,17 @@ static const srv_error_entry *find(int err) {
     return find(SRV_EINTERNAL);
 }
 
-unsigned srv_error_status(int err) { return find(err)->status; }
+unsigned srv_error_status(int err) {
+    return find(err)->status;
+}
 
-const char *srv_error_type(int err) { return find(err)->type; }
+const char *srv_error_type(int err) {
+    return find(err)->type;
+}
 
-const char *srv_error_message(int err) { return find(err)->message; }
+const char *srv_error_message(int err) {
+    return find(err)->message;
+}
 
 json_t *srv_error_body(int err, const char *message) {
     const srv_error_entry *e = find(err);

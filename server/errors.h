@@ -12,18 +12,18 @@
 #include <jansson.h>
 
 /*  name                 code  status type                          default message */
-#define SRV_ERRORS(X)                                                                        \
-    X(SRV_EBADREQUEST, -1, 400, "invalid_request_error", "malformed request")               \
-    X(SRV_EUNAUTHORIZED, -2, 401, "authentication_error", "missing or invalid API key")     \
-    X(SRV_ENOTFOUND, -3, 404, "not_found_error", "no such route")                          \
-    X(SRV_EMETHOD, -4, 405, "method_not_allowed_error", "method not allowed on this route") \
-    X(SRV_ETOOLARGE, -5, 413, "request_too_large_error", "request body too large")          \
-    X(SRV_EMEDIATYPE, -6, 415, "unsupported_media_type_error",                               \
-      "Content-Type must be application/json")                                               \
-    X(SRV_EINVALID, -7, 422, "invalid_value_error", "request is well-formed but invalid")   \
-    X(SRV_EQUEUEFULL, -8, 429, "overloaded_error", "queue full, retry later")               \
-    X(SRV_EUNAVAILABLE, -9, 503, "unavailable_error", "service not ready or draining")      \
-    X(SRV_ETIMEOUT, -10, 504, "timeout_error", "deadline passed while queued")               \
+#define SRV_ERRORS(X)                                                                              \
+    X(SRV_EBADREQUEST, -1, 400, "invalid_request_error", "malformed request")                      \
+    X(SRV_EUNAUTHORIZED, -2, 401, "authentication_error", "missing or invalid API key")            \
+    X(SRV_ENOTFOUND, -3, 404, "not_found_error", "no such route")                                  \
+    X(SRV_EMETHOD, -4, 405, "method_not_allowed_error", "method not allowed on this route")        \
+    X(SRV_ETOOLARGE, -5, 413, "request_too_large_error", "request body too large")                 \
+    X(SRV_EMEDIATYPE, -6, 415, "unsupported_media_type_error",                                     \
+      "Content-Type must be application/json")                                                     \
+    X(SRV_EINVALID, -7, 422, "invalid_value_error", "request is well-formed but invalid")          \
+    X(SRV_EQUEUEFULL, -8, 429, "overloaded_error", "queue full, retry later")                      \
+    X(SRV_EUNAVAILABLE, -9, 503, "unavailable_error", "service not ready or draining")             \
+    X(SRV_ETIMEOUT, -10, 504, "timeout_error", "deadline passed while queued")                     \
     X(SRV_EINTERNAL, -11, 500, "internal_error", "internal error")
 
 enum {

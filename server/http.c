@@ -70,7 +70,7 @@ struct http_request {
     const http_route *route; /* NULL: unknown path */
     int slot;                /* metrics route slot */
     const char *method;
-    char path[128];          /* for the log line; cut if longer */
+    char path[128]; /* for the log line; cut if longer */
     char id[REQUEST_ID_MAX + 1];
     struct timespec t0;
 
@@ -83,7 +83,8 @@ struct http_request {
     size_t len, cap, discarded;
 
     bool parked;
-    unsigned status; /* the status queued; 0 until then */
+    bool after_quiesce; /* started once draining had begun */
+    unsigned status;    /* the status queued; 0 until then */
     double queue_ms, inference_ms;
     const char *backend;
 
@@ -122,8 +123,7 @@ static int queue(http_request *req, unsigned status, struct MHD_Response *resp) 
 }
 
 static struct MHD_Response *response_from(char *text, size_t len, const char *content_type) {
-    struct MHD_Response *resp =
-        MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
+    struct MHD_Response *resp = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
     if (!resp) {
         free(text);
         return NULL;
@@ -141,8 +141,8 @@ int http_reply_json(http_request *req, unsigned status, json_t *body) {
     return resp ? queue(req, status, resp) : HTTP_FAIL;
 }
 
-int http_reply_text(http_request *req, unsigned status, const char *content_type,
-                    const char *text, size_t len) {
+int http_reply_text(http_request *req, unsigned status, const char *content_type, const char *text,
+                    size_t len) {
     char *copy = malloc(len ? len : 1);
     if (!copy)
         return HTTP_FAIL;
@@ -195,8 +195,7 @@ static bool usable_request_id(const char *id) {
 }
 
 static void set_request_id(http_request *req) {
-    const char *given =
-        MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "x-request-id");
+    const char *given = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "x-request-id");
     if (given && usable_request_id(given)) {
         snprintf(req->id, sizeof req->id, "%s", given);
         return;
@@ -223,8 +222,8 @@ static const http_route *find_route(http_request *req, const char *url, const ch
         if (method_matches(r->method, method))
             return r;
         size_t used = strlen(req->allow);
-        snprintf(req->allow + used, sizeof req->allow - used, "%s%s%s", used ? ", " : "",
-                 r->method, strcmp(r->method, "GET") == 0 ? ", HEAD" : "");
+        snprintf(req->allow + used, sizeof req->allow - used, "%s%s%s", used ? ", " : "", r->method,
+                 strcmp(r->method, "GET") == 0 ? ", HEAD" : "");
     }
     return NULL;
 }
@@ -285,8 +284,8 @@ static void set_pending(http_request *req, int err, const char *fmt, ...) {
     }
 }
 
-static http_request *request_start(http_server *srv, struct MHD_Connection *conn,
-                                   const char *url, const char *method) {
+static http_request *request_start(http_server *srv, struct MHD_Connection *conn, const char *url,
+                                   const char *method) {
     http_request *req = calloc(1, sizeof *req);
     if (!req)
         return NULL;
@@ -297,6 +296,7 @@ static http_request *request_start(http_server *srv, struct MHD_Connection *conn
     req->slot = srv->unmatched_slot;
     snprintf(req->path, sizeof req->path, "%s", url);
     set_request_id(req);
+    req->after_quiesce = atomic_load(&srv->quiesced);
     atomic_fetch_add(&srv->active, 1);
     metrics_http_in_flight(1);
 
@@ -309,9 +309,8 @@ static http_request *request_start(http_server *srv, struct MHD_Connection *conn
             set_pending(req, SRV_ENOTFOUND, "no route %s", req->path);
     } else if (!authorized(req)) {
         set_pending(req, SRV_EUNAUTHORIZED, NULL);
-    } else if (req->route->json_body &&
-               !is_json_type(MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
-                                                         MHD_HTTP_HEADER_CONTENT_TYPE))) {
+    } else if (req->route->json_body && !is_json_type(MHD_lookup_connection_value(
+                                            conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE))) {
         set_pending(req, SRV_EMEDIATYPE, NULL);
     }
     return req;
@@ -320,8 +319,8 @@ static http_request *request_start(http_server *srv, struct MHD_Connection *conn
 /* The first call: an announced body over the limit is refused before a byte
  * of it is read (MHD then closes the connection). */
 static int early_answer(http_request *req) {
-    const char *cl = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND,
-                                                 MHD_HTTP_HEADER_CONTENT_LENGTH);
+    const char *cl =
+        MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
     size_t max = atomic_load(&req->srv->max_body_bytes);
     if (!cl || strtoull(cl, NULL, 10) <= max)
         return HTTP_DONE;
@@ -362,8 +361,8 @@ static int take_body(http_request *req, const char *data, size_t n) {
 }
 
 static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const char *url,
-                                 const char *method, const char *version,
-                                 const char *upload_data, size_t *upload_size, void **con_cls) {
+                                 const char *method, const char *version, const char *upload_data,
+                                 size_t *upload_size, void **con_cls) {
     (void)version;
     http_server *srv = cls;
     http_request *req = *con_cls;
@@ -410,10 +409,9 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                  LOG_KV("route", req->path), LOG_KV("status", status),
                  LOG_KV("queue_ms", req->queue_ms), LOG_KV("inference_ms", req->inference_ms),
                  LOG_KV("total_ms", total_ms), LOG_KV("backend", backend),
-                 LOG_KV("closed", toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED ? "timeout"
-                                  : toe == MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN
-                                      ? "shutdown"
-                                      : "client"));
+                 LOG_KV("closed", toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED   ? "timeout"
+                                  : toe == MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN ? "shutdown"
+                                                                                  : "client"));
     metrics_request(req->slot, status, req->queue_ms * 1e-3, req->inference_ms * 1e-3,
                     total_ms * 1e-3);
     if (req->user_free)
@@ -427,7 +425,13 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 
 /* ---- handler helpers --------------------------------------------------------- */
 
-const char *http_request_id(const http_request *req) { return req->id; }
+const char *http_request_id(const http_request *req) {
+    return req->id;
+}
+
+bool http_draining(const http_request *req) {
+    return req->after_quiesce;
+}
 
 const char *http_body(const http_request *req, size_t *len) {
     *len = req->len;
@@ -439,10 +443,11 @@ void http_set_user(http_request *req, void *user, void (*free_fn)(void *)) {
     req->user_free = free_fn;
 }
 
-void *http_user(const http_request *req) { return req->user; }
+void *http_user(const http_request *req) {
+    return req->user;
+}
 
-void http_set_timing(http_request *req, double queue_ms, double inference_ms,
-                     const char *backend) {
+void http_set_timing(http_request *req, double queue_ms, double inference_ms, const char *backend) {
     req->queue_ms = queue_ms;
     req->inference_ms = inference_ms;
     req->backend = backend;
@@ -476,8 +481,8 @@ json_t *http_body_json(http_request *req, int *answered) {
     size_t n;
     const char *body = http_body(req, &n);
     if (n == 0) {
-        *answered = http_reply_error(req, SRV_EBADREQUEST,
-                                     "request body is empty; expected a JSON object");
+        *answered =
+            http_reply_error(req, SRV_EBADREQUEST, "request body is empty; expected a JSON object");
         return NULL;
     }
     if (!nesting_within(body, n, HTTP_JSON_MAX_DEPTH)) {
@@ -505,7 +510,9 @@ void http_park(http_request *req) {
     MHD_suspend_connection(req->conn);
 }
 
-void http_resume(http_request *req) { MHD_resume_connection(req->conn); }
+void http_resume(http_request *req) {
+    MHD_resume_connection(req->conn);
+}
 
 /* ---- the server --------------------------------------------------------------- */
 
@@ -525,8 +532,8 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
 }
 
 static int resolve(const char *host, int port, struct sockaddr_storage *addr, socklen_t *len) {
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-                             .ai_flags = AI_PASSIVE};
+    struct addrinfo hints = {
+        .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
     struct addrinfo *res = NULL;
     char service[16];
     snprintf(service, sizeof service, "%d", port);
@@ -573,17 +580,16 @@ http_server *http_create(const http_options *opt, const http_route *routes, size
         return NULL;
     }
     unsigned flags = MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
-    flags |= MHD_is_feature_supported(MHD_FEATURE_EPOLL) == MHD_YES
-                 ? MHD_USE_EPOLL_INTERNAL_THREAD
-                 : MHD_USE_AUTO_INTERNAL_THREAD;
+    flags |= MHD_is_feature_supported(MHD_FEATURE_EPOLL) == MHD_YES ? MHD_USE_EPOLL_INTERNAL_THREAD
+                                                                    : MHD_USE_AUTO_INTERNAL_THREAD;
     if (addr.ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
-    srv->daemon = MHD_start_daemon(
-        flags, 0, NULL, NULL, on_access, srv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, srv,
-        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_CONNECTION_LIMIT,
-        opt->max_connections, MHD_OPTION_CONNECTION_TIMEOUT, opt->connection_timeout_s,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv, MHD_OPTION_LISTENING_ADDRESS_REUSE, 1,
-        MHD_OPTION_END);
+    srv->daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_access, srv, MHD_OPTION_EXTERNAL_LOGGER,
+                                   mhd_log, srv, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+                                   MHD_OPTION_CONNECTION_LIMIT, opt->max_connections,
+                                   MHD_OPTION_CONNECTION_TIMEOUT, opt->connection_timeout_s,
+                                   MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
+                                   MHD_OPTION_LISTENING_ADDRESS_REUSE, 1, MHD_OPTION_END);
     if (!srv->daemon) {
         log_error("cannot listen", LOG_KV("host", opt->host), LOG_KV("port", opt->port));
         http_destroy(srv);
@@ -595,7 +601,9 @@ http_server *http_create(const http_options *opt, const http_route *routes, size
     return srv;
 }
 
-int http_port(const http_server *srv) { return srv->port; }
+int http_port(const http_server *srv) {
+    return srv->port;
+}
 
 void http_quiesce(http_server *srv) {
     if (atomic_exchange(&srv->quiesced, true))
@@ -605,7 +613,9 @@ void http_quiesce(http_server *srv) {
         close(fd);
 }
 
-uint64_t http_active(const http_server *srv) { return atomic_load(&srv->active); }
+uint64_t http_active(const http_server *srv) {
+    return atomic_load(&srv->active);
+}
 
 static void free_keys(char **keys, size_t n) {
     for (size_t i = 0; i < n; i++) {

@@ -89,6 +89,10 @@ void http_set_max_body_bytes(http_server *srv, size_t bytes);
 /* ---- inside a handler (I/O thread) ---- */
 
 const char *http_request_id(const http_request *req);
+
+/* Whether the request started after http_quiesce: work it asks for should be
+ * refused (503), while requests that started before are still served. */
+bool http_draining(const http_request *req);
 const char *http_body(const http_request *req, size_t *len);
 
 /* Parses the body as one JSON object, with nesting limited to
@@ -104,13 +108,12 @@ void http_set_user(http_request *req, void *user, void (*free_fn)(void *));
 void *http_user(const http_request *req);
 
 /* Times and backend reported in the response headers and the log line. */
-void http_set_timing(http_request *req, double queue_ms, double inference_ms,
-                     const char *backend);
+void http_set_timing(http_request *req, double queue_ms, double inference_ms, const char *backend);
 
 /* Answers. body is stolen (json_decref'd) whatever happens. */
 int http_reply_json(http_request *req, unsigned status, json_t *body);
-int http_reply_text(http_request *req, unsigned status, const char *content_type,
-                    const char *text, size_t len);
+int http_reply_text(http_request *req, unsigned status, const char *content_type, const char *text,
+                    size_t len);
 /* err is an SRV_E* code; fmt NULL means the default message. */
 int http_reply_error(http_request *req, int err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -97,19 +97,17 @@ static json_t *info_json(app *a) {
     json_t *info = json_pack(
         "{s:s, s:s, s:s, s:o*, s:s, s:s, s:i, s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, "
         "s:i, s:i, s:i}, s:o*, s:{s:s, s:b}}",
-        "version", ATTNSERVE_VERSION, "backend", b->name, "backend_setting", c->backend,
-        "backends", backends, "simd", b->simd_path(), "cpu_simd", a->simd, "threads", a->nthreads,
-        "limits",
+        "version", ATTNSERVE_VERSION, "backend", b->name, "backend_setting", c->backend, "backends",
+        backends, "simd", b->simd_path(), "cpu_simd", a->simd, "threads", a->nthreads, "limits",
         "max_batch_tokens", (json_int_t)c->max_batch_tokens, "max_batch_requests",
-        (json_int_t)c->max_batch_requests, "max_wait_us", (json_int_t)c->max_wait_us,
-        "max_queue", (json_int_t)c->max_queue, "request_timeout_ms",
-        (json_int_t)c->request_timeout_ms, "max_body_bytes", (json_int_t)c->max_body_bytes,
-        "max_connections", (json_int_t)c->max_connections, "connection_timeout_s",
-        (json_int_t)c->connection_timeout_s, "drain_timeout_s", (json_int_t)c->drain_timeout_s,
-        "max_inputs_per_request", (json_int_t)c->max_inputs_per_request, "attention_max_heads",
-        ATTN_API_MAX_HEADS, "attention_max_head_dim", ATTN_API_MAX_HEAD_DIM,
-        "attention_row_floats", ATTN_API_ROW_FLOATS, "memory", memory_json(a), "model", "path",
-        c->model, "loaded", 0);
+        (json_int_t)c->max_batch_requests, "max_wait_us", (json_int_t)c->max_wait_us, "max_queue",
+        (json_int_t)c->max_queue, "request_timeout_ms", (json_int_t)c->request_timeout_ms,
+        "max_body_bytes", (json_int_t)c->max_body_bytes, "max_connections",
+        (json_int_t)c->max_connections, "connection_timeout_s", (json_int_t)c->connection_timeout_s,
+        "drain_timeout_s", (json_int_t)c->drain_timeout_s, "max_inputs_per_request",
+        (json_int_t)c->max_inputs_per_request, "attention_max_heads", ATTN_API_MAX_HEADS,
+        "attention_max_head_dim", ATTN_API_MAX_HEAD_DIM, "attention_row_floats",
+        ATTN_API_ROW_FLOATS, "memory", memory_json(a), "model", "path", c->model, "loaded", 0);
     pthread_mutex_unlock(&a->cfg_mu);
     return info;
 }
@@ -304,10 +302,11 @@ static int64_t ms_since(const struct timespec *t0) {
     return (int64_t)(now.tv_sec - t0->tv_sec) * 1000 + (now.tv_nsec - t0->tv_nsec) / 1000000;
 }
 
-/* Stops taking connections, answers every request already accepted, and
- * returns 0 once none is left, or -1 if the scheduler could not finish within
- * drain_timeout_s (requests are then still parked and nothing can be freed
- * safely). */
+/* Stops taking connections and answers every request already started:
+ * requests that start from now on get 503 (http_draining), the scheduler
+ * keeps running the ones before. Returns 0 once none is left, or -1 if work
+ * was still queued or running at drain_timeout_s (requests are then still
+ * parked and nothing can be freed safely). */
 static int drain(app *a, int sig) {
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -318,16 +317,16 @@ static int drain(app *a, int sig) {
     atomic_store(&a->ready, false);
     metrics_set_ready(0);
     http_quiesce(a->http);
+    const struct timespec tick = {0, 5 * 1000 * 1000};
+    while (http_active(a->http) > 0 && ms_since(&t0) < limit_ms)
+        nanosleep(&tick, NULL);
     sched_drain(a->sched, NULL, NULL);
-    if (sched_wait_drained(a->sched, limit_ms) != SCHED_OK) {
+    int64_t left = limit_ms - ms_since(&t0);
+    if (sched_wait_drained(a->sched, left > 0 ? left : 0) != SCHED_OK) {
         log_error("drain timed out with requests still queued or running",
                   LOG_KV("active_requests", http_active(a->http)));
         return -1;
     }
-    /* Resumed requests still have their answers to write. */
-    const struct timespec tick = {0, 5 * 1000 * 1000};
-    while (http_active(a->http) > 0 && ms_since(&t0) < limit_ms)
-        nanosleep(&tick, NULL);
     if (http_active(a->http) > 0)
         log_warn("drain timed out; closing connections with requests unfinished",
                  LOG_KV("active_requests", http_active(a->http)));
@@ -353,9 +352,8 @@ static void log_start(app *a) {
     log_info("serving", LOG_KV("version", ATTNSERVE_VERSION), LOG_KV("host", a->cfg.host),
              LOG_KV("port", http_port(a->http)), LOG_KV("backend", b->name),
              LOG_KV("simd", b->simd_path()), LOG_KV("cpu_simd", a->simd),
-             LOG_KV("threads", a->nthreads),
-             LOG_KV("api_keys", a->cfg.n_api_keys), LOG_JSON("memory", memory),
-             LOG_JSON("config", settings));
+             LOG_KV("threads", a->nthreads), LOG_KV("api_keys", a->cfg.n_api_keys),
+             LOG_JSON("memory", memory), LOG_JSON("config", settings));
     json_decref(settings);
     json_decref(memory);
 }

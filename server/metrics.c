@@ -23,7 +23,7 @@
 typedef struct histogram {
     const double *bounds; /* upper bounds, increasing; +Inf is implicit */
     int nbounds;
-    double sum_unit;      /* sum is stored in units of this (1e-9: ns) */
+    double sum_unit; /* sum is stored in units of this (1e-9: ns) */
     _Atomic uint64_t buckets[HIST_MAX_BUCKETS + 1];
     _Atomic uint64_t sum;
 } histogram;
@@ -151,14 +151,24 @@ void metrics_http_in_flight(int delta) {
     atomic_fetch_add_explicit(&M.http_in_flight, delta, memory_order_relaxed);
 }
 
-void metrics_set_workspace_bytes(size_t bytes) { atomic_store(&M.workspace_bytes, bytes); }
-void metrics_set_backend(const attn_backend *backend) { atomic_store(&M.backend, backend); }
-void metrics_set_ready(int ready) { atomic_store(&M.ready, ready); }
-void metrics_set_scheduler(sched *s) { atomic_store(&M.sched, s); }
+void metrics_set_workspace_bytes(size_t bytes) {
+    atomic_store(&M.workspace_bytes, bytes);
+}
+void metrics_set_backend(const attn_backend *backend) {
+    atomic_store(&M.backend, backend);
+}
+void metrics_set_ready(int ready) {
+    atomic_store(&M.ready, ready);
+}
+void metrics_set_scheduler(sched *s) {
+    atomic_store(&M.sched, s);
+}
 
 /* ---- rendering ------------------------------------------------------------- */
 
-static uint64_t load(_Atomic uint64_t *v) { return atomic_load_explicit(v, memory_order_relaxed); }
+static uint64_t load(_Atomic uint64_t *v) {
+    return atomic_load_explicit(v, memory_order_relaxed);
+}
 
 static void header(FILE *f, const char *name, const char *type, const char *help) {
     fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
@@ -191,7 +201,9 @@ static void render_hist(FILE *f, const char *name, const char *labels, histogram
 }
 
 /* Slot METRICS_MAX_ROUTES - 1 takes routes registered past the limit. */
-static const char *route_name(int r) { return r < M.nroutes ? M.routes[r] : "overflow"; }
+static const char *route_name(int r) {
+    return r < M.nroutes ? M.routes[r] : "overflow";
+}
 
 static void render_requests(FILE *f) {
     header(f, "attnserve_http_requests_total", "counter",
