@@ -60,22 +60,27 @@ static inline vf v_fill_below(vf x, int n, float fill) {
 }
 
 /* 8×8 transpose: 2×2 blocks (unpack), 4×4 within 128-bit lanes (shuffle),
- * then the lanes across registers (permute2f128). */
+ * then the lanes across registers (permute2f128). Fully unrolled so the
+ * rows stay in registers. */
 static inline void v_transpose(float *dst, size_t ds, const float *src, size_t ss) {
     __m256 r[8], t[8];
+#pragma GCC unroll 8
     for (int i = 0; i < 8; i++)
         r[i] = _mm256_loadu_ps(src + (size_t)i * ss);
+#pragma GCC unroll 8
     for (int i = 0; i < 8; i += 2) {
         t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
         t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
     }
-    /* r[4g + c]: lane L holds column 4L + c of rows 4g..4g+3 */
+#pragma GCC unroll 8
     for (int g = 0; g < 8; g += 4) {
+        /* r[g + c] becomes: lane L holds column 4L + c of rows g..g+3 */
         r[g] = _mm256_shuffle_ps(t[g], t[g + 2], _MM_SHUFFLE(1, 0, 1, 0));
         r[g + 1] = _mm256_shuffle_ps(t[g], t[g + 2], _MM_SHUFFLE(3, 2, 3, 2));
         r[g + 2] = _mm256_shuffle_ps(t[g + 1], t[g + 3], _MM_SHUFFLE(1, 0, 1, 0));
         r[g + 3] = _mm256_shuffle_ps(t[g + 1], t[g + 3], _MM_SHUFFLE(3, 2, 3, 2));
     }
+#pragma GCC unroll 8
     for (int c = 0; c < 4; c++) {
         _mm256_storeu_ps(dst + (size_t)c * ds, _mm256_permute2f128_ps(r[c], r[4 + c], 0x20));
         _mm256_storeu_ps(dst + (size_t)(4 + c) * ds, _mm256_permute2f128_ps(r[c], r[4 + c], 0x31));

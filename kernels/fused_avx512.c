@@ -59,17 +59,21 @@ static inline vf v_fill_below(vf x, int n, float fill) {
 }
 
 /* 16×16 transpose: 2×2 blocks of floats (unpack ps), then 4×4 (unpack pd),
- * then the 128-bit lanes across registers (shuffle_f32x4, two steps). */
+ * then the 128-bit lanes across registers (shuffle_f32x4, two steps).
+ * Fully unrolled so the 16 rows stay in registers. */
 static inline void v_transpose(float *dst, size_t ds, const float *src, size_t ss) {
     __m512 r[16], t[16];
+#pragma GCC unroll 16
     for (int i = 0; i < 16; i++)
         r[i] = _mm512_loadu_ps(src + (size_t)i * ss);
+#pragma GCC unroll 16
     for (int i = 0; i < 16; i += 2) {
         t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
         t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
     }
-    /* u[4g + c]: lane L holds column 4L + c of rows 4g..4g+3 */
+#pragma GCC unroll 16
     for (int g = 0; g < 16; g += 4) {
+        /* r[g + c] becomes: lane L holds column 4L + c of rows g..g+3 */
         const __m512d a = _mm512_castps_pd(t[g]), b = _mm512_castps_pd(t[g + 1]),
                       c = _mm512_castps_pd(t[g + 2]), d = _mm512_castps_pd(t[g + 3]);
         r[g] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
@@ -77,6 +81,7 @@ static inline void v_transpose(float *dst, size_t ds, const float *src, size_t s
         r[g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
         r[g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
     }
+#pragma GCC unroll 16
     for (int c = 0; c < 4; c++) {
         const __m512 lo01 = _mm512_shuffle_f32x4(r[c], r[4 + c], _MM_SHUFFLE(1, 0, 1, 0));
         const __m512 hi01 = _mm512_shuffle_f32x4(r[c], r[4 + c], _MM_SHUFFLE(3, 2, 3, 2));

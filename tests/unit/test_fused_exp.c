@@ -53,8 +53,8 @@ static double max_ulp_on_path(attn_simd path, float *worst_x) {
     const size_t cap = 4u << 20;
     float *x = malloc(cap * sizeof *x), *y = malloc(cap * sizeof *y);
     cr_assert(x && y);
-    size_t n = sweep(x, 0, cap, -1.0f, 1.0f, 1u << 10);      /* dense near 0 */
-    n = sweep(x, n, cap, FUSED_EXP2_MIN, 127.0f, 1u << 11);  /* the whole range */
+    size_t n = sweep(x, 0, cap, -1.0f, 1.0f, 1u << 10);     /* dense near 0 */
+    n = sweep(x, n, cap, FUSED_EXP2_MIN, 127.0f, 1u << 11); /* the whole range */
     for (int i = -125; i <= 127; i++) /* exact powers of two and half-way points */
         if (n + 2 <= cap) {
             x[n++] = (float)i;
@@ -96,8 +96,8 @@ Test(fused_exp, masked_inputs_stay_finite) {
         float y[4];
         cr_assert(fused_exp2((attn_simd)p, y, x, 4) == 0);
         for (int i = 0; i < 4; i++) {
-            cr_expect(isfinite(y[i]) && y[i] >= 0.0f && y[i] <= 0x1p-124f,
-                      "%s: exp2(%g) = %g", attn_simd_name((attn_simd)p), x[i], y[i]);
+            cr_expect(isfinite(y[i]) && y[i] >= 0.0f && y[i] <= 0x1p-124f, "%s: exp2(%g) = %g",
+                      attn_simd_name((attn_simd)p), x[i], y[i]);
         }
     }
 }

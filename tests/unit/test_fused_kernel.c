@@ -20,7 +20,7 @@
 #include "kernels/simd.h"
 #include "kernels/threadpool.h"
 
-#define TOL 1e-6
+#define TOL      1e-6
 #define SENTINEL 12345.0f
 
 static const attn_backend *const be = &attn_backend_fused;
@@ -147,7 +147,8 @@ static double max_error(const batch *b, int row_step) {
 /* ---- accuracy ------------------------------------------------------------------- */
 
 Test(fused_kernel, random_batches_on_every_path, .timeout = 120) {
-    static const int dims[] = {1, 3, 8, 15, 16, 17, 31, 32, 33, 48, 63, 64, 65, 80, 96, 127, 128, 129, 200, 256};
+    static const int dims[] = {1,  3,  8,  15, 16, 17,  31,  32,  33,  48,
+                               63, 64, 65, 80, 96, 127, 128, 129, 200, 256};
     const int ndims = (int)(sizeof dims / sizeof dims[0]);
     for (int path = ATTN_SIMD_PORTABLE; path <= (int)attn_simd_detect(); path++) {
         cr_assert(attn_simd_force((attn_simd)path) == 0);
