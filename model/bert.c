@@ -136,8 +136,8 @@ static const st_tensor *find(loader *ld, const char *name, int64_t rows, int64_t
     snprintf(full, sizeof full, "%s%s", ld->prefix, name);
     const st_tensor *t = st_find(ld->file, full);
     if (!t) {
-        ld->rc = fail(BERT_EFORMAT, ld->err, ld->err_len, "%s: tensor %s is missing", ld->path,
-                      full);
+        ld->rc =
+            fail(BERT_EFORMAT, ld->err, ld->err_len, "%s: tensor %s is missing", ld->path, full);
         return NULL;
     }
     const int ndim = cols ? 2 : 1;
@@ -293,9 +293,15 @@ void bert_free(bert_model *m) {
     free(m);
 }
 
-const bert_config *bert_get_config(const bert_model *m) { return &m->cfg; }
-size_t bert_owned_bytes(const bert_model *m) { return m->owned_floats * sizeof(float); }
-size_t bert_mapped_bytes(const bert_model *m) { return st_file_bytes(m->file); }
+const bert_config *bert_get_config(const bert_model *m) {
+    return &m->cfg;
+}
+size_t bert_owned_bytes(const bert_model *m) {
+    return m->owned_floats * sizeof(float);
+}
+size_t bert_mapped_bytes(const bert_model *m) {
+    return st_file_bytes(m->file);
+}
 
 attn_shape bert_attn_shape(const bert_config *c, int max_tokens) {
     return (attn_shape){
@@ -313,19 +319,21 @@ attn_shape bert_attn_shape(const bert_config *c, int max_tokens) {
 struct bert_workspace {
     int max_tokens; /* T_max */
     int nthreads;
-    int32_t *pos;   /* (T) position of each token within its sequence */
-    float *x;       /* (T, C) residual stream */
-    float *proj;    /* (T, C) a projection's output before its residual add */
-    float *qkv;     /* (T, 3C) [Q | K | V] per token; overlaps ffn */
-    float *att;     /* (T, C) attention output, heads side by side; overlaps ffn */
-    float *ffn;     /* (T, F) FFN hidden activations; overlaps qkv and att */
-    void *attn_ws;  /* [attn_bytes] attention backend scratch */
+    int32_t *pos;  /* (T) position of each token within its sequence */
+    float *x;      /* (T, C) residual stream */
+    float *proj;   /* (T, C) a projection's output before its residual add */
+    float *qkv;    /* (T, 3C) [Q | K | V] per token; overlaps ffn */
+    float *att;    /* (T, C) attention output, heads side by side; overlaps ffn */
+    float *ffn;    /* (T, F) FFN hidden activations; overlaps qkv and att */
+    void *attn_ws; /* [attn_bytes] attention backend scratch */
     size_t attn_bytes;
-    void *mem;      /* the one allocation everything above is carved from */
+    void *mem; /* the one allocation everything above is carved from */
     size_t bytes;
 };
 
-static size_t round64(size_t n) { return (n + 63) / 64 * 64; }
+static size_t round64(size_t n) {
+    return (n + 63) / 64 * 64;
+}
 
 int bert_workspace_create(const bert_model *m, int max_tokens, int nthreads,
                           const attn_backend *const *backends, size_t nbackends,
@@ -352,7 +360,7 @@ int bert_workspace_create(const bert_model *m, int max_tokens, int nthreads,
     const size_t F = (size_t)c->intermediate_size;
     const size_t shared = 4 * C > F ? 4 * C : F;
     const size_t sizes[] = {
-        round64(T * sizeof(int32_t)),      /* pos */
+        round64(T * sizeof(int32_t)),        /* pos */
         round64(T * C * sizeof(float)),      /* x */
         round64(T * C * sizeof(float)),      /* proj */
         round64(T * shared * sizeof(float)), /* qkv + att, or ffn */
@@ -367,19 +375,18 @@ int bert_workspace_create(const bert_model *m, int max_tokens, int nthreads,
     if (!ws || !mem) {
         free(ws);
         free(mem);
-        return fail(BERT_ENOMEM, err, err_len, "cannot allocate a %zu-byte model workspace",
-                    total);
+        return fail(BERT_ENOMEM, err, err_len, "cannot allocate a %zu-byte model workspace", total);
     }
     char *p = mem;
-    ws->pos = (int32_t *)p;
+    ws->pos = (void *)p;
     p += sizes[0];
-    ws->x = (float *)p;
+    ws->x = (void *)p;
     p += sizes[1];
-    ws->proj = (float *)p;
+    ws->proj = (void *)p;
     p += sizes[2];
-    ws->qkv = (float *)p;
+    ws->qkv = (void *)p;
     ws->att = ws->qkv + T * 3 * C;
-    ws->ffn = (float *)p;
+    ws->ffn = (void *)p;
     p += sizes[3];
     ws->attn_ws = attn_bytes ? p : NULL;
     ws->attn_bytes = attn_bytes;
@@ -398,8 +405,12 @@ void bert_workspace_free(bert_workspace *ws) {
     free(ws);
 }
 
-size_t bert_workspace_bytes(const bert_workspace *ws) { return ws->bytes; }
-int bert_workspace_max_tokens(const bert_workspace *ws) { return ws->max_tokens; }
+size_t bert_workspace_bytes(const bert_workspace *ws) {
+    return ws->bytes;
+}
+int bert_workspace_max_tokens(const bert_workspace *ws) {
+    return ws->max_tokens;
+}
 
 /* ---- layers (each one parallel loop on the pool) ------------------------------- */
 
@@ -445,9 +456,9 @@ static void linear_task(void *arg, size_t task, int worker) {
      * which saves the pass OpenBLAS would spend zeroing the output. */
     for (size_t r = r0; r < r1; r++)
         memcpy(c->out + r * c->N + c0, c->b + c0, (c1 - c0) * sizeof(float));
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(r1 - r0), (int)(c1 - c0),
-                (int)c->K, 1.0f, c->inp + r0 * c->K, (int)c->K, c->w + c0 * c->K, (int)c->K,
-                1.0f, c->out + r0 * c->N + c0, (int)c->N);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(r1 - r0), (int)(c1 - c0), (int)c->K,
+                1.0f, c->inp + r0 * c->K, (int)c->K, c->w + c0 * c->K, (int)c->K, 1.0f,
+                c->out + r0 * c->N + c0, (int)c->N);
     if (c->gelu)
         bert_gelu(c->out + r0 * c->N + c0, r1 - r0, c1 - c0, c->N);
 }
@@ -455,8 +466,14 @@ static void linear_task(void *arg, size_t task, int worker) {
 /* out (T, N) = inp (T, K) · wᵀ + b, optionally followed by GELU. */
 static void linear(const attn_parallel *par, float *out, const float *inp, const float *w,
                    const float *b, int T, int K, int N, int apply_gelu) {
-    linear_ctx c = {.out = out, .inp = inp, .w = w, .b = b, .T = (size_t)T, .K = (size_t)K,
-                    .N = (size_t)N, .gelu = apply_gelu};
+    linear_ctx c = {.out = out,
+                    .inp = inp,
+                    .w = w,
+                    .b = b,
+                    .T = (size_t)T,
+                    .K = (size_t)K,
+                    .N = (size_t)N,
+                    .gelu = apply_gelu};
     /* Tall batches split by token rows: each GEMM stays large. Short ones
      * split the weight's rows instead, so a single short input still uses
      * every core and each core streams only its part of W. */
@@ -511,8 +528,8 @@ static void embed_task(void *arg, size_t task, int worker) {
 }
 
 typedef struct residual_ctx {
-    float *x;          /* (T, C) */
-    const float *add;  /* (T, C) */
+    float *x;           /* (T, C) */
+    const float *add;   /* (T, C) */
     const float *w, *b; /* (C) */
     int C;
     float eps;
@@ -526,26 +543,32 @@ static void residual_task(void *arg, size_t task, int worker) {
     size_t t0, t1;
     block(c->T, c->ntasks, task, &t0, &t1);
     for (size_t t = t0; t < t1; t++) {
-        float *xt = c->x + t * c->C;             /* (C) */
-        const float *at = c->add + t * c->C;     /* (C) */
+        float *xt = c->x + t * c->C;         /* (C) */
+        const float *at = c->add + t * c->C; /* (C) */
         for (int i = 0; i < c->C; i++)
             xt[i] += at[i];
         layernorm_row(xt, xt, c->w, c->b, c->C, c->eps);
     }
 }
 
-static void residual_layernorm(const attn_parallel *par, float *x, const float *add,
-                               const float *w, const float *b, int T, int C, float eps) {
-    residual_ctx c = {.x = x, .add = add, .w = w, .b = b, .C = C, .eps = eps, .T = (size_t)T,
+static void residual_layernorm(const attn_parallel *par, float *x, const float *add, const float *w,
+                               const float *b, int T, int C, float eps) {
+    residual_ctx c = {.x = x,
+                      .add = add,
+                      .w = w,
+                      .b = b,
+                      .C = C,
+                      .eps = eps,
+                      .T = (size_t)T,
                       .ntasks = row_tasks(par, (size_t)T)};
     par->parallel_for(par->impl, c.ntasks, residual_task, &c);
 }
 
 typedef struct pool_ctx {
     const bert_config *cfg;
-    const float *x;      /* (T, C) */
-    const int32_t *cu;   /* (B + 1) */
-    float *out;          /* (B, C) */
+    const float *x;    /* (T, C) */
+    const int32_t *cu; /* (B + 1) */
+    float *out;        /* (B, C) */
 } pool_ctx;
 
 /* One sequence: mean over its tokens (or its first, [CLS], token), then L2
@@ -603,8 +626,8 @@ static int check_batch(const bert_model *m, bert_workspace *ws, const int32_t *i
             const int32_t id = ids[cu[b] + i];
             if (id < 0 || id >= c->vocab_size)
                 return fail(BERT_EINPUT, err, err_len,
-                            "sequence %d token %d: id %d outside the vocabulary [0, %d)", b, i,
-                            id, c->vocab_size);
+                            "sequence %d token %d: id %d outside the vocabulary [0, %d)", b, i, id,
+                            c->vocab_size);
             ws->pos[cu[b] + i] = i;
         }
     }
@@ -612,8 +635,8 @@ static int check_batch(const bert_model *m, bert_workspace *ws, const int32_t *i
 }
 
 int bert_forward(const bert_model *m, bert_workspace *ws, const attn_backend *attn,
-                 const attn_parallel *par, const int32_t *ids, const int32_t *cu_seqlens,
-                 int batch, float *out, char *err, size_t err_len) {
+                 const attn_parallel *par, const int32_t *ids, const int32_t *cu_seqlens, int batch,
+                 float *out, char *err, size_t err_len) {
     const bert_config *cfg = &m->cfg;
     const int C = cfg->hidden_size, F = cfg->intermediate_size, H = cfg->num_heads;
     const float eps = cfg->layer_norm_eps;
@@ -629,13 +652,21 @@ int bert_forward(const bert_model *m, bert_workspace *ws, const attn_backend *at
 
     /* Q, K and V are read in place from the fused projection. */
     attn_problem ap;
-    const attn_shape shape = {.batch = batch, .total_tokens = T, .max_seqlen = max_len,
-                              .heads = H, .head_dim = C / H, .causal = 0};
+    const attn_shape shape = {.batch = batch,
+                              .total_tokens = T,
+                              .max_seqlen = max_len,
+                              .heads = H,
+                              .head_dim = C / H,
+                              .causal = 0};
     attn_problem_dense(&ap, shape, cu_seqlens, ws->qkv, ws->qkv + C, ws->qkv + 2 * C, ws->att);
     ap.q_stride = ap.k_stride = ap.v_stride = 3 * (size_t)C;
     ap.out_stride = (size_t)C;
 
-    embed_ctx ec = {.m = m, .ids = ids, .pos = ws->pos, .x = ws->x, .T = (size_t)T,
+    embed_ctx ec = {.m = m,
+                    .ids = ids,
+                    .pos = ws->pos,
+                    .x = ws->x,
+                    .T = (size_t)T,
                     .ntasks = row_tasks(par, (size_t)T)};
     par->parallel_for(par->impl, ec.ntasks, embed_task, &ec);
 

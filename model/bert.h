@@ -24,13 +24,13 @@
  * Negative codes, one list; bert_strerror() gives the category, and every
  * failing call also writes a specific message. BERT_EFORMAT and
  * BERT_EUNSUPPORTED are start-up errors (the service exits with status 2). */
-#define BERT_ERRORS(X)                                                                       \
-    X(BERT_OK, 0, "success")                                                                 \
-    X(BERT_EIO, -1, "cannot read a model file")                                              \
-    X(BERT_EFORMAT, -2, "malformed model file")                                              \
-    X(BERT_EUNSUPPORTED, -3, "model not supported")                                          \
-    X(BERT_ENOMEM, -4, "out of memory")                                                      \
-    X(BERT_EINPUT, -5, "invalid batch")                                                      \
+#define BERT_ERRORS(X)                                                                             \
+    X(BERT_OK, 0, "success")                                                                       \
+    X(BERT_EIO, -1, "cannot read a model file")                                                    \
+    X(BERT_EFORMAT, -2, "malformed model file")                                                    \
+    X(BERT_EUNSUPPORTED, -3, "model not supported")                                                \
+    X(BERT_ENOMEM, -4, "out of memory")                                                            \
+    X(BERT_EINPUT, -5, "invalid batch")                                                            \
     X(BERT_EATTN, -6, "attention backend failed")
 
 enum {
@@ -53,8 +53,8 @@ typedef struct bert_config {
     int max_positions;     /* P: the longest sequence forward accepts */
     int type_vocab_size;   /* token types; forward always uses type 0 */
     float layer_norm_eps;
-    bert_pooling pooling;  /* from the sentence-transformers Pooling module */
-    int normalize;         /* 1 when a Normalize module follows pooling */
+    bert_pooling pooling; /* from the sentence-transformers Pooling module */
+    int normalize;        /* 1 when a Normalize module follows pooling */
 } bert_config;
 
 /* Reads config.json, modules.json and the Pooling module's config.json from
@@ -112,7 +112,7 @@ int bert_workspace_max_tokens(const bert_workspace *ws);
  * par->nthreads must not exceed the nthreads given there. Allocates nothing.
  * Returns BERT_OK, BERT_EINPUT (bad batch) or BERT_EATTN, with a message. */
 int bert_forward(const bert_model *m, bert_workspace *ws, const attn_backend *attn,
-                 const attn_parallel *par, const int32_t *ids, const int32_t *cu_seqlens,
-                 int batch, float *out, char *err, size_t err_len);
+                 const attn_parallel *par, const int32_t *ids, const int32_t *cu_seqlens, int batch,
+                 float *out, char *err, size_t err_len);
 
 #endif

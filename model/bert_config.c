@@ -8,13 +8,14 @@
 #include <errno.h>
 #include <jansson.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
 const char *bert_strerror(int err) {
     switch (err) {
-#define BERT_ERR_CASE(name, code, msg)                                                      \
-    case name:                                                                               \
+#define BERT_ERR_CASE(name, code, msg)                                                             \
+    case name:                                                                                     \
         return msg;
         BERT_ERRORS(BERT_ERR_CASE)
 #undef BERT_ERR_CASE
@@ -44,21 +45,20 @@ static int load_json(const char *dir, const char *name, json_t **out, char *err,
     *out = json_loadf(f, JSON_REJECT_DUPLICATES, &jerr);
     fclose(f);
     if (!*out)
-        return fail(BERT_EFORMAT, err, err_len, "%s: invalid JSON at line %d: %s", path,
-                    jerr.line, jerr.text);
+        return fail(BERT_EFORMAT, err, err_len, "%s: invalid JSON at line %d: %s", path, jerr.line,
+                    jerr.text);
     return BERT_OK;
 }
 
-/* A required integer field within [lo, hi]: the bounds keep every size
- * product forward and the loader form far from overflow. */
-static int get_int(const json_t *o, const char *path, const char *key, long lo, long hi,
-                   int *out, char *err, size_t err_len) {
+/* A required integer field within [lo, hi]. */
+static int get_int(const json_t *o, const char *path, const char *key, long lo, long hi, int *out,
+                   char *err, size_t err_len) {
     const json_t *v = json_object_get(o, key);
     if (!v)
         return fail(BERT_EFORMAT, err, err_len, "%s: missing \"%s\"", path, key);
     if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi)
-        return fail(BERT_EFORMAT, err, err_len, "%s: \"%s\" must be an integer in [%ld, %ld]",
-                    path, key, lo, hi);
+        return fail(BERT_EFORMAT, err, err_len, "%s: \"%s\" must be an integer in [%ld, %ld]", path,
+                    key, lo, hi);
     *out = (int)json_integer_value(v);
     return BERT_OK;
 }
@@ -89,8 +89,8 @@ static int read_hyperparameters(const char *dir, bert_config *c, char *err, size
                   path, act ? act : "(missing)");
     else if (pos && strcmp(pos, "absolute") != 0)
         rc = fail(BERT_EUNSUPPORTED, err, err_len,
-                  "%s: position_embedding_type \"%s\" is not supported (only \"absolute\")",
-                  path, pos);
+                  "%s: position_embedding_type \"%s\" is not supported (only \"absolute\")", path,
+                  pos);
     else if (json_is_true(json_object_get(j, "is_decoder")))
         rc = fail(BERT_EUNSUPPORTED, err, err_len, "%s: decoder models are not supported", path);
     else if (!json_is_number(eps) || !(json_number_value(eps) > 0.0) ||
@@ -99,22 +99,24 @@ static int read_hyperparameters(const char *dir, bert_config *c, char *err, size
                   path);
     if (!rc)
         c->layer_norm_eps = (float)json_number_value(eps);
-    if (!rc)
-        rc = get_int(j, path, "vocab_size", 1, 1 << 24, &c->vocab_size, err, err_len);
-    if (!rc)
-        rc = get_int(j, path, "hidden_size", 1, 1 << 16, &c->hidden_size, err, err_len);
-    if (!rc)
-        rc = get_int(j, path, "num_hidden_layers", 1, 1024, &c->num_layers, err, err_len);
-    if (!rc)
-        rc = get_int(j, path, "num_attention_heads", 1, 1024, &c->num_heads, err, err_len);
-    if (!rc)
-        rc = get_int(j, path, "intermediate_size", 1, 1 << 18, &c->intermediate_size, err,
-                     err_len);
-    if (!rc)
-        rc = get_int(j, path, "max_position_embeddings", 1, 1 << 20, &c->max_positions, err,
-                     err_len);
-    if (!rc)
-        rc = get_int(j, path, "type_vocab_size", 1, 1 << 16, &c->type_vocab_size, err, err_len);
+    /* Bounds keep every size product the loader and forward form far from
+     * overflow. */
+    static const struct {
+        const char *key;
+        long lo, hi;
+        size_t field;
+    } ints[] = {
+        {"vocab_size", 1, 1 << 24, offsetof(bert_config, vocab_size)},
+        {"hidden_size", 1, 1 << 16, offsetof(bert_config, hidden_size)},
+        {"num_hidden_layers", 1, 1024, offsetof(bert_config, num_layers)},
+        {"num_attention_heads", 1, 1024, offsetof(bert_config, num_heads)},
+        {"intermediate_size", 1, 1 << 18, offsetof(bert_config, intermediate_size)},
+        {"max_position_embeddings", 1, 1 << 20, offsetof(bert_config, max_positions)},
+        {"type_vocab_size", 1, 1 << 16, offsetof(bert_config, type_vocab_size)},
+    };
+    for (size_t i = 0; !rc && i < sizeof ints / sizeof ints[0]; i++)
+        rc = get_int(j, path, ints[i].key, ints[i].lo, ints[i].hi,
+                     (int *)((char *)c + ints[i].field), err, err_len);
     if (!rc && c->hidden_size % c->num_heads != 0)
         rc = fail(BERT_EFORMAT, err, err_len,
                   "%s: hidden_size %d is not a multiple of num_attention_heads %d", path,
@@ -148,8 +150,7 @@ static int read_pooling(const char *dir, const char *sub, bert_config *c, char *
             c->pooling = BERT_POOL_CLS;
         else
             rc = fail(BERT_EUNSUPPORTED, err, err_len,
-                      "%s/%s: %s is not supported (only mean_tokens or cls_token)", dir, name,
-                      key);
+                      "%s/%s: %s is not supported (only mean_tokens or cls_token)", dir, name, key);
     }
     const json_t *dim = json_object_get(j, "word_embedding_dimension");
     if (!rc && on != 1)

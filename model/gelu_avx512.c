@@ -5,20 +5,36 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 
-#define VL 16
+#define VL           16
 #define GELU_NAME(x) x##_avx512
 typedef __m512 vf;
 
 void bert_gelu_avx512(float *x, size_t rows, size_t cols, size_t stride);
 
-static inline vf v_set1(float a) { return _mm512_set1_ps(a); }
-static inline vf v_load(const float *p) { return _mm512_loadu_ps(p); }
-static inline void v_store(float *p, vf a) { _mm512_storeu_ps(p, a); }
-static inline vf v_mul(vf a, vf b) { return _mm512_mul_ps(a, b); }
-static inline vf v_sub(vf a, vf b) { return _mm512_sub_ps(a, b); }
-static inline vf v_div(vf a, vf b) { return _mm512_div_ps(a, b); }
-static inline vf v_fma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
-static inline vf v_max(vf a, vf b) { return _mm512_max_ps(a, b); }
+static inline vf v_set1(float a) {
+    return _mm512_set1_ps(a);
+}
+static inline vf v_load(const float *p) {
+    return _mm512_loadu_ps(p);
+}
+static inline void v_store(float *p, vf a) {
+    _mm512_storeu_ps(p, a);
+}
+static inline vf v_mul(vf a, vf b) {
+    return _mm512_mul_ps(a, b);
+}
+static inline vf v_sub(vf a, vf b) {
+    return _mm512_sub_ps(a, b);
+}
+static inline vf v_div(vf a, vf b) {
+    return _mm512_div_ps(a, b);
+}
+static inline vf v_fma(vf a, vf b, vf c) {
+    return _mm512_fmadd_ps(a, b, c);
+}
+static inline vf v_max(vf a, vf b) {
+    return _mm512_max_ps(a, b);
+}
 static inline vf v_neg(vf a) {
     return _mm512_castsi512_ps(
         _mm512_xor_si512(_mm512_castps_si512(a), _mm512_set1_epi32((int)0x80000000u)));

@@ -30,15 +30,18 @@ static const struct {
     const char *name;
     size_t size;
 } dtypes[] = {
-    [ST_F32] = {"F32", 4}, [ST_F16] = {"F16", 2}, [ST_BF16] = {"BF16", 2},
-    [ST_F64] = {"F64", 8}, [ST_I64] = {"I64", 8}, [ST_I32] = {"I32", 4},
-    [ST_I16] = {"I16", 2}, [ST_I8] = {"I8", 1},   [ST_U8] = {"U8", 1},
-    [ST_BOOL] = {"BOOL", 1},
+    [ST_F32] = {"F32", 4}, [ST_F16] = {"F16", 2},   [ST_BF16] = {"BF16", 2}, [ST_F64] = {"F64", 8},
+    [ST_I64] = {"I64", 8}, [ST_I32] = {"I32", 4},   [ST_I16] = {"I16", 2},   [ST_I8] = {"I8", 1},
+    [ST_U8] = {"U8", 1},   [ST_BOOL] = {"BOOL", 1},
 };
 #define NDTYPES (sizeof dtypes / sizeof dtypes[0])
 
-const char *st_dtype_name(st_dtype d) { return (size_t)d < NDTYPES ? dtypes[d].name : "?"; }
-size_t st_dtype_size(st_dtype d) { return (size_t)d < NDTYPES ? dtypes[d].size : 0; }
+const char *st_dtype_name(st_dtype d) {
+    return (size_t)d < NDTYPES ? dtypes[d].name : "?";
+}
+size_t st_dtype_size(st_dtype d) {
+    return (size_t)d < NDTYPES ? dtypes[d].size : 0;
+}
 
 static int fail(char *err, size_t err_len, const char *path, const char *fmt, ...) {
     if (err && err_len) {
@@ -66,8 +69,8 @@ static int64_t json_count(const json_t *v, uint64_t limit) {
 /* Tensor names in error messages are capped: they come from the file. */
 #define NAME_FMT "tensor '%.80s'"
 
-static int parse_tensor(const char *path, const char *name, const json_t *desc,
-                        size_t data_bytes, st_tensor *t, char *err, size_t err_len) {
+static int parse_tensor(const char *path, const char *name, const json_t *desc, size_t data_bytes,
+                        st_tensor *t, char *err, size_t err_len) {
     if (!json_is_object(desc))
         return fail(err, err_len, path, NAME_FMT ": entry is not a JSON object", name);
     const json_t *jd = json_object_get(desc, "dtype");
@@ -166,16 +169,15 @@ static int check_metadata(const char *path, const json_t *m, char *err, size_t e
     const json_t *v;
     json_object_foreach((json_t *)m, key, v) {
         if (!json_is_string(v))
-            return fail(err, err_len, path, "__metadata__ value for '%.80s' is not a string",
-                        key);
+            return fail(err, err_len, path, "__metadata__ value for '%.80s' is not a string", key);
     }
     return 0;
 }
 
 static int parse_header(st_file *f, const char *path, char *err, size_t err_len) {
     if (f->map_bytes < 8)
-        return fail(err, err_len, path, "truncated: %zu bytes, shorter than the 8-byte header length",
-                    f->map_bytes);
+        return fail(err, err_len, path,
+                    "truncated: %zu bytes, shorter than the 8-byte header length", f->map_bytes);
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--)
         hlen = (hlen << 8) | f->map[i];
@@ -270,9 +272,15 @@ void st_close(st_file *f) {
     free(f);
 }
 
-size_t st_count(const st_file *f) { return f->count; }
-const st_tensor *st_at(const st_file *f, size_t i) { return i < f->count ? &f->tensors[i] : NULL; }
-size_t st_file_bytes(const st_file *f) { return f->map_bytes; }
+size_t st_count(const st_file *f) {
+    return f->count;
+}
+const st_tensor *st_at(const st_file *f, size_t i) {
+    return i < f->count ? &f->tensors[i] : NULL;
+}
+size_t st_file_bytes(const st_file *f) {
+    return f->map_bytes;
+}
 
 const st_tensor *st_find(const st_file *f, const char *name) {
     for (size_t i = 0; i < f->count; i++)

@@ -37,12 +37,12 @@ typedef enum st_dtype {
 } st_dtype;
 
 typedef struct st_tensor {
-    const char *name;            /* NUL-terminated, owned by the st_file */
+    const char *name; /* NUL-terminated, owned by the st_file */
     st_dtype dtype;
-    int ndim;                    /* 0 (a scalar) .. ST_MAX_DIMS */
-    int64_t shape[ST_MAX_DIMS];  /* [ndim] */
-    const void *data;            /* nbytes inside the read-only mapping */
-    size_t nbytes;               /* product(shape) * st_dtype_size(dtype) */
+    int ndim;                   /* 0 (a scalar) .. ST_MAX_DIMS */
+    int64_t shape[ST_MAX_DIMS]; /* [ndim] */
+    const void *data;           /* nbytes inside the read-only mapping */
+    size_t nbytes;              /* product(shape) * st_dtype_size(dtype) */
 } st_tensor;
 
 typedef struct st_file st_file;

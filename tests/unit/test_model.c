@@ -19,18 +19,18 @@
 #include "kernels/threadpool.h"
 #include "model/bert.h"
 
-#define MODEL_DIR "models/all-MiniLM-L6-v2"
-#define GOLDEN "tests/golden/embeddings.json"
-#define MIN_COSINE 0.99999
+#define MODEL_DIR      "models/all-MiniLM-L6-v2"
+#define GOLDEN         "tests/golden/embeddings.json"
+#define MIN_COSINE     0.99999
 #define MAX_BATCH_DIFF 1e-6
-#define THREADS 2
+#define THREADS        2
 
 typedef struct {
-    int n;          /* inputs */
-    int32_t **ids;  /* [n][len[i]] */
-    int32_t *len;   /* [n] */
-    float **emb;    /* [n][C] */
-    int dim;        /* C */
+    int n;         /* inputs */
+    int32_t **ids; /* [n][len[i]] */
+    int32_t *len;  /* [n] */
+    float **emb;   /* [n][C] */
+    int dim;       /* C */
 } golden_set;
 
 static void golden_free(golden_set *g) {
@@ -94,8 +94,7 @@ static const attn_backend *backend(const char *name) {
     return b;
 }
 
-static bert_workspace *make_workspace(const bert_model *m, int max_tokens,
-                                      const attn_backend *b) {
+static bert_workspace *make_workspace(const bert_model *m, int max_tokens, const attn_backend *b) {
     bert_workspace *ws = NULL;
     char err[512] = "";
     int rc = bert_workspace_create(m, max_tokens, THREADS, &b, 1, &ws, err, sizeof err);
@@ -156,8 +155,8 @@ static double check_golden(const char *dir, const char *set, const char *name) {
         min_cos = fmin(min_cos, c);
     }
     fprintf(stderr,
-            "model golden %s/%s: %d inputs, %d tokens: min cosine 1 - %.2g, max |diff| %.3g\n",
-            set, name, g.n, T, 1.0 - min_cos, max_abs);
+            "model golden %s/%s: %d inputs, %d tokens: min cosine 1 - %.2g, max |diff| %.3g\n", set,
+            name, g.n, T, 1.0 - min_cos, max_abs);
 
     free(out);
     tp_destroy(pool);
@@ -220,8 +219,8 @@ static void check_batch_independence(const char *name) {
     float *batched = malloc((size_t)n * C * sizeof *batched);
     float *alone = malloc((size_t)C * sizeof *alone);
     char err[512] = "";
-    cr_assert_eq(bert_forward(m, ws, b, &par, ids, cu, n, batched, err, sizeof err), BERT_OK,
-                 "%s", err);
+    cr_assert_eq(bert_forward(m, ws, b, &par, ids, cu, n, batched, err, sizeof err), BERT_OK, "%s",
+                 err);
 
     double worst = 0.0;
     for (int i = 0; i < g.n; i++) {
@@ -235,13 +234,13 @@ static void check_batch_independence(const char *name) {
             for (int d = 0; d < C; d++)
                 diff = fmax(diff, fabs(alone[d] - batched[(size_t)k * C + d]));
             cr_expect_leq(diff, MAX_BATCH_DIFF,
-                          "%s: input %d (%d tokens) alone vs at %d in a batch of %d: %.3g", name,
-                          i, g.len[i], k, n, diff);
+                          "%s: input %d (%d tokens) alone vs at %d in a batch of %d: %.3g", name, i,
+                          g.len[i], k, n, diff);
             worst = fmax(worst, diff);
         }
     }
-    fprintf(stderr, "model batch independence %s: %d sequences, %d tokens: max |diff| %.3g\n",
-            name, n, T, worst);
+    fprintf(stderr, "model batch independence %s: %d sequences, %d tokens: max |diff| %.3g\n", name,
+            n, T, worst);
 
     free(alone);
     free(batched);
@@ -341,9 +340,10 @@ static void set_config(const char *key, const char *value) {
 static const char *const CLS_POOLING =
     "{\"word_embedding_dimension\": 384, \"pooling_mode_cls_token\": true, "
     "\"pooling_mode_mean_tokens\": false, \"pooling_mode_max_tokens\": false}";
-static const char *const NO_NORMALIZE =
-    "[{\"idx\":0,\"name\":\"0\",\"path\":\"\",\"type\":\"sentence_transformers.models.Transformer\"},"
-    "{\"idx\":1,\"name\":\"1\",\"path\":\"1_Pooling\",\"type\":\"sentence_transformers.models.Pooling\"}]";
+static const char *const NO_NORMALIZE = "[{\"idx\":0,\"name\":\"0\",\"path\":\"\",\"type\":"
+                                        "\"sentence_transformers.models.Transformer\"},"
+                                        "{\"idx\":1,\"name\":\"1\",\"path\":\"1_Pooling\",\"type\":"
+                                        "\"sentence_transformers.models.Pooling\"}]";
 
 Test(model, golden_cls_unnormalised, .init = make_variant, .fini = remove_variant) {
     write_file("1_Pooling/config.json", CLS_POOLING);

@@ -48,8 +48,9 @@ typedef struct {
 
 static int specs(tensor_spec *t) {
     int n = 0;
-#define ADD(r, c, g, ...) (snprintf(t[n].name, sizeof t[n].name, __VA_ARGS__), \
-                           t[n].rows = (r), t[n].cols = (c), t[n].gain = (g), n++)
+#define ADD(r, c, g, ...)                                                                          \
+    (snprintf(t[n].name, sizeof t[n].name, __VA_ARGS__), t[n].rows = (r), t[n].cols = (c),         \
+     t[n].gain = (g), n++)
     ADD(V, C, 0, "embeddings.word_embeddings.weight");
     ADD(P, C, 0, "embeddings.position_embeddings.weight");
     ADD(TT, C, 0, "embeddings.token_type_embeddings.weight");
@@ -111,8 +112,8 @@ static void write_model(layout how) {
     size_t off = 0;
     for (int i = 0; i < n; i++) {
         const size_t bytes = (size_t)t[i].rows * (size_t)(t[i].cols ? t[i].cols : 1) * esize;
-        json_t *shape = t[i].cols ? json_pack("[ii]", t[i].rows, t[i].cols)
-                                  : json_pack("[i]", t[i].rows);
+        json_t *shape =
+            t[i].cols ? json_pack("[ii]", t[i].rows, t[i].cols) : json_pack("[i]", t[i].rows);
         json_object_set_new(hdr, t[i].name,
                             json_pack("{s:s,s:o,s:[I,I]}", "dtype", dtype, "shape", shape,
                                       "data_offsets", (json_int_t)off, (json_int_t)(off + bytes)));

@@ -12,7 +12,9 @@
 #include "kernels/simd.h"
 #include "model/gelu.h"
 
-static double gelu_ref(double x) { return 0.5 * x * erfc(-x / sqrt(2.0)); }
+static double gelu_ref(double x) {
+    return 0.5 * x * erfc(-x / sqrt(2.0));
+}
 
 static void check_path(attn_simd path) {
     if (attn_simd_force(path) != 0) {
@@ -61,9 +63,15 @@ static void check_path(attn_simd path) {
     attn_simd_unforce();
 }
 
-Test(model_gelu, portable) { check_path(ATTN_SIMD_PORTABLE); }
-Test(model_gelu, avx2) { check_path(ATTN_SIMD_AVX2); }
-Test(model_gelu, avx512) { check_path(ATTN_SIMD_AVX512); }
+Test(model_gelu, portable) {
+    check_path(ATTN_SIMD_PORTABLE);
+}
+Test(model_gelu, avx2) {
+    check_path(ATTN_SIMD_AVX2);
+}
+Test(model_gelu, avx512) {
+    check_path(ATTN_SIMD_AVX512);
+}
 
 /* A value gets the same GELU whether it sits in a full vector or a tail,
  * so a batch's split never changes an activation. */

@@ -198,7 +198,8 @@ Test(safetensors, bad_shapes) {
 }
 
 Test(safetensors, offsets_out_of_range) {
-    write_st("{\"w\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[18446744073709551612,0]}}", 8);
+    write_st("{\"w\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[18446744073709551612,0]}}",
+             8);
     expect_error("not valid JSON"); /* beyond any JSON integer jansson accepts */
     write_st("{\"w\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[6,10]}}", 8);
     expect_error("outside");
