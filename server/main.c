@@ -327,7 +327,9 @@ static int drain(app *a, int sig) {
                   LOG_KV("active_requests", http_active(a->http)));
         return -1;
     }
-    if (http_active(a->http) > 0)
+    /* Requests still active now started after the quiesce (keep-alive
+     * clients) and have had their 503, or are slow uploads cut at the limit. */
+    if (ms_since(&t0) >= limit_ms)
         log_warn("drain timed out; closing connections with requests unfinished",
                  LOG_KV("active_requests", http_active(a->http)));
     log_info("drained", LOG_KV("ms", ms_since(&t0)));
