@@ -15,13 +15,13 @@
 #include <sys/stat.h>
 
 #define DEFAULT_CONFIG_PATH "config/attnserve.json"
-#define ENV_PREFIX "ATTNSERVE_"
-#define ENV_API_KEY "ATTNSERVE_API_KEY"
-#define ENV_CONFIG "ATTNSERVE_CONFIG"
+#define ENV_PREFIX          "ATTNSERVE_"
+#define ENV_API_KEY         "ATTNSERVE_API_KEY"
+#define ENV_CONFIG          "ATTNSERVE_CONFIG"
 
 /* Bounds that keep every string and the key file small enough to print and
  * log safely; no real path or key comes near them. */
-#define STRING_MAX 4096
+#define STRING_MAX   4096
 #define KEY_FILE_MAX (1 << 20)
 
 /* ---- the table -------------------------------------------------------------- */
@@ -46,23 +46,33 @@ typedef struct setting {
     const char *check_doc;     /* what check allows, for messages and --help */
 } setting;
 
-#define RELOAD true
+#define RELOAD  true
 #define RESTART false
-#define INT(n, def, lo, hi, rel, h)                                                          \
-    {.name = #n, .type = T_INT, .offset = offsetof(config, n), .reloadable = (rel), .help = (h), \
-     .i_def = (def), .i_min = (lo), .i_max = (hi)}
-#define DOUBLE(n, def, lo, hi, rel, h)                                                          \
-    {.name = #n, .type = T_DOUBLE, .offset = offsetof(config, n), .reloadable = (rel), .help = (h), \
-     .d_def = (def), .d_min = (lo), .d_max = (hi)}
-#define BOOL(n, def, rel, h)                                                                  \
-    {.name = #n, .type = T_BOOL, .offset = offsetof(config, n), .reloadable = (rel), .help = (h), \
-     .b_def = (def)}
-#define STRING(n, def, chk, doc, rel, h)                                                        \
-    {.name = #n, .type = T_STRING, .offset = offsetof(config, n), .reloadable = (rel), .help = (h), \
-     .s_def = (def), .check = (chk), .check_doc = (doc)}
-#define ENUM(n, def, vals, rel, h)                                                            \
-    {.name = #n, .type = T_ENUM, .offset = offsetof(config, n), .reloadable = (rel), .help = (h), \
-     .s_def = (def), .values = (vals)}
+#define INT(n, def, lo, hi, rel, h)                                                                \
+    {                                                                                              \
+        .name = #n, .type = T_INT, .offset = offsetof(config, n), .reloadable = (rel),             \
+        .help = (h), .i_def = (def), .i_min = (lo), .i_max = (hi)                                  \
+    }
+#define DOUBLE(n, def, lo, hi, rel, h)                                                             \
+    {                                                                                              \
+        .name = #n, .type = T_DOUBLE, .offset = offsetof(config, n), .reloadable = (rel),          \
+        .help = (h), .d_def = (def), .d_min = (lo), .d_max = (hi)                                  \
+    }
+#define BOOL(n, def, rel, h)                                                                       \
+    {                                                                                              \
+        .name = #n, .type = T_BOOL, .offset = offsetof(config, n), .reloadable = (rel),            \
+        .help = (h), .b_def = (def)                                                                \
+    }
+#define STRING(n, def, chk, doc, rel, h)                                                           \
+    {                                                                                              \
+        .name = #n, .type = T_STRING, .offset = offsetof(config, n), .reloadable = (rel),          \
+        .help = (h), .s_def = (def), .check = (chk), .check_doc = (doc)                            \
+    }
+#define ENUM(n, def, vals, rel, h)                                                                 \
+    {                                                                                              \
+        .name = #n, .type = T_ENUM, .offset = offsetof(config, n), .reloadable = (rel),            \
+        .help = (h), .s_def = (def), .values = (vals)                                              \
+    }
 
 static const char *const backend_values[] = {"naive", "fused", "auto", NULL};
 static const char *const log_level_values[] = {"debug", "info", "warn", "error", NULL};
@@ -82,8 +92,7 @@ static const setting settings[] = {
     INT(port, 8080, 1, 65535, RESTART, "TCP port to listen on."),
     INT(max_connections, 1024, 1, 1000000, RESTART,
         "Concurrent client connections; more are refused."),
-    INT(connection_timeout_s, 30, 1, 3600, RESTART,
-        "A connection idle this long is closed."),
+    INT(connection_timeout_s, 30, 1, 3600, RESTART, "A connection idle this long is closed."),
     INT(max_body_bytes, 4 << 20, 1024, INT64_C(1) << 30, RESTART,
         "Largest request body; larger ones get 413 without being read."),
     INT(request_timeout_ms, 30000, 1, 3600000, RELOAD,
@@ -102,8 +111,7 @@ static const setting settings[] = {
     INT(max_batch_requests, 64, 1, 65536, RESTART, "Most requests packed into one batch."),
     INT(max_wait_us, 2000, 0, 10000000, RELOAD,
         "How long a batch that is not full may wait for more requests."),
-    INT(max_queue, 1024, 1, 1000000, RESTART,
-        "Requests waiting for compute; more get 429."),
+    INT(max_queue, 1024, 1, 1000000, RESTART, "Requests waiting for compute; more get 429."),
     DOUBLE(verify_sample_rate, 0.001, 0.0, 1.0, RELOAD,
            "Fraction of batches recomputed with the naive backend and compared."),
     STRING(model, "models/all-MiniLM-L6-v2", check_nonempty, "a non-empty path", RESTART,
@@ -433,8 +441,8 @@ static int set_from(config *cfg, const setting *s, const char *text, const json_
                     const char *source, char *err, size_t err_len) {
     value v = {0};
     char why[160];
-    int rc = text ? parse_text(s, text, &v, why, sizeof why)
-                  : parse_json(s, j, &v, why, sizeof why);
+    int rc =
+        text ? parse_text(s, text, &v, why, sizeof why) : parse_json(s, j, &v, why, sizeof why);
     if (rc == 0)
         rc = check_value(s, &v, why, sizeof why);
     if (rc != 0) {
@@ -651,8 +659,10 @@ static int load_file(config *cfg, const char *path, const char *named_by, char *
         const setting *s = find_setting(key);
         char hint[96];
         if (is_api_key_name(key)) {
-            rc = fail(err, err_len, "%s: key \"%s\" refused: %s, so that the config file "
-                      "can be shared and printed", source, key, api_key_refusal);
+            rc = fail(err, err_len,
+                      "%s: key \"%s\" refused: %s, so that the config file "
+                      "can be shared and printed",
+                      source, key, api_key_refusal);
         } else if (!s) {
             suggestion(key, "", hint, sizeof hint);
             rc = fail(err, err_len, "%s: unknown setting \"%.64s\"%s (see --help)", source, key,
@@ -738,8 +748,8 @@ static int read_key_file(config *cfg, const char *path, char *err, size_t err_le
         size_t len = strcspn(line, "\n");
         if (memchr(line, '\0', len)) {
             /* strcspn stops at NUL; such a file is not text. */
-            rc = fail(err, err_len, "api_key_file %s: line %zu holds a NUL byte", path,
-                      line_no + 1);
+            rc =
+                fail(err, err_len, "api_key_file %s: line %zu holds a NUL byte", path, line_no + 1);
             break;
         }
         at += len + 1;
@@ -768,8 +778,8 @@ static int load_api_keys(config *cfg, char *err, size_t err_len) {
     if (cfg->api_key_file[0] && read_key_file(cfg, cfg->api_key_file, err, err_len) != 0)
         return -1;
     const char *env = getenv(ENV_API_KEY);
-    if (env && take_key(cfg, env, strlen(env), "environment variable " ENV_API_KEY, err,
-                        err_len) != 0)
+    if (env &&
+        take_key(cfg, env, strlen(env), "environment variable " ENV_API_KEY, err, err_len) != 0)
         return -1;
     return 0;
 }
@@ -872,8 +882,8 @@ void config_free(config *cfg) {
 
 /* ---- reload ------------------------------------------------------------------- */
 
-int config_reload(const config *cur, config *next, config_change_fn on_change, void *ctx,
-                  char *err, size_t err_len) {
+int config_reload(const config *cur, config *next, config_change_fn on_change, void *ctx, char *err,
+                  size_t err_len) {
     config_action action;
     memset(next, 0, sizeof *next);
     if (build(next, cur->argc, cur->argv, &action, err, err_len) != 0) {
@@ -963,8 +973,7 @@ void config_print_help(FILE *out, const char *prog) {
             "       %s --help | --version\n\n"
             "An HTTP service for embeddings and attention.\n\n"
             "Each setting comes from, lowest precedence first: its default, the config file\n"
-            "(--config PATH, else $" ENV_CONFIG ", else " DEFAULT_CONFIG_PATH
-            " if present),\n"
+            "(--config PATH, else $" ENV_CONFIG ", else " DEFAULT_CONFIG_PATH " if present),\n"
             "the environment variable shown, a flag. '-' may replace '_' in flag names.\n"
             "SIGHUP reloads the settings marked reloadable; the others need a restart.\n"
             "API keys: api_key_file and $" ENV_API_KEY ", never a flag.\n\n"

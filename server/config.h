@@ -42,14 +42,14 @@ typedef struct config {
     int64_t drain_timeout_s;      /* SIGTERM: answer in-flight work within */
 
     /* ---- compute and batching ---- */
-    const char *backend;          /* "naive" | "fused" | "auto" */
-    char *fallback_backends;      /* comma-separated backend names, may be "" */
-    int64_t threads;              /* compute threads; 0 = all online cores */
-    int64_t max_batch_tokens;     /* token budget of one batch */
-    int64_t max_batch_requests;   /* requests in one batch */
-    int64_t max_wait_us;          /* how long a batch may wait to fill */
-    int64_t max_queue;            /* requests waiting; more get 429 */
-    double verify_sample_rate;    /* fraction of batches checked against naive */
+    const char *backend;        /* "naive" | "fused" | "auto" */
+    char *fallback_backends;    /* comma-separated backend names, may be "" */
+    int64_t threads;            /* compute threads; 0 = all online cores */
+    int64_t max_batch_tokens;   /* token budget of one batch */
+    int64_t max_batch_requests; /* requests in one batch */
+    int64_t max_wait_us;        /* how long a batch may wait to fill */
+    int64_t max_queue;          /* requests waiting; more get 429 */
+    double verify_sample_rate;  /* fraction of batches checked against naive */
 
     /* ---- model and inputs ---- */
     char *model;                    /* model directory */
@@ -65,7 +65,7 @@ typedef struct config {
     const char *log_format; /* "text" | "json" */
 
     /* ---- not settings: loaded secrets and where the settings came from ---- */
-    char **api_keys;  /* keys from api_key_file and $ATTNSERVE_API_KEY */
+    char **api_keys;   /* keys from api_key_file and $ATTNSERVE_API_KEY */
     size_t n_api_keys; /* 0: no authentication */
     char *config_path; /* the file read, or NULL when the default was absent */
     int argc;          /* the flags given, kept so that reload re-applies them */
@@ -106,8 +106,8 @@ typedef void (*config_change_fn)(void *ctx, const char *name, const char *old_va
  * restart does not block the others. Returns 0, or -1 with a message in err
  * and *next zeroed: then cur stays in force unchanged. cur is not modified;
  * the caller swaps and frees. on_change may be NULL. */
-int config_reload(const config *cur, config *next, config_change_fn on_change, void *ctx,
-                  char *err, size_t err_len);
+int config_reload(const config *cur, config *next, config_change_fn on_change, void *ctx, char *err,
+                  size_t err_len);
 
 /* The settings as a JSON object in table order (a new reference; NULL only
  * when out of memory). Never contains API keys. */

@@ -44,9 +44,15 @@ int log_configure(const char *level, const char *format) {
     return 0;
 }
 
-void log_set_level(log_level level) { atomic_store(&current_level, (int)level); }
-void log_set_format(log_format format) { atomic_store(&current_format, (int)format); }
-void log_set_fd(int fd) { atomic_store(&out_fd, fd); }
+void log_set_level(log_level level) {
+    atomic_store(&current_level, (int)level);
+}
+void log_set_format(log_format format) {
+    atomic_store(&current_format, (int)format);
+}
+void log_set_fd(int fd) {
+    atomic_store(&out_fd, fd);
+}
 
 bool log_enabled(log_level level) {
     return (int)level >= atomic_load(&current_level) && level <= LOG_ERROR;
@@ -54,13 +60,21 @@ bool log_enabled(log_level level) {
 
 /* ---- field constructors for LOG_KV ------------------------------------------------ */
 
-log_field log_field_str_(const char *key, const char *value) { return LOG_STR(key, value); }
-log_field log_field_int_(const char *key, long long value) { return LOG_INT(key, value); }
+log_field log_field_str_(const char *key, const char *value) {
+    return LOG_STR(key, value);
+}
+log_field log_field_int_(const char *key, long long value) {
+    return LOG_INT(key, value);
+}
 log_field log_field_uint_(const char *key, unsigned long long value) {
     return LOG_UINT(key, value);
 }
-log_field log_field_dbl_(const char *key, double value) { return LOG_DBL(key, value); }
-log_field log_field_bool_(const char *key, bool value) { return LOG_BOOL(key, value); }
+log_field log_field_dbl_(const char *key, double value) {
+    return LOG_DBL(key, value);
+}
+log_field log_field_bool_(const char *key, bool value) {
+    return LOG_BOOL(key, value);
+}
 
 /* ---- a growing line buffer ------------------------------------------------------- */
 
@@ -104,7 +118,9 @@ static void put(line *b, const char *s, size_t n) {
     b->len += n;
 }
 
-static void puts_(line *b, const char *s) { put(b, s, strlen(s)); }
+static void puts_(line *b, const char *s) {
+    put(b, s, strlen(s));
+}
 
 static void putf(line *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void putf(line *b, const char *fmt, ...) {
@@ -216,9 +232,9 @@ static void put_text_value(line *b, const log_field *f) {
         puts_(b, f->v.b ? "true" : "false");
         return;
     case LOG_T_JSON:
-        if (!f->v.j || json_dump_callback(f->v.j, dump_into, b,
-                                          JSON_COMPACT | JSON_ENCODE_ANY |
-                                              JSON_PRESERVE_ORDER) != 0)
+        if (!f->v.j ||
+            json_dump_callback(f->v.j, dump_into, b,
+                               JSON_COMPACT | JSON_ENCODE_ANY | JSON_PRESERVE_ORDER) != 0)
             puts_(b, "null");
         return;
     case LOG_T_END:
@@ -304,9 +320,9 @@ static void format_json(line *b, log_level level, const char *msg, const log_fie
     for (size_t i = 0; i < n; i++)
         rc |= json_object_set_new(obj, fields[i].key, json_value(&fields[i]));
     /* 15 digits: 0.41 prints as 0.41, not 0.40999999999999998. */
-    if (rc != 0 || json_dump_callback(obj, dump_into, b,
-                                      JSON_COMPACT | JSON_PRESERVE_ORDER |
-                                          JSON_REAL_PRECISION(15)) != 0)
+    if (rc != 0 ||
+        json_dump_callback(obj, dump_into, b,
+                           JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15)) != 0)
         b->failed = true;
     puts_(b, "\n");
     json_decref(obj);

@@ -30,8 +30,15 @@ typedef enum log_format { LOG_TEXT, LOG_JSON } log_format;
 #define LOG_VALUE_MAX 4096
 
 /* One key/value field. Build them with LOG_KV or the typed LOG_* macros. */
-typedef enum log_type { LOG_T_END, LOG_T_STR, LOG_T_INT, LOG_T_UINT, LOG_T_DBL, LOG_T_BOOL,
-                        LOG_T_JSON } log_type;
+typedef enum log_type {
+    LOG_T_END,
+    LOG_T_STR,
+    LOG_T_INT,
+    LOG_T_UINT,
+    LOG_T_DBL,
+    LOG_T_BOOL,
+    LOG_T_JSON
+} log_type;
 typedef struct log_field {
     const char *key; /* NULL only in the terminator */
     log_type type;
@@ -39,37 +46,37 @@ typedef struct log_field {
         const char *s; /* NULL is written as null */
         int64_t i;
         uint64_t u;
-        double d;      /* non-finite is written as null (json) or nan/inf (text) */
+        double d; /* non-finite is written as null (json) or nan/inf (text) */
         bool b;
         const json_t *j; /* borrowed; embedded as JSON (compact in text lines) */
     } v;
 } log_field;
 
-#define LOG_STR(k, x) ((log_field){.key = (k), .type = LOG_T_STR, .v.s = (x)})
-#define LOG_INT(k, x) ((log_field){.key = (k), .type = LOG_T_INT, .v.i = (x)})
+#define LOG_STR(k, x)  ((log_field){.key = (k), .type = LOG_T_STR, .v.s = (x)})
+#define LOG_INT(k, x)  ((log_field){.key = (k), .type = LOG_T_INT, .v.i = (x)})
 #define LOG_UINT(k, x) ((log_field){.key = (k), .type = LOG_T_UINT, .v.u = (x)})
-#define LOG_DBL(k, x) ((log_field){.key = (k), .type = LOG_T_DBL, .v.d = (x)})
+#define LOG_DBL(k, x)  ((log_field){.key = (k), .type = LOG_T_DBL, .v.d = (x)})
 #define LOG_BOOL(k, x) ((log_field){.key = (k), .type = LOG_T_BOOL, .v.b = (x)})
 #define LOG_JSON(k, x) ((log_field){.key = (k), .type = LOG_T_JSON, .v.j = (x)})
 
 /* A field whose type follows the value's C type (strings, integers of any
  * width, float/double, bool). The literals true and false are ints in C11:
  * write LOG_BOOL("ok", true) for them. */
-#define LOG_KV(k, x)                                                                     \
-    _Generic((x),                                                                        \
-        char *: log_field_str_, const char *: log_field_str_,                            \
-        _Bool: log_field_bool_,                                                          \
-        char: log_field_int_, signed char: log_field_int_, short: log_field_int_, int: log_field_int_,         \
-        long: log_field_int_, long long: log_field_int_,                                 \
-        unsigned char: log_field_uint_, unsigned short: log_field_uint_,                 \
-        unsigned: log_field_uint_, unsigned long: log_field_uint_,                       \
-        unsigned long long: log_field_uint_,                                             \
+#define LOG_KV(k, x)                                                                               \
+    _Generic((x),                                                                                  \
+        char *: log_field_str_, const char *: log_field_str_,                                      \
+        _Bool: log_field_bool_,                                                                    \
+        char: log_field_int_, signed char: log_field_int_, short: log_field_int_, int: log_field_int_,\
+        long: log_field_int_, long long: log_field_int_,                                           \
+        unsigned char: log_field_uint_, unsigned short: log_field_uint_,                           \
+        unsigned: log_field_uint_, unsigned long: log_field_uint_,                                 \
+        unsigned long long: log_field_uint_,                                                       \
         float: log_field_dbl_, double: log_field_dbl_)(k, x)
 
 /* Log a message with zero or more fields at a level. */
 #define log_debug(...) LOG_AT_(LOG_DEBUG, __VA_ARGS__)
-#define log_info(...) LOG_AT_(LOG_INFO, __VA_ARGS__)
-#define log_warn(...) LOG_AT_(LOG_WARN, __VA_ARGS__)
+#define log_info(...)  LOG_AT_(LOG_INFO, __VA_ARGS__)
+#define log_warn(...)  LOG_AT_(LOG_WARN, __VA_ARGS__)
 #define log_error(...) LOG_AT_(LOG_ERROR, __VA_ARGS__)
 
 /* Sets level and format from their configuration names ("info", "json").
@@ -91,7 +98,7 @@ void log_writev(log_level level, const char *msg, const log_field *fields, size_
 
 /* ---- implementation details of the macros above ---- */
 #define LOG_END_ ((log_field){.key = NULL, .type = LOG_T_END})
-#define LOG_AT_(level, ...) \
+#define LOG_AT_(level, ...)                                                                        \
     (log_enabled(level) ? log_write_((level), __VA_ARGS__, LOG_END_) : (void)0)
 void log_write_(log_level level, const char *msg, ...);
 log_field log_field_str_(const char *key, const char *value);

@@ -67,13 +67,13 @@ static int load(config *cfg, config_action *action, char *err, size_t err_len, .
     return config_load(cfg, argc, argv, action, err, err_len);
 }
 
-#define LOAD_OK(cfg, ...)                                                              \
-    do {                                                                               \
-        config_action action_;                                                         \
-        char err_[512] = "";                                                           \
-        int rc_ = load(cfg, &action_, err_, sizeof err_, __VA_ARGS__);                 \
-        cr_assert_eq(rc_, 0, "config_load failed: %s", err_);                          \
-        cr_assert_eq(action_, CONFIG_RUN);                                             \
+#define LOAD_OK(cfg, ...)                                                                          \
+    do {                                                                                           \
+        config_action action_;                                                                     \
+        char err_[512] = "";                                                                       \
+        int rc_ = load(cfg, &action_, err_, sizeof err_, __VA_ARGS__);                             \
+        cr_assert_eq(rc_, 0, "config_load failed: %s", err_);                                      \
+        cr_assert_eq(action_, CONFIG_RUN);                                                         \
     } while (0)
 
 /* Expects a failure whose message contains every given fragment. */
@@ -88,8 +88,7 @@ static void expect_error(const char *const *fragments, ...) {
     config cfg;
     config_action action;
     char err[512] = "";
-    cr_assert_eq(config_load(&cfg, argc, argv, &action, err, sizeof err), -1,
-                 "expected an error");
+    cr_assert_eq(config_load(&cfg, argc, argv, &action, err, sizeof err), -1, "expected an error");
     for (const char *const *f = fragments; *f; f++)
         cr_assert_not_null(strstr(err, *f), "message \"%s\" lacks \"%s\"", err, *f);
     /* On error nothing is left to free. */
@@ -157,7 +156,8 @@ Test(config, file_sets_every_type) {
 }
 
 Test(config, explicit_config_file_must_exist) {
-    expect_error(FRAGS("missing.json", "given by --config", "No such file"), "--config", "missing.json", NULL);
+    expect_error(FRAGS("missing.json", "given by --config", "No such file"), "--config",
+                 "missing.json", NULL);
 }
 
 Test(config, config_file_from_environment_must_exist) {
@@ -185,7 +185,8 @@ Test(config, config_file_that_is_a_directory) {
 
 Test(config, unknown_key_in_file) {
     write_file("u.json", "{\"prot\": 80}");
-    expect_error(FRAGS("config file u.json", "unknown setting \"prot\"", "did you mean port?"), "--config=u.json", NULL);
+    expect_error(FRAGS("config file u.json", "unknown setting \"prot\"", "did you mean port?"),
+                 "--config=u.json", NULL);
 }
 
 Test(config, unknown_key_without_near_miss) {
@@ -213,8 +214,7 @@ Test(config, wrong_json_types) {
         config c;
         config_action a;
         char err[512];
-        cr_assert_eq(load(&c, &a, err, sizeof err, "--config=t.json", NULL), -1, "%s",
-                     bad[i][0]);
+        cr_assert_eq(load(&c, &a, err, sizeof err, "--config=t.json", NULL), -1, "%s", bad[i][0]);
         cr_assert_not_null(strstr(err, bad[i][1]), "%s: %s", bad[i][0], err);
         cr_assert_not_null(strstr(err, "config file t.json"), "%s", err);
         cr_assert_not_null(strstr(err, "allowed:"), "%s", err);
@@ -229,8 +229,8 @@ Test(config, out_of_range_in_file) {
 
 Test(config, out_of_range_high_in_file) {
     write_file("r.json", "{\"max_batch_tokens\": 1048577}");
-    expect_error(FRAGS("max_batch_tokens", "1048577", "out of range", "1..1048576"), "--config=r.json",
-                 NULL);
+    expect_error(FRAGS("max_batch_tokens", "1048577", "out of range", "1..1048576"),
+                 "--config=r.json", NULL);
 }
 
 Test(config, bad_enum_in_file) {
@@ -327,8 +327,8 @@ Test(config, environment_errors_name_the_variable) {
 
 Test(config, flag_forms) {
     config c;
-    LOAD_OK(&c, "--port=81", "--max-queue", "5", "--truncate", "--metrics_require_key", "--log_level",
-            "debug", "--backend=naive", "--host", "::1", NULL);
+    LOAD_OK(&c, "--port=81", "--max-queue", "5", "--truncate", "--metrics_require_key",
+            "--log_level", "debug", "--backend=naive", "--host", "::1", NULL);
     cr_assert_eq(c.port, 81);
     cr_assert_eq(c.max_queue, 5);
     cr_assert(c.truncate);
@@ -349,7 +349,8 @@ Test(config, bare_bool_flag_takes_a_following_bool_word) {
 }
 
 Test(config, unknown_flag_with_suggestion) {
-    expect_error(FRAGS("unknown flag --max_queu", "did you mean --max_queue?"), "--max-queu=3", NULL);
+    expect_error(FRAGS("unknown flag --max_queu", "did you mean --max_queue?"), "--max-queu=3",
+                 NULL);
 }
 
 Test(config, positional_argument_is_refused) {

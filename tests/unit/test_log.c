@@ -82,7 +82,8 @@ Test(log, json_line_carries_ts_level_msg_and_typed_fields) {
     /* Keys keep the order they were given in. */
     const char *expected[] = {"ts", "level", "msg", "request_id", "status", "bytes", "total_ms"};
     void *it = json_object_iter(j);
-    for (size_t i = 0; i < sizeof expected / sizeof expected[0]; i++, it = json_object_iter_next(j, it))
+    for (size_t i = 0; i < sizeof expected / sizeof expected[0];
+         i++, it = json_object_iter_next(j, it))
         cr_assert_str_eq(json_object_iter_key(it), expected[i]);
     json_decref(j);
 }
@@ -103,7 +104,8 @@ Test(log, json_escapes_what_clients_send) {
     cr_assert_str_eq(json_string_value(json_object_get(j, "id")), "a\"b\\c\nd\te\x01");
     cr_assert_str_eq(json_string_value(json_object_get(j, "utf8")), "é✓");
     /* Invalid UTF-8 cannot be JSON; the line survives with '?' in its place. */
-    cr_assert_str_eq(json_string_value(json_object_get(j, "broken")), "ok?" "?!");
+    cr_assert_str_eq(json_string_value(json_object_get(j, "broken")), "ok?"
+                                                                      "?!");
     json_decref(j);
 }
 
@@ -208,7 +210,7 @@ Test(log, writev_takes_an_array) {
 }
 
 #define THREADS 8
-#define LINES 500
+#define LINES   500
 
 static void *writer(void *arg) {
     long id = (long)(intptr_t)arg;
