@@ -66,8 +66,8 @@ typedef struct log_field {
     _Generic((x),                                                                                  \
         char *: log_field_str_, const char *: log_field_str_,                                      \
         _Bool: log_field_bool_,                                                                    \
-        char: log_field_int_, signed char: log_field_int_, short: log_field_int_, int: log_field_int_,\
-        long: log_field_int_, long long: log_field_int_,                                           \
+        char: log_field_int_, signed char: log_field_int_, short: log_field_int_,                  \
+        int: log_field_int_, long: log_field_int_, long long: log_field_int_,                      \
         unsigned char: log_field_uint_, unsigned short: log_field_uint_,                           \
         unsigned: log_field_uint_, unsigned long: log_field_uint_,                                 \
         unsigned long long: log_field_uint_,                                                       \
