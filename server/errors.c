@@ -28,14 +28,6 @@ unsigned srv_error_status(int err) {
     return find(err)->status;
 }
 
-const char *srv_error_type(int err) {
-    return find(err)->type;
-}
-
-const char *srv_error_message(int err) {
-    return find(err)->message;
-}
-
 json_t *srv_error_body(int err, const char *message) {
     const srv_error_entry *e = find(err);
     return json_pack("{s:{s:s, s:s, s:I}}", "error", "message", message ? message : e->message,

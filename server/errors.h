@@ -36,12 +36,6 @@ enum {
 /* HTTP status of err; 500 for a code not in the list. */
 unsigned srv_error_status(int err);
 
-/* The "type" string of err ("internal_error" for a code not in the list). */
-const char *srv_error_type(int err);
-
-/* The default message of err. */
-const char *srv_error_message(int err);
-
 /* {"error": {"message", "type", "code"}}: message NULL means the default.
  * Returns a new reference, NULL only when out of memory. */
 json_t *srv_error_body(int err, const char *message);

@@ -50,7 +50,7 @@ struct http_server {
     void *backend_ctx;
     int port;
 
-    _Atomic size_t max_body_bytes;
+    size_t max_body_bytes;
     _Atomic bool metrics_require_key;
     _Atomic bool quiesced;
     _Atomic bool started; /* MHD's own messages drop to debug once serving */
@@ -321,7 +321,7 @@ static http_request *request_start(http_server *srv, struct MHD_Connection *conn
 static int early_answer(http_request *req) {
     const char *cl =
         MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-    size_t max = atomic_load(&req->srv->max_body_bytes);
+    size_t max = req->srv->max_body_bytes;
     if (!cl || strtoull(cl, NULL, 10) <= max)
         return HTTP_DONE;
     if (req->pending)
@@ -333,7 +333,7 @@ static int early_answer(http_request *req) {
 
 /* Keeps a piece of body, or throws it away once an answer is decided. */
 static int take_body(http_request *req, const char *data, size_t n) {
-    size_t max = atomic_load(&req->srv->max_body_bytes);
+    size_t max = req->srv->max_body_bytes;
     if (!req->pending && req->len + n > max)
         set_pending(req, SRV_ETOOLARGE, "request body exceeds the limit of %zu bytes", max);
     if (req->pending) {
@@ -424,10 +424,6 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 }
 
 /* ---- handler helpers --------------------------------------------------------- */
-
-const char *http_request_id(const http_request *req) {
-    return req->id;
-}
 
 bool http_draining(const http_request *req) {
     return req->after_quiesce;
@@ -570,7 +566,7 @@ http_server *http_create(const http_options *opt, const http_route *routes, size
     srv->unmatched_slot = metrics_route("unmatched");
     srv->backend_name = opt->backend_name;
     srv->backend_ctx = opt->backend_ctx;
-    atomic_store(&srv->max_body_bytes, opt->max_body_bytes);
+    srv->max_body_bytes = opt->max_body_bytes;
     make_id_prefix(srv);
 
     struct sockaddr_storage addr;
@@ -661,8 +657,4 @@ int http_set_api_keys(http_server *srv, char *const *keys, size_t n) {
 
 void http_set_metrics_require_key(http_server *srv, bool require) {
     atomic_store(&srv->metrics_require_key, require);
-}
-
-void http_set_max_body_bytes(http_server *srv, size_t bytes) {
-    atomic_store(&srv->max_body_bytes, bytes);
 }

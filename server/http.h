@@ -84,11 +84,8 @@ void http_destroy(http_server *srv);
  * old keys stay). */
 int http_set_api_keys(http_server *srv, char *const *keys, size_t n);
 void http_set_metrics_require_key(http_server *srv, bool require);
-void http_set_max_body_bytes(http_server *srv, size_t bytes);
 
 /* ---- inside a handler (I/O thread) ---- */
-
-const char *http_request_id(const http_request *req);
 
 /* Whether the request started after http_quiesce: work it asks for should be
  * refused (503), while requests that started before are still served. */
