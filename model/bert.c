@@ -578,16 +578,23 @@ static void pool_task(void *arg, size_t b, int worker) {
     const pool_ctx *c = arg;
     const int C = c->cfg->hidden_size;
     const int32_t start = c->cu[b], len = c->cu[b + 1] - start;
-    float *o = c->out + b * (size_t)C; /* (C) */
-    for (int i = 0; i < C; i++) {
-        if (c->cfg->pooling == BERT_POOL_CLS) {
-            o[i] = c->x[(size_t)start * C + i];
-            continue;
+    const float *xs = c->x + (size_t)start * C; /* (len, C) the sequence's tokens */
+    float *o = c->out + b * (size_t)C;          /* (C) */
+    if (c->cfg->pooling == BERT_POOL_CLS)
+        memcpy(o, xs, (size_t)C * sizeof *o);
+    else {
+        /* Sums in double, a slice of columns at a time, walking the tokens
+         * row by row so the reads stay contiguous. */
+        enum { SLICE = 64 };
+        for (int i0 = 0; i0 < C; i0 += SLICE) {
+            const int n = C - i0 < SLICE ? C - i0 : SLICE;
+            double acc[SLICE] = {0};
+            for (int32_t t = 0; t < len; t++)
+                for (int i = 0; i < n; i++)
+                    acc[i] += xs[(size_t)t * C + i0 + i];
+            for (int i = 0; i < n; i++)
+                o[i0 + i] = (float)(acc[i] / len);
         }
-        double sum = 0.0;
-        for (int32_t t = 0; t < len; t++)
-            sum += c->x[(size_t)(start + t) * C + i];
-        o[i] = (float)(sum / len);
     }
     if (!c->cfg->normalize)
         return;

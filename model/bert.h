@@ -70,7 +70,9 @@ typedef struct bert_model bert_model;
  * BF16 weights are converted to F32 at load; F32 weights are used in place
  * from the read-only mapping; Q, K and V projections are concatenated for
  * one fused GEMM. Sets OpenBLAS to one thread: parallelism comes from the
- * attn_parallel pool handed to forward (see bert.c). */
+ * attn_parallel pool handed to forward (see bert.c). OpenBLAS starts its own
+ * idle threads when the library loads, before this can run; a process that
+ * wants none sets OPENBLAS_NUM_THREADS=1 in its environment. */
 int bert_load(const char *dir, bert_model **out, char *err, size_t err_len);
 void bert_free(bert_model *m);
 
