@@ -102,6 +102,7 @@ class Server:
         return self.proc.wait(timeout=timeout)
 
     def stop(self):
+        """Stops the server; returns its exit status (-9 if it had to be killed)."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -110,6 +111,15 @@ class Server:
                 self.proc.kill()
                 self.proc.wait()
         self.log.close()
+        return self.proc.returncode
+
+    def check_clean_exit(self, status):
+        """A clean stop exits 0, and a sanitizer build reports nothing."""
+        log = self.log_text()
+        for marker in ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:",
+                       "WARNING: ThreadSanitizer"):
+            assert marker not in log, "sanitizer report in the server log:\n" + log[-8000:]
+        assert status == 0, "attnserve exited with %s:\n%s" % (status, log[-8000:])
 
     def metrics(self):
         r = requests.get(self.url("/metrics"), timeout=5)
@@ -151,9 +161,11 @@ def start_server(tmp_path, request):
     yield start
     failed = getattr(request.node, "rep_call", None)
     for s in servers:
-        s.stop()
+        status = s.stop()
         if failed is not None and failed.failed:
             print("---- attnserve log (%s) ----\n%s" % (s.base, s.log_text()[-8000:]))
+        else:
+            s.check_clean_exit(status)
 
 
 @pytest.hookimpl(tryfirst=True, hookwrapper=True)
@@ -168,7 +180,7 @@ def server(tmp_path_factory):
     """One ordinary server shared by a module's read-only tests."""
     s = Server(str(tmp_path_factory.mktemp("srv")))
     yield s
-    s.stop()
+    s.check_clean_exit(s.stop())
 
 
 # ---- tensors and the reference --------------------------------------------------

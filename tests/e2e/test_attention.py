@@ -16,7 +16,7 @@ def backend_server(request, tmp_path_factory):
     from conftest import Server
     s = Server(str(tmp_path_factory.mktemp(request.param)), backend=request.param)
     yield s
-    s.stop()
+    s.check_clean_exit(s.stop())
 
 
 @pytest.mark.parametrize("causal", [False, True])
