@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "kernels/attention.h"
+#include "kernels/simd.h"
 #include "kernels/threadpool.h"
 #include "model/bert.h"
 
@@ -193,6 +194,53 @@ Test(model, golden_naive) {
 
 Test(model, golden_fused) {
     check_golden(MODEL_DIR, "mean_normalized", "fused");
+}
+
+/* The narrower instruction-set paths (GELU and the fused kernel), which the
+ * golden tests above do not take on a CPU with AVX-512, on a subset that
+ * still has short, CJK, emoji and 512-token inputs. */
+Test(model, golden_on_every_simd_path) {
+    golden_set g = golden_load("mean_normalized");
+    bert_model *m = load_model(MODEL_DIR);
+    const int C = bert_get_config(m)->hidden_size;
+    const int idx[] = {0, 4, 31, 46, 48, 52, 57};
+    const int n = (int)(sizeof idx / sizeof idx[0]);
+    int32_t *ids, *cu;
+    const int32_t T = pack(&g, idx, n, &ids, &cu);
+    const attn_backend *both[2] = {backend("naive"), backend("fused")};
+    bert_workspace *ws = NULL;
+    char err[512] = "";
+    cr_assert_eq(bert_workspace_create(m, T, THREADS, both, 2, &ws, err, sizeof err), BERT_OK, "%s",
+                 err);
+    tp_pool *pool = tp_create(THREADS);
+    attn_parallel par = tp_parallel(pool);
+    float *out = malloc((size_t)n * C * sizeof *out);
+    static const attn_simd paths[] = {ATTN_SIMD_PORTABLE, ATTN_SIMD_AVX2, ATTN_SIMD_AVX512};
+    for (size_t p = 0; p < sizeof paths / sizeof paths[0]; p++) {
+        if (attn_simd_force(paths[p]) != 0)
+            continue; /* not on this CPU */
+        for (int k = 0; k < 2; k++) {
+            cr_assert_eq(bert_forward(m, ws, both[k], &par, ids, cu, n, out, err, sizeof err),
+                         BERT_OK, "%s", err);
+            double min_cos = 1.0;
+            for (int b = 0; b < n; b++) {
+                const double c = cosine(out + (size_t)b * C, g.emb[idx[b]], C);
+                cr_expect_geq(c, MIN_COSINE, "%s on %s, input %d: cosine %.8f", both[k]->name,
+                              attn_simd_name(paths[p]), idx[b], c);
+                min_cos = fmin(min_cos, c);
+            }
+            fprintf(stderr, "model golden %s on %s: %d inputs: min cosine 1 - %.2g\n",
+                    both[k]->name, attn_simd_name(paths[p]), n, 1.0 - min_cos);
+        }
+    }
+    attn_simd_unforce();
+    free(out);
+    tp_destroy(pool);
+    bert_workspace_free(ws);
+    bert_free(m);
+    free(ids);
+    free(cu);
+    golden_free(&g);
 }
 
 /* ---- batch independence ------------------------------------------------------ */
