@@ -112,7 +112,9 @@ int bert_workspace_max_tokens(const bert_workspace *ws);
  * L2-normalised) vector to out[b * C .. b * C + C). Attention runs through
  * attn, whose workspace must have been sized at bert_workspace_create;
  * par->nthreads must not exceed the nthreads given there. Allocates nothing.
- * Returns BERT_OK, BERT_EINPUT (bad batch) or BERT_EATTN, with a message. */
+ * Returns BERT_OK, BERT_EINPUT (bad batch) or BERT_EATTN, with a message.
+ * A workspace serves one forward at a time; the model is read-only after
+ * load and may be shared by several workspaces. */
 int bert_forward(const bert_model *m, bert_workspace *ws, const attn_backend *attn,
                  const attn_parallel *par, const int32_t *ids, const int32_t *cu_seqlens, int batch,
                  float *out, char *err, size_t err_len);
