@@ -651,9 +651,11 @@ int attn_api_handle(http_request *req, void *ctx) {
 
     job->http = req;
     job->sreq.done = job_done;
-    int64_t timeout_ms = atomic_load(&api->request_timeout_ms);
-    if (timeout_ms > 0)
-        job->sreq.deadline_ns = sched_now_ns() + (uint64_t)timeout_ms * 1000000u;
+    /* request_timeout_ms counts from arrival; a request that used it all up
+     * reading its body gets a deadline long past (0 would mean none), so the
+     * scheduler answers it 504 at once. */
+    double left_ms = (double)atomic_load(&api->request_timeout_ms) - http_age_ms(req);
+    job->sreq.deadline_ns = left_ms > 0 ? sched_now_ns() + (uint64_t)(left_ms * 1e6) : 1;
     int rc = sched_submit(api->sched, &job->sreq);
     if (rc != SCHED_OK) {
         job_free(job);

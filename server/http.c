@@ -425,6 +425,10 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 
 /* ---- handler helpers --------------------------------------------------------- */
 
+double http_age_ms(const http_request *req) {
+    return ms_since(&req->t0);
+}
+
 bool http_draining(const http_request *req) {
     return req->after_quiesce;
 }

@@ -90,6 +90,10 @@ void http_set_metrics_require_key(http_server *srv, bool require);
 /* Whether the request started after http_quiesce: work it asks for should be
  * refused (503), while requests that started before are still served. */
 bool http_draining(const http_request *req);
+
+/* Milliseconds since the request's headers arrived (deadlines count from
+ * there, so a slow upload uses up its own time). */
+double http_age_ms(const http_request *req);
 const char *http_body(const http_request *req, size_t *len);
 
 /* Parses the body as one JSON object, with nesting limited to
