@@ -19,7 +19,14 @@ PKGS    := libmicrohttpd jansson libuv
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
-BLAS_LIBS   := $(shell pkg-config --libs openblas 2>/dev/null)
+# The single-threaded OpenBLAS: the model splits every GEMM over the
+# service's own pool, so BLAS must start no threads of its own (the pthread
+# build starts cores-1 idle threads when it loads, before main runs). The
+# serial library is linked by path and found again at run time via RUNPATH;
+# where it is missing we fall back to whatever pkg-config offers.
+MULTIARCH   := $(shell $(CC) -print-multiarch 2>/dev/null)
+BLAS_SERIAL := $(wildcard /usr/lib/$(MULTIARCH)/openblas-serial/libopenblas.so.0)
+BLAS_LIBS   := $(if $(BLAS_SERIAL),$(BLAS_SERIAL) -Wl$(comma)-rpath$(comma)$(dir $(BLAS_SERIAL)),$(shell pkg-config --libs openblas 2>/dev/null))
 TEST_LIBS   := $(shell pkg-config --libs criterion 2>/dev/null)
 
 # Frame pointers everywhere so perf attributes time to every kernel;

@@ -4,7 +4,8 @@
 set -eu
 
 PACKAGES="build-essential pkg-config
-libmicrohttpd-dev libjansson-dev libuv1-dev libopenblas-dev
+libmicrohttpd-dev libjansson-dev libuv1-dev libopenblas-dev libopenblas0-serial
+curl ca-certificates
 libcriterion-dev
 python3-pytest python3-requests"
 
