@@ -52,12 +52,12 @@ typedef struct fused_ctx {
 
 /* One worker's slices of the workspace (sizes in floats). */
 typedef struct fused_ws {
-    float *qt;    /* (BR/VL, D, VL): query rows transposed, lanes = rows */
-    float *ot;    /* (BR/VL, D, VL): output accumulator, same layout */
-    float *m;     /* (BR): running max per query row, base 2 */
-    float *l;     /* (BR): running sum of exp2 per query row */
-    float *kt;    /* (D, KT): one key tile transposed */
-    float *vtail; /* (KT, D): a partial value tile, zero padded */
+    float *qt; /* (BR/VL, D, VL): query rows transposed, lanes = rows */
+    float *ot; /* (BR/VL, D, VL): output accumulator, same layout */
+    float *m;  /* (BR): running max per query row, base 2 */
+    float *l;  /* (BR): running sum of exp2 per query row */
+    float *kt; /* (D, KT): one key tile transposed */
+    float *vt; /* (KT, D): one value tile, contiguous */
 } fused_ws;
 
 static inline size_t fused_round16(size_t n) {
@@ -79,7 +79,7 @@ static inline fused_ws fused_worker_ws(const fused_ctx *c, int worker) {
     w.m = w.ot + fused_round16(FUSED_BR * d);
     w.l = w.m + fused_round16(FUSED_BR);
     w.kt = w.l + fused_round16(FUSED_BR);
-    w.vtail = w.kt + fused_round16(FUSED_KT_MAX * d);
+    w.vt = w.kt + fused_round16(FUSED_KT_MAX * d);
     return w;
 }
 
