@@ -1,0 +1,714 @@
+/* bench_embed.c — in-process throughput of the embedding pipeline: the real
+ * tokenizer and bert_forward on the service's thread pool, per attention
+ * backend, thread count, input length and batch size.
+ *
+ * Inputs are made from a fixed list of common words that are one WordPiece
+ * each, so a text of n - 2 words is exactly n tokens with [CLS] and [SEP];
+ * every text is checked with the tokenizer before anything is timed. A case
+ * (backend × threads × length × batch) is one warm-up run, then the median of
+ * the reps; one run tokenizes the batch on the calling thread (as a request
+ * handler would) and runs bert_forward.
+ *
+ * Besides inputs/s and tokens/s each case reports where the time goes:
+ * tok% (tokenizer), attn% (the attention backend, timed inside the forward
+ * through a wrapper around the backend table) and gemm% — the model's four
+ * GEMMs per layer, timed standalone: cblas_sgemm on the model's exact shapes
+ * and weight sizes (one weight set per layer, as the model streams them),
+ * split over the same pool the way model/bert.c's linear() splits them. That
+ * split is copied here (see gemm_task) and must follow bert.c if it changes;
+ * an in-forward timing hook would make this exact. gemm GFLOP/s is divided by
+ * this machine's FP32 FMA peak, measured on the same pool (kernels/peak.h).
+ *
+ * Shared machines: cpu% is process CPU time / (wall time × threads) over the
+ * reps; below ~95% other processes took the cores during that case. %pkcpu
+ * is GEMM GFLOP per CPU-second against the peak measured the same way: what
+ * the GEMMs reach on the cycles they actually got.
+ *
+ *   bench_embed [--json] [--model DIR] [--backends fused,naive] [--threads N[,1]]
+ *               [--lengths 12,64,256] [--batches 1,8,32,128] [--reps 5] [--budget 8]
+ *               [--no-gemm] [--dump-inputs FILE]
+ *
+ * --threads 0 means every online core (the default). --budget caps the
+ * seconds of timed reps in one case (at least 3 reps run when reps >= 3).
+ * --dump-inputs writes the generated texts, one JSON object per length, for
+ * the peer benchmarks (bench/embed/peers.py), and exits. */
+#include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kernels/attention.h"
+#include "kernels/peak.h"
+#include "kernels/simd.h"
+#include "kernels/threadpool.h"
+#include "model/bert.h"
+#include "model/tokenizer.h"
+
+#define MAX_LIST 16
+#define TOK_CAP  512
+
+/* ---- options ------------------------------------------------------------------------ */
+
+typedef struct {
+    int json, gemm;
+    const char *model_dir, *dump_path;
+    const char *backends[MAX_LIST];
+    int nbackends;
+    int threads[MAX_LIST];
+    int nthreads;
+    int lengths[MAX_LIST];
+    int nlengths;
+    int batches[MAX_LIST];
+    int nbatches;
+    int reps;
+    double budget_s;
+} bench_opts;
+
+static void usage(const char *argv0) {
+    fprintf(stderr,
+            "usage: %s [--json] [--model DIR] [--backends fused,naive] [--threads N[,1]] "
+            "[--lengths 12,64,256] [--batches 1,8,32,128] [--reps 5] [--budget 8] "
+            "[--no-gemm] [--dump-inputs FILE]\n",
+            argv0);
+    exit(2);
+}
+
+/* Splits a comma list into at most MAX_LIST pointers into s (modified). */
+static int split_list(char *s, const char **out) {
+    int n = 0;
+    for (char *tok = strtok(s, ","); tok && n < MAX_LIST; tok = strtok(NULL, ","))
+        out[n++] = tok;
+    return n;
+}
+
+static int int_list(char *s, int *out, int min) {
+    const char *parts[MAX_LIST];
+    const int n = split_list(s, parts);
+    for (int i = 0; i < n; i++) {
+        char *end;
+        const long v = strtol(parts[i], &end, 10);
+        if (*end || v < min || v > 1 << 20)
+            return -1;
+        out[i] = (int)v;
+    }
+    return n;
+}
+
+static void parse_opts(int argc, char **argv, bench_opts *o) {
+    static char backends_default[] = "fused,naive";
+    *o = (bench_opts){.gemm = 1,
+                      .model_dir = "models/all-MiniLM-L6-v2",
+                      .threads = {0},
+                      .nthreads = 1,
+                      .lengths = {12, 64, 256},
+                      .nlengths = 3,
+                      .batches = {1, 8, 32, 128},
+                      .nbatches = 4,
+                      .reps = 5,
+                      .budget_s = 8.0};
+    o->nbackends = split_list(backends_default, o->backends);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--json") == 0) {
+            o->json = 1;
+            continue;
+        }
+        if (strcmp(a, "--no-gemm") == 0) {
+            o->gemm = 0;
+            continue;
+        }
+        if (!v)
+            usage(argv[0]);
+        i++;
+        if (strcmp(a, "--model") == 0)
+            o->model_dir = v;
+        else if (strcmp(a, "--dump-inputs") == 0)
+            o->dump_path = v;
+        else if (strcmp(a, "--backends") == 0)
+            o->nbackends = split_list(v, o->backends);
+        else if (strcmp(a, "--threads") == 0)
+            o->nthreads = int_list(v, o->threads, 0);
+        else if (strcmp(a, "--lengths") == 0)
+            o->nlengths = int_list(v, o->lengths, 3);
+        else if (strcmp(a, "--batches") == 0)
+            o->nbatches = int_list(v, o->batches, 1);
+        else if (strcmp(a, "--reps") == 0)
+            o->reps = atoi(v);
+        else if (strcmp(a, "--budget") == 0)
+            o->budget_s = atof(v);
+        else
+            usage(argv[0]);
+    }
+    if (o->nbackends < 1 || o->nthreads < 1 || o->nlengths < 1 || o->nbatches < 1 || o->reps < 1 ||
+        o->reps > 64 || o->budget_s <= 0)
+        usage(argv[0]);
+    const int ncores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    for (int t = 0; t < o->nthreads; t++)
+        if (o->threads[t] == 0)
+            o->threads[t] = ncores > 0 ? ncores : 1;
+}
+
+/* ---- clocks ------------------------------------------------------------------------- */
+
+static double clock_s(clockid_t id) {
+    struct timespec t;
+    clock_gettime(id, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+static double now_s(void) {
+    return clock_s(CLOCK_MONOTONIC);
+}
+static double cpu_s(void) {
+    return clock_s(CLOCK_PROCESS_CPUTIME_ID);
+}
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof v[0], cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* ---- inputs ------------------------------------------------------------------------- */
+
+/* Common English words; those that are not a single WordPiece in the model's
+ * vocabulary are dropped at start, so the list works for any BERT vocabulary. */
+static const char *const WORDS[] = {
+    "the",      "of",         "and",     "to",      "in",      "is",      "was",     "for",
+    "on",       "that",       "with",    "as",      "by",      "at",      "from",    "his",
+    "her",      "it",         "an",      "were",    "are",     "which",   "this",    "be",
+    "has",      "had",        "not",     "first",   "one",     "their",   "after",   "new",
+    "who",      "they",       "two",     "she",     "time",    "can",     "all",     "would",
+    "there",    "been",       "during",  "into",    "other",   "city",    "when",    "more",
+    "world",    "year",       "only",    "state",   "team",    "later",   "about",   "most",
+    "school",   "over",       "three",   "between", "some",    "made",    "where",   "film",
+    "music",    "known",      "season",  "under",   "while",   "before",  "album",   "game",
+    "called",   "group",      "since",   "war",     "both",    "county",  "part",    "life",
+    "then",     "university", "high",    "series",  "became",  "number",  "early",   "day",
+    "such",     "these",      "well",    "through", "them",    "many",    "four",    "work",
+    "family",   "house",      "people",  "north",   "church",  "water",   "river",   "road",
+    "light",    "market",     "money",   "power",   "model",   "system",  "data",    "service",
+    "report",   "budget",     "review",  "office",  "policy",  "energy",  "health",  "travel",
+    "garden",   "winter",     "summer",  "morning", "evening", "student", "teacher", "doctor",
+    "question", "answer",     "problem", "result",  "change",  "value",   "price",   "order",
+};
+#define NWORDS (sizeof WORDS / sizeof WORDS[0])
+
+typedef struct {
+    int tokens;  /* per input, [CLS] and [SEP] included */
+    char **text; /* [max_batch] */
+    size_t *len; /* [max_batch] */
+} input_set;
+
+static int single_piece(const tok_tokenizer *tok, const char *w) {
+    int32_t ids[8];
+    tok_output out = {.ids = ids, .capacity = 8};
+    return tok_encode(tok, w, strlen(w), 1, &out) == TOK_OK && out.n == 1 + tok_num_special(tok);
+}
+
+/* Text i of a set: words drawn by a fixed LCG seeded by (tokens, i), so every
+ * run and every peer sees the same texts. */
+static char *make_text(const char *const *words, int nwords, int nword_tokens, int i, size_t *len) {
+    size_t cap = 16;
+    for (int w = 0; w < nwords; w++)
+        cap = strlen(words[w]) + 1 > cap ? strlen(words[w]) + 1 : cap;
+    cap *= (size_t)nword_tokens + 1;
+    char *s = malloc(cap);
+    if (!s)
+        return NULL;
+    unsigned state = 2654435761u * (unsigned)(nword_tokens + 1) + 40503u * (unsigned)i;
+    size_t n = 0;
+    for (int k = 0; k < nword_tokens; k++) {
+        state = state * 1664525u + 1013904223u;
+        const char *w = words[(state >> 8) % (unsigned)nwords];
+        if (k)
+            s[n++] = ' ';
+        memcpy(s + n, w, strlen(w));
+        n += strlen(w);
+    }
+    s[n] = '\0';
+    *len = n;
+    return s;
+}
+
+static void free_inputs(input_set *sets, int nsets, int max_batch) {
+    for (int s = 0; s < nsets; s++) {
+        for (int i = 0; sets[s].text && i < max_batch; i++)
+            free(sets[s].text[i]);
+        free(sets[s].text);
+        free(sets[s].len);
+    }
+}
+
+/* Builds max_batch texts per length and checks each one's token count. */
+static int make_inputs(const tok_tokenizer *tok, const bench_opts *o, int max_batch,
+                       input_set *sets) {
+    const char *words[NWORDS];
+    int nwords = 0;
+    for (size_t w = 0; w < NWORDS; w++)
+        if (single_piece(tok, WORDS[w]))
+            words[nwords++] = WORDS[w];
+    if (nwords < 32) {
+        fprintf(stderr, "only %d of the %zu words are single tokens in this vocabulary\n", nwords,
+                NWORDS);
+        return -1;
+    }
+    const int nspecial = tok_num_special(tok);
+    int32_t ids[TOK_CAP];
+    tok_output out = {.ids = ids, .capacity = TOK_CAP};
+    for (int s = 0; s < o->nlengths; s++) {
+        input_set *set = &sets[s];
+        set->tokens = o->lengths[s];
+        set->text = calloc((size_t)max_batch, sizeof *set->text);
+        set->len = calloc((size_t)max_batch, sizeof *set->len);
+        if (!set->text || !set->len)
+            return -1;
+        if (set->tokens <= nspecial || set->tokens > TOK_CAP) {
+            fprintf(stderr, "length %d: must be in (%d, %d]\n", set->tokens, nspecial, TOK_CAP);
+            return -1;
+        }
+        for (int i = 0; i < max_batch; i++) {
+            set->text[i] = make_text(words, nwords, set->tokens - nspecial, i, &set->len[i]);
+            if (!set->text[i])
+                return -1;
+            if (tok_encode(tok, set->text[i], set->len[i], 0, &out) != TOK_OK ||
+                out.n != set->tokens) {
+                fprintf(stderr, "input %d of length %d tokenizes to %d tokens\n", i, set->tokens,
+                        out.n);
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+static const char *length_name(int tokens) {
+    return tokens <= 32 ? "short" : tokens <= 128 ? "medium" : "long";
+}
+
+/* One JSON object per length: {"name", "tokens", "texts": [...]}. The words
+ * are plain ASCII letters, so no escaping is needed. */
+static int dump_inputs(const char *path, const input_set *sets, int nsets, int max_batch) {
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        perror(path);
+        return -1;
+    }
+    for (int s = 0; s < nsets; s++) {
+        fprintf(f, "{\"name\": \"%s\", \"tokens\": %d, \"texts\": [", length_name(sets[s].tokens),
+                sets[s].tokens);
+        for (int i = 0; i < max_batch; i++)
+            fprintf(f, "%s\"%s\"", i ? ", " : "", sets[s].text[i]);
+        fprintf(f, "]}\n");
+    }
+    return fclose(f) == 0 ? 0 : -1;
+}
+
+/* ---- peak ---------------------------------------------------------------------------- */
+
+typedef struct {
+    attn_simd path;
+    long iters;
+} peak_job;
+
+static void peak_task(void *ctx, size_t task, int worker) {
+    (void)task;
+    (void)worker;
+    const peak_job *j = ctx;
+    attn_peak_fma(j->path, j->iters);
+}
+
+typedef struct {
+    double wall, cpu; /* GFLOP per wall second; per CPU second × threads */
+} rate;
+
+/* GFLOP/s of attn_peak_fma on every worker of the pool, best of three;
+ * chunks of ~20 ms, several per worker so a late worker does not idle the
+ * others at the end. */
+static rate pool_peak(tp_pool *pool, attn_simd path) {
+    attn_parallel par = tp_parallel(pool);
+    const size_t chunks = 8 * (size_t)par.nthreads;
+    peak_job job = {path, 1000};
+    for (;;) {
+        const double t0 = now_s();
+        if (attn_peak_fma(path, job.iters) <= 0 || now_s() - t0 > 0.02 || job.iters > (1L << 40))
+            break;
+        job.iters *= 2;
+    }
+    const double flops = attn_peak_fma(path, job.iters) * (double)chunks;
+    rate best = {0.0, 0.0};
+    for (int r = 0; r < 3; r++) {
+        const double t0 = now_s(), c0 = cpu_s();
+        par.parallel_for(par.impl, chunks, peak_task, &job);
+        const double g = flops / (now_s() - t0) * 1e-9;
+        const double gc = flops / (cpu_s() - c0) * 1e-9 * par.nthreads;
+        best.wall = g > best.wall ? g : best.wall;
+        best.cpu = gc > best.cpu ? gc : best.cpu;
+    }
+    return best;
+}
+
+/* ---- attention timing ------------------------------------------------------------------ */
+
+/* A copy of a backend's table whose forward times the real one. The forward
+ * slot takes no context, so the real backend and the running total are
+ * file-scope; the benchmark runs one forward at a time. */
+static const attn_backend *timed_inner;
+static double timed_attn_s;
+
+static int timed_forward(const attn_problem *p, void *ws, size_t bytes, const attn_parallel *par) {
+    const double t0 = now_s();
+    const int rc = timed_inner->forward(p, ws, bytes, par);
+    timed_attn_s += now_s() - t0;
+    return rc;
+}
+
+/* ---- standalone GEMMs ------------------------------------------------------------------- */
+
+/* The model's weights for the GEMMs: per layer W_qkv (3C, C), W_o (C, C),
+ * W_in (F, C), W_out (C, F) and their biases; activations a (T, F) in and
+ * b (T, F) out, large enough for every GEMM of a batch of T tokens. */
+typedef struct {
+    int C, F, L, max_tokens;
+    float *w[4 * 16]; /* [layer][4]; at most 16 layers timed */
+    float *bias[4 * 16];
+    float *a, *b;
+} gemm_set;
+
+typedef struct {
+    float *out;
+    const float *inp, *w, *b;
+    size_t T, K, N, ntasks;
+    int by_rows;
+} gemm_job;
+
+/* As linear_task in model/bert.c, without GELU: token-row blocks for tall
+ * batches, 16-float-aligned output-column blocks for short ones; bias copied
+ * in, then sgemm(NoTrans, Trans) with beta = 1. */
+static void gemm_task(void *ctx, size_t task, int worker) {
+    (void)worker;
+    const gemm_job *j = ctx;
+    size_t r0 = 0, r1 = j->T, c0 = 0, c1 = j->N;
+    if (j->by_rows) {
+        r0 = j->T * task / j->ntasks;
+        r1 = j->T * (task + 1) / j->ntasks;
+    } else {
+        const size_t step = ((j->N + j->ntasks - 1) / j->ntasks + 15) / 16 * 16;
+        c0 = task * step < j->N ? task * step : j->N;
+        c1 = c0 + step < j->N ? c0 + step : j->N;
+    }
+    if (r0 == r1 || c0 == c1)
+        return;
+    for (size_t r = r0; r < r1; r++)
+        memcpy(j->out + r * j->N + c0, j->b + c0, (c1 - c0) * sizeof(float));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(r1 - r0), (int)(c1 - c0), (int)j->K,
+                1.0f, j->inp + r0 * j->K, (int)j->K, j->w + c0 * j->K, (int)j->K, 1.0f,
+                j->out + r0 * j->N + c0, (int)j->N);
+}
+
+static void gemm_one(const attn_parallel *par, float *out, const float *inp, const float *w,
+                     const float *b, int T, int K, int N) {
+    const size_t nt = (size_t)par->nthreads;
+    gemm_job j = {out, inp, w, b, (size_t)T, (size_t)K, (size_t)N, 1, (size_t)T >= 64 * nt};
+    j.ntasks = j.by_rows ? nt : ((size_t)N / 16 < nt ? ((size_t)N + 15) / 16 : nt);
+    if (j.ntasks < 1)
+        j.ntasks = 1;
+    par->parallel_for(par->impl, j.ntasks, gemm_task, &j);
+}
+
+/* Floating-point operations of one forward's GEMMs on T tokens. */
+static double gemm_flops(const gemm_set *g, int T) {
+    const double C = g->C, F = g->F;
+    return 2.0 * T * g->L * (3 * C * C + C * C + 2 * C * F);
+}
+
+static void gemm_forward(const gemm_set *g, const attn_parallel *par, int T) {
+    const int C = g->C, F = g->F;
+    for (int l = 0; l < g->L; l++) {
+        float *const *w = &g->w[4 * l], *const *b = &g->bias[4 * l];
+        gemm_one(par, g->b, g->a, w[0], b[0], T, C, 3 * C);
+        gemm_one(par, g->b, g->a, w[1], b[1], T, C, C);
+        gemm_one(par, g->b, g->a, w[2], b[2], T, C, F);
+        gemm_one(par, g->b, g->a, w[3], b[3], T, F, C);
+    }
+}
+
+static float *rand_floats(size_t n, unsigned seed) {
+    float *p = malloc(n * sizeof *p);
+    for (size_t i = 0; p && i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        p[i] = ((float)(seed >> 8) / (float)(1u << 24) - 0.5f) * 0.1f;
+    }
+    return p;
+}
+
+static void gemm_set_free(gemm_set *g) {
+    for (int i = 0; i < 4 * 16; i++) {
+        free(g->w[i]);
+        free(g->bias[i]);
+    }
+    free(g->a);
+    free(g->b);
+}
+
+static int gemm_set_init(gemm_set *g, const bert_config *cfg, int max_tokens) {
+    *g = (gemm_set){.C = cfg->hidden_size,
+                    .F = cfg->intermediate_size,
+                    .L = cfg->num_layers < 16 ? cfg->num_layers : 16,
+                    .max_tokens = max_tokens};
+    const size_t C = (size_t)g->C, F = (size_t)g->F;
+    const size_t rows[4] = {3 * C, C, F, C}, cols[4] = {C, C, C, F};
+    for (int l = 0; l < g->L; l++)
+        for (int k = 0; k < 4; k++) {
+            g->w[4 * l + k] = rand_floats(rows[k] * cols[k], (unsigned)(4 * l + k + 1));
+            g->bias[4 * l + k] = rand_floats(rows[k], (unsigned)(4 * l + k + 101));
+            if (!g->w[4 * l + k] || !g->bias[4 * l + k])
+                return -1;
+        }
+    g->a = rand_floats((size_t)max_tokens * F, 7u);
+    g->b = calloc((size_t)max_tokens * F, sizeof(float));
+    return g->a && g->b ? 0 : -1;
+}
+
+typedef struct {
+    double ms;
+    rate gflops;
+} gemm_result;
+
+static gemm_result time_gemms(const gemm_set *g, tp_pool *pool, int T, const bench_opts *o) {
+    attn_parallel par = tp_parallel(pool);
+    double times[64];
+    gemm_forward(g, &par, T);
+    int n = 0;
+    const double c0 = cpu_s();
+    double spent = 0.0;
+    do {
+        const double t0 = now_s();
+        gemm_forward(g, &par, T);
+        times[n++] = now_s() - t0;
+        spent += times[n - 1];
+    } while (n < o->reps && (n < 3 || spent < o->budget_s));
+    const double cpu = cpu_s() - c0, med = median(times, n);
+    return (gemm_result){
+        med * 1e3,
+        {gemm_flops(g, T) / med * 1e-9, gemm_flops(g, T) * n / cpu * 1e-9 * par.nthreads}};
+}
+
+/* ---- one case --------------------------------------------------------------------------- */
+
+typedef struct {
+    const bert_model *model;
+    const tok_tokenizer *tok;
+    bert_workspace *ws;
+    int32_t *ids, *cu; /* (max tokens), (max batch + 1) */
+    float *out;        /* (max batch, C) */
+} pipeline;
+
+typedef struct {
+    double ms, tok_frac, attn_frac, cpu_frac;
+    int reps, rc;
+} case_result;
+
+/* Tokenizes texts [0, batch) into the packed arrays and runs the forward.
+ * Adds the tokenizer's seconds to *tok_s. */
+static int run_once(pipeline *p, const attn_backend *be, const attn_parallel *par,
+                    const input_set *set, int batch, double *tok_s) {
+    const double t0 = now_s();
+    p->cu[0] = 0;
+    for (int i = 0; i < batch; i++) {
+        tok_output out = {.ids = p->ids + p->cu[i], .capacity = TOK_CAP};
+        if (tok_encode(p->tok, set->text[i], set->len[i], 1, &out) != TOK_OK)
+            return -1;
+        p->cu[i + 1] = p->cu[i] + out.n;
+    }
+    *tok_s += now_s() - t0;
+    char err[256];
+    const int rc =
+        bert_forward(p->model, p->ws, be, par, p->ids, p->cu, batch, p->out, err, sizeof err);
+    if (rc != BERT_OK)
+        fprintf(stderr, "bert_forward (%s): %s\n", be->name, err);
+    return rc;
+}
+
+static case_result run_case(pipeline *p, const attn_backend *be, tp_pool *pool,
+                            const input_set *set, int batch, const bench_opts *o) {
+    case_result r = {0};
+    attn_parallel par = tp_parallel(pool);
+    attn_backend timed = *be;
+    timed.forward = timed_forward;
+    timed_inner = be;
+    double tok_s = 0.0, times[64];
+    if ((r.rc = run_once(p, &timed, &par, set, batch, &tok_s)) != 0)
+        return r;
+    tok_s = 0.0;
+    timed_attn_s = 0.0;
+    const double c0 = cpu_s();
+    double wall = 0.0;
+    int n = 0;
+    while (n < o->reps && (n < 3 || wall < o->budget_s)) {
+        const double t0 = now_s();
+        if ((r.rc = run_once(p, &timed, &par, set, batch, &tok_s)) != 0)
+            return r;
+        times[n++] = now_s() - t0;
+        wall += times[n - 1];
+    }
+    r.cpu_frac = (cpu_s() - c0) / (wall * par.nthreads);
+    r.tok_frac = tok_s / wall;
+    r.attn_frac = timed_attn_s / wall;
+    r.ms = median(times, n) * 1e3;
+    r.reps = n;
+    return r;
+}
+
+/* ---- main ------------------------------------------------------------------------------- */
+
+static void print_header(void) {
+    printf("%-7s %3s %-12s %5s %9s %10s %11s %5s %5s %5s %8s %6s %6s %5s %4s\n", "backend", "thr",
+           "input", "batch", "ms", "inputs/s", "tokens/s", "tok%", "attn%", "gemm%", "gemmGF/s",
+           "%peak", "%pkcpu", "cpu%", "reps");
+}
+
+int main(int argc, char **argv) {
+    bench_opts o;
+    parse_opts(argc, argv, &o);
+    int max_batch = 0, max_len = 0, max_threads = 0;
+    for (int i = 0; i < o.nbatches; i++)
+        max_batch = o.batches[i] > max_batch ? o.batches[i] : max_batch;
+    for (int i = 0; i < o.nlengths; i++)
+        max_len = o.lengths[i] > max_len ? o.lengths[i] : max_len;
+    for (int i = 0; i < o.nthreads; i++)
+        max_threads = o.threads[i] > max_threads ? o.threads[i] : max_threads;
+
+    char err[512];
+    int status = 1;
+    tok_tokenizer *tok = NULL;
+    bert_model *model = NULL;
+    input_set sets[MAX_LIST] = {{0}};
+    tp_pool *pools[MAX_LIST] = {0};
+    gemm_set gemms = {0};
+    pipeline p = {0};
+    if (tok_load(&tok, o.model_dir, err, sizeof err) != TOK_OK) {
+        fprintf(stderr, "%s\n", err);
+        goto done;
+    }
+    if (make_inputs(tok, &o, max_batch, sets) != 0)
+        goto done;
+    if (o.dump_path) {
+        status = dump_inputs(o.dump_path, sets, o.nlengths, max_batch) == 0 ? 0 : 1;
+        goto done;
+    }
+
+    const attn_backend *backends[MAX_LIST];
+    for (int b = 0; b < o.nbackends; b++)
+        if (!(backends[b] = attn_backend_find(o.backends[b]))) {
+            fprintf(stderr, "unknown backend %s (have %s)\n", o.backends[b], attn_backend_names());
+            goto done;
+        }
+    if (bert_load(o.model_dir, &model, err, sizeof err) != BERT_OK) {
+        fprintf(stderr, "%s\n", err);
+        goto done;
+    }
+    const bert_config *cfg = bert_get_config(model);
+    const int max_tokens = max_batch * max_len;
+    if (bert_workspace_create(model, max_tokens, max_threads, backends, (size_t)o.nbackends, &p.ws,
+                              err, sizeof err) != BERT_OK) {
+        fprintf(stderr, "%s\n", err);
+        goto done;
+    }
+    p.model = model;
+    p.tok = tok;
+    p.ids = malloc((size_t)max_tokens * sizeof *p.ids);
+    p.cu = malloc(((size_t)max_batch + 1) * sizeof *p.cu);
+    p.out = malloc((size_t)max_batch * (size_t)cfg->hidden_size * sizeof *p.out);
+    if (!p.ids || !p.cu || !p.out || (o.gemm && gemm_set_init(&gemms, cfg, max_tokens) != 0)) {
+        fprintf(stderr, "out of memory\n");
+        goto done;
+    }
+
+    const attn_simd path = attn_simd_active();
+    rate peak[MAX_LIST];
+    for (int t = 0; t < o.nthreads; t++) {
+        if (!(pools[t] = tp_create(o.threads[t]))) {
+            fprintf(stderr, "cannot start %d threads\n", o.threads[t]);
+            goto done;
+        }
+        peak[t] = pool_peak(pools[t], path);
+        if (o.json)
+            printf("{\"kind\": \"peak\", \"threads\": %d, \"simd\": \"%s\", \"peak_gflops\": "
+                   "%.1f, \"peak_gflops_cpu\": %.1f}\n",
+                   o.threads[t], attn_simd_name(path), peak[t].wall, peak[t].cpu);
+        else
+            printf("FP32 FMA peak (%s, register-only loop, best of 3) on %d thread%s: %.1f "
+                   "GFLOP/s (%.1f per CPU-second x threads)\n",
+                   attn_simd_name(path), o.threads[t], o.threads[t] > 1 ? "s" : "", peak[t].wall,
+                   peak[t].cpu);
+    }
+    if (!o.json) {
+        printf("model %s: L=%d C=%d H=%d F=%d; gemm%% and GEMM GFLOP/s are standalone sgemm on "
+               "the model's shapes\n",
+               o.model_dir, cfg->num_layers, cfg->hidden_size, cfg->num_heads,
+               cfg->intermediate_size);
+        print_header();
+    }
+    fflush(stdout);
+
+    for (int t = 0; t < o.nthreads; t++)
+        for (int s = 0; s < o.nlengths; s++)
+            for (int bi = 0; bi < o.nbatches; bi++) {
+                const int batch = o.batches[bi], T = batch * sets[s].tokens;
+                const gemm_result g =
+                    o.gemm ? time_gemms(&gemms, pools[t], T, &o) : (gemm_result){0, {0, 0}};
+                for (int b = 0; b < o.nbackends; b++) {
+                    const case_result r = run_case(&p, backends[b], pools[t], &sets[s], batch, &o);
+                    if (r.rc != 0)
+                        goto done;
+                    const double ips = batch / (r.ms * 1e-3), tps = ips * sets[s].tokens;
+                    const double gemm_pct = o.gemm ? 100.0 * g.ms / r.ms : 0.0;
+                    const double gemm_peak = o.gemm ? 100.0 * g.gflops.wall / peak[t].wall : 0.0;
+                    const double gemm_peak_cpu = o.gemm ? 100.0 * g.gflops.cpu / peak[t].cpu : 0.0;
+                    if (o.json)
+                        printf("{\"kind\": \"case\", \"backend\": \"%s\", \"simd\": \"%s\", "
+                               "\"threads\": %d, \"input\": \"%s\", \"tokens_per_input\": %d, "
+                               "\"batch\": %d, \"ms\": %.3f, \"inputs_per_s\": %.1f, "
+                               "\"tokens_per_s\": %.0f, \"tok_pct\": %.1f, \"attn_pct\": %.1f, "
+                               "\"gemm_ms\": %.3f, \"gemm_pct\": %.1f, \"gemm_gflops\": %.1f, "
+                               "\"peak_gflops\": %.1f, \"gemm_pct_peak\": %.1f, "
+                               "\"gemm_gflops_cpu\": %.1f, \"gemm_pct_peak_cpu\": %.1f, "
+                               "\"cpu_pct\": %.1f, \"reps\": %d}\n",
+                               backends[b]->name, backends[b]->simd_path(), o.threads[t],
+                               length_name(sets[s].tokens), sets[s].tokens, batch, r.ms, ips, tps,
+                               100.0 * r.tok_frac, 100.0 * r.attn_frac, g.ms, gemm_pct,
+                               g.gflops.wall, peak[t].wall, gemm_peak, g.gflops.cpu, gemm_peak_cpu,
+                               100.0 * r.cpu_frac, r.reps);
+                    else {
+                        char input[32];
+                        snprintf(input, sizeof input, "%s(%d)", length_name(sets[s].tokens),
+                                 sets[s].tokens);
+                        printf("%-7s %3d %-12s %5d %9.2f %10.1f %11.0f %5.1f %5.1f %5.1f %8.1f "
+                               "%6.1f %6.1f %5.1f %4d\n",
+                               backends[b]->name, o.threads[t], input, batch, r.ms, ips, tps,
+                               100.0 * r.tok_frac, 100.0 * r.attn_frac, gemm_pct, g.gflops.wall,
+                               gemm_peak, gemm_peak_cpu, 100.0 * r.cpu_frac, r.reps);
+                    }
+                    fflush(stdout);
+                }
+            }
+    status = 0;
+done:
+    for (int t = 0; t < o.nthreads; t++)
+        tp_destroy(pools[t]);
+    gemm_set_free(&gemms);
+    free(p.ids);
+    free(p.cu);
+    free(p.out);
+    bert_workspace_free(p.ws);
+    bert_free(model);
+    free_inputs(sets, o.nlengths, max_batch);
+    tok_free(tok);
+    return status;
+}

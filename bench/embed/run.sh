@@ -1,0 +1,73 @@
+#!/bin/sh
+# run.sh BIN [MODEL_DIR] — the embeddings benchmark (make bench-embed).
+#
+# Builds bench_embed next to BIN (its directory is the build directory), then,
+# for each input length in turn, times attnserve in process (bench_embed) and
+# the peers (peers.py: ONNX Runtime and sentence-transformers/PyTorch) on the
+# same generated inputs with the same thread count, so that every ratio comes
+# from one run under the same load. Prints the side-by-side table and writes
+# bench/embed_throughput.png. Raw results stay in BUILD/bench-embed/.
+#
+#   bench/embed/run.sh build/attnserve models/all-MiniLM-L6-v2
+#   THREADS=2 LENGTHS="12 64" BATCHES=1,32 REPS=3 PEERS=0 bench/embed/run.sh build/attnserve
+#
+# OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are unset here, for the benchmark
+# only: these machines set them and they hold OpenBLAS to slower AVX2 kernels.
+# OPENBLAS_NUM_THREADS=1 because the model splits each GEMM over the
+# service's own pool.
+set -eu
+BIN=${1:?usage: $0 BIN [MODEL_DIR]}
+MODEL=${2:-models/all-MiniLM-L6-v2}
+HERE=$(dirname "$(realpath "$0")")
+ROOT=$(realpath "$HERE/../..")
+BUILD=$(realpath "$(dirname "$BIN")")
+THREADS=${THREADS:-$(nproc)}
+LENGTHS=${LENGTHS:-"12 64 256"}
+BATCHES=${BATCHES:-1,8,32,128}
+BACKENDS=${BACKENDS:-fused,naive}
+REPS=${REPS:-5}
+BUDGET=${BUDGET:-8}
+PEERS=${PEERS:-1}
+CHART=${CHART:-$ROOT/bench/embed_throughput.png}
+
+unset OPENBLAS_CORETYPE OPENBLAS_L2_SIZE
+export OPENBLAS_NUM_THREADS=1
+
+make -C "$ROOT" --no-print-directory BUILD="$BUILD" "$BUILD/bench_embed" >&2
+BENCH=$BUILD/bench_embed
+OUT=$BUILD/bench-embed
+mkdir -p "$OUT"
+: >"$OUT/attnserve.jsonl"
+: >"$OUT/peers.jsonl"
+
+PY=""
+if [ "$PEERS" = 1 ]; then
+    if python3 "$HERE/peers.py" --inputs /dev/null --setup-only; then
+        PY=$(python3 -c 'import sys; sys.path.insert(0, sys.argv[1]); import peers; print(peers.default_venv())' "$HERE")/bin/python
+    else
+        echo "bench-embed: the peers (ONNX Runtime, PyTorch) could not be installed; attnserve only" >&2
+    fi
+fi
+
+load() { cut -d' ' -f1-3 /proc/loadavg; }
+echo "bench-embed: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, $THREADS threads, load average at start $(load)" >&2
+START_LOAD=$(load)
+for len in $LENGTHS; do
+    echo "bench-embed: $len-token inputs: attnserve ($BACKENDS)" >&2
+    "$BENCH" --json --model "$MODEL" --threads "$THREADS" --backends "$BACKENDS" \
+        --lengths "$len" --batches "$BATCHES" --reps "$REPS" --budget "$BUDGET" >>"$OUT/attnserve.jsonl"
+    if [ -n "$PY" ]; then
+        echo "bench-embed: $len-token inputs: peers" >&2
+        "$BENCH" --model "$MODEL" --lengths "$len" --batches "$BATCHES" --dump-inputs "$OUT/inputs-$len.jsonl"
+        "$PY" "$HERE/peers.py" --inputs "$OUT/inputs-$len.jsonl" --model "$MODEL" \
+            --threads "$THREADS" --batches "$BATCHES" --reps "$REPS" --budget "$BUDGET" \
+            >>"$OUT/peers.jsonl" ||
+            echo "bench-embed: the peers failed on $len-token inputs (see above); table without them" >&2
+    fi
+done
+END_LOAD=$(load)
+
+REPORT_PY=${PY:-python3}
+"$REPORT_PY" "$HERE/report.py" --chart "$CHART" \
+    --note "load average (1, 5, 15 min) at start $START_LOAD, at end $END_LOAD" \
+    "$OUT/attnserve.jsonl" "$OUT/peers.jsonl"
