@@ -31,8 +31,14 @@ RUN scripts/install-deps.sh && rm -rf /var/lib/apt/lists/*
 COPY . .
 # Only the service binary (the default target also builds benchmarks). The
 # build is portable: SIMD paths are chosen at run time by CPUID.
+# The runtime stage installs exactly the packages that own the libraries the
+# binary links (deploy/docker/runtime-packages.sh), and checks that each one
+# resolves to the same path there as here.
 RUN make -j"$(nproc)" build/attnserve \
     && install -D -m 0755 build/attnserve /out/usr/local/bin/attnserve \
+    && mkdir -p /out/usr/share/attnserve \
+    && deploy/docker/runtime-packages.sh build/attnserve > /out/usr/share/attnserve/runtime-packages \
+    && ldd build/attnserve | awk '$2 == "=>" { print $1, $3 }' | sort > /out/usr/share/attnserve/libraries \
     && install -D -m 0755 deploy/docker/healthcheck.sh /out/usr/local/bin/attnserve-healthcheck \
     && mkdir -p /out/etc/attnserve /out/models \
     && if [ -f config/attnserve.json ]; then \
@@ -52,16 +58,22 @@ RUN case "$MODEL" in \
     esac
 
 # ---- runtime: only the shared libraries the binary links ---------------------
+# Today libmicrohttpd12, libjansson4, libuv1 (and libc6), plus the OpenBLAS
+# variant the Makefile links when the model's GEMMs use it (libopenblas0-serial).
 FROM ${DEBIAN_IMAGE} AS runtime
+COPY --from=build /out/usr/share/attnserve/runtime-packages /usr/share/attnserve/runtime-packages
 RUN apt-get update -q \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
-         libmicrohttpd12 libjansson4 libuv1 libopenblas0-pthread \
+         $(cat /usr/share/attnserve/runtime-packages) \
     && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin \
     && useradd --system --uid 10001 --user-group --no-create-home \
          --home-dir /nonexistent --shell /usr/sbin/nologin attnserve
 COPY --from=build /out/ /
-# Fail the build, not the first start, if a runtime library is missing.
-RUN ! ldd /usr/local/bin/attnserve | grep 'not found' \
+# Fail the build, not the first start, if a library is missing or resolves
+# elsewhere than in the build stage (e.g. another BLAS variant).
+RUN ldd /usr/local/bin/attnserve | awk '$2 == "=>" { print $1, $3 }' | sort > /tmp/libraries \
+    && diff -u /usr/share/attnserve/libraries /tmp/libraries \
+    && rm /tmp/libraries \
     && /usr/local/bin/attnserve --version
 
 ENV ATTNSERVE_HOST=0.0.0.0 \

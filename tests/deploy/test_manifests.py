@@ -439,8 +439,11 @@ def test_dockerfile(dockerfile):
     rt = runtime_stage(dockerfile)
     rt_text = "\n".join(rt)
     assert "-dev" not in rt_text and "build-essential" not in rt_text, "-dev packages at runtime"
-    for pkg in ("libmicrohttpd12", "libjansson4", "libuv1", "libopenblas0"):
-        assert pkg in rt_text, "runtime stage lacks %s" % pkg
+    # The runtime packages are read from the binary (runtime-packages.sh) and
+    # the library paths compared with the build stage's.
+    assert "runtime-packages.sh build/attnserve" in text
+    assert "$(cat /usr/share/attnserve/runtime-packages)" in rt_text
+    assert "diff -u /usr/share/attnserve/libraries" in rt_text
     ep = df_instr(rt, "ENTRYPOINT")
     assert ep and ep[-1].startswith("["), "ENTRYPOINT must be exec form so SIGTERM reaches it"
     assert json.loads(ep[-1])[0] == "/usr/local/bin/attnserve"
@@ -454,6 +457,18 @@ def test_dockerfile(dockerfile):
     envs = " ".join(df_instr(rt, "ENV"))
     assert "ATTNSERVE_MODEL=/models/all-MiniLM-L6-v2" in envs
     assert "ATTNSERVE_HOST=0.0.0.0" in envs
+
+
+def test_runtime_packages_of_the_real_binary():
+    if not binary_serves():
+        pytest.skip("build/attnserve is not built: make first")
+    r = subprocess.run([os.path.join(DEPLOY, "docker", "runtime-packages.sh"), BIN],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    pkgs = r.stdout.split()
+    for p in ("libmicrohttpd12", "libjansson4", "libuv1"):
+        assert p in pkgs, "runtime packages %s lack %s" % (pkgs, p)
+    assert not [p for p in pkgs if p.endswith("-dev")], pkgs
 
 
 def test_dockerignore():
