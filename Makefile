@@ -60,7 +60,8 @@ LIB  := $(BUILD)/libattnserve.a
 BIN  := $(BUILD)/attnserve
 UNIT := $(BUILD)/unit-tests
 
-.PHONY: all test unit e2e run model bench-attention bench-http bench-embed deps clean format
+.PHONY: all test unit e2e run model bench-attention bench-http bench-embed deps clean format \
+        test-deploy test-cluster test-container
 all: $(BIN) $(BENCH_BIN)
 
 # Rebuild everything when the compiler or flags change.
@@ -109,6 +110,18 @@ unit: $(UNIT)
 
 e2e: $(BIN)
 	@tests/e2e/run.sh $(BIN)
+
+# Deployment checks (each script installs the tools it needs): manifests
+# validated, three instances behind haproxy under kill -9 and a rolling
+# restart, and the image built and served by podman.
+test-deploy: $(BIN)
+	@tests/deploy/run.sh $(BIN)
+
+test-cluster: $(BIN) model
+	@tests/cluster/run.sh $(BIN)
+
+test-container: model
+	@tests/container/run.sh
 
 # Installs what is missing, fetches the default model and serves it.
 run:
