@@ -329,6 +329,7 @@ struct bert_workspace {
     size_t attn_bytes;
     void *mem; /* the one allocation everything above is carved from */
     size_t bytes;
+    int raw; /* pool without normalising (bert_workspace_set_raw) */
 };
 
 static size_t round64(size_t n) {
@@ -410,6 +411,9 @@ size_t bert_workspace_bytes(const bert_workspace *ws) {
 }
 int bert_workspace_max_tokens(const bert_workspace *ws) {
     return ws->max_tokens;
+}
+void bert_workspace_set_raw(bert_workspace *ws, int raw) {
+    ws->raw = raw != 0;
 }
 
 /* ---- layers (each one parallel loop on the pool) ------------------------------- */
@@ -566,13 +570,14 @@ static void residual_layernorm(const attn_parallel *par, float *x, const float *
 
 typedef struct pool_ctx {
     const bert_config *cfg;
+    int normalize;
     const float *x;    /* (T, C) */
     const int32_t *cu; /* (B + 1) */
     float *out;        /* (B, C) */
 } pool_ctx;
 
-/* One sequence: mean over its tokens (or its first, [CLS], token), then L2
- * normalisation with PyTorch's F.normalize floor of 1e-12 on the norm. */
+/* One sequence: mean over its tokens (or its first, [CLS], token), then,
+ * unless the workspace is raw, L2 normalisation (bert_l2_normalize). */
 static void pool_task(void *arg, size_t b, int worker) {
     (void)worker;
     const pool_ctx *c = arg;
@@ -596,15 +601,18 @@ static void pool_task(void *arg, size_t b, int worker) {
                 o[i0 + i] = (float)(acc[i] / len);
         }
     }
-    if (!c->cfg->normalize)
-        return;
+    if (c->normalize)
+        bert_l2_normalize(o, C);
+}
+
+void bert_l2_normalize(float *v, int n) {
     double norm = 0.0;
-    for (int i = 0; i < C; i++)
-        norm += (double)o[i] * o[i];
+    for (int i = 0; i < n; i++)
+        norm += (double)v[i] * v[i];
     norm = sqrt(norm);
     const float inv = (float)(1.0 / (norm > 1e-12 ? norm : 1e-12));
-    for (int i = 0; i < C; i++)
-        o[i] *= inv;
+    for (int i = 0; i < n; i++)
+        v[i] *= inv;
 }
 
 /* ---- forward ------------------------------------------------------------------- */
@@ -691,7 +699,11 @@ int bert_forward(const bert_model *m, bert_workspace *ws, const attn_backend *at
         residual_layernorm(par, ws->x, ws->proj, w->ln2_w, w->ln2_b, T, C, eps);
     }
 
-    pool_ctx pc = {.cfg = cfg, .x = ws->x, .cu = cu_seqlens, .out = out};
+    pool_ctx pc = {.cfg = cfg,
+                   .normalize = cfg->normalize && !ws->raw,
+                   .x = ws->x,
+                   .cu = cu_seqlens,
+                   .out = out};
     par->parallel_for(par->impl, (size_t)batch, pool_task, &pc);
     return BERT_OK;
 }

@@ -104,6 +104,16 @@ void bert_workspace_free(bert_workspace *ws);
 size_t bert_workspace_bytes(const bert_workspace *ws);
 int bert_workspace_max_tokens(const bert_workspace *ws);
 
+/* raw != 0: forwards on ws write the pooled vectors without the model's L2
+ * normalisation (a caller that serves both normalised and raw vectors from
+ * one batch, as TEI's normalize flag asks, normalises per sequence itself
+ * with bert_l2_normalize, which gives the same bits). Default 0. */
+void bert_workspace_set_raw(bert_workspace *ws, int raw);
+
+/* v (n floats) /= max(||v||, 1e-12): the model's normalisation, as
+ * PyTorch's F.normalize computes it. */
+void bert_l2_normalize(float *v, int n);
+
 /* ---- forward ------------------------------------------------------------------ */
 
 /* Encodes a packed batch: sequence b is ids[cu_seqlens[b] .. cu_seqlens[b+1])

@@ -311,6 +311,48 @@ Test(model, alone_equals_batched_fused) {
 
 /* A single-threaded pool must give what the two-thread pool gives: the
  * GEMM split changes with the thread count. */
+/* A raw workspace gives the pooled vectors before normalisation, and
+ * bert_l2_normalize on them gives exactly what the model's own forward does:
+ * the service serves both from one batch. */
+Test(model, raw_pooling_then_normalize_equals_forward) {
+    golden_set g = golden_load("mean_normalized");
+    bert_model *m = load_model(MODEL_DIR);
+    const int C = bert_get_config(m)->hidden_size;
+    const int idx[] = {0, 4, 31, 52};
+    const int n = (int)(sizeof idx / sizeof idx[0]);
+    int32_t *ids, *cu;
+    const int32_t T = pack(&g, idx, n, &ids, &cu);
+    const attn_backend *b = backend("naive");
+    bert_workspace *ws = make_workspace(m, T, b);
+    tp_pool *pool = tp_create(THREADS);
+    attn_parallel par = tp_parallel(pool);
+    float *norm = malloc((size_t)n * C * sizeof *norm), *raw = malloc((size_t)n * C * sizeof *raw);
+    char err[512] = "";
+    cr_assert_eq(bert_forward(m, ws, b, &par, ids, cu, n, norm, err, sizeof err), BERT_OK, "%s",
+                 err);
+    bert_workspace_set_raw(ws, 1);
+    cr_assert_eq(bert_forward(m, ws, b, &par, ids, cu, n, raw, err, sizeof err), BERT_OK, "%s",
+                 err);
+    for (int i = 0; i < n; i++) {
+        float *v = raw + (size_t)i * C;
+        double sq = 0.0;
+        for (int d = 0; d < C; d++)
+            sq += (double)v[d] * v[d];
+        cr_expect(fabs(sqrt(sq) - 1.0) > 1e-3, "input %d: raw vector already has norm 1", idx[i]);
+        bert_l2_normalize(v, C);
+        cr_expect_eq(memcmp(v, norm + (size_t)i * C, (size_t)C * sizeof *v), 0,
+                     "input %d: normalised raw differs from forward", idx[i]);
+    }
+    free(norm);
+    free(raw);
+    tp_destroy(pool);
+    bert_workspace_free(ws);
+    bert_free(m);
+    free(ids);
+    free(cu);
+    golden_free(&g);
+}
+
 Test(model, thread_count_does_not_change_results) {
     golden_set g = golden_load("mean_normalized");
     bert_model *m = load_model(MODEL_DIR);
