@@ -17,6 +17,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "batch.h"
 #include "errors.h"
 #include "log.h"
 #include "metrics.h"
@@ -26,7 +27,7 @@
 enum { ENC_NESTED, ENC_BASE64 };
 
 typedef struct attn_job {
-    sched_req sreq;
+    batch_job base; /* first: the scheduler's request and the kind tag */
     http_request *http;
     int32_t seq, heads, head_dim;
     int causal;
@@ -224,17 +225,17 @@ int attn_service_run_batch(const sched_batch *b, void *ctx) {
     /* One read per batch: a reload swaps the backend between batches only. */
     const attn_backend *backend = atomic_load(&svc->backend);
     for (int32_t i = 0; i < b->n_reqs; i++)
-        SCHED_CONTAINER_OF(b->reqs[i], attn_job, sreq)->packed = false;
+        SCHED_CONTAINER_OF(b->reqs[i], attn_job, base.sreq)->packed = false;
 
     for (int32_t i = 0; i < b->n_reqs; i++) {
-        attn_job *lead = SCHED_CONTAINER_OF(b->reqs[i], attn_job, sreq);
+        attn_job *lead = SCHED_CONTAINER_OF(b->reqs[i], attn_job, base.sreq);
         if (lead->packed)
             continue;
         int32_t n = 0, max_len = 0;
         size_t off = 0;
         svc->cu_seqlens[0] = 0;
         for (int32_t j = i; j < b->n_reqs; j++) {
-            attn_job *job = SCHED_CONTAINER_OF(b->reqs[j], attn_job, sreq);
+            attn_job *job = SCHED_CONTAINER_OF(b->reqs[j], attn_job, base.sreq);
             if (job->packed || job->heads != lead->heads || job->head_dim != lead->head_dim ||
                 job->causal != lead->causal)
                 continue;
@@ -528,7 +529,8 @@ static attn_job *decode_request(const attn_api *api, json_t *root, refusal *r) {
     job->head_dim = (int32_t)head_dim;
     job->causal = causal && json_is_true(causal);
     job->encoding = t[0].encoding;
-    sched_req_init(&job->sreq, (int32_t)cost, 1, 0, NULL);
+    sched_req_init(&job->base.sreq, (int32_t)cost, 1, 0, NULL);
+    job->base.kind = BATCH_ATTENTION;
     float *dst[3] = {job->q, job->k, job->v};
     for (int i = 0; i < 3; i++) {
         int rc = t[i].encoding == ENC_NESTED ? decode_nested(&t[i], dst[i], r)
@@ -605,7 +607,7 @@ static double ns_to_ms(uint64_t ns) {
 
 /* Loop thread: the result is in the job (or the request never ran). */
 static void job_done(sched_req *sreq, int status) {
-    attn_job *job = SCHED_CONTAINER_OF(sreq, attn_job, sreq);
+    attn_job *job = SCHED_CONTAINER_OF(sreq, attn_job, base.sreq);
     if (status == SCHED_EDEADLINE) {
         job->err = SRV_ETIMEOUT;
         snprintf(job->why, sizeof job->why, "request timed out after %.0f ms in the queue",
@@ -650,13 +652,13 @@ int attn_api_handle(http_request *req, void *ctx) {
         return http_reply_error(req, r.err, "%s", r.msg);
 
     job->http = req;
-    job->sreq.done = job_done;
+    job->base.sreq.done = job_done;
     /* request_timeout_ms counts from arrival; a request that used it all up
      * reading its body gets a deadline long past (0 would mean none), so the
      * scheduler answers it 504 at once. */
     double left_ms = (double)atomic_load(&api->request_timeout_ms) - http_age_ms(req);
-    job->sreq.deadline_ns = left_ms > 0 ? sched_now_ns() + (uint64_t)(left_ms * 1e6) : 1;
-    int rc = sched_submit(api->sched, &job->sreq);
+    job->base.sreq.deadline_ns = left_ms > 0 ? sched_now_ns() + (uint64_t)(left_ms * 1e6) : 1;
+    int rc = sched_submit(api->sched, &job->base.sreq);
     if (rc != SCHED_OK) {
         job_free(job);
         return submit_error(req, rc);
@@ -671,7 +673,7 @@ int attn_api_handle(http_request *req, void *ctx) {
 int attn_api_resumed(http_request *req, void *ctx) {
     (void)ctx;
     attn_job *job = http_user(req);
-    const sched_req *s = &job->sreq;
+    const sched_req *s = &job->base.sreq;
     http_set_timing(req, ns_to_ms(s->start_ns - s->enqueue_ns), ns_to_ms(s->end_ns - s->start_ns),
                     job->ran ? job->ran->name : NULL);
     if (job->err != SRV_OK)

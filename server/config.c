@@ -117,7 +117,7 @@ static const setting settings[] = {
     STRING(model, "models/all-MiniLM-L6-v2", check_nonempty, "a non-empty path", RESTART,
            "Model directory (config.json, tokenizer, safetensors weights)."),
     INT(max_inputs_per_request, 256, 1, 65536, RELOAD,
-        "Most inputs in one embeddings request; more get 413."),
+        "Most inputs in one embeddings request; more get 422."),
     BOOL(truncate, true, RESTART,
          "Cut inputs longer than the model's maximum length instead of refusing them."),
     STRING(api_key_file, "", NULL, "a file path, or \"\" for none", RELOAD,

@@ -1,5 +1,6 @@
-/* main.c — attnserve: configuration, compute pool, backend, scheduler and
- * HTTP wired together, the operations endpoints, and the lifecycle.
+/* main.c — attnserve: configuration, model, compute pool, backend,
+ * scheduler and HTTP wired together, the operations endpoints, and the
+ * lifecycle.
  *
  * Signals are blocked in every thread and taken synchronously by the main
  * thread with sigwaitinfo, so reload and drain run as ordinary code rather
@@ -18,8 +19,12 @@
 #include "kernels/attention.h"
 #include "kernels/simd.h"
 #include "kernels/threadpool.h"
+#include "model/bert.h"
+#include "model/tokenizer.h"
 #include "server/attention_api.h"
+#include "server/batch.h"
 #include "server/config.h"
+#include "server/embed_api.h"
 #include "server/errors.h"
 #include "server/http.h"
 #include "server/log.h"
@@ -40,10 +45,16 @@ typedef struct app {
     int nthreads;
     const char *simd;
     tp_pool *pool;
+    tok_tokenizer *tok;
+    bert_model *model;
+    char model_name[256]; /* the model directory's last component */
     attn_service *svc;
+    embed_service *embed;
+    batch_runner *runner;
     sched *sched;
     http_server *http;
     attn_api api;
+    embed_api eapi;
     _Atomic bool ready;
 } app;
 
@@ -75,16 +86,39 @@ static int handle_metrics(http_request *req, void *ctx) {
 /* The most memory the configuration lets the service hold: weights, the
  * compute workspace, bodies of every queued request and a full body being
  * read on every connection (plus MHD's pool per connection). */
+static size_t workspace_bytes(const app *a) {
+    return attn_service_workspace_bytes(a->svc) + embed_service_workspace_bytes(a->embed);
+}
+
+/* The weights count whole: the mapped file is shared page cache, but every
+ * page of it is read by each forward, so it is resident while serving. */
 static json_t *memory_json(const app *a) {
     const config *c = &a->cfg;
-    json_int_t weights = 0; /* no model is loaded by this binary yet */
-    json_int_t workspace = (json_int_t)attn_service_workspace_bytes(a->svc);
+    json_int_t owned = (json_int_t)bert_owned_bytes(a->model);
+    json_int_t mapped = (json_int_t)bert_mapped_bytes(a->model);
+    json_int_t weights = owned + mapped;
+    json_int_t attn_ws = (json_int_t)attn_service_workspace_bytes(a->svc);
+    json_int_t model_ws = (json_int_t)embed_service_workspace_bytes(a->embed);
+    json_int_t workspace = attn_ws + model_ws;
     json_int_t queue = (json_int_t)c->max_queue * (json_int_t)c->max_body_bytes;
     json_int_t conns =
         (json_int_t)c->max_connections * ((json_int_t)c->max_body_bytes + MHD_POOL_BYTES);
-    return json_pack("{s:I, s:I, s:I, s:I, s:I}", "weights_bytes", weights, "workspace_bytes",
-                     workspace, "queue_bytes", queue, "connections_bytes", conns,
-                     "worst_case_bytes", weights + workspace + queue + conns);
+    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "weights_bytes", weights,
+                     "weights_mapped_bytes", mapped, "weights_owned_bytes", owned,
+                     "workspace_bytes", workspace, "attention_workspace_bytes", attn_ws,
+                     "model_workspace_bytes", model_ws, "queue_bytes", queue, "connections_bytes",
+                     conns, "worst_case_bytes", weights + workspace + queue + conns);
+}
+
+static json_t *model_json(const app *a) {
+    const bert_config *m = bert_get_config(a->model);
+    return json_pack("{s:s, s:s, s:b, s:i, s:i, s:i, s:i, s:i, s:i, s:s, s:b, s:b}", "name",
+                     a->model_name, "path", a->cfg.model, "loaded", 1, "hidden_size",
+                     m->hidden_size, "layers", m->num_layers, "heads", m->num_heads,
+                     "intermediate_size", m->intermediate_size, "vocab_size", m->vocab_size,
+                     "max_length", m->max_positions, "pooling",
+                     m->pooling == BERT_POOL_CLS ? "cls" : "mean", "normalize", m->normalize,
+                     "truncate", a->cfg.truncate);
 }
 
 static json_t *info_json(app *a) {
@@ -96,7 +130,7 @@ static json_t *info_json(app *a) {
         json_array_append_new(backends, json_string((*it)->name));
     json_t *info = json_pack(
         "{s:s, s:s, s:s, s:o*, s:s, s:s, s:i, s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, "
-        "s:i, s:i, s:i}, s:o*, s:{s:s, s:b}}",
+        "s:i, s:i, s:i}, s:o*, s:o*}",
         "version", ATTNSERVE_VERSION, "backend", b->name, "backend_setting", c->backend, "backends",
         backends, "simd", b->simd_path(), "cpu_simd", a->simd, "threads", a->nthreads, "limits",
         "max_batch_tokens", (json_int_t)c->max_batch_tokens, "max_batch_requests",
@@ -107,7 +141,7 @@ static json_t *info_json(app *a) {
         "drain_timeout_s", (json_int_t)c->drain_timeout_s, "max_inputs_per_request",
         (json_int_t)c->max_inputs_per_request, "attention_max_heads", ATTN_API_MAX_HEADS,
         "attention_max_head_dim", ATTN_API_MAX_HEAD_DIM, "attention_row_floats",
-        ATTN_API_ROW_FLOATS, "memory", memory_json(a), "model", "path", c->model, "loaded", 0);
+        ATTN_API_ROW_FLOATS, "memory", memory_json(a), "model", model_json(a));
     pthread_mutex_unlock(&a->cfg_mu);
     return info;
 }
@@ -130,20 +164,35 @@ static attn_shape bounds_of(const config *c) {
     return attn_service_bounds((int32_t)c->max_batch_tokens, (int32_t)c->max_batch_requests);
 }
 
+/* The model's attention bounds for the configured batch size. */
+static attn_shape model_bounds_of(const app *a, const config *c) {
+    return bert_attn_shape(bert_get_config(a->model), (int)c->max_batch_tokens);
+}
+
+/* Resolves a backend name for both the attention endpoint's bounds and the
+ * model's: a backend runs every batch, and a batch may hold both kinds. */
+static int select_backend(const app *a, const config *c, const char *name, const attn_backend **out,
+                          char *why, size_t why_len) {
+    attn_shape bounds = bounds_of(c), model = model_bounds_of(a, c);
+    if (attn_backend_select(name, &bounds, out, why, why_len) != ATTN_OK)
+        return -1;
+    return (*out)->supports(&model, why, why_len) == ATTN_OK ? 0 : -1;
+}
+
 /* The configured backend, or else the first of fallback_backends that
  * accepts the bounds; NULL when none does. */
-static const attn_backend *choose_backend(const config *c) {
-    attn_shape bounds = bounds_of(c);
+static const attn_backend *choose_backend(const app *a) {
+    const config *c = &a->cfg;
     const attn_backend *b = NULL;
     char why[256];
-    if (attn_backend_select(c->backend, &bounds, &b, why, sizeof why) == ATTN_OK)
+    if (select_backend(a, c, c->backend, &b, why, sizeof why) == 0)
         return b;
     log_warn("configured backend refused", LOG_KV("backend", c->backend), LOG_KV("reason", why));
     char list[256];
     snprintf(list, sizeof list, "%s", c->fallback_backends ? c->fallback_backends : "");
     char *save = NULL;
     for (char *name = strtok_r(list, ",", &save); name; name = strtok_r(NULL, ",", &save)) {
-        if (attn_backend_select(name, &bounds, &b, why, sizeof why) == ATTN_OK) {
+        if (select_backend(a, c, name, &b, why, sizeof why) == 0) {
             log_warn("using fallback backend", LOG_KV("backend", name));
             return b;
         }
@@ -165,6 +214,64 @@ static sched_limits limits_of(const config *c) {
                           .max_queue = (uint32_t)c->max_queue};
 }
 
+/* The tokenizer and the weights, and the settings checked against them.
+ * What the model directory or the settings get wrong is a start-up error
+ * (status 2); only running out of memory is status 1. */
+static int load_model(app *a) {
+    const config *c = &a->cfg;
+    char err[512];
+    int rc = tok_load(&a->tok, c->model, err, sizeof err);
+    if (rc != TOK_OK) {
+        log_error("cannot load the tokenizer", LOG_KV("model", c->model), LOG_KV("error", err));
+        return rc == TOK_ENOMEM ? 1 : CONFIG_EXIT_INVALID;
+    }
+    rc = bert_load(c->model, &a->model, err, sizeof err);
+    if (rc != BERT_OK) {
+        log_error("cannot load the model", LOG_KV("model", c->model),
+                  LOG_KV("problem", bert_strerror(rc)), LOG_KV("error", err));
+        return rc == BERT_ENOMEM ? 1 : CONFIG_EXIT_INVALID;
+    }
+    const bert_config *m = bert_get_config(a->model);
+    if (tok_vocab_size(a->tok) > m->vocab_size) {
+        log_error("the tokenizer's vocabulary is larger than the model's",
+                  LOG_KV("model", c->model), LOG_KV("tokenizer_vocab", tok_vocab_size(a->tok)),
+                  LOG_KV("model_vocab", m->vocab_size));
+        return CONFIG_EXIT_INVALID;
+    }
+    /* An input of the model's full length must fit one batch: with
+     * truncation off any input may be that long, and with it on inputs are
+     * cut to exactly that length. */
+    if (c->max_batch_tokens < m->max_positions) {
+        log_error("max_batch_tokens is below the model's maximum input length; raise it",
+                  LOG_KV("max_batch_tokens", c->max_batch_tokens),
+                  LOG_KV("model_max_length", m->max_positions), LOG_KV("model", c->model));
+        return CONFIG_EXIT_INVALID;
+    }
+    /* The directory's last component names the model: "models/x/" is "x". */
+    snprintf(a->model_name, sizeof a->model_name, "%s", c->model);
+    for (size_t n = strlen(a->model_name); n > 1 && a->model_name[n - 1] == '/'; n--)
+        a->model_name[n - 1] = '\0';
+    const char *slash = strrchr(a->model_name, '/');
+    if (slash && slash[1])
+        memmove(a->model_name, slash + 1, strlen(slash + 1) + 1);
+    log_info("model loaded", LOG_KV("model", c->model), LOG_KV("hidden_size", m->hidden_size),
+             LOG_KV("layers", m->num_layers), LOG_KV("max_length", m->max_positions),
+             LOG_KV("weights_owned_bytes", bert_owned_bytes(a->model)),
+             LOG_KV("weights_mapped_bytes", bert_mapped_bytes(a->model)));
+    return 0;
+}
+
+/* The built-in backends that can run the model's batches: the ones a
+ * reload may select, so the model workspace holds scratch for each. */
+static size_t model_backends(const app *a, const attn_backend **out, size_t cap) {
+    attn_shape model = model_bounds_of(a, &a->cfg);
+    size_t n = 0;
+    for (const attn_backend *const *b = attn_backends(); *b && n < cap; b++)
+        if ((*b)->supports(&model, NULL, 0) == ATTN_OK)
+            out[n++] = *b;
+    return n;
+}
+
 static int start(app *a) {
     const config *c = &a->cfg;
     char err[256];
@@ -174,7 +281,10 @@ static int start(app *a) {
     a->simd = attn_simd_name(attn_simd_active());
     metrics_init(ATTNSERVE_VERSION, a->simd);
 
-    const attn_backend *backend = choose_backend(c);
+    int rc = load_model(a);
+    if (rc != 0)
+        return rc;
+    const attn_backend *backend = choose_backend(a);
     if (!backend) {
         log_error("no attention backend can run the configured shapes",
                   LOG_KV("backend", c->backend));
@@ -190,14 +300,25 @@ static int start(app *a) {
         log_error("cannot allocate the workspace", LOG_KV("error", err));
         return 1;
     }
-    metrics_set_workspace_bytes(attn_service_workspace_bytes(a->svc));
+    const attn_backend *usable[16];
+    size_t nusable = model_backends(a, usable, sizeof usable / sizeof usable[0]);
+    a->embed =
+        embed_service_create(a->model, a->svc, a->pool, (int32_t)c->max_batch_tokens,
+                             (int32_t)c->max_batch_requests, usable, nusable, err, sizeof err);
+    if (!a->embed) {
+        log_error("cannot allocate the model workspace", LOG_KV("error", err));
+        return 1;
+    }
+    if (!(a->runner = batch_runner_create(a->svc, a->embed, (int32_t)c->max_batch_requests))) {
+        log_error("out of memory");
+        return 1;
+    }
+    metrics_set_workspace_bytes(workspace_bytes(a));
     metrics_set_backend(backend);
 
-    sched_config sc = {.limits = limits_of(c),
-                       .run_batch = attn_service_run_batch,
-                       .run_ctx = a->svc,
-                       .on_batch = on_batch};
-    int rc = sched_create(&a->sched, &sc);
+    sched_config sc = {
+        .limits = limits_of(c), .run_batch = batch_run, .run_ctx = a->runner, .on_batch = on_batch};
+    rc = sched_create(&a->sched, &sc);
     if (rc != SCHED_OK) {
         log_error("cannot start the scheduler", LOG_KV("error", sched_strerror(rc)));
         return 1;
@@ -207,6 +328,16 @@ static int start(app *a) {
     a->api.sched = a->sched;
     a->api.max_batch_tokens = (int32_t)c->max_batch_tokens;
     atomic_store(&a->api.request_timeout_ms, c->request_timeout_ms);
+    a->eapi.svc = a->embed;
+    a->eapi.sched = a->sched;
+    a->eapi.tok = a->tok;
+    a->eapi.model = bert_get_config(a->model);
+    a->eapi.model_name = a->model_name;
+    a->eapi.max_batch_tokens = (int32_t)c->max_batch_tokens;
+    a->eapi.max_batch_requests = (int32_t)c->max_batch_requests;
+    a->eapi.truncate = c->truncate;
+    atomic_store(&a->eapi.max_inputs_per_request, c->max_inputs_per_request);
+    atomic_store(&a->eapi.request_timeout_ms, c->request_timeout_ms);
     return 0;
 }
 
@@ -245,10 +376,9 @@ static void on_change(void *ctx, const char *name, const char *old_value, const 
 /* A backend change takes effect between batches; a backend that refuses the
  * configured shapes is refused and the one in force kept. */
 static void reload_backend(app *a, const config *next) {
-    attn_shape bounds = bounds_of(next);
     const attn_backend *cur = attn_service_backend(a->svc), *want = NULL;
     char why[256];
-    if (attn_backend_select(next->backend, &bounds, &want, why, sizeof why) != ATTN_OK) {
+    if (select_backend(a, next, next->backend, &want, why, sizeof why) != 0) {
         log_warn("backend refused on reload; keeping the one in force",
                  LOG_KV("requested", next->backend), LOG_KV("kept", cur->name),
                  LOG_KV("reason", why));
@@ -282,6 +412,8 @@ static void reload(app *a) {
     if (sched_set_limits(a->sched, &lim) != SCHED_OK)
         log_warn("batch limits refused; keeping the ones in force");
     atomic_store(&a->api.request_timeout_ms, next.request_timeout_ms);
+    atomic_store(&a->eapi.request_timeout_ms, next.request_timeout_ms);
+    atomic_store(&a->eapi.max_inputs_per_request, next.max_inputs_per_request);
     if (http_set_api_keys(a->http, next.api_keys, next.n_api_keys) != 0)
         log_error("out of memory copying API keys; keeping the old ones");
     http_set_metrics_require_key(a->http, next.metrics_require_key);
@@ -341,8 +473,12 @@ static int drain(app *a, int sig) {
 static void stop(app *a) {
     http_destroy(a->http);
     sched_destroy(a->sched);
+    batch_runner_destroy(a->runner);
+    embed_service_destroy(a->embed);
     attn_service_destroy(a->svc);
     tp_destroy(a->pool);
+    bert_free(a->model);
+    tok_free(a->tok);
     config_free(&a->cfg);
     pthread_mutex_destroy(&a->cfg_mu);
 }
@@ -398,6 +534,10 @@ int main(int argc, char **argv) {
         {"GET", "/info", false, HTTP_AUTH_KEY, handle_info, NULL, &a},
         {"GET", "/metrics", false, HTTP_AUTH_METRICS, handle_metrics, NULL, &a},
         {"POST", "/v1/attention", true, HTTP_AUTH_KEY, attn_api_handle, attn_api_resumed, &a.api},
+        {"POST", "/v1/embeddings", true, HTTP_AUTH_KEY, embed_api_openai, embed_api_resumed,
+         &a.eapi},
+        {"POST", "/embed", true, HTTP_AUTH_KEY, embed_api_tei, embed_api_resumed, &a.eapi},
+        {"POST", "/tokenize", true, HTTP_AUTH_KEY, embed_api_tokenize, NULL, &a.eapi},
     };
     int rc = start(&a);
     if (rc == 0)

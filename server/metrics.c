@@ -65,6 +65,7 @@ static struct {
     _Atomic int64_t http_in_flight;
     _Atomic uint64_t kernel_ns[MAX_BACKENDS], kernel_calls[MAX_BACKENDS];
     _Atomic uint64_t kernel_mflop[MAX_BACKENDS];
+    _Atomic uint64_t embedding_inputs, embedding_tokens;
     _Atomic uint64_t workspace_bytes;
     _Atomic(const attn_backend *) backend;
     _Atomic int ready;
@@ -145,6 +146,11 @@ void metrics_kernel(const attn_backend *backend, double seconds, double flops) {
     atomic_fetch_add_explicit(&M.kernel_calls[i], 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&M.kernel_mflop[i], (uint64_t)llround(flops * 1e-6),
                               memory_order_relaxed);
+}
+
+void metrics_embeddings(uint64_t inputs, uint64_t tokens) {
+    atomic_fetch_add_explicit(&M.embedding_inputs, inputs, memory_order_relaxed);
+    atomic_fetch_add_explicit(&M.embedding_tokens, tokens, memory_order_relaxed);
 }
 
 void metrics_http_in_flight(int delta) {
@@ -272,6 +278,13 @@ static void render_scheduler(FILE *f) {
             (unsigned long long)(st.cancelled + load(&M.dropped)));
     header(f, "attnserve_batches_total", "counter", "Batches run.");
     fprintf(f, "attnserve_batches_total %llu\n", (unsigned long long)st.batches);
+    header(f, "attnserve_embedding_inputs_total", "counter", "Embedding inputs computed.");
+    fprintf(f, "attnserve_embedding_inputs_total %llu\n",
+            (unsigned long long)load(&M.embedding_inputs));
+    header(f, "attnserve_embedding_tokens_total", "counter",
+           "Tokens of the embedding inputs computed.");
+    fprintf(f, "attnserve_embedding_tokens_total %llu\n",
+            (unsigned long long)load(&M.embedding_tokens));
 }
 
 static void render_kernels(FILE *f) {

@@ -37,6 +37,9 @@ void metrics_batch(const sched_batch *b);
 /* One forward call of a backend: wall seconds and floating-point work. */
 void metrics_kernel(const attn_backend *backend, double seconds, double flops);
 
+/* One embedding request computed: its inputs and their tokens. */
+void metrics_embeddings(uint64_t inputs, uint64_t tokens);
+
 /* HTTP requests started (+1) and completed (-1): the in-flight gauge. */
 void metrics_http_in_flight(int delta);
 

@@ -19,6 +19,9 @@ import pytest
 import requests
 
 BIN = os.environ.get("ATTNSERVE_BIN", "")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The service always loads its model: the default one, fetched by `make model`.
+MODEL_DIR = os.environ.get("ATTNSERVE_TEST_MODEL", os.path.join(ROOT, "models", "all-MiniLM-L6-v2"))
 
 # Small, fast settings shared by most servers; tests override what they need.
 BASE_SETTINGS = {
@@ -37,6 +40,7 @@ BASE_SETTINGS = {
     "max_queue": 256,
     "log_level": "info",
     "log_format": "text",
+    "model": MODEL_DIR,
 }
 
 JSON = {"Content-Type": "application/json"}

@@ -82,8 +82,9 @@ def test_422_invalid_shapes_and_values(server):
 
 
 def test_422_more_tokens_than_a_batch(start_server):
-    s = start_server(max_batch_tokens=16)
-    body, _ = attention_case(3, 17, 1, 4)
+    # The smallest budget the model allows (its 512-token maximum input).
+    s = start_server(max_batch_tokens=512)
+    body, _ = attention_case(3, 513, 1, 4)
     err = assert_error(post_attention(s, body), 422)
     assert "max_batch_tokens" in err["message"] or "too large" in err["message"]
 

@@ -1,0 +1,37 @@
+/* batch.h — one scheduler, several kinds of work.
+ *
+ * Every request the scheduler queues is a batch_job: its sched_req and a
+ * tag saying which service computes it. batch_run, the scheduler's one
+ * run_batch, splits each batch by kind and hands every part to its service
+ * on the compute thread, so attention and embedding requests share the
+ * queue, the token budget and the batches. */
+#ifndef ATTN_BATCH_H
+#define ATTN_BATCH_H
+
+#include <stdint.h>
+
+#include "attention_api.h"
+#include "embed_api.h"
+#include "scheduler.h"
+
+typedef enum batch_kind { BATCH_ATTENTION, BATCH_EMBED, BATCH_NKINDS } batch_kind;
+
+/* The first member of every job a service submits; the scheduler's request
+ * is inside it, so SCHED_CONTAINER_OF(req, batch_job, sreq) finds the tag. */
+typedef struct batch_job {
+    sched_req sreq;
+    batch_kind kind;
+} batch_job;
+
+typedef struct batch_runner batch_runner;
+
+/* attn and embed must outlive the runner. max_batch_requests is the
+ * scheduler's ceiling: the per-kind request lists are sized for it once. */
+batch_runner *batch_runner_create(attn_service *attn, embed_service *embed,
+                                  int32_t max_batch_requests);
+void batch_runner_destroy(batch_runner *r);
+
+/* The scheduler's run_batch (ctx is the batch_runner). */
+int batch_run(const sched_batch *b, void *ctx);
+
+#endif
