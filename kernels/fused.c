@@ -20,6 +20,7 @@
 #define KT            8
 #define PVC           4
 #define FUSED_NAME(x) x##_portable
+#define FUSED_GENERIC_ONLY
 typedef struct {
     float x[VL];
 } vf;
@@ -91,6 +92,7 @@ static inline void v_transpose(float *dst, size_t ds, const float *src, size_t s
 #undef KT
 #undef PVC
 #undef FUSED_NAME
+#undef FUSED_GENERIC_ONLY
 
 /* ---- backend ------------------------------------------------------------------ */
 

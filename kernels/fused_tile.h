@@ -27,9 +27,19 @@
  * The tile loops over keys and columns are unrolled and their accumulators
  * inlined, so that arrays of vectors become registers. */
 
-#define FUSED_INLINE    static inline __attribute__((always_inline))
 #define FUSED_PRAGMA(x) _Pragma(#x)
+/* The portable path (FUSED_GENERIC_ONLY) is the fallback and the oracle for
+ * the others, not a fast path: it skips the unrolling and the head_dim
+ * specialisations and leaves inlining to the compiler, which would only
+ * multiply its code (and its compile time under the sanitizers) without
+ * making plain C fast. */
+#ifdef FUSED_GENERIC_ONLY
+#define FUSED_INLINE static inline
+#define FUSED_UNROLL(n)
+#else
+#define FUSED_INLINE    static inline __attribute__((always_inline))
 #define FUSED_UNROLL(n) FUSED_PRAGMA(GCC unroll n)
+#endif
 
 /* Key tiles are transposed with the VL×VL block transpose. */
 _Static_assert(KT == VL, "a key tile must be one transpose block");
@@ -287,22 +297,25 @@ void FUSED_NAME(fused_task)(void *ctx, size_t task, int worker) {
     fused_task_coords(c, task, &b, &h, &q0);
     const int32_t start = c->p->cu_seqlens[b], len = c->p->cu_seqlens[b + 1] - start;
     const fused_ws w = fused_worker_ws(c, worker);
+    const int D = c->p->shape.head_dim;
+#ifndef FUSED_GENERIC_ONLY
     /* Fast paths: a constant head_dim lets the compiler unroll the column
      * loops and drop the partial PV step. */
-    switch (c->p->shape.head_dim) {
+    switch (D) {
     case 32:
         query_block(c, &w, start, len, h, q0, 32);
-        break;
+        return;
     case 64:
         query_block(c, &w, start, len, h, q0, 64);
-        break;
+        return;
     case 128:
         query_block(c, &w, start, len, h, q0, 128);
-        break;
+        return;
     default:
-        query_block(c, &w, start, len, h, q0, c->p->shape.head_dim);
         break;
     }
+#endif
+    query_block(c, &w, start, len, h, q0, D);
 }
 
 #undef FUSED_INLINE
