@@ -14,7 +14,7 @@
 
 /* Query rows per task. Every path uses the same value so the task list (and
  * the workspace) does not depend on the path; 64 rows amortise the packing of
- * each key tile over 4 (AVX-512) to 16 (portable) row groups. */
+ * each key and value tile over 4 (AVX-512) or 8 (AVX2, portable) row groups. */
 #define FUSED_BR 64
 /* Keys per tile on the widest path: sizes the packed key tile. */
 #define FUSED_KT_MAX       16
