@@ -35,7 +35,7 @@ typedef struct embed_job {
     bool normalize; /* run_batch L2-normalises each vector */
     int dimensions; /* OpenAI: keep the first this many (0: all) */
     bool base64;    /* OpenAI encoding_format */
-    char *model;    /* OpenAI: the name to echo */
+    json_t *model;  /* OpenAI: the name to echo */
 
     /* Written by the compute thread, read after the done callback. */
     int err; /* SRV_OK or the SRV_E* to answer with */
@@ -54,7 +54,7 @@ static void job_free(void *p) {
     free(job->cu);
     free(job->ids);
     free(job->out);
-    free(job->model);
+    json_decref(job->model);
     free(job);
 }
 
@@ -362,6 +362,12 @@ static int want_bool(json_t *v, const char *name, bool *out, refusal *r) {
     return SRV_OK;
 }
 
+/* Whether the JSON string s is exactly lit (s may hold U+0000). */
+static bool string_is(const json_t *s, const char *lit) {
+    return json_string_length(s) == strlen(lit) &&
+           memcmp(json_string_value(s), lit, strlen(lit)) == 0;
+}
+
 /* POST /v1/embeddings */
 static embed_job *decode_openai(const embed_api *api, json_t *root, refusal *r) {
     json_t *input = NULL, *model = NULL, *format = NULL, *dims = NULL;
@@ -394,8 +400,8 @@ static embed_job *decode_openai(const embed_api *api, json_t *root, refusal *r) 
         return NULL;
     }
     if (format) {
-        base64 = strcmp(json_string_value(format), "base64") == 0;
-        if (!base64 && strcmp(json_string_value(format), "float") != 0) {
+        base64 = string_is(format, "base64");
+        if (!base64 && !string_is(format, "float")) {
             refuse(r, SRV_EINVALID, "encoding_format must be \"float\" or \"base64\"");
             return NULL;
         }
@@ -417,7 +423,7 @@ static embed_job *decode_openai(const embed_api *api, json_t *root, refusal *r) 
     job->normalize = api->model->normalize;
     job->base64 = base64;
     job->dimensions = dims ? (int)json_integer_value(dims) : 0;
-    job->model = strdup(model ? json_string_value(model) : api->model_name);
+    job->model = model ? json_incref(model) : json_string(api->model_name);
     if (!job->model) {
         job_free(job);
         refuse(r, SRV_EINTERNAL, "out of memory");
@@ -519,7 +525,7 @@ static json_t *encode_openai(embed_job *job, int C) {
     if (!data)
         return NULL;
     const json_int_t tokens = job->cu[job->n];
-    return json_pack("{s:s, s:o, s:s, s:{s:I, s:I}}", "object", "list", "data", data, "model",
+    return json_pack("{s:s, s:o, s:O, s:{s:I, s:I}}", "object", "list", "data", data, "model",
                      job->model, "usage", "prompt_tokens", tokens, "total_tokens", tokens);
 }
 

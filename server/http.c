@@ -491,7 +491,10 @@ json_t *http_body_json(http_request *req, int *answered) {
         return NULL;
     }
     json_error_t e;
-    json_t *root = json_loadb(body, n, JSON_REJECT_DUPLICATES, &e);
+    /* Texts to embed may hold U+0000 (the tokenizer drops it, as Hugging
+     * Face's does); jansson still refuses it in keys. Handlers compare
+     * string values with their lengths. */
+    json_t *root = json_loadb(body, n, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &e);
     if (!root) {
         *answered = http_reply_error(req, SRV_EBADREQUEST, "invalid JSON: %s (line %d, column %d)",
                                      e.text, e.line, e.column);

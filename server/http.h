@@ -97,7 +97,8 @@ double http_age_ms(const http_request *req);
 const char *http_body(const http_request *req, size_t *len);
 
 /* Parses the body as one JSON object, with nesting limited to
- * HTTP_JSON_MAX_DEPTH and duplicate keys refused. NULL, with the 400
+ * HTTP_JSON_MAX_DEPTH and duplicate keys refused. String values may hold
+ * U+0000 (json_string_length, not strlen, gives their length). NULL, with the 400
  * already answered, when it is not; *answered tells which happened so the
  * handler can return HTTP_DONE or HTTP_FAIL. */
 #define HTTP_JSON_MAX_DEPTH 64
