@@ -50,14 +50,19 @@ def table(cases, meta):
     batches = sorted({k[2] for k in cases})
     ips = {k: r["inputs_per_s"] for k, r in cases.items()}
     names = {k[1]: r["input"] for k, r in cases.items()}
-    for m in meta:
-        if m.get("kind") == "peak":
-            print(f"- FP32 FMA peak ({m['simd']}, {m['threads']} threads): "
-                  f"{m['peak_gflops']:.1f} GFLOP/s")
-        elif m.get("kind") == "peer":
-            print(f"- {m['backend']}: {m['version']}")
-        elif m.get("kind") == "agreement":
-            print(f"- peers agree: min cosine {m['min_cosine']} on 4 inputs")
+    peaks = [m for m in meta if m.get("kind") == "peak"]
+    if peaks:
+        wall = [m["peak_gflops"] for m in peaks]
+        cpu = [m.get("peak_gflops_cpu", 0) for m in peaks]
+        print(f"- FP32 FMA peak ({peaks[0]['simd']}, {peaks[0]['threads']} threads), measured "
+              f"{len(peaks)} times, before each cell: {min(wall):.1f} to {max(wall):.1f} GFLOP/s "
+              f"wall clock, {min(cpu):.1f} to {max(cpu):.1f} per CPU-second x threads")
+    for line in dict.fromkeys(f"- {m['backend']}: {m['version']}" for m in meta
+                              if m.get("kind") == "peer"):
+        print(line)
+    cos = [m["min_cosine"] for m in meta if m.get("kind") == "agreement"]
+    if cos:
+        print(f"- the peers' embeddings agree: min cosine {min(cos)} (4 inputs per check)")
     print()
     print("| input | batch | " + " | ".join(n for _, n in ENGINES) +
           " | fused / ORT | fused / PyTorch | cpu% fused / ORT / PyTorch |")

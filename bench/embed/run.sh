@@ -2,10 +2,10 @@
 # run.sh BIN [MODEL_DIR] — the embeddings benchmark (make bench-embed).
 #
 # Builds bench_embed next to BIN (its directory is the build directory), then,
-# for each input length in turn, times attnserve in process (bench_embed) and
-# the peers (peers.py: ONNX Runtime and sentence-transformers/PyTorch) on the
-# same generated inputs with the same thread count, so that every ratio comes
-# from one run under the same load. Prints the side-by-side table and writes
+# for each input length and batch size in turn, times attnserve in process
+# (bench_embed) and right after it the peers (peers.py: ONNX Runtime and
+# sentence-transformers/PyTorch) on the same generated inputs with the same
+# thread count, so that every ratio comes from one run under the same load. Prints the side-by-side table and writes
 # bench/embed_throughput.png. Raw results stay in BUILD/bench-embed/.
 #
 #   bench/embed/run.sh build/attnserve models/all-MiniLM-L6-v2
@@ -39,6 +39,7 @@ OUT=$BUILD/bench-embed
 mkdir -p "$OUT"
 : >"$OUT/attnserve.jsonl"
 : >"$OUT/peers.jsonl"
+rm -f "$OUT"/inputs-*.jsonl
 
 PY=""
 if [ "$PEERS" = 1 ]; then
@@ -52,18 +53,22 @@ fi
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 echo "bench-embed: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, $THREADS threads, load average at start $(load)" >&2
 START_LOAD=$(load)
+# Each (length, batch) cell runs attnserve and then the peers back to back,
+# so a change in the machine's load lands on both sides of a ratio.
 for len in $LENGTHS; do
-    echo "bench-embed: $len-token inputs: attnserve ($BACKENDS)" >&2
-    "$BENCH" --json --model "$MODEL" --threads "$THREADS" --backends "$BACKENDS" \
-        --lengths "$len" --batches "$BATCHES" --reps "$REPS" --budget "$BUDGET" >>"$OUT/attnserve.jsonl"
-    if [ -n "$PY" ]; then
-        echo "bench-embed: $len-token inputs: peers" >&2
-        "$BENCH" --model "$MODEL" --lengths "$len" --batches "$BATCHES" --dump-inputs "$OUT/inputs-$len.jsonl"
+    for batch in $(echo "$BATCHES" | tr , ' '); do
+        echo "bench-embed: $len-token inputs, batch $batch: attnserve ($BACKENDS)${PY:+, then peers} (load $(load))" >&2
+        "$BENCH" --json --model "$MODEL" --threads "$THREADS" --backends "$BACKENDS" \
+            --lengths "$len" --batches "$batch" --reps "$REPS" --budget "$BUDGET" >>"$OUT/attnserve.jsonl"
+        [ -n "$PY" ] || continue
+        [ -f "$OUT/inputs-$len.jsonl" ] ||
+            "$BENCH" --model "$MODEL" --lengths "$len" --batches "$(echo "$BATCHES" | tr , '\n' | sort -n | tail -1)" \
+                --dump-inputs "$OUT/inputs-$len.jsonl"
         "$PY" "$HERE/peers.py" --inputs "$OUT/inputs-$len.jsonl" --model "$MODEL" \
-            --threads "$THREADS" --batches "$BATCHES" --reps "$REPS" --budget "$BUDGET" \
-            >>"$OUT/peers.jsonl" ||
-            echo "bench-embed: the peers failed on $len-token inputs (see above); table without them" >&2
-    fi
+            --threads "$THREADS" --batches "$batch" --reps "$REPS" --budget "$BUDGET" \
+            >>"$OUT/peers.jsonl" 2>"$OUT/peers.log" ||
+            { cat "$OUT/peers.log" >&2; echo "bench-embed: the peers failed on $len x $batch; table without them" >&2; }
+    done
 done
 END_LOAD=$(load)
 
