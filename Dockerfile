@@ -58,8 +58,8 @@ RUN case "$MODEL" in \
     esac
 
 # ---- runtime: only the shared libraries the binary links ---------------------
-# Today libmicrohttpd12, libjansson4, libuv1 (and libc6), plus the OpenBLAS
-# variant the Makefile links when the model's GEMMs use it (libopenblas0-serial).
+# Today libmicrohttpd12, libjansson4, libuv1, libc6 and the pthread OpenBLAS
+# (libopenblas0-pthread) that the Makefile pins with a RUNPATH.
 FROM ${DEBIAN_IMAGE} AS runtime
 COPY --from=build /out/usr/share/attnserve/runtime-packages /usr/share/attnserve/runtime-packages
 RUN apt-get update -q \

@@ -19,14 +19,16 @@ PKGS    := libmicrohttpd jansson libuv
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
-# The single-threaded OpenBLAS: the model splits every GEMM over the
-# service's own pool, so BLAS must start no threads of its own (the pthread
-# build starts cores-1 idle threads when it loads, before main runs). The
-# serial library is linked by path and found again at run time via RUNPATH;
-# where it is missing we fall back to whatever pkg-config offers.
-MULTIARCH   := $(shell $(CC) -print-multiarch 2>/dev/null)
-BLAS_SERIAL := $(wildcard /usr/lib/$(MULTIARCH)/openblas-serial/libopenblas.so.0)
-BLAS_LIBS   := $(if $(BLAS_SERIAL),$(BLAS_SERIAL) -Wl$(comma)-rpath$(comma)$(dir $(BLAS_SERIAL)),$(shell pkg-config --libs openblas 2>/dev/null))
+# OpenBLAS from pkg-config (the pthread build). The model splits every GEMM
+# over the service's own pool and calls cblas_sgemm from several workers at
+# once with openblas_set_num_threads(1); Debian's serial OpenBLAS is not safe
+# for that (its buffer allocation takes no lock: tests/unit/test_blas_threads.c
+# shows corrupt results), the pthread build is, so a RUNPATH pins it even
+# where the system's alternatives select the serial one. Set to one thread at
+# model load, before any GEMM, it starts no threads of its own (checked: the
+# service runs main, MHD, loop, compute and pool threads only).
+BLAS_LIBDIR := $(shell pkg-config --variable=libdir openblas 2>/dev/null)
+BLAS_LIBS   := $(shell pkg-config --libs openblas 2>/dev/null) $(if $(BLAS_LIBDIR),-Wl$(comma)-rpath$(comma)$(BLAS_LIBDIR))
 TEST_LIBS   := $(shell pkg-config --libs criterion 2>/dev/null)
 
 # Frame pointers everywhere so perf attributes time to every kernel;

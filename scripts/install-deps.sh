@@ -4,7 +4,7 @@
 set -eu
 
 PACKAGES="build-essential pkg-config
-libmicrohttpd-dev libjansson-dev libuv1-dev libopenblas-dev libopenblas0-serial
+libmicrohttpd-dev libjansson-dev libuv1-dev libopenblas-dev
 curl ca-certificates
 libcriterion-dev
 python3-pytest python3-requests"
