@@ -6,7 +6,9 @@
 # (bench_embed) and right after it the peers (peers.py: ONNX Runtime and
 # sentence-transformers/PyTorch) on the same generated inputs with the same
 # thread count, so that every ratio comes from one run under the same load. Prints the side-by-side table and writes
-# bench/embed_throughput.png. Raw results stay in BUILD/bench-embed/.
+# bench/embed_throughput.png. Last, the same inputs through the server's
+# POST /v1/embeddings under concurrent load (http.sh; HTTP=0 skips it).
+# Raw results stay in BUILD/bench-embed/.
 #
 #   bench/embed/run.sh build/attnserve models/all-MiniLM-L6-v2
 #   THREADS=2 LENGTHS="12 64" BATCHES=1,32 REPS=3 PEERS=0 bench/embed/run.sh build/attnserve
@@ -53,6 +55,10 @@ fi
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 echo "bench-embed: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, $THREADS threads, load average at start $(load)" >&2
 START_LOAD=$(load)
+MAX_BATCH=$(echo "$BATCHES" | tr , '\n' | sort -n | tail -1)
+for len in $LENGTHS; do
+    "$BENCH" --model "$MODEL" --lengths "$len" --batches "$MAX_BATCH" --dump-inputs "$OUT/inputs-$len.jsonl"
+done
 # Each (length, batch) cell runs attnserve and then the peers back to back,
 # so a change in the machine's load lands on both sides of a ratio.
 for len in $LENGTHS; do
@@ -61,9 +67,6 @@ for len in $LENGTHS; do
         "$BENCH" --json --model "$MODEL" --threads "$THREADS" --backends "$BACKENDS" \
             --lengths "$len" --batches "$batch" --reps "$REPS" --budget "$BUDGET" >>"$OUT/attnserve.jsonl"
         [ -n "$PY" ] || continue
-        [ -f "$OUT/inputs-$len.jsonl" ] ||
-            "$BENCH" --model "$MODEL" --lengths "$len" --batches "$(echo "$BATCHES" | tr , '\n' | sort -n | tail -1)" \
-                --dump-inputs "$OUT/inputs-$len.jsonl"
         "$PY" "$HERE/peers.py" --inputs "$OUT/inputs-$len.jsonl" --model "$MODEL" \
             --threads "$THREADS" --batches "$batch" --reps "$REPS" --budget "$BUDGET" \
             >>"$OUT/peers.jsonl" 2>"$OUT/peers.log" ||
@@ -76,3 +79,11 @@ REPORT_PY=${PY:-python3}
 "$REPORT_PY" "$HERE/report.py" --chart "$CHART" \
     --note "load average (1, 5, 15 min) at start $START_LOAD, at end $END_LOAD" \
     "$OUT/attnserve.jsonl" "$OUT/peers.jsonl"
+
+# Through the server: POST /v1/embeddings under concurrent load (HTTP=0 skips).
+if [ "${HTTP:-1}" = 1 ]; then
+    echo
+    echo "Through HTTP (POST /v1/embeddings, backend ${BACKEND:-fused}, wrk on the same cores, load $(load)):"
+    echo
+    "$HERE/http.sh" "$BIN" "$MODEL" "$OUT"
+fi
