@@ -258,11 +258,14 @@ def as_base64(body):
     return dict(body, q=to_base64(body["q"]), k=to_base64(body["k"]), v=to_base64(body["v"]))
 
 
-def slow_body(seq=2048, heads=2, head_dim=8, seed=7):
+def slow_body(seq=4096, heads=4, head_dim=8, seed=7):
     """A base64 request that keeps the naive backend busy for a while (about
-    half a second on two cores for the default size) with a small body, so
-    that on a small machine the I/O thread reads it quickly even while the
-    compute threads take every core."""
+    0.7 s on two idle cores for the default size, 1 GFLOP; several times that
+    under sanitizers or load) with a body of 2 MB, so that the I/O thread
+    reads it quickly even while the compute threads take every core. Tests
+    that race it against a 100 ms deadline need it well above that on the
+    fastest machine they run on: at half this size an idle machine finished
+    it in 90 ms."""
     rng = random.Random(seed)
     t = [random_tensor(rng, seq, heads, head_dim) for _ in range(3)]
     return json.dumps({"q": to_base64(t[0]), "k": to_base64(t[1]), "v": to_base64(t[2])})
