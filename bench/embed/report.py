@@ -102,11 +102,13 @@ def summary(cases, lengths, batches):
         print(f"Target 1 (batch >= 32: attnserve fused >= ONNX Runtime): fused / ORT from "
               f"{min(r_ort):.2f}x to {max(r_ort):.2f}x -> "
               f"{'met' if min(r_ort) >= 1.0 else 'not met'} on all {len(r_ort)} cases")
-    g = [cases[("fused", t, b)]["gemm_pct_peak"] for t, b in big
+    # Per CPU-second: the wall-clock peak and GEMM are measured seconds apart,
+    # so on a shared machine their wall ratio can even pass 100%.
+    g = [cases[("fused", t, b)]["gemm_pct_peak_cpu"] for t, b in big
          if cases.get(("fused", t, b), {}).get("gemm_ms")]
     if g:
-        print(f"Target 2 (batch >= 32: GEMM >= 60% of FP32 peak): {min(g):.0f}% to {max(g):.0f}% "
-              f"-> {'met' if min(g) >= 60 else 'not met'}")
+        print(f"Target 2 (batch >= 32: GEMM >= 60% of FP32 peak, per CPU-second): {min(g):.0f}% "
+              f"to {max(g):.0f}% -> {'met' if min(g) >= 60 else 'not met'}")
 
 
 def series(cases):
