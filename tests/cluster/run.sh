@@ -6,7 +6,7 @@
 # every process the test starts is ended when it ends.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-BIN=${1:-$ROOT/build/attnserve}
+BIN=$(realpath "${1:-$ROOT/build/attnserve}")
 
 need=""
 command -v haproxy >/dev/null 2>&1 || need="$need haproxy"

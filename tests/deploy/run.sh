@@ -6,7 +6,7 @@
 # memory compared with the Deployment's limit.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-export ATTNSERVE_BIN=${1:-$ROOT/build/attnserve}
+export ATTNSERVE_BIN=$(realpath "${1:-$ROOT/build/attnserve}")
 
 need=""
 command -v haproxy >/dev/null 2>&1 || need="$need haproxy"

@@ -234,7 +234,7 @@ def test_config_mount_matches_config_arg(k8s, container, deployment):
 
 def test_config_accepted_by_the_binary(k8s, container, deployment):
     if not binary_serves():
-        pytest.skip("build/attnserve is not built (or is the early stub): make first")
+        pytest.fail("build/attnserve is not built (or is the early stub): make first")
     _, text = config_map_file(k8s, container, deployment)
     with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
         f.write(text)
@@ -257,7 +257,7 @@ def drain_timeout(k8s, container, deployment):
 
 def test_default_drain_timeout_is_what_this_test_assumes():
     if not binary_serves():
-        pytest.skip("build/attnserve is not built: make first")
+        pytest.fail("build/attnserve is not built: make first")
     env = {k: v for k, v in os.environ.items() if not k.startswith("ATTNSERVE_")}
     r = subprocess.run([BIN, "--print-config"], capture_output=True, text=True, timeout=10,
                        env=env, cwd=tempfile.gettempdir())
@@ -343,9 +343,9 @@ def worst_case_bytes(info):
 def info_with_configmap(k8s, container, deployment):
     """/info of the real binary started with the ConfigMap's config."""
     if not binary_serves():
-        pytest.skip("build/attnserve is not built: make first")
+        pytest.fail("build/attnserve is not built: make first")
     if not os.path.exists(os.path.join(MODEL, "model.safetensors")):
-        pytest.skip("no model: make model")
+        pytest.fail("no model: make model")
     import requests
     _, text = config_map_file(k8s, container, deployment)
     cfg = json.loads(text)
@@ -461,7 +461,7 @@ def test_dockerfile(dockerfile):
 
 def test_runtime_packages_of_the_real_binary():
     if not binary_serves():
-        pytest.skip("build/attnserve is not built: make first")
+        pytest.fail("build/attnserve is not built: make first")
     r = subprocess.run([os.path.join(DEPLOY, "docker", "runtime-packages.sh"), BIN],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 0, r.stderr
@@ -526,7 +526,7 @@ def test_haproxy_fields(haproxy_cfg):
 
 def test_haproxy_validates(haproxy_cfg):
     if not shutil.which("haproxy"):
-        pytest.skip("haproxy is not installed (apt-get install haproxy)")
+        pytest.fail("haproxy is not installed (apt-get install haproxy)")
     r = subprocess.run(["haproxy", "-c", "-f", os.path.join(DEPLOY, "haproxy.cfg")],
                        capture_output=True, text=True, timeout=30)
     out = r.stdout + r.stderr
@@ -565,7 +565,7 @@ def test_k8s_schemas_strict():
     pinned dependencies never mix with the ones pytest has loaded."""
     pydeps = os.environ.get("ATTNSERVE_DEPLOY_PYDEPS_DIR")
     if not pydeps:
-        pytest.skip("kubernetes-validate not installed (tests/deploy/run.sh installs it)")
+        pytest.fail("kubernetes-validate not installed (tests/deploy/run.sh installs it)")
     files = sorted(os.path.join(K8S, n) for n in os.listdir(K8S) if n.endswith(".yaml"))
     env = dict(os.environ, PYTHONPATH=pydeps)
     for version in K8S_VERSIONS:
@@ -613,7 +613,7 @@ def test_healthcheck_script_fails_on_non_200():
 
 def test_healthcheck_script_passes_on_the_real_binary():
     if not binary_serves():
-        pytest.skip("build/attnserve is not built: make first")
+        pytest.fail("build/attnserve is not built: make first")
     import requests
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("ATTNSERVE_")}
