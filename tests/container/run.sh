@@ -154,8 +154,8 @@ real_request() {
 # serve NAME [podman run args...]: starts the image on a free loopback port
 # with host networking, checks /health, /ready, /info, a real request and
 # the Docker HEALTHCHECK; then SIGTERM and the drain.
-serve() {
-    local name=$1; shift
+serve() {  # serve NAME IMAGE [podman run args...]
+    local name=$1 image=$2; shift 2
     local port; port=$(free_port)
     local url="http://127.0.0.1:$port"
     CONTAINERS+=("$name")
@@ -166,7 +166,7 @@ serve() {
     # says so on stderr; `podman healthcheck run` below runs the check itself.
     pm run -d --name "$name" --network host \
         -e ATTNSERVE_HOST=127.0.0.1 -e ATTNSERVE_PORT="$port" -e ATTNSERVE_DRAIN_TIMEOUT_S=10 \
-        "$@" "$IMAGE" >/dev/null 2>"$WORK/run.err" ||
+        "$@" "$image" >/dev/null 2>"$WORK/run.err" ||
         { cat "$WORK/run.err" >&2; die "podman run $name failed"; }
     grep -v 'systemd connection' "$WORK/run.err" >&2 || true
     wait_ready "$name" "$url"
@@ -215,7 +215,7 @@ if [ -f "$MODEL_DIR/model.safetensors" ]; then
 else
     log "WARNING: $MODEL_DIR has no model.safetensors (run make model); serving without it"
 fi
-serve "attnserve-ct-$$-mount" "${mount_args[@]}"
+serve "attnserve-ct-$$-mount" "$IMAGE" "${mount_args[@]}"
 
 # --build-arg MODEL=bake: the model is inside the image; nothing mounted.
 if [ "$BAKE" = 1 ]; then
@@ -223,7 +223,7 @@ if [ "$BAKE" = 1 ]; then
     t0=$(date +%s)
     build "$IMAGE-model" --build-arg MODEL=bake
     log "image $IMAGE-model (model baked in) built in $(($(date +%s) - t0)) s"
-    serve "attnserve-ct-$$-baked"
+    serve "attnserve-ct-$$-baked" "$IMAGE-model"
 fi
 
 # Keep the build stage tagged (its -dev packages layer is the slow part, and
