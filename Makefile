@@ -70,7 +70,7 @@ UNIT := $(BUILD)/unit-tests
 all: $(BIN) $(BENCH_BIN)
 
 # Rebuild everything when the compiler or flags change.
-FLAGS_LINE := $(CC) $(CFLAGS) $(LDFLAGS)
+FLAGS_LINE := $(CC) $(CFLAGS) $(LDFLAGS) $(LDLIBS)
 $(BUILD)/flags: FORCE
 	@mkdir -p $(@D)
 	@echo '$(FLAGS_LINE)' | cmp -s - $@ || echo '$(FLAGS_LINE)' > $@
