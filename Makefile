@@ -3,7 +3,11 @@
 #   make                       build build/attnserve (portable; SIMD chosen at run time)
 #   make test                  install what is missing, build and run every test
 #   make SANITIZE=address,undefined test   the same tests under ASan+UBSan
-#   make bench-attention       attention kernel benchmark (see bench/README.md)
+#   make run                   install what is missing, fetch the model, serve it
+#   make model                 fetch the default model into models/
+#   make e2e                   end-to-end tests against the real binary
+#   make test-deploy | test-cluster | test-container   deployment checks
+#   make bench-attention | bench-http | bench-embed     benchmarks (bench/README.md)
 #   make deps                  install the Debian packages the project needs
 #
 # Objects go to $(BUILD) (default build/, or build-san-<list> with SANITIZE), so
