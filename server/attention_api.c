@@ -27,24 +27,13 @@
 enum { ENC_NESTED, ENC_BASE64 };
 
 typedef struct attn_job {
-    batch_job base; /* first: the scheduler's request and the kind tag */
-    http_request *http;
+    batch_job base; /* first: the scheduler's request, kind, HTTP request, outcome */
     int32_t seq, heads, head_dim;
     int causal;
     int encoding;           /* of the answer: the one q came in */
     size_t n;               /* floats per tensor: seq * heads * head_dim */
     float *q, *k, *v, *out; /* (seq, heads, head_dim) each, one allocation */
-
-    /* Written by the compute thread, read after the done callback. */
-    int err; /* SRV_OK or the SRV_E* to answer with */
-    char why[128];
-    const attn_backend *ran;
-    bool packed; /* run_batch scratch: already in a group */
-
-    /* Two parties finish with a job: the handler once it has parked the
-     * connection, the done callback once the result is in. The second one
-     * resumes, so a resume never precedes the suspend. */
-    atomic_int gate;
+    bool packed;            /* run_batch scratch: already in a group */
 } attn_job;
 
 static void job_free(void *p) {
@@ -170,8 +159,8 @@ static double seconds_since(const struct timespec *t0) {
 
 static void fail_group(attn_service *svc, int32_t n, int err, const char *why) {
     for (int32_t i = 0; i < n; i++) {
-        svc->members[i]->err = err;
-        snprintf(svc->members[i]->why, sizeof svc->members[i]->why, "%s", why);
+        svc->members[i]->base.err = err;
+        snprintf(svc->members[i]->base.why, sizeof svc->members[i]->base.why, "%s", why);
     }
 }
 
@@ -208,12 +197,12 @@ static void run_group(attn_service *svc, const attn_backend *backend, int32_t n,
         attn_job *job = svc->members[i];
         memcpy(job->out, svc->out + off, job->n * sizeof(float));
         off += job->n;
-        job->ran = backend;
-        job->err = SRV_OK;
+        job->base.ran = backend;
+        job->base.err = SRV_OK;
         for (size_t j = 0; j < job->n; j++)
             if (!isfinite(job->out[j])) {
-                job->err = SRV_EINVALID;
-                snprintf(job->why, sizeof job->why,
+                job->base.err = SRV_EINVALID;
+                snprintf(job->base.why, sizeof job->base.why,
                          "the attention output overflowed float32; scale the inputs down");
                 break;
             }
@@ -243,8 +232,8 @@ int attn_service_run_batch(const sched_batch *b, void *ctx) {
             /* The token budget keeps every batch within cap; a request that
              * would not fit is a bug, answered 500 rather than overrun. */
             if (off + job->n > svc->cap || n >= svc->max_batch_requests) {
-                job->err = SRV_EINTERNAL;
-                snprintf(job->why, sizeof job->why, "batch exceeds the attention buffers");
+                job->base.err = SRV_EINTERNAL;
+                snprintf(job->base.why, sizeof job->base.why, "batch exceeds the attention buffers");
                 continue;
             }
             memcpy(svc->q + off, job->q, job->n * sizeof(float));
@@ -605,37 +594,6 @@ static double ns_to_ms(uint64_t ns) {
     return (double)ns * 1e-6;
 }
 
-/* Loop thread: the result is in the job (or the request never ran). */
-static void job_done(sched_req *sreq, int status) {
-    attn_job *job = SCHED_CONTAINER_OF(sreq, attn_job, base.sreq);
-    if (status == SCHED_EDEADLINE) {
-        job->err = SRV_ETIMEOUT;
-        snprintf(job->why, sizeof job->why, "request timed out after %.0f ms in the queue",
-                 ns_to_ms(sreq->start_ns - sreq->enqueue_ns));
-    } else if (status == SCHED_ESHUTDOWN || status == SCHED_ECANCELED) {
-        job->err = SRV_EUNAVAILABLE;
-        snprintf(job->why, sizeof job->why, "%s", sched_strerror(status));
-    } else if (status != SCHED_OK) {
-        job->err = SRV_EINTERNAL;
-        snprintf(job->why, sizeof job->why, "%s", sched_strerror(status));
-    }
-    if (atomic_fetch_add(&job->gate, 1) == 1)
-        http_resume(job->http);
-}
-
-static int submit_error(http_request *req, int rc) {
-    switch (rc) {
-    case SCHED_EFULL:
-        return http_reply_error(req, SRV_EQUEUEFULL, "queue full (max_queue requests waiting)");
-    case SCHED_EDRAINING:
-    case SCHED_ESHUTDOWN:
-        return http_reply_error(req, SRV_EUNAVAILABLE, "server is draining");
-    case SCHED_ETOOBIG:
-        return http_reply_error(req, SRV_EINVALID, "request exceeds the batch limits in force");
-    default:
-        return http_reply_error(req, SRV_EINTERNAL, "%s", sched_strerror(rc));
-    }
-}
 
 int attn_api_handle(http_request *req, void *ctx) {
     attn_api *api = ctx;
@@ -651,23 +609,8 @@ int attn_api_handle(http_request *req, void *ctx) {
     if (!job)
         return http_reply_error(req, r.err, "%s", r.msg);
 
-    job->http = req;
-    job->base.sreq.done = job_done;
-    /* request_timeout_ms counts from arrival; a request that used it all up
-     * reading its body gets a deadline long past (0 would mean none), so the
-     * scheduler answers it 504 at once. */
-    double left_ms = (double)atomic_load(&api->request_timeout_ms) - http_age_ms(req);
-    job->base.sreq.deadline_ns = left_ms > 0 ? sched_now_ns() + (uint64_t)(left_ms * 1e6) : 1;
-    int rc = sched_submit(api->sched, &job->base.sreq);
-    if (rc != SCHED_OK) {
-        job_free(job);
-        return submit_error(req, rc);
-    }
-    http_set_user(req, job, job_free);
-    http_park(req);
-    if (atomic_fetch_add(&job->gate, 1) == 1)
-        http_resume(req);
-    return HTTP_PARKED;
+    return batch_submit(req, &job->base, api->sched, atomic_load(&api->request_timeout_ms),
+                        job_free);
 }
 
 int attn_api_resumed(http_request *req, void *ctx) {
@@ -675,14 +618,14 @@ int attn_api_resumed(http_request *req, void *ctx) {
     attn_job *job = http_user(req);
     const sched_req *s = &job->base.sreq;
     http_set_timing(req, ns_to_ms(s->start_ns - s->enqueue_ns), ns_to_ms(s->end_ns - s->start_ns),
-                    job->ran ? job->ran->name : NULL);
-    if (job->err != SRV_OK)
-        return http_reply_error(req, job->err, "%s", job->why);
-    if (!job->ran)
+                    job->base.ran ? job->base.ran->name : NULL);
+    if (job->base.err != SRV_OK)
+        return http_reply_error(req, job->base.err, "%s", job->base.why);
+    if (!job->base.ran)
         return http_reply_error(req, SRV_EINTERNAL, "the batch did not run this request");
     json_t *out = job->encoding == ENC_BASE64 ? encode_base64(job) : encode_nested(job);
     if (!out)
         return http_reply_error(req, SRV_EINTERNAL, "out of memory encoding the output");
     return http_reply_json(req, 200,
-                           json_pack("{s:o, s:s}", "output", out, "backend", job->ran->name));
+                           json_pack("{s:o, s:s}", "output", out, "backend", job->base.ran->name));
 }

@@ -2,7 +2,10 @@
  * service sees an ordinary sched_batch holding only its own requests. */
 #include "batch.h"
 
+#include <stdio.h>
 #include <stdlib.h>
+
+#include "errors.h"
 
 struct batch_runner {
     attn_service *attn;
@@ -57,4 +60,63 @@ int batch_run(const sched_batch *b, void *ctx) {
         rc = rc ? rc : e;
     }
     return rc;
+}
+
+/* ---- submitting and parking ------------------------------------------------------ */
+
+static double ns_to_ms(uint64_t ns) {
+    return (double)ns * 1e-6;
+}
+
+/* Loop thread: the result is in the job (or the request never ran). */
+static void job_done(sched_req *sreq, int status) {
+    batch_job *job = SCHED_CONTAINER_OF(sreq, batch_job, sreq);
+    if (status == SCHED_EDEADLINE) {
+        job->err = SRV_ETIMEOUT;
+        snprintf(job->why, sizeof job->why, "request timed out after %.0f ms in the queue",
+                 ns_to_ms(sreq->start_ns - sreq->enqueue_ns));
+    } else if (status == SCHED_ESHUTDOWN || status == SCHED_ECANCELED) {
+        job->err = SRV_EUNAVAILABLE;
+        snprintf(job->why, sizeof job->why, "%s", sched_strerror(status));
+    } else if (status != SCHED_OK) {
+        job->err = SRV_EINTERNAL;
+        snprintf(job->why, sizeof job->why, "%s", sched_strerror(status));
+    }
+    if (atomic_fetch_add(&job->gate, 1) == 1)
+        http_resume(job->http);
+}
+
+static int submit_error(http_request *req, int rc) {
+    switch (rc) {
+    case SCHED_EFULL:
+        return http_reply_error(req, SRV_EQUEUEFULL, "queue full (max_queue requests waiting)");
+    case SCHED_EDRAINING:
+    case SCHED_ESHUTDOWN:
+        return http_reply_error(req, SRV_EUNAVAILABLE, "server is draining");
+    case SCHED_ETOOBIG:
+        return http_reply_error(req, SRV_EINVALID, "request exceeds the batch limits in force");
+    default:
+        return http_reply_error(req, SRV_EINTERNAL, "%s", sched_strerror(rc));
+    }
+}
+
+int batch_submit(http_request *req, batch_job *job, sched *s, int64_t timeout_ms,
+                 void (*free_fn)(void *)) {
+    job->http = req;
+    job->sreq.done = job_done;
+    /* request_timeout_ms counts from arrival; a request that used it all up
+     * reading its body gets a deadline long past (0 would mean none), so the
+     * scheduler answers it 504 at once. */
+    double left_ms = (double)timeout_ms - http_age_ms(req);
+    job->sreq.deadline_ns = left_ms > 0 ? sched_now_ns() + (uint64_t)(left_ms * 1e6) : 1;
+    int rc = sched_submit(s, &job->sreq);
+    if (rc != SCHED_OK) {
+        free_fn(job);
+        return submit_error(req, rc);
+    }
+    http_set_user(req, job, free_fn);
+    http_park(req);
+    if (atomic_fetch_add(&job->gate, 1) == 1)
+        http_resume(req);
+    return HTTP_PARKED;
 }

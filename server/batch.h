@@ -8,6 +8,7 @@
 #ifndef ATTN_BATCH_H
 #define ATTN_BATCH_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "attention_api.h"
@@ -17,11 +18,32 @@
 typedef enum batch_kind { BATCH_ATTENTION, BATCH_EMBED, BATCH_NKINDS } batch_kind;
 
 /* The first member of every job a service submits; the scheduler's request
- * is inside it, so SCHED_CONTAINER_OF(req, batch_job, sreq) finds the tag. */
+ * is inside it, so SCHED_CONTAINER_OF(req, batch_job, sreq) finds the tag.
+ * It also holds what every kind shares: the parked HTTP request and how the
+ * job ended. */
 typedef struct batch_job {
     sched_req sreq;
     batch_kind kind;
+    http_request *http;
+
+    /* Written by the compute thread, read after the done callback. */
+    int err; /* SRV_OK or the SRV_E* to answer with */
+    char why[160];
+    const attn_backend *ran;
+
+    /* Two parties finish with a job: the handler once it has parked the
+     * connection, the done callback once the result is in. The second one
+     * resumes, so a resume never precedes the suspend. */
+    atomic_int gate;
 } batch_job;
+
+/* Submits job (its kind and inputs filled, sreq's token counts set) for req
+ * and parks req until the job is done; the deadline is timeout_ms from the
+ * request's arrival. On a refusal (queue full, draining, too big) job is
+ * freed with free_fn and req answered with the matching error. Returns what
+ * a route handler returns. */
+int batch_submit(http_request *req, batch_job *job, sched *s, int64_t timeout_ms,
+                 void (*free_fn)(void *));
 
 typedef struct batch_runner batch_runner;
 

@@ -24,8 +24,7 @@
 enum { API_OPENAI, API_TEI };
 
 typedef struct embed_job {
-    batch_job base; /* first: the scheduler's request and the kind tag */
-    http_request *http;
+    batch_job base; /* first: the scheduler's request, kind, HTTP request, outcome */
     int api;        /* API_OPENAI or API_TEI: the answer's shape */
     int32_t n;      /* inputs */
     int32_t *cu;    /* (n + 1) token offsets of each input in ids */
@@ -36,15 +35,6 @@ typedef struct embed_job {
     int dimensions; /* OpenAI: keep the first this many (0: all) */
     bool base64;    /* OpenAI encoding_format */
     json_t *model;  /* OpenAI: the name to echo */
-
-    /* Written by the compute thread, read after the done callback. */
-    int err; /* SRV_OK or the SRV_E* to answer with */
-    char why[160];
-    const attn_backend *ran;
-
-    /* The handler (once parked) and the done callback (once the result is
-     * in) both finish with a job; the second one resumes. */
-    atomic_int gate;
 } embed_job;
 
 static void job_free(void *p) {
@@ -141,8 +131,8 @@ int embed_service_run_batch(const sched_batch *b, void *ctx) {
          * request that would not fit is a bug, answered 500 rather than
          * overrun. */
         if (T + tokens > svc->max_tokens || B + job->n > svc->max_seqs) {
-            job->err = SRV_EINTERNAL;
-            snprintf(job->why, sizeof job->why, "batch exceeds the model buffers");
+            job->base.err = SRV_EINTERNAL;
+            snprintf(job->base.why, sizeof job->base.why, "batch exceeds the model buffers");
             continue;
         }
         memcpy(svc->ids + T, job->ids, (size_t)tokens * sizeof *svc->ids);
@@ -159,11 +149,11 @@ int embed_service_run_batch(const sched_batch *b, void *ctx) {
     int32_t seq = 0;
     for (int32_t i = 0; i < b->n_reqs; i++) {
         embed_job *job = job_of(b->reqs[i]);
-        if (job->err != SRV_OK)
+        if (job->base.err != SRV_OK)
             continue;
         if (rc != BERT_OK) {
-            job->err = SRV_EINTERNAL;
-            snprintf(job->why, sizeof job->why, "model forward failed: %s", why);
+            job->base.err = SRV_EINTERNAL;
+            snprintf(job->base.why, sizeof job->base.why, "model forward failed: %s", why);
             continue;
         }
         memcpy(job->out, svc->out + (size_t)seq * C, (size_t)job->n * C * sizeof *job->out);
@@ -171,7 +161,7 @@ int embed_service_run_batch(const sched_batch *b, void *ctx) {
         if (job->normalize)
             for (int32_t k = 0; k < job->n; k++)
                 bert_l2_normalize(job->out + (size_t)k * C, (int)C);
-        job->ran = backend;
+        job->base.ran = backend;
         metrics_embeddings((uint64_t)job->n, (uint64_t)job->cu[job->n]);
     }
     return 0;
@@ -547,37 +537,6 @@ static double ns_to_ms(uint64_t ns) {
     return (double)ns * 1e-6;
 }
 
-/* Loop thread: the result is in the job (or the request never ran). */
-static void job_done(sched_req *sreq, int status) {
-    embed_job *job = job_of(sreq);
-    if (status == SCHED_EDEADLINE) {
-        job->err = SRV_ETIMEOUT;
-        snprintf(job->why, sizeof job->why, "request timed out after %.0f ms in the queue",
-                 ns_to_ms(sreq->start_ns - sreq->enqueue_ns));
-    } else if (status == SCHED_ESHUTDOWN || status == SCHED_ECANCELED) {
-        job->err = SRV_EUNAVAILABLE;
-        snprintf(job->why, sizeof job->why, "%s", sched_strerror(status));
-    } else if (status != SCHED_OK) {
-        job->err = SRV_EINTERNAL;
-        snprintf(job->why, sizeof job->why, "%s", sched_strerror(status));
-    }
-    if (atomic_fetch_add(&job->gate, 1) == 1)
-        http_resume(job->http);
-}
-
-static int submit_error(http_request *req, int rc) {
-    switch (rc) {
-    case SCHED_EFULL:
-        return http_reply_error(req, SRV_EQUEUEFULL, "queue full (max_queue requests waiting)");
-    case SCHED_EDRAINING:
-    case SCHED_ESHUTDOWN:
-        return http_reply_error(req, SRV_EUNAVAILABLE, "server is draining");
-    case SCHED_ETOOBIG:
-        return http_reply_error(req, SRV_EINVALID, "request exceeds the batch limits in force");
-    default:
-        return http_reply_error(req, SRV_EINTERNAL, "%s", sched_strerror(rc));
-    }
-}
 
 typedef embed_job *(*decode_fn)(const embed_api *api, json_t *root, refusal *r);
 
@@ -594,23 +553,8 @@ static int handle(http_request *req, embed_api *api, decode_fn decode) {
     if (!job)
         return http_reply_error(req, r.err, "%s", r.msg);
 
-    job->http = req;
-    job->base.sreq.done = job_done;
-    /* request_timeout_ms counts from arrival; a request that used it all up
-     * reading its body gets a deadline long past (0 would mean none), so the
-     * scheduler answers it 504 at once. */
-    double left_ms = (double)atomic_load(&api->request_timeout_ms) - http_age_ms(req);
-    job->base.sreq.deadline_ns = left_ms > 0 ? sched_now_ns() + (uint64_t)(left_ms * 1e6) : 1;
-    int rc = sched_submit(api->sched, &job->base.sreq);
-    if (rc != SCHED_OK) {
-        job_free(job);
-        return submit_error(req, rc);
-    }
-    http_set_user(req, job, job_free);
-    http_park(req);
-    if (atomic_fetch_add(&job->gate, 1) == 1)
-        http_resume(req);
-    return HTTP_PARKED;
+    return batch_submit(req, &job->base, api->sched, atomic_load(&api->request_timeout_ms),
+                        job_free);
 }
 
 int embed_api_openai(http_request *req, void *ctx) {
@@ -626,10 +570,10 @@ int embed_api_resumed(http_request *req, void *ctx) {
     embed_job *job = http_user(req);
     const sched_req *s = &job->base.sreq;
     http_set_timing(req, ns_to_ms(s->start_ns - s->enqueue_ns), ns_to_ms(s->end_ns - s->start_ns),
-                    job->ran ? job->ran->name : NULL);
-    if (job->err != SRV_OK)
-        return http_reply_error(req, job->err, "%s", job->why);
-    if (!job->ran)
+                    job->base.ran ? job->base.ran->name : NULL);
+    if (job->base.err != SRV_OK)
+        return http_reply_error(req, job->base.err, "%s", job->base.why);
+    if (!job->base.ran)
         return http_reply_error(req, SRV_EINTERNAL, "the batch did not run this request");
     const int C = api->model->hidden_size;
     json_t *out = job->api == API_OPENAI ? encode_openai(job, C) : encode_tei(job, C);
