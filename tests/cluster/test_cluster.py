@@ -137,13 +137,23 @@ class Instance:
 
 
 def served_count(metrics_text, route):
-    """attnserve_http_requests_total for route with status 200."""
+    """attnserve_http_requests_total for route, every status label.
+
+    Every answer the client sees is checked for status and content by Load;
+    this count is only where the requests went. It includes status="0",
+    which the service records when libmicrohttpd reports the connection
+    ended before it saw the request complete. Counting status 200 alone once
+    gave 899 of 900 (then 897) while the client had 900 correct answers, and
+    waiting for the counters did not change it; we believe haproxy closing
+    its server connection races libmicrohttpd's completion report, but have
+    not confirmed it (an open question on the status label, not on the
+    answers)."""
     total = 0
     for line in metrics_text.splitlines():
         if not line.startswith("attnserve_http_requests_total{"):
             continue
         labels, _, value = line.rpartition(" ")
-        if 'route="%s"' % route in labels and 'status="200"' in labels:
+        if 'route="%s"' % route in labels:
             total += int(float(value))
     return total
 
@@ -334,6 +344,24 @@ def cluster():
             print("cluster logs kept in", workdir)
 
 
+def settled_counts(instances, route, quiet_s=0.3, limit_s=10):
+    """Each instance's served count for route once the counters stop moving.
+
+    An instance counts a request when libmicrohttpd reports it complete, just
+    after the client has its answer, so a read taken the moment the client is
+    done can miss the last few answers (seen: 897 of 900). Reads repeat until
+    two taken quiet_s apart agree, bounded by limit_s."""
+    deadline = time.monotonic() + limit_s
+    last = [served_count(i.metrics(), route) for i in instances]
+    while time.monotonic() < deadline:
+        time.sleep(quiet_s)
+        now = [served_count(i.metrics(), route) for i in instances]
+        if now == last:
+            return now
+        last = now
+    return last
+
+
 def wrk_rate(url, kind, cases, workdir, seconds=5, connections=32):
     """Requests/s that wrk measures through url for one fixed request, or None
     without wrk. Any socket error or non-2xx answer fails the test."""
@@ -393,12 +421,12 @@ def test_cluster(cluster):
     Load(lb.url, kind, cases, 60).start().join().assert_clean("warm-up")
 
     # ---- 1. every instance takes a share --------------------------------------
-    before = [served_count(i.metrics(), route) for i in instances]
+    before = settled_counts(instances, route)
     n1 = 900
     load = Load(lb.url, kind, cases, n1).start().join()
     load.assert_clean("share phase")
     rate3 = load.rate()
-    after = [served_count(i.metrics(), route) for i in instances]
+    after = settled_counts(instances, route)
     shares = [a - b for a, b in zip(after, before)]
     print("cluster: share phase: %d requests in %.2f s (%.0f req/s); per instance %s"
           % (load.ok, load.elapsed, rate3, shares))
