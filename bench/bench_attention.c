@@ -22,6 +22,7 @@
  * on long sequences, so it skips cases above --naive-max-gflop GFLOP (by
  * default it runs 1x8192c at head_dim 32, about a minute, but not at 64,
  * which would take two more); the skip is printed. */
+#include "bench/bench_util.h"
 #include "kernels/attention.h"
 #include "kernels/peak.h"
 #include "kernels/simd.h"
@@ -52,23 +53,6 @@ typedef struct {
     int heads, reps;
     double budget_s, naive_max_gflop;
 } bench_opts;
-
-static double clock_s(clockid_t id) {
-    struct timespec t;
-    clock_gettime(id, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-static double now_s(void) {
-    return clock_s(CLOCK_MONOTONIC);
-}
-static double cpu_s(void) {
-    return clock_s(CLOCK_PROCESS_CPUTIME_ID);
-}
-
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 /* ---- options -------------------------------------------------------------------- */
 
@@ -256,8 +240,7 @@ static bench_result run_case(const attn_backend *be, const attn_problem *p, tp_p
     free(ws);
     if (r.rc != ATTN_OK)
         return r;
-    qsort(times, (size_t)n, sizeof times[0], cmp_double);
-    const double med = n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
+    const double med = median(times, n);
     r.reps = n;
     r.ms = med * 1e3;
     r.gflops = attn_flops(p) / med * 1e-9;

@@ -39,6 +39,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench/bench_util.h"
 #include "kernels/attention.h"
 #include "kernels/peak.h"
 #include "kernels/simd.h"
@@ -149,29 +150,6 @@ static void parse_opts(int argc, char **argv, bench_opts *o) {
     for (int t = 0; t < o->nthreads; t++)
         if (o->threads[t] == 0)
             o->threads[t] = ncores > 0 ? ncores : 1;
-}
-
-/* ---- clocks ------------------------------------------------------------------------- */
-
-static double clock_s(clockid_t id) {
-    struct timespec t;
-    clock_gettime(id, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-static double now_s(void) {
-    return clock_s(CLOCK_MONOTONIC);
-}
-static double cpu_s(void) {
-    return clock_s(CLOCK_PROCESS_CPUTIME_ID);
-}
-
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof v[0], cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 /* ---- inputs ------------------------------------------------------------------------- */
