@@ -185,4 +185,8 @@ format:
 clean:
 	rm -rf build build-san-* $(TSAN_BUILD)
 
+# Further targets live beside the checks they run, one file each in mk/
+# (fuzzing, soak, valgrind, ...); they use the variables above.
+include $(sort $(wildcard mk/*.mk))
+
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
