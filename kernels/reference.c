@@ -1,0 +1,110 @@
+/* reference.c — the float64 reference and the error bound (see reference.h).
+ * Plain loops on purpose: this code has to be obviously right, not fast. */
+#include "reference.h"
+
+#include <float.h>
+#include <math.h>
+
+double attn_error_bound(double vmax, int32_t nkeys, int head_dim, double smax) {
+    const double u = FLT_EPSILON / 2.0;
+    return ATTN_TOL_UNITS * u * vmax * (1.0 + sqrt((double)nkeys) + sqrt((double)head_dim) * smax) +
+           DBL_MIN;
+}
+
+double attn_reference_row(const attn_problem *p, int32_t seq, int32_t t, int h, double *ref,
+                          double *vmax, double *scores) {
+    const int D = p->shape.head_dim;
+    const int32_t start = p->cu_seqlens[seq], len = p->cu_seqlens[seq + 1] - start;
+    const int32_t nkeys = p->shape.causal ? t - start + 1 : len;
+    const float *qi = p->q + (size_t)t * p->q_stride + (size_t)h * D;
+    double m = -INFINITY, smax = 0.0;
+    for (int32_t j = 0; j < nkeys; j++) {
+        const float *kj = p->k + (size_t)(start + j) * p->k_stride + (size_t)h * D;
+        double dot = 0.0;
+        for (int d = 0; d < D; d++)
+            dot += (double)qi[d] * (double)kj[d];
+        scores[j] = dot * (double)p->scale;
+        m = fmax(m, scores[j]);
+        smax = fmax(smax, fabs(scores[j]));
+    }
+    double sum = 0.0;
+    for (int32_t j = 0; j < nkeys; j++) {
+        scores[j] = exp(scores[j] - m);
+        sum += scores[j];
+    }
+    for (int d = 0; d < D; d++)
+        ref[d] = vmax[d] = 0.0;
+    for (int32_t j = 0; j < nkeys; j++) {
+        const float *vj = p->v + (size_t)(start + j) * p->v_stride + (size_t)h * D;
+        const double w = scores[j] / sum;
+        for (int d = 0; d < D; d++) {
+            ref[d] += w * (double)vj[d];
+            vmax[d] = fmax(vmax[d], fabs((double)vj[d]));
+        }
+    }
+    return smax;
+}
+
+size_t attn_check_scratch(const attn_shape *shape) {
+    const size_t keys = shape->max_seqlen > 0 ? (size_t)shape->max_seqlen : 1;
+    return keys + 2 * (size_t)(shape->head_dim > 0 ? shape->head_dim : 1);
+}
+
+/* The sequence holding token t: the last b with cu[b] <= t < cu[b + 1]
+ * (zero-length sequences hold no token and are skipped). */
+static int32_t seq_of(const attn_problem *p, int32_t t) {
+    int32_t lo = 0, hi = p->shape.batch - 1;
+    while (lo < hi) {
+        const int32_t mid = lo + (hi - lo + 1) / 2;
+        if (p->cu_seqlens[mid] <= t)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    while (lo < p->shape.batch - 1 && p->cu_seqlens[lo + 1] <= t)
+        lo++;
+    return lo;
+}
+
+int64_t attn_check_rows(const attn_problem *p, const int32_t *rows, int32_t nrows, double *scratch,
+                        attn_check *res) {
+    const int H = p->shape.heads, D = p->shape.head_dim;
+    double *ref = scratch, *vmax = scratch + D, *scores = scratch + 2 * (size_t)D;
+    int64_t bad = 0;
+    for (int32_t r = 0; r < nrows; r++) {
+        const int32_t t = rows[r];
+        if (t < 0 || t >= p->shape.total_tokens)
+            continue;
+        const int32_t seq = seq_of(p, t);
+        const int32_t start = p->cu_seqlens[seq];
+        const int32_t nkeys = p->shape.causal ? t - start + 1 : p->cu_seqlens[seq + 1] - start;
+        for (int h = 0; h < H; h++) {
+            const double smax = attn_reference_row(p, seq, t, h, ref, vmax, scores);
+            const float *out = p->out + (size_t)t * p->out_stride + (size_t)h * D;
+            for (int d = 0; d < D; d++) {
+                const double bound = attn_error_bound(vmax[d], nkeys, D, smax);
+                const double err =
+                    isfinite(out[d]) ? fabs((double)out[d] - ref[d]) : (double)INFINITY;
+                const double ratio = err / bound;
+                res->elements++;
+                res->sum_abs_err += err;
+                res->max_abs_err = fmax(res->max_abs_err, err);
+                if (!(err <= bound)) {
+                    if (res->bad == 0 || ratio > res->max_ratio) {
+                        res->bad_seq = seq;
+                        res->bad_token = t;
+                        res->bad_head = h;
+                        res->bad_dim = d;
+                        res->bad_got = out[d];
+                        res->bad_want = ref[d];
+                        res->bad_bound = bound;
+                    }
+                    res->bad++;
+                    bad++;
+                }
+                res->max_ratio = fmax(res->max_ratio, ratio);
+            }
+        }
+    }
+    return bad;
+}
