@@ -107,7 +107,11 @@ typedef struct attn_backend {
 
 /* ---- registry (registry.c) -------------------------------------------------- */
 
-/* All backends built into this binary, in a fixed order, NULL-terminated. */
+/* Most backends one binary can hold (built-in and registered). */
+#define ATTN_MAX_BACKENDS 16
+
+/* All backends of this binary, in a fixed order (built-in ones first, then
+ * registered ones in registration order), NULL-terminated. */
 const attn_backend *const *attn_backends(void);
 
 /* Finds a backend by exact name ("naive", "fused"); NULL if none. */
@@ -123,5 +127,12 @@ int attn_backend_select(const char *name, const attn_shape *shape, const attn_ba
 
 /* The valid configuration names, comma-separated ("naive, fused, auto"). */
 const char *attn_backend_names(void);
+
+/* Adds a backend to this binary's list: how a build links in a backend that
+ * is not built in (the test-only faulty backend does it from a constructor).
+ * Call before any thread starts. Returns ATTN_OK, or ATTN_EINVAL for NULL, a
+ * table without forward/supports/workspace_size/simd_path, a name already
+ * taken (or "auto"), or a full list. */
+int attn_backend_register(const attn_backend *b);
 
 #endif

@@ -5,22 +5,40 @@
 #include <stdio.h>
 #include <string.h>
 
-static const attn_backend *const builtin[] = {
+/* Built-in backends first; attn_backend_register appends. Written only
+ * before threads start, read-only after. */
+static const attn_backend *all[ATTN_MAX_BACKENDS + 1] = {
     &attn_backend_naive,
     &attn_backend_fused,
     NULL,
 };
+static size_t n_all = 2;
+static char names[ATTN_MAX_BACKENDS * 32 + 8] = "naive, fused, auto";
 
-const attn_backend *const *attn_backends(void) { return builtin; }
+const attn_backend *const *attn_backends(void) { return all; }
 
 const attn_backend *attn_backend_find(const char *name) {
-    for (const attn_backend *const *b = builtin; name && *b; b++)
+    for (const attn_backend *const *b = all; name && *b; b++)
         if (strcmp((*b)->name, name) == 0)
             return *b;
     return NULL;
 }
 
-const char *attn_backend_names(void) { return "naive, fused, auto"; }
+const char *attn_backend_names(void) { return names; }
+
+int attn_backend_register(const attn_backend *b) {
+    if (!b || !b->name || !b->name[0] || strlen(b->name) > 24 || strcmp(b->name, "auto") == 0 ||
+        strchr(b->name, ',') || !b->supports || !b->workspace_size || !b->forward || !b->simd_path ||
+        attn_backend_find(b->name) || n_all == ATTN_MAX_BACKENDS)
+        return ATTN_EINVAL;
+    all[n_all++] = b;
+    all[n_all] = NULL;
+    size_t n = 0;
+    for (size_t i = 0; i < n_all; i++)
+        n += (size_t)snprintf(names + n, sizeof names - n, "%s, ", all[i]->name);
+    snprintf(names + n, sizeof names - n, "auto");
+    return ATTN_OK;
+}
 
 static void set_err(char *err, size_t err_len, const char *msg) {
     if (err && err_len)
@@ -33,7 +51,7 @@ int attn_backend_select(const char *name, const attn_shape *shape, const attn_ba
     *out = NULL;
     if (name && strcmp(name, "auto") == 0) {
         const attn_backend *best = NULL;
-        for (const attn_backend *const *b = builtin; *b; b++)
+        for (const attn_backend *const *b = all; *b; b++)
             if ((*b)->supports(shape, NULL, 0) == ATTN_OK &&
                 (!best || (*b)->speed_rank > best->speed_rank))
                 best = *b;

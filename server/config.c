@@ -4,6 +4,8 @@
  * config.h and one row in the table below; nothing else changes. */
 #include "config.h"
 
+#include "kernels/attention.h"
+
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -74,9 +76,20 @@ typedef struct setting {
         .help = (h), .s_def = (def), .values = (vals)                                              \
     }
 
-static const char *const backend_values[] = {"naive", "fused", "auto", NULL};
+/* The backends this binary has (the registry's, which a test build extends),
+ * then "auto"; filled by backend_values_fill at every entry point that reads
+ * settings, so the list is the registry's whenever it is used. */
+static const char *backend_values[ATTN_MAX_BACKENDS + 2];
 static const char *const log_level_values[] = {"debug", "info", "warn", "error", NULL};
 static const char *const log_format_values[] = {"text", "json", NULL};
+
+static void backend_values_fill(void) {
+    size_t n = 0;
+    for (const attn_backend *const *b = attn_backends(); *b && n < ATTN_MAX_BACKENDS; b++)
+        backend_values[n++] = (*b)->name;
+    backend_values[n++] = "auto";
+    backend_values[n] = NULL;
+}
 
 static int check_nonempty(const char *value, char *why, size_t why_len);
 static int check_backend_list(const char *value, char *why, size_t why_len);
@@ -103,7 +116,7 @@ static const setting settings[] = {
     ENUM(backend, "auto", backend_values, RELOAD,
          "Attention backend; auto picks the fastest that supports the model."),
     STRING(fallback_backends, "fused,naive", check_backend_list,
-           "comma-separated names from naive, fused (no spaces), or empty", RELOAD,
+           "comma-separated backend names (no spaces), or empty", RELOAD,
            "Backends to try, in order, when the chosen one refuses a batch."),
     INT(threads, 0, 0, 4096, RESTART, "Compute threads; 0 uses every online core."),
     INT(max_batch_tokens, 16384, 1, 1 << 20, RESTART,
@@ -854,6 +867,7 @@ out:
 
 int config_load(config *cfg, int argc, char *const argv[], config_action *action, char *err,
                 size_t err_len) {
+    backend_values_fill();
     memset(cfg, 0, sizeof *cfg);
     int nflags = argc > 0 ? argc - 1 : 0;
     char *const *flagv = argv + (argc > 0);
@@ -884,6 +898,7 @@ void config_free(config *cfg) {
 
 int config_reload(const config *cur, config *next, config_change_fn on_change, void *ctx, char *err,
                   size_t err_len) {
+    backend_values_fill();
     config_action action;
     memset(next, 0, sizeof *next);
     if (build(next, cur->argc, cur->argv, &action, err, err_len) != 0) {
@@ -942,6 +957,7 @@ json_t *config_to_json(const config *cfg) {
 }
 
 int config_print(const config *cfg, FILE *out) {
+    backend_values_fill();
     json_t *obj = config_to_json(cfg);
     int rc = obj ? json_dumpf(obj, out, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : -1;
     json_decref(obj);
@@ -967,6 +983,7 @@ static const char *type_label(const setting *s) {
 }
 
 void config_print_help(FILE *out, const char *prog) {
+    backend_values_fill();
     config defaults = {0};
     fprintf(out,
             "Usage: %s [--config PATH] [--print-config] [--NAME=VALUE | --NAME VALUE ...]\n"

@@ -404,6 +404,24 @@ Test(registry, finds_builtins_by_name) {
         cr_assert_not_null(strstr(attn_backend_names(), (*b)->name), "%s not listed", (*b)->name);
 }
 
+/* Only refusals here: a registered backend would join every sweep of this
+ * binary (the faulty test backend is linked into build/attnserve-faulty only). */
+Test(registry, register_refuses_bad_tables) {
+    const attn_backend *naive = attn_backend_find("naive");
+    attn_backend copy = *naive;
+    cr_assert_eq(attn_backend_register(NULL), ATTN_EINVAL);
+    cr_assert_eq(attn_backend_register(naive), ATTN_EINVAL, "a name already taken");
+    copy.name = "auto";
+    cr_assert_eq(attn_backend_register(&copy), ATTN_EINVAL);
+    copy.name = "a,b";
+    cr_assert_eq(attn_backend_register(&copy), ATTN_EINVAL);
+    copy.name = "nofwd";
+    copy.forward = NULL;
+    cr_assert_eq(attn_backend_register(&copy), ATTN_EINVAL);
+    cr_assert_null(attn_backend_find("nofwd"));
+    cr_assert_str_eq(attn_backend_names(), "naive, fused, auto");
+}
+
 Test(registry, unknown_name_lists_valid_ones) {
     const attn_shape s = {.batch = 1, .total_tokens = 8, .max_seqlen = 8, .heads = 1, .head_dim = 64};
     const attn_backend *b = (void *)1;
