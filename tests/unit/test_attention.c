@@ -8,10 +8,12 @@
  * ulp), and sums over L keys. With rounding errors behaving as random walks
  * (Higham, "Accuracy and Stability", §2.8, the usual model for float sums),
  * these grow like √D·|s| and √L, so we allow
- *      |out − ref| ≤ TOL_UNITS · u · vmax · (1 + √L + √D · smax)
- * where smax is the largest |score| of the case. TOL_UNITS is the only
+ *      |out − ref| ≤ ATTN_TOL_UNITS · u · vmax · (1 + √L + √D · smax)
+ * where smax is the largest |score| of the case. ATTN_TOL_UNITS is the only
  * constant; it is small enough that a kernel that drops a rescale, a block,
- * a mask or one ulp of exp accuracy across a row fails. */
+ * a mask or one ulp of exp accuracy across a row fails. The bound is
+ * kernels/reference.h's attn_error_bound, the one the start-up self-test and
+ * the shadow verification apply in the service. */
 #include <criterion/criterion.h>
 #include <float.h>
 #include <math.h>
@@ -21,10 +23,9 @@
 
 #include "attn_ref.h"
 #include "kernels/attention.h"
+#include "kernels/reference.h"
 #include "kernels/simd.h"
 #include "kernels/threadpool.h"
-
-#define TOL_UNITS 2.0
 
 typedef struct {
     attn_problem p;
@@ -90,17 +91,16 @@ static void case_reference(test_case *c) {
 static double case_check(const test_case *c, const char *label, int exact_scores) {
     const attn_shape *s = &c->p.shape;
     const int H = s->heads, D = s->head_dim;
-    const double u = FLT_EPSILON / 2.0;
     double worst = 0.0;
     for (int32_t b = 0; b < s->batch; b++) {
         const int32_t len = c->cu[b + 1] - c->cu[b];
-        const double slack = 1.0 + sqrt((double)len) + (exact_scores ? 0.0 : sqrt((double)D) * c->smax);
         for (int32_t t = c->cu[b]; t < c->cu[b + 1]; t++)
             for (int h = 0; h < H; h++)
                 for (int d = 0; d < D; d++) {
                     const size_t ri = ((size_t)t * H + h) * D + d;
                     const float got = c->out[(size_t)t * c->p.out_stride + (size_t)h * D + d];
-                    const double bound = TOL_UNITS * u * c->vmax[ri] * slack + DBL_MIN;
+                    const double bound =
+                        attn_error_bound(c->vmax[ri], len, D, exact_scores ? 0.0 : c->smax);
                     const double err = fabs((double)got - c->ref[ri]);
                     cr_assert(isfinite(got) && err <= bound,
                               "%s: B=%d H=%d D=%d causal=%d seq %d (len %d) token %d head %d "
@@ -310,18 +310,14 @@ static void long_sequence(const char *backend_name, int32_t len, int head_dim, i
     case_make(&c, &r, &len, 1, 1, head_dim, causal, 1.0f, 0);
     case_run(b, &c, &par);
     const int32_t rows[] = {0, 1, 63, 64, 1000, 4095, 8191, 8192, 12345, len - 2, len - 1};
-    double ref[256], vmax[256], smax;
-    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
-        attn_reference(&c.p, rows[i], rows[i] + 1, ref, vmax, &smax);
-        const int32_t nkeys = causal ? rows[i] + 1 : len;
-        const double bound = TOL_UNITS * (FLT_EPSILON / 2) *
-                             (1.0 + sqrt((double)nkeys) + sqrt((double)head_dim) * smax);
-        for (int d = 0; d < head_dim; d++) {
-            const double err = fabs((double)c.out[(size_t)rows[i] * head_dim + d] - ref[d]);
-            cr_assert(err <= bound * vmax[d], "%s len %d row %d dim %d: err %.3g > %.3g",
-                      backend_name, len, rows[i], d, err, bound * vmax[d]);
-        }
-    }
+    double *scratch = malloc(attn_check_scratch(&c.p.shape) * sizeof(double));
+    attn_check res = {0};
+    attn_check_rows(&c.p, rows, (int32_t)(sizeof rows / sizeof rows[0]), scratch, &res);
+    free(scratch);
+    cr_assert_eq(res.bad, 0, "%s len %d row %d dim %d: got %.9g, want %.9g (bound %.3g)",
+                 backend_name, len, res.bad_token, res.bad_dim, (double)res.bad_got, res.bad_want,
+                 res.bad_bound);
+    cr_assert_eq(res.elements, (int64_t)(sizeof rows / sizeof rows[0]) * head_dim);
     case_free(&c);
 }
 
