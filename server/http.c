@@ -19,6 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <errno.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -39,6 +42,17 @@
  * limit the connection is simply closed, so a client cannot keep the I/O
  * thread busy reading an endless stream. */
 #define DISCARD_FACTOR 16
+
+/* One open connection. Its fd stays valid while the slot is taken: MHD
+ * reports the close (on_connection, under conns_mu) before it closes the fd,
+ * so the watch never acts on a descriptor that may have been reused. */
+typedef struct conn_slot {
+    int fd;               /* -1: the slot is free */
+    uint32_t gen;         /* bumped whenever the slot changes hands or is watched */
+    uint64_t deadline_ns; /* the request under way must be in by then; 0: none */
+    http_request *parked; /* parked and watched for the client closing */
+    int next_free;
+} conn_slot;
 
 struct http_server {
     struct MHD_Daemon *daemon;
@@ -62,6 +76,19 @@ struct http_server {
 
     char id_prefix[9];
     _Atomic uint64_t id_counter;
+
+    /* The connection watch (see its section): one slot per open connection,
+     * guarded by conns_mu, and the thread that enforces request deadlines
+     * and notices parked clients going away. */
+    pthread_mutex_t conns_mu;
+    conn_slot *conns; /* (max_connections) */
+    unsigned nconns, used_hwm;
+    int free_head; /* index of the first free slot, -1: none */
+    _Atomic unsigned live_conns;
+    uint64_t request_deadline_ns; /* connection_timeout_s */
+    int epfd, stopfd;
+    pthread_t watcher;
+    bool watcher_running;
 };
 
 struct http_request {
@@ -82,7 +109,13 @@ struct http_request {
     char *body;
     size_t len, cap, discarded;
 
+    conn_slot *cslot; /* NULL when the connection is not watched */
     bool parked;
+    /* Set by the watch when the client closed while parked; the
+     * completion then closes the connection unanswered. */
+    _Atomic bool client_gone;
+    void (*on_client_closed)(void *arg);
+    void *on_client_closed_arg;
     bool after_quiesce; /* started once draining had begun */
     unsigned status;    /* the status queued; 0 until then */
     double queue_ms, inference_ms;
@@ -182,6 +215,244 @@ int http_reply_error(http_request *req, int err, const char *fmt, ...) {
     if (status == 405)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, req->allow);
     return queue(req, status, resp);
+}
+
+/* ---- the connection watch -------------------------------------------------------
+ * libmicrohttpd closes a connection only after connection_timeout_s without
+ * a byte, so a client sending its headers one byte a second would hold a
+ * connection for ever; and it does not look at a suspended (parked)
+ * connection at all, so a client that went away while its request was
+ * queued would have it computed anyway. One thread of http.c's own watches
+ * both. Every request must be in, headers and body, within
+ * connection_timeout_s of its connection opening (or of the previous request
+ * on it completing), or the watch shuts the socket down and MHD, seeing it
+ * closed, frees the connection. And while a request is parked, its socket
+ * sits in an epoll set for EPOLLRDHUP: the client's FIN or RST (never a
+ * pipelined request, which is only data) marks the request gone and calls
+ * its owner's on_client_closed, which cancels the queued work.
+ *
+ * Every slot is changed under conns_mu, and a parked request is only freed
+ * after http_resume has taken it out of the watch under that lock, so the
+ * watch never touches a freed request nor a descriptor MHD has closed. */
+
+#define WATCH_STOP UINT64_MAX /* epoll data of the wake-up that stops the watch */
+
+static uint64_t now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/* MHD's connection-start and connection-close notifications (I/O thread). */
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code) {
+    http_server *srv = cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        atomic_fetch_add(&srv->live_conns, 1);
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        pthread_mutex_lock(&srv->conns_mu);
+        if (ci && srv->free_head >= 0) {
+            unsigned i = (unsigned)srv->free_head;
+            conn_slot *c = &srv->conns[i];
+            srv->free_head = c->next_free;
+            c->fd = ci->connect_fd;
+            c->gen++;
+            c->deadline_ns = now_ns() + srv->request_deadline_ns;
+            c->parked = NULL;
+            if (i + 1 > srv->used_hwm)
+                srv->used_hwm = i + 1;
+            *socket_context = c;
+        }
+        pthread_mutex_unlock(&srv->conns_mu);
+    } else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+        conn_slot *c = *socket_context;
+        *socket_context = NULL;
+        if (c) {
+            pthread_mutex_lock(&srv->conns_mu);
+            if (c->parked)
+                epoll_ctl(srv->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+            c->fd = -1;
+            c->gen++;
+            c->deadline_ns = 0;
+            c->parked = NULL;
+            c->next_free = srv->free_head;
+            srv->free_head = (int)(c - srv->conns);
+            pthread_mutex_unlock(&srv->conns_mu);
+        }
+        atomic_fetch_sub(&srv->live_conns, 1);
+    }
+}
+
+/* Arms (the next request must be in by now + connection_timeout_s) or
+ * disarms the deadline of req's connection. */
+static void request_deadline(http_request *req, bool arm) {
+    conn_slot *c = req->cslot;
+    if (!c)
+        return;
+    http_server *srv = req->srv;
+    pthread_mutex_lock(&srv->conns_mu);
+    c->deadline_ns = arm ? now_ns() + srv->request_deadline_ns : 0;
+    pthread_mutex_unlock(&srv->conns_mu);
+}
+
+/* MHD's accept policy: past max_connections a new connection is closed at
+ * once. MHD's own limit would instead stop accepting, leaving the extra
+ * clients waiting unanswered in the listen backlog. */
+static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen_t len) {
+    (void)addr;
+    (void)len;
+    http_server *srv = cls;
+    if (atomic_load(&srv->live_conns) < srv->nconns)
+        return MHD_YES;
+    metrics_connection_closed(METRICS_CONN_LIMIT);
+    log_debug("connection refused: max_connections reached", LOG_KV("max_connections", srv->nconns));
+    return MHD_NO;
+}
+
+/* Shuts down the connections whose request is late (under conns_mu);
+ * returns how many, and lowers *next to the earliest deadline left. */
+static unsigned close_late(http_server *srv, uint64_t now, uint64_t *next) {
+    unsigned closed = 0;
+    for (unsigned i = 0; i < srv->used_hwm; i++) {
+        conn_slot *c = &srv->conns[i];
+        if (c->fd < 0 || !c->deadline_ns)
+            continue;
+        if (c->deadline_ns <= now) {
+            /* Not close: the descriptor stays MHD's, which sees the
+             * connection end and frees it as any other. */
+            shutdown(c->fd, SHUT_RDWR);
+            c->deadline_ns = 0;
+            closed++;
+        } else if (c->deadline_ns < *next) {
+            *next = c->deadline_ns;
+        }
+    }
+    return closed;
+}
+
+/* An epoll event on a parked connection: the client may have gone. */
+static void parked_event(http_server *srv, uint64_t data) {
+    unsigned i = (unsigned)(data & 0xffffffffu);
+    uint32_t gen = (uint32_t)(data >> 32);
+    char id[REQUEST_ID_MAX + 1] = "";
+    pthread_mutex_lock(&srv->conns_mu);
+    conn_slot *c = i < srv->nconns ? &srv->conns[i] : NULL;
+    if (c && c->fd >= 0 && c->gen == gen && c->parked) {
+        char byte;
+        ssize_t n = recv(c->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+        bool gone = n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+        /* n > 0: the client half-closed after sending more requests; it may
+         * still read, so this one is answered, and the watch ends lest the
+         * level-triggered event repeat. */
+        if (gone || n > 0) {
+            http_request *req = c->parked;
+            epoll_ctl(srv->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+            c->parked = NULL;
+            if (gone) {
+                atomic_store(&req->client_gone, true);
+                if (req->on_client_closed)
+                    req->on_client_closed(req->on_client_closed_arg);
+                memcpy(id, req->id, sizeof id);
+            }
+        }
+    }
+    pthread_mutex_unlock(&srv->conns_mu);
+    if (id[0])
+        log_info("client closed while its request was parked", LOG_KV("request_id", id));
+}
+
+static void *watch_main(void *arg) {
+    http_server *srv = arg;
+    struct epoll_event ev[64];
+    for (;;) {
+        uint64_t now = now_ns();
+        /* New deadlines are at least a second away (connection_timeout_s
+         * >= 1), so waking at least once a second never misses one. */
+        uint64_t next = now + 1000000000u;
+        pthread_mutex_lock(&srv->conns_mu);
+        unsigned late = close_late(srv, now, &next);
+        pthread_mutex_unlock(&srv->conns_mu);
+        for (unsigned k = 0; k < late; k++)
+            metrics_connection_closed(METRICS_CONN_LATE);
+        if (late)
+            log_info("connections closed: request not in within connection_timeout_s",
+                     LOG_KV("connections", late),
+                     LOG_KV("connection_timeout_s", srv->request_deadline_ns / 1000000000u));
+        int wait_ms = (int)((next - now + 999999) / 1000000);
+        int n = epoll_wait(srv->epfd, ev, (int)(sizeof ev / sizeof ev[0]), wait_ms);
+        for (int k = 0; k < n; k++) {
+            if (ev[k].data.u64 == WATCH_STOP)
+                return NULL;
+            parked_event(srv, ev[k].data.u64);
+        }
+    }
+}
+
+/* Puts req's connection in the watch for the client closing (I/O thread). */
+static void watch_parked(http_request *req) {
+    conn_slot *c = req->cslot;
+    if (!c)
+        return;
+    http_server *srv = req->srv;
+    pthread_mutex_lock(&srv->conns_mu);
+    c->gen++; /* events of an earlier watch of this connection are stale */
+    struct epoll_event ev = {.events = EPOLLRDHUP,
+                             .data.u64 = (uint64_t)(c - srv->conns) | (uint64_t)c->gen << 32};
+    if (epoll_ctl(srv->epfd, EPOLL_CTL_ADD, c->fd, &ev) == 0)
+        c->parked = req;
+    pthread_mutex_unlock(&srv->conns_mu);
+}
+
+/* Takes req's connection out of the watch (any thread, before resuming). */
+static void unwatch_parked(http_request *req) {
+    conn_slot *c = req->cslot;
+    if (!c)
+        return;
+    http_server *srv = req->srv;
+    pthread_mutex_lock(&srv->conns_mu);
+    if (c->parked == req) {
+        epoll_ctl(srv->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+        c->parked = NULL;
+    }
+    pthread_mutex_unlock(&srv->conns_mu);
+}
+
+static int watch_start(http_server *srv, unsigned max_connections, unsigned timeout_s) {
+    srv->nconns = max_connections;
+    srv->request_deadline_ns = (uint64_t)timeout_s * 1000000000u;
+    srv->free_head = -1;
+    /* calloc: pages of slots never used are never touched, so a large
+     * max_connections costs address space, not memory. */
+    if (!(srv->conns = calloc(max_connections, sizeof *srv->conns)))
+        return -1;
+    for (unsigned i = max_connections; i-- > 0;) {
+        srv->conns[i].fd = -1;
+        srv->conns[i].next_free = srv->free_head;
+        srv->free_head = (int)i;
+    }
+    srv->epfd = epoll_create1(EPOLL_CLOEXEC);
+    srv->stopfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (srv->epfd < 0 || srv->stopfd < 0)
+        return -1;
+    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = WATCH_STOP};
+    if (epoll_ctl(srv->epfd, EPOLL_CTL_ADD, srv->stopfd, &ev) != 0)
+        return -1;
+    if (pthread_create(&srv->watcher, NULL, watch_main, srv) != 0)
+        return -1;
+    srv->watcher_running = true;
+    return 0;
+}
+
+static void watch_stop(http_server *srv) {
+    if (srv->watcher_running) {
+        /* An eventfd write fails only when its counter would overflow. */
+        uint64_t one = 1;
+        ssize_t w = write(srv->stopfd, &one, sizeof one);
+        (void)w;
+        pthread_join(srv->watcher, NULL);
+        srv->watcher_running = false;
+    }
 }
 
 /* ---- per-request state ------------------------------------------------------- */
@@ -296,6 +567,9 @@ static http_request *request_start(http_server *srv, struct MHD_Connection *conn
     req->slot = srv->unmatched_slot;
     snprintf(req->path, sizeof req->path, "%s", url);
     set_request_id(req);
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    req->cslot = ci ? ci->socket_context : NULL;
     req->after_quiesce = atomic_load(&srv->quiesced);
     atomic_fetch_add(&srv->active, 1);
     metrics_http_in_flight(1);
@@ -373,17 +647,23 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
             return MHD_NO;
         *con_cls = req;
         r = early_answer(req);
+        if (req->status)
+            request_deadline(req, false); /* answered: the body is not read */
     } else if (*upload_size) {
         r = take_body(req, upload_data, *upload_size);
         *upload_size = 0;
     } else if (req->parked) {
         req->parked = false;
-        r = req->route->resumed(req, req->route->ctx);
-    } else if (req->pending) {
-        r = http_reply_error(req, req->pending, req->pending_msg[0] ? "%s" : NULL,
-                             req->pending_msg);
+        /* The client is gone: close the connection, unanswered (it counts as
+         * dropped). */
+        r = atomic_load(&req->client_gone) ? HTTP_FAIL : req->route->resumed(req, req->route->ctx);
     } else {
-        r = req->route->handler(req, req->route->ctx);
+        request_deadline(req, false); /* the request is in */
+        if (req->pending)
+            r = http_reply_error(req, req->pending, req->pending_msg[0] ? "%s" : NULL,
+                                 req->pending_msg);
+        else
+            r = req->route->handler(req, req->route->ctx);
     }
     return r == HTTP_FAIL ? MHD_NO : MHD_YES;
 }
@@ -414,6 +694,9 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                                                                                   : "client"));
     metrics_request(req->slot, status, req->queue_ms * 1e-3, req->inference_ms * 1e-3,
                     total_ms * 1e-3);
+    /* A keep-alive connection's next request has connection_timeout_s to
+     * arrive in full, as the first one had. */
+    request_deadline(req, true);
     if (req->user_free)
         req->user_free(req->user);
     free(req->body);
@@ -508,12 +791,16 @@ json_t *http_body_json(http_request *req, int *answered) {
     return root;
 }
 
-void http_park(http_request *req) {
+void http_park(http_request *req, void (*on_client_closed)(void *arg), void *arg) {
     req->parked = true;
+    req->on_client_closed = on_client_closed;
+    req->on_client_closed_arg = arg;
     MHD_suspend_connection(req->conn);
+    watch_parked(req);
 }
 
 void http_resume(http_request *req) {
+    unwatch_parked(req);
     MHD_resume_connection(req->conn);
 }
 
@@ -566,6 +853,8 @@ http_server *http_create(const http_options *opt, const http_route *routes, size
     if (!srv)
         return NULL;
     pthread_mutex_init(&srv->keys_mu, NULL);
+    pthread_mutex_init(&srv->conns_mu, NULL);
+    srv->epfd = srv->stopfd = -1;
     srv->routes = routes;
     srv->nroutes = n;
     for (size_t i = 0; i < n; i++)
@@ -575,6 +864,12 @@ http_server *http_create(const http_options *opt, const http_route *routes, size
     srv->backend_ctx = opt->backend_ctx;
     srv->max_body_bytes = opt->max_body_bytes;
     make_id_prefix(srv);
+
+    if (watch_start(srv, opt->max_connections, opt->connection_timeout_s) != 0) {
+        log_error("cannot start the connection watch", LOG_KV("error", strerror(errno)));
+        http_destroy(srv);
+        return NULL;
+    }
 
     struct sockaddr_storage addr;
     socklen_t addr_len;
@@ -592,12 +887,14 @@ http_server *http_create(const http_options *opt, const http_route *routes, size
                                                                    : MHD_USE_AUTO_INTERNAL_THREAD;
     if (addr.ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
-    srv->daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_access, srv, MHD_OPTION_EXTERNAL_LOGGER,
-                                   mhd_log, srv, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
-                                   MHD_OPTION_CONNECTION_LIMIT, opt->max_connections,
-                                   MHD_OPTION_CONNECTION_TIMEOUT, opt->connection_timeout_s,
-                                   MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
-                                   MHD_OPTION_LISTENING_ADDRESS_REUSE, 1, MHD_OPTION_END);
+    /* MHD's limit is one above ours so that it keeps accepting at the
+     * limit, and on_accept refuses the extra connection. */
+    srv->daemon = MHD_start_daemon(
+        flags, 0, on_accept, srv, on_access, srv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, srv,
+        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_CONNECTION_LIMIT,
+        opt->max_connections + 1, MHD_OPTION_CONNECTION_TIMEOUT, opt->connection_timeout_s,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv, MHD_OPTION_NOTIFY_CONNECTION, on_connection,
+        srv, MHD_OPTION_LISTENING_ADDRESS_REUSE, 1, MHD_OPTION_END);
     if (!srv->daemon) {
         log_error("cannot listen", LOG_KV("host", opt->host), LOG_KV("port", opt->port));
         http_destroy(srv);
@@ -636,8 +933,15 @@ static void free_keys(char **keys, size_t n) {
 void http_destroy(http_server *srv) {
     if (!srv)
         return;
+    watch_stop(srv);
     if (srv->daemon)
-        MHD_stop_daemon(srv->daemon);
+        MHD_stop_daemon(srv->daemon); /* its close notifications still use the table */
+    if (srv->epfd >= 0)
+        close(srv->epfd);
+    if (srv->stopfd >= 0)
+        close(srv->stopfd);
+    free(srv->conns);
+    pthread_mutex_destroy(&srv->conns_mu);
     free_keys(srv->keys, srv->nkeys);
     pthread_mutex_destroy(&srv->keys_mu);
     free(srv);
