@@ -37,10 +37,10 @@
  * printable ASCII, is replaced by a generated one. */
 #define REQUEST_ID_MAX 128
 
-/* A body without Content-Length that passes max_body_bytes is read on and
- * thrown away so the client can still read its 413; past this many times the
- * limit the connection is simply closed, so a client cannot keep the I/O
- * thread busy reading an endless stream. */
+/* A body refused from its headers (404, 401, 415...) is read on and thrown
+ * away so the client can still read the answer written after it; past this
+ * many times max_body_bytes the connection is simply closed, so a client
+ * cannot keep the I/O thread busy reading an endless stream. */
 #define DISCARD_FACTOR 16
 
 /* One open connection. Its fd stays valid while the slot is taken: MHD
@@ -108,6 +108,7 @@ struct http_request {
 
     char *body;
     size_t len, cap, discarded;
+    bool answered_early; /* the 413 of an over-limit chunked body, written by http.c */
 
     conn_slot *cslot; /* NULL when the connection is not watched */
     bool parked;
@@ -605,13 +606,57 @@ static int early_answer(http_request *req) {
                             cl, max);
 }
 
+/* A body without Content-Length (chunked) that passes max_body_bytes gets
+ * its 413 at once, not after the client has sent it all (it may never end).
+ * libmicrohttpd 0.9.75 queues no response while it reads a body, so the
+ * answer is written straight to the socket (empty then: MHD writes nothing
+ * while a request arrives), followed by a FIN. The connection is closed
+ * once the body ends or max_body_bytes more have been read and thrown away:
+ * closing at once, with the client's bytes unread, would reset the
+ * connection, and a reset can cost the client the answer it has not read
+ * yet. Returns false, changing nothing, when the answer could not be
+ * written whole. */
+static bool answer_too_large_now(http_request *req) {
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(req->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    json_t *err = srv_error_body(SRV_ETOOLARGE, req->pending_msg);
+    char *body = err ? json_dumps(err, JSON_COMPACT) : NULL;
+    json_decref(err);
+    if (!ci || !body) {
+        free(body);
+        return false;
+    }
+    const char *backend = req->srv->backend_name ? req->srv->backend_name(req->srv->backend_ctx)
+                                                 : NULL;
+    char buf[1024];
+    int n = snprintf(buf, sizeof buf,
+                     "HTTP/1.1 413 Content Too Large\r\nConnection: close\r\n"
+                     "Content-Type: application/json\r\nContent-Length: %zu\r\n"
+                     "x-request-id: %s\r\nx-queue-time-ms: 0.000\r\n"
+                     "x-inference-time-ms: 0.000\r\nx-attention-backend: %s\r\n\r\n%s",
+                     strlen(body), req->id, backend ? backend : "none", body);
+    free(body);
+    if (n <= 0 || (size_t)n >= sizeof buf ||
+        send(ci->connect_fd, buf, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) != n)
+        return false;
+    shutdown(ci->connect_fd, SHUT_WR);
+    req->answered_early = true;
+    req->status = 413;
+    request_deadline(req, false);
+    return true;
+}
+
 /* Keeps a piece of body, or throws it away once an answer is decided. */
 static int take_body(http_request *req, const char *data, size_t n) {
     size_t max = req->srv->max_body_bytes;
-    if (!req->pending && req->len + n > max)
+    if (!req->pending && req->len + n > max) {
         set_pending(req, SRV_ETOOLARGE, "request body exceeds the limit of %zu bytes", max);
+        answer_too_large_now(req);
+    }
     if (req->pending) {
         req->discarded += n;
+        if (req->answered_early)
+            return req->discarded > max ? HTTP_FAIL : HTTP_DONE;
         return req->discarded / DISCARD_FACTOR > max ? HTTP_FAIL : HTTP_DONE;
     }
     if (req->len + n > req->cap) {
@@ -652,6 +697,8 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
     } else if (*upload_size) {
         r = take_body(req, upload_data, *upload_size);
         *upload_size = 0;
+    } else if (req->answered_early) {
+        r = HTTP_FAIL; /* the body is over: close, as the answer said */
     } else if (req->parked) {
         req->parked = false;
         /* The client is gone: close the connection, unanswered (it counts as
@@ -677,9 +724,10 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         return;
     *con_cls = NULL;
     double total_ms = ms_since(&req->t0);
-    unsigned status = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? req->status : 0;
+    bool delivered = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK || req->answered_early;
+    unsigned status = delivered ? req->status : 0;
     const char *backend = req->backend ? req->backend : "";
-    if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK)
+    if (delivered)
         log_info("request", LOG_KV("request_id", req->id), LOG_KV("method", req->method),
                  LOG_KV("route", req->path), LOG_KV("status", status),
                  LOG_KV("queue_ms", req->queue_ms), LOG_KV("inference_ms", req->inference_ms),
