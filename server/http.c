@@ -6,12 +6,16 @@
  * piece of body, and once more when the body is complete (the handler runs).
  * A parked request is called once more after http_resume. on_completed frees
  * the state whatever happened. Only the I/O thread touches a request, except
- * http_resume and what the handler's own worker writes into its user state
- * before calling it. */
+ * http_resume, what the handler's own worker writes into its user state
+ * before calling it, and the connection watch (its own thread, below), which
+ * marks a parked request whose client went away. */
 #include "http.h"
 
 #include <ctype.h>
+#include <errno.h>
+#include <linux/tcp.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -19,9 +23,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <errno.h>
-#include <linux/tcp.h>
-#include <netinet/in.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/random.h>
@@ -83,9 +84,9 @@ struct http_server {
      * guarded by conns_mu, and the thread that enforces request deadlines
      * and notices parked clients going away. */
     pthread_mutex_t conns_mu;
-    conn_slot *conns; /* (max_connections) */
-    unsigned nconns, used_hwm;
-    int free_head; /* index of the first free slot, -1: none */
+    conn_slot *conns;          /* (max_connections) */
+    unsigned nconns, used_hwm; /* slots from used_hwm on were never used */
+    int free_head;             /* the first freed slot, -1: none */
     _Atomic unsigned live_conns;
     uint64_t request_deadline_ns; /* connection_timeout_s */
     int epfd, stopfd;
@@ -177,8 +178,8 @@ static size_t wire_bytes(http_request *req, unsigned status, struct MHD_Response
     n += strlen("Date: Mon, 30 Nov 2026 00:00:00 GMT\r\n");
     n += (size_t)snprintf(num, sizeof num, "Content-Length: %zu\r\n", body_len);
     MHD_get_response_headers(resp, add_header_bytes, &n);
-    const char *conn_hdr = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND,
-                                                       MHD_HTTP_HEADER_CONNECTION);
+    const char *conn_hdr =
+        MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONNECTION);
     if (conn_hdr || !MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST))
         n += strlen("Connection: Keep-Alive\r\n");
     n += 2;
@@ -313,16 +314,19 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
         const union MHD_ConnectionInfo *ci =
             MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
         pthread_mutex_lock(&srv->conns_mu);
+        /* A freed slot, else the first never used. */
+        conn_slot *c = NULL;
         if (ci && srv->free_head >= 0) {
-            unsigned i = (unsigned)srv->free_head;
-            conn_slot *c = &srv->conns[i];
+            c = &srv->conns[srv->free_head];
             srv->free_head = c->next_free;
+        } else if (ci && srv->used_hwm < srv->nconns) {
+            c = &srv->conns[srv->used_hwm++];
+        }
+        if (c) {
             c->fd = ci->connect_fd;
             c->gen++;
             c->deadline_ns = now_ns() + srv->request_deadline_ns;
             c->parked = NULL;
-            if (i + 1 > srv->used_hwm)
-                srv->used_hwm = i + 1;
             *socket_context = c;
         }
         pthread_mutex_unlock(&srv->conns_mu);
@@ -367,7 +371,8 @@ static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen
     if (atomic_load(&srv->live_conns) < srv->nconns)
         return MHD_YES;
     metrics_connection_closed(METRICS_CONN_LIMIT);
-    log_debug("connection refused: max_connections reached", LOG_KV("max_connections", srv->nconns));
+    log_debug("connection refused: max_connections reached",
+              LOG_KV("max_connections", srv->nconns));
     return MHD_NO;
 }
 
@@ -398,7 +403,7 @@ static void parked_event(http_server *srv, uint64_t data) {
     uint32_t gen = (uint32_t)(data >> 32);
     char id[REQUEST_ID_MAX + 1] = "";
     pthread_mutex_lock(&srv->conns_mu);
-    conn_slot *c = i < srv->nconns ? &srv->conns[i] : NULL;
+    conn_slot *c = i < srv->used_hwm ? &srv->conns[i] : NULL;
     if (c && c->fd >= 0 && c->gen == gen && c->parked) {
         char byte;
         ssize_t n = recv(c->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
@@ -483,15 +488,11 @@ static int watch_start(http_server *srv, unsigned max_connections, unsigned time
     srv->nconns = max_connections;
     srv->request_deadline_ns = (uint64_t)timeout_s * 1000000000u;
     srv->free_head = -1;
-    /* calloc: pages of slots never used are never touched, so a large
-     * max_connections costs address space, not memory. */
+    /* calloc, and slots taken in order: the pages of slots never used are
+     * never touched, so a large max_connections costs address space, not
+     * memory. */
     if (!(srv->conns = calloc(max_connections, sizeof *srv->conns)))
         return -1;
-    for (unsigned i = max_connections; i-- > 0;) {
-        srv->conns[i].fd = -1;
-        srv->conns[i].next_free = srv->free_head;
-        srv->free_head = (int)i;
-    }
     srv->epfd = epoll_create1(EPOLL_CLOEXEC);
     srv->stopfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (srv->epfd < 0 || srv->stopfd < 0)
@@ -686,8 +687,8 @@ static bool answer_too_large_now(http_request *req) {
         free(body);
         return false;
     }
-    const char *backend = req->srv->backend_name ? req->srv->backend_name(req->srv->backend_ctx)
-                                                 : NULL;
+    const char *backend =
+        req->srv->backend_name ? req->srv->backend_name(req->srv->backend_ctx) : NULL;
     char buf[1024];
     int n = snprintf(buf, sizeof buf,
                      "HTTP/1.1 413 Content Too Large\r\nConnection: close\r\n"

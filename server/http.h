@@ -10,6 +10,12 @@
  * the I/O thread. The state is freed in MHD's completion callback however the
  * request ended, after the request's log line and metrics are written.
  *
+ * One more thread, the connection watch, closes connections whose request
+ * does not arrive in full within connection_timeout_s (MHD's idle timeout
+ * never fires on a client that sends a byte a second) and notices a client
+ * closing while its request is parked (MHD does not watch suspended
+ * connections).
+ *
  * Every response carries x-request-id (the client's when it sent a usable
  * one), x-queue-time-ms, x-inference-time-ms and x-attention-backend. Every
  * error is written by http_reply_error, in the one shape of errors.h. */
