@@ -291,7 +291,10 @@ int http_reply_error(http_request *req, int err, const char *fmt, ...) {
  * closed, frees the connection. And while a request is parked, its socket
  * sits in an epoll set for EPOLLRDHUP: the client's FIN or RST (never a
  * pipelined request, which is only data) marks the request gone and calls
- * its owner's on_client_closed, which cancels the queued work.
+ * its owner's on_client_closed, which cancels the queued work. A client
+ * that only half-closes (shutdown(SHUT_WR)) after sending its request looks
+ * the same on the wire and is taken as gone too; HTTP clients do not do
+ * that, and MHD itself ends a request whose client closed mid-request.
  *
  * Every slot is changed under conns_mu, and a parked request is only freed
  * after http_resume has taken it out of the watch under that lock, so the
