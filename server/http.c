@@ -293,8 +293,9 @@ int http_reply_error(http_request *req, int err, const char *fmt, ...) {
  * pipelined request, which is only data) marks the request gone and calls
  * its owner's on_client_closed, which cancels the queued work. A client
  * that only half-closes (shutdown(SHUT_WR)) after sending its request looks
- * the same on the wire and is taken as gone too; HTTP clients do not do
- * that, and MHD itself ends a request whose client closed mid-request.
+ * the same on the wire and is taken as gone too, unanswered (MHD answers it
+ * on routes that do not park): nothing short of writing to it tells the two
+ * apart, and HTTP clients and proxies do not half-close while waiting.
  *
  * Every slot is changed under conns_mu, and a parked request is only freed
  * after http_resume has taken it out of the watch under that lock, so the
