@@ -295,7 +295,7 @@ int http_reply_error(http_request *req, int err, const char *fmt, ...) {
  * that only half-closes (shutdown(SHUT_WR)) after sending its request looks
  * the same on the wire and is taken as gone too, unanswered (MHD answers it
  * on routes that do not park): nothing short of writing to it tells the two
- * apart, and HTTP clients and proxies do not half-close while waiting.
+ * apart, and HTTP clients rarely half-close while waiting for an answer.
  *
  * Every slot is changed under conns_mu, and a parked request is only freed
  * after http_resume has taken it out of the watch under that lock, so the
