@@ -635,3 +635,48 @@ def test_answer_received_in_full_counts_under_its_status(own_server):
     wait_for(lambda: attn("0") == attn_dropped0 + 1, what="the unread answer to count as dropped")
     assert attn("200") == attn_ok0
     s.background.health_only.clear()
+
+
+def test_clients_racing_their_answers(own_server):
+    """Clients that close at random moments while their requests are queued,
+    computed or answered: every request is accounted once, under 200 or as
+    dropped; those that waited got their answer; the cancel, the done
+    callback and the resume race each other without a sanitizer report (the
+    server's clean exit is checked); and the service serves throughout."""
+    s = own_server(max_batch_requests=4, max_wait_us=0)
+    route = "/embed"  # the background client does not call it
+    count = lambda status: s.metric("attnserve_http_requests_total", route=route, status=status)
+    ok0, dropped0 = count("200"), count("0")
+    body = json.dumps({"inputs": " ".join(["racing"] * 50)}).encode()
+    slow = threading.Thread(target=lambda: post_attention(s, slow_body(seq=512), timeout=600))
+    slow.start()
+    answered, problems = [], []
+
+    def client(seed):
+        rng = random.Random(seed)
+        for _ in range(15):
+            c = raw_connect(s, timeout=600)
+            c.sendall(raw_request("POST", route, body))
+            time.sleep(rng.uniform(0, 0.3))
+            if rng.random() < 0.5:
+                c.close()  # gone while queued, computed or being answered
+                continue
+            try:
+                status, _, answer = read_response(c.makefile("rb"))
+                assert status == 200 and len(json.loads(answer)[0]) == DIM, status
+                answered.append(1)
+            except Exception as e:  # noqa: BLE001 - reported below
+                problems.append(repr(e))
+            c.close()
+    clients = [threading.Thread(target=client, args=(i,)) for i in range(8)]
+    for t in clients:
+        t.start()
+    for t in clients:
+        t.join(timeout=600)
+    slow.join(timeout=600)
+    assert not problems, problems[:3]
+    total = 8 * 15
+    wait_for(lambda: count("200") + count("0") == ok0 + dropped0 + total, timeout=60,
+             what="every request to be accounted")
+    assert count("200") - ok0 >= len(answered)
+    assert s.metric("attnserve_requests_cancelled_total") <= count("0") - dropped0
