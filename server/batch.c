@@ -86,6 +86,14 @@ static void job_done(sched_req *sreq, int status) {
         http_resume(job->http);
 }
 
+/* http.c's watch thread: the client closed while the job was parked. The
+ * job is valid memory here (it is freed only after http_resume, which waits
+ * for the watch), and a job already in a batch or done ignores the cancel. */
+static void job_client_closed(void *arg) {
+    batch_job *job = arg;
+    sched_cancel(job->sched, &job->sreq);
+}
+
 static int submit_error(http_request *req, int rc) {
     switch (rc) {
     case SCHED_EFULL:
@@ -103,6 +111,7 @@ static int submit_error(http_request *req, int rc) {
 int batch_submit(http_request *req, batch_job *job, sched *s, int64_t timeout_ms,
                  void (*free_fn)(void *)) {
     job->http = req;
+    job->sched = s;
     job->sreq.done = job_done;
     /* request_timeout_ms counts from arrival; a request that used it all up
      * reading its body gets a deadline long past (0 would mean none), so the
@@ -115,7 +124,7 @@ int batch_submit(http_request *req, batch_job *job, sched *s, int64_t timeout_ms
         return submit_error(req, rc);
     }
     http_set_user(req, job, free_fn);
-    http_park(req);
+    http_park(req, job_client_closed, job);
     if (atomic_fetch_add(&job->gate, 1) == 1)
         http_resume(req);
     return HTTP_PARKED;

@@ -25,6 +25,7 @@ typedef struct batch_job {
     sched_req sreq;
     batch_kind kind;
     http_request *http;
+    sched *sched; /* the one it was submitted to, for a cancel */
 
     /* Written by the compute thread, read after the done callback. */
     int err; /* SRV_OK or the SRV_E* to answer with */

@@ -105,7 +105,9 @@ static const setting settings[] = {
     INT(port, 8080, 1, 65535, RESTART, "TCP port to listen on."),
     INT(max_connections, 1024, 1, 1000000, RESTART,
         "Concurrent client connections; more are refused."),
-    INT(connection_timeout_s, 30, 1, 3600, RESTART, "A connection idle this long is closed."),
+    INT(connection_timeout_s, 30, 1, 3600, RESTART,
+        "A connection idle this long is closed, and so is one whose request (headers and "
+        "body) is not in this long after the connection opened or its previous request ended."),
     INT(max_body_bytes, 4 << 20, 1024, INT64_C(1) << 30, RESTART,
         "Largest request body; larger ones get 413 without being read."),
     INT(request_timeout_ms, 30000, 1, 3600000, RELOAD,

@@ -6,12 +6,16 @@
  * piece of body, and once more when the body is complete (the handler runs).
  * A parked request is called once more after http_resume. on_completed frees
  * the state whatever happened. Only the I/O thread touches a request, except
- * http_resume and what the handler's own worker writes into its user state
- * before calling it. */
+ * http_resume, what the handler's own worker writes into its user state
+ * before calling it, and the connection watch (its own thread, below), which
+ * marks a parked request whose client went away. */
 #include "http.h"
 
 #include <ctype.h>
+#include <errno.h>
+#include <linux/tcp.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -19,6 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -34,11 +40,22 @@
  * printable ASCII, is replaced by a generated one. */
 #define REQUEST_ID_MAX 128
 
-/* A body without Content-Length that passes max_body_bytes is read on and
- * thrown away so the client can still read its 413; past this many times the
- * limit the connection is simply closed, so a client cannot keep the I/O
- * thread busy reading an endless stream. */
+/* A body refused from its headers (404, 401, 415...) is read on and thrown
+ * away so the client can still read the answer written after it; past this
+ * many times max_body_bytes the connection is simply closed, so a client
+ * cannot keep the I/O thread busy reading an endless stream. */
 #define DISCARD_FACTOR 16
+
+/* One open connection. Its fd stays valid while the slot is taken: MHD
+ * reports the close (on_connection, under conns_mu) before it closes the fd,
+ * so the watch never acts on a descriptor that may have been reused. */
+typedef struct conn_slot {
+    int fd;               /* -1: the slot is free */
+    uint32_t gen;         /* bumped whenever the slot changes hands or is watched */
+    uint64_t deadline_ns; /* the request under way must be in by then; 0: none */
+    http_request *parked; /* parked and watched for the client closing */
+    int next_free;
+} conn_slot;
 
 struct http_server {
     struct MHD_Daemon *daemon;
@@ -62,6 +79,19 @@ struct http_server {
 
     char id_prefix[9];
     _Atomic uint64_t id_counter;
+
+    /* The connection watch (see its section): one slot per open connection,
+     * guarded by conns_mu, and the thread that enforces request deadlines
+     * and notices parked clients going away. */
+    pthread_mutex_t conns_mu;
+    conn_slot *conns;          /* (max_connections) */
+    unsigned nconns, used_hwm; /* slots from used_hwm on were never used */
+    int free_head;             /* the first freed slot, -1: none */
+    _Atomic unsigned live_conns;
+    uint64_t request_deadline_ns; /* connection_timeout_s */
+    int epfd, stopfd;
+    pthread_t watcher;
+    bool watcher_running;
 };
 
 struct http_request {
@@ -81,10 +111,18 @@ struct http_request {
 
     char *body;
     size_t len, cap, discarded;
+    bool answered_early; /* the 413 of an over-limit chunked body, written by http.c */
 
+    conn_slot *cslot; /* NULL when the connection is not watched */
     bool parked;
+    /* Set by the watch when the client closed while parked; the
+     * completion then closes the connection unanswered. */
+    _Atomic bool client_gone;
+    void (*on_client_closed)(void *arg);
+    void *on_client_closed_arg;
     bool after_quiesce; /* started once draining had begun */
     unsigned status;    /* the status queued; 0 until then */
+    uint64_t wire_end;  /* where the answer ends in the connection's byte stream; 0: unknown */
     double queue_ms, inference_ms;
     const char *backend;
 
@@ -100,7 +138,57 @@ static double ms_since(const struct timespec *t0) {
 
 /* ---- responses -------------------------------------------------------------- */
 
-static int queue(http_request *req, unsigned status, struct MHD_Response *resp) {
+/* Whether an answer reached the client. libmicrohttpd 0.9.75 reports a
+ * resumed (parked) request whose client read the whole answer and then reset
+ * the connection at once as MHD_REQUEST_TERMINATED_WITH_ERROR: it saw the
+ * reset before it marked the request complete (behind haproxy, about 1 in
+ * 300-900 requests; a client that reads its answer and closes with SO_LINGER
+ * 0 shows it in about 1 in 5). The kernel knows better: TCP_INFO still holds,
+ * after the reset, how many bytes the client acknowledged. So queue() notes
+ * where the answer will end in the connection's outgoing byte stream, and
+ * on_completed counts a request whose client acknowledged up to there as
+ * answered with its status, not as dropped. */
+
+static bool tcp_stats(struct MHD_Connection *conn, struct tcp_info *ti) {
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    socklen_t len = sizeof *ti;
+    memset(ti, 0, sizeof *ti);
+    return ci && getsockopt(ci->connect_fd, IPPROTO_TCP, TCP_INFO, ti, &len) == 0 &&
+           len >= offsetof(struct tcp_info, tcpi_bytes_retrans) + sizeof ti->tcpi_bytes_retrans;
+}
+
+static enum MHD_Result add_header_bytes(void *cls, enum MHD_ValueKind kind, const char *key,
+                                        const char *value) {
+    (void)kind;
+    *(size_t *)cls += strlen(key) + 2 + strlen(value) + 2; /* "key: value\r\n" */
+    return MHD_YES;
+}
+
+/* The bytes of the answer on the wire: the status line, MHD's Date and
+ * Content-Length, the response's headers, the blank line and the body (none
+ * for HEAD). Where MHD may add a Connection header the longest one is
+ * counted, so the figure errs high: an answer is never taken for delivered
+ * before its last byte was acknowledged. */
+static size_t wire_bytes(http_request *req, unsigned status, struct MHD_Response *resp,
+                         size_t body_len) {
+    const char *reason = MHD_get_reason_phrase_for(status);
+    char num[32];
+    size_t n = strlen("HTTP/1.1 200 \r\n") + strlen(reason ? reason : "");
+    n += strlen("Date: Mon, 30 Nov 2026 00:00:00 GMT\r\n");
+    n += (size_t)snprintf(num, sizeof num, "Content-Length: %zu\r\n", body_len);
+    MHD_get_response_headers(resp, add_header_bytes, &n);
+    const char *conn_hdr =
+        MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONNECTION);
+    if (conn_hdr || !MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST))
+        n += strlen("Connection: Keep-Alive\r\n");
+    n += 2;
+    if (strcmp(req->method, "HEAD") != 0)
+        n += body_len;
+    return n;
+}
+
+static int queue(http_request *req, unsigned status, struct MHD_Response *resp, size_t body_len) {
     char num[32];
     const char *backend = req->backend;
     if (!backend && req->srv->backend_name)
@@ -114,6 +202,11 @@ static int queue(http_request *req, unsigned status, struct MHD_Response *resp) 
     /* While draining, keep-alive clients are told to go elsewhere. */
     if (atomic_load(&req->srv->quiesced))
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    /* Everything handed to the kernel so far comes before this answer. */
+    struct tcp_info ti;
+    if (tcp_stats(req->conn, &ti))
+        req->wire_end = ti.tcpi_bytes_sent - ti.tcpi_bytes_retrans + ti.tcpi_notsent_bytes +
+                        wire_bytes(req, status, resp, body_len);
     enum MHD_Result r = MHD_queue_response(req->conn, status, resp);
     MHD_destroy_response(resp);
     if (r != MHD_YES)
@@ -137,8 +230,9 @@ int http_reply_json(http_request *req, unsigned status, json_t *body) {
     json_decref(body);
     if (!text)
         return status == 500 ? HTTP_FAIL : http_reply_error(req, SRV_EINTERNAL, "out of memory");
-    struct MHD_Response *resp = response_from(text, strlen(text), "application/json");
-    return resp ? queue(req, status, resp) : HTTP_FAIL;
+    size_t len = strlen(text);
+    struct MHD_Response *resp = response_from(text, len, "application/json");
+    return resp ? queue(req, status, resp, len) : HTTP_FAIL;
 }
 
 int http_reply_text(http_request *req, unsigned status, const char *content_type, const char *text,
@@ -148,7 +242,7 @@ int http_reply_text(http_request *req, unsigned status, const char *content_type
         return HTTP_FAIL;
     memcpy(copy, text, len);
     struct MHD_Response *resp = response_from(copy, len, content_type);
-    return resp ? queue(req, status, resp) : HTTP_FAIL;
+    return resp ? queue(req, status, resp, len) : HTTP_FAIL;
 }
 
 int http_reply_error(http_request *req, int err, const char *fmt, ...) {
@@ -171,7 +265,8 @@ int http_reply_error(http_request *req, int err, const char *fmt, ...) {
     json_decref(body);
     if (!dumped)
         return HTTP_FAIL;
-    struct MHD_Response *resp = response_from(dumped, strlen(dumped), "application/json");
+    size_t len = strlen(dumped);
+    struct MHD_Response *resp = response_from(dumped, len, "application/json");
     if (!resp)
         return HTTP_FAIL;
     unsigned status = srv_error_status(err);
@@ -181,7 +276,249 @@ int http_reply_error(http_request *req, int err, const char *fmt, ...) {
         MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     if (status == 405)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, req->allow);
-    return queue(req, status, resp);
+    return queue(req, status, resp, len);
+}
+
+/* ---- the connection watch -------------------------------------------------------
+ * libmicrohttpd closes a connection only after connection_timeout_s without
+ * a byte, so a client sending its headers one byte a second would hold a
+ * connection for ever; and it does not look at a suspended (parked)
+ * connection at all, so a client that went away while its request was
+ * queued would have it computed anyway. One thread of http.c's own watches
+ * both. Every request must be in, headers and body, within
+ * connection_timeout_s of its connection opening (or of the previous request
+ * on it completing), or the watch shuts the socket down and MHD, seeing it
+ * closed, frees the connection. And while a request is parked, its socket
+ * sits in an epoll set for EPOLLRDHUP: the client's FIN or RST (never a
+ * pipelined request, which is only data) marks the request gone and calls
+ * its owner's on_client_closed, which cancels the queued work. A client
+ * that only half-closes (shutdown(SHUT_WR)) after sending its request looks
+ * the same on the wire and is taken as gone too, unanswered (MHD answers it
+ * on routes that do not park): nothing short of writing to it tells the two
+ * apart, and HTTP clients rarely half-close while waiting for an answer.
+ *
+ * Every slot is changed under conns_mu, and a parked request is only freed
+ * after http_resume has taken it out of the watch under that lock, so the
+ * watch never touches a freed request nor a descriptor MHD has closed. */
+
+#define WATCH_STOP UINT64_MAX /* epoll data of the wake-up that stops the watch */
+
+static uint64_t now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/* MHD's connection-start and connection-close notifications (I/O thread). */
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code) {
+    http_server *srv = cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        atomic_fetch_add(&srv->live_conns, 1);
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        pthread_mutex_lock(&srv->conns_mu);
+        /* A freed slot, else the first never used. */
+        conn_slot *c = NULL;
+        if (ci && srv->free_head >= 0) {
+            c = &srv->conns[srv->free_head];
+            srv->free_head = c->next_free;
+        } else if (ci && srv->used_hwm < srv->nconns) {
+            c = &srv->conns[srv->used_hwm++];
+        }
+        if (c) {
+            c->fd = ci->connect_fd;
+            c->gen++;
+            c->deadline_ns = now_ns() + srv->request_deadline_ns;
+            c->parked = NULL;
+            *socket_context = c;
+        }
+        pthread_mutex_unlock(&srv->conns_mu);
+    } else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+        conn_slot *c = *socket_context;
+        *socket_context = NULL;
+        if (c) {
+            pthread_mutex_lock(&srv->conns_mu);
+            if (c->parked)
+                epoll_ctl(srv->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+            c->fd = -1;
+            c->gen++;
+            c->deadline_ns = 0;
+            c->parked = NULL;
+            c->next_free = srv->free_head;
+            srv->free_head = (int)(c - srv->conns);
+            pthread_mutex_unlock(&srv->conns_mu);
+        }
+        atomic_fetch_sub(&srv->live_conns, 1);
+    }
+}
+
+/* Arms (the next request must be in by now + connection_timeout_s) or
+ * disarms the deadline of req's connection. */
+static void request_deadline(http_request *req, bool arm) {
+    conn_slot *c = req->cslot;
+    if (!c)
+        return;
+    http_server *srv = req->srv;
+    pthread_mutex_lock(&srv->conns_mu);
+    c->deadline_ns = arm ? now_ns() + srv->request_deadline_ns : 0;
+    pthread_mutex_unlock(&srv->conns_mu);
+}
+
+/* MHD's accept policy: past max_connections a new connection is closed at
+ * once. MHD's own limit would instead stop accepting, leaving the extra
+ * clients waiting unanswered in the listen backlog. */
+static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen_t len) {
+    (void)addr;
+    (void)len;
+    http_server *srv = cls;
+    if (atomic_load(&srv->live_conns) < srv->nconns)
+        return MHD_YES;
+    metrics_connection_closed(METRICS_CONN_LIMIT);
+    log_debug("connection refused: max_connections reached",
+              LOG_KV("max_connections", srv->nconns));
+    return MHD_NO;
+}
+
+/* Shuts down the connections whose request is late (under conns_mu);
+ * returns how many, and lowers *next to the earliest deadline left. */
+static unsigned close_late(http_server *srv, uint64_t now, uint64_t *next) {
+    unsigned closed = 0;
+    for (unsigned i = 0; i < srv->used_hwm; i++) {
+        conn_slot *c = &srv->conns[i];
+        if (c->fd < 0 || !c->deadline_ns)
+            continue;
+        if (c->deadline_ns <= now) {
+            /* Not close: the descriptor stays MHD's, which sees the
+             * connection end and frees it as any other. */
+            shutdown(c->fd, SHUT_RDWR);
+            c->deadline_ns = 0;
+            closed++;
+        } else if (c->deadline_ns < *next) {
+            *next = c->deadline_ns;
+        }
+    }
+    return closed;
+}
+
+/* An epoll event on a parked connection: the client may have gone. */
+static void parked_event(http_server *srv, uint64_t data) {
+    unsigned i = (unsigned)(data & 0xffffffffu);
+    uint32_t gen = (uint32_t)(data >> 32);
+    char id[REQUEST_ID_MAX + 1] = "";
+    pthread_mutex_lock(&srv->conns_mu);
+    conn_slot *c = i < srv->used_hwm ? &srv->conns[i] : NULL;
+    if (c && c->fd >= 0 && c->gen == gen && c->parked) {
+        char byte;
+        ssize_t n = recv(c->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+        bool gone = n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+        /* n > 0: the client half-closed after sending more requests; it may
+         * still read, so this one is answered, and the watch ends lest the
+         * level-triggered event repeat. */
+        if (gone || n > 0) {
+            http_request *req = c->parked;
+            epoll_ctl(srv->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+            c->parked = NULL;
+            if (gone) {
+                atomic_store(&req->client_gone, true);
+                if (req->on_client_closed)
+                    req->on_client_closed(req->on_client_closed_arg);
+                memcpy(id, req->id, sizeof id);
+            }
+        }
+    }
+    pthread_mutex_unlock(&srv->conns_mu);
+    if (id[0])
+        log_info("client closed while its request was parked", LOG_KV("request_id", id));
+}
+
+static void *watch_main(void *arg) {
+    http_server *srv = arg;
+    struct epoll_event ev[64];
+    for (;;) {
+        uint64_t now = now_ns();
+        /* New deadlines are at least a second away (connection_timeout_s
+         * >= 1), so waking at least once a second never misses one. */
+        uint64_t next = now + 1000000000u;
+        pthread_mutex_lock(&srv->conns_mu);
+        unsigned late = close_late(srv, now, &next);
+        pthread_mutex_unlock(&srv->conns_mu);
+        for (unsigned k = 0; k < late; k++)
+            metrics_connection_closed(METRICS_CONN_LATE);
+        if (late)
+            log_info("connections closed: request not in within connection_timeout_s",
+                     LOG_KV("connections", late),
+                     LOG_KV("connection_timeout_s", srv->request_deadline_ns / 1000000000u));
+        int wait_ms = (int)((next - now + 999999) / 1000000);
+        int n = epoll_wait(srv->epfd, ev, (int)(sizeof ev / sizeof ev[0]), wait_ms);
+        for (int k = 0; k < n; k++) {
+            if (ev[k].data.u64 == WATCH_STOP)
+                return NULL;
+            parked_event(srv, ev[k].data.u64);
+        }
+    }
+}
+
+/* Puts req's connection in the watch for the client closing (I/O thread). */
+static void watch_parked(http_request *req) {
+    conn_slot *c = req->cslot;
+    if (!c)
+        return;
+    http_server *srv = req->srv;
+    pthread_mutex_lock(&srv->conns_mu);
+    c->gen++; /* events of an earlier watch of this connection are stale */
+    struct epoll_event ev = {.events = EPOLLRDHUP,
+                             .data.u64 = (uint64_t)(c - srv->conns) | (uint64_t)c->gen << 32};
+    if (epoll_ctl(srv->epfd, EPOLL_CTL_ADD, c->fd, &ev) == 0)
+        c->parked = req;
+    pthread_mutex_unlock(&srv->conns_mu);
+}
+
+/* Takes req's connection out of the watch (any thread, before resuming). */
+static void unwatch_parked(http_request *req) {
+    conn_slot *c = req->cslot;
+    if (!c)
+        return;
+    http_server *srv = req->srv;
+    pthread_mutex_lock(&srv->conns_mu);
+    if (c->parked == req) {
+        epoll_ctl(srv->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+        c->parked = NULL;
+    }
+    pthread_mutex_unlock(&srv->conns_mu);
+}
+
+static int watch_start(http_server *srv, unsigned max_connections, unsigned timeout_s) {
+    srv->nconns = max_connections;
+    srv->request_deadline_ns = (uint64_t)timeout_s * 1000000000u;
+    srv->free_head = -1;
+    /* calloc, and slots taken in order: the pages of slots never used are
+     * never touched, so a large max_connections costs address space, not
+     * memory. */
+    if (!(srv->conns = calloc(max_connections, sizeof *srv->conns)))
+        return -1;
+    srv->epfd = epoll_create1(EPOLL_CLOEXEC);
+    srv->stopfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (srv->epfd < 0 || srv->stopfd < 0)
+        return -1;
+    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = WATCH_STOP};
+    if (epoll_ctl(srv->epfd, EPOLL_CTL_ADD, srv->stopfd, &ev) != 0)
+        return -1;
+    if (pthread_create(&srv->watcher, NULL, watch_main, srv) != 0)
+        return -1;
+    srv->watcher_running = true;
+    return 0;
+}
+
+static void watch_stop(http_server *srv) {
+    if (srv->watcher_running) {
+        /* An eventfd write fails only when its counter would overflow. */
+        uint64_t one = 1;
+        ssize_t w = write(srv->stopfd, &one, sizeof one);
+        (void)w;
+        pthread_join(srv->watcher, NULL);
+        srv->watcher_running = false;
+    }
 }
 
 /* ---- per-request state ------------------------------------------------------- */
@@ -296,6 +633,9 @@ static http_request *request_start(http_server *srv, struct MHD_Connection *conn
     req->slot = srv->unmatched_slot;
     snprintf(req->path, sizeof req->path, "%s", url);
     set_request_id(req);
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    req->cslot = ci ? ci->socket_context : NULL;
     req->after_quiesce = atomic_load(&srv->quiesced);
     atomic_fetch_add(&srv->active, 1);
     metrics_http_in_flight(1);
@@ -331,13 +671,57 @@ static int early_answer(http_request *req) {
                             cl, max);
 }
 
+/* A body without Content-Length (chunked) that passes max_body_bytes gets
+ * its 413 at once, not after the client has sent it all (it may never end).
+ * libmicrohttpd 0.9.75 queues no response while it reads a body, so the
+ * answer is written straight to the socket (empty then: MHD writes nothing
+ * while a request arrives), followed by a FIN. The connection is closed
+ * once the body ends or max_body_bytes more have been read and thrown away:
+ * closing at once, with the client's bytes unread, would reset the
+ * connection, and a reset can cost the client the answer it has not read
+ * yet. Returns false, changing nothing, when the answer could not be
+ * written whole. */
+static bool answer_too_large_now(http_request *req) {
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(req->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    json_t *err = srv_error_body(SRV_ETOOLARGE, req->pending_msg);
+    char *body = err ? json_dumps(err, JSON_COMPACT) : NULL;
+    json_decref(err);
+    if (!ci || !body) {
+        free(body);
+        return false;
+    }
+    const char *backend =
+        req->srv->backend_name ? req->srv->backend_name(req->srv->backend_ctx) : NULL;
+    char buf[1024];
+    int n = snprintf(buf, sizeof buf,
+                     "HTTP/1.1 413 Content Too Large\r\nConnection: close\r\n"
+                     "Content-Type: application/json\r\nContent-Length: %zu\r\n"
+                     "x-request-id: %s\r\nx-queue-time-ms: 0.000\r\n"
+                     "x-inference-time-ms: 0.000\r\nx-attention-backend: %s\r\n\r\n%s",
+                     strlen(body), req->id, backend ? backend : "none", body);
+    free(body);
+    if (n <= 0 || (size_t)n >= sizeof buf ||
+        send(ci->connect_fd, buf, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) != n)
+        return false;
+    shutdown(ci->connect_fd, SHUT_WR);
+    req->answered_early = true;
+    req->status = 413;
+    request_deadline(req, false);
+    return true;
+}
+
 /* Keeps a piece of body, or throws it away once an answer is decided. */
 static int take_body(http_request *req, const char *data, size_t n) {
     size_t max = req->srv->max_body_bytes;
-    if (!req->pending && req->len + n > max)
+    if (!req->pending && req->len + n > max) {
         set_pending(req, SRV_ETOOLARGE, "request body exceeds the limit of %zu bytes", max);
+        answer_too_large_now(req);
+    }
     if (req->pending) {
         req->discarded += n;
+        if (req->answered_early)
+            return req->discarded > max ? HTTP_FAIL : HTTP_DONE;
         return req->discarded / DISCARD_FACTOR > max ? HTTP_FAIL : HTTP_DONE;
     }
     if (req->len + n > req->cap) {
@@ -373,33 +757,63 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
             return MHD_NO;
         *con_cls = req;
         r = early_answer(req);
+        if (req->status)
+            request_deadline(req, false); /* answered: the body is not read */
     } else if (*upload_size) {
         r = take_body(req, upload_data, *upload_size);
         *upload_size = 0;
+    } else if (req->answered_early) {
+        r = HTTP_FAIL; /* the body is over: close, as the answer said */
     } else if (req->parked) {
         req->parked = false;
-        r = req->route->resumed(req, req->route->ctx);
-    } else if (req->pending) {
-        r = http_reply_error(req, req->pending, req->pending_msg[0] ? "%s" : NULL,
-                             req->pending_msg);
+        /* The client is gone: close the connection, unanswered (it counts as
+         * dropped). */
+        r = atomic_load(&req->client_gone) ? HTTP_FAIL : req->route->resumed(req, req->route->ctx);
     } else {
-        r = req->route->handler(req, req->route->ctx);
+        request_deadline(req, false); /* the request is in */
+        if (req->pending)
+            r = http_reply_error(req, req->pending, req->pending_msg[0] ? "%s" : NULL,
+                                 req->pending_msg);
+        else
+            r = req->route->handler(req, req->route->ctx);
     }
     return r == HTTP_FAIL ? MHD_NO : MHD_YES;
+}
+
+/* How MHD says a request ended, for the log line. */
+static const char *termination_name(enum MHD_RequestTerminationCode toe) {
+    switch (toe) {
+    case MHD_REQUEST_TERMINATED_COMPLETED_OK:
+        return "completed";
+    case MHD_REQUEST_TERMINATED_WITH_ERROR:
+        return "error";
+    case MHD_REQUEST_TERMINATED_TIMEOUT_REACHED:
+        return "timeout";
+    case MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN:
+        return "shutdown";
+    case MHD_REQUEST_TERMINATED_READ_ERROR:
+        return "read_error";
+    case MHD_REQUEST_TERMINATED_CLIENT_ABORT:
+        return "client_abort";
+    }
+    return "unknown";
 }
 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
     (void)cls;
-    (void)conn;
     http_request *req = *con_cls;
     if (!req)
         return;
     *con_cls = NULL;
     double total_ms = ms_since(&req->t0);
-    unsigned status = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? req->status : 0;
+    bool delivered = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK || req->answered_early;
+    struct tcp_info ti;
+    if (!delivered && req->status && req->wire_end && tcp_stats(conn, &ti))
+        delivered = ti.tcpi_bytes_acked >= req->wire_end;
+    unsigned status = delivered ? req->status : 0;
     const char *backend = req->backend ? req->backend : "";
-    if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK)
+    if (delivered)
         log_info("request", LOG_KV("request_id", req->id), LOG_KV("method", req->method),
                  LOG_KV("route", req->path), LOG_KV("status", status),
                  LOG_KV("queue_ms", req->queue_ms), LOG_KV("inference_ms", req->inference_ms),
@@ -409,11 +823,12 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                  LOG_KV("route", req->path), LOG_KV("status", status),
                  LOG_KV("queue_ms", req->queue_ms), LOG_KV("inference_ms", req->inference_ms),
                  LOG_KV("total_ms", total_ms), LOG_KV("backend", backend),
-                 LOG_KV("closed", toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED   ? "timeout"
-                                  : toe == MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN ? "shutdown"
-                                                                                  : "client"));
+                 LOG_KV("closed", termination_name(toe)), LOG_KV("answered", req->status));
     metrics_request(req->slot, status, req->queue_ms * 1e-3, req->inference_ms * 1e-3,
                     total_ms * 1e-3);
+    /* A keep-alive connection's next request has connection_timeout_s to
+     * arrive in full, as the first one had. */
+    request_deadline(req, true);
     if (req->user_free)
         req->user_free(req->user);
     free(req->body);
@@ -508,12 +923,16 @@ json_t *http_body_json(http_request *req, int *answered) {
     return root;
 }
 
-void http_park(http_request *req) {
+void http_park(http_request *req, void (*on_client_closed)(void *arg), void *arg) {
     req->parked = true;
+    req->on_client_closed = on_client_closed;
+    req->on_client_closed_arg = arg;
     MHD_suspend_connection(req->conn);
+    watch_parked(req);
 }
 
 void http_resume(http_request *req) {
+    unwatch_parked(req);
     MHD_resume_connection(req->conn);
 }
 
@@ -566,6 +985,8 @@ http_server *http_create(const http_options *opt, const http_route *routes, size
     if (!srv)
         return NULL;
     pthread_mutex_init(&srv->keys_mu, NULL);
+    pthread_mutex_init(&srv->conns_mu, NULL);
+    srv->epfd = srv->stopfd = -1;
     srv->routes = routes;
     srv->nroutes = n;
     for (size_t i = 0; i < n; i++)
@@ -575,6 +996,12 @@ http_server *http_create(const http_options *opt, const http_route *routes, size
     srv->backend_ctx = opt->backend_ctx;
     srv->max_body_bytes = opt->max_body_bytes;
     make_id_prefix(srv);
+
+    if (watch_start(srv, opt->max_connections, opt->connection_timeout_s) != 0) {
+        log_error("cannot start the connection watch", LOG_KV("error", strerror(errno)));
+        http_destroy(srv);
+        return NULL;
+    }
 
     struct sockaddr_storage addr;
     socklen_t addr_len;
@@ -592,12 +1019,14 @@ http_server *http_create(const http_options *opt, const http_route *routes, size
                                                                    : MHD_USE_AUTO_INTERNAL_THREAD;
     if (addr.ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
-    srv->daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_access, srv, MHD_OPTION_EXTERNAL_LOGGER,
-                                   mhd_log, srv, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
-                                   MHD_OPTION_CONNECTION_LIMIT, opt->max_connections,
-                                   MHD_OPTION_CONNECTION_TIMEOUT, opt->connection_timeout_s,
-                                   MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
-                                   MHD_OPTION_LISTENING_ADDRESS_REUSE, 1, MHD_OPTION_END);
+    /* MHD's limit is one above ours so that it keeps accepting at the
+     * limit, and on_accept refuses the extra connection. */
+    srv->daemon = MHD_start_daemon(
+        flags, 0, on_accept, srv, on_access, srv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, srv,
+        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_CONNECTION_LIMIT,
+        opt->max_connections + 1, MHD_OPTION_CONNECTION_TIMEOUT, opt->connection_timeout_s,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv, MHD_OPTION_NOTIFY_CONNECTION, on_connection,
+        srv, MHD_OPTION_LISTENING_ADDRESS_REUSE, 1, MHD_OPTION_END);
     if (!srv->daemon) {
         log_error("cannot listen", LOG_KV("host", opt->host), LOG_KV("port", opt->port));
         http_destroy(srv);
@@ -636,8 +1065,15 @@ static void free_keys(char **keys, size_t n) {
 void http_destroy(http_server *srv) {
     if (!srv)
         return;
+    watch_stop(srv);
     if (srv->daemon)
-        MHD_stop_daemon(srv->daemon);
+        MHD_stop_daemon(srv->daemon); /* its close notifications still use the table */
+    if (srv->epfd >= 0)
+        close(srv->epfd);
+    if (srv->stopfd >= 0)
+        close(srv->stopfd);
+    free(srv->conns);
+    pthread_mutex_destroy(&srv->conns_mu);
     free_keys(srv->keys, srv->nkeys);
     pthread_mutex_destroy(&srv->keys_mu);
     free(srv);

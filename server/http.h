@@ -10,6 +10,12 @@
  * the I/O thread. The state is freed in MHD's completion callback however the
  * request ended, after the request's log line and metrics are written.
  *
+ * One more thread, the connection watch, closes connections whose request
+ * does not arrive in full within connection_timeout_s (MHD's idle timeout
+ * never fires on a client that sends a byte a second) and notices a client
+ * closing while its request is parked (MHD does not watch suspended
+ * connections).
+ *
  * Every response carries x-request-id (the client's when it sent a usable
  * one), x-queue-time-ms, x-inference-time-ms and x-attention-backend. Every
  * error is written by http_reply_error, in the one shape of errors.h. */
@@ -50,7 +56,10 @@ typedef struct http_route {
 typedef struct http_options {
     const char *host; /* numeric address or name to bind */
     int port;
-    unsigned max_connections;
+    unsigned max_connections; /* more are closed as soon as accepted */
+    /* A connection idle this long is closed, and so is one whose request
+     * has not arrived in full this long after the connection opened (or
+     * its previous request completed): a slow sender cannot hold it. */
     unsigned connection_timeout_s;
     size_t max_body_bytes;
     /* The backend named in x-attention-backend when a request ran none
@@ -122,8 +131,13 @@ int http_reply_error(http_request *req, int err, const char *fmt, ...)
 
 /* Parks the request: MHD stops reading the connection until http_resume.
  * Call before handing the request to another thread, then return
- * HTTP_PARKED. */
-void http_park(http_request *req);
+ * HTTP_PARKED. If the client closes the connection while the request is
+ * parked, on_client_closed(arg) (may be NULL) runs once, on http.c's watch
+ * thread and before http_resume returns on any thread: it must be quick and
+ * call no http_* function (e.g. cancel the queued work). http_resume is
+ * still due, and the route's `resumed` is then skipped: the connection is
+ * closed unanswered and the request counted as dropped (status 0). */
+void http_park(http_request *req, void (*on_client_closed)(void *arg), void *arg);
 
 /* From any thread, once per park: the route's `resumed` runs next on the
  * I/O thread and must answer. */

@@ -62,6 +62,7 @@ static struct {
     histogram duration[METRICS_MAX_ROUTES];
     histogram queue, inference, batch_size, batch_tokens;
     _Atomic uint64_t dropped;
+    _Atomic uint64_t conns_closed[METRICS_CONN_NREASONS];
     _Atomic int64_t http_in_flight;
     _Atomic uint64_t kernel_ns[MAX_BACKENDS], kernel_calls[MAX_BACKENDS];
     _Atomic uint64_t kernel_mflop[MAX_BACKENDS];
@@ -122,6 +123,11 @@ void metrics_request(int route, unsigned status, double queue_s, double inferenc
         hist_observe(&M.queue, queue_s);
         hist_observe(&M.inference, inference_s);
     }
+}
+
+void metrics_connection_closed(int reason) {
+    if (reason >= 0 && reason < METRICS_CONN_NREASONS)
+        atomic_fetch_add_explicit(&M.conns_closed[reason], 1, memory_order_relaxed);
 }
 
 void metrics_batch(const sched_batch *b) {
@@ -272,10 +278,22 @@ static void render_scheduler(FILE *f) {
     header(f, "attnserve_requests_timed_out_total", "counter",
            "Requests whose deadline passed while queued (answered 504).");
     fprintf(f, "attnserve_requests_timed_out_total %llu\n", (unsigned long long)st.timed_out);
+    /* Every request the scheduler cancels is one whose client went away
+     * (http.c), which http.c counts as dropped too: count it once. */
     header(f, "attnserve_requests_dropped_total", "counter",
            "Requests whose client went away before the answer.");
-    fprintf(f, "attnserve_requests_dropped_total %llu\n",
-            (unsigned long long)(st.cancelled + load(&M.dropped)));
+    fprintf(f, "attnserve_requests_dropped_total{reason=\"client_closed\"} %llu\n",
+            (unsigned long long)load(&M.dropped));
+    header(f, "attnserve_requests_cancelled_total", "counter",
+           "Dropped requests taken out of the queue before they were computed.");
+    fprintf(f, "attnserve_requests_cancelled_total %llu\n", (unsigned long long)st.cancelled);
+    header(f, "attnserve_connections_closed_total", "counter",
+           "Connections closed by the service: refused past max_connections, or whose request "
+           "was not in within connection_timeout_s.");
+    fprintf(f, "attnserve_connections_closed_total{reason=\"max_connections\"} %llu\n",
+            (unsigned long long)load(&M.conns_closed[METRICS_CONN_LIMIT]));
+    fprintf(f, "attnserve_connections_closed_total{reason=\"connection_timeout\"} %llu\n",
+            (unsigned long long)load(&M.conns_closed[METRICS_CONN_LATE]));
     header(f, "attnserve_batches_total", "counter", "Batches run.");
     fprintf(f, "attnserve_batches_total %llu\n", (unsigned long long)st.batches);
     header(f, "attnserve_embedding_inputs_total", "counter", "Embedding inputs computed.");

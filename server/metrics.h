@@ -31,6 +31,11 @@ int metrics_route(const char *route);
 void metrics_request(int route, unsigned status, double queue_s, double inference_s,
                      double total_s);
 
+/* A connection the HTTP layer closed itself: refused past max_connections,
+ * or its request not in within connection_timeout_s. */
+enum { METRICS_CONN_LIMIT, METRICS_CONN_LATE, METRICS_CONN_NREASONS };
+void metrics_connection_closed(int reason);
+
 /* One batch as the scheduler saw it (its on_batch observer). */
 void metrics_batch(const sched_batch *b);
 
