@@ -31,7 +31,8 @@ BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
 # shows corrupt results), the pthread build is, so a RUNPATH pins it even
 # where the system's alternatives select the serial one. Set to one thread at
 # model load, before any GEMM, it starts no threads of its own (checked: the
-# service runs main, MHD, loop, compute and pool threads only).
+# service runs main, MHD, connection-watch, loop, compute and pool threads
+# only).
 BLAS_LIBDIR := $(shell pkg-config --variable=libdir openblas 2>/dev/null)
 BLAS_LIBS   := $(shell pkg-config --libs openblas 2>/dev/null) $(if $(BLAS_LIBDIR),-Wl$(comma)-rpath$(comma)$(BLAS_LIBDIR))
 TEST_LIBS   := $(shell pkg-config --libs criterion 2>/dev/null)
