@@ -88,8 +88,8 @@ static int plan_cases(const attn_selftest_spec *s, case_plan *out) {
 }
 
 static attn_shape shape_of(const case_plan *c) {
-    attn_shape s = {.batch = c->nseqs, .heads = c->heads, .head_dim = c->head_dim,
-                    .causal = c->causal};
+    attn_shape s = {
+        .batch = c->nseqs, .heads = c->heads, .head_dim = c->head_dim, .causal = c->causal};
     for (int i = 0; i < c->nseqs; i++) {
         s.total_tokens += c->lens[i];
         s.max_seqlen = c->lens[i] > s.max_seqlen ? c->lens[i] : s.max_seqlen;
@@ -151,14 +151,14 @@ static float next_normal(normal_gen *g) {
 
 /* Buffers for the largest case, carved from one allocation. */
 typedef struct buffers {
-    float *in;            /* Q, K, V: 3·T·H·D floats */
-    float *out;           /* T·H·D */
-    int32_t *cu;          /* B + 1 */
-    int32_t *rows;        /* T */
-    double *scratch;      /* attn_check_scratch doubles per worker */
-    size_t scratch_each;  /* doubles */
-    attn_check *partial;  /* one per CHECK_CHUNK rows */
-    void *ws;             /* the backend's workspace */
+    float *in;           /* Q, K, V: 3·T·H·D floats */
+    float *out;          /* T·H·D */
+    int32_t *cu;         /* B + 1 */
+    int32_t *rows;       /* T */
+    double *scratch;     /* attn_check_scratch doubles per worker */
+    size_t scratch_each; /* doubles */
+    attn_check *partial; /* one per CHECK_CHUNK rows */
+    void *ws;            /* the backend's workspace */
     size_t ws_bytes;
     void *block;
 } buffers;
@@ -209,15 +209,16 @@ static int buffers_alloc(buffers *bf, const sizes *z) {
     char *p = aligned_alloc(64, total_of(z) > 0 ? total_of(z) : 64);
     if (!p)
         return -1;
+    /* Every region's size is a multiple of 64, so each starts aligned. */
     bf->block = p;
-    bf->in = (float *)p, p += z->in;
-    bf->out = (float *)p, p += z->out;
-    bf->cu = (int32_t *)p, p += z->cu;
-    bf->rows = (int32_t *)p, p += z->rows;
-    bf->scratch = (double *)p, p += z->scratch;
+    bf->in = (void *)p;
+    bf->out = (void *)(p += z->in);
+    bf->cu = (void *)(p += z->out);
+    bf->rows = (void *)(p += z->cu);
+    bf->scratch = (void *)(p += z->rows);
+    bf->partial = (void *)(p += z->scratch);
+    bf->ws = z->ws ? (void *)(p += z->partial) : NULL;
     bf->scratch_each = z->scratch_each;
-    bf->partial = (attn_check *)p, p += z->partial;
-    bf->ws = z->ws ? p : NULL;
     bf->ws_bytes = z->ws;
     return 0;
 }
@@ -235,8 +236,7 @@ static attn_problem fill_case(const case_plan *c, int index, buffers *bf) {
         attn_problem_dense(&p, s, bf->cu, bf->in, bf->in + row, bf->in + 2 * row, bf->out);
         p.q_stride = p.k_stride = p.v_stride = 3 * row;
     } else {
-        attn_problem_dense(&p, s, bf->cu, bf->in, bf->in + T * row, bf->in + 2 * T * row,
-                           bf->out);
+        attn_problem_dense(&p, s, bf->cu, bf->in, bf->in + T * row, bf->in + 2 * T * row, bf->out);
     }
     normal_gen g = {.r = {0x9E3779B97F4A7C15ULL ^ (uint64_t)(index + 1) * 0xD1B54A32D192ED03ULL}};
     for (size_t t = 0; t < T; t++)
@@ -280,8 +280,8 @@ static void check_task(void *arg, size_t task, int worker) {
     const int32_t n = c->nrows - lo < CHECK_CHUNK ? c->nrows - lo : CHECK_CHUNK;
     attn_check *part = &c->bf->partial[task];
     memset(part, 0, sizeof *part);
-    attn_check_rows(c->p, c->bf->rows + lo, n, c->bf->scratch + (size_t)worker * c->bf->scratch_each,
-                    part);
+    attn_check_rows(c->p, c->bf->rows + lo, n,
+                    c->bf->scratch + (size_t)worker * c->bf->scratch_each, part);
 }
 
 static void merge_check(attn_check *into, const attn_check *part) {

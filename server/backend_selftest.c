@@ -36,20 +36,18 @@ static void log_result(const attn_selftest_result *r) {
     if (r->passed)
         log_info("backend passed its self-test", LOG_KV("backend", r->backend->name),
                  LOG_KV("simd", r->simd), LOG_KV("shapes", r->ncases),
-                 LOG_KV("max_abs_error", r->max_abs_err),
-                 LOG_KV("mean_abs_error", r->mean_abs_err),
+                 LOG_KV("max_abs_error", r->max_abs_err), LOG_KV("mean_abs_error", r->mean_abs_err),
                  LOG_KV("max_error_ratio", r->max_ratio), LOG_KV("ms", r->ms));
     else
         log_warn("backend failed its self-test and will not be used",
                  LOG_KV("backend", r->backend->name), LOG_KV("simd", r->simd),
                  LOG_KV("shapes", r->ncases), LOG_KV("shapes_passed", r->cases_passed),
-                 LOG_KV("max_abs_error", r->max_abs_err),
-                 LOG_KV("max_error_ratio", r->max_ratio), LOG_KV("ms", r->ms),
-                 LOG_KV("reason", r->reason));
+                 LOG_KV("max_abs_error", r->max_abs_err), LOG_KV("max_error_ratio", r->max_ratio),
+                 LOG_KV("ms", r->ms), LOG_KV("reason", r->reason));
 }
 
-int backend_selftest_start(const attn_selftest_spec *spec, const attn_shape *bounds,
-                           size_t nbounds, const attn_parallel *par) {
+int backend_selftest_start(const attn_selftest_spec *spec, const attn_shape *bounds, size_t nbounds,
+                           const attn_parallel *par) {
     for (const attn_backend *const *b = attn_backends(); *b; b++) {
         char why[256] = "";
         if (!runs_all(*b, bounds, nbounds, why, sizeof why)) {
@@ -81,12 +79,12 @@ json_t *backend_selftest_json(void) {
         const attn_selftest_result *r = attn_selftest_kept(*b);
         if (!r)
             continue;
-        json_t *o = json_pack("{s:s, s:s, s:i, s:i, s:o, s:o, s:o, s:b, s:f, s:s?}", "backend",
-                              (*b)->name, "simd", r->simd, "shapes", r->ncases, "shapes_passed",
-                              r->cases_passed, "max_abs_error", number(r->max_abs_err),
-                              "mean_abs_error", number(r->mean_abs_err), "max_error_ratio",
-                              number(r->max_ratio), "passed", r->passed, "ms", r->ms, "reason",
-                              r->passed ? NULL : r->reason);
+        json_t *o =
+            json_pack("{s:s, s:s, s:i, s:i, s:o, s:o, s:o, s:b, s:f, s:s?}", "backend", (*b)->name,
+                      "simd", r->simd, "shapes", r->ncases, "shapes_passed", r->cases_passed,
+                      "max_abs_error", number(r->max_abs_err), "mean_abs_error",
+                      number(r->mean_abs_err), "max_error_ratio", number(r->max_ratio), "passed",
+                      r->passed, "ms", r->ms, "reason", r->passed ? NULL : r->reason);
         if (!o || json_array_append_new(arr, o) != 0) {
             json_decref(arr);
             return NULL;
@@ -162,7 +160,8 @@ static int run_command(const config *c, FILE *out) {
     nthreads = nthreads > 0 ? nthreads : 1;
     tp_pool *pool = tp_create(nthreads);
     /* At most one row per backend and SIMD path. */
-    attn_selftest_result *rows = calloc((size_t)ATTN_MAX_BACKENDS * (ATTN_SIMD_AVX512 + 1), sizeof *rows);
+    attn_selftest_result *rows =
+        calloc((size_t)ATTN_MAX_BACKENDS * (ATTN_SIMD_AVX512 + 1), sizeof *rows);
     if (!pool || !rows) {
         fprintf(stderr, "attnserve selftest: out of memory or threads\n");
         tp_destroy(pool);
@@ -170,8 +169,9 @@ static int run_command(const config *c, FILE *out) {
         return 1;
     }
     const attn_parallel par = tp_parallel(pool);
-    fprintf(out, "self-test of model %s (%d heads of %d, inputs up to %d tokens) on %d threads; "
-                 "CPU SIMD %s\n\n",
+    fprintf(out,
+            "self-test of model %s (%d heads of %d, inputs up to %d tokens) on %d threads; "
+            "CPU SIMD %s\n\n",
             c->model, spec.heads, spec.head_dim, spec.max_seqlen, nthreads,
             attn_simd_name(attn_simd_detect()));
     print_header(out);
@@ -210,8 +210,7 @@ static int run_command(const config *c, FILE *out) {
             if (!any_failed)
                 fprintf(out, "\nfailures (the worst element of each):\n");
             any_failed = true;
-            fprintf(out, "  %s/%s: %s\n", rows[i].backend->name, rows[i].simd,
-                    rows[i].reason);
+            fprintf(out, "  %s/%s: %s\n", rows[i].backend->name, rows[i].simd, rows[i].reason);
         }
     fprintf(out, "\nbackends the configuration names (backend, then fallback_backends):\n");
     bool ok = verdict(out, c->backend, rows, n, bounds, 2);

@@ -24,8 +24,8 @@ attn_selftest_spec backend_selftest_spec(const bert_config *m);
  * (attn_selftest_keep, so backend_passed_selftest answers from now on); logs
  * each (a warning with the worst element when it failed) and sets its
  * metrics. Returns 0, or -1 when out of memory. Call before serving. */
-int backend_selftest_start(const attn_selftest_spec *spec, const attn_shape *bounds,
-                           size_t nbounds, const attn_parallel *par);
+int backend_selftest_start(const attn_selftest_spec *spec, const attn_shape *bounds, size_t nbounds,
+                           const attn_parallel *par);
 
 /* The kept results as /info's "selftest" array (non-finite numbers as null);
  * NULL when out of memory. */
