@@ -33,6 +33,16 @@ static bool runs_all(const attn_backend *b, const attn_shape *bounds, size_t n, 
 /* ---- at start ------------------------------------------------------------------------ */
 
 static void log_result(const attn_selftest_result *r) {
+    for (int i = 0; i < r->ncases; i++) {
+        const attn_selftest_case *c = &r->cases[i];
+        log_debug("self-test case", LOG_KV("backend", r->backend->name), LOG_KV("case", c->name),
+                  LOG_KV("batch", c->shape.batch), LOG_KV("tokens", c->shape.total_tokens),
+                  LOG_KV("heads", c->shape.heads), LOG_KV("head_dim", c->shape.head_dim),
+                  LOG_KV("causal", c->shape.causal), LOG_KV("rows_checked", c->rows_checked),
+                  LOG_KV("max_abs_error", c->check.max_abs_err),
+                  LOG_KV("max_error_ratio", c->check.max_ratio), LOG_KV("ms", c->ms),
+                  LOG_BOOL("passed", c->passed));
+    }
     if (r->passed)
         log_info("backend passed its self-test", LOG_KV("backend", r->backend->name),
                  LOG_KV("simd", r->simd), LOG_KV("shapes", r->ncases),
