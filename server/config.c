@@ -119,7 +119,8 @@ static const setting settings[] = {
          "Attention backend; auto picks the fastest that supports the model."),
     STRING(fallback_backends, "fused,naive", check_backend_list,
            "comma-separated backend names (no spaces), or empty", RELOAD,
-           "Backends to try, in order, when the chosen one refuses a batch."),
+           "Backends to try, in order, when the configured one cannot run the configured "
+           "shapes or fails its start-up self-test."),
     INT(threads, 0, 0, 4096, RESTART, "Compute threads; 0 uses every online core."),
     INT(max_batch_tokens, 16384, 1, 1 << 20, RESTART,
         "Token budget of one batch; workspaces are allocated for it at start."),
@@ -989,15 +990,21 @@ void config_print_help(FILE *out, const char *prog) {
     config defaults = {0};
     fprintf(out,
             "Usage: %s [--config PATH] [--print-config] [--NAME=VALUE | --NAME VALUE ...]\n"
+            "       %s selftest [--config PATH] [--NAME=VALUE ...]\n"
             "       %s --help | --version\n\n"
             "An HTTP service for embeddings and attention.\n\n"
+            /* issue 7: the self-test command (server/backend_selftest.h) */
+            "selftest: reads the same settings and the model's config.json (not its weights),\n"
+            "checks every backend on every SIMD path this CPU has against a float64 reference\n"
+            "(the check the service runs at start), prints a table, and exits 0 when every\n"
+            "backend that backend and fallback_backends name passed, 1 otherwise.\n\n"
             "Each setting comes from, lowest precedence first: its default, the config file\n"
             "(--config PATH, else $" ENV_CONFIG ", else " DEFAULT_CONFIG_PATH " if present),\n"
             "the environment variable shown, a flag. '-' may replace '_' in flag names.\n"
             "SIGHUP reloads the settings marked reloadable; the others need a restart.\n"
             "API keys: api_key_file and $" ENV_API_KEY ", never a flag.\n\n"
             "Settings:\n",
-            prog, prog);
+            prog, prog, prog);
     bool have_defaults = set_defaults(&defaults) == 0;
     for (size_t i = 0; i < N_SETTINGS; i++) {
         const setting *s = &settings[i];

@@ -17,11 +17,13 @@
 #include <unistd.h>
 
 #include "kernels/attention.h"
+#include "kernels/selftest.h"
 #include "kernels/simd.h"
 #include "kernels/threadpool.h"
 #include "model/bert.h"
 #include "model/tokenizer.h"
 #include "server/attention_api.h"
+#include "server/backend_selftest.h"
 #include "server/batch.h"
 #include "server/config.h"
 #include "server/embed_api.h"
@@ -49,6 +51,10 @@ typedef struct app {
     bert_model *model;
     char model_name[256]; /* the model directory's last component */
     attn_service *svc;
+    /* The backend the setting names, resolved for the configured shapes
+     * whatever its self-test said (NULL when it cannot run them); the one
+     * in force differs while a fallback is active. Guarded by cfg_mu. */
+    const attn_backend *configured;
     embed_service *embed;
     batch_runner *runner;
     sched *sched;
@@ -142,6 +148,16 @@ static json_t *info_json(app *a) {
         (json_int_t)c->max_inputs_per_request, "attention_max_heads", ATTN_API_MAX_HEADS,
         "attention_max_head_dim", ATTN_API_MAX_HEAD_DIM, "attention_row_floats",
         ATTN_API_ROW_FLOATS, "memory", memory_json(a), "model", model_json(a));
+    /* Safety net (issue 7): the self-test of every backend, and whether the
+     * backend in force is a fallback for the configured one. */
+    if (info &&
+        (json_object_set_new(info, "backend_configured",
+                             a->configured ? json_string(a->configured->name) : json_null()) ||
+         json_object_set_new(info, "fallback_active", json_boolean(b != a->configured)) ||
+         json_object_set_new(info, "selftest", backend_selftest_json()))) {
+        json_decref(info);
+        info = NULL;
+    }
     pthread_mutex_unlock(&a->cfg_mu);
     return info;
 }
@@ -171,20 +187,41 @@ static attn_shape model_bounds_of(const app *a, const config *c) {
 
 /* Resolves a backend name for both the attention endpoint's bounds and the
  * model's: a backend runs every batch, and a batch may hold both kinds. */
-static int select_backend(const app *a, const config *c, const char *name, const attn_backend **out,
-                          char *why, size_t why_len) {
+static int resolve_backend(const app *a, const config *c, const char *name,
+                           const attn_backend **out, char *why, size_t why_len) {
     attn_shape bounds = bounds_of(c), model = model_bounds_of(a, c);
     if (attn_backend_select(name, &bounds, out, why, why_len) != ATTN_OK)
         return -1;
     return (*out)->supports(&model, why, why_len) == ATTN_OK ? 0 : -1;
 }
 
+/* A backend that can run the configured shapes and passed its start-up
+ * self-test on this machine: the only kind the service uses. */
+static int select_backend(const app *a, const config *c, const char *name, const attn_backend **out,
+                          char *why, size_t why_len) {
+    if (resolve_backend(a, c, name, out, why, why_len) != 0)
+        return -1;
+    if (backend_passed_selftest(*out))
+        return 0;
+    const attn_selftest_result *r = attn_selftest_kept(*out);
+    snprintf(why, why_len, "backend '%s' failed its start-up self-test: %s", (*out)->name,
+             r ? r->reason : "not self-tested");
+    return -1;
+}
+
+/* The configured backend as resolved, whatever its self-test said. */
+static const attn_backend *configured_backend(const app *a, const config *c) {
+    const attn_backend *b = NULL;
+    char why[256];
+    return resolve_backend(a, c, c->backend, &b, why, sizeof why) == 0 ? b : NULL;
+}
+
 /* The configured backend, or else the first of fallback_backends that
- * accepts the bounds; NULL when none does. */
+ * accepts the bounds and passed its self-test; NULL when none does. */
 static const attn_backend *choose_backend(const app *a) {
     const config *c = &a->cfg;
     const attn_backend *b = NULL;
-    char why[256];
+    char why[512];
     if (select_backend(a, c, c->backend, &b, why, sizeof why) == 0)
         return b;
     log_warn("configured backend refused", LOG_KV("backend", c->backend), LOG_KV("reason", why));
@@ -284,16 +321,26 @@ static int start(app *a) {
     int rc = load_model(a);
     if (rc != 0)
         return rc;
-    const attn_backend *backend = choose_backend(a);
-    if (!backend) {
-        log_error("no attention backend can run the configured shapes",
-                  LOG_KV("backend", c->backend));
-        return CONFIG_EXIT_INVALID;
-    }
     if (!(a->pool = tp_create(a->nthreads))) {
         log_error("cannot start the compute threads", LOG_KV("threads", a->nthreads));
         return 1;
     }
+    /* Every backend that could serve is self-tested on this machine before
+     * /ready turns 200; one that fails is never used (choose_backend and
+     * reload_backend go through select_backend). */
+    const attn_selftest_spec spec = backend_selftest_spec(bert_get_config(a->model));
+    const attn_shape shapes[2] = {bounds_of(c), model_bounds_of(a, c)};
+    const attn_parallel par = tp_parallel(a->pool);
+    if (backend_selftest_start(&spec, shapes, 2, &par) != 0)
+        return 1;
+    const attn_backend *backend = choose_backend(a);
+    if (!backend) {
+        log_error("no attention backend can run the configured shapes and passed its self-test",
+                  LOG_KV("backend", c->backend), LOG_KV("fallback_backends", c->fallback_backends));
+        return CONFIG_EXIT_INVALID;
+    }
+    a->configured = configured_backend(a, c);
+    metrics_set_fallback_active(backend != a->configured);
     a->svc = attn_service_create((int32_t)c->max_batch_tokens, (int32_t)c->max_batch_requests,
                                  a->pool, backend, err, sizeof err);
     if (!a->svc) {
@@ -374,26 +421,30 @@ static void on_change(void *ctx, const char *name, const char *old_value, const 
 }
 
 /* A backend change takes effect between batches; a backend that refuses the
- * configured shapes is refused and the one in force kept. */
+ * configured shapes or failed its start-up self-test is refused and the one
+ * in force kept. */
 static void reload_backend(app *a, const config *next) {
     const attn_backend *cur = attn_service_backend(a->svc), *want = NULL;
-    char why[256];
+    char why[512];
+    const attn_backend *configured = configured_backend(a, next);
+    pthread_mutex_lock(&a->cfg_mu);
+    a->configured = configured;
+    pthread_mutex_unlock(&a->cfg_mu);
     if (select_backend(a, next, next->backend, &want, why, sizeof why) != 0) {
         log_warn("backend refused on reload; keeping the one in force",
                  LOG_KV("requested", next->backend), LOG_KV("kept", cur->name),
                  LOG_KV("reason", why));
-        return;
+    } else if (want != cur) {
+        int rc = attn_service_set_backend(a->svc, a->sched, want);
+        if (rc != SCHED_OK) {
+            log_error("cannot switch backend", LOG_KV("error", sched_strerror(rc)));
+        } else {
+            metrics_set_backend(want);
+            log_info("backend switched", LOG_KV("from", cur->name), LOG_KV("to", want->name),
+                     LOG_KV("simd", want->simd_path()));
+        }
     }
-    if (want == cur)
-        return;
-    int rc = attn_service_set_backend(a->svc, a->sched, want);
-    if (rc != SCHED_OK) {
-        log_error("cannot switch backend", LOG_KV("error", sched_strerror(rc)));
-        return;
-    }
-    metrics_set_backend(want);
-    log_info("backend switched", LOG_KV("from", cur->name), LOG_KV("to", want->name),
-             LOG_KV("simd", want->simd_path()));
+    metrics_set_fallback_active(attn_service_backend(a->svc) != configured);
 }
 
 static void reload(app *a) {
@@ -506,6 +557,11 @@ int main(int argc, char **argv) {
     sigaddset(&sigs, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
+
+    /* `attnserve selftest [settings]`: the start-up self-test of every
+     * backend on every SIMD path, as a table (backend_selftest.h). */
+    if (argc > 1 && strcmp(argv[1], "selftest") == 0)
+        return backend_selftest_command(argv[0], ATTNSERVE_VERSION, argc - 1, argv + 1, stdout);
 
     static app a;
     pthread_mutex_init(&a.cfg_mu, NULL);

@@ -71,6 +71,13 @@ static struct {
     _Atomic(const attn_backend *) backend;
     _Atomic int ready;
     _Atomic(sched *) sched;
+    /* Self-test outcomes, written at start before any reader exists. */
+    struct {
+        const char *simd; /* NULL: not self-tested */
+        int passed;
+        double max_error_ratio;
+    } selftest[MAX_BACKENDS];
+    _Atomic int fallback_active;
 } M;
 
 static void hist_setup(histogram *h, const double *bounds, int n, double unit) {
@@ -171,6 +178,18 @@ void metrics_set_backend(const attn_backend *backend) {
 }
 void metrics_set_ready(int ready) {
     atomic_store(&M.ready, ready);
+}
+void metrics_set_selftest(const attn_backend *backend, const char *simd, int passed,
+                          double max_error_ratio) {
+    int i = backend_slot(backend);
+    if (i < 0)
+        return;
+    M.selftest[i].simd = simd;
+    M.selftest[i].passed = passed;
+    M.selftest[i].max_error_ratio = max_error_ratio;
+}
+void metrics_set_fallback_active(int active) {
+    atomic_store(&M.fallback_active, active);
 }
 void metrics_set_scheduler(sched *s) {
     atomic_store(&M.sched, s);
@@ -325,6 +344,41 @@ static void render_kernels(FILE *f) {
                 (double)load(&M.kernel_mflop[i]) * 1e6);
 }
 
+/* Prometheus spells infinities +Inf/-Inf; an output that was not finite
+ * makes the self-test's ratio infinite. */
+static void print_value(FILE *f, double v) {
+    if (isinf(v))
+        fputs(v > 0 ? "+Inf" : "-Inf", f);
+    else if (isnan(v))
+        fputs("NaN", f);
+    else
+        fprintf(f, "%.9g", v);
+}
+
+static void render_safety(FILE *f) {
+    const attn_backend *const *all = attn_backends();
+    header(f, "attnserve_selftest_passed", "gauge",
+           "1 when the backend passed its start-up self-test on this machine, 0 when it "
+           "failed (and is not used).");
+    for (int i = 0; i < MAX_BACKENDS && all[i]; i++)
+        if (M.selftest[i].simd)
+            fprintf(f, "attnserve_selftest_passed{backend=\"%s\",simd=\"%s\"} %d\n", all[i]->name,
+                    M.selftest[i].simd, M.selftest[i].passed);
+    header(f, "attnserve_selftest_max_error_ratio", "gauge",
+           "Largest error / allowed bound of the start-up self-test (<= 1 passes).");
+    for (int i = 0; i < MAX_BACKENDS && all[i]; i++)
+        if (M.selftest[i].simd) {
+            fprintf(f, "attnserve_selftest_max_error_ratio{backend=\"%s\",simd=\"%s\"} ",
+                    all[i]->name, M.selftest[i].simd);
+            print_value(f, M.selftest[i].max_error_ratio);
+            fputc('\n', f);
+        }
+    header(f, "attnserve_backend_fallback_active", "gauge",
+           "1 while the backend in force is not the one configured (self-test failure, "
+           "refused shapes, or a switch while serving).");
+    fprintf(f, "attnserve_backend_fallback_active %d\n", atomic_load(&M.fallback_active));
+}
+
 /* Resident set from /proc/self/statm (second field, in pages). */
 static long long resident_bytes(void) {
     FILE *f = fopen("/proc/self/statm", "r");
@@ -380,6 +434,7 @@ char *metrics_render(size_t *len) {
     render_requests(f);
     render_scheduler(f);
     render_kernels(f);
+    render_safety(f);
     render_process(f);
     if (fclose(f) != 0) {
         free(text);

@@ -53,6 +53,14 @@ void metrics_set_workspace_bytes(size_t bytes);
 void metrics_set_backend(const attn_backend *backend); /* the one in force */
 void metrics_set_ready(int ready);
 
+/* ---- safety net: start-up self-test and fallback (issue 7) ----
+ * One backend's self-test on the SIMD path it runs (simd: its simd_path()
+ * string, which outlives the process); set at start, before serving. */
+void metrics_set_selftest(const attn_backend *backend, const char *simd, int passed,
+                          double max_error_ratio);
+/* 1 while the backend in force is not the one configured, for any reason. */
+void metrics_set_fallback_active(int active);
+
 /* The scheduler whose stats (queue depth, in flight, rejected, cancelled)
  * are rendered; may be NULL. */
 void metrics_set_scheduler(sched *s);

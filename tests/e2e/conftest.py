@@ -76,7 +76,9 @@ class Server:
     def url(self, path):
         return self.base + path
 
-    def wait_ready(self, timeout=10):
+    # Start-up self-tests every backend before /ready (issue 7): about a second
+    # of CPU, several under the sanitizers on a busy machine.
+    def wait_ready(self, timeout=30):
         end = time.time() + timeout
         while time.time() < end:
             if self.proc.poll() is not None:

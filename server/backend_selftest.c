@@ -1,0 +1,261 @@
+/* backend_selftest.c — self-testing the backends at start and from the
+ * command line (see backend_selftest.h). */
+#include "backend_selftest.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kernels/simd.h"
+#include "kernels/threadpool.h"
+#include "server/attention_api.h"
+#include "server/config.h"
+#include "server/log.h"
+#include "server/metrics.h"
+
+attn_selftest_spec backend_selftest_spec(const bert_config *m) {
+    return (attn_selftest_spec){.heads = m->num_heads,
+                                .head_dim = m->hidden_size / m->num_heads,
+                                .max_seqlen = m->max_positions};
+}
+
+/* Whether b can run every shape in bounds; why says which it refuses. */
+static bool runs_all(const attn_backend *b, const attn_shape *bounds, size_t n, char *why,
+                     size_t why_len) {
+    for (size_t i = 0; i < n; i++)
+        if (b->supports(&bounds[i], why, why_len) != ATTN_OK)
+            return false;
+    return true;
+}
+
+/* ---- at start ------------------------------------------------------------------------ */
+
+static void log_result(const attn_selftest_result *r) {
+    for (int i = 0; i < r->ncases; i++) {
+        const attn_selftest_case *c = &r->cases[i];
+        log_debug("self-test case", LOG_KV("backend", r->backend->name), LOG_KV("case", c->name),
+                  LOG_KV("batch", c->shape.batch), LOG_KV("tokens", c->shape.total_tokens),
+                  LOG_KV("heads", c->shape.heads), LOG_KV("head_dim", c->shape.head_dim),
+                  LOG_KV("causal", c->shape.causal), LOG_KV("rows_checked", c->rows_checked),
+                  LOG_KV("max_abs_error", c->check.max_abs_err),
+                  LOG_KV("max_error_ratio", c->check.max_ratio), LOG_KV("ms", c->ms),
+                  LOG_BOOL("passed", c->passed));
+    }
+    if (r->passed)
+        log_info("backend passed its self-test", LOG_KV("backend", r->backend->name),
+                 LOG_KV("simd", r->simd), LOG_KV("shapes", r->ncases),
+                 LOG_KV("max_abs_error", r->max_abs_err), LOG_KV("mean_abs_error", r->mean_abs_err),
+                 LOG_KV("max_error_ratio", r->max_ratio), LOG_KV("ms", r->ms));
+    else
+        log_warn("backend failed its self-test and will not be used",
+                 LOG_KV("backend", r->backend->name), LOG_KV("simd", r->simd),
+                 LOG_KV("shapes", r->ncases), LOG_KV("shapes_passed", r->cases_passed),
+                 LOG_KV("max_abs_error", r->max_abs_err), LOG_KV("max_error_ratio", r->max_ratio),
+                 LOG_KV("ms", r->ms), LOG_KV("reason", r->reason));
+}
+
+int backend_selftest_start(const attn_selftest_spec *spec, const attn_shape *bounds, size_t nbounds,
+                           const attn_parallel *par) {
+    for (const attn_backend *const *b = attn_backends(); *b; b++) {
+        char why[256] = "";
+        if (!runs_all(*b, bounds, nbounds, why, sizeof why)) {
+            log_info("backend not self-tested: it cannot run the configured shapes",
+                     LOG_KV("backend", (*b)->name), LOG_KV("reason", why));
+            continue;
+        }
+        attn_selftest_result r;
+        if (attn_selftest_run(*b, spec, par, &r) != 0) {
+            log_error("cannot run the self-test", LOG_KV("backend", (*b)->name),
+                      LOG_KV("error", r.reason));
+            return -1;
+        }
+        attn_selftest_keep(&r);
+        log_result(&r);
+        metrics_set_selftest(*b, r.simd, r.passed, r.max_ratio);
+    }
+    return 0;
+}
+
+/* JSON has no infinity: an output that was not finite shows as null. */
+static json_t *number(double v) {
+    return isfinite(v) ? json_real(v) : json_null();
+}
+
+json_t *backend_selftest_json(void) {
+    json_t *arr = json_array();
+    for (const attn_backend *const *b = attn_backends(); arr && *b; b++) {
+        const attn_selftest_result *r = attn_selftest_kept(*b);
+        if (!r)
+            continue;
+        json_t *o =
+            json_pack("{s:s, s:s, s:i, s:i, s:o, s:o, s:o, s:b, s:f, s:s?}", "backend", (*b)->name,
+                      "simd", r->simd, "shapes", r->ncases, "shapes_passed", r->cases_passed,
+                      "max_abs_error", number(r->max_abs_err), "mean_abs_error",
+                      number(r->mean_abs_err), "max_error_ratio", number(r->max_ratio), "passed",
+                      r->passed, "ms", r->ms, "reason", r->passed ? NULL : r->reason);
+        if (!o || json_array_append_new(arr, o) != 0) {
+            json_decref(arr);
+            return NULL;
+        }
+    }
+    return arr;
+}
+
+/* ---- `attnserve selftest` ------------------------------------------------------------------ */
+
+static void print_header(FILE *out) {
+    fprintf(out, "%-10s %-9s %-7s %-14s %-15s %-10s %-6s %s\n", "backend", "simd", "shapes",
+            "max_abs_error", "mean_abs_error", "max_ratio", "result", "ms");
+}
+
+static void print_row(FILE *out, const attn_selftest_result *r) {
+    char shapes[16];
+    snprintf(shapes, sizeof shapes, "%d/%d", r->cases_passed, r->ncases);
+    fprintf(out, "%-10s %-9s %-7s %-14.3g %-15.3g %-10.3g %-6s %.1f\n", r->backend->name, r->simd,
+            shapes, r->max_abs_err, r->mean_abs_err, r->max_ratio, r->passed ? "pass" : "FAIL",
+            r->ms);
+}
+
+/* Whether b passed on every path it ran on; NULL (a name that does not
+ * resolve for the configured shapes) never passes. */
+static bool named_passed(const attn_selftest_result *rows, size_t n, const attn_backend *b) {
+    size_t runs = 0;
+    for (size_t i = 0; b && i < n; i++)
+        if (rows[i].backend == b) {
+            if (!rows[i].passed)
+                return false;
+            runs++;
+        }
+    return runs > 0;
+}
+
+/* The backend a name resolves to for the configured shapes, as serving
+ * resolves it (auto: by the endpoint's bounds, then checked on the model's). */
+static const attn_backend *resolve(const char *name, const attn_shape *bounds, size_t nbounds) {
+    const attn_backend *b = NULL;
+    if (attn_backend_select(name, &bounds[0], &b, NULL, 0) != ATTN_OK)
+        return NULL;
+    return runs_all(b, bounds, nbounds, NULL, 0) ? b : NULL;
+}
+
+/* Prints the verdict for one name from the configuration; returns whether
+ * it passed. */
+static bool verdict(FILE *out, const char *name, const attn_selftest_result *rows, size_t n,
+                    const attn_shape *bounds, size_t nbounds) {
+    const attn_backend *b = resolve(name, bounds, nbounds);
+    const bool ok = named_passed(rows, n, b);
+    if (!b)
+        fprintf(out, "  %s: FAIL (cannot run the configured shapes)\n", name);
+    else if (strcmp(name, b->name) != 0)
+        fprintf(out, "  %s (%s): %s\n", name, b->name, ok ? "pass" : "FAIL");
+    else
+        fprintf(out, "  %s: %s\n", name, ok ? "pass" : "FAIL");
+    return ok;
+}
+
+static int run_command(const config *c, FILE *out) {
+    char err[512];
+    bert_config m;
+    if (bert_config_load(c->model, &m, err, sizeof err) != BERT_OK) {
+        fprintf(stderr, "attnserve selftest: cannot read the model in %s: %s\n", c->model, err);
+        return CONFIG_EXIT_INVALID;
+    }
+    const attn_selftest_spec spec = backend_selftest_spec(&m);
+    const attn_shape bounds[2] = {
+        attn_service_bounds((int32_t)c->max_batch_tokens, (int32_t)c->max_batch_requests),
+        bert_attn_shape(&m, (int)c->max_batch_tokens)};
+    int nthreads = c->threads > 0 ? (int)c->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    nthreads = nthreads > 0 ? nthreads : 1;
+    tp_pool *pool = tp_create(nthreads);
+    /* At most one row per backend and SIMD path. */
+    attn_selftest_result *rows =
+        calloc((size_t)ATTN_MAX_BACKENDS * (ATTN_SIMD_AVX512 + 1), sizeof *rows);
+    if (!pool || !rows) {
+        fprintf(stderr, "attnserve selftest: out of memory or threads\n");
+        tp_destroy(pool);
+        free(rows);
+        return 1;
+    }
+    const attn_parallel par = tp_parallel(pool);
+    fprintf(out,
+            "self-test of model %s (%d heads of %d, inputs up to %d tokens) on %d threads; "
+            "CPU SIMD %s\n\n",
+            c->model, spec.heads, spec.head_dim, spec.max_seqlen, nthreads,
+            attn_simd_name(attn_simd_detect()));
+    print_header(out);
+    size_t n = 0;
+    int rc = 0;
+    for (int path = ATTN_SIMD_PORTABLE; path <= (int)attn_simd_detect() && rc == 0; path++) {
+        attn_simd_force((attn_simd)path);
+        for (const attn_backend *const *b = attn_backends(); *b; b++) {
+            if (!runs_all(*b, bounds, 2, NULL, 0))
+                continue;
+            /* A backend with one path (naive) gives the same row on every
+             * path: run it once. */
+            bool seen = false;
+            for (size_t i = 0; i < n; i++)
+                seen |= rows[i].backend == *b && strcmp(rows[i].simd, (*b)->simd_path()) == 0;
+            if (seen)
+                continue;
+            if (attn_selftest_run(*b, &spec, &par, &rows[n]) != 0) {
+                fprintf(stderr, "attnserve selftest: %s: %s\n", (*b)->name, rows[n].reason);
+                rc = 1;
+                break;
+            }
+            print_row(out, &rows[n++]);
+            fflush(out);
+        }
+    }
+    attn_simd_unforce();
+    for (const attn_backend *const *b = attn_backends(); *b; b++) {
+        char why[256] = "";
+        if (!runs_all(*b, bounds, 2, why, sizeof why))
+            fprintf(out, "%-10s cannot run the configured shapes: %s\n", (*b)->name, why);
+    }
+    bool any_failed = false;
+    for (size_t i = 0; i < n; i++)
+        if (!rows[i].passed) {
+            if (!any_failed)
+                fprintf(out, "\nfailures (the worst element of each):\n");
+            any_failed = true;
+            fprintf(out, "  %s/%s: %s\n", rows[i].backend->name, rows[i].simd, rows[i].reason);
+        }
+    fprintf(out, "\nbackends the configuration names (backend, then fallback_backends):\n");
+    bool ok = verdict(out, c->backend, rows, n, bounds, 2);
+    char list[256];
+    snprintf(list, sizeof list, "%s", c->fallback_backends ? c->fallback_backends : "");
+    char *save = NULL;
+    for (char *name = strtok_r(list, ",", &save); name; name = strtok_r(NULL, ",", &save))
+        ok &= verdict(out, name, rows, n, bounds, 2);
+    tp_destroy(pool);
+    free(rows);
+    if (rc != 0)
+        return rc;
+    return ok ? 0 : 1;
+}
+
+int backend_selftest_command(const char *prog, const char *version, int argc, char **argv,
+                             FILE *out) {
+    config cfg;
+    config_action action;
+    char err[512];
+    if (config_load(&cfg, argc, argv, &action, err, sizeof err) != 0) {
+        fprintf(stderr, "%s selftest: %s\n", prog, err);
+        return CONFIG_EXIT_INVALID;
+    }
+    int rc = 0;
+    if (action == CONFIG_HELP)
+        config_print_help(out, prog);
+    else if (action == CONFIG_PRINT)
+        rc = config_print(&cfg, out) == 0 ? 0 : 1;
+    else if (action == CONFIG_VERSION)
+        fprintf(out, "attnserve %s\n", version);
+    else {
+        log_configure(cfg.log_level, cfg.log_format);
+        rc = run_command(&cfg, out);
+    }
+    config_free(&cfg);
+    return rc;
+}
