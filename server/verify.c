@@ -14,7 +14,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "log.h"
 #include "metrics.h"
@@ -254,6 +257,10 @@ static void report(verifier *v, verify_evidence *ev) {
 static void *checker_main(void *arg) {
     verifier *v = arg;
     pthread_setname_np(pthread_self(), "attn-verify");
+    /* The check is background work: below the compute threads, so on a
+     * machine with every core busy serving it takes what is left over. */
+    if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10) != 0)
+        log_debug("cannot lower the checker thread's priority");
     pthread_mutex_lock(&v->mu);
     for (;;) {
         while (v->state != SLOT_FULL && !v->stopping)
