@@ -344,6 +344,14 @@ static int start_verification(app *a) {
     attn_service_set_verifier(a->svc, a->verify);
     embed_service_set_verifier(a->embed, a->verify);
     batch_runner_set_trace(a->runner, a->trace);
+    /* A start on a fallback (the configured backend refused the shapes or
+     * failed its self-test) counts as a fallback too. */
+    const attn_backend *want = NULL;
+    char why[256];
+    const bool active = select_backend(a, c, c->backend, &want, why, sizeof why) != 0 ||
+                        want != attn_service_backend(a->svc);
+    atomic_store(&a->fallback_active, active);
+    metrics_set_fallback_active(active);
     return 0;
 }
 
