@@ -93,14 +93,14 @@ static void trace_batch(batch_runner *r, const sched_batch *b, const sched_batch
     clock_gettime(CLOCK_REALTIME, &now);
     const attn_backend *backend = attn_service_backend(r->attn);
     char line[TRACE_LINE_MAX];
-    int n = snprintf(line, sizeof line,
-                     "{\"batch\":%llu,\"time\":%.6f,\"requests\":%d,\"sequences\":%d,"
-                     "\"tokens\":%d,\"queue_wait_ms\":{\"max\":%.3f,\"mean\":%.3f},"
-                     "\"compute_ms\":%.3f,\"backend\":\"%s\"",
-                     (unsigned long long)b->id, (double)now.tv_sec + (double)now.tv_nsec * 1e-9,
-                     b->n_reqs, b->n_seqs, b->n_tokens, ms(wait_max),
-                     b->n_reqs ? ms(wait_sum) / b->n_reqs : 0.0, ms(end - b->start_ns),
-                     backend->name);
+    int n =
+        snprintf(line, sizeof line,
+                 "{\"batch\":%llu,\"time\":%.6f,\"requests\":%d,\"sequences\":%d,"
+                 "\"tokens\":%d,\"queue_wait_ms\":{\"max\":%.3f,\"mean\":%.3f},"
+                 "\"compute_ms\":%.3f,\"backend\":\"%s\"",
+                 (unsigned long long)b->id, (double)now.tv_sec + (double)now.tv_nsec * 1e-9,
+                 b->n_reqs, b->n_seqs, b->n_tokens, ms(wait_max),
+                 b->n_reqs ? ms(wait_sum) / b->n_reqs : 0.0, ms(end - b->start_ns), backend->name);
     bool verified = false;
     const sched_batch *e = &part[BATCH_EMBED], *a = &part[BATCH_ATTENTION];
     if (e->n_reqs && n > 0 && (size_t)n < sizeof line) {
@@ -113,8 +113,8 @@ static void trace_batch(batch_runner *r, const sched_batch *b, const sched_batch
                       "\"out_proj\":%.3f,\"ffn\":%.3f,\"norms\":%.3f,\"pooling\":%.3f},"
                       "\"verified_layer\":%d}",
                       e->n_reqs, ei->sequences, ei->tokens, ms(s->embeddings), ms(s->qkv),
-                      ms(s->attention), ms(s->out_proj), ms(s->ffn), ms(s->norms),
-                      ms(s->pooling), ei->verified_layer);
+                      ms(s->attention), ms(s->out_proj), ms(s->ffn), ms(s->norms), ms(s->pooling),
+                      ei->verified_layer);
     }
     if (a->n_reqs && n > 0 && (size_t)n < sizeof line) {
         const attn_batch_info *ai = attn_service_last_batch(r->attn);

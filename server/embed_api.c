@@ -172,8 +172,7 @@ int embed_service_run_batch(const sched_batch *b, void *ctx) {
     if (sample) {
         svc->tap_backend = backend;
         svc->tap_batch = b->id;
-        bert_workspace_set_attn_tap(svc->ws, verify_pick_layer(svc->verify, svc->layers), tap,
-                                    svc);
+        bert_workspace_set_attn_tap(svc->ws, verify_pick_layer(svc->verify, svc->layers), tap, svc);
     }
     int rc = B ? bert_forward(svc->model, svc->ws, backend, &svc->par, svc->ids, svc->cu, B,
                               svc->out, why, sizeof why)

@@ -62,8 +62,8 @@ typedef struct app {
     /* ---- shadow verification, fallback and trace (issue 7 §2, §3) ---- */
     verifier *verify;
     tracer *trace;
-    pthread_mutex_t backend_mu;  /* one backend decision at a time: reload or verification */
-    char fallback_reason[320];   /* why verification switched ("" if it has not); cfg_mu */
+    pthread_mutex_t backend_mu;   /* one backend decision at a time: reload or verification */
+    char fallback_reason[320];    /* why verification switched ("" if it has not); cfg_mu */
     _Atomic bool fallback_active; /* the backend in force is not the configured one */
 } app;
 
@@ -140,14 +140,13 @@ static json_t *verification_json(const app *a) {
     uint64_t checked = 0, mismatched = 0, skipped = 0;
     if (a->verify)
         verify_counts(a->verify, &checked, &mismatched, &skipped);
-    return json_pack("{s:f, s:I, s:I, s:I, s:b, s:s, s:I, s:I, s:I, s:s}", "sample_rate",
-                     c->verify_sample_rate, "mismatch_threshold",
-                     (json_int_t)c->verify_mismatch_threshold, "window_s",
-                     (json_int_t)c->verify_window_s, "max_rows", (json_int_t)c->verify_max_rows,
-                     "tripped", a->verify && verify_tripped(a->verify), "fallback_reason",
-                     a->fallback_reason, "checked", (json_int_t)checked, "mismatches",
-                     (json_int_t)mismatched, "skipped", (json_int_t)skipped, "trace_file",
-                     c->trace_file);
+    return json_pack(
+        "{s:f, s:I, s:I, s:I, s:b, s:s, s:I, s:I, s:I, s:s}", "sample_rate", c->verify_sample_rate,
+        "mismatch_threshold", (json_int_t)c->verify_mismatch_threshold, "window_s",
+        (json_int_t)c->verify_window_s, "max_rows", (json_int_t)c->verify_max_rows, "tripped",
+        a->verify && verify_tripped(a->verify), "fallback_reason", a->fallback_reason, "checked",
+        (json_int_t)checked, "mismatches", (json_int_t)mismatched, "skipped", (json_int_t)skipped,
+        "trace_file", c->trace_file);
 }
 
 static json_t *info_json(app *a) {
@@ -173,7 +172,8 @@ static json_t *info_json(app *a) {
         ATTN_API_ROW_FLOATS, "memory", memory_json(a), "model", model_json(a));
     /* Issue 7 §2: whether the backend in force is a fallback, and why. */
     if (info) {
-        json_object_set_new(info, "fallback_active", json_boolean(atomic_load(&a->fallback_active)));
+        json_object_set_new(info, "fallback_active",
+                            json_boolean(atomic_load(&a->fallback_active)));
         json_object_set_new(info, "verification", verification_json(a));
     }
     pthread_mutex_unlock(&a->cfg_mu);
@@ -282,7 +282,8 @@ static bool on_verify_trip(const verify_evidence *ev, void *ctx) {
     }
     int rc = attn_service_set_backend(a->svc, a->sched, to);
     if (rc != SCHED_OK) {
-        log_error("shadow verification: cannot switch backend", LOG_KV("error", sched_strerror(rc)));
+        log_error("shadow verification: cannot switch backend",
+                  LOG_KV("error", sched_strerror(rc)));
         pthread_mutex_unlock(&a->backend_mu);
         return false;
     }
@@ -293,17 +294,16 @@ static bool on_verify_trip(const verify_evidence *ev, void *ctx) {
     snprintf(a->fallback_reason, sizeof a->fallback_reason,
              "shadow verification: %s (%s) exceeded the error bound %d times within %lld s "
              "(layer %d, token %d, head %d, dim %d: got %.6g, want %.6g, bound %.3g)",
-             cur->name, cur->simd_path(), ev->mismatches_in_window, (long long)window_s,
-             ev->layer, c->bad_token, c->bad_head, c->bad_dim, (double)c->bad_got, c->bad_want,
-             c->bad_bound);
+             cur->name, cur->simd_path(), ev->mismatches_in_window, (long long)window_s, ev->layer,
+             c->bad_token, c->bad_head, c->bad_dim, (double)c->bad_got, c->bad_want, c->bad_bound);
     pthread_mutex_unlock(&a->cfg_mu);
     log_error("SHADOW VERIFICATION FAILED: backend gives wrong results; switched to the fallback "
               "until a SIGHUP selects a backend again",
               LOG_KV("backend", cur->name), LOG_KV("simd", cur->simd_path()),
               LOG_KV("to", to->name), LOG_KV("layer", ev->layer), LOG_KV("batch", ev->batch_id),
-              LOG_KV("seq", c->bad_seq), LOG_KV("token", c->bad_token),
-              LOG_KV("head", c->bad_head), LOG_KV("dim", c->bad_dim), LOG_KV("got", c->bad_got),
-              LOG_KV("want", c->bad_want), LOG_KV("error", fabs((double)c->bad_got - c->bad_want)),
+              LOG_KV("seq", c->bad_seq), LOG_KV("token", c->bad_token), LOG_KV("head", c->bad_head),
+              LOG_KV("dim", c->bad_dim), LOG_KV("got", c->bad_got), LOG_KV("want", c->bad_want),
+              LOG_KV("error", fabs((double)c->bad_got - c->bad_want)),
               LOG_KV("bound", c->bad_bound), LOG_KV("max_error_ratio", c->max_ratio),
               LOG_KV("mismatches", ev->mismatches_in_window), LOG_KV("window_s", window_s));
     pthread_mutex_unlock(&a->backend_mu);
@@ -324,7 +324,7 @@ static int start_verification(app *a) {
         .max_row_floats = C > api_row ? C : api_row,
         .max_kv_floats = T * (C > ATTN_API_ROW_FLOATS ? C : ATTN_API_ROW_FLOATS),
         .max_seqs = (int32_t)(c->max_batch_requests < c->verify_max_rows ? c->max_batch_requests
-                                                                          : c->verify_max_rows),
+                                                                         : c->verify_max_rows),
         .max_seqlen = (int32_t)T,
         .max_head_dim = D > ATTN_API_MAX_HEAD_DIM ? D : ATTN_API_MAX_HEAD_DIM,
         .max_rows = (int32_t)c->verify_max_rows,
