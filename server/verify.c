@@ -170,6 +170,7 @@ struct verifier {
     _Atomic bool rearm;
     _Atomic bool tripped;
     _Atomic uint64_t checked, mismatched, skipped;
+    _Atomic uint64_t check_cpu_ns;
     verify_window window; /* checker thread only */
 };
 
@@ -271,7 +272,12 @@ static void *checker_main(void *arg) {
         pthread_mutex_unlock(&v->mu);
 
         verify_evidence ev;
+        struct timespec c0, c1;
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
         check_slot(v, &ev);
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
+        atomic_fetch_add(&v->check_cpu_ns, (uint64_t)((c1.tv_sec - c0.tv_sec) * 1000000000 +
+                                                      (c1.tv_nsec - c0.tv_nsec)));
         report(v, &ev);
 
         pthread_mutex_lock(&v->mu);
@@ -516,6 +522,10 @@ void verify_counts(const verifier *v, uint64_t *checked, uint64_t *mismatched, u
     *checked = atomic_load(&((verifier *)v)->checked);
     *mismatched = atomic_load(&((verifier *)v)->mismatched);
     *skipped = atomic_load(&((verifier *)v)->skipped);
+}
+
+double verify_check_cpu_seconds(const verifier *v) {
+    return (double)atomic_load(&((verifier *)v)->check_cpu_ns) * 1e-9;
 }
 
 /* Until the self-test half lands: every backend counts as passed. Its

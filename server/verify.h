@@ -157,6 +157,10 @@ bool verify_wait_idle(verifier *v, int64_t timeout_ms);
  * /metrics); for tests. */
 void verify_counts(const verifier *v, uint64_t *checked, uint64_t *mismatched, uint64_t *skipped);
 
+/* CPU seconds the checker thread has spent checking (its own clock, so
+ * waiting for a core does not count); for the benchmark. */
+double verify_check_cpu_seconds(const verifier *v);
+
 /* The self-test half of issue 7 defines this (whether b passed the start-up
  * self-test on this machine); the fallback chooser uses it. verify.c holds a
  * weak definition that says true, so this branch links on its own; the
