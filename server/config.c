@@ -117,7 +117,8 @@ static const setting settings[] = {
          "Attention backend; auto picks the fastest that supports the model."),
     STRING(fallback_backends, "fused,naive", check_backend_list,
            "comma-separated backend names (no spaces), or empty", RELOAD,
-           "Backends to try, in order, when the chosen one refuses a batch."),
+           "Backends to try, in order, when the chosen one refuses a batch or fails shadow "
+           "verification (verify_sample_rate)."),
     INT(threads, 0, 0, 4096, RESTART, "Compute threads; 0 uses every online core."),
     INT(max_batch_tokens, 16384, 1, 1 << 20, RESTART,
         "Token budget of one batch; workspaces are allocated for it at start."),
