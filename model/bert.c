@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "gelu.h"
 #include "safetensors.h"
@@ -330,6 +331,11 @@ struct bert_workspace {
     void *mem; /* the one allocation everything above is carved from */
     size_t bytes;
     int raw; /* pool without normalising (bert_workspace_set_raw) */
+    /* Observation (bert_workspace_set_attn_tap, bert_workspace_stage_ns). */
+    bert_attn_tap_fn tap;
+    void *tap_ctx;
+    int tap_layer;
+    bert_stage_ns stages;
 };
 
 static size_t round64(size_t n) {
@@ -414,6 +420,23 @@ int bert_workspace_max_tokens(const bert_workspace *ws) {
 }
 void bert_workspace_set_raw(bert_workspace *ws, int raw) {
     ws->raw = raw != 0;
+}
+
+void bert_workspace_set_attn_tap(bert_workspace *ws, int layer, bert_attn_tap_fn fn, void *ctx) {
+    ws->tap = fn;
+    ws->tap_ctx = ctx;
+    ws->tap_layer = layer;
+}
+
+const bert_stage_ns *bert_workspace_stage_ns(const bert_workspace *ws) {
+    return &ws->stages;
+}
+
+/* Monotonic nanoseconds, for the stage times. */
+static uint64_t stage_clock(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
 /* ---- layers (each one parallel loop on the pool) ------------------------------- */
@@ -677,6 +700,12 @@ int bert_forward(const bert_model *m, bert_workspace *ws, const attn_backend *at
     ap.q_stride = ap.k_stride = ap.v_stride = 3 * (size_t)C;
     ap.out_stride = (size_t)C;
 
+    bert_stage_ns *st = &ws->stages;
+    *st = (bert_stage_ns){.attn_flops = attn_flops(&ap) * cfg->num_layers};
+    uint64_t t0 = stage_clock(), t1;
+/* Adds the time since the last mark to one stage and moves the mark. */
+#define STAGE(field) (t1 = stage_clock(), st->field += t1 - t0, t0 = t1)
+
     embed_ctx ec = {.m = m,
                     .ids = ids,
                     .pos = ws->pos,
@@ -684,19 +713,30 @@ int bert_forward(const bert_model *m, bert_workspace *ws, const attn_backend *at
                     .T = (size_t)T,
                     .ntasks = row_tasks(par, (size_t)T)};
     par->parallel_for(par->impl, ec.ntasks, embed_task, &ec);
+    STAGE(embeddings);
 
     for (int l = 0; l < cfg->num_layers; l++) {
         const bert_layer *w = &m->layers[l];
         linear(par, ws->qkv, ws->x, w->qkv_w, w->qkv_b, T, C, 3 * C, 0);
+        STAGE(qkv);
         rc = attn->forward(&ap, ws->attn_ws, ws->attn_bytes, par);
+        STAGE(attention);
         if (rc != ATTN_OK)
             return fail(BERT_EATTN, err, err_len, "layer %d: attention backend %s: %s", l,
                         attn->name, attn_strerror(rc));
+        if (ws->tap && l == ws->tap_layer) {
+            ws->tap(&ap, l, ws->tap_ctx);
+            t0 = stage_clock(); /* the tap's copy is verification's cost, no stage's */
+        }
         linear(par, ws->proj, ws->att, w->attn_o_w, w->attn_o_b, T, C, C, 0);
+        STAGE(out_proj);
         residual_layernorm(par, ws->x, ws->proj, w->ln1_w, w->ln1_b, T, C, eps);
+        STAGE(norms);
         linear(par, ws->ffn, ws->x, w->ffn_in_w, w->ffn_in_b, T, C, F, 1);
         linear(par, ws->proj, ws->ffn, w->ffn_out_w, w->ffn_out_b, T, F, C, 0);
+        STAGE(ffn);
         residual_layernorm(par, ws->x, ws->proj, w->ln2_w, w->ln2_b, T, C, eps);
+        STAGE(norms);
     }
 
     pool_ctx pc = {.cfg = cfg,
@@ -705,5 +745,7 @@ int bert_forward(const bert_model *m, bert_workspace *ws, const attn_backend *at
                    .cu = cu_seqlens,
                    .out = out};
     par->parallel_for(par->impl, (size_t)batch, pool_task, &pc);
+    STAGE(pooling);
+#undef STAGE
     return BERT_OK;
 }

@@ -114,6 +114,34 @@ void bert_workspace_set_raw(bert_workspace *ws, int raw);
  * PyTorch's F.normalize computes it. */
 void bert_l2_normalize(float *v, int n);
 
+/* ---- observation (issue 7 §2, §3) -------------------------------------------------- */
+
+/* Called right after layer `layer`'s attention forward, on the thread that
+ * runs bert_forward, with the problem the backend just computed (Q, K, V
+ * strided into the fused projection, the output in place): what shadow
+ * verification copies. It must not modify anything p points to. */
+typedef void (*bert_attn_tap_fn)(const attn_problem *p, int layer, void *ctx);
+
+/* Sets the tap for the next forwards on ws; fn NULL (or a layer outside the
+ * model) turns it off. */
+void bert_workspace_set_attn_tap(bert_workspace *ws, int layer, bert_attn_tap_fn fn, void *ctx);
+
+/* Wall time of each stage of the last forward on ws, summed over layers, and
+ * the attention FLOPs it ran (attn_flops over all layers): for the trace and
+ * the kernel metrics. The tap's own time counts in none of them. */
+typedef struct bert_stage_ns {
+    uint64_t embeddings; /* lookup and LayerNorm */
+    uint64_t qkv;        /* the fused QKV GEMM */
+    uint64_t attention;  /* the backend's forward */
+    uint64_t out_proj;   /* attention output projection */
+    uint64_t ffn;        /* both FFN GEMMs with GELU */
+    uint64_t norms;      /* the two residual LayerNorms per layer */
+    uint64_t pooling;
+    double attn_flops;
+} bert_stage_ns;
+
+const bert_stage_ns *bert_workspace_stage_ns(const bert_workspace *ws);
+
 /* ---- forward ------------------------------------------------------------------ */
 
 /* Encodes a packed batch: sequence b is ids[cu_seqlens[b] .. cu_seqlens[b+1])

@@ -21,6 +21,7 @@
 #include "errors.h"
 #include "log.h"
 #include "metrics.h"
+#include "verify.h"
 
 /* ---- jobs --------------------------------------------------------------------- */
 
@@ -57,6 +58,11 @@ struct attn_service {
     attn_job **members;     /* (max_batch_requests): the group being run */
     void *ws;               /* kernel workspace, 64-byte aligned */
     size_t ws_bytes, total_bytes;
+    /* Shadow verification and trace (issue 7): compute thread only. */
+    verifier *verify;
+    bool sample;       /* this batch was drawn: capture its next group */
+    uint64_t batch_id; /* of the running batch */
+    attn_batch_info last;
 };
 
 attn_shape attn_service_bounds(int32_t max_batch_tokens, int32_t max_batch_requests) {
@@ -187,10 +193,19 @@ static void run_group(attn_service *svc, const attn_backend *backend, int32_t n,
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     int rc = backend->forward(&p, svc->ws, svc->ws_bytes, &svc->par);
-    metrics_kernel(backend, seconds_since(&t0), attn_flops(&p));
+    const double seconds = seconds_since(&t0);
+    metrics_kernel(backend, seconds, attn_flops(&p));
+    svc->last.groups++;
+    svc->last.kernel_ns += (uint64_t)(seconds * 1e9);
     if (rc != ATTN_OK) {
         fail_group(svc, n, SRV_EINTERNAL, attn_strerror(rc));
         return;
+    }
+    /* Shadow verification: copy what the check needs; the float64 work runs
+     * on the checker thread while this batch goes on. */
+    if (svc->sample) {
+        svc->sample = false;
+        svc->last.verified = verify_capture(svc->verify, &p, backend, -1, svc->batch_id);
     }
     size_t off = 0;
     for (int32_t i = 0; i < n; i++) {
@@ -215,6 +230,9 @@ int attn_service_run_batch(const sched_batch *b, void *ctx) {
     const attn_backend *backend = atomic_load(&svc->backend);
     for (int32_t i = 0; i < b->n_reqs; i++)
         SCHED_CONTAINER_OF(b->reqs[i], attn_job, base.sreq)->packed = false;
+    svc->last = (attn_batch_info){0};
+    svc->sample = verify_sample(svc->verify);
+    svc->batch_id = b->id;
 
     for (int32_t i = 0; i < b->n_reqs; i++) {
         attn_job *lead = SCHED_CONTAINER_OF(b->reqs[i], attn_job, base.sreq);
@@ -248,6 +266,14 @@ int attn_service_run_batch(const sched_batch *b, void *ctx) {
             run_group(svc, backend, n, max_len);
     }
     return 0;
+}
+
+void attn_service_set_verifier(attn_service *svc, verifier *v) {
+    svc->verify = v;
+}
+
+const attn_batch_info *attn_service_last_batch(const attn_service *svc) {
+    return &svc->last;
 }
 
 /* ---- decoding ----------------------------------------------------------------- */

@@ -17,6 +17,7 @@
 #ifndef ATTN_ATTENTION_API_H
 #define ATTN_ATTENTION_API_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -58,6 +59,22 @@ int attn_service_set_backend(attn_service *svc, sched *s, const attn_backend *ba
 
 /* The scheduler's run_batch (ctx is the attn_service). */
 int attn_service_run_batch(const sched_batch *b, void *ctx);
+
+/* ---- shadow verification and trace (issue 7 §2, §3) ---- */
+struct verifier;
+
+/* Batches sampled by v (may be NULL: off) have their first group's attention
+ * captured for checking. Set before serving. */
+void attn_service_set_verifier(attn_service *svc, struct verifier *v);
+
+/* What the last run_batch did, for the trace: groups run, their kernel
+ * time, and whether one of them was captured for verification. */
+typedef struct attn_batch_info {
+    int32_t groups;
+    uint64_t kernel_ns;
+    bool verified;
+} attn_batch_info;
+const attn_batch_info *attn_service_last_batch(const attn_service *svc);
 
 /* ---- the HTTP side: runs on the I/O thread ----------------------------------------- */
 

@@ -4,13 +4,16 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "errors.h"
+#include "trace.h"
 
 struct batch_runner {
     attn_service *attn;
     embed_service *embed;
     sched_req **part[BATCH_NKINDS]; /* (max_batch_requests) each */
+    tracer *trace;
 };
 
 batch_runner *batch_runner_create(attn_service *attn, embed_service *embed,
@@ -36,6 +39,8 @@ void batch_runner_destroy(batch_runner *r) {
     free(r);
 }
 
+static void trace_batch(batch_runner *r, const sched_batch *b, const sched_batch *part);
+
 int batch_run(const sched_batch *b, void *ctx) {
     batch_runner *r = ctx;
     sched_batch part[BATCH_NKINDS];
@@ -59,7 +64,74 @@ int batch_run(const sched_batch *b, void *ctx) {
         int e = embed_service_run_batch(&part[BATCH_EMBED], r->embed);
         rc = rc ? rc : e;
     }
+    if (trace_enabled(r->trace))
+        trace_batch(r, b, part);
     return rc;
+}
+
+/* ---- the trace line (issue 7 §3) ---------------------------------------------------- */
+
+void batch_runner_set_trace(batch_runner *r, tracer *t) {
+    r->trace = t;
+}
+
+static double ms(uint64_t ns) {
+    return (double)ns * 1e-6;
+}
+
+/* One JSON line: the batch, its parts, where its time went. Formatted with
+ * snprintf into a stack buffer (no allocation); trace_emit copies it. */
+static void trace_batch(batch_runner *r, const sched_batch *b, const sched_batch *part) {
+    const uint64_t end = sched_now_ns();
+    uint64_t wait_max = 0, wait_sum = 0;
+    for (int32_t i = 0; i < b->n_reqs; i++) {
+        const uint64_t w = b->start_ns - b->reqs[i]->enqueue_ns;
+        wait_max = w > wait_max ? w : wait_max;
+        wait_sum += w;
+    }
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    const attn_backend *backend = attn_service_backend(r->attn);
+    char line[TRACE_LINE_MAX];
+    int n =
+        snprintf(line, sizeof line,
+                 "{\"batch\":%llu,\"time\":%.6f,\"requests\":%d,\"sequences\":%d,"
+                 "\"tokens\":%d,\"queue_wait_ms\":{\"max\":%.3f,\"mean\":%.3f},"
+                 "\"compute_ms\":%.3f,\"backend\":\"%s\"",
+                 (unsigned long long)b->id, (double)now.tv_sec + (double)now.tv_nsec * 1e-9,
+                 b->n_reqs, b->n_seqs, b->n_tokens, ms(wait_max),
+                 b->n_reqs ? ms(wait_sum) / b->n_reqs : 0.0, ms(end - b->start_ns), backend->name);
+    bool verified = false;
+    const sched_batch *e = &part[BATCH_EMBED], *a = &part[BATCH_ATTENTION];
+    if (e->n_reqs && n > 0 && (size_t)n < sizeof line) {
+        const embed_batch_info *ei = embed_service_last_batch(r->embed);
+        const bert_stage_ns *s = &ei->stages;
+        verified = ei->verified_layer >= 0;
+        n += snprintf(line + n, sizeof line - (size_t)n,
+                      ",\"embed\":{\"requests\":%d,\"sequences\":%d,\"tokens\":%d,"
+                      "\"stages_ms\":{\"embeddings\":%.3f,\"qkv\":%.3f,\"attention\":%.3f,"
+                      "\"out_proj\":%.3f,\"ffn\":%.3f,\"norms\":%.3f,\"pooling\":%.3f},"
+                      "\"verified_layer\":%d}",
+                      e->n_reqs, ei->sequences, ei->tokens, ms(s->embeddings), ms(s->qkv),
+                      ms(s->attention), ms(s->out_proj), ms(s->ffn), ms(s->norms), ms(s->pooling),
+                      ei->verified_layer);
+    }
+    if (a->n_reqs && n > 0 && (size_t)n < sizeof line) {
+        const attn_batch_info *ai = attn_service_last_batch(r->attn);
+        verified = verified || ai->verified;
+        n += snprintf(line + n, sizeof line - (size_t)n,
+                      ",\"attention\":{\"requests\":%d,\"tokens\":%d,\"groups\":%d,"
+                      "\"kernel_ms\":%.3f,\"verified\":%s}",
+                      a->n_reqs, a->n_tokens, ai->groups, ms(ai->kernel_ns),
+                      ai->verified ? "true" : "false");
+    }
+    if (n > 0 && (size_t)n < sizeof line)
+        n += snprintf(line + n, sizeof line - (size_t)n, ",\"verified\":%s}",
+                      verified ? "true" : "false");
+    /* Every field is bounded (numbers and a backend name), so the line fits;
+     * a line that did not would be dropped whole rather than cut. */
+    if (n > 0 && (size_t)n < sizeof line)
+        trace_emit(r->trace, line, (size_t)n);
 }
 
 /* ---- submitting and parking ------------------------------------------------------ */

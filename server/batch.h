@@ -57,4 +57,9 @@ void batch_runner_destroy(batch_runner *r);
 /* The scheduler's run_batch (ctx is the batch_runner). */
 int batch_run(const sched_batch *b, void *ctx);
 
+/* Issue 7 §3: with t set (may be NULL), every batch writes one trace line
+ * (server/trace.h) while trace_file is set. Set before serving. */
+struct tracer;
+void batch_runner_set_trace(batch_runner *r, struct tracer *t);
+
 #endif

@@ -120,7 +120,8 @@ static const setting settings[] = {
     STRING(fallback_backends, "fused,naive", check_backend_list,
            "comma-separated backend names (no spaces), or empty", RELOAD,
            "Backends to try, in order, when the configured one cannot run the configured "
-           "shapes or fails its start-up self-test."),
+           "shapes, fails its start-up self-test, or fails shadow verification "
+           "(verify_sample_rate)."),
     INT(threads, 0, 0, 4096, RESTART, "Compute threads; 0 uses every online core."),
     INT(max_batch_tokens, 16384, 1, 1 << 20, RESTART,
         "Token budget of one batch; workspaces are allocated for it at start."),
@@ -129,7 +130,20 @@ static const setting settings[] = {
         "How long a batch that is not full may wait for more requests."),
     INT(max_queue, 1024, 1, 1000000, RESTART, "Requests waiting for compute; more get 429."),
     DOUBLE(verify_sample_rate, 0.001, 0.0, 1.0, RELOAD,
-           "Fraction of batches recomputed with the naive backend and compared."),
+           "Fraction of batches whose attention (one layer, chosen at random) is recomputed "
+           "in float64 on a checker thread and compared; 0 turns verification off."),
+    /* Shadow verification and trace (issue 7 §2, §3; server/verify.c). */
+    INT(verify_mismatch_threshold, 3, 1, 1024, RELOAD,
+        "Mismatches within verify_window_s that switch the service to the next fallback "
+        "backend."),
+    INT(verify_window_s, 300, 1, 86400, RELOAD, "The window verify_mismatch_threshold counts in."),
+    INT(verify_max_rows, 16, 1, 1024, RESTART,
+        "Query rows compared per check (each sequence's first and last, then random ones); "
+        "sizes the capture slot."),
+    STRING(trace_file, "", NULL, "a file path, or \"\" for off", RELOAD,
+           "Appends one JSON line per batch (sizes, per-stage times, backend, verified) to this "
+           "file, written off the compute thread; lines that find the buffer full are "
+           "dropped and counted."),
     STRING(model, "models/all-MiniLM-L6-v2", check_nonempty, "a non-empty path", RESTART,
            "Model directory (config.json, tokenizer, safetensors weights)."),
     INT(max_inputs_per_request, 256, 1, 65536, RELOAD,

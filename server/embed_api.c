@@ -18,6 +18,7 @@
 #include "batch.h"
 #include "errors.h"
 #include "metrics.h"
+#include "verify.h"
 
 /* ---- jobs --------------------------------------------------------------------- */
 
@@ -55,12 +56,17 @@ struct embed_service {
     const attn_service *attn; /* whose backend batches use */
     attn_parallel par;
     bert_workspace *ws;
-    int C;
+    int C, layers;
     int32_t max_tokens, max_seqs;
     int32_t *ids; /* (max_tokens) the packed batch */
     int32_t *cu;  /* (max_seqs + 1) */
     float *out;   /* (max_seqs, C) */
     size_t total_bytes;
+    /* Shadow verification and trace (issue 7): compute thread only. */
+    verifier *verify;
+    const attn_backend *tap_backend; /* the running batch's, for the tap */
+    uint64_t tap_batch;
+    embed_batch_info last;
 };
 
 embed_service *embed_service_create(const bert_model *model, const attn_service *attn,
@@ -76,6 +82,7 @@ embed_service *embed_service_create(const bert_model *model, const attn_service 
     svc->attn = attn;
     svc->par = tp_parallel(pool);
     svc->C = bert_get_config(model)->hidden_size;
+    svc->layers = bert_get_config(model)->num_layers;
     svc->max_tokens = max_batch_tokens;
     svc->max_seqs = max_batch_requests;
     int rc = bert_workspace_create(model, max_batch_tokens, tp_nthreads(pool), backends, nbackends,
@@ -114,6 +121,22 @@ size_t embed_service_workspace_bytes(const embed_service *svc) {
     return svc->total_bytes;
 }
 
+void embed_service_set_verifier(embed_service *svc, verifier *v) {
+    svc->verify = v;
+}
+
+const embed_batch_info *embed_service_last_batch(const embed_service *svc) {
+    return &svc->last;
+}
+
+/* bert_forward's tap: on the compute thread, right after the drawn layer's
+ * attention. */
+static void tap(const attn_problem *p, int layer, void *ctx) {
+    embed_service *svc = ctx;
+    if (verify_capture(svc->verify, p, svc->tap_backend, layer, svc->tap_batch))
+        svc->last.verified_layer = layer;
+}
+
 static embed_job *job_of(const sched_req *req) {
     return SCHED_CONTAINER_OF(req, embed_job, base.sreq);
 }
@@ -142,9 +165,30 @@ int embed_service_run_batch(const sched_batch *b, void *ctx) {
         T += tokens;
     }
     char why[256] = "";
+    svc->last = (embed_batch_info){.sequences = B, .tokens = T, .verified_layer = -1};
+    /* A sampled batch has one layer's attention, drawn at random, copied by
+     * the tap right after that layer's forward. */
+    const bool sample = B && verify_sample(svc->verify);
+    if (sample) {
+        svc->tap_backend = backend;
+        svc->tap_batch = b->id;
+        bert_workspace_set_attn_tap(svc->ws, verify_pick_layer(svc->verify, svc->layers), tap, svc);
+    }
     int rc = B ? bert_forward(svc->model, svc->ws, backend, &svc->par, svc->ids, svc->cu, B,
                               svc->out, why, sizeof why)
                : BERT_OK;
+    if (sample)
+        bert_workspace_set_attn_tap(svc->ws, -1, NULL, NULL);
+    if (B && rc == BERT_OK) {
+        const bert_stage_ns *st = bert_workspace_stage_ns(svc->ws);
+        svc->last.stages = *st;
+        /* The forward times attention over all its layers together; every
+         * layer has the same shape and work, so each call is counted with an
+         * equal share (the totals, and so GFLOP/s, are exact). */
+        for (int l = 0; l < svc->layers; l++)
+            metrics_kernel(backend, (double)st->attention * 1e-9 / svc->layers,
+                           st->attn_flops / svc->layers);
+    }
     const size_t C = (size_t)svc->C;
     int32_t seq = 0;
     for (int32_t i = 0; i < b->n_reqs; i++) {

@@ -58,6 +58,21 @@ size_t embed_service_workspace_bytes(const embed_service *svc);
 /* Runs the embedding requests of a batch (batch_run's part for them). */
 int embed_service_run_batch(const sched_batch *b, void *ctx);
 
+/* ---- shadow verification and trace (issue 7 §2, §3) ---- */
+struct verifier;
+
+/* Batches sampled by v (may be NULL: off) have the attention of one layer,
+ * drawn at random, captured for checking. Set before serving. */
+void embed_service_set_verifier(embed_service *svc, struct verifier *v);
+
+/* What the last run_batch did, for the trace. */
+typedef struct embed_batch_info {
+    int32_t sequences, tokens; /* 0 when no forward ran */
+    bert_stage_ns stages;      /* of its forward */
+    int verified_layer;        /* -1: not captured */
+} embed_batch_info;
+const embed_batch_info *embed_service_last_batch(const embed_service *svc);
+
 /* ---- the HTTP side: runs on the I/O thread ----------------------------------------- */
 
 typedef struct embed_api {

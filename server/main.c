@@ -6,6 +6,7 @@
  * thread with sigwaitinfo, so reload and drain run as ordinary code rather
  * than in signal handlers. */
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -32,6 +33,8 @@
 #include "server/log.h"
 #include "server/metrics.h"
 #include "server/scheduler.h"
+#include "server/trace.h"
+#include "server/verify.h"
 
 #ifndef ATTNSERVE_VERSION
 #define ATTNSERVE_VERSION "0.1.0"
@@ -62,6 +65,19 @@ typedef struct app {
     attn_api api;
     embed_api eapi;
     _Atomic bool ready;
+    /* ---- shadow verification, fallback and trace (issue 7 §2, §3) ---- */
+    verifier *verify;
+    tracer *trace;
+    pthread_mutex_t backend_mu;   /* one backend decision at a time: reload or verification */
+    char fallback_reason[320];    /* why verification switched ("" if it has not); cfg_mu */
+    _Atomic bool fallback_active; /* the backend in force is not the configured one */
+    /* Backends shadow verification caught giving wrong results: never
+     * selected again by this process, whatever a reload asks (a reload of
+     * any setting re-selects the backend, and must not bring back one known
+     * to be wrong); a restart re-runs the self-test. Written under
+     * backend_mu, read by select_backend, which runs under it after start. */
+    const attn_backend *caught[ATTN_MAX_BACKENDS];
+    size_t ncaught;
 } app;
 
 /* ---- operations endpoints ------------------------------------------------------ */
@@ -109,11 +125,15 @@ static json_t *memory_json(const app *a) {
     json_int_t queue = (json_int_t)c->max_queue * (json_int_t)c->max_body_bytes;
     json_int_t conns =
         (json_int_t)c->max_connections * ((json_int_t)c->max_body_bytes + MHD_POOL_BYTES);
-    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "weights_bytes", weights,
+    /* Issue 7: the verification capture slot and the trace ring, both
+     * allocated at start. */
+    json_int_t verify = (json_int_t)(verify_bytes(a->verify) + trace_bytes(a->trace));
+    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "weights_bytes", weights,
                      "weights_mapped_bytes", mapped, "weights_owned_bytes", owned,
                      "workspace_bytes", workspace, "attention_workspace_bytes", attn_ws,
                      "model_workspace_bytes", model_ws, "queue_bytes", queue, "connections_bytes",
-                     conns, "worst_case_bytes", weights + workspace + queue + conns);
+                     conns, "verification_bytes", verify, "worst_case_bytes",
+                     weights + workspace + queue + conns + verify);
 }
 
 static json_t *model_json(const app *a) {
@@ -125,6 +145,21 @@ static json_t *model_json(const app *a) {
                      "max_length", m->max_positions, "pooling",
                      m->pooling == BERT_POOL_CLS ? "cls" : "mean", "normalize", m->normalize,
                      "truncate", a->cfg.truncate);
+}
+
+/* Issue 7 §2: the verification settings and whether it has switched. */
+static json_t *verification_json(const app *a) {
+    const config *c = &a->cfg;
+    uint64_t checked = 0, mismatched = 0, skipped = 0;
+    if (a->verify)
+        verify_counts(a->verify, &checked, &mismatched, &skipped);
+    return json_pack(
+        "{s:f, s:I, s:I, s:I, s:b, s:s, s:I, s:I, s:I, s:s}", "sample_rate", c->verify_sample_rate,
+        "mismatch_threshold", (json_int_t)c->verify_mismatch_threshold, "window_s",
+        (json_int_t)c->verify_window_s, "max_rows", (json_int_t)c->verify_max_rows, "tripped",
+        a->verify && verify_tripped(a->verify), "fallback_reason", a->fallback_reason, "checked",
+        (json_int_t)checked, "mismatches", (json_int_t)mismatched, "skipped", (json_int_t)skipped,
+        "trace_file", c->trace_file);
 }
 
 static json_t *info_json(app *a) {
@@ -148,13 +183,15 @@ static json_t *info_json(app *a) {
         (json_int_t)c->max_inputs_per_request, "attention_max_heads", ATTN_API_MAX_HEADS,
         "attention_max_head_dim", ATTN_API_MAX_HEAD_DIM, "attention_row_floats",
         ATTN_API_ROW_FLOATS, "memory", memory_json(a), "model", model_json(a));
-    /* Safety net (issue 7): the self-test of every backend, and whether the
-     * backend in force is a fallback for the configured one. */
+    /* Safety net (issue 7): the self-test of every backend, whether the
+     * backend in force is a fallback for the configured one (after a failed
+     * self-test or a verification trip), and verification's state. */
     if (info &&
         (json_object_set_new(info, "backend_configured",
                              a->configured ? json_string(a->configured->name) : json_null()) ||
          json_object_set_new(info, "fallback_active", json_boolean(b != a->configured)) ||
-         json_object_set_new(info, "selftest", backend_selftest_json()))) {
+         json_object_set_new(info, "selftest", backend_selftest_json()) ||
+         json_object_set_new(info, "verification", verification_json(a)))) {
         json_decref(info);
         info = NULL;
     }
@@ -201,6 +238,14 @@ static int select_backend(const app *a, const config *c, const char *name, const
                           char *why, size_t why_len) {
     if (resolve_backend(a, c, name, out, why, why_len) != 0)
         return -1;
+    for (size_t i = 0; i < a->ncaught; i++)
+        if (a->caught[i] == *out) {
+            snprintf(why, why_len,
+                     "backend '%s' was caught by shadow verification giving wrong results; "
+                     "restart the service to self-test it again",
+                     (*out)->name);
+            return -1;
+        }
     if (backend_passed_selftest(*out))
         return 0;
     const attn_selftest_result *r = attn_selftest_kept(*out);
@@ -236,6 +281,128 @@ static const attn_backend *choose_backend(const app *a) {
         log_warn("fallback backend refused", LOG_KV("backend", name), LOG_KV("reason", why));
     }
     return NULL;
+}
+
+/* ---- shadow verification: switching to a fallback (issue 7 §2) --------------------- */
+
+/* The first of c's fallback_backends that can run the configured shapes,
+ * passed its self-test on this machine and is not `failing`; NULL if none. */
+static const attn_backend *next_fallback(const app *a, const config *c,
+                                         const attn_backend *failing) {
+    char list[256], why[256];
+    snprintf(list, sizeof list, "%s", c->fallback_backends ? c->fallback_backends : "");
+    char *save = NULL;
+    for (char *name = strtok_r(list, ",", &save); name; name = strtok_r(NULL, ",", &save)) {
+        const attn_backend *b = NULL;
+        if (select_backend(a, c, name, &b, why, sizeof why) == 0 && b != failing &&
+            backend_passed_selftest(b))
+            return b;
+    }
+    return NULL;
+}
+
+/* The verifier's trip callback (checker thread): mismatches reached the
+ * threshold within the window. Switches between batches (sched_call), so no
+ * request is dropped or computed half by one backend and half by another;
+ * the caught backend is never selected again by this process (see app.caught). */
+static bool on_verify_trip(const verify_evidence *ev, void *ctx) {
+    app *a = ctx;
+    const attn_check *c = &ev->check;
+    pthread_mutex_lock(&a->backend_mu);
+    const attn_backend *cur = attn_service_backend(a->svc);
+    if (ev->backend != cur) {
+        log_warn("shadow verification: mismatches from a backend no longer in force; no switch",
+                 LOG_KV("backend", ev->backend->name), LOG_KV("in_force", cur->name));
+        pthread_mutex_unlock(&a->backend_mu);
+        return false;
+    }
+    pthread_mutex_lock(&a->cfg_mu);
+    const attn_backend *to = next_fallback(a, &a->cfg, cur);
+    const int64_t window_s = a->cfg.verify_window_s;
+    pthread_mutex_unlock(&a->cfg_mu);
+    if (!to) {
+        log_error("shadow verification: backend gives wrong results and no fallback backend is "
+                  "usable; keeping it",
+                  LOG_KV("backend", cur->name), LOG_KV("layer", ev->layer),
+                  LOG_KV("max_error_ratio", c->max_ratio));
+        pthread_mutex_unlock(&a->backend_mu);
+        return false;
+    }
+    int rc = attn_service_set_backend(a->svc, a->sched, to);
+    if (rc != SCHED_OK) {
+        log_error("shadow verification: cannot switch backend",
+                  LOG_KV("error", sched_strerror(rc)));
+        pthread_mutex_unlock(&a->backend_mu);
+        return false;
+    }
+    metrics_set_backend(to);
+    if (a->ncaught < ATTN_MAX_BACKENDS)
+        a->caught[a->ncaught++] = cur;
+    atomic_store(&a->fallback_active, true);
+    metrics_set_fallback_active(1);
+    pthread_mutex_lock(&a->cfg_mu);
+    snprintf(a->fallback_reason, sizeof a->fallback_reason,
+             "shadow verification: %s (%s) exceeded the error bound %d times within %lld s "
+             "(layer %d, token %d, head %d, dim %d: got %.6g, want %.6g, bound %.3g)",
+             cur->name, cur->simd_path(), ev->mismatches_in_window, (long long)window_s, ev->layer,
+             c->bad_token, c->bad_head, c->bad_dim, (double)c->bad_got, c->bad_want, c->bad_bound);
+    pthread_mutex_unlock(&a->cfg_mu);
+    log_error("SHADOW VERIFICATION FAILED: backend gives wrong results; switched to the fallback "
+              "for the life of this process (a restart self-tests it again)",
+              LOG_KV("backend", cur->name), LOG_KV("simd", cur->simd_path()),
+              LOG_KV("to", to->name), LOG_KV("layer", ev->layer), LOG_KV("batch", ev->batch_id),
+              LOG_KV("seq", c->bad_seq), LOG_KV("token", c->bad_token), LOG_KV("head", c->bad_head),
+              LOG_KV("dim", c->bad_dim), LOG_KV("got", c->bad_got), LOG_KV("want", c->bad_want),
+              LOG_KV("error", fabs((double)c->bad_got - c->bad_want)),
+              LOG_KV("bound", c->bad_bound), LOG_KV("max_error_ratio", c->max_ratio),
+              LOG_KV("mismatches", ev->mismatches_in_window), LOG_KV("window_s", window_s));
+    pthread_mutex_unlock(&a->backend_mu);
+    return true;
+}
+
+/* The verifier and the trace, sized for the largest attention call the
+ * service can run: the model's per-layer problem or the /v1/attention
+ * bounds, whichever is larger. */
+static int start_verification(app *a) {
+    const config *c = &a->cfg;
+    const bert_config *m = bert_get_config(a->model);
+    const int64_t T = c->max_batch_tokens;
+    const int32_t C = m->hidden_size, D = m->hidden_size / m->num_heads;
+    const int32_t api_row = ATTN_API_MAX_HEADS * ATTN_API_MAX_HEAD_DIM;
+    verify_options vo = {
+        .max_tokens = (int32_t)T,
+        .max_row_floats = C > api_row ? C : api_row,
+        .max_kv_floats = T * (C > ATTN_API_ROW_FLOATS ? C : ATTN_API_ROW_FLOATS),
+        .max_seqs = (int32_t)(c->max_batch_requests < c->verify_max_rows ? c->max_batch_requests
+                                                                         : c->verify_max_rows),
+        .max_seqlen = (int32_t)T,
+        .max_head_dim = D > ATTN_API_MAX_HEAD_DIM ? D : ATTN_API_MAX_HEAD_DIM,
+        .max_rows = (int32_t)c->verify_max_rows,
+        .sample_rate = c->verify_sample_rate,
+        .mismatch_threshold = (int32_t)c->verify_mismatch_threshold,
+        .window_s = c->verify_window_s,
+        .seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32),
+        .trip = on_verify_trip,
+        .trip_ctx = a,
+    };
+    char err[256];
+    if (!(a->verify = verify_create(&vo, err, sizeof err)) ||
+        !(a->trace = trace_create(c->trace_file, err, sizeof err))) {
+        log_error("cannot start verification", LOG_KV("error", err));
+        return 1;
+    }
+    attn_service_set_verifier(a->svc, a->verify);
+    embed_service_set_verifier(a->embed, a->verify);
+    batch_runner_set_trace(a->runner, a->trace);
+    /* A start on a fallback (the configured backend refused the shapes or
+     * failed its self-test) counts as a fallback too. */
+    const attn_backend *want = NULL;
+    char why[256];
+    const bool active = select_backend(a, c, c->backend, &want, why, sizeof why) != 0 ||
+                        want != attn_service_backend(a->svc);
+    atomic_store(&a->fallback_active, active);
+    metrics_set_fallback_active(active);
+    return 0;
 }
 
 static void on_batch(const sched_batch *b, int run_status, void *ctx) {
@@ -360,6 +527,8 @@ static int start(app *a) {
         log_error("out of memory");
         return 1;
     }
+    if ((rc = start_verification(a)) != 0) /* issue 7 §2, §3 */
+        return rc;
     metrics_set_workspace_bytes(workspace_bytes(a));
     metrics_set_backend(backend);
 
@@ -421,9 +590,9 @@ static void on_change(void *ctx, const char *name, const char *old_value, const 
 }
 
 /* A backend change takes effect between batches; a backend that refuses the
- * configured shapes or failed its start-up self-test is refused and the one
- * in force kept. */
-static void reload_backend(app *a, const config *next) {
+ * configured shapes, failed its start-up self-test or was caught by shadow
+ * verification is refused and the one in force kept. */
+static void reload_backend_locked(app *a, const config *next) {
     const attn_backend *cur = attn_service_backend(a->svc), *want = NULL;
     char why[512];
     const attn_backend *configured = configured_backend(a, next);
@@ -445,6 +614,31 @@ static void reload_backend(app *a, const config *next) {
         }
     }
     metrics_set_fallback_active(attn_service_backend(a->svc) != configured);
+}
+
+/* Issue 7 §2: backend decisions are serialised with verification's switch;
+ * a reload that selects a backend ends a verification fallback (the
+ * verifier is re-armed), and the gauge says whether the backend in force is
+ * the configured one. */
+static void reload_backend(app *a, const config *next) {
+    pthread_mutex_lock(&a->backend_mu);
+    reload_backend_locked(a, next);
+    const attn_backend *want = NULL;
+    char why[256];
+    const bool active = select_backend(a, next, next->backend, &want, why, sizeof why) != 0 ||
+                        want != attn_service_backend(a->svc);
+    atomic_store(&a->fallback_active, active);
+    metrics_set_fallback_active(active);
+    verify_rearm(a->verify);
+    verify_set_rate(a->verify, next->verify_sample_rate);
+    verify_set_policy(a->verify, (int32_t)next->verify_mismatch_threshold, next->verify_window_s);
+    trace_set_path(a->trace, next->trace_file);
+    if (!active) {
+        pthread_mutex_lock(&a->cfg_mu);
+        a->fallback_reason[0] = '\0';
+        pthread_mutex_unlock(&a->cfg_mu);
+    }
+    pthread_mutex_unlock(&a->backend_mu);
 }
 
 static void reload(app *a) {
@@ -523,7 +717,10 @@ static int drain(app *a, int sig) {
 
 static void stop(app *a) {
     http_destroy(a->http);
+    verify_stop(a->verify); /* its trip callback may call the scheduler */
     sched_destroy(a->sched);
+    verify_destroy(a->verify);
+    trace_destroy(a->trace);
     batch_runner_destroy(a->runner);
     embed_service_destroy(a->embed);
     attn_service_destroy(a->svc);
@@ -532,6 +729,7 @@ static void stop(app *a) {
     tok_free(a->tok);
     config_free(&a->cfg);
     pthread_mutex_destroy(&a->cfg_mu);
+    pthread_mutex_destroy(&a->backend_mu);
 }
 
 static void log_start(app *a) {
@@ -565,6 +763,7 @@ int main(int argc, char **argv) {
 
     static app a;
     pthread_mutex_init(&a.cfg_mu, NULL);
+    pthread_mutex_init(&a.backend_mu, NULL);
     config_action action;
     char err[512];
     if (config_load(&a.cfg, argc, argv, &action, err, sizeof err) != 0) {

@@ -142,6 +142,8 @@ void metrics_batch(const sched_batch *b) {
     hist_observe(&M.batch_tokens, (double)b->n_tokens);
 }
 
+static void gflops_add(int slot, double seconds, double flops); /* verification block below */
+
 static int backend_slot(const attn_backend *backend) {
     const attn_backend *const *all = attn_backends();
     for (int i = 0; i < MAX_BACKENDS && all[i]; i++)
@@ -159,6 +161,7 @@ void metrics_kernel(const attn_backend *backend, double seconds, double flops) {
     atomic_fetch_add_explicit(&M.kernel_calls[i], 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&M.kernel_mflop[i], (uint64_t)llround(flops * 1e-6),
                               memory_order_relaxed);
+    gflops_add(i, seconds, flops); /* issue 7 §3: attnserve_kernel_gflops */
 }
 
 void metrics_embeddings(uint64_t inputs, uint64_t tokens) {
@@ -425,6 +428,129 @@ static void render_process(FILE *f) {
     fprintf(f, "process_start_time_seconds %lld\n", (long long)M.start_time);
 }
 
+/* ---- shadow verification, fallback and GFLOP/s (issue 7 §2, §3) ------------------
+ * Kept apart from the slots above so that the self-test half's metrics merge
+ * beside it without touching it. */
+
+static const double ratio_bounds[] = {0.01, 0.03, 0.1, 0.3, 1, 3, 10, 100, 1000};
+static const double abs_err_bounds[] = {1e-9, 1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1};
+
+/* GFLOP/s over the last GF_SLOTS seconds: one slot per second of the
+ * monotonic clock, per backend, each holding that second's kernel time and
+ * work. A rolling window rather than an EWMA because a window's value is a
+ * plain ratio of what ran in it (kernel FLOPs / kernel seconds) and reads
+ * the same whatever the batch rate; an idle backend simply has no value. The
+ * one writer is the compute thread (and the start-up self-test before it);
+ * a scrape that races a slot's reset reads one second slightly off. */
+#define GF_SLOTS 10
+typedef struct gf_slot {
+    _Atomic int64_t second; /* which monotonic second the slot holds */
+    _Atomic uint64_t ns, kflop;
+} gf_slot;
+
+static struct {
+    histogram max_ratio, mean_abs;
+    _Atomic uint64_t batches[MAX_BACKENDS], mismatches[MAX_BACKENDS];
+    _Atomic uint64_t skipped;
+    _Atomic uint64_t trace_written, trace_dropped;
+    gf_slot gf[MAX_BACKENDS][GF_SLOTS];
+} V = {
+    .max_ratio = {.bounds = ratio_bounds, .nbounds = NBOUNDS(ratio_bounds), .sum_unit = 1e-3},
+    .mean_abs = {.bounds = abs_err_bounds, .nbounds = NBOUNDS(abs_err_bounds), .sum_unit = 1e-12},
+};
+
+static int64_t mono_second(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec;
+}
+
+static void gflops_add(int slot, double seconds, double flops) {
+    const int64_t sec = mono_second();
+    gf_slot *g = &V.gf[slot][sec % GF_SLOTS];
+    if (atomic_load_explicit(&g->second, memory_order_relaxed) != sec) {
+        atomic_store_explicit(&g->ns, 0, memory_order_relaxed);
+        atomic_store_explicit(&g->kflop, 0, memory_order_relaxed);
+        atomic_store_explicit(&g->second, sec, memory_order_relaxed);
+    }
+    atomic_fetch_add_explicit(&g->ns, (uint64_t)llround(seconds * 1e9), memory_order_relaxed);
+    atomic_fetch_add_explicit(&g->kflop, (uint64_t)llround(flops * 1e-3), memory_order_relaxed);
+}
+
+/* Values past these are clamped for the histograms' sums (a non-finite
+ * output gives an infinite error; the bucket still says +Inf). */
+static double clamp_sum(double x, double cap) {
+    return isfinite(x) && x < cap ? x : cap;
+}
+
+void metrics_verify(const attn_backend *backend, int mismatch, double max_ratio, double mean_abs) {
+    int i = backend_slot(backend);
+    if (i >= 0) {
+        atomic_fetch_add_explicit(&V.batches[i], 1, memory_order_relaxed);
+        if (mismatch)
+            atomic_fetch_add_explicit(&V.mismatches[i], 1, memory_order_relaxed);
+    }
+    hist_observe(&V.max_ratio, clamp_sum(max_ratio, 1e9));
+    hist_observe(&V.mean_abs, clamp_sum(mean_abs, 1e3));
+}
+
+void metrics_verify_skipped(void) {
+    atomic_fetch_add_explicit(&V.skipped, 1, memory_order_relaxed);
+}
+
+void metrics_trace_line(int written) {
+    atomic_fetch_add_explicit(written ? &V.trace_written : &V.trace_dropped, 1,
+                              memory_order_relaxed);
+}
+
+static void render_verify(FILE *f) {
+    const attn_backend *const *all = attn_backends();
+    header(f, "attnserve_verify_batches_total", "counter",
+           "Sampled attention calls recomputed with the float64 reference, by backend.");
+    for (int i = 0; i < MAX_BACKENDS && all[i]; i++)
+        fprintf(f, "attnserve_verify_batches_total{backend=\"%s\"} %llu\n", all[i]->name,
+                (unsigned long long)load(&V.batches[i]));
+    header(f, "attnserve_verify_mismatches_total", "counter",
+           "Checked attention calls with an element past the error bound, by backend.");
+    for (int i = 0; i < MAX_BACKENDS && all[i]; i++)
+        fprintf(f, "attnserve_verify_mismatches_total{backend=\"%s\"} %llu\n", all[i]->name,
+                (unsigned long long)load(&V.mismatches[i]));
+    header(f, "attnserve_verify_skipped_total", "counter",
+           "Batches sampled for verification but not checked: the checker was busy.");
+    fprintf(f, "attnserve_verify_skipped_total %llu\n", (unsigned long long)load(&V.skipped));
+    header(f, "attnserve_verify_max_error_ratio", "histogram",
+           "Per check, the largest |out - ref| / bound (above 1 is a mismatch).");
+    render_hist(f, "attnserve_verify_max_error_ratio", "", &V.max_ratio);
+    header(f, "attnserve_verify_mean_abs_error", "histogram",
+           "Per check, the mean |out - ref| over the elements compared.");
+    render_hist(f, "attnserve_verify_mean_abs_error", "", &V.mean_abs);
+    header(f, "attnserve_trace_lines_total", "counter", "Trace lines written to trace_file.");
+    fprintf(f, "attnserve_trace_lines_total %llu\n", (unsigned long long)load(&V.trace_written));
+    header(f, "attnserve_trace_lines_dropped_total", "counter",
+           "Trace lines dropped: the buffer was full or the file could not be written.");
+    fprintf(f, "attnserve_trace_lines_dropped_total %llu\n",
+            (unsigned long long)load(&V.trace_dropped));
+
+    header(f, "attnserve_kernel_gflops", "gauge",
+           "Attention GFLOP/s achieved over the last 10 s (kernel FLOPs / kernel seconds), by "
+           "backend; absent for a backend that ran nothing in that time.");
+    const int64_t now = mono_second();
+    for (int i = 0; i < MAX_BACKENDS && all[i]; i++) {
+        uint64_t ns = 0, kflop = 0;
+        for (int j = 0; j < GF_SLOTS; j++) {
+            gf_slot *g = &V.gf[i][j];
+            const int64_t sec = atomic_load_explicit(&g->second, memory_order_relaxed);
+            if (sec > now - GF_SLOTS && sec <= now) {
+                ns += load(&g->ns);
+                kflop += load(&g->kflop);
+            }
+        }
+        if (ns > 0)
+            fprintf(f, "attnserve_kernel_gflops{backend=\"%s\"} %.6g\n", all[i]->name,
+                    (double)kflop * 1e3 / (double)ns);
+    }
+}
+
 char *metrics_render(size_t *len) {
     char *text = NULL;
     size_t n = 0;
@@ -435,6 +561,7 @@ char *metrics_render(size_t *len) {
     render_scheduler(f);
     render_kernels(f);
     render_safety(f);
+    render_verify(f); /* issue 7 §2, §3 */
     render_process(f);
     if (fclose(f) != 0) {
         free(text);

@@ -65,6 +65,22 @@ void metrics_set_fallback_active(int active);
  * are rendered; may be NULL. */
 void metrics_set_scheduler(sched *s);
 
+/* ---- shadow verification and fallback (issue 7 §2, §3; server/verify.c) ----
+ * attnserve_verify_batches_total{backend}, attnserve_verify_mismatches_total
+ * {backend}, attnserve_verify_skipped_total, the histograms
+ * attnserve_verify_max_error_ratio and attnserve_verify_mean_abs_error, and
+ * attnserve_kernel_gflops{backend} (rendered from metrics_kernel's calls). */
+
+/* One finished check of backend: mismatch or not, its largest error/bound
+ * ratio and its mean absolute error. */
+void metrics_verify(const attn_backend *backend, int mismatch, double max_ratio, double mean_abs);
+/* A sampled batch not checked because the checker was still busy. */
+void metrics_verify_skipped(void);
+
+/* One trace line written (true) or dropped (false): attnserve_trace_lines_total
+ * and attnserve_trace_lines_dropped_total. */
+void metrics_trace_line(int written);
+
 /* The exposition text (malloc'd, NUL-terminated, *len without the NUL), or
  * NULL when out of memory. */
 char *metrics_render(size_t *len);

@@ -34,8 +34,11 @@ def test_info_lists_limits_memory_and_backend(server):
     mem = info["memory"]
     assert mem["workspace_bytes"] > 0
     assert mem["queue_bytes"] == server.settings["max_queue"] * server.settings["max_body_bytes"]
+    # verification_bytes: the shadow verification slot and trace buffer (issue 7).
+    assert mem["verification_bytes"] > 0
     assert mem["worst_case_bytes"] == (mem["weights_bytes"] + mem["workspace_bytes"] +
-                                       mem["queue_bytes"] + mem["connections_bytes"])
+                                       mem["queue_bytes"] + mem["connections_bytes"] +
+                                       mem["verification_bytes"])
     assert "path" in info["model"]
 
 
