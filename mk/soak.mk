@@ -1,0 +1,13 @@
+# Soak and memcheck (issue 6 §3):
+#   make soak [SOAK_SECONDS=N]   the bounded soak: steady valid and invalid load
+#                                on loopback for N seconds (60..600, default 180);
+#                                flat RSS, no fd growth, every status as expected
+#   make valgrind                the server under valgrind memcheck for a short
+#                                run, then every start-up failure path: no leak,
+#                                no memory error, the expected exit status
+.PHONY: soak valgrind
+
+SOAK_SECONDS ?= 180
+
+soak: $(BIN) model
+	@tests/soak/run.sh $(BIN) $(SOAK_SECONDS)
