@@ -11,3 +11,7 @@ SOAK_SECONDS ?= 180
 
 soak: $(BIN) model
 	@tests/soak/run.sh $(BIN) $(SOAK_SECONDS)
+
+# The normal build (-O2 -g): what ships is what memcheck checks.
+valgrind: $(BIN) model
+	@tests/valgrind/run.sh $(BIN)

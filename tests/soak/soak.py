@@ -28,7 +28,8 @@ Pass criteria (all must hold; the exit status is 0 only then):
   5. SIGTERM: the server exits 0 within drain_timeout_s + 10 s, and its log
      holds no sanitizer report.
 
-Writes OUT/soak.csv (t_s, phase, rss_kib, fds, requests), OUT/server.log,
+Writes OUT/soak.csv (t_s, phase, rss_kib, fds, requests, rss_anon_kib,
+rss_file_kib), OUT/server.log,
 OUT/summary.txt and a PNG of RSS and fds over time (--png).
 
     soak.py --bin build/attnserve --seconds 180 --out build/soak [--png PATH]
@@ -57,6 +58,7 @@ from pngplot import Panel, Series, write_chart  # noqa: E402
 RSS_TOLERANCE = 0.05
 WARMUP_FRACTION, WARMUP_MIN_S = 0.20, 30
 MAX_SECONDS = 600
+TIMEOUT = 30  # seconds a client waits for an answer (memcheck.py raises it)
 SANITIZER_MARKERS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:",
                      "WARNING: ThreadSanitizer")
 
@@ -214,13 +216,13 @@ def op_tokenize(c):
 
 
 def op_health(c):
-    r = c.s.get(c.url("/health"), timeout=30)
+    r = c.s.get(c.url("/health"), timeout=TIMEOUT)
     check_ok(r)
     return r
 
 
 def op_metrics(c):
-    r = c.s.get(c.url("/metrics"), timeout=30)
+    r = c.s.get(c.url("/metrics"), timeout=TIMEOUT)
     check_ok(r)
     expect("attnserve_http_requests_total" in r.text, "metrics text")
     return r
@@ -229,9 +231,9 @@ def op_metrics(c):
 def err_op(path, body, status, headers=JSON, method="POST"):
     def op(c):
         if method == "POST":
-            r = c.s.post(c.url(path), data=body, headers=headers, timeout=30)
+            r = c.s.post(c.url(path), data=body, headers=headers, timeout=TIMEOUT)
         else:
-            r = c.s.request(method, c.url(path), timeout=30)
+            r = c.s.request(method, c.url(path), timeout=TIMEOUT)
         check_error(r, status)
         if status == 405:
             expect(r.headers.get("Allow"), "405 without Allow")
@@ -243,7 +245,7 @@ BIG = b'{"input": "' + b"a" * (300 * 1024) + b'"}'
 
 
 def op_413_chunked(c):
-    r = c.s.post(c.url("/v1/embeddings"), headers=JSON, timeout=30,
+    r = c.s.post(c.url("/v1/embeddings"), headers=JSON, timeout=TIMEOUT,
                  data=(BIG[i:i + 16384] for i in range(0, len(BIG), 16384)))
     expect("Content-Length" not in r.request.headers, "chunked request had a Content-Length")
     check_error(r, 413)
@@ -251,7 +253,7 @@ def op_413_chunked(c):
 
 
 def raw_connect(c):
-    s = socket.create_connection(("127.0.0.1", c.port), timeout=30)
+    s = socket.create_connection(("127.0.0.1", c.port), timeout=TIMEOUT)
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return s
 
@@ -336,7 +338,7 @@ class Client(threading.Thread):
         return "http://127.0.0.1:%d%s" % (self.port, path)
 
     def post(self, path, body):
-        return self.s.post(self.url(path), data=body, headers=JSON, timeout=30)
+        return self.s.post(self.url(path), data=body, headers=JSON, timeout=TIMEOUT)
 
     def run(self):
         next_t = time.monotonic() + self.rng.uniform(0, self.interval)
@@ -426,11 +428,18 @@ class Soak:
         raise SystemExit("soak: attnserve not ready after 60 s")
 
     def sample(self):
+        """(VmRSS, open fds); RssAnon and RssFile go to the CSV beside them,
+        to tell heap growth from weight pages being touched."""
+        rss, fds, _ = self.sample_full()
+        return rss, fds
+
+    def sample_full(self):
         pid = self.proc.pid
         with open("/proc/%d/status" % pid) as f:
-            rss = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+            kib = {line.split(":")[0]: int(line.split()[1]) for line in f
+                   if line.startswith(("VmRSS:", "RssAnon:", "RssFile:"))}
         fds = len(os.listdir("/proc/%d/fd" % pid))
-        return rss, fds
+        return kib["VmRSS"], fds, (kib["RssAnon"], kib["RssFile"])
 
     def sampler(self, t0):
         next_t = t0
@@ -438,12 +447,12 @@ class Soak:
             next_t += 1.0
             time.sleep(max(0.0, next_t - time.monotonic()))
             try:
-                rss, fds = self.sample()
-            except (OSError, StopIteration):
+                rss, fds, (anon, file_) = self.sample_full()
+            except (OSError, KeyError):
                 return
             with self.lock:
                 self.samples.append((round(time.monotonic() - t0, 1), self.phase, rss, fds,
-                                     sum(self.ops.values())))
+                                     sum(self.ops.values()), anon, file_))
 
     def fd_targets(self):
         d = "/proc/%d/fd" % self.proc.pid
@@ -470,7 +479,7 @@ class Soak:
         return self.sample()
 
     def server_counts(self):
-        r = requests.get("http://127.0.0.1:%d/metrics" % self.port, timeout=30)
+        r = requests.get("http://127.0.0.1:%d/metrics" % self.port, timeout=TIMEOUT)
         r.raise_for_status()
         counts = Counter()
         for line in r.text.splitlines():
@@ -506,8 +515,9 @@ class Soak:
         for c in clients:
             c.join(timeout=60)
         sampler.join(timeout=5)
+        _, _, (anon, file_) = self.sample_full()
         self.samples.append((round(time.monotonic() - t0, 1), "end", end_rss, end_fds,
-                             self.total_ops()))
+                             self.total_ops(), anon, file_))
         server = self.server_counts()
         self.proc.send_signal(signal.SIGTERM)
         try:
@@ -591,9 +601,9 @@ class Soak:
     def write(self, lines):
         a = self.args
         with open(os.path.join(a.out, "soak.csv"), "w") as f:
-            f.write("t_s,phase,rss_kib,fds,requests\n")
+            f.write("t_s,phase,rss_kib,fds,requests,rss_anon_kib,rss_file_kib\n")
             for s in self.samples:
-                f.write("%s,%s,%d,%d,%d\n" % s)
+                f.write("%s,%s,%d,%d,%d,%d,%d\n" % s)
         with open(os.path.join(a.out, "summary.txt"), "w") as f:
             f.write("\n".join(lines) + "\n")
         if a.png:
