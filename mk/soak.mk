@@ -12,6 +12,8 @@ SOAK_SECONDS ?= 180
 soak: $(BIN) model
 	@tests/soak/run.sh $(BIN) $(SOAK_SECONDS)
 
-# The normal build (-O2 -g): what ships is what memcheck checks.
+# The normal build (-O2 -g): what ships is what memcheck checks; valgrind
+# cannot run a sanitizer build at all.
 valgrind: $(BIN) model
+	@if [ -n "$(SANITIZE)" ]; then echo "make valgrind: not with SANITIZE" >&2; exit 2; fi
 	@tests/valgrind/run.sh $(BIN)

@@ -373,7 +373,7 @@ class Soak:
         self.gone = Counter()      # route -> clients that went away unanswered
         self.ops = Counter()
         self.failures = []
-        self.samples = []          # (t, phase, rss_kib, fds, requests)
+        self.samples = []          # (t, phase, rss_kib, fds, requests, anon_kib, file_kib)
         self.stop, self.pause = threading.Event(), threading.Event()
         self.phase = "warm-up"
         self.idle_fds = []         # fd kinds at each idle point
