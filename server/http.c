@@ -28,6 +28,7 @@
 
 #include "errors.h"
 #include "log.h"
+#include "membudget.h"
 #include "metrics.h"
 
 /* A client-sent x-request-id longer than this, or with characters outside
@@ -92,6 +93,10 @@ struct http_request {
     void (*user_free)(void *);
 };
 
+/* Counted per connection in the worst-case memory (main.c). */
+_Static_assert(sizeof(struct http_request) <= HTTP_REQUEST_STATE_BYTES,
+               "HTTP_REQUEST_STATE_BYTES must cover the request state");
+
 static double ms_since(const struct timespec *t0) {
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
@@ -122,10 +127,22 @@ static int queue(http_request *req, unsigned status, struct MHD_Response *resp) 
     return HTTP_DONE;
 }
 
-static struct MHD_Response *response_from(char *text, size_t len, const char *content_type) {
-    struct MHD_Response *resp = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
+/* jansson's free, whatever it is: main points jansson at membudget_malloc. */
+static void json_text_free(void *text) {
+    json_malloc_t jmalloc;
+    json_free_t jfree;
+    json_get_alloc_funcs(&jmalloc, &jfree);
+    jfree(text);
+}
+
+/* text is freed with free_fn once MHD has sent it: json_dumps' text and
+ * membudget_malloc blocks stay charged to the request-memory budget
+ * (membudget.h) until then. */
+static struct MHD_Response *response_from(char *text, size_t len, const char *content_type,
+                                          void (*free_fn)(void *)) {
+    struct MHD_Response *resp = MHD_create_response_from_buffer_with_free_callback(len, text, free_fn);
     if (!resp) {
-        free(text);
+        free_fn(text);
         return NULL;
     }
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
@@ -135,19 +152,23 @@ static struct MHD_Response *response_from(char *text, size_t len, const char *co
 int http_reply_json(http_request *req, unsigned status, json_t *body) {
     char *text = body ? json_dumps(body, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
     json_decref(body);
+    if (!text && membudget_refused()) /* the budget is full: 503 (or 413), not 500 */
+        return http_reply_error(req, membudget_error(), "%s", membudget_message());
     if (!text)
         return status == 500 ? HTTP_FAIL : http_reply_error(req, SRV_EINTERNAL, "out of memory");
-    struct MHD_Response *resp = response_from(text, strlen(text), "application/json");
+    struct MHD_Response *resp = response_from(text, strlen(text), "application/json", json_text_free);
     return resp ? queue(req, status, resp) : HTTP_FAIL;
 }
 
 int http_reply_text(http_request *req, unsigned status, const char *content_type, const char *text,
                     size_t len) {
-    char *copy = malloc(len ? len : 1);
+    char *copy = membudget_malloc(len ? len : 1);
+    if (!copy && membudget_refused())
+        return http_reply_error(req, membudget_error(), "%s", membudget_message());
     if (!copy)
         return HTTP_FAIL;
     memcpy(copy, text, len);
-    struct MHD_Response *resp = response_from(copy, len, content_type);
+    struct MHD_Response *resp = response_from(copy, len, content_type, membudget_free);
     return resp ? queue(req, status, resp) : HTTP_FAIL;
 }
 
@@ -166,12 +187,17 @@ int http_reply_error(http_request *req, int err, const char *fmt, ...) {
                 *p = '?';
         text = msg;
     }
+    /* Error bodies are small and bounded (counted per connection): never
+     * refused, so a request the budget refuses still gets its answer. */
+    int scope = membudget_suspend();
     json_t *body = srv_error_body(err, text);
     char *dumped = body ? json_dumps(body, JSON_COMPACT) : NULL;
     json_decref(body);
+    membudget_resume(scope);
     if (!dumped)
         return HTTP_FAIL;
-    struct MHD_Response *resp = response_from(dumped, strlen(dumped), "application/json");
+    struct MHD_Response *resp =
+        response_from(dumped, strlen(dumped), "application/json", json_text_free);
     if (!resp)
         return HTTP_FAIL;
     unsigned status = srv_error_status(err);
@@ -331,6 +357,30 @@ static int early_answer(http_request *req) {
                             cl, max);
 }
 
+/* The request-memory budget (membudget.h) is charged for the body's buffer
+ * as it grows to cap bytes, and released in on_completed. */
+static size_t body_cost(size_t cap) {
+    return cap ? membudget_cost(cap + 1) : 0;
+}
+
+static bool charge_body(http_request *req, size_t cap) {
+    membudget_enter(body_cost(req->cap));
+    bool ok = membudget_charge(body_cost(cap) - body_cost(req->cap));
+    membudget_leave(); /* membudget_error() still tells a refusal */
+    return ok;
+}
+
+/* Runs a route function with what it allocates charged to the budget;
+ * /health and /ready are left out, so probes answer even when it is full. */
+static int run_charged(http_request *req, http_handler_fn fn) {
+    if (req->route->auth == HTTP_AUTH_OPEN)
+        return fn(req, req->route->ctx);
+    membudget_enter(body_cost(req->cap));
+    int r = fn(req, req->route->ctx);
+    membudget_leave();
+    return r;
+}
+
 /* Keeps a piece of body, or throws it away once an answer is decided. */
 static int take_body(http_request *req, const char *data, size_t n) {
     size_t max = req->srv->max_body_bytes;
@@ -346,6 +396,11 @@ static int take_body(http_request *req, const char *data, size_t n) {
             cap *= 2;
         if (cap > max)
             cap = max;
+        if (!charge_body(req, cap)) {
+            set_pending(req, membudget_error(), "%s", membudget_message());
+            req->discarded += n;
+            return HTTP_DONE;
+        }
         char *grown = realloc(req->body, cap + 1);
         if (!grown) {
             set_pending(req, SRV_EINTERNAL, "out of memory reading the body");
@@ -378,12 +433,12 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
         *upload_size = 0;
     } else if (req->parked) {
         req->parked = false;
-        r = req->route->resumed(req, req->route->ctx);
+        r = run_charged(req, req->route->resumed);
     } else if (req->pending) {
         r = http_reply_error(req, req->pending, req->pending_msg[0] ? "%s" : NULL,
                              req->pending_msg);
     } else {
-        r = req->route->handler(req, req->route->ctx);
+        r = run_charged(req, req->route->handler);
     }
     return r == HTTP_FAIL ? MHD_NO : MHD_YES;
 }
@@ -417,6 +472,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     if (req->user_free)
         req->user_free(req->user);
     free(req->body);
+    membudget_uncharge(body_cost(req->cap));
     http_server *srv = req->srv;
     free(req);
     metrics_http_in_flight(-1);
@@ -495,6 +551,10 @@ json_t *http_body_json(http_request *req, int *answered) {
      * Face's does); jansson still refuses it in keys. Handlers compare
      * string values with their lengths. */
     json_t *root = json_loadb(body, n, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &e);
+    if (!root && membudget_refused()) { /* the parse tree did not fit the budget */
+        *answered = http_reply_error(req, membudget_error(), "%s", membudget_message());
+        return NULL;
+    }
     if (!root) {
         *answered = http_reply_error(req, SRV_EBADREQUEST, "invalid JSON: %s (line %d, column %d)",
                                      e.text, e.line, e.column);

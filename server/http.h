@@ -59,6 +59,10 @@ typedef struct http_options {
     void *backend_ctx;
 } http_options;
 
+/* The most each connection's request state takes (checked in http.c), for
+ * the worst-case memory. */
+#define HTTP_REQUEST_STATE_BYTES 1024
+
 /* Starts the daemon on its own thread with routes (n of them, kept by
  * pointer until http_destroy). Returns NULL, with a log line naming why,
  * when it cannot listen. */
