@@ -608,7 +608,7 @@ int attn_api_handle(http_request *req, void *ctx) {
         return answered;
     refusal r = {0};
     attn_job *job = decode_request(api, root, &r);
-    json_decref(root);
+    http_body_json_free(req, root);
     if (!job && membudget_refused()) /* the job did not fit the request-memory budget */
         return http_reply_error(req, membudget_error(), "%s", membudget_message());
     if (!job)

@@ -416,7 +416,9 @@ static embed_job *decode_openai(const embed_api *api, json_t *root, refusal *r) 
     job->normalize = api->model->normalize;
     job->base64 = base64;
     job->dimensions = dims ? (int)json_integer_value(dims) : 0;
-    job->model = model ? json_incref(model) : json_string(api->model_name);
+    /* A copy, charged to the budget: the request's tree is freed next. */
+    job->model = model ? json_stringn(json_string_value(model), json_string_length(model))
+                       : json_string(api->model_name);
     if (!job->model) {
         job_free(job);
         refuse(r, SRV_EINTERNAL, "out of memory");
@@ -552,7 +554,7 @@ static int handle(http_request *req, embed_api *api, decode_fn decode) {
         return answered;
     refusal r = {0};
     embed_job *job = decode(api, root, &r);
-    json_decref(root);
+    http_body_json_free(req, root);
     if (!job && membudget_refused()) /* the job did not fit the request-memory budget */
         return http_reply_error(req, membudget_error(), "%s", membudget_message());
     if (!job)
@@ -683,7 +685,7 @@ int embed_api_tokenize(http_request *req, void *ctx) {
         if (!out && !r.err)
             refuse(&r, SRV_EINTERNAL, "out of memory");
     }
-    json_decref(root);
+    http_body_json_free(req, root);
     if (!out && membudget_refused())
         return http_reply_error(req, membudget_error(), "%s", membudget_message());
     if (!out)

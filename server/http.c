@@ -82,6 +82,7 @@ struct http_request {
 
     char *body;
     size_t len, cap, discarded;
+    size_t json_charge; /* the parse tree's bound, charged until it is freed */
 
     bool parked;
     bool after_quiesce; /* started once draining had begun */
@@ -472,7 +473,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     if (req->user_free)
         req->user_free(req->user);
     free(req->body);
-    membudget_uncharge(body_cost(req->cap));
+    membudget_uncharge(body_cost(req->cap) + req->json_charge);
     http_server *srv = req->srv;
     free(req);
     metrics_http_in_flight(-1);
@@ -546,26 +547,40 @@ json_t *http_body_json(http_request *req, int *answered) {
                                      HTTP_JSON_MAX_DEPTH);
         return NULL;
     }
+    /* The tree is charged whole before parsing: jansson must never see a
+     * refused allocation while it lexes (membudget.h). */
+    size_t bound = membudget_json_bound(body, n);
+    if (!membudget_charge(bound)) {
+        *answered = http_reply_error(req, membudget_error(), "%s", membudget_message());
+        return NULL;
+    }
+    req->json_charge = membudget_charging() ? bound : 0;
     json_error_t e;
     /* Texts to embed may hold U+0000 (the tokenizer drops it, as Hugging
      * Face's does); jansson still refuses it in keys. Handlers compare
      * string values with their lengths. */
+    int scope = membudget_suspend();
     json_t *root = json_loadb(body, n, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &e);
-    if (!root && membudget_refused()) { /* the parse tree did not fit the budget */
-        *answered = http_reply_error(req, membudget_error(), "%s", membudget_message());
-        return NULL;
-    }
+    membudget_resume(scope);
+    if (!root)
+        http_body_json_free(req, NULL);
     if (!root) {
         *answered = http_reply_error(req, SRV_EBADREQUEST, "invalid JSON: %s (line %d, column %d)",
                                      e.text, e.line, e.column);
         return NULL;
     }
     if (!json_is_object(root)) {
-        json_decref(root);
+        http_body_json_free(req, root);
         *answered = http_reply_error(req, SRV_EBADREQUEST, "the body must be a JSON object");
         return NULL;
     }
     return root;
+}
+
+void http_body_json_free(http_request *req, json_t *root) {
+    json_decref(root);
+    membudget_uncharge(req->json_charge);
+    req->json_charge = 0;
 }
 
 void http_park(http_request *req) {

@@ -107,6 +107,9 @@ const char *http_body(const http_request *req, size_t *len);
  * handler can return HTTP_DONE or HTTP_FAIL. */
 #define HTTP_JSON_MAX_DEPTH 64
 json_t *http_body_json(http_request *req, int *answered);
+/* Frees the tree http_body_json gave (NULL: none) and gives back its charge
+ * to the request-memory budget; nothing taken from the tree may be kept. */
+void http_body_json_free(http_request *req, json_t *root);
 
 /* Handler state that lives as long as the request: free_fn(user) runs in the
  * completion callback, whatever happened. */

@@ -149,6 +149,10 @@ bool membudget_charge(size_t n) {
     return true;
 }
 
+bool membudget_charging(void) {
+    return tl_active;
+}
+
 void membudget_uncharge(size_t n) {
     if (installed && n)
         membudget_release(installed, n);
@@ -208,4 +212,64 @@ void *membudget_realloc(void *p, size_t n) {
     memcpy(q, p, old < n ? old : n);
     membudget_free(p);
     return q;
+}
+
+/* ---- JSON parse trees ---------------------------------------------------------------- */
+
+/* What jansson 2.14 allocates for each token, as charged (header and glibc's
+ * chunk included), from its structs (jansson_private.h, hashtable.h):
+ *   number          json_integer_t/json_real_t, 24 B: 48; its slot in the
+ *                   parent's table, which doubles (capacity < 2 x entries)
+ *                   and briefly coexists with the old one: 24           -> 80
+ *   true/false/null shared singletons: only the slot                     -> 32
+ *   string of len   json_string_t 32 B: 64; the text len + 3: len + 42; the
+ *                   slot 24                                    -> 200 + len
+ *                   As a key: the pair (56 B + len + 1): len + 96, buckets
+ *                   (16 B, doubling, old and new) 48, the lexer's copy freed
+ *                   after: len + 42                            -> 200 + 2 len
+ *   array, object   json_array_t 40 B and its first table (8 slots): 160;
+ *                   json_object_t 72 B and its first 8 buckets: 256; a slot -> 320
+ * Blocks of 128 KiB and more round to pages: within the len of a string,
+ * and tables that large hold at least 16 Ki slots already counted at 24 B
+ * for 8 B used. The lexer keeps the current token in a doubling buffer, the
+ * old one alive while the new one is filled: 3 x (longest token + 16). */
+enum { COST_NUMBER = 80, COST_LITERAL = 32, COST_STRING = 200, COST_CONTAINER = 320 };
+
+size_t membudget_json_bound(const char *text, size_t n) {
+    size_t total = 4096, longest = 0;
+    for (size_t i = 0; i < n;) {
+        const char c = text[i];
+        size_t start = i;
+        if (c == '"') {
+            for (i++; i < n && text[i] != '"'; i++)
+                if (text[i] == '\\')
+                    i++;
+            i++;
+            /* A key (a colon follows) is copied into its pair; a value's
+             * text is the string itself. */
+            size_t j = i;
+            while (j < n && (text[j] == ' ' || text[j] == '\t' || text[j] == '\n' || text[j] == '\r'))
+                j++;
+            total += COST_STRING + (j < n && text[j] == ':' ? 2 : 1) * (i - start);
+        } else if (c == '[' || c == '{') {
+            total += COST_CONTAINER;
+            i++;
+            continue;
+        } else if (c == '-' || (c >= '0' && c <= '9')) {
+            while (i < n && (text[i] == '-' || text[i] == '+' || text[i] == '.' ||
+                             text[i] == 'e' || text[i] == 'E' || (text[i] >= '0' && text[i] <= '9')))
+                i++;
+            total += COST_NUMBER;
+        } else if (c >= 'a' && c <= 'z') {
+            while (i < n && text[i] >= 'a' && text[i] <= 'z')
+                i++;
+            total += COST_LITERAL;
+        } else {
+            i++;
+            continue;
+        }
+        if (i - start > longest)
+            longest = i - start;
+    }
+    return total + 3 * (longest + 16);
 }

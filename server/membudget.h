@@ -87,6 +87,9 @@ const char *membudget_message(void);
  * them; true without charging when no scope is open. membudget_uncharge
  * gives them back, from any thread. */
 bool membudget_charge(size_t n);
+/* Whether this thread's scope charges now (entered, not suspended, and a
+ * budget installed). */
+bool membudget_charging(void);
 void membudget_uncharge(size_t n);
 
 /* malloc and free that charge this thread's scope (no scope: counted
@@ -96,5 +99,18 @@ void *membudget_malloc(size_t n);
 void *membudget_calloc(size_t n, size_t size);
 void *membudget_realloc(void *p, size_t n);
 void membudget_free(void *p);
+
+/* ---- JSON parse trees ---------------------------------------------------------------
+ *
+ * jansson 2.14 writes past a buffer when an allocation fails inside its lexer
+ * (lex_save ignores the failure; lex_scan_string then copies to the closing
+ * quote it never saved), so a parse must never see a refused allocation. It
+ * is admitted whole instead: the caller charges this bound first, parses with
+ * the scope suspended, and releases the bound when the tree is freed. */
+
+/* The most jansson 2.14 allocates, through this allocator, to parse text[0..n):
+ * every value's struct, string and table (doubling growth included), the
+ * object keys, and the lexer's buffer. Linear in n; nesting is not checked. */
+size_t membudget_json_bound(const char *text, size_t n);
 
 #endif

@@ -191,31 +191,87 @@ Test(membudget_alloc, realloc_keeps_the_contents_and_the_count) {
     cr_assert_eq(membudget_used(&budget), 0);
 }
 
-/* jansson allocates through the hooks: a parse tree larger than the budget
- * fails as a parse error (jansson handles the NULL), nothing stays charged,
- * and a dump is charged until it is freed. */
-Test(membudget_alloc, jansson_is_charged_and_refused) {
-    /* 200 000 numbers: about 10 MB of values, far past the 1 MiB budget. */
-    size_t n = 200000;
-    char *text = malloc(2 * n + 2);
-    text[0] = '[';
-    for (size_t i = 0; i < n; i++) {
-        text[1 + 2 * i] = '1';
-        text[2 + 2 * i] = i + 1 < n ? ',' : ']';
+/* The bound charged before a parse covers what jansson really allocates
+ * (peak, the lexer's buffer and table growth included), for every shape of
+ * body: number-dense, nested, keyed, long strings, escapes, literals. */
+static char *repeat(const char *head, const char *item, size_t count, const char *tail) {
+    size_t hl = strlen(head), il = strlen(item), tl = strlen(tail);
+    char *s = malloc(hl + count * (il + 1) + tl + 1);
+    char *p = s;
+    memcpy(p, head, hl), p += hl;
+    for (size_t i = 0; i < count; i++) {
+        if (i)
+            *p++ = ',';
+        memcpy(p, item, il), p += il;
     }
-    text[2 * n + 1] = '\0';
+    memcpy(p, tail, tl + 1);
+    return s;
+}
+
+Test(membudget_alloc, the_parse_bound_covers_jansson) {
+    budget.limit = SIZE_MAX / 4;
+    char *longs = malloc((3 << 20) + 64);
+    strcpy(longs, "{\"input\": \"hello\", \"user\": \"");
+    size_t head = strlen(longs);
+    memset(longs + head, 'x', 3 << 20);
+    strcpy(longs + head + (3 << 20), "\"}");
+    /* One object of 20 000 distinct keys of 100 characters. */
+    char *keyed = malloc(20000 * 110 + 16), *k = keyed;
+    *k++ = '{';
+    for (int i = 0; i < 20000; i++)
+        k += sprintf(k, "%s\"%0100d\": %d", i ? "," : "", i, i);
+    strcpy(k, "}");
+    char *bodies[] = {
+        keyed,
+        repeat("[", "1", 200000, "]"),
+        repeat("[", "-1.5e-3", 50000, "]"),
+        repeat("[", "[]", 100000, "]"),
+        repeat("[", "{}", 100000, "]"),
+        repeat("[", "{\"k\":1,\"key2\":[true,null,false]}", 20000, "]"),
+        repeat("{\"a\":[", "\"text \\u00e9\\n\\\"q\\\"\"", 30000, "]}"),
+        repeat("[", "[[0.5,0.25],[1,2]]", 30000, "]"),
+        longs,
+    };
+    for (size_t i = 0; i < sizeof bodies / sizeof bodies[0]; i++) {
+        size_t n = strlen(bodies[i]);
+        membudget_init(&budget, SIZE_MAX / 4);
+        membudget_enter(0);
+        json_error_t e;
+        json_t *root = json_loadb(bodies[i], n, 0, &e);
+        cr_assert_not_null(root, "body %zu: %s", i, e.text);
+        json_decref(root);
+        membudget_leave();
+        size_t peak = membudget_peak(&budget), bound = membudget_json_bound(bodies[i], n);
+        cr_log_info("body %zu: %zu bytes, peak %zu, bound %zu", i, n, peak, bound);
+        cr_assert_leq(peak, bound, "body %zu: jansson took %zu, the bound says %zu", i, peak,
+                      bound);
+        /* and not so loose that it refuses what fits: */
+        cr_assert_leq(bound, 3 * peak + 16384, "body %zu: bound %zu for %zu", i, bound, peak);
+        cr_assert_eq(membudget_used(&budget), 0);
+        free(bodies[i]);
+    }
+}
+
+/* Building and dumping values may be refused safely (jansson checks those
+ * allocations): NULL, and nothing stays charged. A dump is charged until
+ * freed. */
+Test(membudget_alloc, jansson_values_and_dumps_are_charged_and_refused) {
     membudget_enter(0);
-    json_error_t e;
-    cr_assert_null(json_loads(text, 0, &e));
+    json_t *arr = json_array();
+    for (int i = 0; arr && i < 100000; i++)
+        if (json_array_append_new(arr, json_real(i * 0.5)) != 0) {
+            json_decref(arr);
+            arr = NULL;
+        }
+    cr_assert_null(arr, "100 000 reals do not fit 1 MiB");
     cr_assert_eq(membudget_refused(), 2);
     membudget_leave();
-    cr_assert_eq(membudget_used(&budget), 0, "a failed parse leaves nothing charged");
+    cr_assert_eq(membudget_used(&budget), 0);
 
     membudget_enter(0);
-    json_t *small = json_loads("{\"a\": [1, 2, 3], \"b\": \"text\"}", 0, &e);
+    json_t *small = json_pack("{s:[i,i,i], s:s}", "a", 1, 2, 3, "b", "text");
     cr_assert_not_null(small);
-    size_t tree = membudget_used(&budget);
-    cr_assert_gt(tree, 5 * 32, "every value is charged: %zu", tree);
+    cr_assert_gt(membudget_used(&budget), 5 * 32, "every value is charged");
     char *dump = json_dumps(small, JSON_COMPACT);
     cr_assert_str_eq(dump, "{\"a\":[1,2,3],\"b\":\"text\"}");
     json_decref(small);
@@ -223,7 +279,6 @@ Test(membudget_alloc, jansson_is_charged_and_refused) {
     membudget_leave();
     membudget_free(dump);
     cr_assert_eq(membudget_used(&budget), 0);
-    free(text);
 }
 
 static void *free_elsewhere(void *p) {
