@@ -33,6 +33,11 @@ def vm_hwm(pid):
     raise AssertionError("no VmHWM in /proc/%d/status" % pid)
 
 
+def asan_build(pid):
+    with open("/proc/%d/maps" % pid) as f:
+        return "libasan" in f.read()
+
+
 def b64_tensor(seq, heads, head_dim, value):
     floats = array.array("f", [value + 0.001 * (i % 97) for i in range(seq * heads * head_dim)])
     return {"shape": [seq, heads, head_dim], "data": base64.b64encode(floats.tobytes()).decode()}
@@ -96,7 +101,12 @@ def test_the_budget_holds_under_concurrent_large_requests(start_server):
     hwm = vm_hwm(srv.proc.pid)
     print("VmHWM %.1f MiB, worst case %.1f MiB, budget peak %.1f MiB" % (
         hwm / 2**20, worst / 2**20, m[("attnserve_request_memory_peak_bytes", ())] / 2**20))
-    assert hwm < worst, "peak RSS %d above the worst case %d" % (hwm, worst)
+    # The worst case is glibc's: AddressSanitizer's allocator keeps freed
+    # blocks in a quarantine (256 MiB) and adds shadow memory, so under it
+    # resident memory says nothing about the service's own bound. Every other
+    # check above still runs there.
+    if not asan_build(srv.proc.pid):
+        assert hwm < worst, "peak RSS %d above the worst case %d" % (hwm, worst)
 
     # Everything charged was given back, and the service serves normally.
     assert m[("attnserve_request_memory_bytes", ())] == 0
