@@ -141,7 +141,8 @@ static void json_text_free(void *text) {
  * (membudget.h) until then. */
 static struct MHD_Response *response_from(char *text, size_t len, const char *content_type,
                                           void (*free_fn)(void *)) {
-    struct MHD_Response *resp = MHD_create_response_from_buffer_with_free_callback(len, text, free_fn);
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer_with_free_callback(len, text, free_fn);
     if (!resp) {
         free_fn(text);
         return NULL;
@@ -157,7 +158,8 @@ int http_reply_json(http_request *req, unsigned status, json_t *body) {
         return http_reply_error(req, membudget_error(), "%s", membudget_message());
     if (!text)
         return status == 500 ? HTTP_FAIL : http_reply_error(req, SRV_EINTERNAL, "out of memory");
-    struct MHD_Response *resp = response_from(text, strlen(text), "application/json", json_text_free);
+    struct MHD_Response *resp =
+        response_from(text, strlen(text), "application/json", json_text_free);
     return resp ? queue(req, status, resp) : HTTP_FAIL;
 }
 
@@ -367,7 +369,9 @@ static size_t body_cost(size_t cap) {
 static bool charge_body(http_request *req, size_t cap) {
     membudget_enter(body_cost(req->cap));
     bool ok = membudget_charge(body_cost(cap) - body_cost(req->cap));
-    membudget_leave(); /* membudget_error() still tells a refusal */
+    if (!ok)
+        set_pending(req, membudget_error(), "%s", membudget_message());
+    membudget_leave();
     return ok;
 }
 
@@ -398,7 +402,6 @@ static int take_body(http_request *req, const char *data, size_t n) {
         if (cap > max)
             cap = max;
         if (!charge_body(req, cap)) {
-            set_pending(req, membudget_error(), "%s", membudget_message());
             req->discarded += n;
             return HTTP_DONE;
         }

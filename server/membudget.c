@@ -20,9 +20,8 @@ void membudget_init(membudget *b, size_t limit) {
 
 static void note_peak(membudget *b, size_t now) {
     size_t peak = atomic_load_explicit(&b->peak, memory_order_relaxed);
-    while (now > peak &&
-           !atomic_compare_exchange_weak_explicit(&b->peak, &peak, now, memory_order_relaxed,
-                                                  memory_order_relaxed))
+    while (now > peak && !atomic_compare_exchange_weak_explicit(
+                             &b->peak, &peak, now, memory_order_relaxed, memory_order_relaxed))
         ;
 }
 
@@ -34,8 +33,8 @@ bool membudget_reserve(membudget *b, size_t n) {
             atomic_fetch_add_explicit(&b->refusals, 1, memory_order_relaxed);
             return false;
         }
-    } while (!atomic_compare_exchange_weak_explicit(&b->used, &used, used + n,
-                                                    memory_order_relaxed, memory_order_relaxed));
+    } while (!atomic_compare_exchange_weak_explicit(&b->used, &used, used + n, memory_order_relaxed,
+                                                    memory_order_relaxed));
     note_peak(b, used + n);
     return true;
 }
@@ -89,6 +88,7 @@ void membudget_leave(void) {
     tl_scope = 0;
     tl_active = false;
     tl_held = 0;
+    tl_refused = 0;
 }
 
 int membudget_suspend(void) {
@@ -248,7 +248,8 @@ size_t membudget_json_bound(const char *text, size_t n) {
             /* A key (a colon follows) is copied into its pair; a value's
              * text is the string itself. */
             size_t j = i;
-            while (j < n && (text[j] == ' ' || text[j] == '\t' || text[j] == '\n' || text[j] == '\r'))
+            while (j < n &&
+                   (text[j] == ' ' || text[j] == '\t' || text[j] == '\n' || text[j] == '\r'))
                 j++;
             total += COST_STRING + (j < n && text[j] == ':' ? 2 : 1) * (i - start);
         } else if (c == '[' || c == '{') {
@@ -256,8 +257,8 @@ size_t membudget_json_bound(const char *text, size_t n) {
             i++;
             continue;
         } else if (c == '-' || (c >= '0' && c <= '9')) {
-            while (i < n && (text[i] == '-' || text[i] == '+' || text[i] == '.' ||
-                             text[i] == 'e' || text[i] == 'E' || (text[i] >= '0' && text[i] <= '9')))
+            while (i < n && (text[i] == '-' || text[i] == '+' || text[i] == '.' || text[i] == 'e' ||
+                             text[i] == 'E' || (text[i] >= '0' && text[i] <= '9')))
                 i++;
             total += COST_NUMBER;
         } else if (c >= 'a' && c <= 'z') {

@@ -64,7 +64,8 @@ membudget *membudget_installed(void);
  * can tell "busy" from "this request alone is larger than the budget". No-op
  * when nothing is installed. */
 void membudget_enter(size_t held);
-/* Closes this thread's scope. Blocks stay charged until freed. */
+/* Closes this thread's scope, forgetting any refusal. Blocks stay charged
+ * until freed. */
 void membudget_leave(void);
 /* Suspends the scope (error answers are small and must not be refused) and
  * gives back a token to resume it with. */
