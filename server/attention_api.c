@@ -20,6 +20,7 @@
 #include "batch.h"
 #include "errors.h"
 #include "log.h"
+#include "membudget.h"
 #include "metrics.h"
 #include "verify.h"
 
@@ -37,11 +38,13 @@ typedef struct attn_job {
     bool packed;            /* run_batch scratch: already in a group */
 } attn_job;
 
+/* Jobs are charged to the request-memory budget (membudget.h) while they
+ * live: allocated in the handler's scope, released here. */
 static void job_free(void *p) {
     attn_job *job = p;
     if (job)
-        free(job->q);
-    free(job);
+        membudget_free(job->q);
+    membudget_free(job);
 }
 
 /* ---- the compute side ------------------------------------------------------- */
@@ -526,11 +529,11 @@ static attn_job *decode_request(const attn_api *api, json_t *root, refusal *r) {
         return NULL;
     }
 
-    attn_job *job = calloc(1, sizeof *job);
+    attn_job *job = membudget_calloc(1, sizeof *job);
     size_t n = (size_t)(seq * row);
-    float *buf = job ? malloc(4 * n * sizeof(float)) : NULL;
+    float *buf = job ? membudget_malloc(4 * n * sizeof(float)) : NULL;
     if (!buf) {
-        free(job);
+        membudget_free(job);
         refuse(r, SRV_EINTERNAL, "out of memory");
         return NULL;
     }
@@ -564,7 +567,7 @@ static const char b64_chars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstu
 
 static json_t *encode_base64(const attn_job *job) {
     size_t bytes = job->n * 4, len = (bytes + 2) / 3 * 4;
-    char *text = malloc(len + 1);
+    char *text = membudget_malloc(len + 1);
     if (!text)
         return NULL;
     size_t o = 0;
@@ -585,7 +588,7 @@ static json_t *encode_base64(const attn_job *job) {
     }
     json_t *out = json_pack("{s:[i,i,i], s:s%}", "shape", (json_int_t)job->seq,
                             (json_int_t)job->heads, (json_int_t)job->head_dim, "data", text, o);
-    free(text);
+    membudget_free(text);
     return out;
 }
 
@@ -631,7 +634,9 @@ int attn_api_handle(http_request *req, void *ctx) {
         return answered;
     refusal r = {0};
     attn_job *job = decode_request(api, root, &r);
-    json_decref(root);
+    http_body_json_free(req, root);
+    if (!job && membudget_refused()) /* the job did not fit the request-memory budget */
+        return http_reply_error(req, membudget_error(), "%s", membudget_message());
     if (!job)
         return http_reply_error(req, r.err, "%s", r.msg);
 
@@ -650,6 +655,8 @@ int attn_api_resumed(http_request *req, void *ctx) {
     if (!job->base.ran)
         return http_reply_error(req, SRV_EINTERNAL, "the batch did not run this request");
     json_t *out = job->encoding == ENC_BASE64 ? encode_base64(job) : encode_nested(job);
+    if (!out && membudget_refused())
+        return http_reply_error(req, membudget_error(), "%s", membudget_message());
     if (!out)
         return http_reply_error(req, SRV_EINTERNAL, "out of memory encoding the output");
     return http_reply_json(req, 200,

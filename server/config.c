@@ -103,13 +103,21 @@ static const setting settings[] = {
            "Address to listen on. Loopback by default so that nothing is exposed by "
            "accident; containers set 0.0.0.0."),
     INT(port, 8080, 1, 65535, RESTART, "TCP port to listen on."),
-    INT(max_connections, 1024, 1, 1000000, RESTART,
+    INT(max_connections, 256, 1, 1000000, RESTART,
         "Concurrent client connections; more are refused."),
     INT(connection_timeout_s, 30, 1, 3600, RESTART,
         "A connection idle this long is closed, and so is one whose request (headers and "
         "body) is not in this long after the connection opened or its previous request ended."),
     INT(max_body_bytes, 4 << 20, 1024, INT64_C(1) << 30, RESTART,
         "Largest request body; larger ones get 413 without being read."),
+    /* Bounds what all requests together hold (bodies, parsed JSON, jobs,
+     * responses until sent), so the worst-case memory is known at start.
+     * 256 MiB holds dozens of large requests at once (a 4 MiB body of numbers
+     * parses to ~150 MiB at worst, text to about its size) and keeps the
+     * default worst case under 1 GiB with the default model. */
+    INT(max_request_memory_bytes, 256 << 20, 1 << 20, INT64_C(1) << 40, RESTART,
+        "Memory all requests together may hold (bodies, parsed JSON, jobs, responses); "
+        "a request that would pass it gets 503."),
     INT(request_timeout_ms, 30000, 1, 3600000, RELOAD,
         "Deadline from arrival; a request still queued past it gets 504."),
     INT(drain_timeout_s, 20, 0, 3600, RELOAD,
@@ -462,7 +470,11 @@ static void show_value(const char *text, const json_t *j, char *buf, size_t len)
     }
     char *dump = json_dumps(j, JSON_ENCODE_ANY | JSON_COMPACT);
     snprintf(buf, len, "%.60s%s", dump ? dump : "(value)", dump && strlen(dump) > 60 ? "..." : "");
-    free(dump);
+    /* jansson's own free: the service points jansson at membudget_malloc. */
+    json_malloc_t jmalloc;
+    json_free_t jfree;
+    json_get_alloc_funcs(&jmalloc, &jfree);
+    jfree(dump);
 }
 
 /* Sets one setting from text (environment, flag) or JSON (file); source

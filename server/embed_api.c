@@ -17,6 +17,7 @@
 
 #include "batch.h"
 #include "errors.h"
+#include "membudget.h"
 #include "metrics.h"
 #include "verify.h"
 
@@ -38,15 +39,17 @@ typedef struct embed_job {
     json_t *model;  /* OpenAI: the name to echo */
 } embed_job;
 
+/* Jobs are charged to the request-memory budget (membudget.h) while they
+ * live: allocated in the handler's scope, released here. */
 static void job_free(void *p) {
     embed_job *job = p;
     if (!job)
         return;
-    free(job->cu);
-    free(job->ids);
-    free(job->out);
+    membudget_free(job->cu);
+    membudget_free(job->ids);
+    membudget_free(job->out);
     json_decref(job->model);
-    free(job);
+    membudget_free(job);
 }
 
 /* ---- the compute side ------------------------------------------------------- */
@@ -281,7 +284,7 @@ static int reserve(embed_job *job, size_t have, size_t more, refusal *r) {
     size_t cap = job->ids_cap ? job->ids_cap : 256;
     while (cap < have + more)
         cap *= 2;
-    int32_t *ids = realloc(job->ids, cap * sizeof *ids);
+    int32_t *ids = membudget_realloc(job->ids, cap * sizeof *ids);
     if (!ids)
         return refuse(r, SRV_EINTERNAL, "out of memory");
     job->ids = ids;
@@ -351,9 +354,9 @@ static embed_job *make_job(const embed_api *api, const char *field, json_t *in, 
     json_t *list = NULL;
     if (classify(api, field, in, allow_ids, &kind, &n, &list, r) != SRV_OK)
         return NULL;
-    embed_job *job = calloc(1, sizeof *job);
-    if (!job || !(job->cu = calloc((size_t)n + 1, sizeof *job->cu))) {
-        free(job);
+    embed_job *job = membudget_calloc(1, sizeof *job);
+    if (!job || !(job->cu = membudget_calloc((size_t)n + 1, sizeof *job->cu))) {
+        membudget_free(job);
         refuse(r, SRV_EINTERNAL, "out of memory");
         return NULL;
     }
@@ -376,7 +379,7 @@ static embed_job *make_job(const embed_api *api, const char *field, json_t *in, 
         job_free(job);
         return NULL;
     }
-    job->out = malloc((size_t)n * (size_t)api->model->hidden_size * sizeof *job->out);
+    job->out = membudget_malloc((size_t)n * (size_t)api->model->hidden_size * sizeof *job->out);
     if (!job->out) {
         job_free(job);
         refuse(r, SRV_EINTERNAL, "out of memory");
@@ -457,7 +460,9 @@ static embed_job *decode_openai(const embed_api *api, json_t *root, refusal *r) 
     job->normalize = api->model->normalize;
     job->base64 = base64;
     job->dimensions = dims ? (int)json_integer_value(dims) : 0;
-    job->model = model ? json_incref(model) : json_string(api->model_name);
+    /* A copy, charged to the budget: the request's tree is freed next. */
+    job->model = model ? json_stringn(json_string_value(model), json_string_length(model))
+                       : json_string(api->model_name);
     if (!job->model) {
         job_free(job);
         refuse(r, SRV_EINTERNAL, "out of memory");
@@ -503,8 +508,8 @@ static const char b64_chars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstu
 /* n floats as base64 of their little-endian bytes. */
 static json_t *floats_base64(const float *v, size_t n) {
     size_t bytes = n * 4, len = (bytes + 2) / 3 * 4;
-    unsigned char *raw = malloc(bytes);
-    char *text = malloc(len + 1);
+    unsigned char *raw = membudget_malloc(bytes);
+    char *text = membudget_malloc(len + 1);
     json_t *out = NULL;
     if (raw && text) {
         for (size_t i = 0; i < n; i++) {
@@ -525,8 +530,8 @@ static json_t *floats_base64(const float *v, size_t n) {
         }
         out = json_stringn(text, o);
     }
-    free(raw);
-    free(text);
+    membudget_free(raw);
+    membudget_free(text);
     return out;
 }
 
@@ -593,7 +598,9 @@ static int handle(http_request *req, embed_api *api, decode_fn decode) {
         return answered;
     refusal r = {0};
     embed_job *job = decode(api, root, &r);
-    json_decref(root);
+    http_body_json_free(req, root);
+    if (!job && membudget_refused()) /* the job did not fit the request-memory budget */
+        return http_reply_error(req, membudget_error(), "%s", membudget_message());
     if (!job)
         return http_reply_error(req, r.err, "%s", r.msg);
 
@@ -621,6 +628,8 @@ int embed_api_resumed(http_request *req, void *ctx) {
         return http_reply_error(req, SRV_EINTERNAL, "the batch did not run this request");
     const int C = api->model->hidden_size;
     json_t *out = job->api == API_OPENAI ? encode_openai(job, C) : encode_tei(job, C);
+    if (!out && membudget_refused())
+        return http_reply_error(req, membudget_error(), "%s", membudget_message());
     if (!out)
         return http_reply_error(req, SRV_EINTERNAL, "out of memory encoding the embeddings");
     return http_reply_json(req, 200, out);
@@ -657,10 +666,10 @@ static json_t *tokenize_one(const embed_api *api, int32_t i, json_t *in, bool sp
     for (int pass = 0; pass < 2 && rc == TOK_ETOOLONG; pass++) {
         if (pass)
             o.capacity = o.n_full;
-        free(o.ids);
-        free(o.offsets);
-        o.ids = malloc((size_t)o.capacity * sizeof *o.ids);
-        o.offsets = malloc((size_t)o.capacity * sizeof *o.offsets);
+        membudget_free(o.ids);
+        membudget_free(o.offsets);
+        o.ids = membudget_malloc((size_t)o.capacity * sizeof *o.ids);
+        o.offsets = membudget_malloc((size_t)o.capacity * sizeof *o.offsets);
         rc = o.ids && o.offsets ? tok_encode(api->tok, text, len, 0, &o) : TOK_ENOMEM;
     }
     json_t *out = NULL;
@@ -679,8 +688,8 @@ static json_t *tokenize_one(const embed_api *api, int32_t i, json_t *in, bool sp
             refuse(r, SRV_EINTERNAL, "out of memory");
         }
     }
-    free(o.ids);
-    free(o.offsets);
+    membudget_free(o.ids);
+    membudget_free(o.offsets);
     return out;
 }
 
@@ -720,7 +729,9 @@ int embed_api_tokenize(http_request *req, void *ctx) {
         if (!out && !r.err)
             refuse(&r, SRV_EINTERNAL, "out of memory");
     }
-    json_decref(root);
+    http_body_json_free(req, root);
+    if (!out && membudget_refused())
+        return http_reply_error(req, membudget_error(), "%s", membudget_message());
     if (!out)
         return http_reply_error(req, r.err, "%s", r.msg);
     return http_reply_json(req, 200, out);

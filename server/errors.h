@@ -24,7 +24,10 @@
     X(SRV_EQUEUEFULL, -8, 429, "overloaded_error", "queue full, retry later")                      \
     X(SRV_EUNAVAILABLE, -9, 503, "unavailable_error", "service not ready or draining")             \
     X(SRV_ETIMEOUT, -10, 504, "timeout_error", "deadline passed while queued")                     \
-    X(SRV_EINTERNAL, -11, 500, "internal_error", "internal error")
+    X(SRV_EINTERNAL, -11, 500, "internal_error", "internal error")                                 \
+    X(SRV_EMEMORY, -12, 503, "overloaded_error",                                                   \
+      "the request memory budget (max_request_memory_bytes) is held by other requests; retry "     \
+      "later")
 
 enum {
     SRV_OK = 0,

@@ -34,6 +34,7 @@
 
 #include "errors.h"
 #include "log.h"
+#include "membudget.h"
 #include "metrics.h"
 
 /* A client-sent x-request-id longer than this, or with characters outside
@@ -112,6 +113,7 @@ struct http_request {
     char *body;
     size_t len, cap, discarded;
     bool answered_early; /* the 413 of an over-limit chunked body, written by http.c */
+    size_t json_charge; /* the parse tree's bound, charged until it is freed */
 
     conn_slot *cslot; /* NULL when the connection is not watched */
     bool parked;
@@ -129,6 +131,10 @@ struct http_request {
     void *user;
     void (*user_free)(void *);
 };
+
+/* Counted per connection in the worst-case memory (main.c). */
+_Static_assert(sizeof(struct http_request) <= HTTP_REQUEST_STATE_BYTES,
+               "HTTP_REQUEST_STATE_BYTES must cover the request state");
 
 static double ms_since(const struct timespec *t0) {
     struct timespec now;
@@ -215,10 +221,23 @@ static int queue(http_request *req, unsigned status, struct MHD_Response *resp, 
     return HTTP_DONE;
 }
 
-static struct MHD_Response *response_from(char *text, size_t len, const char *content_type) {
-    struct MHD_Response *resp = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
+/* jansson's free, whatever it is: main points jansson at membudget_malloc. */
+static void json_text_free(void *text) {
+    json_malloc_t jmalloc;
+    json_free_t jfree;
+    json_get_alloc_funcs(&jmalloc, &jfree);
+    jfree(text);
+}
+
+/* text is freed with free_fn once MHD has sent it: json_dumps' text and
+ * membudget_malloc blocks stay charged to the request-memory budget
+ * (membudget.h) until then. */
+static struct MHD_Response *response_from(char *text, size_t len, const char *content_type,
+                                          void (*free_fn)(void *)) {
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer_with_free_callback(len, text, free_fn);
     if (!resp) {
-        free(text);
+        free_fn(text);
         return NULL;
     }
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
@@ -228,20 +247,24 @@ static struct MHD_Response *response_from(char *text, size_t len, const char *co
 int http_reply_json(http_request *req, unsigned status, json_t *body) {
     char *text = body ? json_dumps(body, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
     json_decref(body);
+    if (!text && membudget_refused()) /* the budget is full: 503 (or 413), not 500 */
+        return http_reply_error(req, membudget_error(), "%s", membudget_message());
     if (!text)
         return status == 500 ? HTTP_FAIL : http_reply_error(req, SRV_EINTERNAL, "out of memory");
     size_t len = strlen(text);
-    struct MHD_Response *resp = response_from(text, len, "application/json");
+    struct MHD_Response *resp = response_from(text, len, "application/json", json_text_free);
     return resp ? queue(req, status, resp, len) : HTTP_FAIL;
 }
 
 int http_reply_text(http_request *req, unsigned status, const char *content_type, const char *text,
                     size_t len) {
-    char *copy = malloc(len ? len : 1);
+    char *copy = membudget_malloc(len ? len : 1);
+    if (!copy && membudget_refused())
+        return http_reply_error(req, membudget_error(), "%s", membudget_message());
     if (!copy)
         return HTTP_FAIL;
     memcpy(copy, text, len);
-    struct MHD_Response *resp = response_from(copy, len, content_type);
+    struct MHD_Response *resp = response_from(copy, len, content_type, membudget_free);
     return resp ? queue(req, status, resp, len) : HTTP_FAIL;
 }
 
@@ -260,13 +283,17 @@ int http_reply_error(http_request *req, int err, const char *fmt, ...) {
                 *p = '?';
         text = msg;
     }
+    /* Error bodies are small and bounded (counted per connection): never
+     * refused, so a request the budget refuses still gets its answer. */
+    int scope = membudget_suspend();
     json_t *body = srv_error_body(err, text);
     char *dumped = body ? json_dumps(body, JSON_COMPACT) : NULL;
     json_decref(body);
+    membudget_resume(scope);
     if (!dumped)
         return HTTP_FAIL;
     size_t len = strlen(dumped);
-    struct MHD_Response *resp = response_from(dumped, len, "application/json");
+    struct MHD_Response *resp = response_from(dumped, len, "application/json", json_text_free);
     if (!resp)
         return HTTP_FAIL;
     unsigned status = srv_error_status(err);
@@ -688,7 +715,7 @@ static bool answer_too_large_now(http_request *req) {
     char *body = err ? json_dumps(err, JSON_COMPACT) : NULL;
     json_decref(err);
     if (!ci || !body) {
-        free(body);
+        json_text_free(body); /* jansson allocated it */
         return false;
     }
     const char *backend =
@@ -700,7 +727,7 @@ static bool answer_too_large_now(http_request *req) {
                      "x-request-id: %s\r\nx-queue-time-ms: 0.000\r\n"
                      "x-inference-time-ms: 0.000\r\nx-attention-backend: %s\r\n\r\n%s",
                      strlen(body), req->id, backend ? backend : "none", body);
-    free(body);
+    json_text_free(body); /* jansson allocated it */
     if (n <= 0 || (size_t)n >= sizeof buf ||
         send(ci->connect_fd, buf, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) != n)
         return false;
@@ -709,6 +736,32 @@ static bool answer_too_large_now(http_request *req) {
     req->status = 413;
     request_deadline(req, false);
     return true;
+}
+
+/* The request-memory budget (membudget.h) is charged for the body's buffer
+ * as it grows to cap bytes, and released in on_completed. */
+static size_t body_cost(size_t cap) {
+    return cap ? membudget_cost(cap + 1) : 0;
+}
+
+static bool charge_body(http_request *req, size_t cap) {
+    membudget_enter(body_cost(req->cap));
+    bool ok = membudget_charge(body_cost(cap) - body_cost(req->cap));
+    if (!ok)
+        set_pending(req, membudget_error(), "%s", membudget_message());
+    membudget_leave();
+    return ok;
+}
+
+/* Runs a route function with what it allocates charged to the budget;
+ * /health and /ready are left out, so probes answer even when it is full. */
+static int run_charged(http_request *req, http_handler_fn fn) {
+    if (req->route->auth == HTTP_AUTH_OPEN)
+        return fn(req, req->route->ctx);
+    membudget_enter(body_cost(req->cap));
+    int r = fn(req, req->route->ctx);
+    membudget_leave();
+    return r;
 }
 
 /* Keeps a piece of body, or throws it away once an answer is decided. */
@@ -730,6 +783,10 @@ static int take_body(http_request *req, const char *data, size_t n) {
             cap *= 2;
         if (cap > max)
             cap = max;
+        if (!charge_body(req, cap)) {
+            req->discarded += n;
+            return HTTP_DONE;
+        }
         char *grown = realloc(req->body, cap + 1);
         if (!grown) {
             set_pending(req, SRV_EINTERNAL, "out of memory reading the body");
@@ -768,14 +825,14 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
         req->parked = false;
         /* The client is gone: close the connection, unanswered (it counts as
          * dropped). */
-        r = atomic_load(&req->client_gone) ? HTTP_FAIL : req->route->resumed(req, req->route->ctx);
+        r = atomic_load(&req->client_gone) ? HTTP_FAIL : run_charged(req, req->route->resumed);
     } else {
         request_deadline(req, false); /* the request is in */
         if (req->pending)
             r = http_reply_error(req, req->pending, req->pending_msg[0] ? "%s" : NULL,
                                  req->pending_msg);
         else
-            r = req->route->handler(req, req->route->ctx);
+            r = run_charged(req, req->route->handler);
     }
     return r == HTTP_FAIL ? MHD_NO : MHD_YES;
 }
@@ -832,6 +889,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     if (req->user_free)
         req->user_free(req->user);
     free(req->body);
+    membudget_uncharge(body_cost(req->cap) + req->json_charge);
     http_server *srv = req->srv;
     free(req);
     metrics_http_in_flight(-1);
@@ -905,22 +963,40 @@ json_t *http_body_json(http_request *req, int *answered) {
                                      HTTP_JSON_MAX_DEPTH);
         return NULL;
     }
+    /* The tree is charged whole before parsing: jansson must never see a
+     * refused allocation while it lexes (membudget.h). */
+    size_t bound = membudget_json_bound(body, n);
+    if (!membudget_charge(bound)) {
+        *answered = http_reply_error(req, membudget_error(), "%s", membudget_message());
+        return NULL;
+    }
+    req->json_charge = membudget_charging() ? bound : 0;
     json_error_t e;
     /* Texts to embed may hold U+0000 (the tokenizer drops it, as Hugging
      * Face's does); jansson still refuses it in keys. Handlers compare
      * string values with their lengths. */
+    int scope = membudget_suspend();
     json_t *root = json_loadb(body, n, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &e);
+    membudget_resume(scope);
+    if (!root)
+        http_body_json_free(req, NULL);
     if (!root) {
         *answered = http_reply_error(req, SRV_EBADREQUEST, "invalid JSON: %s (line %d, column %d)",
                                      e.text, e.line, e.column);
         return NULL;
     }
     if (!json_is_object(root)) {
-        json_decref(root);
+        http_body_json_free(req, root);
         *answered = http_reply_error(req, SRV_EBADREQUEST, "the body must be a JSON object");
         return NULL;
     }
     return root;
+}
+
+void http_body_json_free(http_request *req, json_t *root) {
+    json_decref(root);
+    membudget_uncharge(req->json_charge);
+    req->json_charge = 0;
 }
 
 void http_park(http_request *req, void (*on_client_closed)(void *arg), void *arg) {

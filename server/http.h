@@ -68,6 +68,10 @@ typedef struct http_options {
     void *backend_ctx;
 } http_options;
 
+/* The most each connection's request state takes (checked in http.c), for
+ * the worst-case memory. */
+#define HTTP_REQUEST_STATE_BYTES 1024
+
 /* Starts the daemon on its own thread with routes (n of them, kept by
  * pointer until http_destroy). Returns NULL, with a log line naming why,
  * when it cannot listen. */
@@ -112,6 +116,9 @@ const char *http_body(const http_request *req, size_t *len);
  * handler can return HTTP_DONE or HTTP_FAIL. */
 #define HTTP_JSON_MAX_DEPTH 64
 json_t *http_body_json(http_request *req, int *answered);
+/* Frees the tree http_body_json gave (NULL: none) and gives back its charge
+ * to the request-memory budget; nothing taken from the tree may be kept. */
+void http_body_json_free(http_request *req, json_t *root);
 
 /* Handler state that lives as long as the request: free_fn(user) runs in the
  * completion callback, whatever happened. */

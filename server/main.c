@@ -31,6 +31,7 @@
 #include "server/errors.h"
 #include "server/http.h"
 #include "server/log.h"
+#include "server/membudget.h"
 #include "server/metrics.h"
 #include "server/scheduler.h"
 #include "server/trace.h"
@@ -40,9 +41,20 @@
 #define ATTNSERVE_VERSION "0.1.0"
 #endif
 
-/* libmicrohttpd's per-connection memory pool (its default), for the
- * worst-case memory estimate. */
-#define MHD_POOL_BYTES (32 * 1024)
+/* ---- worst-case memory -------------------------------------------------------------
+ *
+ * What one connection holds whatever it sends, beyond the request-memory
+ * budget (membudget.h), which holds everything that grows with a request:
+ * libmicrohttpd's memory pool (its default 32 KiB: headers and its buffers),
+ * its connection struct (~1 KiB in 0.9.75; 4 KiB allowed), our request state
+ * (http.h) and an error answer (never charged to the budget: its body is
+ * under 1 KiB, with headers and MHD's response struct under 2 KiB).
+ * Socket buffers are the kernel's, not the process's. */
+#define MHD_POOL_BYTES       (32 * 1024)
+#define MHD_CONNECTION_BYTES (4 * 1024)
+#define ERROR_ANSWER_BYTES   (2 * 1024)
+#define CONNECTION_BYTES                                                                           \
+    (MHD_POOL_BYTES + MHD_CONNECTION_BYTES + HTTP_REQUEST_STATE_BYTES + ERROR_ANSWER_BYTES)
 
 typedef struct app {
     pthread_mutex_t cfg_mu; /* /info reads cfg on the I/O thread while SIGHUP swaps it */
@@ -78,6 +90,10 @@ typedef struct app {
      * backend_mu, read by select_backend, which runs under it after start. */
     const attn_backend *caught[ATTN_MAX_BACKENDS];
     size_t ncaught;
+    membudget budget;     /* what requests hold (max_request_memory_bytes) */
+    size_t base_bytes;    /* resident before the model was loaded */
+    size_t code_bytes;    /* executable mappings: code resident at most */
+    size_t threads_bytes; /* every thread's stack, whole */
 } app;
 
 /* ---- operations endpoints ------------------------------------------------------ */
@@ -105,15 +121,79 @@ static int handle_metrics(http_request *req, void *ctx) {
     return r;
 }
 
-/* The most memory the configuration lets the service hold: weights, the
- * compute workspace, bodies of every queued request and a full body being
- * read on every connection (plus MHD's pool per connection). */
 static size_t workspace_bytes(const app *a) {
     return attn_service_workspace_bytes(a->svc) + embed_service_workspace_bytes(a->embed);
 }
 
-/* The weights count whole: the mapped file is shared page cache, but every
- * page of it is read by each forward, so it is resident while serving. */
+/* Resident memory now (/proc/self/statm), 0 if unknown. */
+static size_t resident_bytes(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long long size = 0, resident = 0;
+    if (f && fscanf(f, "%llu %llu", &size, &resident) != 2)
+        resident = 0;
+    if (f)
+        fclose(f);
+    return (size_t)resident * (size_t)sysconf(_SC_PAGESIZE);
+}
+
+/* The size of every executable file mapping (our code, libc, OpenBLAS,
+ * libmicrohttpd, ...): what code can ever be resident. */
+static size_t code_bytes(void) {
+    FILE *f = fopen("/proc/self/maps", "r");
+    size_t total = 0;
+    char line[512];
+    while (f && fgets(line, sizeof line, f)) {
+        unsigned long long lo, hi;
+        char perms[8];
+        if (sscanf(line, "%llx-%llx %7s", &lo, &hi, perms) == 3 && perms[2] == 'x')
+            total += (size_t)(hi - lo);
+    }
+    if (f)
+        fclose(f);
+    return total;
+}
+
+/* Every thread there is once serving (main, libmicrohttpd's, the scheduler's
+ * loop and compute threads, the pool's workers) times the default stack
+ * size: stacks are resident only where touched, so this bounds them. */
+static size_t threads_bytes(void) {
+    size_t stack = 8u << 20, threads = 0;
+    pthread_attr_t attr;
+    if (pthread_getattr_default_np(&attr) == 0) {
+        pthread_attr_getstacksize(&attr, &stack);
+        pthread_attr_destroy(&attr);
+    }
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "Threads: %zu", &threads) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return threads * stack;
+}
+
+/* The most memory the configuration lets the service hold:
+ *   weights            the model, owned and mapped (every page of the mapped
+ *                      file is read by each forward, so it is resident)
+ *   workspace          allocated once at start for max_batch_tokens
+ *   connections        max_connections x CONNECTION_BYTES
+ *   request_memory     max_request_memory_bytes: every byte requests hold
+ *                      (bodies, parsed JSON, jobs, responses until sent),
+ *                      whatever the queue and the number of connections
+ *   threads            every thread's stack, whole
+ *   runtime            resident before the model was loaded (libraries'
+ *                      data, the allocator, the configuration) plus every
+ *                      executable mapping whole (code paged in later)
+ * Not counted, each bounded: scratch the I/O thread allocates and frees
+ * within one callback, at most one at a time since libmicrohttpd runs one
+ * I/O thread (the tokenizer's word buffer, ~2 KiB, and its normalisation
+ * run, 24 bytes per code point of the longest run of combining marks in one
+ * input; the metrics text, ~20 KiB); OpenBLAS's per-thread buffers
+ * (allocated on the first GEMM, no more later); log lines (on the stack, or
+ * one line's heap while written); allocator fragmentation. Measured: 800
+ * idle connections with headers and a partial body in cost 11.5 KiB each
+ * (4 KiB of it body, charged to the budget) against CONNECTION_BYTES' 39. */
 static json_t *memory_json(const app *a) {
     const config *c = &a->cfg;
     json_int_t owned = (json_int_t)bert_owned_bytes(a->model);
@@ -122,18 +202,29 @@ static json_t *memory_json(const app *a) {
     json_int_t attn_ws = (json_int_t)attn_service_workspace_bytes(a->svc);
     json_int_t model_ws = (json_int_t)embed_service_workspace_bytes(a->embed);
     json_int_t workspace = attn_ws + model_ws;
-    json_int_t queue = (json_int_t)c->max_queue * (json_int_t)c->max_body_bytes;
-    json_int_t conns =
-        (json_int_t)c->max_connections * ((json_int_t)c->max_body_bytes + MHD_POOL_BYTES);
+    json_int_t conns = (json_int_t)c->max_connections * CONNECTION_BYTES;
+    json_int_t requests = (json_int_t)a->budget.limit;
+    json_int_t threads = (json_int_t)a->threads_bytes;
+    json_int_t runtime = (json_int_t)(a->base_bytes + a->code_bytes);
     /* Issue 7: the verification capture slot and the trace ring, both
      * allocated at start. */
     json_int_t verify = (json_int_t)(verify_bytes(a->verify) + trace_bytes(a->trace));
-    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "weights_bytes", weights,
-                     "weights_mapped_bytes", mapped, "weights_owned_bytes", owned,
-                     "workspace_bytes", workspace, "attention_workspace_bytes", attn_ws,
-                     "model_workspace_bytes", model_ws, "queue_bytes", queue, "connections_bytes",
-                     conns, "verification_bytes", verify, "worst_case_bytes",
-                     weights + workspace + queue + conns + verify);
+    return json_pack(
+        "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "weights_bytes",
+        weights, "weights_mapped_bytes", mapped, "weights_owned_bytes", owned, "workspace_bytes",
+        workspace, "attention_workspace_bytes", attn_ws, "model_workspace_bytes", model_ws,
+        "connections_bytes", conns, "connection_bytes", (json_int_t)CONNECTION_BYTES,
+        "request_memory_bytes", requests, "request_memory_in_use_bytes",
+        (json_int_t)membudget_used(&a->budget), "threads_bytes", threads, "runtime_bytes", runtime,
+        "verification_bytes", verify, "worst_case_bytes",
+        weights + workspace + conns + requests + threads + runtime + verify);
+}
+
+static size_t worst_case_bytes(const app *a) {
+    json_t *m = memory_json(a);
+    size_t worst = (size_t)json_integer_value(json_object_get(m, "worst_case_bytes"));
+    json_decref(m);
+    return worst;
 }
 
 static json_t *model_json(const app *a) {
@@ -485,6 +576,20 @@ static int start(app *a) {
     a->simd = attn_simd_name(attn_simd_active());
     metrics_init(ATTNSERVE_VERSION, a->simd);
 
+    /* A request of max_body_bytes must be able to pass: its body and its
+     * parse tree, which is at least as large as the body (text; numbers
+     * take up to ~40 times their text). */
+    if (c->max_request_memory_bytes / 2 < c->max_body_bytes) {
+        log_error("max_request_memory_bytes cannot hold one request of max_body_bytes (its body "
+                  "and its parsed JSON need at least twice max_body_bytes); raise it or lower "
+                  "max_body_bytes",
+                  LOG_KV("max_request_memory_bytes", c->max_request_memory_bytes),
+                  LOG_KV("max_body_bytes", c->max_body_bytes));
+        return CONFIG_EXIT_INVALID;
+    }
+    membudget_init(&a->budget, (size_t)c->max_request_memory_bytes);
+    a->base_bytes = resident_bytes();
+
     int rc = load_model(a);
     if (rc != 0)
         return rc;
@@ -764,6 +869,11 @@ int main(int argc, char **argv) {
     static app a;
     pthread_mutex_init(&a.cfg_mu, NULL);
     pthread_mutex_init(&a.backend_mu, NULL);
+    /* Before any JSON value exists (the config file is JSON): jansson
+     * allocates through the request-memory budget's allocator from now on,
+     * charging it only inside a request's scope. The limit is set at start. */
+    membudget_init(&a.budget, 0);
+    membudget_install(&a.budget);
     config_action action;
     char err[512];
     if (config_load(&a.cfg, argc, argv, &action, err, sizeof err) != 0) {
@@ -801,6 +911,10 @@ int main(int argc, char **argv) {
         stop(&a);
         return rc;
     }
+    /* Every thread and mapping exists now. */
+    a.code_bytes = code_bytes();
+    a.threads_bytes = threads_bytes();
+    metrics_set_memory(worst_case_bytes(&a), &a.budget);
     atomic_store(&a.ready, true);
     metrics_set_ready(1);
     log_start(&a);

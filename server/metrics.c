@@ -4,6 +4,7 @@
  * one add; render accumulates them. Sums of seconds are kept in integer
  * nanoseconds so they need no compare-and-swap loop. */
 #include "metrics.h"
+#include "membudget.h"
 
 #include <dirent.h>
 #include <math.h>
@@ -68,6 +69,8 @@ static struct {
     _Atomic uint64_t kernel_mflop[MAX_BACKENDS];
     _Atomic uint64_t embedding_inputs, embedding_tokens;
     _Atomic uint64_t workspace_bytes;
+    _Atomic uint64_t worst_case_bytes;
+    _Atomic(const struct membudget *) budget;
     _Atomic(const attn_backend *) backend;
     _Atomic int ready;
     _Atomic(sched *) sched;
@@ -175,6 +178,10 @@ void metrics_http_in_flight(int delta) {
 
 void metrics_set_workspace_bytes(size_t bytes) {
     atomic_store(&M.workspace_bytes, bytes);
+}
+void metrics_set_memory(size_t worst_case_bytes, const struct membudget *budget) {
+    atomic_store(&M.worst_case_bytes, worst_case_bytes);
+    atomic_store(&M.budget, budget);
 }
 void metrics_set_backend(const attn_backend *backend) {
     atomic_store(&M.backend, backend);
@@ -405,6 +412,29 @@ static long open_fds(void) {
     return n - 1; /* the directory stream's own descriptor */
 }
 
+/* The worst case and the request-memory budget (membudget.h). */
+static void render_memory(FILE *f) {
+    header(f, "attnserve_memory_worst_case_bytes", "gauge",
+           "Most memory the configuration lets the service hold (GET /info memory).");
+    fprintf(f, "attnserve_memory_worst_case_bytes %llu\n",
+            (unsigned long long)load(&M.worst_case_bytes));
+    const membudget *b = atomic_load(&M.budget);
+    if (!b)
+        return;
+    header(f, "attnserve_request_memory_limit_bytes", "gauge",
+           "max_request_memory_bytes: what all requests together may hold.");
+    fprintf(f, "attnserve_request_memory_limit_bytes %zu\n", b->limit);
+    header(f, "attnserve_request_memory_bytes", "gauge",
+           "Memory requests hold now (bodies, parsed JSON, jobs, responses).");
+    fprintf(f, "attnserve_request_memory_bytes %zu\n", membudget_used(b));
+    header(f, "attnserve_request_memory_peak_bytes", "gauge", "The most requests ever held.");
+    fprintf(f, "attnserve_request_memory_peak_bytes %zu\n", membudget_peak(b));
+    header(f, "attnserve_request_memory_refusals_total", "counter",
+           "Charges refused because the budget was full (each fails its request).");
+    fprintf(f, "attnserve_request_memory_refusals_total %llu\n",
+            (unsigned long long)membudget_refusals(b));
+}
+
 static void render_process(FILE *f) {
     const attn_backend *b = atomic_load(&M.backend);
     header(f, "attnserve_build_info", "gauge", "Version, backend in force and SIMD path.");
@@ -414,6 +444,7 @@ static void render_process(FILE *f) {
     fprintf(f, "attnserve_ready %d\n", atomic_load(&M.ready));
     header(f, "attnserve_workspace_bytes", "gauge", "Compute workspace allocated at start.");
     fprintf(f, "attnserve_workspace_bytes %llu\n", (unsigned long long)load(&M.workspace_bytes));
+    render_memory(f);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     header(f, "process_cpu_seconds_total", "counter", "User and system CPU time.");

@@ -52,6 +52,10 @@ void metrics_http_in_flight(int delta);
 void metrics_set_workspace_bytes(size_t bytes);
 void metrics_set_backend(const attn_backend *backend); /* the one in force */
 void metrics_set_ready(int ready);
+/* The worst-case memory of the configuration and the request-memory budget
+ * whose use is rendered (membudget.h; may be NULL). */
+struct membudget;
+void metrics_set_memory(size_t worst_case_bytes, const struct membudget *budget);
 
 /* ---- safety net: start-up self-test and fallback (issue 7) ----
  * One backend's self-test on the SIMD path it runs (simd: its simd_path()

@@ -33,11 +33,16 @@ def test_info_lists_limits_memory_and_backend(server):
         assert limits[key] == server.settings[key], key
     mem = info["memory"]
     assert mem["workspace_bytes"] > 0
-    assert mem["queue_bytes"] == server.settings["max_queue"] * server.settings["max_body_bytes"]
+    # Requests hold what the budget allows, whatever the queue and connections.
+    assert mem["request_memory_bytes"] == server.settings.get("max_request_memory_bytes", 256 << 20)
+    assert mem["connections_bytes"] == server.settings["max_connections"] * mem["connection_bytes"]
+    assert mem["connection_bytes"] >= 32 << 10  # at least libmicrohttpd's pool
+    assert mem["threads_bytes"] > 0 and mem["runtime_bytes"] > 0
     # verification_bytes: the shadow verification slot and trace buffer (issue 7).
     assert mem["verification_bytes"] > 0
     assert mem["worst_case_bytes"] == (mem["weights_bytes"] + mem["workspace_bytes"] +
-                                       mem["queue_bytes"] + mem["connections_bytes"] +
+                                       mem["connections_bytes"] + mem["request_memory_bytes"] +
+                                       mem["threads_bytes"] + mem["runtime_bytes"] +
                                        mem["verification_bytes"])
     assert "path" in info["model"]
 
