@@ -7,7 +7,7 @@ PACKAGES="build-essential pkg-config
 libmicrohttpd-dev libjansson-dev libuv1-dev libopenblas-dev
 curl ca-certificates
 libcriterion-dev
-clang libclang-rt-14-dev valgrind
+clang libclang-rt-14-dev valgrind linux-perf
 python3-pytest python3-requests"
 
 missing=""
