@@ -532,6 +532,19 @@ static attn_job *decode_request(const attn_api *api, json_t *root, refusal *r) {
     return job;
 }
 
+attn_job *attn_api_decode(const attn_api *api, json_t *root, int *err, char *msg,
+                          size_t msg_len) {
+    refusal r = {0};
+    attn_job *job = decode_request(api, root, &r);
+    *err = job ? SRV_OK : r.err;
+    snprintf(msg, msg_len, "%s", job ? "" : r.msg);
+    return job;
+}
+
+void attn_job_free(attn_job *job) {
+    job_free(job);
+}
+
 /* ---- encoding ------------------------------------------------------------------- */
 
 static const char b64_chars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -603,11 +616,12 @@ int attn_api_handle(http_request *req, void *ctx) {
     json_t *root = http_body_json(req, &answered);
     if (!root)
         return answered;
-    refusal r = {0};
-    attn_job *job = decode_request(api, root, &r);
+    int err = SRV_OK;
+    char msg[256];
+    attn_job *job = attn_api_decode(api, root, &err, msg, sizeof msg);
     json_decref(root);
     if (!job)
-        return http_reply_error(req, r.err, "%s", r.msg);
+        return http_reply_error(req, err, "%s", msg);
 
     return batch_submit(req, &job->base, api->sched, atomic_load(&api->request_timeout_ms),
                         job_free);

@@ -477,17 +477,13 @@ static bool nesting_within(const char *s, size_t n, int limit) {
     return true;
 }
 
-json_t *http_body_json(http_request *req, int *answered) {
-    size_t n;
-    const char *body = http_body(req, &n);
+json_t *http_json_parse(const char *body, size_t n, char *why, size_t why_len) {
     if (n == 0) {
-        *answered =
-            http_reply_error(req, SRV_EBADREQUEST, "request body is empty; expected a JSON object");
+        snprintf(why, why_len, "request body is empty; expected a JSON object");
         return NULL;
     }
     if (!nesting_within(body, n, HTTP_JSON_MAX_DEPTH)) {
-        *answered = http_reply_error(req, SRV_EBADREQUEST, "JSON nested deeper than %d levels",
-                                     HTTP_JSON_MAX_DEPTH);
+        snprintf(why, why_len, "JSON nested deeper than %d levels", HTTP_JSON_MAX_DEPTH);
         return NULL;
     }
     json_error_t e;
@@ -496,15 +492,24 @@ json_t *http_body_json(http_request *req, int *answered) {
      * string values with their lengths. */
     json_t *root = json_loadb(body, n, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &e);
     if (!root) {
-        *answered = http_reply_error(req, SRV_EBADREQUEST, "invalid JSON: %s (line %d, column %d)",
-                                     e.text, e.line, e.column);
+        snprintf(why, why_len, "invalid JSON: %s (line %d, column %d)", e.text, e.line, e.column);
         return NULL;
     }
     if (!json_is_object(root)) {
         json_decref(root);
-        *answered = http_reply_error(req, SRV_EBADREQUEST, "the body must be a JSON object");
+        snprintf(why, why_len, "the body must be a JSON object");
         return NULL;
     }
+    return root;
+}
+
+json_t *http_body_json(http_request *req, int *answered) {
+    size_t n;
+    const char *body = http_body(req, &n);
+    char why[256];
+    json_t *root = http_json_parse(body, n, why, sizeof why);
+    if (!root)
+        *answered = http_reply_error(req, SRV_EBADREQUEST, "%s", why);
     return root;
 }
 

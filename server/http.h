@@ -104,6 +104,11 @@ const char *http_body(const http_request *req, size_t *len);
 #define HTTP_JSON_MAX_DEPTH 64
 json_t *http_body_json(http_request *req, int *answered);
 
+/* http_body_json's parsing on its own, with no request (tests/fuzz drives
+ * it with arbitrary bytes): the object, or NULL with the 400's message in
+ * why. */
+json_t *http_json_parse(const char *body, size_t n, char *why, size_t why_len);
+
 /* Handler state that lives as long as the request: free_fn(user) runs in the
  * completion callback, whatever happened. */
 void http_set_user(http_request *req, void *user, void (*free_fn)(void *));
