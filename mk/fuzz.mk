@@ -24,9 +24,11 @@ FUZZ_CC      ?= clang
 FUZZ_CFLAGS  ?= -O1 -g -fsanitize=fuzzer-no-link
 FUZZ_TARGETS := attention embeddings embed tokenize tokenizer safetensors config
 FUZZ_SECONDS ?= 30
-# libFuzzer flags for every run: a slow input is a finding too (ten
-# seconds is far beyond any input here, even under ASan).
-FUZZ_OPTS    ?= -timeout=10 -rss_limit_mb=2048
+# libFuzzer flags for every run. A slow input is a finding (ten seconds is
+# far beyond any input here, even under ASan), and so is one allocation of
+# over 64 MB: no input of a few KB should need one, and a small body that
+# makes the service allocate that much is a way to exhaust its memory.
+FUZZ_OPTS    ?= -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=64
 FUZZ_BINS    := $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/fuzz_%)
 FUZZ_CORPUS  := tests/fuzz/corpus
 
