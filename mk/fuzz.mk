@@ -47,7 +47,7 @@ fuzz-build:
 # endpoint's corpus is still a body), as file arguments: libFuzzer then
 # runs each once and stops at the first failure.
 fuzz-replay: fuzz-build model
-	@set -e; files=$$(find $(FUZZ_CORPUS) -type f | sort); \
+	@set -e; mkdir -p $(FUZZ_BUILD)/crashes; files=$$(find $(FUZZ_CORPUS) -type f | sort); \
 	for t in $(FUZZ_TARGETS); do \
 	    echo "fuzz-replay: $$t ($$(echo "$$files" | wc -l) inputs)"; \
 	    echo "$$files" | xargs $(FUZZ_BUILD)/fuzz_$$t $(FUZZ_OPTS) \
