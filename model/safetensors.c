@@ -18,8 +18,9 @@
 #include <unistd.h>
 
 struct st_file {
-    const uint8_t *map; /* [map_bytes], PROT_READ */
+    const uint8_t *map; /* [map_bytes], PROT_READ, or the caller's buffer */
     size_t map_bytes;
+    int mapped;         /* map is ours to munmap (st_open), not the caller's */
     json_t *header;     /* the parsed header; owns the tensor names */
     json_t *metadata;   /* borrowed from header, or NULL */
     st_tensor *tensors; /* [count] */
@@ -221,19 +222,30 @@ static int parse_header(st_file *f, const char *path, char *err, size_t err_len)
     return 0;
 }
 
-int st_open(const char *path, st_file **out, char *err, size_t err_len) {
+int st_open_memory(const void *buf, size_t len, const char *name, st_file **out, char *err,
+                   size_t err_len) {
     *out = NULL;
     st_file *f = calloc(1, sizeof *f);
     if (!f)
-        return fail(err, err_len, path, "out of memory");
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        fail(err, err_len, path, "cannot open: %s", strerror(errno));
-        free(f);
+        return fail(err, err_len, name, "out of memory");
+    f->map = buf;
+    f->map_bytes = len;
+    if (parse_header(f, name, err, err_len) < 0) {
+        st_close(f);
         return -1;
     }
+    *out = f;
+    return 0;
+}
+
+int st_open(const char *path, st_file **out, char *err, size_t err_len) {
+    *out = NULL;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return fail(err, err_len, path, "cannot open: %s", strerror(errno));
     struct stat sb;
     int rc = 0;
+    void *m = MAP_FAILED;
     if (fstat(fd, &sb) < 0)
         rc = fail(err, err_len, path, "cannot stat: %s", strerror(errno));
     else if (!S_ISREG(sb.st_mode))
@@ -242,30 +254,20 @@ int st_open(const char *path, st_file **out, char *err, size_t err_len) {
         rc = fail(err, err_len, path, "file too large to map");
     else if (sb.st_size == 0)
         rc = fail(err, err_len, path, "empty file");
-    if (rc == 0) {
-        void *m = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (m == MAP_FAILED)
-            rc = fail(err, err_len, path, "cannot map: %s", strerror(errno));
-        else {
-            f->map = m;
-            f->map_bytes = (size_t)sb.st_size;
-        }
-    }
+    else if ((m = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0)) == MAP_FAILED)
+        rc = fail(err, err_len, path, "cannot map: %s", strerror(errno));
     close(fd);
-    if (rc == 0)
-        rc = parse_header(f, path, err, err_len);
-    if (rc < 0) {
-        st_close(f);
-        return -1;
-    }
-    *out = f;
-    return 0;
+    if (rc == 0 && (rc = st_open_memory(m, (size_t)sb.st_size, path, out, err, err_len)) == 0)
+        (*out)->mapped = 1;
+    else if (m != MAP_FAILED)
+        munmap(m, (size_t)sb.st_size);
+    return rc;
 }
 
 void st_close(st_file *f) {
     if (!f)
         return;
-    if (f->map)
+    if (f->mapped)
         munmap((void *)f->map, f->map_bytes);
     json_decref(f->header);
     free(f->tensors);

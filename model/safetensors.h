@@ -52,6 +52,13 @@ typedef struct st_file st_file;
 int st_open(const char *path, st_file **out, char *err, size_t err_len);
 void st_close(st_file *f);
 
+/* Validates a safetensors image already in memory, as st_open does after
+ * mapping the file (st_open goes through it; tests/fuzz drives it with
+ * arbitrary bytes). buf[len] must outlive the st_file, which points into it;
+ * name stands for the file in messages. Same returns as st_open. */
+int st_open_memory(const void *buf, size_t len, const char *name, st_file **out, char *err,
+                   size_t err_len);
+
 /* Tensors in file order (as the header lists them). */
 size_t st_count(const st_file *f);
 const st_tensor *st_at(const st_file *f, size_t i);

@@ -366,10 +366,9 @@ static int describe(tensor_desc *t, refusal *r) {
     return nested_dims(t, r);
 }
 
-/* Fills out (dims[0]*dims[1]*dims[2] floats) from a nested array, checking
- * that it is rectangular and that every number fits float32. */
-static int decode_nested(const tensor_desc *t, float *out, refusal *r) {
-    size_t o = 0;
+/* Checks that a nested array is rectangular: dims[0] rows of dims[1]
+ * vectors of dims[2] values. */
+static int nested_extent(const tensor_desc *t, refusal *r) {
     for (int64_t s = 0; s < t->dims[0]; s++) {
         json_t *row = json_array_get(t->json, (size_t)s);
         if (!json_is_array(row) || (int64_t)json_array_size(row) != t->dims[1])
@@ -382,6 +381,19 @@ static int decode_nested(const tensor_desc *t, float *out, refusal *r) {
                 return refuse(r, json_is_array(vec) ? SRV_EINVALID : SRV_EBADREQUEST,
                               "%s[%lld][%lld] must be an array of %lld numbers", t->name,
                               (long long)s, (long long)h, (long long)t->dims[2]);
+        }
+    }
+    return SRV_OK;
+}
+
+/* Fills out (dims[0]*dims[1]*dims[2] floats) from a nested array that
+ * nested_extent accepted, checking that every number fits float32. */
+static int decode_nested(const tensor_desc *t, float *out, refusal *r) {
+    size_t o = 0;
+    for (int64_t s = 0; s < t->dims[0]; s++) {
+        json_t *row = json_array_get(t->json, (size_t)s);
+        for (int64_t h = 0; h < t->dims[1]; h++) {
+            json_t *vec = json_array_get(row, (size_t)h);
             for (int64_t d = 0; d < t->dims[2]; d++) {
                 json_t *x = json_array_get(vec, (size_t)d);
                 if (!json_is_number(x))
@@ -433,7 +445,8 @@ static float float_le(const unsigned char *b) {
     return f;
 }
 
-static int decode_base64(const tensor_desc *t, float *out, size_t n, refusal *r) {
+/* Checks that base64 data decodes to exactly n floats. */
+static int base64_extent(const tensor_desc *t, size_t n, refusal *r) {
     int64_t bytes = b64_decoded_len(t->data, t->data_len);
     if (bytes < 0)
         return refuse(r, SRV_EBADREQUEST, "%s.data is not valid base64 (bad length)", t->name);
@@ -442,6 +455,11 @@ static int decode_base64(const tensor_desc *t, float *out, size_t n, refusal *r)
                       "%s.data holds %lld bytes; shape [%lld, %lld, %lld] needs %zu", t->name,
                       (long long)bytes, (long long)t->dims[0], (long long)t->dims[1],
                       (long long)t->dims[2], n * 4);
+    return SRV_OK;
+}
+
+/* Fills out (n floats) from base64 data that base64_extent accepted. */
+static int decode_base64(const tensor_desc *t, float *out, refusal *r) {
     /* Four bytes make a float: decode in groups, collect bytes in quad. */
     unsigned char quad[4];
     int have = 0;
@@ -529,8 +547,18 @@ static attn_job *decode_request(const attn_api *api, json_t *root, refusal *r) {
         return NULL;
     }
 
-    attn_job *job = membudget_calloc(1, sizeof *job);
+    /* Each tensor must hold what its shape claims before anything is
+     * allocated for it: otherwise a body of a few hundred bytes claiming
+     * [16384, 2, 256] makes the service allocate 128 MiB only to refuse it
+     * (tests/fuzz/corpus/attention/regress-alloc-* under -malloc_limit_mb). */
     size_t n = (size_t)(seq * row);
+    for (int i = 0; i < 3; i++) {
+        int rc = t[i].encoding == ENC_NESTED ? nested_extent(&t[i], r)
+                                             : base64_extent(&t[i], n, r);
+        if (rc != SRV_OK)
+            return NULL;
+    }
+    attn_job *job = membudget_calloc(1, sizeof *job);
     float *buf = job ? membudget_malloc(4 * n * sizeof(float)) : NULL;
     if (!buf) {
         membudget_free(job);
@@ -552,13 +580,26 @@ static attn_job *decode_request(const attn_api *api, json_t *root, refusal *r) {
     float *dst[3] = {job->q, job->k, job->v};
     for (int i = 0; i < 3; i++) {
         int rc = t[i].encoding == ENC_NESTED ? decode_nested(&t[i], dst[i], r)
-                                             : decode_base64(&t[i], dst[i], n, r);
+                                             : decode_base64(&t[i], dst[i], r);
         if (rc != SRV_OK) {
             job_free(job);
             return NULL;
         }
     }
     return job;
+}
+
+attn_job *attn_api_decode(const attn_api *api, json_t *root, int *err, char *msg,
+                          size_t msg_len) {
+    refusal r = {0};
+    attn_job *job = decode_request(api, root, &r);
+    *err = job ? SRV_OK : r.err;
+    snprintf(msg, msg_len, "%s", job ? "" : r.msg);
+    return job;
+}
+
+void attn_job_free(attn_job *job) {
+    job_free(job);
 }
 
 /* ---- encoding ------------------------------------------------------------------- */
@@ -632,13 +673,14 @@ int attn_api_handle(http_request *req, void *ctx) {
     json_t *root = http_body_json(req, &answered);
     if (!root)
         return answered;
-    refusal r = {0};
-    attn_job *job = decode_request(api, root, &r);
+    int err = SRV_OK;
+    char msg[256];
+    attn_job *job = attn_api_decode(api, root, &err, msg, sizeof msg);
     http_body_json_free(req, root);
     if (!job && membudget_refused()) /* the job did not fit the request-memory budget */
         return http_reply_error(req, membudget_error(), "%s", membudget_message());
     if (!job)
-        return http_reply_error(req, r.err, "%s", r.msg);
+        return http_reply_error(req, err, "%s", msg);
 
     return batch_submit(req, &job->base, api->sched, atomic_load(&api->request_timeout_ms),
                         job_free);

@@ -85,6 +85,15 @@ typedef struct attn_api {
     _Atomic int64_t request_timeout_ms; /* reloadable */
 } attn_api;
 
+/* Checks and decodes a request's JSON object as the route does (the route
+ * calls it; tests/fuzz drives it with arbitrary bodies). Only
+ * api->max_batch_tokens is read. Returns the job, freed with attn_job_free,
+ * or NULL with the SRV_E* code in *err and a message in msg. */
+typedef struct attn_job attn_job;
+attn_job *attn_api_decode(const attn_api *api, json_t *root, int *err, char *msg,
+                          size_t msg_len);
+void attn_job_free(attn_job *job);
+
 /* Route functions for http_route (ctx is the attn_api). */
 int attn_api_handle(http_request *req, void *ctx);
 int attn_api_resumed(http_request *req, void *ctx);

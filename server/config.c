@@ -422,6 +422,13 @@ static int check_value(const setting *s, value *v, char *why, size_t why_len) {
         for (const char *p = v->s; *p; p++)
             if (iscntrl((unsigned char)*p))
                 return fail(why, why_len, "contains a control character");
+        /* Settings are shown as JSON (--print-config, /info, log lines),
+         * which holds only UTF-8: a flag or environment value that is not
+         * would be accepted, then fail to print (found by tests/fuzz/config). */
+        json_t *probe = json_string(v->s);
+        if (!probe)
+            return fail(why, why_len, "is not valid UTF-8");
+        json_decref(probe);
         return s->check ? s->check(v->s, why, why_len) : 0;
     case T_ENUM:
         for (const char *const *a = s->values; *a; a++)

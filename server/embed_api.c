@@ -587,33 +587,52 @@ static double ns_to_ms(uint64_t ns) {
 }
 
 
-typedef embed_job *(*decode_fn)(const embed_api *api, json_t *root, refusal *r);
+embed_job *embed_api_decode(const embed_api *api, embed_route route, json_t *root, int *err,
+                            char *msg, size_t msg_len) {
+    refusal r = {0};
+    embed_job *job = route == EMBED_ROUTE_OPENAI ? decode_openai(api, root, &r)
+                                                 : decode_tei(api, root, &r);
+    *err = job ? SRV_OK : r.err;
+    snprintf(msg, msg_len, "%s", job ? "" : r.msg);
+    return job;
+}
 
-static int handle(http_request *req, embed_api *api, decode_fn decode) {
+void embed_job_free(embed_job *job) {
+    job_free(job);
+}
+
+int32_t embed_job_inputs(const embed_job *job, const int32_t **cu, const int32_t **ids) {
+    *cu = job->cu;
+    *ids = job->ids;
+    return job->n;
+}
+
+static int handle(http_request *req, embed_api *api, embed_route route) {
     if (http_draining(req))
         return http_reply_error(req, SRV_EUNAVAILABLE, "server is draining");
     int answered = HTTP_FAIL;
     json_t *root = http_body_json(req, &answered);
     if (!root)
         return answered;
-    refusal r = {0};
-    embed_job *job = decode(api, root, &r);
+    int err = SRV_OK;
+    char msg[256];
+    embed_job *job = embed_api_decode(api, route, root, &err, msg, sizeof msg);
     http_body_json_free(req, root);
     if (!job && membudget_refused()) /* the job did not fit the request-memory budget */
         return http_reply_error(req, membudget_error(), "%s", membudget_message());
     if (!job)
-        return http_reply_error(req, r.err, "%s", r.msg);
+        return http_reply_error(req, err, "%s", msg);
 
     return batch_submit(req, &job->base, api->sched, atomic_load(&api->request_timeout_ms),
                         job_free);
 }
 
 int embed_api_openai(http_request *req, void *ctx) {
-    return handle(req, ctx, decode_openai);
+    return handle(req, ctx, EMBED_ROUTE_OPENAI);
 }
 
 int embed_api_tei(http_request *req, void *ctx) {
-    return handle(req, ctx, decode_tei);
+    return handle(req, ctx, EMBED_ROUTE_TEI);
 }
 
 int embed_api_resumed(http_request *req, void *ctx) {
@@ -693,12 +712,8 @@ static json_t *tokenize_one(const embed_api *api, int32_t i, json_t *in, bool sp
     return out;
 }
 
-int embed_api_tokenize(http_request *req, void *ctx) {
-    const embed_api *api = ctx;
-    int answered = HTTP_FAIL;
-    json_t *root = http_body_json(req, &answered);
-    if (!root)
-        return answered;
+json_t *embed_api_tokens(const embed_api *api, json_t *root, int *err, char *msg,
+                         size_t msg_len) {
     refusal r = {0};
     json_t *inputs = NULL, *add = NULL, *list = NULL, *out = NULL;
     const char *key;
@@ -729,10 +744,24 @@ int embed_api_tokenize(http_request *req, void *ctx) {
         if (!out && !r.err)
             refuse(&r, SRV_EINTERNAL, "out of memory");
     }
+    *err = out ? SRV_OK : r.err;
+    snprintf(msg, msg_len, "%s", out ? "" : r.msg);
+    return out;
+}
+
+int embed_api_tokenize(http_request *req, void *ctx) {
+    const embed_api *api = ctx;
+    int answered = HTTP_FAIL;
+    json_t *root = http_body_json(req, &answered);
+    if (!root)
+        return answered;
+    int err = SRV_OK;
+    char msg[256];
+    json_t *out = embed_api_tokens(api, root, &err, msg, sizeof msg);
     http_body_json_free(req, root);
     if (!out && membudget_refused())
         return http_reply_error(req, membudget_error(), "%s", membudget_message());
     if (!out)
-        return http_reply_error(req, r.err, "%s", r.msg);
+        return http_reply_error(req, err, "%s", msg);
     return http_reply_json(req, 200, out);
 }

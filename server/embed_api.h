@@ -88,6 +88,30 @@ typedef struct embed_api {
     _Atomic int64_t request_timeout_ms;     /* reloadable */
 } embed_api;
 
+/* Decoding on its own: the routes call these, and tests/fuzz drives them
+ * with arbitrary bodies. They read tok, model, model_name, truncate and the
+ * limits of api, never svc or sched. */
+typedef enum embed_route { EMBED_ROUTE_OPENAI, EMBED_ROUTE_TEI } embed_route;
+typedef struct embed_job embed_job;
+
+/* Checks, tokenizes and decodes a request's JSON object as /v1/embeddings
+ * (EMBED_ROUTE_OPENAI) or /embed (EMBED_ROUTE_TEI) does. Returns the job,
+ * freed with embed_job_free, or NULL with the SRV_E* code in *err and a
+ * message in msg. */
+embed_job *embed_api_decode(const embed_api *api, embed_route route, json_t *root, int *err,
+                            char *msg, size_t msg_len);
+void embed_job_free(embed_job *job);
+
+/* A decoded job's inputs: returns n and sets *cu (n + 1 token offsets into
+ * *ids) and *ids (cu[n] token ids). */
+int32_t embed_job_inputs(const embed_job *job, const int32_t **cu, const int32_t **ids);
+
+/* /tokenize's answer for a request's JSON object (root is not stolen): the
+ * array of token arrays, or NULL with the SRV_E* code in *err and a message
+ * in msg. */
+json_t *embed_api_tokens(const embed_api *api, json_t *root, int *err, char *msg,
+                         size_t msg_len);
+
 /* Route functions for http_route (ctx is the embed_api). The two embedding
  * routes park and share embed_api_resumed; /tokenize answers at once. */
 int embed_api_openai(http_request *req, void *ctx);

@@ -950,20 +950,37 @@ static bool nesting_within(const char *s, size_t n, int limit) {
     return true;
 }
 
-json_t *http_body_json(http_request *req, int *answered) {
-    size_t n;
-    const char *body = http_body(req, &n);
+json_t *http_json_parse(const char *body, size_t n, char *why, size_t why_len) {
     if (n == 0) {
-        *answered =
-            http_reply_error(req, SRV_EBADREQUEST, "request body is empty; expected a JSON object");
+        snprintf(why, why_len, "request body is empty; expected a JSON object");
         return NULL;
     }
     if (!nesting_within(body, n, HTTP_JSON_MAX_DEPTH)) {
-        *answered = http_reply_error(req, SRV_EBADREQUEST, "JSON nested deeper than %d levels",
-                                     HTTP_JSON_MAX_DEPTH);
+        snprintf(why, why_len, "JSON nested deeper than %d levels", HTTP_JSON_MAX_DEPTH);
         return NULL;
     }
-    /* The tree is charged whole before parsing: jansson must never see a
+    json_error_t e;
+    /* Texts to embed may hold U+0000 (the tokenizer drops it, as Hugging
+     * Face's does); jansson still refuses it in keys. Handlers compare
+     * string values with their lengths. */
+    json_t *root = json_loadb(body, n, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &e);
+    if (!root) {
+        snprintf(why, why_len, "invalid JSON: %s (line %d, column %d)", e.text, e.line, e.column);
+        return NULL;
+    }
+    if (!json_is_object(root)) {
+        json_decref(root);
+        snprintf(why, why_len, "the body must be a JSON object");
+        return NULL;
+    }
+    return root;
+}
+
+json_t *http_body_json(http_request *req, int *answered) {
+    size_t n;
+    const char *body = http_body(req, &n);
+    /* The tree is charged whole before parsing, from a bound of the text,
+     * and the parse runs with charging suspended: jansson must never see a
      * refused allocation while it lexes (membudget.h). */
     size_t bound = membudget_json_bound(body, n);
     if (!membudget_charge(bound)) {
@@ -971,24 +988,13 @@ json_t *http_body_json(http_request *req, int *answered) {
         return NULL;
     }
     req->json_charge = membudget_charging() ? bound : 0;
-    json_error_t e;
-    /* Texts to embed may hold U+0000 (the tokenizer drops it, as Hugging
-     * Face's does); jansson still refuses it in keys. Handlers compare
-     * string values with their lengths. */
+    char why[256];
     int scope = membudget_suspend();
-    json_t *root = json_loadb(body, n, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &e);
+    json_t *root = http_json_parse(body, n, why, sizeof why);
     membudget_resume(scope);
-    if (!root)
-        http_body_json_free(req, NULL);
     if (!root) {
-        *answered = http_reply_error(req, SRV_EBADREQUEST, "invalid JSON: %s (line %d, column %d)",
-                                     e.text, e.line, e.column);
-        return NULL;
-    }
-    if (!json_is_object(root)) {
-        http_body_json_free(req, root);
-        *answered = http_reply_error(req, SRV_EBADREQUEST, "the body must be a JSON object");
-        return NULL;
+        http_body_json_free(req, NULL);
+        *answered = http_reply_error(req, SRV_EBADREQUEST, "%s", why);
     }
     return root;
 }

@@ -120,6 +120,11 @@ json_t *http_body_json(http_request *req, int *answered);
  * to the request-memory budget; nothing taken from the tree may be kept. */
 void http_body_json_free(http_request *req, json_t *root);
 
+/* http_body_json's parsing on its own, with no request (tests/fuzz drives
+ * it with arbitrary bytes): the object, or NULL with the 400's message in
+ * why. */
+json_t *http_json_parse(const char *body, size_t n, char *why, size_t why_len);
+
 /* Handler state that lives as long as the request: free_fn(user) runs in the
  * completion callback, whatever happened. */
 void http_set_user(http_request *req, void *user, void (*free_fn)(void *));

@@ -307,6 +307,7 @@ Test(config, environment_errors_name_the_variable) {
         {"ATTNSERVE_LOG_LEVEL", "INFO", "not an allowed value"},
         {"ATTNSERVE_HOST", "", "is empty"},
         {"ATTNSERVE_MODEL", "a\nb", "control character"},
+        {"ATTNSERVE_MODEL", "caf\xe9", "not valid UTF-8"}, /* tests/fuzz/config found it */
         {"ATTNSERVE_FALLBACK_BACKENDS", "fused, naive", "unknown backend"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

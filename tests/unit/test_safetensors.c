@@ -261,3 +261,29 @@ Test(safetensors, every_truncation_is_refused) {
         cr_assert_eq(st_open(path, &f, err, sizeof err), -1, "length %ld accepted", len);
     }
 }
+
+/* st_open_memory: the same validation on a caller's buffer, which tensors
+ * point into and st_close leaves alone (tests/fuzz/safetensors.c drives it). */
+Test(safetensors, reads_from_memory) {
+    const char *h = "{\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]}}";
+    size_t hlen = strlen(h), size = 8 + hlen + 2;
+    uint8_t *buf = calloc(1, size);
+    for (int i = 0; i < 8; i++)
+        buf[i] = (uint8_t)(hlen >> (8 * i));
+    memcpy(buf + 8, h, hlen);
+    buf[8 + hlen + 1] = 42;
+    char err[256];
+    st_file *f;
+    cr_assert_eq(st_open_memory(buf, size, "mem", &f, err, sizeof err), 0, "%s", err);
+    const st_tensor *t = st_find(f, "a");
+    cr_assert_eq((const uint8_t *)t->data, buf + 8 + hlen);
+    cr_assert_eq(((const uint8_t *)t->data)[1], 42);
+    cr_assert_eq(st_file_bytes(f), size);
+    st_close(f);
+    cr_assert_eq(buf[8 + hlen + 1], 42, "the buffer is still the caller's");
+
+    cr_assert_eq(st_open_memory(buf, size - 1, "mem", &f, err, sizeof err), -1);
+    cr_assert_null(f);
+    cr_assert_eq(strncmp(err, "mem: ", 5), 0, "%s", err);
+    free(buf);
+}

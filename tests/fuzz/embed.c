@@ -1,0 +1,9 @@
+/* embed.c — fuzzes POST /embed (Text Embeddings Inference): body bytes
+ * through http_json_parse and embed_api_decode (inputs, normalize,
+ * truncate), tokenizing with the real vocabulary, as the route does. Checks
+ * in embed_common.h. */
+#include "embed_common.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    return fuzz_embed_decode(data, size, EMBED_ROUTE_TEI);
+}

@@ -1,0 +1,82 @@
+/* embed_common.h — the embed_api the embeddings fuzz targets decode with:
+ * the real tokenizer and model configuration of fuzz_model_dir() and the
+ * limits of config/attnserve.json, loaded once. No weights are loaded and
+ * nothing is scheduled: only decoding runs. */
+#ifndef ATTN_FUZZ_EMBED_COMMON_H
+#define ATTN_FUZZ_EMBED_COMMON_H
+
+#include <stdatomic.h>
+
+#include "fuzz_util.h"
+#include "model/bert.h"
+#include "model/tokenizer.h"
+#include "server/embed_api.h"
+#include "server/errors.h"
+#include "server/http.h"
+
+static embed_api fuzz_api;
+static bert_config fuzz_model;
+
+static inline const embed_api *fuzz_embed_api(void) {
+    if (fuzz_api.tok)
+        return &fuzz_api;
+    char err[512];
+    tok_tokenizer *tok = NULL;
+    if (tok_load(&tok, fuzz_model_dir(), err, sizeof err) != TOK_OK ||
+        bert_config_load(fuzz_model_dir(), &fuzz_model, err, sizeof err) != 0) {
+        fprintf(stderr, "cannot load the model (run `make model` from the repository root): %s\n",
+                err);
+        exit(1);
+    }
+    fuzz_api.tok = tok;
+    fuzz_api.model = &fuzz_model;
+    fuzz_api.model_name = "all-MiniLM-L6-v2";
+    fuzz_api.max_batch_tokens = 16384;
+    fuzz_api.max_batch_requests = 64;
+    fuzz_api.truncate = true;
+    atomic_store(&fuzz_api.max_inputs_per_request, 256);
+    return &fuzz_api;
+}
+
+/* A refusal: a 400 or a 422, with a message. */
+static inline void fuzz_check_refusal(int err, const char *msg) {
+    FUZZ_CHECK((err == SRV_EBADREQUEST || err == SRV_EINVALID) && msg[0],
+               "refused with err %d, message \"%s\"", err, msg);
+}
+
+/* Body bytes through http_json_parse and embed_api_decode for route; a
+ * decoded job must hold what the scheduler and the model may be handed:
+ * 1..max_batch_requests inputs, each of 1..max_positions tokens, at most
+ * max_batch_tokens in all, every id in the vocabulary. */
+static inline int fuzz_embed_decode(const uint8_t *data, size_t size, embed_route route) {
+    const embed_api *api = fuzz_embed_api();
+    char why[256] = "";
+    json_t *root = http_json_parse((const char *)data, size, why, sizeof why);
+    if (!root) {
+        FUZZ_CHECK(why[0], "a refused body has no message");
+        return 0;
+    }
+    int err = SRV_OK;
+    char msg[256] = "";
+    embed_job *job = embed_api_decode(api, route, root, &err, msg, sizeof msg);
+    json_decref(root);
+    if (!job) {
+        fuzz_check_refusal(err, msg);
+        return 0;
+    }
+    const int32_t *cu, *ids;
+    int32_t n = embed_job_inputs(job, &cu, &ids);
+    FUZZ_CHECK(n >= 1 && n <= api->max_batch_requests, "%d inputs", n);
+    FUZZ_CHECK(cu[0] == 0, "cu[0] = %d", cu[0]);
+    for (int32_t i = 0; i < n; i++) {
+        int32_t len = cu[i + 1] - cu[i];
+        FUZZ_CHECK(len >= 1 && len <= api->model->max_positions, "input %d has %d tokens", i, len);
+    }
+    FUZZ_CHECK(cu[n] <= api->max_batch_tokens, "%d tokens", cu[n]);
+    for (int32_t k = 0; k < cu[n]; k++)
+        FUZZ_CHECK(ids[k] >= 0 && ids[k] < api->model->vocab_size, "id %d at %d", ids[k], k);
+    embed_job_free(job);
+    return 0;
+}
+
+#endif
