@@ -82,7 +82,6 @@ typedef struct app {
     tracer *trace;
     pthread_mutex_t backend_mu;   /* one backend decision at a time: reload or verification */
     char fallback_reason[320];    /* why verification switched ("" if it has not); cfg_mu */
-    _Atomic bool fallback_active; /* the backend in force is not the configured one */
     /* Backends shadow verification caught giving wrong results: never
      * selected again by this process, whatever a reload asks (a reload of
      * any setting re-selects the backend, and must not bring back one known
@@ -429,7 +428,6 @@ static bool on_verify_trip(const verify_evidence *ev, void *ctx) {
     metrics_set_backend(to);
     if (a->ncaught < ATTN_MAX_BACKENDS)
         a->caught[a->ncaught++] = cur;
-    atomic_store(&a->fallback_active, true);
     metrics_set_fallback_active(1);
     pthread_mutex_lock(&a->cfg_mu);
     snprintf(a->fallback_reason, sizeof a->fallback_reason,
@@ -485,14 +483,6 @@ static int start_verification(app *a) {
     attn_service_set_verifier(a->svc, a->verify);
     embed_service_set_verifier(a->embed, a->verify);
     batch_runner_set_trace(a->runner, a->trace);
-    /* A start on a fallback (the configured backend refused the shapes or
-     * failed its self-test) counts as a fallback too. */
-    const attn_backend *want = NULL;
-    char why[256];
-    const bool active = select_backend(a, c, c->backend, &want, why, sizeof why) != 0 ||
-                        want != attn_service_backend(a->svc);
-    atomic_store(&a->fallback_active, active);
-    metrics_set_fallback_active(active);
     return 0;
 }
 
@@ -721,24 +711,23 @@ static void reload_backend_locked(app *a, const config *next) {
     metrics_set_fallback_active(attn_service_backend(a->svc) != configured);
 }
 
-/* Issue 7 §2: backend decisions are serialised with verification's switch;
- * a reload that selects a backend ends a verification fallback (the
- * verifier is re-armed), and the gauge says whether the backend in force is
- * the configured one. */
+/* Issue 7 §2: backend decisions are serialised with verification's switch
+ * (backend_mu). reload_backend_locked sets the fallback gauge: whether the
+ * backend in force is the configured one. A reload that changes the backend
+ * in force re-arms verification, so the new backend starts with an empty
+ * mismatch window; one that changes nothing else keeps the window, so
+ * frequent SIGHUPs cannot keep a bad backend from tripping. */
 static void reload_backend(app *a, const config *next) {
     pthread_mutex_lock(&a->backend_mu);
+    const attn_backend *before = attn_service_backend(a->svc);
     reload_backend_locked(a, next);
-    const attn_backend *want = NULL;
-    char why[256];
-    const bool active = select_backend(a, next, next->backend, &want, why, sizeof why) != 0 ||
-                        want != attn_service_backend(a->svc);
-    atomic_store(&a->fallback_active, active);
-    metrics_set_fallback_active(active);
-    verify_rearm(a->verify);
+    const attn_backend *now = attn_service_backend(a->svc);
+    if (now != before)
+        verify_rearm(a->verify);
     verify_set_rate(a->verify, next->verify_sample_rate);
     verify_set_policy(a->verify, (int32_t)next->verify_mismatch_threshold, next->verify_window_s);
     trace_set_path(a->trace, next->trace_file);
-    if (!active) {
+    if (now == a->configured) { /* a->configured is written on this thread only */
         pthread_mutex_lock(&a->cfg_mu);
         a->fallback_reason[0] = '\0';
         pthread_mutex_unlock(&a->cfg_mu);

@@ -52,7 +52,7 @@ static void hist_observe(histogram *h, double value) {
 static const unsigned statuses[] = {0, 200, 400, 401, 404, 405, 413, 415, 422, 429, 500, 503, 504};
 #define NSTATUS (NBOUNDS(statuses) + 1)
 
-#define MAX_BACKENDS 8
+#define MAX_BACKENDS ATTN_MAX_BACKENDS
 
 static struct {
     const char *version, *simd;
@@ -522,7 +522,9 @@ void metrics_verify(const attn_backend *backend, int mismatch, double max_ratio,
             atomic_fetch_add_explicit(&V.mismatches[i], 1, memory_order_relaxed);
     }
     hist_observe(&V.max_ratio, clamp_sum(max_ratio, 1e9));
-    hist_observe(&V.mean_abs, clamp_sum(mean_abs, 1e3));
+    /* Clamped at 1 (any larger mean error is a gross fault): with sum_unit
+     * 1e-12 a non-finite check adds 1e12 units, so the sum lasts 1.8e7 of them. */
+    hist_observe(&V.mean_abs, clamp_sum(mean_abs, 1.0));
 }
 
 void metrics_verify_skipped(void) {
@@ -547,7 +549,8 @@ static void render_verify(FILE *f) {
         fprintf(f, "attnserve_verify_mismatches_total{backend=\"%s\"} %llu\n", all[i]->name,
                 (unsigned long long)load(&V.mismatches[i]));
     header(f, "attnserve_verify_skipped_total", "counter",
-           "Batches sampled for verification but not checked: the checker was busy.");
+           "Batches sampled for verification but not checked: the one capture slot was "
+           "busy (the checker still working, or the other kind of the same batch captured).");
     fprintf(f, "attnserve_verify_skipped_total %llu\n", (unsigned long long)load(&V.skipped));
     header(f, "attnserve_verify_max_error_ratio", "histogram",
            "Per check, the largest |out - ref| / bound (above 1 is a mismatch).");

@@ -77,26 +77,27 @@ int32_t verify_pick_rows(verify_rng *r, const int32_t *cu, int32_t batch, int32_
     if (batch < 1 || max_rows < 1 || cu[batch] <= 0)
         return 0;
     int32_t n = 0;
-    /* Edges first, from a random sequence on, so over many batches every
-     * sequence position gets its turn even when max_rows < 2 * batch. */
+    /* Half the rows (rounded up) are edges — each sequence's first and last
+     * token, where kernels' remainder handling lives — from a random
+     * sequence on, so over many batches every sequence gets its turn. */
+    const int32_t edge_quota = max_rows - max_rows / 2;
     const int32_t first = rng_below(r, batch);
-    int32_t covered = 0; /* sequences whose edges went in, in visiting order */
-    for (int32_t i = 0; i < batch && n < max_rows; i++) {
+    for (int32_t i = 0; i < batch && n < edge_quota; i++) {
         const int32_t b = (first + i) % batch, lo = cu[b], hi = cu[b + 1];
         if (hi <= lo)
             continue;
         rows[n++] = lo;
         if (hi - 1 != lo && n < max_rows)
             rows[n++] = hi - 1;
-        covered = i + 1;
     }
-    /* Then random rows of the sequences already touched, so the copy of K
-     * and V stays limited to those sequences. */
-    for (int tries = 0; n < max_rows && tries < 4 * max_rows && covered > 0; tries++) {
-        const int32_t b = (first + rng_below(r, covered)) % batch, lo = cu[b], hi = cu[b + 1];
-        if (hi > lo)
-            rows[n++] = lo + rng_below(r, hi - lo);
-    }
+    /* The rest are tokens drawn uniformly from the whole batch: interior
+     * rows (inner tile boundaries, long-range keys) that edges alone never
+     * reach once a batch holds more sequences than the edge quota covers.
+     * Their sequences' K and V are captured too; the slot is sized for
+     * max_rows sequences. */
+    const int32_t total = cu[batch];
+    while (n < max_rows)
+        rows[n++] = rng_below(r, total);
     return sort_unique(rows, n);
 }
 
@@ -172,6 +173,7 @@ struct verifier {
     _Atomic uint64_t checked, mismatched, skipped;
     _Atomic uint64_t check_cpu_ns;
     verify_window window; /* checker thread only */
+    const attn_backend *window_backend; /* whose mismatches window counts; checker only */
 };
 
 static uint64_t now_ns(void) {
@@ -227,9 +229,14 @@ static void report(verifier *v, verify_evidence *ev) {
     const bool bad = c->bad > 0;
     atomic_fetch_add(&v->checked, 1);
     metrics_verify(ev->backend, bad, c->max_ratio, mean);
-    if (atomic_exchange(&v->rearm, false))
+    /* The window counts one backend's mismatches: a reload re-arms it, and
+     * so does a check of another backend (the one switched to, or a stale
+     * capture of the one switched from). */
+    if (atomic_exchange(&v->rearm, false) || ev->backend != v->window_backend) {
         verify_window_init(&v->window, atomic_load(&v->threshold),
                            (uint64_t)atomic_load(&v->window_s) * 1000000000u);
+        v->window_backend = ev->backend;
+    }
     if (!bad)
         return;
     atomic_fetch_add(&v->mismatched, 1);
@@ -247,12 +254,15 @@ static void report(verifier *v, verify_evidence *ev) {
         verify_window_init(&v->window, threshold, window_ns);
     const bool trip = verify_window_add(&v->window, now_ns());
     ev->mismatches_in_window = v->window.n;
-    /* Marked tripped before the callback, so a re-arm (reload) that races
-     * the callback's switch is not undone when it returns. */
-    bool armed = false;
-    if (trip && v->opt.trip && atomic_compare_exchange_strong(&v->tripped, &armed, true) &&
-        !v->opt.trip(ev, v->opt.trip_ctx))
-        atomic_store(&v->tripped, false);
+    /* Always armed: if the backend switched to goes wrong as well, its own
+     * mismatches trip the next switch. After a switch the window starts
+     * again, so the old backend's mismatches never count against the new
+     * one. `tripped` only records that a switch happened (for /info) until
+     * a reload re-arms. */
+    if (trip && v->opt.trip && v->opt.trip(ev, v->opt.trip_ctx)) {
+        atomic_store(&v->tripped, true);
+        verify_window_init(&v->window, threshold, window_ns);
+    }
 }
 
 static void *checker_main(void *arg) {
@@ -474,8 +484,9 @@ bool verify_capture(verifier *v, const attn_problem *p, const attn_backend *back
         return false;
     }
     if (v->state != SLOT_FREE || v->stopping) {
+        const bool stopping = v->stopping; /* read under the lock */
         pthread_mutex_unlock(&v->mu);
-        if (!v->stopping)
+        if (!stopping)
             skip(v);
         return false;
     }

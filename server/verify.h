@@ -21,8 +21,8 @@
  *
  * Threads: verify_sample and verify_capture run on the compute thread only;
  * the checker thread does the float64 work, updates the metrics and, past
- * the mismatch threshold within the window, calls the trip callback (once,
- * until verify_rearm). Settings are atomics, changeable from any thread. */
+ * the mismatch threshold within the window (counted per backend), calls
+ * the trip callback. Settings are atomics, changeable from any thread. */
 #ifndef ATTN_VERIFY_H
 #define ATTN_VERIFY_H
 
@@ -55,10 +55,10 @@ double verify_rng_unit(verify_rng *r);
 bool verify_draw(verify_rng *r, double rate);
 
 /* Picks at most max_rows query rows (global token indices) of a packed batch
- * of B sequences: each sequence's first and last token (where kernels'
- * edge handling lives), starting at a random sequence while room remains,
- * then random rows of those sequences. Writes them to rows (sorted,
- * distinct) and returns how many. */
+ * of B sequences: up to half of them each sequence's first and last token
+ * (where kernels' edge handling lives), starting at a random sequence, the
+ * rest tokens drawn uniformly from the whole batch (interior rows). Writes
+ * them to rows (sorted, distinct) and returns how many. */
 int32_t verify_pick_rows(verify_rng *r, const int32_t *cu_seqlens, int32_t batch, int32_t max_rows,
                          int32_t *rows);
 
@@ -91,9 +91,10 @@ typedef struct verify_evidence {
 } verify_evidence;
 
 /* Called on the checker thread when the threshold is reached. Returns true
- * when it acted (switched backends): the verifier then stops tripping until
- * verify_rearm. false keeps it armed (say, the failing backend is no longer
- * the one in force, or no fallback was usable). */
+ * when it acted (switched backends): the window then starts again, so the
+ * next switch needs the threshold of the new backend's own mismatches.
+ * false (say, the failing backend is no longer the one in force, or no
+ * fallback was usable) leaves the window as it is. */
 typedef bool (*verify_trip_fn)(const verify_evidence *ev, void *ctx);
 
 typedef struct verify_options {
@@ -129,9 +130,9 @@ size_t verify_bytes(const verifier *v);
 void verify_set_rate(verifier *v, double rate);
 void verify_set_policy(verifier *v, int32_t threshold, int64_t window_s);
 
-/* After a trip the verifier stops tripping (the fallback is in force) but
- * keeps checking and counting; a SIGHUP that selects a backend re-arms it
- * and clears the window. */
+/* Clears the window and the tripped flag (a reload that changed the backend
+ * in force). verify_tripped: whether a trip switched backends since start or
+ * the last re-arm. */
 void verify_rearm(verifier *v);
 bool verify_tripped(const verifier *v);
 
@@ -160,11 +161,5 @@ void verify_counts(const verifier *v, uint64_t *checked, uint64_t *mismatched, u
 /* CPU seconds the checker thread has spent checking (its own clock, so
  * waiting for a core does not count); for the benchmark. */
 double verify_check_cpu_seconds(const verifier *v);
-
-/* The self-test half of issue 7 defines this (whether b passed the start-up
- * self-test on this machine); the fallback chooser uses it. verify.c holds a
- * weak definition that says true, so this branch links on its own; the
- * self-test's strong definition replaces it. */
-bool backend_passed_selftest(const attn_backend *b);
 
 #endif
