@@ -308,6 +308,40 @@ def test_body_over_limit_chunked(server, path):
     assert_error(r, 413, "request_too_large_error")
 
 
+def test_body_over_limit_chunked_then_dribbling(own_server):
+    """After the early 413 of a chunked body the server reads on (so the client
+    can read its answer) but not for ever: a client that keeps sending a byte
+    at a time, never idle long enough for MHD's idle timeout, still loses the
+    connection within connection_timeout_s of its headers, and it counts."""
+    limit, timeout = 64 << 10, 3
+    s = own_server(connection_timeout_s=timeout, max_body_bytes=limit)
+    before = s.metric("attnserve_connections_closed_total", reason="connection_timeout")
+    c = raw_connect(s)
+    t0 = time.monotonic()
+    c.sendall(b"POST /embed HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Transfer-Encoding: chunked\r\n\r\n")
+    piece = b"a" * (limit + 1)
+    c.sendall(b"%x\r\n%s\r\n" % (len(piece), piece))
+    status, headers, body = read_response(c.makefile("rb"))
+    assert_raw_error(status, headers, body, 413, "request_too_large_error")
+    # A byte every 0.2 s: far under what the server reads and throws away
+    # after an early answer (max_body_bytes), and never idle.
+    closed_at = None
+    while time.monotonic() - t0 < 5 * timeout:
+        try:
+            c.send(b"1\r\na\r\n")
+        except (BrokenPipeError, ConnectionResetError):
+            closed_at = time.monotonic() - t0
+            break
+        time.sleep(0.2)
+    c.close()
+    assert closed_at is not None, "a client dribbling after its 413 kept its connection"
+    assert closed_at <= timeout + 3, closed_at
+    wait_for(lambda: s.metric("attnserve_connections_closed_total",
+                              reason="connection_timeout") == before + 1,
+             what="the closed connection to be counted")
+
+
 # ---- inputs ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("path,key", EMBED_PATHS)
@@ -449,6 +483,34 @@ def test_slowloris_headers_one_byte_per_second(own_server):
         c.sendall(raw_request("GET", "/health"))
         assert read_response(f)[0] == 200
         time.sleep(1)
+    c.close()
+
+
+def test_keep_alive_idle_then_slow_body(own_server):
+    """The deadline of a request starts when its headers are in: a pooled
+    connection that idled most of connection_timeout_s, then uploads a body
+    that takes seconds, is answered rather than cut mid-upload."""
+    timeout = 6
+    s = own_server(connection_timeout_s=timeout)
+    c = raw_connect(s, timeout=30)
+    f = c.makefile("rb")
+    c.sendall(raw_request("GET", "/health"))
+    assert read_response(f)[0] == 200
+    time.sleep(timeout - 1.5)  # idle, as in a client's pool
+    body = json.dumps({"inputs": "a slow upload " * 50}).encode()
+    c.sendall(raw_request("POST", "/embed", body)[:-len(body)])
+    t0 = time.monotonic()
+    pieces = 8
+    step = (len(body) + pieces - 1) // pieces
+    for i in range(0, len(body), step):  # about 4 s in all
+        c.sendall(body[i:i + step])
+        time.sleep(0.5)
+    # Headers plus body took longer than connection_timeout_s since the
+    # previous answer: the premise of the test.
+    assert time.monotonic() - t0 + timeout - 1.5 > timeout
+    status, _, answer = read_response(f)
+    assert status == 200, answer
+    assert len(json.loads(answer)[0]) == DIM
     c.close()
 
 
