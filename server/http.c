@@ -114,7 +114,7 @@ struct http_request {
     size_t len, cap, discarded;
     bool answered_early; /* the 413 of an over-limit chunked body, written by http.c */
     bool answer_cut;     /* that 413 went out only in part: the connection is shut down */
-    size_t json_charge; /* the parse tree's bound, charged until it is freed */
+    size_t json_charge;  /* the parse tree's bound, charged until it is freed */
 
     conn_slot *cslot; /* NULL when the connection is not watched */
     bool parked;

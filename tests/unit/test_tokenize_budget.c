@@ -45,8 +45,12 @@ Test(tokenize_budget, a_refusal_never_yields_an_answer) {
     cr_assert_eq(tok_load(&tok, model_dir(), err, sizeof err), TOK_OK,
                  "cannot load the tokenizer from %s (%s): run `make model`", model_dir(), err);
     cr_assert_eq(bert_config_load(model_dir(), &cfg, err, sizeof err), 0, "%s", err);
-    embed_api api = {.tok = tok, .model = &cfg, .model_name = "test", .max_batch_tokens = 16384,
-                     .max_batch_requests = 64, .truncate = true};
+    embed_api api = {.tok = tok,
+                     .model = &cfg,
+                     .model_name = "test",
+                     .max_batch_tokens = 16384,
+                     .max_batch_requests = 64,
+                     .truncate = true};
     atomic_store(&api.max_inputs_per_request, 256);
 
     /* Installed before any JSON value exists (membudget.h). A word longer
