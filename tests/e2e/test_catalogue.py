@@ -7,16 +7,18 @@ succeed: the service keeps serving other clients throughout.
 One test per item; the error statuses are those of README.md's API section."""
 import base64
 import json
+import os
 import random
 import socket
 import struct
+import subprocess
 import threading
 import time
 
 import pytest
 import requests
 
-from conftest import (JSON, Server, as_base64, assert_error, attention_case, parse_metrics,
+from conftest import (BIN, JSON, Server, as_base64, assert_error, attention_case, parse_metrics,
                       post_attention, slow_body, to_base64, wait_for)
 
 SMALL, _ = attention_case(1, 3, 2, 4)
@@ -340,6 +342,49 @@ def test_body_over_limit_chunked_then_dribbling(own_server):
     wait_for(lambda: s.metric("attnserve_connections_closed_total",
                               reason="connection_timeout") == before + 1,
              what="the closed connection to be counted")
+
+
+def preload_short_send():
+    """LD_PRELOAD for a server whose early 413 goes out only in part
+    (tests/e2e/short_send.c, built beside the binary by `make e2e`); a
+    sanitizer runtime the binary links must come first in the list."""
+    shim = os.path.join(os.path.dirname(BIN), "short_send.so")
+    assert os.path.exists(shim), "%s missing: build it with make e2e" % shim
+    first = []
+    for line in subprocess.run(["ldd", BIN], capture_output=True, text=True).stdout.splitlines():
+        parts = line.split()
+        if parts and parts[0].startswith(("libasan", "libtsan")) and "=>" in parts:
+            first.append(parts[parts.index("=>") + 1])
+    return ":".join(first + [shim])
+
+
+def test_early_413_written_in_part_is_never_followed_by_another(start_server):
+    """When the early 413 of a chunked body could be written only in part,
+    the connection is shut down and counted; no second, whole answer follows
+    the partial one on the same byte stream once the body ends."""
+    limit = 64 << 10
+    s = start_server(env={"LD_PRELOAD": preload_short_send()}, max_body_bytes=limit)
+    c = raw_connect(s)
+    c.sendall(b"POST /embed HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Transfer-Encoding: chunked\r\n\r\n")
+    piece = b"a" * (limit + 1)
+    received = b""
+    try:
+        c.sendall(b"%x\r\n%s\r\n0\r\n\r\n" % (len(piece), piece))  # over, then ended
+        c.settimeout(5)
+        while True:
+            data = c.recv(65536)
+            if not data:
+                break
+            received += data
+    except (BrokenPipeError, ConnectionResetError, socket.timeout):
+        pass  # a timeout: the connection was left open, which the assert shows
+    c.close()
+    assert received == b"HTTP/1.1 413 Content Too Large\r\nConnection: close\r\n", received
+    assert s.metric("attnserve_connections_closed_total", reason="answer_cut") == 1
+    assert s.metric("attnserve_http_requests_total", route="/embed", status="413") == 0
+    r = requests.post(s.url("/embed"), json={"inputs": "still serving"}, timeout=30)
+    assert r.status_code == 200
 
 
 # ---- inputs ---------------------------------------------------------------------------------
