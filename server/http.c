@@ -327,11 +327,11 @@ int http_reply_error(http_request *req, int err, const char *fmt, ...) {
  * headers arriving; otherwise the watch shuts the socket down and MHD,
  * seeing it closed, frees the connection. The second clock starts at the
  * headers so that a keep-alive connection that idled most of the timeout
- * still gives its next request a whole timeout to upload its body. And
- * while a request is parked, its socket
- * sits in an epoll set for EPOLLRDHUP: the client's FIN or RST (never a
- * pipelined request, which is only data) marks the request gone and calls
- * its owner's on_client_closed, which cancels the queued work. A client
+ * still gives its next request a whole timeout to upload its body.
+ * And while a request is parked, its socket sits in an epoll set for
+ * EPOLLRDHUP: the client's FIN or RST (never a pipelined request, which is
+ * only data) marks the request gone and calls its owner's on_client_closed,
+ * which cancels the queued work. A client
  * that only half-closes (shutdown(SHUT_WR)) after sending its request looks
  * the same on the wire and is taken as gone too, unanswered (MHD answers it
  * on routes that do not park): nothing short of writing to it tells the two
