@@ -106,8 +106,9 @@ static const setting settings[] = {
     INT(max_connections, 256, 1, 1000000, RESTART,
         "Concurrent client connections; more are refused."),
     INT(connection_timeout_s, 30, 1, 3600, RESTART,
-        "A connection idle this long is closed, and so is one whose request (headers and "
-        "body) is not in this long after the connection opened or its previous request ended."),
+        "A connection idle this long is closed, and so is one whose request headers are not in "
+        "this long after the connection opened or its previous request ended, or whose request "
+        "(headers and body) is not in this long after its headers."),
     INT(max_body_bytes, 4 << 20, 1024, INT64_C(1) << 30, RESTART,
         "Largest request body; larger ones get 413 without being read."),
     /* Bounds what all requests together hold (bodies, parsed JSON, jobs,

@@ -664,6 +664,11 @@ static json_t *token_json(const embed_api *api, const char *text, int32_t id, to
         return json_pack("{s:i, s:s, s:b, s:n, s:n}", "id", (json_int_t)id, "text",
                          tok_id_to_token(api->tok, id), "special", 1, "start", "stop");
     json_t *piece = json_stringn(text + sp.start, sp.end - sp.start);
+    /* NULL is also the budget refusing the string: then the token fails
+     * (and so the answer, with the budget's error), never "[UNK]" or a
+     * vocabulary string standing in for it. */
+    if (!piece && membudget_refused())
+        return NULL;
     if (!piece) /* not whole characters: fall back to the vocabulary string */
         piece = json_string(tok_id_to_token(api->tok, id));
     return json_pack("{s:i, s:o, s:b, s:i, s:i}", "id", (json_int_t)id, "text", piece, "special", 0,

@@ -113,7 +113,8 @@ struct http_request {
     char *body;
     size_t len, cap, discarded;
     bool answered_early; /* the 413 of an over-limit chunked body, written by http.c */
-    size_t json_charge; /* the parse tree's bound, charged until it is freed */
+    bool answer_cut;     /* that 413 went out only in part: the connection is shut down */
+    size_t json_charge;  /* the parse tree's bound, charged until it is freed */
 
     conn_slot *cslot; /* NULL when the connection is not watched */
     bool parked;
@@ -247,6 +248,14 @@ static struct MHD_Response *response_from(char *text, size_t len, const char *co
 int http_reply_json(http_request *req, unsigned status, json_t *body) {
     char *text = body ? json_dumps(body, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
     json_decref(body);
+    /* A refusal anywhere in building the document (a json_pack `o*` or an
+     * append whose result went unchecked, a fallback taken for a refused
+     * string) may have left it incomplete: a success is never sent after
+     * one. The budget's answer (503, or 413) goes instead. */
+    if (text && status < 300 && membudget_refused()) {
+        json_text_free(text);
+        text = NULL;
+    }
     if (!text && membudget_refused()) /* the budget is full: 503 (or 413), not 500 */
         return http_reply_error(req, membudget_error(), "%s", membudget_message());
     if (!text)
@@ -312,13 +321,17 @@ int http_reply_error(http_request *req, int err, const char *fmt, ...) {
  * connection for ever; and it does not look at a suspended (parked)
  * connection at all, so a client that went away while its request was
  * queued would have it computed anyway. One thread of http.c's own watches
- * both. Every request must be in, headers and body, within
- * connection_timeout_s of its connection opening (or of the previous request
- * on it completing), or the watch shuts the socket down and MHD, seeing it
- * closed, frees the connection. And while a request is parked, its socket
- * sits in an epoll set for EPOLLRDHUP: the client's FIN or RST (never a
- * pipelined request, which is only data) marks the request gone and calls
- * its owner's on_client_closed, which cancels the queued work. A client
+ * both. A request's headers must be in within connection_timeout_s of its
+ * connection opening (or of the previous request on it completing), and the
+ * whole request, headers and body, within connection_timeout_s of its
+ * headers arriving; otherwise the watch shuts the socket down and MHD,
+ * seeing it closed, frees the connection. The second clock starts at the
+ * headers so that a keep-alive connection that idled most of the timeout
+ * still gives its next request a whole timeout to upload its body.
+ * And while a request is parked, its socket sits in an epoll set for
+ * EPOLLRDHUP: the client's FIN or RST (never a pipelined request, which is
+ * only data) marks the request gone and calls its owner's on_client_closed,
+ * which cancels the queued work. A client
  * that only half-closes (shutdown(SHUT_WR)) after sending its request looks
  * the same on the wire and is taken as gone too, unanswered (MHD answers it
  * on routes that do not park): nothing short of writing to it tells the two
@@ -380,8 +393,8 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
     }
 }
 
-/* Arms (the next request must be in by now + connection_timeout_s) or
- * disarms the deadline of req's connection. */
+/* Arms (the next request's headers, or this request whole, must be in by
+ * now + connection_timeout_s) or disarms the deadline of req's connection. */
 static void request_deadline(http_request *req, bool arm) {
     conn_slot *c = req->cslot;
     if (!c)
@@ -706,8 +719,14 @@ static int early_answer(http_request *req) {
  * once the body ends or max_body_bytes more have been read and thrown away:
  * closing at once, with the client's bytes unread, would reset the
  * connection, and a reset can cost the client the answer it has not read
- * yet. Returns false, changing nothing, when the answer could not be
- * written whole. */
+ * yet. The request's deadline stays armed meanwhile, so a client that
+ * dribbles the rest of its body still loses the connection within
+ * connection_timeout_s of its headers (MHD's idle timeout alone would let it
+ * hold it for ever). Returns false, changing nothing, when nothing of the
+ * answer could be written (MHD answers after the body, as for any pending
+ * error); when only part of it went out, no second answer can follow on that
+ * byte stream: the connection is shut down both ways for good, answer_cut
+ * is set and take_body closes it. */
 static bool answer_too_large_now(http_request *req) {
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(req->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
@@ -728,13 +747,23 @@ static bool answer_too_large_now(http_request *req) {
                      "x-inference-time-ms: 0.000\r\nx-attention-backend: %s\r\n\r\n%s",
                      strlen(body), req->id, backend ? backend : "none", body);
     json_text_free(body); /* jansson allocated it */
-    if (n <= 0 || (size_t)n >= sizeof buf ||
-        send(ci->connect_fd, buf, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) != n)
+    if (n <= 0 || (size_t)n >= sizeof buf)
+        return false;
+    ssize_t sent = send(ci->connect_fd, buf, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (sent > 0 && sent < n) {
+        shutdown(ci->connect_fd, SHUT_RDWR);
+        req->answer_cut = true;
+        metrics_connection_closed(METRICS_CONN_CUT);
+        log_info("connection closed: the early 413 could be written only in part",
+                 LOG_KV("request_id", req->id), LOG_KV("sent", (long long)sent),
+                 LOG_KV("bytes", n));
+        return false;
+    }
+    if (sent != n)
         return false;
     shutdown(ci->connect_fd, SHUT_WR);
     req->answered_early = true;
     req->status = 413;
-    request_deadline(req, false);
     return true;
 }
 
@@ -753,10 +782,14 @@ static bool charge_body(http_request *req, size_t cap) {
     return ok;
 }
 
-/* Runs a route function with what it allocates charged to the budget;
- * /health and /ready are left out, so probes answer even when it is full. */
+/* Runs a route function with what it allocates charged to the budget.
+ * /health and /ready are left out, so probes answer even when it is full;
+ * so is /metrics (HTTP_AUTH_METRICS), which operators need most exactly when
+ * the budget is full: its text is small and bounded by the fixed set of
+ * series (routes, statuses, buckets, backends), and a connection holds one
+ * answer at a time. */
 static int run_charged(http_request *req, http_handler_fn fn) {
-    if (req->route->auth == HTTP_AUTH_OPEN)
+    if (req->route->auth == HTTP_AUTH_OPEN || req->route->auth == HTTP_AUTH_METRICS)
         return fn(req, req->route->ctx);
     membudget_enter(body_cost(req->cap));
     int r = fn(req, req->route->ctx);
@@ -771,6 +804,8 @@ static int take_body(http_request *req, const char *data, size_t n) {
         set_pending(req, SRV_ETOOLARGE, "request body exceeds the limit of %zu bytes", max);
         answer_too_large_now(req);
     }
+    if (req->answer_cut)
+        return HTTP_FAIL; /* part of an answer is out: never answer again */
     if (req->pending) {
         req->discarded += n;
         if (req->answered_early)
@@ -789,6 +824,9 @@ static int take_body(http_request *req, const char *data, size_t n) {
         }
         char *grown = realloc(req->body, cap + 1);
         if (!grown) {
+            /* on_completed gives back body_cost(req->cap) only: the growth
+             * charged above goes back now, or it would leak from the budget. */
+            membudget_uncharge(body_cost(cap) - body_cost(req->cap));
             set_pending(req, SRV_EINTERNAL, "out of memory reading the body");
             return HTTP_DONE;
         }
@@ -813,13 +851,15 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
         if (!req)
             return MHD_NO;
         *con_cls = req;
+        /* The headers are in: the whole request has connection_timeout_s
+         * from now. An early answer keeps it too, so that a client that
+         * never stops sending cannot hold the connection past it. */
+        request_deadline(req, true);
         r = early_answer(req);
-        if (req->status)
-            request_deadline(req, false); /* answered: the body is not read */
     } else if (*upload_size) {
         r = take_body(req, upload_data, *upload_size);
         *upload_size = 0;
-    } else if (req->answered_early) {
+    } else if (req->answered_early || req->answer_cut) {
         r = HTTP_FAIL; /* the body is over: close, as the answer said */
     } else if (req->parked) {
         req->parked = false;
@@ -883,8 +923,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                  LOG_KV("closed", termination_name(toe)), LOG_KV("answered", req->status));
     metrics_request(req->slot, status, req->queue_ms * 1e-3, req->inference_ms * 1e-3,
                     total_ms * 1e-3);
-    /* A keep-alive connection's next request has connection_timeout_s to
-     * arrive in full, as the first one had. */
+    /* A keep-alive connection's next request has connection_timeout_s for
+     * its headers to arrive, as the first one had. */
     request_deadline(req, true);
     if (req->user_free)
         req->user_free(req->user);

@@ -10,8 +10,10 @@
  * the I/O thread. The state is freed in MHD's completion callback however the
  * request ended, after the request's log line and metrics are written.
  *
- * One more thread, the connection watch, closes connections whose request
- * does not arrive in full within connection_timeout_s (MHD's idle timeout
+ * One more thread, the connection watch, closes connections whose request's
+ * headers do not arrive within connection_timeout_s of the connection opening
+ * (or of the previous request ending), or whose request is not in whole
+ * within connection_timeout_s of its headers (MHD's idle timeout
  * never fires on a client that sends a byte a second) and notices a client
  * closing while its request is parked (MHD does not watch suspended
  * connections).

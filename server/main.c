@@ -258,10 +258,15 @@ static json_t *info_json(app *a) {
     const attn_backend *b = attn_service_backend(a->svc);
     json_t *backends = json_array();
     for (const attn_backend *const *it = attn_backends(); backends && *it; it++)
-        json_array_append_new(backends, json_string((*it)->name));
+        if (json_array_append_new(backends, json_string((*it)->name)) != 0) {
+            json_decref(backends); /* a part missing: no document (h-http2) */
+            backends = NULL;
+        }
+    /* `o`, not `o*`: a part that could not be made (the budget refused it)
+     * fails the whole document rather than silently leaving it out. */
     json_t *info = json_pack(
-        "{s:s, s:s, s:s, s:o*, s:s, s:s, s:i, s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, "
-        "s:i, s:i, s:i}, s:o*, s:o*}",
+        "{s:s, s:s, s:s, s:o, s:s, s:s, s:i, s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, "
+        "s:i, s:i, s:i}, s:o, s:o}",
         "version", ATTNSERVE_VERSION, "backend", b->name, "backend_setting", c->backend, "backends",
         backends, "simd", b->simd_path(), "cpu_simd", a->simd, "threads", a->nthreads, "limits",
         "max_batch_tokens", (json_int_t)c->max_batch_tokens, "max_batch_requests",
@@ -291,6 +296,12 @@ static json_t *info_json(app *a) {
 
 static int handle_info(http_request *req, void *ctx) {
     json_t *info = info_json(ctx);
+    /* h-http2: a refusal by the request-memory budget is its 503 (or 413),
+     * not a 500, and never a 200 with parts missing. */
+    if (membudget_refused()) {
+        json_decref(info);
+        return http_reply_error(req, membudget_error(), "%s", membudget_message());
+    }
     if (!info)
         return http_reply_error(req, SRV_EINTERNAL, "out of memory");
     return http_reply_json(req, 200, info);

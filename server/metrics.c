@@ -318,11 +318,14 @@ static void render_scheduler(FILE *f) {
     fprintf(f, "attnserve_requests_cancelled_total %llu\n", (unsigned long long)st.cancelled);
     header(f, "attnserve_connections_closed_total", "counter",
            "Connections closed by the service: refused past max_connections, or whose request "
-           "was not in within connection_timeout_s.");
+           "was not in within connection_timeout_s, or whose early 413 went out only in part.");
     fprintf(f, "attnserve_connections_closed_total{reason=\"max_connections\"} %llu\n",
             (unsigned long long)load(&M.conns_closed[METRICS_CONN_LIMIT]));
     fprintf(f, "attnserve_connections_closed_total{reason=\"connection_timeout\"} %llu\n",
             (unsigned long long)load(&M.conns_closed[METRICS_CONN_LATE]));
+    /* h-http2: an early 413 written only in part (http.c answer_too_large_now). */
+    fprintf(f, "attnserve_connections_closed_total{reason=\"answer_cut\"} %llu\n",
+            (unsigned long long)load(&M.conns_closed[METRICS_CONN_CUT]));
     header(f, "attnserve_batches_total", "counter", "Batches run.");
     fprintf(f, "attnserve_batches_total %llu\n", (unsigned long long)st.batches);
     header(f, "attnserve_embedding_inputs_total", "counter", "Embedding inputs computed.");

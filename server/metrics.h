@@ -33,7 +33,9 @@ void metrics_request(int route, unsigned status, double queue_s, double inferenc
 
 /* A connection the HTTP layer closed itself: refused past max_connections,
  * or its request not in within connection_timeout_s. */
-enum { METRICS_CONN_LIMIT, METRICS_CONN_LATE, METRICS_CONN_NREASONS };
+/* METRICS_CONN_CUT (h-http2): an early 413 that went out only in part,
+ * after which the connection is shut down rather than answered twice. */
+enum { METRICS_CONN_LIMIT, METRICS_CONN_LATE, METRICS_CONN_CUT, METRICS_CONN_NREASONS };
 void metrics_connection_closed(int reason);
 
 /* One batch as the scheduler saw it (its on_batch observer). */

@@ -7,16 +7,18 @@ succeed: the service keeps serving other clients throughout.
 One test per item; the error statuses are those of README.md's API section."""
 import base64
 import json
+import os
 import random
 import socket
 import struct
+import subprocess
 import threading
 import time
 
 import pytest
 import requests
 
-from conftest import (JSON, Server, as_base64, assert_error, attention_case, parse_metrics,
+from conftest import (BIN, JSON, Server, as_base64, assert_error, attention_case, parse_metrics,
                       post_attention, slow_body, to_base64, wait_for)
 
 SMALL, _ = attention_case(1, 3, 2, 4)
@@ -308,6 +310,83 @@ def test_body_over_limit_chunked(server, path):
     assert_error(r, 413, "request_too_large_error")
 
 
+def test_body_over_limit_chunked_then_dribbling(own_server):
+    """After the early 413 of a chunked body the server reads on (so the client
+    can read its answer) but not for ever: a client that keeps sending a byte
+    at a time, never idle long enough for MHD's idle timeout, still loses the
+    connection within connection_timeout_s of its headers, and it counts."""
+    limit, timeout = 64 << 10, 3
+    s = own_server(connection_timeout_s=timeout, max_body_bytes=limit)
+    before = s.metric("attnserve_connections_closed_total", reason="connection_timeout")
+    c = raw_connect(s)
+    t0 = time.monotonic()
+    c.sendall(b"POST /embed HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Transfer-Encoding: chunked\r\n\r\n")
+    piece = b"a" * (limit + 1)
+    c.sendall(b"%x\r\n%s\r\n" % (len(piece), piece))
+    status, headers, body = read_response(c.makefile("rb"))
+    assert_raw_error(status, headers, body, 413, "request_too_large_error")
+    # A byte every 0.2 s: far under what the server reads and throws away
+    # after an early answer (max_body_bytes), and never idle.
+    closed_at = None
+    while time.monotonic() - t0 < 5 * timeout:
+        try:
+            c.send(b"1\r\na\r\n")
+        except (BrokenPipeError, ConnectionResetError):
+            closed_at = time.monotonic() - t0
+            break
+        time.sleep(0.2)
+    c.close()
+    assert closed_at is not None, "a client dribbling after its 413 kept its connection"
+    assert closed_at <= timeout + 3, closed_at
+    wait_for(lambda: s.metric("attnserve_connections_closed_total",
+                              reason="connection_timeout") == before + 1,
+             what="the closed connection to be counted")
+
+
+def preload_short_send():
+    """LD_PRELOAD for a server whose early 413 goes out only in part
+    (tests/e2e/short_send.c, built beside the binary by `make e2e`); a
+    sanitizer runtime the binary links must come first in the list."""
+    shim = os.path.join(os.path.dirname(BIN), "short_send.so")
+    assert os.path.exists(shim), "%s missing: build it with make e2e" % shim
+    first = []
+    for line in subprocess.run(["ldd", BIN], capture_output=True, text=True).stdout.splitlines():
+        parts = line.split()
+        if parts and parts[0].startswith(("libasan", "libtsan")) and "=>" in parts:
+            first.append(parts[parts.index("=>") + 1])
+    return ":".join(first + [shim])
+
+
+def test_early_413_written_in_part_is_never_followed_by_another(start_server):
+    """When the early 413 of a chunked body could be written only in part,
+    the connection is shut down and counted; no second, whole answer follows
+    the partial one on the same byte stream once the body ends."""
+    limit = 64 << 10
+    s = start_server(env={"LD_PRELOAD": preload_short_send()}, max_body_bytes=limit)
+    c = raw_connect(s)
+    c.sendall(b"POST /embed HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Transfer-Encoding: chunked\r\n\r\n")
+    piece = b"a" * (limit + 1)
+    received = b""
+    try:
+        c.sendall(b"%x\r\n%s\r\n0\r\n\r\n" % (len(piece), piece))  # over, then ended
+        c.settimeout(5)
+        while True:
+            data = c.recv(65536)
+            if not data:
+                break
+            received += data
+    except (BrokenPipeError, ConnectionResetError, socket.timeout):
+        pass  # a timeout: the connection was left open, which the assert shows
+    c.close()
+    assert received == b"HTTP/1.1 413 Content Too Large\r\nConnection: close\r\n", received
+    assert s.metric("attnserve_connections_closed_total", reason="answer_cut") == 1
+    assert s.metric("attnserve_http_requests_total", route="/embed", status="413") == 0
+    r = requests.post(s.url("/embed"), json={"inputs": "still serving"}, timeout=30)
+    assert r.status_code == 200
+
+
 # ---- inputs ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("path,key", EMBED_PATHS)
@@ -449,6 +528,34 @@ def test_slowloris_headers_one_byte_per_second(own_server):
         c.sendall(raw_request("GET", "/health"))
         assert read_response(f)[0] == 200
         time.sleep(1)
+    c.close()
+
+
+def test_keep_alive_idle_then_slow_body(own_server):
+    """The deadline of a request starts when its headers are in: a pooled
+    connection that idled most of connection_timeout_s, then uploads a body
+    that takes seconds, is answered rather than cut mid-upload."""
+    timeout = 6
+    s = own_server(connection_timeout_s=timeout)
+    c = raw_connect(s, timeout=30)
+    f = c.makefile("rb")
+    c.sendall(raw_request("GET", "/health"))
+    assert read_response(f)[0] == 200
+    time.sleep(timeout - 1.5)  # idle, as in a client's pool
+    body = json.dumps({"inputs": "a slow upload " * 50}).encode()
+    c.sendall(raw_request("POST", "/embed", body)[:-len(body)])
+    t0 = time.monotonic()
+    pieces = 8
+    step = (len(body) + pieces - 1) // pieces
+    for i in range(0, len(body), step):  # about 4 s in all
+        c.sendall(body[i:i + step])
+        time.sleep(0.5)
+    # Headers plus body took longer than connection_timeout_s since the
+    # previous answer: the premise of the test.
+    assert time.monotonic() - t0 + timeout - 1.5 > timeout
+    status, _, answer = read_response(f)
+    assert status == 200, answer
+    assert len(json.loads(answer)[0]) == DIM
     c.close()
 
 

@@ -13,11 +13,12 @@ import base64
 import concurrent.futures
 import json
 import os
+import socket
 import subprocess
 
 import requests
 
-from conftest import BIN, JSON, MODEL_DIR, free_port
+from conftest import BIN, JSON, MODEL_DIR, free_port, wait_for
 
 BUDGET = 24 << 20
 MAX_BODY = 4 << 20
@@ -140,6 +141,58 @@ def test_probes_answer_when_the_budget_is_full(start_server):
             assert requests.get(srv.url("/ready"), timeout=5).status_code == 200
         statuses = sorted(p.result()[0] for p in posts)
     assert set(statuses) <= {200, 503}, statuses
+
+
+def membudget_cost(n):
+    """server/membudget.c's membudget_cost: what glibc's malloc(n) costs."""
+    if n >= 128 * 1024 - 16:
+        return (n + 16 + 4095) & ~4095
+    return max((n + 8 + 15) & ~15, 32)
+
+
+def test_metrics_and_info_when_the_budget_is_full(start_server):
+    """With the budget full to its last few KiB: /metrics is not charged and
+    answers 200 (operators need it then most); /info, which is, answers the
+    budget's 503 with the error shape (not a 500, nor a 200 with parts left
+    out); once the budget is free again /info is whole."""
+    budget = 1 << 20
+    srv = start_server(max_request_memory_bytes=budget, max_body_bytes=budget // 2,
+                       connection_timeout_s=60)
+    # Bodies being uploaded hold their buffers' charges (capacities doubling
+    # from 4 KiB, each charged as membudget_cost(cap + 1)): these six hold all
+    # but 4048 bytes of the budget, less than /metrics' text or /info's tree.
+    held, conns = 0, []
+    for cap in (512 << 10, 256 << 10, 128 << 10, 64 << 10, 32 << 10, 16 << 10):
+        c = socket.create_connection(("127.0.0.1", srv.settings["port"]), timeout=10)
+        c.sendall(b"POST /embed HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: %d\r\n\r\n" % (budget // 2))
+        c.sendall(b" " * (cap * 3 // 4))  # never completed: held until closed
+        conns.append(c)
+        held += membudget_cost(cap + 1)
+    assert 0 < budget - held < 8192
+    wait_for(lambda: srv.metric("attnserve_request_memory_bytes") == held,
+             what="the bodies to be read")
+    for _ in range(5):
+        r = requests.get(srv.url("/metrics"), timeout=5)
+        assert r.status_code == 200, r.text[:300]
+        assert "attnserve_request_memory_bytes %d" % held in r.text
+        r = requests.get(srv.url("/info"), timeout=5)
+        assert r.status_code == 503, (r.status_code, r.text[:300])
+        err = r.json()["error"]
+        assert err["code"] == 503 and "max_request_memory_bytes" in err["message"], err
+        assert r.headers.get("Retry-After") == "1"
+        assert requests.get(srv.url("/health"), timeout=5).status_code == 200
+    for c in conns:
+        c.close()
+    wait_for(lambda: srv.metric("attnserve_request_memory_bytes") == 0,
+             what="the bodies to be given back")
+    r = requests.get(srv.url("/info"), timeout=5)
+    assert r.status_code == 200, r.text[:300]
+    info = r.json()
+    for key in ("version", "backend", "backends", "limits", "memory", "model", "selftest",
+                "verification"):
+        assert key in info, key
+    assert info["backends"] and info["memory"]["request_memory_bytes"] == budget
 
 
 def test_start_refuses_a_budget_below_one_request(tmp_path):
