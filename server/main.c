@@ -47,14 +47,17 @@
  * budget (membudget.h), which holds everything that grows with a request:
  * libmicrohttpd's memory pool (its default 32 KiB: headers and its buffers),
  * its connection struct (~1 KiB in 0.9.75; 4 KiB allowed), our request state
- * (http.h) and an error answer (never charged to the budget: its body is
- * under 1 KiB, with headers and MHD's response struct under 2 KiB).
+ * (http.h) and one answer that is never charged to the budget while it is
+ * sent: an error (body under 1 KiB, under 2 KiB with headers and MHD's
+ * response struct) or the /metrics text (about 24 KiB with the built-in
+ * backends; 64 KiB allowed for more backends and labels), /metrics being
+ * uncharged so that it answers when the budget is full.
  * Socket buffers are the kernel's, not the process's. */
-#define MHD_POOL_BYTES       (32 * 1024)
-#define MHD_CONNECTION_BYTES (4 * 1024)
-#define ERROR_ANSWER_BYTES   (2 * 1024)
+#define MHD_POOL_BYTES          (32 * 1024)
+#define MHD_CONNECTION_BYTES    (4 * 1024)
+#define UNCHARGED_ANSWER_BYTES  (64 * 1024)
 #define CONNECTION_BYTES                                                                           \
-    (MHD_POOL_BYTES + MHD_CONNECTION_BYTES + HTTP_REQUEST_STATE_BYTES + ERROR_ANSWER_BYTES)
+    (MHD_POOL_BYTES + MHD_CONNECTION_BYTES + HTTP_REQUEST_STATE_BYTES + UNCHARGED_ANSWER_BYTES)
 
 typedef struct app {
     pthread_mutex_t cfg_mu; /* /info reads cfg on the I/O thread while SIGHUP swaps it */
