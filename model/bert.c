@@ -384,6 +384,10 @@ int bert_workspace_create(const bert_model *m, int max_tokens, int nthreads,
         free(mem);
         return fail(BERT_ENOMEM, err, err_len, "cannot allocate a %zu-byte model workspace", total);
     }
+    /* Touched at once, so the workspace is resident from the start rather
+     * than growing with the first batch that reaches each page (a step in
+     * RSS minutes into serving, and page faults on the hot path). */
+    memset(mem, 0, total);
     char *p = mem;
     ws->pos = (void *)p;
     p += sizes[0];

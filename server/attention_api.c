@@ -120,6 +120,15 @@ attn_service *attn_service_create(int32_t max_batch_tokens, int32_t max_batch_re
         attn_service_destroy(svc);
         return NULL;
     }
+    /* Touched now, not by the first batch big enough to reach each page:
+     * resident memory is then what /info counts from the start and stays
+     * flat under load, and no request pays the page faults. */
+    memset(svc->q, 0, tensor_bytes);
+    memset(svc->k, 0, tensor_bytes);
+    memset(svc->v, 0, tensor_bytes);
+    memset(svc->out, 0, tensor_bytes);
+    if (svc->ws)
+        memset(svc->ws, 0, round64(svc->ws_bytes));
     return svc;
 }
 

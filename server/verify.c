@@ -341,6 +341,11 @@ verifier *verify_create(const verify_options *opt, char *err, size_t err_len) {
         verify_destroy(v);
         return NULL;
     }
+    /* Resident from the start, as /info counts it (see attention_api.c). */
+    memset(v->k, 0, round64((size_t)opt->max_kv_floats * sizeof(float)));
+    memset(v->v, 0, round64((size_t)opt->max_kv_floats * sizeof(float)));
+    memset(v->q, 0, round64(rows_floats * sizeof(float)));
+    memset(v->out, 0, round64(rows_floats * sizeof(float)));
     verify_rng_seed(&v->rng, opt->seed);
     atomic_store(&v->rate, opt->sample_rate);
     atomic_store(&v->threshold, opt->mismatch_threshold);
