@@ -24,7 +24,12 @@ BACKEND=${BACKEND:-fused}
 THREADS=${THREADS:-0}
 RATES=${RATES:-"0 0.001 1"}
 
-command -v wrk >/dev/null || { echo "bench-verify: needs wrk (apt-get install wrk)" >&2; exit 2; }
+if ! command -v wrk >/dev/null; then # as bench/http/run.sh does
+    echo "bench-verify: installing wrk (Debian package)" >&2
+    SUDO=""
+    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    $SUDO apt-get install -y -q --no-install-recommends wrk >&2
+fi
 
 TMP=$(mktemp -d)
 PORT=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
