@@ -1,0 +1,77 @@
+/* gemm.h — the linear layers of an encoder, y = epilogue(x · Wᵀ + b), with
+ * the weights packed once at load in the layout and precision the kernel
+ * wants.
+ *
+ * One contract for every precision, so the encoder's forward pass is written
+ * once and an engine changes only how its weights are packed: fp32 (the
+ * library GEMM on the weights as stored), bf16 (weights in bf16, activations
+ * converted on the fly, fp32 accumulation) and int8 (per-output-channel
+ * symmetric weights, per-token dynamic activations, int32 accumulation,
+ * dequantised to fp32 in the epilogue). Activations in and out are always
+ * fp32 rows, so LayerNorm, softmax and GELU stay in fp32 whatever the GEMMs
+ * run in.
+ *
+ * Weights come as PyTorch's nn.Linear stores them: W (N, K) row-major, bias
+ * (N). The packed form is immutable after gemm_pack and may be shared by any
+ * number of threads and workspaces. Like the attention backends, a GEMM
+ * never creates threads or allocates while running: the caller hands it its
+ * pool (attn_parallel) and a scratch arena sized by gemm_scratch_bytes. */
+#ifndef ATTN_GEMM_H
+#define ATTN_GEMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "parallel.h"
+
+/* The names are the `precision` setting's values, so scripts can rely on
+ * them: "fp32", "bf16", "int8". */
+typedef enum gemm_precision { GEMM_FP32, GEMM_BF16, GEMM_INT8, GEMM_NPRECISIONS } gemm_precision;
+
+const char *gemm_precision_name(gemm_precision p);
+/* -1 when name is none of the above. */
+int gemm_precision_parse(const char *name);
+
+/* NULL when precision p can run on this CPU; otherwise why not (for a log
+ * line and /info), e.g. "needs AVX512_BF16 or AMX-BF16". */
+const char *gemm_unsupported(gemm_precision p);
+
+typedef struct gemm_weights gemm_weights;
+
+/* Packs W (N, K) and bias (N, may be NULL) for precision p. Returns 0, or
+ * -1 with a message (unsupported precision, out of memory). */
+int gemm_pack(gemm_precision p, const float *w, const float *bias, int N, int K,
+              gemm_weights **out, char *err, size_t err_len);
+void gemm_free(gemm_weights *w);
+
+gemm_precision gemm_weights_precision(const gemm_weights *w);
+int gemm_n(const gemm_weights *w);
+int gemm_k(const gemm_weights *w);
+/* Bytes the packed weights hold (what /info's worst case counts). */
+size_t gemm_weights_bytes(const gemm_weights *w);
+
+/* What runs after x · Wᵀ + b, on each output element while it is still in
+ * registers or cache, so no extra pass over memory is spent on it. In this
+ * order: activation, then + residual, then LayerNorm over the whole row
+ * (which makes gemm_run split by rows, each task owning whole rows). */
+typedef enum gemm_act { GEMM_ACT_NONE, GEMM_ACT_GELU } gemm_act;
+
+typedef struct gemm_epilogue {
+    gemm_act act;
+    const float *residual; /* (M, N) with row stride ld_residual; may alias y */
+    size_t ld_residual;
+    const float *ln_w, *ln_b; /* (N) each; both NULL: no LayerNorm */
+    float ln_eps;
+} gemm_epilogue;
+
+/* Scratch gemm_run needs with par->nthreads workers for up to max_rows rows
+ * (converted or quantised activations, per-token scales, row buffers). */
+size_t gemm_scratch_bytes(const gemm_weights *w, int max_rows, int nthreads);
+
+/* y (M, N, row stride ldy) = epi(x (M, K, row stride ldx) · Wᵀ + b), split
+ * over par. epi may be NULL (bias only). scratch holds at least
+ * gemm_scratch_bytes(w, M, par->nthreads). y must not alias x. */
+void gemm_run(const gemm_weights *w, const attn_parallel *par, const float *x, size_t ldx,
+              float *y, size_t ldy, int M, const gemm_epilogue *epi, void *scratch);
+
+#endif
