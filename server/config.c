@@ -93,6 +93,7 @@ static void backend_values_fill(void) {
 
 static int check_nonempty(const char *value, char *why, size_t why_len);
 static int check_backend_list(const char *value, char *why, size_t why_len);
+static int check_origins(const char *value, char *why, size_t why_len);
 
 /* Reloadable means the running service can adopt the value between batches.
  * Settings that size memory at start (batch shape, queue, bodies), bind
@@ -163,6 +164,11 @@ static const setting settings[] = {
            "File of API keys, one per line ('#' comments); with $ATTNSERVE_API_KEY. "
            "No keys: no authentication. SIGHUP re-reads it."),
     BOOL(metrics_require_key, false, RELOAD, "Whether /metrics needs an API key."),
+    STRING(cors_allow_origins, "", check_origins,
+           "comma-separated origins (scheme://host[:port]), \"*\" for any, or \"\" for off",
+           RESTART,
+           "Browser pages from these origins may call the service: answers carry "
+           "Access-Control-Allow-Origin and preflights (OPTIONS) get 204. Off by default."),
     ENUM(log_level, "info", log_level_values, RELOAD, "Least severe level logged."),
     ENUM(log_format, "text", log_format_values, RELOAD,
          "Log lines as human-readable text or one JSON object per line."),
@@ -277,6 +283,26 @@ static bool is_backend_name(const char *name, size_t len) {
 }
 
 /* Names the scheduler can split on ',' without trimming; no name twice. */
+/* Each origin as a browser sends it: scheme://host[:port], no path; or "*". */
+static int check_origins(const char *value, char *why, size_t why_len) {
+    const char *p = value;
+    while (*p) {
+        p += strspn(p, ", ");
+        size_t len = strcspn(p, ", ");
+        if (len == 0)
+            break;
+        bool any = len == 1 && *p == '*';
+        bool scheme = (len > 7 && strncmp(p, "http://", 7) == 0) ||
+                      (len > 8 && strncmp(p, "https://", 8) == 0);
+        const char *host = scheme ? strstr(p, "//") + 2 : NULL;
+        if (!any && (!scheme || memchr(host, '/', len - (size_t)(host - p))))
+            return fail(why, why_len, "\"%.*s\" is not an origin (scheme://host[:port]) or \"*\"",
+                        (int)len, p);
+        p += len;
+    }
+    return 0;
+}
+
 static int check_backend_list(const char *value, char *why, size_t why_len) {
     const char *p = value;
     while (*p) {

@@ -69,6 +69,8 @@ struct http_server {
     int port;
 
     size_t max_body_bytes;
+    char **cors_origins; /* NULL-terminated; NULL: CORS off */
+    bool cors_any;       /* "*" among them */
     _Atomic bool metrics_require_key;
     _Atomic bool quiesced;
     _Atomic bool started; /* MHD's own messages drop to debug once serving */
@@ -109,6 +111,7 @@ struct http_request {
     int pending;
     char pending_msg[192];
     char allow[32]; /* the Allow header of a 405 */
+    bool preflight; /* a CORS preflight on a known path: answered 204 */
 
     char *body;
     size_t len, cap, discarded;
@@ -195,6 +198,98 @@ static size_t wire_bytes(http_request *req, unsigned status, struct MHD_Response
     return n;
 }
 
+/* ---- CORS ------------------------------------------------------------------------
+ * Off unless cors_allow_origins names origins. A browser's request from an
+ * allowed origin gets Access-Control-Allow-Origin on every answer, errors
+ * included (so a page can read why it failed); a preflight (OPTIONS on a known
+ * path) gets 204 with the methods of that path, the headers it asked for and
+ * a max age. An origin not allowed gets no CORS header, and the browser keeps
+ * the answer from the page. No credentials are involved: keys travel in
+ * Authorization, which a page sends only after the preflight allowed it. */
+
+/* Headers a page may read from an answer: the service's own timings and id. */
+#define CORS_EXPOSE  "x-request-id, x-queue-time-ms, x-inference-time-ms, x-attention-backend"
+#define CORS_MAX_AGE "600"
+
+static const char *cors_origin(const http_request *req) {
+    const http_server *srv = req->srv;
+    if (!srv->cors_origins)
+        return NULL;
+    const char *origin =
+        MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_ORIGIN);
+    if (!origin)
+        return NULL;
+    if (srv->cors_any)
+        return "*";
+    for (char *const *o = srv->cors_origins; *o; o++)
+        if (strcmp(*o, origin) == 0)
+            return origin;
+    return NULL;
+}
+
+static void cors_headers(http_request *req, struct MHD_Response *resp) {
+    const char *allow = cors_origin(req);
+    if (!allow)
+        return;
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_ACCESS_CONTROL_ALLOW_ORIGIN, allow);
+    if (!req->srv->cors_any)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_VARY, "Origin");
+    if (!req->preflight) {
+        MHD_add_response_header(resp, "Access-Control-Expose-Headers", CORS_EXPOSE);
+        return;
+    }
+    MHD_add_response_header(resp, "Access-Control-Allow-Methods", req->allow);
+    const char *asked =
+        MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "Access-Control-Request-Headers");
+    MHD_add_response_header(resp, "Access-Control-Allow-Headers",
+                            asked ? asked : "authorization, content-type, x-request-id");
+    MHD_add_response_header(resp, "Access-Control-Max-Age", CORS_MAX_AGE);
+}
+
+static int queue(http_request *req, unsigned status, struct MHD_Response *resp, size_t body_len);
+
+static int reply_preflight(http_request *req) {
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    return resp ? queue(req, 204, resp, 0) : HTTP_FAIL;
+}
+
+static void cors_free(http_server *srv) {
+    if (!srv->cors_origins)
+        return;
+    for (char **o = srv->cors_origins; *o; o++)
+        free(*o);
+    free(srv->cors_origins);
+    srv->cors_origins = NULL;
+}
+
+/* "a, b" or "*" → the NULL-terminated list; "" leaves CORS off. */
+static int cors_init(http_server *srv, const char *list) {
+    if (!list || !*list)
+        return 0;
+    size_t n = 1;
+    for (const char *p = list; *p; p++)
+        n += *p == ',';
+    if (!(srv->cors_origins = calloc(n + 1, sizeof *srv->cors_origins)))
+        return -1;
+    size_t k = 0;
+    for (const char *p = list; *p;) {
+        while (*p == ' ' || *p == ',')
+            p++;
+        const char *end = p;
+        while (*end && *end != ',' && *end != ' ')
+            end++;
+        if (end > p) {
+            if (!(srv->cors_origins[k] = strndup(p, (size_t)(end - p))))
+                return -1;
+            srv->cors_any |= strcmp(srv->cors_origins[k], "*") == 0;
+            k++;
+        }
+        p = end;
+    }
+    return 0;
+}
+
 static int queue(http_request *req, unsigned status, struct MHD_Response *resp, size_t body_len) {
     char num[32];
     const char *backend = req->backend;
@@ -206,6 +301,7 @@ static int queue(http_request *req, unsigned status, struct MHD_Response *resp, 
     snprintf(num, sizeof num, "%.3f", req->inference_ms);
     MHD_add_response_header(resp, "x-inference-time-ms", num);
     MHD_add_response_header(resp, "x-attention-backend", backend ? backend : "none");
+    cors_headers(req, resp);
     /* While draining, keep-alive clients are told to go elsewhere. */
     if (atomic_load(&req->srv->quiesced))
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
@@ -275,6 +371,16 @@ int http_reply_text(http_request *req, unsigned status, const char *content_type
     memcpy(copy, text, len);
     struct MHD_Response *resp = response_from(copy, len, content_type, membudget_free);
     return resp ? queue(req, status, resp, len) : HTTP_FAIL;
+}
+
+int http_reply_static(http_request *req, unsigned status, const char *content_type,
+                      const char *text, size_t len) {
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(len, (void *)text, MHD_RESPMEM_PERSISTENT);
+    if (!resp)
+        return HTTP_FAIL;
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
+    return queue(req, status, resp, len);
 }
 
 int http_reply_error(http_request *req, int err, const char *fmt, ...) {
@@ -681,7 +787,9 @@ static http_request *request_start(http_server *srv, struct MHD_Connection *conn
     metrics_http_in_flight(1);
 
     req->route = find_route(req, url, method);
-    if (!req->route) {
+    if (!req->route && req->allow[0] && strcmp(method, "OPTIONS") == 0 && srv->cors_origins) {
+        req->preflight = true;
+    } else if (!req->route) {
         if (req->allow[0])
             set_pending(req, SRV_EMETHOD, "method %s not allowed on %s (allowed: %s)", method,
                         req->path, req->allow);
@@ -871,6 +979,8 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
         if (req->pending)
             r = http_reply_error(req, req->pending, req->pending_msg[0] ? "%s" : NULL,
                                  req->pending_msg);
+        else if (req->preflight)
+            r = reply_preflight(req);
         else
             r = run_charged(req, req->route->handler);
     }
@@ -1118,6 +1228,15 @@ http_server *http_create(const http_options *opt, const http_route *routes, size
     srv->backend_ctx = opt->backend_ctx;
     srv->max_body_bytes = opt->max_body_bytes;
     make_id_prefix(srv);
+    if (cors_init(srv, opt->cors_allow_origins) != 0) {
+        log_error("out of memory copying cors_allow_origins");
+        http_destroy(srv);
+        return NULL;
+    }
+    /* The route table, for tools that compare it with the API's documents
+     * (tests/e2e/test_openapi.py). */
+    for (size_t i = 0; i < n; i++)
+        log_debug("route", LOG_KV("method", routes[i].method), LOG_KV("path", routes[i].path));
 
     if (watch_start(srv, opt->max_connections, opt->connection_timeout_s) != 0) {
         log_error("cannot start the connection watch", LOG_KV("error", strerror(errno)));
@@ -1198,6 +1317,7 @@ void http_destroy(http_server *srv) {
     pthread_mutex_destroy(&srv->conns_mu);
     free_keys(srv->keys, srv->nkeys);
     pthread_mutex_destroy(&srv->keys_mu);
+    cors_free(srv);
     free(srv);
 }
 

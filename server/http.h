@@ -68,6 +68,9 @@ typedef struct http_options {
      * (e.g. /health); called from the I/O thread. */
     const char *(*backend_name)(void *ctx);
     void *backend_ctx;
+    /* Origins whose browser pages may call the service ("a, b", or "*" for
+     * any); "" or NULL: no CORS header is ever sent and OPTIONS is 405. */
+    const char *cors_allow_origins;
 } http_options;
 
 /* The most each connection's request state takes (checked in http.c), for
@@ -139,6 +142,10 @@ void http_set_timing(http_request *req, double queue_ms, double inference_ms, co
 int http_reply_json(http_request *req, unsigned status, json_t *body);
 int http_reply_text(http_request *req, unsigned status, const char *content_type, const char *text,
                     size_t len);
+/* text lives as long as the server (a document built at start): sent as is,
+ * never copied, so it costs the request nothing. */
+int http_reply_static(http_request *req, unsigned status, const char *content_type,
+                      const char *text, size_t len);
 /* err is an SRV_E* code; fmt NULL means the default message. */
 int http_reply_error(http_request *req, int err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -33,6 +33,7 @@
 #include "server/log.h"
 #include "server/membudget.h"
 #include "server/metrics.h"
+#include "server/openapi.h"
 #include "server/scheduler.h"
 #include "server/trace.h"
 #include "server/verify.h"
@@ -53,9 +54,9 @@
  * backends; 64 KiB allowed for more backends and labels), /metrics being
  * uncharged so that it answers when the budget is full.
  * Socket buffers are the kernel's, not the process's. */
-#define MHD_POOL_BYTES          (32 * 1024)
-#define MHD_CONNECTION_BYTES    (4 * 1024)
-#define UNCHARGED_ANSWER_BYTES  (64 * 1024)
+#define MHD_POOL_BYTES         (32 * 1024)
+#define MHD_CONNECTION_BYTES   (4 * 1024)
+#define UNCHARGED_ANSWER_BYTES (64 * 1024)
 #define CONNECTION_BYTES                                                                           \
     (MHD_POOL_BYTES + MHD_CONNECTION_BYTES + HTTP_REQUEST_STATE_BYTES + UNCHARGED_ANSWER_BYTES)
 
@@ -83,8 +84,8 @@ typedef struct app {
     /* ---- shadow verification, fallback and trace (issue 7 §2, §3) ---- */
     verifier *verify;
     tracer *trace;
-    pthread_mutex_t backend_mu;   /* one backend decision at a time: reload or verification */
-    char fallback_reason[320];    /* why verification switched ("" if it has not); cfg_mu */
+    pthread_mutex_t backend_mu; /* one backend decision at a time: reload or verification */
+    char fallback_reason[320];  /* why verification switched ("" if it has not); cfg_mu */
     /* Backends shadow verification caught giving wrong results: never
      * selected again by this process, whatever a reload asks (a reload of
      * any setting re-selects the backend, and must not bring back one known
@@ -211,15 +212,15 @@ static json_t *memory_json(const app *a) {
     /* Issue 7: the verification capture slot and the trace ring, both
      * allocated at start. */
     json_int_t verify = (json_int_t)(verify_bytes(a->verify) + trace_bytes(a->trace));
-    return json_pack(
-        "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "weights_bytes",
-        weights, "weights_mapped_bytes", mapped, "weights_owned_bytes", owned, "workspace_bytes",
-        workspace, "attention_workspace_bytes", attn_ws, "model_workspace_bytes", model_ws,
-        "connections_bytes", conns, "connection_bytes", (json_int_t)CONNECTION_BYTES,
-        "request_memory_bytes", requests, "request_memory_in_use_bytes",
-        (json_int_t)membudget_used(&a->budget), "threads_bytes", threads, "runtime_bytes", runtime,
-        "verification_bytes", verify, "worst_case_bytes",
-        weights + workspace + conns + requests + threads + runtime + verify);
+    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
+                     "weights_bytes", weights, "weights_mapped_bytes", mapped,
+                     "weights_owned_bytes", owned, "workspace_bytes", workspace,
+                     "attention_workspace_bytes", attn_ws, "model_workspace_bytes", model_ws,
+                     "connections_bytes", conns, "connection_bytes", (json_int_t)CONNECTION_BYTES,
+                     "request_memory_bytes", requests, "request_memory_in_use_bytes",
+                     (json_int_t)membudget_used(&a->budget), "threads_bytes", threads,
+                     "runtime_bytes", runtime, "verification_bytes", verify, "worst_case_bytes",
+                     weights + workspace + conns + requests + threads + runtime + verify);
 }
 
 static size_t worst_case_bytes(const app *a) {
@@ -674,7 +675,8 @@ static int listen_http(app *a, const http_route *routes, size_t n) {
                         .connection_timeout_s = (unsigned)c->connection_timeout_s,
                         .max_body_bytes = (size_t)c->max_body_bytes,
                         .backend_name = backend_name,
-                        .backend_ctx = a};
+                        .backend_ctx = a,
+                        .cors_allow_origins = c->cors_allow_origins};
     if (!(a->http = http_create(&opt, routes, n)))
         return 1;
     if (http_set_api_keys(a->http, c->api_keys, c->n_api_keys) != 0) {
@@ -835,6 +837,7 @@ static void stop(app *a) {
     tp_destroy(a->pool);
     bert_free(a->model);
     tok_free(a->tok);
+    openapi_free();
     config_free(&a->cfg);
     pthread_mutex_destroy(&a->cfg_mu);
     pthread_mutex_destroy(&a->backend_mu);
@@ -906,8 +909,14 @@ int main(int argc, char **argv) {
          &a.eapi},
         {"POST", "/embed", true, HTTP_AUTH_KEY, embed_api_tei, embed_api_resumed, &a.eapi},
         {"POST", "/tokenize", true, HTTP_AUTH_KEY, embed_api_tokenize, NULL, &a.eapi},
+        {"GET", "/openapi.json", false, HTTP_AUTH_OPEN, openapi_handle_json, NULL, NULL},
+        {"GET", "/docs", false, HTTP_AUTH_OPEN, openapi_handle_docs, NULL, NULL},
     };
     int rc = start(&a);
+    if (rc == 0 && openapi_init(ATTNSERVE_VERSION) != 0) {
+        log_error("cannot load the built-in OpenAPI document");
+        rc = 1;
+    }
     if (rc == 0)
         rc = listen_http(&a, routes, sizeof routes / sizeof routes[0]);
     if (rc != 0) {

@@ -2,8 +2,10 @@
 # run.sh BIN — end-to-end tests: pytest starts the real binary BIN on free
 # loopback ports and talks HTTP to it. Debian's python3 is used on purpose
 # (python3-pytest and python3-requests come from scripts/install-deps.sh), so
-# a pyenv or virtualenv on PATH cannot change what runs. pytest's exit
-# status is this script's. Extra arguments go to pytest (-k NAME, -x, ...).
+# a pyenv or virtualenv on PATH cannot change what runs; the client libraries
+# the tests call the service with (requirements.txt) come from PyPI into a
+# venv of that python (venv.sh). pytest's exit status is this script's.
+# Extra arguments go to pytest (-k NAME, -x, ...).
 set -eu
 if [ $# -lt 1 ]; then
     echo "usage: $0 BIN [pytest args]" >&2
@@ -17,5 +19,6 @@ if ! "$PY" -c 'import pytest, requests' 2>/dev/null; then
     echo "e2e: $PY lacks pytest or requests; run scripts/install-deps.sh" >&2
     exit 2
 fi
+PY=$("$HERE/venv.sh")
 cd "$HERE"
 ATTNSERVE_BIN="$BIN" exec "$PY" -m pytest -q -p no:cacheprovider "$@" "$HERE"

@@ -1,0 +1,264 @@
+#!/usr/bin/env python3
+"""gen_openapi.py — writes server/openapi.json, the OpenAPI 3.1 document that
+GET /openapi.json serves (the binary embeds the file).
+
+Edit the routes here and run `python3 scripts/gen_openapi.py`; the e2e test
+tests/e2e/test_openapi.py fails when the served document and the server's
+route table differ, and schemathesis checks every answer against it.
+
+Each route's errors are described in the shape of the API it imitates: TEI's
+{"error", "error_type"} on TEI's routes, OpenAI's {"error": {...}} elsewhere.
+"""
+import json
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OUT = os.path.join(ROOT, "server", "openapi.json")
+
+
+def ref(name):
+    return {"$ref": "#/components/schemas/" + name}
+
+
+def json_body(schema, description="OK"):
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+OPENAI_ERROR = "Error"
+TEI_ERROR = "TeiError"
+
+SCHEMAS = {
+    # ---- errors ----
+    "Error": {
+        "type": "object",
+        "description": "Every error outside TEI's routes: OpenAI's shape, `code` repeats the "
+                       "HTTP status.",
+        "required": ["error"],
+        "properties": {
+            "error": {
+                "type": "object",
+                "required": ["message", "type", "code"],
+                "properties": {
+                    "message": {"type": "string"},
+                    "type": {"type": "string"},
+                    "code": {"type": ["integer", "string"]},
+                    "param": {"type": ["string", "null"]},
+                },
+            }
+        },
+    },
+    "TeiError": {
+        "type": "object",
+        "description": "Errors of TEI's routes, in TEI's shape.",
+        "required": ["error", "error_type"],
+        "properties": {
+            "error": {"type": "string"},
+            "error_type": {"type": "string",
+                           "enum": ["Unhealthy", "Backend", "Overloaded", "Validation",
+                                    "Tokenizer", "Empty"]},
+        },
+    },
+    # ---- health ----
+    "Status": {"type": "object", "required": ["status"],
+               "properties": {"status": {"type": "string"}}},
+    "Info": {
+        "type": "object",
+        "description": "The running configuration, limits, memory, the model, the self-test "
+                       "and verification state.",
+        "required": ["version", "backend", "limits", "memory", "model"],
+        "properties": {
+            "version": {"type": "string"},
+            "backend": {"type": "string"},
+            "limits": {"type": "object"},
+            "memory": {"type": "object"},
+            "model": {"type": "object"},
+        },
+    },
+    # ---- attention ----
+    "Tensor": {
+        "description": "[seq][heads][head_dim] numbers, or base64 little-endian float32 with "
+                       "its shape.",
+        "oneOf": [
+            {"type": "array", "items": {"type": "array", "items": {
+                "type": "array", "items": {"type": "number"}}}},
+            {"type": "object", "required": ["shape", "data"], "additionalProperties": False,
+             "properties": {"shape": {"type": "array", "items": {"type": "integer"},
+                                      "minItems": 3, "maxItems": 3},
+                            "data": {"type": "string", "contentEncoding": "base64"}}},
+        ],
+    },
+    "AttentionRequest": {
+        "type": "object", "required": ["q", "k", "v"], "additionalProperties": False,
+        "properties": {"q": ref("Tensor"), "k": ref("Tensor"), "v": ref("Tensor"),
+                       "causal": {"type": "boolean", "default": False}},
+    },
+    "AttentionResponse": {
+        "type": "object", "required": ["output", "backend"],
+        "properties": {"output": ref("Tensor"), "backend": {"type": "string"}},
+    },
+    # ---- OpenAI embeddings ----
+    "TokenIds": {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 1},
+    "OpenAIEmbeddingRequest": {
+        "type": "object", "required": ["input"],
+        "properties": {
+            "input": {"oneOf": [
+                {"type": "string"},
+                {"type": "array", "items": {"type": "string"}, "minItems": 1},
+                ref("TokenIds"),
+                {"type": "array", "items": ref("TokenIds"), "minItems": 1},
+            ]},
+            "model": {"type": ["string", "null"]},
+            "encoding_format": {"enum": ["float", "base64", None]},
+            "dimensions": {"type": ["integer", "null"], "minimum": 1},
+            "user": {"type": ["string", "null"]},
+        },
+    },
+    "OpenAIEmbedding": {
+        "type": "object", "required": ["object", "index", "embedding"],
+        "properties": {
+            "object": {"const": "embedding"},
+            "index": {"type": "integer"},
+            "embedding": {"oneOf": [{"type": "array", "items": {"type": "number"}},
+                                    {"type": "string", "contentEncoding": "base64"}]},
+        },
+    },
+    "OpenAIEmbeddingResponse": {
+        "type": "object", "required": ["object", "data", "model", "usage"],
+        "properties": {
+            "object": {"const": "list"},
+            "data": {"type": "array", "items": ref("OpenAIEmbedding")},
+            "model": {"type": "string"},
+            "usage": {"type": "object", "required": ["prompt_tokens", "total_tokens"],
+                      "properties": {"prompt_tokens": {"type": "integer"},
+                                     "total_tokens": {"type": "integer"}}},
+        },
+    },
+    # ---- TEI ----
+    "TeiInput": {"oneOf": [
+        {"type": "string"},
+        {"type": "array", "items": {"type": "string"}, "minItems": 1},
+    ]},
+    "TeiEmbedRequest": {
+        "type": "object", "required": ["inputs"],
+        "properties": {
+            "inputs": ref("TeiInput"),
+            "normalize": {"type": "boolean", "default": True},
+            "truncate": {"type": ["boolean", "null"]},
+        },
+    },
+    "TeiEmbedResponse": {"type": "array",
+                         "items": {"type": "array", "items": {"type": "number"}}},
+    "TeiTokenizeRequest": {
+        "type": "object", "required": ["inputs"],
+        "properties": {"inputs": ref("TeiInput"),
+                       "add_special_tokens": {"type": "boolean", "default": True}},
+    },
+    "TeiToken": {
+        "type": "object", "required": ["id", "text", "special", "start", "stop"],
+        "properties": {"id": {"type": "integer", "minimum": 0}, "text": {"type": "string"},
+                       "special": {"type": "boolean"},
+                       "start": {"type": ["integer", "null"], "minimum": 0},
+                       "stop": {"type": ["integer", "null"], "minimum": 0}},
+    },
+    "TeiTokenizeResponse": {"type": "array",
+                            "items": {"type": "array", "items": ref("TeiToken")}},
+}
+
+
+def errors(shape, *statuses):
+    """The error answers a route gives, all in one shape."""
+    out = {str(s): json_body(ref(shape), "error") for s in statuses}
+    out["default"] = json_body(ref(shape), "any other error")
+    return out
+
+
+# Statuses every keyed POST can answer besides its own: a bad or missing key,
+# a body too large or of the wrong type, a full queue or budget, a deadline.
+POST_ERRORS = (400, 401, 413, 415, 422, 429, 503, 504)
+
+
+def post(summary, request, response, error_shape=OPENAI_ERROR, tag="attnserve", op=None):
+    body = {"required": True, "content": {"application/json": {"schema": request}}}
+    responses = {"200": json_body(response)}
+    responses.update(errors(error_shape, *POST_ERRORS))
+    return {"post": {"summary": summary, "operationId": op, "tags": [tag],
+                     "requestBody": body, "responses": responses}}
+
+
+def get(summary, responses, tag="attnserve", op=None, error_shape=OPENAI_ERROR):
+    responses = dict(responses)
+    responses.setdefault("default", json_body(ref(error_shape), "any other error"))
+    return {"get": {"summary": summary, "operationId": op, "tags": [tag],
+                    "responses": responses}}
+
+
+HTML = {"description": "an HTML page", "content": {"text/html": {"schema": {"type": "string"}}}}
+TEXT = {"description": "Prometheus text",
+        "content": {"text/plain": {"schema": {"type": "string"}}}}
+
+PATHS = {
+    "/health": get("Liveness: 200 while the process serves.",
+                   {"200": json_body(ref("Status"))}, op="health"),
+    "/ready": get("Readiness: 200 once the model is loaded and while not draining.",
+                  dict({"200": json_body(ref("Status"))}, **errors(OPENAI_ERROR, 503)),
+                  op="ready"),
+    "/info": get("Version, backend, limits, memory, model, self-test and verification.",
+                 dict({"200": json_body(ref("Info"))}, **errors(OPENAI_ERROR, 401, 503)),
+                 op="info"),
+    "/metrics": get("Prometheus metrics.", dict({"200": TEXT}, **errors(OPENAI_ERROR, 401)),
+                    op="metrics"),
+    "/openapi.json": get("This document.",
+                         {"200": json_body({"type": "object"})}, op="openapi"),
+    "/docs": get("This document as a page (no resource from outside the service).",
+                 {"200": HTML}, op="docs"),
+    "/v1/attention": post("The attention operator on one sequence.", ref("AttentionRequest"),
+                          ref("AttentionResponse"), op="attention"),
+    "/v1/embeddings": post("OpenAI embeddings.", ref("OpenAIEmbeddingRequest"),
+                           ref("OpenAIEmbeddingResponse"), tag="OpenAI",
+                           op="openai_embeddings"),
+    "/embed": post("TEI: pooled embeddings.", ref("TeiEmbedRequest"), ref("TeiEmbedResponse"),
+                   TEI_ERROR, tag="Text Embeddings Inference", op="embed"),
+    "/tokenize": post("TEI: tokens with byte offsets.", ref("TeiTokenizeRequest"),
+                      ref("TeiTokenizeResponse"), TEI_ERROR, tag="Text Embeddings Inference",
+                      op="tokenize"),
+}
+
+
+def document():
+    for path, item in PATHS.items():
+        for op in item.values():
+            if op.get("operationId") is None:
+                op.pop("operationId", None)
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "attnserve",
+            "description": "Transformer encoder embeddings and the attention operator. Errors "
+                           "come in the shape of the API each route imitates.",
+            # Replaced by the binary's own version when served.
+            "version": "0",
+        },
+        "paths": PATHS,
+        "components": {
+            "schemas": SCHEMAS,
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+    }
+
+
+def main():
+    text = json.dumps(document(), indent=1, sort_keys=False) + "\n"
+    if len(sys.argv) > 1 and sys.argv[1] == "--check":
+        with open(OUT) as f:
+            if f.read() != text:
+                print("server/openapi.json is stale: run scripts/gen_openapi.py", file=sys.stderr)
+                return 1
+        return 0
+    with open(OUT, "w") as f:
+        f.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

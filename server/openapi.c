@@ -1,0 +1,75 @@
+/* openapi.c — the OpenAPI document and its page, built into the binary.
+ *
+ * Both files are taken in whole by the assembler (.incbin, paths from the
+ * repository root, where make runs), so what is served is byte for byte what
+ * is committed; mk/openapi.mk rebuilds this object when either changes. */
+#include "openapi.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "errors.h"
+
+#define EMBED(name, path)                                                                          \
+    __asm__(".section .rodata\n"                                                                   \
+            ".balign 16\n"                                                                         \
+            ".hidden " #name "\n" #name ":\n"                                                      \
+            ".incbin \"" path "\"\n"                                                               \
+            ".hidden " #name "_end\n" #name "_end:\n"                                              \
+            ".byte 0\n"                                                                            \
+            ".previous\n")
+
+EMBED(openapi_json_src, "server/openapi.json");
+EMBED(openapi_docs_html, "server/docs.html");
+extern const char openapi_json_src[], openapi_json_src_end[];
+extern const char openapi_docs_html[], openapi_docs_html_end[];
+
+static char *served; /* the document with this binary's version */
+static size_t served_len;
+
+int openapi_init(const char *version) {
+    json_error_t e;
+    /* Start-up memory, not a request's: outside any budget scope. */
+    json_t *doc =
+        json_loadb(openapi_json_src, (size_t)(openapi_json_src_end - openapi_json_src), 0, &e);
+    json_t *info = doc ? json_object_get(doc, "info") : NULL;
+    if (!info || json_object_set_new(info, "version", json_string(version)) != 0) {
+        json_decref(doc);
+        return -1;
+    }
+    char *text = json_dumps(doc, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(doc);
+    if (!text)
+        return -1;
+    /* jansson allocates through the budget's allocator: keep a copy of our
+     * own so that freeing it never depends on that. */
+    served_len = strlen(text);
+    served = malloc(served_len + 1);
+    if (served)
+        memcpy(served, text, served_len + 1);
+    json_free_t jfree;
+    json_malloc_t jmalloc;
+    json_get_alloc_funcs(&jmalloc, &jfree);
+    jfree(text);
+    return served ? 0 : -1;
+}
+
+void openapi_free(void) {
+    free(served);
+    served = NULL;
+}
+
+int openapi_handle_json(http_request *req, void *ctx) {
+    (void)ctx;
+    if (!served)
+        return http_reply_error(req, SRV_EINTERNAL, "the OpenAPI document was not loaded");
+    return http_reply_static(req, 200, "application/json", served, served_len);
+}
+
+int openapi_handle_docs(http_request *req, void *ctx) {
+    (void)ctx;
+    return http_reply_static(req, 200, "text/html; charset=utf-8", openapi_docs_html,
+                             (size_t)(openapi_docs_html_end - openapi_docs_html));
+}

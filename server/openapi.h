@@ -1,0 +1,23 @@
+/* openapi.h — GET /openapi.json, the OpenAPI 3.1 document of every route, and
+ * GET /docs, a page that renders it with nothing fetched from elsewhere.
+ *
+ * The document is server/openapi.json (written by scripts/gen_openapi.py),
+ * built into the binary; openapi_init sets its info.version to the binary's
+ * once, at start, so both answers are sent from memory that lives as long as
+ * the process and cost a request nothing. tests/e2e/test_openapi.py keeps the
+ * document's paths and methods equal to the route table. */
+#ifndef ATTN_OPENAPI_H
+#define ATTN_OPENAPI_H
+
+#include "http.h"
+
+/* Returns 0, or -1 when the embedded document does not parse or memory runs
+ * out (a build defect: start-up fails). */
+int openapi_init(const char *version);
+void openapi_free(void);
+
+/* Route functions (ctx unused). */
+int openapi_handle_json(http_request *req, void *ctx);
+int openapi_handle_docs(http_request *req, void *ctx);
+
+#endif

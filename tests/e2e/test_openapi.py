@@ -1,0 +1,129 @@
+"""GET /openapi.json against the server's own route table, the /docs page, and
+CORS (cors_allow_origins) on preflights and ordinary requests."""
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+import requests
+
+from conftest import JSON, ROOT, assert_error
+
+# The route table: http.c logs one debug line per route at start.
+ROUTE_LINE = re.compile(r"DEBUG route method=(\S+) path=(\S+)")
+
+
+def route_table(server):
+    routes = set(ROUTE_LINE.findall(server.log_text()))
+    assert routes, "no route lines in the log (log_level debug):\n" + server.log_text()[-4000:]
+    return routes
+
+
+@pytest.fixture(scope="module")
+def debug_server(tmp_path_factory):
+    from conftest import Server
+    s = Server(str(tmp_path_factory.mktemp("openapi")), log_level="debug")
+    yield s
+    s.check_clean_exit(s.stop())
+
+
+def document(server):
+    r = requests.get(server.url("/openapi.json"), timeout=5)
+    assert r.status_code == 200 and r.headers["Content-Type"] == "application/json"
+    return r.json()
+
+
+def test_document_lists_exactly_the_routes_served(debug_server):
+    doc = document(debug_server)
+    assert doc["openapi"].startswith("3.1")
+    documented = {(m.upper(), path) for path, item in doc["paths"].items() for m in item}
+    served = route_table(debug_server)
+    assert served - documented == set(), "routes served but not documented"
+    assert documented - served == set(), "routes documented but not served"
+
+
+def test_document_version_is_the_binary_s(debug_server):
+    info = requests.get(debug_server.url("/info"), timeout=5).json()
+    assert document(debug_server)["info"]["version"] == info["version"]
+
+
+def test_every_reference_resolves(debug_server):
+    doc = document(debug_server)
+    refs = set(re.findall(r'"\$ref": "#/components/schemas/([^"]+)"', json.dumps(doc)))
+    assert refs and refs <= set(doc["components"]["schemas"])
+
+
+def test_committed_document_is_what_the_generator_writes():
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "gen_openapi.py"),
+                        "--check"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+def test_docs_page_needs_nothing_from_elsewhere(debug_server):
+    r = requests.get(debug_server.url("/docs"), timeout=5)
+    assert r.status_code == 200 and r.headers["Content-Type"].startswith("text/html")
+    page = r.text
+    assert "openapi.json" in page
+    # No script, style, font or image from another host: every src/href is
+    # relative, and nothing is imported by URL.
+    for url in re.findall(r'(?:src|href)\s*=\s*"([^"]*)"', page):
+        assert not re.match(r"^(?:[a-z]+:)?//", url), url
+    assert "@import" not in page and "cdn" not in page.lower()
+    assert not re.search(r"fetch\(\s*['\"]https?:", page)
+
+
+def test_cors_off_by_default(debug_server):
+    r = requests.options(debug_server.url("/v1/embeddings"), timeout=5,
+                         headers={"Origin": "https://app.example",
+                                  "Access-Control-Request-Method": "POST"})
+    assert_error(r, 405)
+    r = requests.get(debug_server.url("/health"), headers={"Origin": "https://app.example"},
+                     timeout=5)
+    assert r.status_code == 200
+    assert not any(h.lower().startswith("access-control-") for h in r.headers)
+
+
+def test_cors_preflight_and_simple_requests(start_server):
+    s = start_server(cors_allow_origins="https://app.example, http://localhost:3000")
+    pre = {"Origin": "https://app.example", "Access-Control-Request-Method": "POST",
+           "Access-Control-Request-Headers": "content-type, authorization"}
+    r = requests.options(s.url("/v1/embeddings"), headers=pre, timeout=5)
+    assert r.status_code == 204, r.text
+    assert r.headers["Access-Control-Allow-Origin"] == "https://app.example"
+    assert "POST" in r.headers["Access-Control-Allow-Methods"]
+    assert r.headers["Access-Control-Allow-Headers"] == "content-type, authorization"
+    assert int(r.headers["Access-Control-Max-Age"]) > 0
+    assert "Origin" in r.headers["Vary"]
+    assert r.text == ""
+    # The request itself, and an error, carry the origin too.
+    origin = {"Origin": "http://localhost:3000"}
+    r = requests.post(s.url("/v1/embeddings"), data=json.dumps({"input": "hi"}),
+                      headers=dict(JSON, **origin), timeout=30)
+    assert r.status_code == 200
+    assert r.headers["Access-Control-Allow-Origin"] == "http://localhost:3000"
+    assert "x-request-id" in r.headers["Access-Control-Expose-Headers"]
+    r = requests.post(s.url("/v1/embeddings"), data="{", headers=dict(JSON, **origin), timeout=5)
+    assert r.status_code == 400
+    assert r.headers["Access-Control-Allow-Origin"] == "http://localhost:3000"
+    # An origin not listed gets no CORS header; a path not served is 404.
+    r = requests.options(s.url("/v1/embeddings"), timeout=5,
+                         headers=dict(pre, Origin="https://evil.example"))
+    assert "Access-Control-Allow-Origin" not in r.headers
+    r = requests.options(s.url("/nowhere"), headers=pre, timeout=5)
+    assert_error(r, 404)
+
+
+def test_cors_any_origin(start_server):
+    s = start_server(cors_allow_origins="*")
+    r = requests.get(s.url("/health"), headers={"Origin": "https://x.example"}, timeout=5)
+    assert r.headers["Access-Control-Allow-Origin"] == "*"
+    assert "Vary" not in r.headers
+
+
+def test_cors_setting_is_checked(tmp_path):
+    from conftest import BIN
+    r = subprocess.run([BIN, "--cors_allow_origins=app.example", "--print-config"],
+                       capture_output=True, text=True, timeout=10)
+    assert r.returncode == 2 and "cors_allow_origins" in r.stderr
