@@ -34,6 +34,7 @@
 #include "server/membudget.h"
 #include "server/metrics.h"
 #include "server/openapi.h"
+#include "server/routes.h"
 #include "server/scheduler.h"
 #include "server/trace.h"
 #include "server/verify.h"
@@ -80,6 +81,7 @@ typedef struct app {
     http_server *http;
     attn_api api;
     embed_api eapi;
+    routes routes; /* every module's, registered at start */
     _Atomic bool ready;
     /* ---- shadow verification, fallback and trace (issue 7 §2, §3) ---- */
     verifier *verify;
@@ -316,6 +318,20 @@ static const char *backend_name(void *ctx) {
     return attn_service_backend(a->svc)->name;
 }
 
+/* The operations routes: health, readiness, /info and /metrics. */
+static int register_ops(app *a) {
+    const http_route ops[] = {
+        {"GET", "/health", false, HTTP_AUTH_OPEN, handle_health, NULL, a},
+        {"GET", "/ready", false, HTTP_AUTH_OPEN, handle_ready, NULL, a},
+        {"GET", "/info", false, HTTP_AUTH_KEY, handle_info, NULL, a},
+        {"GET", "/metrics", false, HTTP_AUTH_METRICS, handle_metrics, NULL, a},
+    };
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+        if (routes_add(&a->routes, ops[i]) != 0)
+            return -1;
+    return 0;
+}
+
 /* ---- start-up -------------------------------------------------------------------- */
 
 static attn_shape bounds_of(const config *c) {
@@ -497,7 +513,7 @@ static int start_verification(app *a) {
     }
     attn_service_set_verifier(a->svc, a->verify);
     embed_service_set_verifier(a->embed, a->verify);
-    batch_runner_set_trace(a->runner, a->trace);
+    batch_runner_set_trace(a->runner, a->trace, backend_name, a);
     return 0;
 }
 
@@ -633,8 +649,18 @@ static int start(app *a) {
         log_error("cannot allocate the model workspace", LOG_KV("error", err));
         return 1;
     }
-    if (!(a->runner = batch_runner_create(a->svc, a->embed, (int32_t)c->max_batch_requests))) {
+    if (!(a->runner = batch_runner_create((int32_t)c->max_batch_requests))) {
         log_error("out of memory");
+        return 1;
+    }
+    /* Each API registers its compute kind with the runner and its routes;
+     * kinds run in this order within a batch. */
+    a->api.svc = a->svc;
+    a->eapi.svc = a->embed;
+    if (register_ops(a) != 0 || attn_api_register(&a->api, a->runner, &a->routes) != 0 ||
+        embed_api_register(&a->eapi, a->runner, &a->routes) != 0 ||
+        openapi_register(&a->routes) != 0) {
+        log_error("cannot register the routes (a route taken twice or the table full)");
         return 1;
     }
     if ((rc = start_verification(a)) != 0) /* issue 7 §2, §3 */
@@ -650,11 +676,9 @@ static int start(app *a) {
         return 1;
     }
     metrics_set_scheduler(a->sched);
-    a->api.svc = a->svc;
     a->api.sched = a->sched;
     a->api.max_batch_tokens = (int32_t)c->max_batch_tokens;
     atomic_store(&a->api.request_timeout_ms, c->request_timeout_ms);
-    a->eapi.svc = a->embed;
     a->eapi.sched = a->sched;
     a->eapi.tok = a->tok;
     a->eapi.model = bert_get_config(a->model);
@@ -667,7 +691,7 @@ static int start(app *a) {
     return 0;
 }
 
-static int listen_http(app *a, const http_route *routes, size_t n) {
+static int listen_http(app *a) {
     const config *c = &a->cfg;
     http_options opt = {.host = c->host,
                         .port = (int)c->port,
@@ -677,7 +701,7 @@ static int listen_http(app *a, const http_route *routes, size_t n) {
                         .backend_name = backend_name,
                         .backend_ctx = a,
                         .cors_allow_origins = c->cors_allow_origins};
-    if (!(a->http = http_create(&opt, routes, n)))
+    if (!(a->http = http_create(&opt, a->routes.r, a->routes.n)))
         return 1;
     if (http_set_api_keys(a->http, c->api_keys, c->n_api_keys) != 0) {
         log_error("out of memory copying API keys");
@@ -899,26 +923,13 @@ int main(int argc, char **argv) {
     }
     log_configure(a.cfg.log_level, a.cfg.log_format);
 
-    const http_route routes[] = {
-        {"GET", "/health", false, HTTP_AUTH_OPEN, handle_health, NULL, &a},
-        {"GET", "/ready", false, HTTP_AUTH_OPEN, handle_ready, NULL, &a},
-        {"GET", "/info", false, HTTP_AUTH_KEY, handle_info, NULL, &a},
-        {"GET", "/metrics", false, HTTP_AUTH_METRICS, handle_metrics, NULL, &a},
-        {"POST", "/v1/attention", true, HTTP_AUTH_KEY, attn_api_handle, attn_api_resumed, &a.api},
-        {"POST", "/v1/embeddings", true, HTTP_AUTH_KEY, embed_api_openai, embed_api_resumed,
-         &a.eapi},
-        {"POST", "/embed", true, HTTP_AUTH_KEY, embed_api_tei, embed_api_resumed, &a.eapi},
-        {"POST", "/tokenize", true, HTTP_AUTH_KEY, embed_api_tokenize, NULL, &a.eapi},
-        {"GET", "/openapi.json", false, HTTP_AUTH_OPEN, openapi_handle_json, NULL, NULL},
-        {"GET", "/docs", false, HTTP_AUTH_OPEN, openapi_handle_docs, NULL, NULL},
-    };
     int rc = start(&a);
     if (rc == 0 && openapi_init(ATTNSERVE_VERSION) != 0) {
         log_error("cannot load the built-in OpenAPI document");
         rc = 1;
     }
     if (rc == 0)
-        rc = listen_http(&a, routes, sizeof routes / sizeof routes[0]);
+        rc = listen_http(&a);
     if (rc != 0) {
         stop(&a);
         return rc;

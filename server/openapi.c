@@ -61,15 +61,23 @@ void openapi_free(void) {
     served = NULL;
 }
 
-int openapi_handle_json(http_request *req, void *ctx) {
+static int handle_json(http_request *req, void *ctx) {
     (void)ctx;
     if (!served)
         return http_reply_error(req, SRV_EINTERNAL, "the OpenAPI document was not loaded");
     return http_reply_static(req, 200, "application/json", served, served_len);
 }
 
-int openapi_handle_docs(http_request *req, void *ctx) {
+static int handle_docs(http_request *req, void *ctx) {
     (void)ctx;
     return http_reply_static(req, 200, "text/html; charset=utf-8", openapi_docs_html,
                              (size_t)(openapi_docs_html_end - openapi_docs_html));
+}
+
+int openapi_register(routes *t) {
+    if (routes_add(t, (http_route){"GET", "/openapi.json", false, HTTP_AUTH_OPEN, handle_json, NULL,
+                                   NULL}) != 0)
+        return -1;
+    return routes_add(t,
+                      (http_route){"GET", "/docs", false, HTTP_AUTH_OPEN, handle_docs, NULL, NULL});
 }

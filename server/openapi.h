@@ -10,14 +10,15 @@
 #define ATTN_OPENAPI_H
 
 #include "http.h"
+#include "routes.h"
 
 /* Returns 0, or -1 when the embedded document does not parse or memory runs
  * out (a build defect: start-up fails). */
 int openapi_init(const char *version);
 void openapi_free(void);
 
-/* Route functions (ctx unused). */
-int openapi_handle_json(http_request *req, void *ctx);
-int openapi_handle_docs(http_request *req, void *ctx);
+/* Adds GET /openapi.json and GET /docs, open to all (no key: they say
+ * nothing about the data served). Returns 0, or -1 (routes_add). */
+int openapi_register(routes *t);
 
 #endif
