@@ -729,5 +729,5 @@ int attn_api_register(attn_api *api, batch_runner *runner, routes *t) {
     if ((api->kind = batch_runner_add_kind(runner, &kind)) < 0)
         return -1;
     return routes_add(t, (http_route){"POST", "/v1/attention", true, HTTP_AUTH_KEY, attn_api_handle,
-                                      attn_api_resumed, api});
+                                      attn_api_resumed, api, HTTP_ERRORS_OPENAI});
 }

@@ -1,6 +1,6 @@
-/* embed_api.c — the embeddings routes: POST /v1/embeddings, POST /embed and
- * POST /tokenize. A route decodes (embed_codec.h), submits the job
- * (job.h) and, once resumed, encodes the answer; the embeddings service
+/* embed_api.c — the OpenAI embeddings route, POST /v1/embeddings (the
+ * routes of TEI, Infinity and llama.cpp are compat_api.c's). A route decodes (embed_codec.h),
+ * submits the job (job.h) and, once resumed, encodes the answer; the embeddings service
  * (embed_service.h) computes it in the scheduler's batches. */
 #include "embed_api.h"
 
@@ -33,10 +33,6 @@ int embed_api_openai(http_request *req, void *ctx) {
     return handle(req, ctx, EMBED_ROUTE_OPENAI);
 }
 
-int embed_api_tei(http_request *req, void *ctx) {
-    return handle(req, ctx, EMBED_ROUTE_TEI);
-}
-
 int embed_api_resumed(http_request *req, void *ctx) {
     const embed_api *api = ctx;
     embed_job *job = http_user(req);
@@ -55,23 +51,6 @@ int embed_api_resumed(http_request *req, void *ctx) {
     return http_reply_json(req, 200, out);
 }
 
-int embed_api_tokenize(http_request *req, void *ctx) {
-    const embed_api *api = ctx;
-    int answered = HTTP_FAIL;
-    json_t *root = http_body_json(req, &answered);
-    if (!root)
-        return answered;
-    int err = SRV_OK;
-    char msg[256];
-    json_t *out = embed_api_tokens(api, root, &err, msg, sizeof msg);
-    http_body_json_free(req, root);
-    if (!out && membudget_refused())
-        return http_reply_error(req, membudget_error(), "%s", membudget_message());
-    if (!out)
-        return http_reply_error(req, err, "%s", msg);
-    return http_reply_json(req, 200, out);
-}
-
 int embed_api_register(embed_api *api, batch_runner *runner, routes *t) {
     const batch_kind kind = {.name = "embed",
                              .run = embed_service_run_batch,
@@ -80,9 +59,8 @@ int embed_api_register(embed_api *api, batch_runner *runner, routes *t) {
     if ((api->kind = batch_runner_add_kind(runner, &kind)) < 0)
         return -1;
     const http_route mine[] = {
-        {"POST", "/v1/embeddings", true, HTTP_AUTH_KEY, embed_api_openai, embed_api_resumed, api},
-        {"POST", "/embed", true, HTTP_AUTH_KEY, embed_api_tei, embed_api_resumed, api},
-        {"POST", "/tokenize", true, HTTP_AUTH_KEY, embed_api_tokenize, NULL, api},
+        {"POST", "/v1/embeddings", true, HTTP_AUTH_KEY, embed_api_openai, embed_api_resumed, api,
+         HTTP_ERRORS_OPENAI},
     };
     for (size_t i = 0; i < sizeof mine / sizeof mine[0]; i++)
         if (routes_add(t, mine[i]) != 0)

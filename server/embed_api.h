@@ -1,7 +1,7 @@
-/* embed_api.h — the embeddings routes: POST /v1/embeddings (OpenAI),
- * POST /embed (Text Embeddings Inference) and POST /tokenize (TEI). What
- * they accept and answer is embed_codec.h's; the compute is
- * embed_service.h's. */
+/* embed_api.h — the OpenAI embeddings route, POST /v1/embeddings, and the
+ * embeddings service's registration. What it accepts and answers is
+ * embed_codec.h's; the compute is embed_service.h's. TEI's, Infinity's and
+ * llama.cpp's routes (compat_api.h) submit jobs of the same kind. */
 #ifndef ATTN_EMBED_API_H
 #define ATTN_EMBED_API_H
 
@@ -11,12 +11,10 @@
 #include "http.h"
 #include "routes.h"
 
-/* Route functions for http_route (ctx is the embed_api). The two embedding
- * routes park and share embed_api_resumed; /tokenize answers at once. */
+/* Route functions for http_route (ctx is the embed_api): the route parks,
+ * embed_api_resumed answers. */
 int embed_api_openai(http_request *req, void *ctx);
-int embed_api_tei(http_request *req, void *ctx);
 int embed_api_resumed(http_request *req, void *ctx);
-int embed_api_tokenize(http_request *req, void *ctx);
 
 /* Registers the embeddings service as a kind with runner (api->kind is set)
  * and the routes above in t. api->svc must be set. Returns 0, or -1 when a

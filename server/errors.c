@@ -33,3 +33,15 @@ json_t *srv_error_body(int err, const char *message) {
     return json_pack("{s:{s:s, s:s, s:I}}", "error", "message", message ? message : e->message,
                      "type", e->type, "code", (json_int_t)e->status);
 }
+
+json_t *srv_error_body_tei(int err, const char *message) {
+    const srv_error_entry *e = find(err);
+    const char *type = "Validation";
+    if (err == SRV_EQUEUEFULL || err == SRV_EMEMORY)
+        type = "Overloaded";
+    else if (err == SRV_EUNAVAILABLE)
+        type = "Unhealthy";
+    else if (err == SRV_EINTERNAL || err == SRV_ETIMEOUT)
+        type = "Backend";
+    return json_pack("{s:s, s:s}", "error", message ? message : e->message, "error_type", type);
+}

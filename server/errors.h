@@ -43,4 +43,11 @@ unsigned srv_error_status(int err);
  * Returns a new reference, NULL only when out of memory. */
 json_t *srv_error_body(int err, const char *message);
 
+/* The same error in Text Embeddings Inference's shape, {"error": message,
+ * "error_type": type}, for the routes that imitate TEI. TEI's types are
+ * Validation (the request), Overloaded (429, a full budget), Unhealthy (not
+ * ready, draining), Backend (the model failed, a deadline passed) and Empty
+ * (nothing to embed); the HTTP status stays srv_error_status(err). */
+json_t *srv_error_body_tei(int err, const char *message);
+
 #endif

@@ -112,6 +112,7 @@ struct http_request {
     char pending_msg[192];
     char allow[32]; /* the Allow header of a 405 */
     bool preflight; /* a CORS preflight on a known path: answered 204 */
+    http_error_shape errors;
 
     char *body;
     size_t len, cap, discarded;
@@ -373,6 +374,10 @@ int http_reply_text(http_request *req, unsigned status, const char *content_type
     return resp ? queue(req, status, resp, len) : HTTP_FAIL;
 }
 
+void http_set_error_shape(http_request *req, http_error_shape shape) {
+    req->errors = shape;
+}
+
 int http_reply_static(http_request *req, unsigned status, const char *content_type,
                       const char *text, size_t len) {
     struct MHD_Response *resp =
@@ -401,7 +406,8 @@ int http_reply_error(http_request *req, int err, const char *fmt, ...) {
     /* Error bodies are small and bounded (counted per connection): never
      * refused, so a request the budget refuses still gets its answer. */
     int scope = membudget_suspend();
-    json_t *body = srv_error_body(err, text);
+    json_t *body =
+        req->errors == HTTP_ERRORS_TEI ? srv_error_body_tei(err, text) : srv_error_body(err, text);
     char *dumped = body ? json_dumps(body, JSON_COMPACT) : NULL;
     json_decref(body);
     membudget_resume(scope);
@@ -702,6 +708,7 @@ static const http_route *find_route(http_request *req, const char *url, const ch
         if (strcmp(r->path, url) != 0)
             continue;
         req->slot = srv->route_slot[i];
+        req->errors = r->errors;
         if (method_matches(r->method, method))
             return r;
         size_t used = strlen(req->allow);
@@ -1211,8 +1218,11 @@ static void make_id_prefix(http_server *srv) {
 }
 
 http_server *http_create(const http_options *opt, const http_route *routes, size_t n) {
-    if (n == 0 || n >= METRICS_MAX_ROUTES)
+    if (n == 0 || n >= METRICS_MAX_ROUTES) {
+        log_error("too many routes for the metrics table", LOG_KV("routes", (uint64_t)n),
+                  LOG_KV("max", METRICS_MAX_ROUTES - 1));
         return NULL;
+    }
     http_server *srv = calloc(1, sizeof *srv);
     if (!srv)
         return NULL;

@@ -33,6 +33,12 @@
 typedef struct http_server http_server;
 typedef struct http_request http_request;
 
+/* The shape errors are answered in: the API the route imitates (errors.h). */
+typedef enum http_error_shape {
+    HTTP_ERRORS_OPENAI, /* {"error": {"message", "type", "code"}}, the default */
+    HTTP_ERRORS_TEI,    /* {"error", "error_type"}, Text Embeddings Inference */
+} http_error_shape;
+
 /* Who may call a route. */
 typedef enum http_auth {
     HTTP_AUTH_OPEN,    /* always open (/health, /ready) */
@@ -53,6 +59,7 @@ typedef struct http_route {
     http_handler_fn handler; /* the body is complete when it runs */
     http_handler_fn resumed; /* after http_resume; NULL for routes that never park */
     void *ctx;
+    http_error_shape errors; /* also for a method the path does not take */
 } http_route;
 
 typedef struct http_options {
@@ -129,6 +136,10 @@ void http_body_json_free(http_request *req, json_t *root);
  * it with arbitrary bytes): the object, or NULL with the 400's message in
  * why. */
 json_t *http_json_parse(const char *body, size_t n, char *why, size_t why_len);
+
+/* Errors of this request from now on in this shape (a route that serves two
+ * APIs decides from the body). */
+void http_set_error_shape(http_request *req, http_error_shape shape);
 
 /* Handler state that lives as long as the request: free_fn(user) runs in the
  * completion callback, whatever happened. */

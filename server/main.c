@@ -26,6 +26,7 @@
 #include "server/attention_api.h"
 #include "server/backend_selftest.h"
 #include "server/batch.h"
+#include "server/compat_api.h"
 #include "server/config.h"
 #include "server/embed_api.h"
 #include "server/errors.h"
@@ -81,7 +82,8 @@ typedef struct app {
     http_server *http;
     attn_api api;
     embed_api eapi;
-    routes routes; /* every module's, registered at start */
+    compat_api compat; /* TEI's, Infinity's and llama.cpp's routes */
+    routes routes;     /* every module's, registered at start */
     _Atomic bool ready;
     /* ---- shadow verification, fallback and trace (issue 7 §2, §3) ---- */
     verifier *verify;
@@ -243,6 +245,27 @@ static json_t *model_json(const app *a) {
                      "truncate", a->cfg.truncate);
 }
 
+/* Text Embeddings Inference's /info fields, beside ours, so TEI's clients
+ * read what they expect: one tokenizer runs per request on the I/O thread,
+ * the model computes in float32, a request takes max_inputs_per_request
+ * inputs. */
+static int tei_info(const app *a, json_t *info) {
+    const config *c = &a->cfg;
+    const bert_config *m = bert_get_config(a->model);
+    json_t *tei = json_pack(
+        "{s:s, s:s, s:n, s:s, s:{s:{s:s}}, s:I, s:i, s:I, s:I, s:I, s:b, s:i, s:n, s:n}",
+        "model_id", a->model_name, "served_model_name", a->model_name, "model_sha", "model_dtype",
+        "float32", "model_type", "embedding", "pooling",
+        m->pooling == BERT_POOL_CLS ? "cls" : "mean", "max_concurrent_requests",
+        (json_int_t)c->max_queue, "max_input_length", m->max_positions, "max_batch_tokens",
+        (json_int_t)c->max_batch_tokens, "max_batch_requests", (json_int_t)c->max_batch_requests,
+        "max_client_batch_size", (json_int_t)c->max_inputs_per_request, "auto_truncate",
+        c->truncate, "tokenization_workers", 1, "sha", "docker_label");
+    int rc = tei ? json_object_update_missing(info, tei) : -1;
+    json_decref(tei);
+    return rc;
+}
+
 /* Issue 7 §2: the verification settings and whether it has switched. */
 static json_t *verification_json(const app *a) {
     const config *c = &a->cfg;
@@ -292,7 +315,7 @@ static json_t *info_json(app *a) {
                              a->configured ? json_string(a->configured->name) : json_null()) ||
          json_object_set_new(info, "fallback_active", json_boolean(b != a->configured)) ||
          json_object_set_new(info, "selftest", backend_selftest_json()) ||
-         json_object_set_new(info, "verification", verification_json(a)))) {
+         json_object_set_new(info, "verification", verification_json(a)) || tei_info(a, info))) {
         json_decref(info);
         info = NULL;
     }
@@ -321,10 +344,13 @@ static const char *backend_name(void *ctx) {
 /* The operations routes: health, readiness, /info and /metrics. */
 static int register_ops(app *a) {
     const http_route ops[] = {
-        {"GET", "/health", false, HTTP_AUTH_OPEN, handle_health, NULL, a},
-        {"GET", "/ready", false, HTTP_AUTH_OPEN, handle_ready, NULL, a},
-        {"GET", "/info", false, HTTP_AUTH_KEY, handle_info, NULL, a},
-        {"GET", "/metrics", false, HTTP_AUTH_METRICS, handle_metrics, NULL, a},
+        {"GET", "/health", false, HTTP_AUTH_OPEN, handle_health, NULL, a, HTTP_ERRORS_OPENAI},
+        {"GET", "/ready", false, HTTP_AUTH_OPEN, handle_ready, NULL, a, HTTP_ERRORS_OPENAI},
+        {"GET", "/info", false, HTTP_AUTH_KEY, handle_info, NULL, a, HTTP_ERRORS_OPENAI},
+        {"GET", "/metrics", false, HTTP_AUTH_METRICS, handle_metrics, NULL, a, HTTP_ERRORS_OPENAI},
+        /* TEI's health routes: / (its Inference API) and /ping (SageMaker's). */
+        {"GET", "/", false, HTTP_AUTH_OPEN, handle_ready, NULL, a, HTTP_ERRORS_TEI},
+        {"GET", "/ping", false, HTTP_AUTH_OPEN, handle_ready, NULL, a, HTTP_ERRORS_TEI},
     };
     for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
         if (routes_add(&a->routes, ops[i]) != 0)
@@ -688,6 +714,14 @@ static int start(app *a) {
     a->eapi.truncate = c->truncate;
     atomic_store(&a->eapi.max_inputs_per_request, c->max_inputs_per_request);
     atomic_store(&a->eapi.request_timeout_ms, c->request_timeout_ms);
+    if (compat_api_init(&a->compat, &a->eapi, c->model, err, sizeof err) != 0) {
+        log_error("cannot read the model's prompts", LOG_KV("error", err));
+        return CONFIG_EXIT_INVALID;
+    }
+    if (compat_api_register(&a->compat, &a->routes) != 0) {
+        log_error("cannot register the routes (a route taken twice or the table full)");
+        return 1;
+    }
     return 0;
 }
 
@@ -862,6 +896,7 @@ static void stop(app *a) {
     bert_free(a->model);
     tok_free(a->tok);
     openapi_free();
+    compat_api_free(&a->compat);
     config_free(&a->cfg);
     pthread_mutex_destroy(&a->cfg_mu);
     pthread_mutex_destroy(&a->backend_mu);

@@ -16,7 +16,7 @@
 #include "scheduler.h"
 
 /* Route labels beyond this many share one "overflow" slot. */
-#define METRICS_MAX_ROUTES 16
+#define METRICS_MAX_ROUTES 80
 
 /* Starts the clock and records the build-info labels. version and simd must
  * outlive the process (string literals). */

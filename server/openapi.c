@@ -75,9 +75,13 @@ static int handle_docs(http_request *req, void *ctx) {
 }
 
 int openapi_register(routes *t) {
-    if (routes_add(t, (http_route){"GET", "/openapi.json", false, HTTP_AUTH_OPEN, handle_json, NULL,
-                                   NULL}) != 0)
-        return -1;
-    return routes_add(t,
-                      (http_route){"GET", "/docs", false, HTTP_AUTH_OPEN, handle_docs, NULL, NULL});
+    const http_route mine[] = {
+        {"GET", "/openapi.json", false, HTTP_AUTH_OPEN, handle_json, NULL, NULL,
+         HTTP_ERRORS_OPENAI},
+        {"GET", "/docs", false, HTTP_AUTH_OPEN, handle_docs, NULL, NULL, HTTP_ERRORS_OPENAI},
+    };
+    for (size_t i = 0; i < sizeof mine / sizeof mine[0]; i++)
+        if (routes_add(t, mine[i]) != 0)
+            return -1;
+    return 0;
 }

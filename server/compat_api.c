@@ -1,0 +1,921 @@
+/* compat_api.c — TEI's, Infinity's and llama.cpp's routes over the one
+ * embeddings service.
+ *
+ * A request is decoded here into token ids — each text with its prompt,
+ * tokenized and cut on the side asked for; token ids as given — and becomes
+ * {"input": [[ids], ...]} for the OpenAI decoding (embed_codec.h), which
+ * checks the ids, the limits and the budget and makes the job. The job
+ * computes raw pooled vectors (normalize off) or unit ones; each route's
+ * resumed function writes its own answer from them. */
+#include "compat_api.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "embed_api.h"
+#include "errors.h"
+#include "job.h"
+#include "log.h"
+#include "membudget.h"
+
+typedef struct refusal {
+    int err;
+    char msg[256];
+} refusal;
+
+static int refuse(refusal *r, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int refuse(refusal *r, int err, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->msg, sizeof r->msg, fmt, ap);
+    va_end(ap);
+    r->err = err;
+    return err;
+}
+
+/* ---- set-up ------------------------------------------------------------------------ */
+
+static int read_prompts(compat_api *c, const char *model_dir, char *err, size_t err_len) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config_sentence_transformers.json", model_dir);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0; /* no prompts */
+    fclose(f);
+    json_error_t e;
+    json_t *root = json_load_file(path, 0, &e);
+    if (!root || !json_is_object(root)) {
+        json_decref(root);
+        snprintf(err, err_len, "%s: %s", path, root ? "not a JSON object" : e.text);
+        return -1;
+    }
+    json_t *prompts = json_object_get(root, "prompts");
+    json_t *def = json_object_get(root, "default_prompt_name");
+    if (prompts && !json_is_null(prompts)) {
+        const char *k;
+        json_t *v;
+        bool ok = json_is_object(prompts);
+        json_object_foreach(prompts, k, v) ok = ok && json_is_string(v);
+        if (!ok) {
+            snprintf(err, err_len, "%s: prompts must map names to strings", path);
+            json_decref(root);
+            return -1;
+        }
+        c->prompts = json_incref(prompts);
+    }
+    if (def && !json_is_null(def)) {
+        json_t *text = json_is_string(def) && c->prompts
+                           ? json_object_get(c->prompts, json_string_value(def))
+                           : NULL;
+        if (!text) {
+            snprintf(err, err_len, "%s: default_prompt_name names no prompt", path);
+            json_decref(root);
+            return -1;
+        }
+        c->default_prompt = json_string_value(text);
+    }
+    json_decref(root);
+    return 0;
+}
+
+/* tokenizer.json's added tokens marked special; without the file, the
+ * vocabulary's bracketed names ([CLS], [SEP], [PAD], [UNK], [MASK]). */
+static int read_specials(compat_api *c, const char *model_dir) {
+    const tok_tokenizer *tok = c->eapi->tok;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tokenizer.json", model_dir);
+    json_error_t e;
+    json_t *root = json_load_file(path, 0, &e);
+    json_t *added = root ? json_object_get(root, "added_tokens") : NULL;
+    size_t cap = added ? json_array_size(added) : 5;
+    c->special = calloc(cap ? cap : 1, sizeof *c->special);
+    if (!c->special) {
+        json_decref(root);
+        return -1;
+    }
+    if (added) {
+        size_t i;
+        json_t *t;
+        json_array_foreach(added, i, t) {
+            json_t *id = json_object_get(t, "id");
+            if (json_is_true(json_object_get(t, "special")) && json_is_integer(id))
+                c->special[c->nspecial++] = (int32_t)json_integer_value(id);
+        }
+    } else {
+        static const char *const names[] = {"[CLS]", "[SEP]", "[PAD]", "[UNK]", "[MASK]"};
+        for (size_t i = 0; i < 5; i++) {
+            int32_t id = tok_token_to_id(tok, names[i], strlen(names[i]));
+            if (id >= 0)
+                c->special[c->nspecial++] = id;
+        }
+    }
+    json_decref(root);
+    return 0;
+}
+
+int compat_api_init(compat_api *c, embed_api *eapi, const char *model_dir, char *err,
+                    size_t err_len) {
+    *c = (compat_api){.eapi = eapi, .created = (int64_t)time(NULL)};
+    if (read_prompts(c, model_dir, err, err_len) != 0)
+        return -1;
+    if (read_specials(c, model_dir) != 0) {
+        snprintf(err, err_len, "out of memory");
+        return -1;
+    }
+    return 0;
+}
+
+void compat_api_free(compat_api *c) {
+    json_decref(c->prompts);
+    free(c->special);
+    *c = (compat_api){0};
+}
+
+/* ---- decoding ids to text ------------------------------------------------------------ */
+
+static bool is_special(const compat_api *c, int32_t id) {
+    for (size_t i = 0; i < c->nspecial; i++)
+        if (c->special[i] == id)
+            return true;
+    return false;
+}
+
+/* The cleanup of tokenizers' WordPiece decoder, applied to each token with its
+ * leading space: a space before . ? ! , and before the contractions goes. */
+static bool cleans_space(const char *tok) {
+    static const char *const glued[] = {".", "?", "!", ",", "n't", "'m", "'s", "'ve", "'re"};
+    for (size_t i = 0; i < sizeof glued / sizeof glued[0]; i++)
+        if (strcmp(tok, glued[i]) == 0)
+            return true;
+    return false;
+}
+
+/* Appends n bytes at *len where they fit before the NUL's place; *len counts
+ * them all. */
+static void put(char *out, size_t cap, size_t *len, const char *s, size_t n) {
+    if (*len + 1 < cap) {
+        size_t room = cap - 1 - *len;
+        memcpy(out + *len, s, n < room ? n : room);
+    }
+    *len += n;
+}
+
+size_t compat_decode(const compat_api *c, const int32_t *ids, size_t n, bool skip_special,
+                     char *out, size_t cap) {
+    size_t len = 0;
+    bool first = true;
+    for (size_t i = 0; i < n; i++) {
+        const char *tok = tok_id_to_token(c->eapi->tok, ids[i]);
+        if (!tok || (skip_special && is_special(c, ids[i])))
+            continue;
+        bool space = !first;
+        if (!first && strncmp(tok, "##", 2) == 0) {
+            tok += 2;
+            space = false;
+        } else if (space && cleans_space(tok)) {
+            space = false;
+        }
+        first = false;
+        if (space)
+            put(out, cap, &len, " ", 1);
+        put(out, cap, &len, tok, strlen(tok));
+    }
+    if (cap)
+        out[len < cap ? len : cap - 1] = '\0';
+    return len;
+}
+
+/* ---- texts and ids to token ids -------------------------------------------------------- */
+
+/* The longest input the model takes, special tokens included. */
+static int32_t max_len(const compat_api *c) {
+    return c->eapi->model->max_positions;
+}
+
+/* The prompt's text for prompt_name (a string, null or absent), as TEI: a
+ * name the model's configuration does not have is a 422. */
+static int prompt_text(const compat_api *c, json_t *name, const char **text, refusal *r) {
+    *text = c->default_prompt;
+    if (!name || json_is_null(name))
+        return SRV_OK;
+    if (!json_is_string(name))
+        return refuse(r, SRV_EBADREQUEST, "prompt_name must be a string");
+    json_t *t = c->prompts ? json_object_get(c->prompts, json_string_value(name)) : NULL;
+    if (!t)
+        return refuse(r, SRV_EINVALID,
+                      "prompt_name \"%.64s\" is not among the prompts of the model's "
+                      "config_sentence_transformers.json",
+                      json_string_value(name));
+    *text = json_string_value(t);
+    return SRV_OK;
+}
+
+typedef struct text_opts {
+    const char *prompt; /* prepended to every text; NULL: none */
+    bool truncate;
+    bool left; /* cut from the start of the text */
+} text_opts;
+
+/* One text as a JSON array of its ids: [CLS] ... [SEP], cut to the model's
+ * maximum on the side asked for (the special tokens stay), or refused when
+ * longer and truncation is off. */
+static json_t *text_ids(const compat_api *c, size_t i, const char *text, size_t len,
+                        const text_opts *o, refusal *r) {
+    const tok_tokenizer *tok = c->eapi->tok;
+    const int32_t max = max_len(c);
+    char *joined = NULL;
+    if (o->prompt && *o->prompt) {
+        size_t pl = strlen(o->prompt);
+        if (!(joined = membudget_malloc(pl + len + 1))) {
+            refuse(r, SRV_EMEMORY, "out of memory");
+            return NULL;
+        }
+        memcpy(joined, o->prompt, pl);
+        memcpy(joined + pl, text, len);
+        text = joined;
+        len += pl;
+    }
+    /* A first pass within the maximum tells the full length; a text longer
+     * than it is encoded again in full only to cut it on the left. */
+    int32_t cap = max;
+    int32_t *ids = membudget_malloc((size_t)cap * sizeof *ids);
+    tok_span *sp = membudget_malloc((size_t)cap * sizeof *sp);
+    json_t *out = NULL;
+    tok_output to = {.ids = ids, .offsets = sp, .capacity = cap};
+    int rc = ids && sp ? tok_encode(tok, text, len, 1, &to) : TOK_ENOMEM;
+    if (rc == TOK_OK && to.n_full > max && !o->truncate) {
+        refuse(r, SRV_EINVALID,
+               "input %zu has %d tokens; the model takes at most %d and truncation is off", i,
+               (int)to.n_full, (int)max);
+        goto done;
+    }
+    if (rc == TOK_OK && to.n_full > max && o->left) {
+        cap = to.n_full;
+        membudget_free(ids);
+        membudget_free(sp);
+        ids = membudget_malloc((size_t)cap * sizeof *ids);
+        sp = membudget_malloc((size_t)cap * sizeof *sp);
+        to = (tok_output){.ids = ids, .offsets = sp, .capacity = cap};
+        rc = ids && sp ? tok_encode(tok, text, len, 0, &to) : TOK_ENOMEM;
+        if (rc == TOK_OK) {
+            /* Leading specials (empty spans) stay, then the last pieces, then
+             * the trailing specials. */
+            int32_t head = 0;
+            while (head < to.n && sp[head].start == sp[head].end)
+                head++;
+            int32_t tail = tok_num_special(tok) - head;
+            int32_t keep = max - head - tail;
+            memmove(ids + head, ids + to.n - tail - keep, (size_t)(keep + tail) * sizeof *ids);
+            to.n = max;
+        }
+    }
+    if (rc == TOK_EUTF8) {
+        refuse(r, SRV_EBADREQUEST, "input %zu is not valid UTF-8 (byte %zu)", i, to.error_at);
+        goto done;
+    }
+    if (rc != TOK_OK) {
+        refuse(r, rc == TOK_ENOMEM ? SRV_EMEMORY : SRV_EINTERNAL, "tokenizer: %s",
+               tok_strerror(rc));
+        goto done;
+    }
+    out = json_array();
+    for (int32_t k = 0; out && k < to.n; k++)
+        if (json_array_append_new(out, json_integer(ids[k])) != 0) {
+            json_decref(out);
+            out = NULL;
+        }
+    if (!out)
+        refuse(r, SRV_EMEMORY, "out of memory");
+done:
+    membudget_free(ids);
+    membudget_free(sp);
+    membudget_free(joined);
+    return out;
+}
+
+/* One input — a string, or an array of token ids taken as given — as ids. */
+static json_t *input_ids(const compat_api *c, size_t i, json_t *in, const text_opts *o,
+                         refusal *r) {
+    if (json_is_string(in))
+        return text_ids(c, i, json_string_value(in), json_string_length(in), o, r);
+    if (json_is_array(in) && json_array_size(in) > 0 && json_is_integer(json_array_get(in, 0)))
+        return json_incref(in); /* the OpenAI decoding checks every id */
+    refuse(r, SRV_EBADREQUEST, "input %zu must be a string or a non-empty array of token ids", i);
+    return NULL;
+}
+
+/* `inputs` as TEI takes it (a string, an array of ids, or an array of
+ * strings and id arrays) → the array of id arrays. */
+static json_t *inputs_ids(const compat_api *c, json_t *inputs, const text_opts *o, refusal *r) {
+    if (!inputs) {
+        refuse(r, SRV_EBADREQUEST, "missing field \"inputs\"");
+        return NULL;
+    }
+    json_t *list = json_array();
+    if (!list) {
+        refuse(r, SRV_EMEMORY, "out of memory");
+        return NULL;
+    }
+    bool single = json_is_string(inputs) ||
+                  (json_is_array(inputs) && json_is_integer(json_array_get(inputs, 0)));
+    if (!single && !json_is_array(inputs)) {
+        json_decref(list);
+        refuse(r, SRV_EBADREQUEST,
+               "inputs must be a string, an array of token ids, or an array of strings and "
+               "token-id arrays");
+        return NULL;
+    }
+    if (!single && json_array_size(inputs) == 0) {
+        json_decref(list);
+        refuse(r, SRV_EBADREQUEST, "inputs cannot be empty");
+        return NULL;
+    }
+    /* Past the limit the decoding refuses anyway: say so before tokenizing. */
+    const int64_t max_inputs = atomic_load(&c->eapi->max_inputs_per_request);
+    if (!single && (int64_t)json_array_size(inputs) > max_inputs) {
+        json_decref(list);
+        refuse(r, SRV_EINVALID, "inputs has %zu inputs; max_inputs_per_request is %lld",
+               json_array_size(inputs), (long long)max_inputs);
+        return NULL;
+    }
+    size_t n = single ? 1 : json_array_size(inputs);
+    for (size_t i = 0; i < n; i++) {
+        json_t *ids = input_ids(c, i, single ? inputs : json_array_get(inputs, i), o, r);
+        if (!ids || json_array_append_new(list, ids) != 0) {
+            if (ids && !r->err)
+                refuse(r, SRV_EMEMORY, "out of memory");
+            json_decref(list);
+            return NULL;
+        }
+    }
+    return list;
+}
+
+/* The job for id arrays (stolen), through the OpenAI decoding. */
+static embed_job *job_of_ids(const compat_api *c, json_t *list, bool normalize, refusal *r) {
+    json_t *root = json_pack("{s:o}", "input", list);
+    if (!root) {
+        refuse(r, SRV_EMEMORY, "out of memory");
+        return NULL;
+    }
+    embed_job *job =
+        embed_api_decode(c->eapi, EMBED_ROUTE_OPENAI, root, &r->err, r->msg, sizeof r->msg);
+    json_decref(root);
+    if (!job)
+        return NULL;
+    job->normalize = normalize; /* L2 in the batch; every other choice at encoding */
+    job->dimensions = 0;
+    return job;
+}
+
+static int want_bool(json_t *v, const char *name, bool def, bool *out, refusal *r) {
+    *out = def;
+    if (!v || json_is_null(v))
+        return SRV_OK;
+    if (!json_is_boolean(v))
+        return refuse(r, SRV_EBADREQUEST, "%s must be true or false", name);
+    *out = json_is_true(v);
+    return SRV_OK;
+}
+
+/* TEI's truncate, truncation_direction and prompt_name. */
+static int tei_text_opts(const compat_api *c, json_t *truncate, json_t *direction,
+                         json_t *prompt_name, text_opts *o, refusal *r) {
+    if (want_bool(truncate, "truncate", c->eapi->truncate, &o->truncate, r) != SRV_OK)
+        return r->err;
+    o->left = false;
+    if (direction && !json_is_null(direction)) {
+        const char *d = json_is_string(direction) ? json_string_value(direction) : "";
+        if (strcmp(d, "left") == 0 || strcmp(d, "Left") == 0)
+            o->left = true;
+        else if (strcmp(d, "right") != 0 && strcmp(d, "Right") != 0)
+            return refuse(r, SRV_EBADREQUEST, "truncation_direction must be \"left\" or \"right\"");
+    }
+    return prompt_text(c, prompt_name, &o->prompt, r);
+}
+
+/* ---- answering --------------------------------------------------------------------- */
+
+/* Parses the body, or answers its 400. */
+static json_t *body_of(http_request *req, int *answered) {
+    *answered = HTTP_FAIL;
+    return http_body_json(req, answered);
+}
+
+static int refused(http_request *req, const refusal *r) {
+    if (membudget_refused())
+        return http_reply_error(req, membudget_error(), "%s", membudget_message());
+    return http_reply_error(req, r->err ? r->err : SRV_EINTERNAL, "%s", r->msg);
+}
+
+static int submit(http_request *req, compat_api *c, embed_job *job) {
+    return job_submit(req, &job->base, c->eapi->sched, atomic_load(&c->eapi->request_timeout_ms),
+                      embed_job_release);
+}
+
+/* The finished job of a resumed request, or NULL with the error answered. */
+static embed_job *finished(http_request *req, int *answered) {
+    embed_job *job = http_user(req);
+    http_set_timing(req, job_queue_ms(&job->base), job_compute_ms(&job->base),
+                    job->base.ran ? job->base.ran->name : NULL);
+    if (job->base.err != SRV_OK) {
+        *answered = http_reply_error(req, job->base.err, "%s", job->base.why);
+        return NULL;
+    }
+    if (!job->base.ran) {
+        *answered = http_reply_error(req, SRV_EINTERNAL, "the batch did not run this request");
+        return NULL;
+    }
+    return job;
+}
+
+static int reply(http_request *req, json_t *out) {
+    if (!out && membudget_refused())
+        return http_reply_error(req, membudget_error(), "%s", membudget_message());
+    if (!out)
+        return http_reply_error(req, SRV_EINTERNAL, "out of memory encoding the answer");
+    return http_reply_json(req, 200, out);
+}
+
+static json_t *floats(const float *v, size_t n) {
+    json_t *a = json_array();
+    for (size_t i = 0; a && i < n; i++)
+        if (json_array_append_new(a, json_real(v[i])) != 0) {
+            json_decref(a);
+            return NULL;
+        }
+    return a;
+}
+
+/* ---- TEI: /embed, /, /invocations ------------------------------------------------------- */
+
+static int tei_embed(http_request *req, void *ctx) {
+    compat_api *c = ctx;
+    if (http_draining(req))
+        return http_reply_error(req, SRV_EUNAVAILABLE, "server is draining");
+    int answered;
+    json_t *root = body_of(req, &answered);
+    if (!root)
+        return answered;
+    refusal r = {0};
+    json_t *inputs = NULL, *normalize = NULL, *truncate = NULL, *direction = NULL, *prompt = NULL,
+           *dims = NULL;
+    const char *key;
+    json_t *value;
+    json_object_foreach(root, key, value) {
+        if (strcmp(key, "inputs") == 0)
+            inputs = value;
+        else if (strcmp(key, "normalize") == 0)
+            normalize = value;
+        else if (strcmp(key, "truncate") == 0)
+            truncate = value;
+        else if (strcmp(key, "truncation_direction") == 0)
+            direction = value;
+        else if (strcmp(key, "prompt_name") == 0)
+            prompt = value;
+        else if (strcmp(key, "dimensions") == 0)
+            dims = value;
+        else if (!r.err)
+            refuse(&r, SRV_EBADREQUEST,
+                   "unknown field \"%.64s\" (expected inputs, normalize, truncate, "
+                   "truncation_direction, prompt_name, dimensions)",
+                   key);
+    }
+    bool norm = true;
+    text_opts o = {0};
+    const int C = c->eapi->model->hidden_size;
+    if (!r.err && want_bool(normalize, "normalize", true, &norm, &r) == SRV_OK &&
+        tei_text_opts(c, truncate, direction, prompt, &o, &r) == SRV_OK && dims &&
+        !json_is_null(dims)) {
+        if (!json_is_integer(dims))
+            refuse(&r, SRV_EBADREQUEST, "dimensions must be an integer");
+        else if (json_integer_value(dims) < 1 || json_integer_value(dims) > C)
+            refuse(&r, SRV_EINVALID, "dimensions is %lld; this model allows 1..%d",
+                   (long long)json_integer_value(dims), C);
+    }
+    json_t *list = r.err ? NULL : inputs_ids(c, inputs, &o, &r);
+    embed_job *job = list ? job_of_ids(c, list, norm, &r) : NULL;
+    if (job && dims && json_is_integer(dims))
+        job->dimensions = (int)json_integer_value(dims);
+    http_body_json_free(req, root);
+    if (!job)
+        return refused(req, &r);
+    return submit(req, c, job);
+}
+
+/* [[floats], ...]: each vector cut to `dimensions` (renormalised when
+ * normalize asked for unit vectors). */
+static int tei_embed_resumed(http_request *req, void *ctx) {
+    const compat_api *c = ctx;
+    int answered;
+    embed_job *job = finished(req, &answered);
+    if (!job)
+        return answered;
+    const size_t C = (size_t)c->eapi->model->hidden_size;
+    const size_t d = job->dimensions ? (size_t)job->dimensions : C;
+    json_t *out = json_array();
+    for (int32_t i = 0; out && i < job->n; i++) {
+        float *v = job->out + (size_t)i * C;
+        if (job->normalize && d < C)
+            bert_l2_normalize(v, (int)d);
+        if (json_array_append_new(out, floats(v, d)) != 0) {
+            json_decref(out);
+            out = NULL;
+        }
+    }
+    return reply(req, out);
+}
+
+/* ---- TEI: /similarity ------------------------------------------------------------------- */
+
+static int tei_similarity(http_request *req, void *ctx) {
+    compat_api *c = ctx;
+    if (http_draining(req))
+        return http_reply_error(req, SRV_EUNAVAILABLE, "server is draining");
+    int answered;
+    json_t *root = body_of(req, &answered);
+    if (!root)
+        return answered;
+    refusal r = {0};
+    json_t *inputs = json_object_get(root, "inputs"), *params = json_object_get(root, "parameters");
+    json_t *source = json_object_get(inputs, "source_sentence");
+    json_t *sentences = json_object_get(inputs, "sentences");
+    const char *key;
+    json_t *value;
+    json_object_foreach(root, key, value) {
+        if (strcmp(key, "inputs") != 0 && strcmp(key, "parameters") != 0 && !r.err)
+            refuse(&r, SRV_EBADREQUEST, "unknown field \"%.64s\" (expected inputs, parameters)",
+                   key);
+    }
+    text_opts o = {0};
+    if (r.err) {
+    } else if (!json_is_object(inputs) || !json_is_string(source) || !json_is_array(sentences)) {
+        refuse(&r, SRV_EBADREQUEST,
+               "inputs must be {\"source_sentence\": string, \"sentences\": [string, ...]}");
+    } else if (json_array_size(sentences) == 0) {
+        refuse(&r, SRV_EBADREQUEST, "`inputs.sentences` cannot be empty");
+    } else if (params && !json_is_null(params) && !json_is_object(params)) {
+        refuse(&r, SRV_EBADREQUEST, "parameters must be an object");
+    } else {
+        tei_text_opts(c, json_object_get(params, "truncate"),
+                      json_object_get(params, "truncation_direction"),
+                      json_object_get(params, "prompt_name"), &o, &r);
+    }
+    json_t *texts = r.err ? NULL : json_array();
+    if (texts && (json_array_append(texts, source) != 0 || json_array_extend(texts, sentences))) {
+        json_decref(texts);
+        texts = NULL;
+        refuse(&r, SRV_EMEMORY, "out of memory");
+    }
+    for (size_t i = 0; texts && i < json_array_size(texts); i++)
+        if (!json_is_string(json_array_get(texts, i))) {
+            refuse(&r, SRV_EBADREQUEST, "inputs.sentences[%zu] must be a string", i - 1);
+            json_decref(texts);
+            texts = NULL;
+        }
+    json_t *list = texts ? inputs_ids(c, texts, &o, &r) : NULL;
+    json_decref(texts);
+    embed_job *job = list ? job_of_ids(c, list, true, &r) : NULL;
+    http_body_json_free(req, root);
+    if (!job)
+        return refused(req, &r);
+    return submit(req, c, job);
+}
+
+/* The cosine of the source sentence's vector with each other's: both are
+ * unit vectors, so their dot product. */
+static int tei_similarity_resumed(http_request *req, void *ctx) {
+    const compat_api *c = ctx;
+    int answered;
+    embed_job *job = finished(req, &answered);
+    if (!job)
+        return answered;
+    const size_t C = (size_t)c->eapi->model->hidden_size;
+    json_t *out = json_array();
+    for (int32_t i = 1; out && i < job->n; i++) {
+        double dot = 0;
+        for (size_t k = 0; k < C; k++)
+            dot += (double)job->out[k] * job->out[(size_t)i * C + k];
+        if (json_array_append_new(out, json_real(dot)) != 0) {
+            json_decref(out);
+            out = NULL;
+        }
+    }
+    return reply(req, out);
+}
+
+/* ---- TEI /decode, llama.cpp /detokenize ---------------------------------------------- */
+
+/* One id array as text, or NULL with the refusal. */
+static json_t *decode_one(const compat_api *c, json_t *ids, bool skip, refusal *r) {
+    size_t n = json_array_size(ids);
+    int32_t *v = membudget_malloc((n ? n : 1) * sizeof *v);
+    if (!v) {
+        refuse(r, SRV_EMEMORY, "out of memory");
+        return NULL;
+    }
+    const int32_t vocab = tok_vocab_size(c->eapi->tok);
+    for (size_t k = 0; k < n; k++) {
+        json_t *x = json_array_get(ids, k);
+        if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) >= vocab) {
+            membudget_free(v);
+            refuse(r, SRV_EINVALID, "token %zu is not an id of the vocabulary [0, %d)", k,
+                   (int)vocab);
+            return NULL;
+        }
+        v[k] = (int32_t)json_integer_value(x);
+    }
+    size_t len = compat_decode(c, v, n, skip, NULL, 0);
+    char *text = membudget_malloc(len + 1);
+    json_t *out = NULL;
+    if (text) {
+        compat_decode(c, v, n, skip, text, len + 1);
+        out = json_stringn(text, len);
+    }
+    if (!out)
+        refuse(r, SRV_EMEMORY, "out of memory");
+    membudget_free(text);
+    membudget_free(v);
+    return out;
+}
+
+static int tei_decode(http_request *req, void *ctx) {
+    const compat_api *c = ctx;
+    int answered;
+    json_t *root = body_of(req, &answered);
+    if (!root)
+        return answered;
+    refusal r = {0};
+    json_t *ids = NULL, *skip = NULL;
+    const char *key;
+    json_t *value;
+    json_object_foreach(root, key, value) {
+        if (strcmp(key, "ids") == 0)
+            ids = value;
+        else if (strcmp(key, "skip_special_tokens") == 0)
+            skip = value;
+        else if (!r.err)
+            refuse(&r, SRV_EBADREQUEST,
+                   "unknown field \"%.64s\" (expected ids, skip_special_tokens)", key);
+    }
+    bool skip_special = true;
+    json_t *out = NULL;
+    if (!r.err && want_bool(skip, "skip_special_tokens", true, &skip_special, &r) == SRV_OK) {
+        if (!json_is_array(ids) || json_array_size(ids) == 0) {
+            refuse(&r, SRV_EBADREQUEST,
+                   "ids must be a non-empty array of token ids or of arrays of token ids");
+        } else {
+            bool batch = json_is_array(json_array_get(ids, 0));
+            size_t n = batch ? json_array_size(ids) : 1;
+            out = json_array();
+            for (size_t i = 0; out && i < n; i++) {
+                json_t *one = batch ? json_array_get(ids, i) : ids;
+                json_t *text = json_is_array(one) ? decode_one(c, one, skip_special, &r) : NULL;
+                if (!text && !r.err)
+                    refuse(&r, SRV_EBADREQUEST, "ids[%zu] must be an array of token ids", i);
+                if (!text || json_array_append_new(out, text) != 0) {
+                    json_decref(out);
+                    out = NULL;
+                }
+            }
+        }
+    }
+    http_body_json_free(req, root);
+    if (!out)
+        return refused(req, &r);
+    return reply(req, out);
+}
+
+static int llama_detokenize(http_request *req, void *ctx) {
+    const compat_api *c = ctx;
+    int answered;
+    json_t *root = body_of(req, &answered);
+    if (!root)
+        return answered;
+    refusal r = {0};
+    json_t *tokens = json_object_get(root, "tokens");
+    json_t *text = NULL;
+    if (!json_is_array(tokens))
+        refuse(&r, SRV_EBADREQUEST, "tokens must be an array of token ids");
+    else
+        text = decode_one(c, tokens, false, &r);
+    http_body_json_free(req, root);
+    if (!text)
+        return refused(req, &r);
+    return reply(req, json_pack("{s:o}", "content", text));
+}
+
+/* ---- /tokenize: TEI's shape for `inputs`, llama.cpp's for `content` ----------------------- */
+
+static json_t *llama_tokens(const compat_api *c, json_t *root, refusal *r) {
+    json_t *content = NULL, *add = NULL, *parse = NULL, *pieces = NULL;
+    const char *key;
+    json_t *value;
+    json_object_foreach(root, key, value) {
+        if (strcmp(key, "content") == 0)
+            content = value;
+        else if (strcmp(key, "add_special") == 0)
+            add = value;
+        else if (strcmp(key, "parse_special") == 0)
+            parse = value;
+        else if (strcmp(key, "with_pieces") == 0)
+            pieces = value;
+        else {
+            refuse(r, SRV_EBADREQUEST,
+                   "unknown field \"%.64s\" (expected content, add_special, parse_special, "
+                   "with_pieces)",
+                   key);
+            return NULL;
+        }
+    }
+    bool specials = false, parse_special = true, with_pieces = false;
+    if (want_bool(add, "add_special", false, &specials, r) != SRV_OK ||
+        want_bool(parse, "parse_special", true, &parse_special, r) != SRV_OK ||
+        want_bool(pieces, "with_pieces", false, &with_pieces, r) != SRV_OK)
+        return NULL;
+    if (!json_is_string(content)) {
+        refuse(r, SRV_EBADREQUEST, "content must be a string");
+        return NULL;
+    }
+    const tok_tokenizer *tok = c->eapi->tok;
+    const size_t len = json_string_length(content);
+    /* Never truncated: it tells how long a text is. A text of len bytes has
+     * at most len pieces, plus the specials. */
+    const int32_t cap = (int32_t)len + tok_num_special(tok) + 1;
+    int32_t *ids = membudget_malloc((size_t)cap * sizeof *ids);
+    tok_span *sp = membudget_malloc((size_t)cap * sizeof *sp);
+    tok_output o = {.ids = ids, .offsets = sp, .capacity = cap};
+    int rc = ids && sp ? tok_encode(tok, json_string_value(content), len, 0, &o) : TOK_ENOMEM;
+    json_t *out = NULL;
+    if (rc == TOK_EUTF8)
+        refuse(r, SRV_EBADREQUEST, "content is not valid UTF-8 (byte %zu)", o.error_at);
+    else if (rc != TOK_OK)
+        refuse(r, rc == TOK_ENOMEM ? SRV_EMEMORY : SRV_EINTERNAL, "tokenizer: %s",
+               tok_strerror(rc));
+    else if ((out = json_array())) {
+        for (int32_t k = 0; out && k < o.n; k++) {
+            if (!specials && sp[k].start == sp[k].end)
+                continue;
+            json_t *t = with_pieces ? json_pack("{s:i, s:s}", "id", (json_int_t)ids[k], "piece",
+                                                tok_id_to_token(tok, ids[k]))
+                                    : json_integer(ids[k]);
+            if (json_array_append_new(out, t) != 0) {
+                json_decref(out);
+                out = NULL;
+            }
+        }
+        out = out ? json_pack("{s:o}", "tokens", out) : NULL;
+        if (!out)
+            refuse(r, SRV_EMEMORY, "out of memory");
+    } else {
+        refuse(r, SRV_EMEMORY, "out of memory");
+    }
+    membudget_free(ids);
+    membudget_free(sp);
+    return out;
+}
+
+static int tokenize(http_request *req, void *ctx) {
+    const compat_api *c = ctx;
+    int answered;
+    json_t *root = body_of(req, &answered);
+    if (!root)
+        return answered;
+    refusal r = {0};
+    json_t *out;
+    if (json_object_get(root, "content")) {
+        http_set_error_shape(req, HTTP_ERRORS_OPENAI); /* llama.cpp's errors are OpenAI's */
+        out = llama_tokens(c, root, &r);
+    } else {
+        out = embed_api_tokens(c->eapi, root, &r.err, r.msg, sizeof r.msg);
+    }
+    http_body_json_free(req, root);
+    if (!out)
+        return refused(req, &r);
+    return reply(req, out);
+}
+
+/* ---- llama.cpp: /embedding ------------------------------------------------------------- */
+
+static int llama_embedding(http_request *req, void *ctx) {
+    compat_api *c = ctx;
+    if (http_draining(req))
+        return http_reply_error(req, SRV_EUNAVAILABLE, "server is draining");
+    int answered;
+    json_t *root = body_of(req, &answered);
+    if (!root)
+        return answered;
+    refusal r = {0};
+    json_t *content = json_object_get(root, "input");
+    if (!content)
+        content = json_object_get(root, "content");
+    json_t *p = json_object_get(root, "embd_normalize");
+    int64_t norm = 2;
+    if (!content)
+        refuse(&r, SRV_EBADREQUEST, "\"input\" or \"content\" must be provided");
+    else if (p && !json_is_null(p) && !json_is_integer(p))
+        refuse(&r, SRV_EBADREQUEST, "embd_normalize must be an integer");
+    else if (p && json_is_integer(p))
+        norm = json_integer_value(p);
+    if (!r.err && (norm < -1 || norm > 64))
+        refuse(&r, SRV_EINVALID,
+               "embd_normalize is %lld; -1 (none), 0 (max abs), 1 (taxicab), "
+               "2 (Euclidean) or a p-norm up to 64",
+               (long long)norm);
+    text_opts o = {.truncate = c->eapi->truncate};
+    json_t *list = r.err ? NULL : inputs_ids(c, content, &o, &r);
+    embed_job *job = list ? job_of_ids(c, list, false, &r) : NULL;
+    if (job)
+        job->dimensions = (int)norm; /* the answer's norm, read by llama_embedding_resumed */
+    http_body_json_free(req, root);
+    if (!job)
+        return refused(req, &r);
+    return submit(req, c, job);
+}
+
+/* llama.cpp's common_embd_normalize: -1 none, 0 max absolute value (scaled
+ * to int16's range, as it does), 1 taxicab, 2 Euclidean, p > 2 the p-norm. */
+static void llama_normalize(float *v, size_t n, int p) {
+    double sum = 0;
+    if (p < 0)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        double a = fabs((double)v[i]);
+        if (p == 0)
+            sum = a > sum ? a : sum;
+        else
+            sum += p == 1 ? a : p == 2 ? a * a : pow(a, p);
+    }
+    if (p == 0)
+        sum /= 32760.0;
+    else if (p == 2)
+        sum = sqrt(sum);
+    else if (p > 2)
+        sum = pow(sum, 1.0 / p);
+    double scale = sum > 0 ? 1.0 / sum : 0.0;
+    for (size_t i = 0; i < n; i++)
+        v[i] = (float)(v[i] * scale);
+}
+
+/* [{"index": i, "embedding": [[floats]]}, ...]: llama.cpp's shape for a pooled
+ * model, one vector per input inside a list of one. */
+static int llama_embedding_resumed(http_request *req, void *ctx) {
+    const compat_api *c = ctx;
+    int answered;
+    embed_job *job = finished(req, &answered);
+    if (!job)
+        return answered;
+    const size_t C = (size_t)c->eapi->model->hidden_size;
+    json_t *out = json_array();
+    for (int32_t i = 0; out && i < job->n; i++) {
+        float *v = job->out + (size_t)i * C;
+        llama_normalize(v, C, job->dimensions);
+        json_t *vec = floats(v, C);
+        json_t *one =
+            vec ? json_pack("{s:i, s:[o]}", "index", (json_int_t)i, "embedding", vec) : NULL;
+        if (!one || json_array_append_new(out, one) != 0) {
+            json_decref(out);
+            out = NULL;
+        }
+    }
+    return reply(req, out);
+}
+
+/* ---- Infinity: /models ------------------------------------------------------------------ */
+
+static int infinity_models(http_request *req, void *ctx) {
+    const compat_api *c = ctx;
+    return reply(req, json_pack("{s:s, s:[{s:s, s:s, s:I, s:s, s:s, s:[s], s:{}}]}", "object",
+                                "list", "data", "id", c->eapi->model_name, "object", "model",
+                                "created", (json_int_t)c->created, "owned_by", "attnserve",
+                                "backend", "attnserve", "capabilities", "embed", "stats"));
+}
+
+/* ---- registration ---------------------------------------------------------------------- */
+
+int compat_api_register(compat_api *c, routes *t) {
+    const http_error_shape TEI = HTTP_ERRORS_TEI, OAI = HTTP_ERRORS_OPENAI;
+    const http_route mine[] = {
+        {"POST", "/embed", true, HTTP_AUTH_KEY, tei_embed, tei_embed_resumed, c, TEI},
+        {"POST", "/", true, HTTP_AUTH_KEY, tei_embed, tei_embed_resumed, c, TEI},
+        {"POST", "/invocations", true, HTTP_AUTH_KEY, tei_embed, tei_embed_resumed, c, TEI},
+        {"POST", "/similarity", true, HTTP_AUTH_KEY, tei_similarity, tei_similarity_resumed, c,
+         TEI},
+        {"POST", "/decode", true, HTTP_AUTH_KEY, tei_decode, NULL, c, TEI},
+        {"POST", "/tokenize", true, HTTP_AUTH_KEY, tokenize, NULL, c, TEI},
+        {"POST", "/embeddings", true, HTTP_AUTH_KEY, embed_api_openai, embed_api_resumed, c->eapi,
+         OAI},
+        {"GET", "/models", false, HTTP_AUTH_KEY, infinity_models, NULL, c, OAI},
+        {"POST", "/embedding", true, HTTP_AUTH_KEY, llama_embedding, llama_embedding_resumed, c,
+         OAI},
+        {"POST", "/detokenize", true, HTTP_AUTH_KEY, llama_detokenize, NULL, c, OAI},
+    };
+    for (size_t i = 0; i < sizeof mine / sizeof mine[0]; i++)
+        if (routes_add(t, mine[i]) != 0)
+            return -1;
+    return 0;
+}
