@@ -135,23 +135,59 @@ SCHEMAS = {
         },
     },
     # ---- TEI ----
-    "TeiInput": {"oneOf": [
-        {"type": "string"},
-        {"type": "array", "items": {"type": "string"}, "minItems": 1},
-    ]},
+    "TeiInput": {
+        "description": "A text, an array of token ids, or an array of texts and token-id arrays.",
+        "oneOf": [
+            {"type": "string"},
+            ref("TokenIds"),
+            {"type": "array", "minItems": 1,
+             "items": {"oneOf": [{"type": "string"}, ref("TokenIds")]}},
+        ]},
+    "TruncationDirection": {"enum": ["left", "right", "Left", "Right", None]},
     "TeiEmbedRequest": {
         "type": "object", "required": ["inputs"],
         "properties": {
             "inputs": ref("TeiInput"),
-            "normalize": {"type": "boolean", "default": True},
+            "normalize": {"type": ["boolean", "null"], "default": True},
             "truncate": {"type": ["boolean", "null"]},
+            "truncation_direction": ref("TruncationDirection"),
+            "prompt_name": {"type": ["string", "null"],
+                            "description": "A key of the model's config_sentence_transformers.json "
+                                           "prompts; its text is prepended to every text."},
+            "dimensions": {"type": ["integer", "null"], "minimum": 1},
         },
     },
     "TeiEmbedResponse": {"type": "array",
                          "items": {"type": "array", "items": {"type": "number"}}},
+    "TeiSimilarityRequest": {
+        "type": "object", "required": ["inputs"],
+        "properties": {
+            "inputs": {"type": "object", "required": ["source_sentence", "sentences"],
+                       "properties": {"source_sentence": {"type": "string"},
+                                      "sentences": {"type": "array", "minItems": 1,
+                                                    "items": {"type": "string"}}}},
+            "parameters": {"type": ["object", "null"],
+                           "properties": {
+                               "truncate": {"type": ["boolean", "null"]},
+                               "truncation_direction": ref("TruncationDirection"),
+                               "prompt_name": {"type": ["string", "null"]}}},
+        },
+    },
+    "TeiSimilarityResponse": {"type": "array", "items": {"type": "number"}},
+    "TeiDecodeRequest": {
+        "type": "object", "required": ["ids"],
+        "properties": {
+            "ids": {"oneOf": [ref("TokenIds"), {"type": "array", "minItems": 1,
+                                                "items": ref("TokenIds")}]},
+            "skip_special_tokens": {"type": ["boolean", "null"], "default": True},
+        },
+    },
+    "TeiDecodeResponse": {"type": "array", "items": {"type": "string"}},
     "TeiTokenizeRequest": {
         "type": "object", "required": ["inputs"],
-        "properties": {"inputs": ref("TeiInput"),
+        "properties": {"inputs": {"oneOf": [
+                           {"type": "string"},
+                           {"type": "array", "items": {"type": "string"}, "minItems": 1}]},
                        "add_special_tokens": {"type": "boolean", "default": True}},
     },
     "TeiToken": {
@@ -163,6 +199,52 @@ SCHEMAS = {
     },
     "TeiTokenizeResponse": {"type": "array",
                             "items": {"type": "array", "items": ref("TeiToken")}},
+    # ---- llama.cpp ----
+    "LlamaTokenizeRequest": {
+        "type": "object", "required": ["content"],
+        "properties": {"content": {"type": "string"},
+                       "add_special": {"type": ["boolean", "null"], "default": False},
+                       "parse_special": {"type": ["boolean", "null"], "default": True},
+                       "with_pieces": {"type": ["boolean", "null"], "default": False}},
+    },
+    "LlamaTokenizeResponse": {
+        "type": "object", "required": ["tokens"],
+        "properties": {"tokens": {"type": "array", "items": {"oneOf": [
+            {"type": "integer"},
+            {"type": "object", "required": ["id", "piece"],
+             "properties": {"id": {"type": "integer"}, "piece": {"type": "string"}}}]}}},
+    },
+    "LlamaDetokenizeRequest": {
+        "type": "object", "required": ["tokens"],
+        "properties": {"tokens": {"type": "array", "items": {"type": "integer", "minimum": 0}}},
+    },
+    "LlamaDetokenizeResponse": {"type": "object", "required": ["content"],
+                                "properties": {"content": {"type": "string"}}},
+    "LlamaEmbeddingRequest": {
+        "type": "object",
+        "description": "`content` (or `input`): as TEI's inputs.",
+        "properties": {"content": ref("TeiInput"), "input": ref("TeiInput"),
+                       "embd_normalize": {"type": ["integer", "null"], "minimum": -1,
+                                          "maximum": 64, "default": 2}},
+    },
+    "LlamaEmbeddingResponse": {
+        "type": "array",
+        "items": {"type": "object", "required": ["index", "embedding"],
+                  "properties": {"index": {"type": "integer"},
+                                 "embedding": {"type": "array", "items": {
+                                     "type": "array", "items": {"type": "number"}}}}}},
+    # ---- Infinity ----
+    "ModelList": {
+        "type": "object", "required": ["object", "data"],
+        "properties": {
+            "object": {"const": "list"},
+            "data": {"type": "array", "items": {
+                "type": "object", "required": ["id", "object", "created", "owned_by"],
+                "properties": {"id": {"type": "string"}, "object": {"const": "model"},
+                               "created": {"type": "integer"},
+                               "owned_by": {"type": "string"}}}},
+        },
+    },
 }
 
 
@@ -197,13 +279,16 @@ HTML = {"description": "an HTML page", "content": {"text/html": {"schema": {"typ
 TEXT = {"description": "Prometheus text",
         "content": {"text/plain": {"schema": {"type": "string"}}}}
 
+TEI_TAG = "Text Embeddings Inference"
+
 PATHS = {
     "/health": get("Liveness: 200 while the process serves.",
                    {"200": json_body(ref("Status"))}, op="health"),
     "/ready": get("Readiness: 200 once the model is loaded and while not draining.",
                   dict({"200": json_body(ref("Status"))}, **errors(OPENAI_ERROR, 503)),
                   op="ready"),
-    "/info": get("Version, backend, limits, memory, model, self-test and verification.",
+    "/info": get("Version, backend, limits, memory, model, self-test and verification, with "
+                 "TEI's fields beside them.",
                  dict({"200": json_body(ref("Info"))}, **errors(OPENAI_ERROR, 401, 503)),
                  op="info"),
     "/metrics": get("Prometheus metrics.", dict({"200": TEXT}, **errors(OPENAI_ERROR, 401)),
@@ -217,11 +302,50 @@ PATHS = {
     "/v1/embeddings": post("OpenAI embeddings.", ref("OpenAIEmbeddingRequest"),
                            ref("OpenAIEmbeddingResponse"), tag="OpenAI",
                            op="openai_embeddings"),
+    # Text Embeddings Inference
     "/embed": post("TEI: pooled embeddings.", ref("TeiEmbedRequest"), ref("TeiEmbedResponse"),
-                   TEI_ERROR, tag="Text Embeddings Inference", op="embed"),
-    "/tokenize": post("TEI: tokens with byte offsets.", ref("TeiTokenizeRequest"),
-                      ref("TeiTokenizeResponse"), TEI_ERROR, tag="Text Embeddings Inference",
-                      op="tokenize"),
+                   TEI_ERROR, tag=TEI_TAG, op="embed"),
+    "/": dict(
+        get("TEI: health (as /ready).",
+            dict({"200": json_body(ref("Status"))}, **errors(TEI_ERROR, 503)), tag=TEI_TAG,
+            op="root_health", error_shape=TEI_ERROR),
+        **post("TEI: the route of an embedding model, /embed.", ref("TeiEmbedRequest"),
+               ref("TeiEmbedResponse"), TEI_ERROR, tag=TEI_TAG, op="root_embed")),
+    "/invocations": post("SageMaker: /embed.", ref("TeiEmbedRequest"), ref("TeiEmbedResponse"),
+                         TEI_ERROR, tag=TEI_TAG, op="invocations"),
+    "/ping": get("SageMaker: health (as /ready).",
+                 dict({"200": json_body(ref("Status"))}, **errors(TEI_ERROR, 503)), tag=TEI_TAG,
+                 op="ping", error_shape=TEI_ERROR),
+    "/similarity": post("TEI: cosine similarity of source_sentence with each sentence.",
+                        ref("TeiSimilarityRequest"), ref("TeiSimilarityResponse"), TEI_ERROR,
+                        tag=TEI_TAG, op="similarity"),
+    "/decode": post("TEI: token ids back to text (the WordPiece decoder).",
+                    ref("TeiDecodeRequest"), ref("TeiDecodeResponse"), TEI_ERROR, tag=TEI_TAG,
+                    op="decode"),
+    "/tokenize": {"post": {
+        "summary": "TEI's tokens with byte offsets for `inputs`; llama.cpp's ids for `content`.",
+        "operationId": "tokenize", "tags": [TEI_TAG, "llama.cpp"],
+        "requestBody": {"required": True, "content": {"application/json": {"schema": {
+            "oneOf": [ref("TeiTokenizeRequest"), ref("LlamaTokenizeRequest")]}}}},
+        "responses": dict(
+            {"200": json_body({"oneOf": [ref("TeiTokenizeResponse"),
+                                         ref("LlamaTokenizeResponse")]})},
+            **{str(st): json_body({"oneOf": [ref(TEI_ERROR), ref(OPENAI_ERROR)]}, "error")
+               for st in POST_ERRORS + ("default",)}),
+    }},
+    # Infinity
+    "/embeddings": post("Infinity (and TEI): OpenAI embeddings.", ref("OpenAIEmbeddingRequest"),
+                        ref("OpenAIEmbeddingResponse"), tag="Infinity",
+                        op="infinity_embeddings"),
+    "/models": get("Infinity: the model served.",
+                   dict({"200": json_body(ref("ModelList"))}, **errors(OPENAI_ERROR, 401)),
+                   tag="Infinity", op="infinity_models"),
+    # llama.cpp
+    "/embedding": post("llama.cpp: pooled embeddings, one list of one vector per input.",
+                       ref("LlamaEmbeddingRequest"), ref("LlamaEmbeddingResponse"),
+                       tag="llama.cpp", op="llama_embedding"),
+    "/detokenize": post("llama.cpp: token ids back to text.", ref("LlamaDetokenizeRequest"),
+                        ref("LlamaDetokenizeResponse"), tag="llama.cpp", op="detokenize"),
 }
 
 

@@ -150,9 +150,12 @@ static int take_ids(const embed_api *api, embed_job *job, int32_t i, json_t *arr
                           k);
         json_int_t id = json_integer_value(x);
         if (id < 0 || id >= vocab)
+            /* The usual cause: ids of another tokenizer (tiktoken's, which
+             * LangChain's OpenAIEmbeddings sends by default). */
             return refuse(r, SRV_EINVALID,
-                          "input %d, token %zu: id %lld outside the vocabulary "
-                          "[0, %d)",
+                          "input %d, token %zu: id %lld outside the vocabulary [0, %d); token "
+                          "ids must come from this model's tokenizer (LangChain: "
+                          "OpenAIEmbeddings(check_embedding_ctx_length=False) sends text)",
                           (int)i, k, (long long)id, (int)vocab);
         job->ids[job->cu[i] + (int32_t)k] = (int32_t)id;
     }
