@@ -17,14 +17,14 @@
             ".balign 16\n"                                                                         \
             ".hidden " #name "\n" #name ":\n"                                                      \
             ".incbin \"" path "\"\n"                                                               \
-            ".hidden " #name "_end\n" #name "_end:\n"                                              \
             ".byte 0\n"                                                                            \
             ".previous\n")
 
 EMBED(openapi_json_src, "server/openapi.json");
 EMBED(openapi_docs_html, "server/docs.html");
-extern const char openapi_json_src[], openapi_json_src_end[];
-extern const char openapi_docs_html[], openapi_docs_html_end[];
+/* Each file is followed by a NUL byte: text, its length is strlen's. */
+extern const char openapi_json_src[];
+extern const char openapi_docs_html[];
 
 static char *served; /* the document with this binary's version */
 static size_t served_len;
@@ -32,8 +32,7 @@ static size_t served_len;
 int openapi_init(const char *version) {
     json_error_t e;
     /* Start-up memory, not a request's: outside any budget scope. */
-    json_t *doc =
-        json_loadb(openapi_json_src, (size_t)(openapi_json_src_end - openapi_json_src), 0, &e);
+    json_t *doc = json_loadb(openapi_json_src, strlen(openapi_json_src), 0, &e);
     json_t *info = doc ? json_object_get(doc, "info") : NULL;
     if (!info || json_object_set_new(info, "version", json_string(version)) != 0) {
         json_decref(doc);
@@ -71,7 +70,7 @@ static int handle_json(http_request *req, void *ctx) {
 static int handle_docs(http_request *req, void *ctx) {
     (void)ctx;
     return http_reply_static(req, 200, "text/html; charset=utf-8", openapi_docs_html,
-                             (size_t)(openapi_docs_html_end - openapi_docs_html));
+                             strlen(openapi_docs_html));
 }
 
 int openapi_register(routes *t) {
