@@ -338,6 +338,10 @@ struct bert_workspace {
     bert_stage_ns stages;
 };
 
+const float *bert_workspace_hidden(const bert_workspace *ws) {
+    return ws->x; /* pooling only reads the residual stream */
+}
+
 static size_t round64(size_t n) {
     return (n + 63) / 64 * 64;
 }

@@ -110,6 +110,11 @@ int bert_workspace_max_tokens(const bert_workspace *ws);
  * with bert_l2_normalize, which gives the same bits). Default 0. */
 void bert_workspace_set_raw(bert_workspace *ws, int raw);
 
+/* (T, C) the last layer's output of the last forward on ws, token by token
+ * as the batch was packed: every token's vector before pooling (what TEI's
+ * /embed_all answers). Valid until the next forward on ws. */
+const float *bert_workspace_hidden(const bert_workspace *ws);
+
 /* v (n floats) /= max(||v||, 1e-12): the model's normalisation, as
  * PyTorch's F.normalize computes it. */
 void bert_l2_normalize(float *v, int n);

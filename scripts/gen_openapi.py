@@ -157,6 +157,17 @@ SCHEMAS = {
             "dimensions": {"type": ["integer", "null"], "minimum": 1},
         },
     },
+    "TeiEmbedAllRequest": {
+        "type": "object", "required": ["inputs"],
+        "properties": {
+            "inputs": ref("TeiInput"),
+            "truncate": {"type": ["boolean", "null"]},
+            "truncation_direction": ref("TruncationDirection"),
+            "prompt_name": {"type": ["string", "null"]},
+        },
+    },
+    "TeiEmbedAllResponse": {"type": "array", "items": {"type": "array", "items": {
+        "type": "array", "items": {"type": "number"}}}},
     "TeiEmbedResponse": {"type": "array",
                          "items": {"type": "array", "items": {"type": "number"}}},
     "TeiSimilarityRequest": {
@@ -311,6 +322,9 @@ PATHS = {
             op="root_health", error_shape=TEI_ERROR),
         **post("TEI: the route of an embedding model, /embed.", ref("TeiEmbedRequest"),
                ref("TeiEmbedResponse"), TEI_ERROR, tag=TEI_TAG, op="root_embed")),
+    "/embed_all": post("TEI: every token's last hidden state, special tokens included.",
+                       ref("TeiEmbedAllRequest"), ref("TeiEmbedAllResponse"), TEI_ERROR,
+                       tag=TEI_TAG, op="embed_all"),
     "/invocations": post("SageMaker: /embed.", ref("TeiEmbedRequest"), ref("TeiEmbedResponse"),
                          TEI_ERROR, tag=TEI_TAG, op="invocations"),
     "/ping": get("SageMaker: health (as /ready).",

@@ -530,6 +530,78 @@ static int tei_embed_resumed(http_request *req, void *ctx) {
     return reply(req, out);
 }
 
+/* ---- TEI: /embed_all --------------------------------------------------------------------- */
+
+static int tei_embed_all(http_request *req, void *ctx) {
+    compat_api *c = ctx;
+    if (http_draining(req))
+        return http_reply_error(req, SRV_EUNAVAILABLE, "server is draining");
+    int answered;
+    json_t *root = body_of(req, &answered);
+    if (!root)
+        return answered;
+    refusal r = {0};
+    const char *key;
+    json_t *value;
+    json_object_foreach(root, key, value) {
+        if (strcmp(key, "inputs") != 0 && strcmp(key, "truncate") != 0 &&
+            strcmp(key, "truncation_direction") != 0 && strcmp(key, "prompt_name") != 0 && !r.err)
+            refuse(&r, SRV_EBADREQUEST,
+                   "unknown field \"%.64s\" (expected inputs, truncate, truncation_direction, "
+                   "prompt_name)",
+                   key);
+    }
+    text_opts o = {0};
+    if (!r.err)
+        tei_text_opts(c, json_object_get(root, "truncate"),
+                      json_object_get(root, "truncation_direction"),
+                      json_object_get(root, "prompt_name"), &o, &r);
+    json_t *list = r.err ? NULL : inputs_ids(c, json_object_get(root, "inputs"), &o, &r);
+    embed_job *job = list ? job_of_ids(c, list, false, &r) : NULL;
+    http_body_json_free(req, root);
+    if (job) {
+        const int32_t *cu, *ids;
+        const int32_t n = embed_job_inputs(job, &cu, &ids);
+        const size_t C = (size_t)c->eapi->model->hidden_size;
+        job->hidden = membudget_malloc((size_t)cu[n] * C * sizeof *job->hidden);
+        if (!job->hidden) {
+            embed_job_release(job);
+            job = NULL;
+            refuse(&r, SRV_EMEMORY, "out of memory");
+        }
+    }
+    if (!job)
+        return refused(req, &r);
+    return submit(req, c, job);
+}
+
+/* [[[floats] per token] per input]: the last hidden state of every token,
+ * the special ones included, as TEI answers. */
+static int tei_embed_all_resumed(http_request *req, void *ctx) {
+    const compat_api *c = ctx;
+    int answered;
+    embed_job *job = finished(req, &answered);
+    if (!job)
+        return answered;
+    const size_t C = (size_t)c->eapi->model->hidden_size;
+    const int32_t *cu, *ids;
+    const int32_t n = embed_job_inputs(job, &cu, &ids);
+    json_t *out = json_array();
+    for (int32_t i = 0; out && i < n; i++) {
+        json_t *tokens = json_array();
+        for (int32_t t = cu[i]; tokens && t < cu[i + 1]; t++)
+            if (json_array_append_new(tokens, floats(job->hidden + (size_t)t * C, C)) != 0) {
+                json_decref(tokens);
+                tokens = NULL;
+            }
+        if (json_array_append_new(out, tokens) != 0) {
+            json_decref(out);
+            out = NULL;
+        }
+    }
+    return reply(req, out);
+}
+
 /* ---- TEI: /similarity ------------------------------------------------------------------- */
 
 static int tei_similarity(http_request *req, void *ctx) {
@@ -741,6 +813,12 @@ static json_t *llama_tokens(const compat_api *c, json_t *root, refusal *r) {
         refuse(r, SRV_EBADREQUEST, "content must be a string");
         return NULL;
     }
+    if (!parse_special) {
+        refuse(r, SRV_EINVALID,
+               "parse_special false is not supported: special tokens written in the text are "
+               "read as special tokens, as Hugging Face tokenizers reads them");
+        return NULL;
+    }
     const tok_tokenizer *tok = c->eapi->tok;
     const size_t len = json_string_length(content);
     /* Never truncated: it tells how long a text is. A text of len bytes has
@@ -903,6 +981,7 @@ int compat_api_register(compat_api *c, routes *t) {
         {"POST", "/embed", true, HTTP_AUTH_KEY, tei_embed, tei_embed_resumed, c, TEI},
         {"POST", "/", true, HTTP_AUTH_KEY, tei_embed, tei_embed_resumed, c, TEI},
         {"POST", "/invocations", true, HTTP_AUTH_KEY, tei_embed, tei_embed_resumed, c, TEI},
+        {"POST", "/embed_all", true, HTTP_AUTH_KEY, tei_embed_all, tei_embed_all_resumed, c, TEI},
         {"POST", "/similarity", true, HTTP_AUTH_KEY, tei_similarity, tei_similarity_resumed, c,
          TEI},
         {"POST", "/decode", true, HTTP_AUTH_KEY, tei_decode, NULL, c, TEI},

@@ -25,6 +25,7 @@ void embed_job_release(void *p) {
     membudget_free(job->cu);
     membudget_free(job->ids);
     membudget_free(job->out);
+    membudget_free(job->hidden);
     json_decref(job->model);
     membudget_free(job);
 }

@@ -92,6 +92,7 @@ struct embed_job {
     int dimensions; /* OpenAI: keep the first this many (0: all) */
     bool base64;    /* OpenAI encoding_format */
     json_t *model;  /* OpenAI: the name to echo */
+    float *hidden;  /* (cu[n], C) every token's last hidden state; NULL: not asked */
 };
 
 /* The answer for a finished job in its route's shape (C: the model's

@@ -166,6 +166,9 @@ int embed_service_run_batch(const sched_batch *b, void *ctx) {
             continue;
         }
         memcpy(job->out, svc->out + (size_t)seq * C, (size_t)job->n * C * sizeof *job->out);
+        if (job->hidden) /* its tokens, where the batch packed them */
+            memcpy(job->hidden, bert_workspace_hidden(svc->ws) + (size_t)svc->cu[seq] * C,
+                   (size_t)job->cu[job->n] * C * sizeof *job->hidden);
         seq += job->n;
         if (job->normalize)
             for (int32_t k = 0; k < job->n; k++)

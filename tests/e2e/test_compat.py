@@ -182,6 +182,23 @@ def test_embed_errors_in_tei_shape(server):
     tei_error(r, 405)
 
 
+def test_embed_all_is_what_pooling_averages(server):
+    """Every token's vector, the special ones included: their mean is the
+    pooled vector (mean pooling), and there is one per token."""
+    cases = CASES[:3]
+    out = ok(post(server, "/embed_all", {"inputs": [c["text"] for c in cases]}))
+    raw = ok(post(server, "/embed", {"inputs": [c["text"] for c in cases], "normalize": False}))
+    assert len(out) == len(cases)
+    for tokens, pooled, c in zip(out, raw, cases):
+        assert len(tokens) == len(c["ids"])
+        assert all(len(t) == DIM for t in tokens)
+        mean = [sum(col) / len(tokens) for col in zip(*tokens)]
+        assert max(abs(a - b) for a, b in zip(mean, pooled)) < 1e-5
+    one = ok(post(server, "/embed_all", {"inputs": cases[0]["ids"]}))
+    assert len(one) == 1 and len(one[0]) == len(cases[0]["ids"])
+    tei_error(post(server, "/embed_all", {"inputs": "x", "normalize": True}), 400)
+
+
 # ---- TEI: /similarity, /decode, /tokenize, /info, health ----------------------------------
 
 def test_similarity(server):
@@ -224,6 +241,10 @@ def test_tokenize_both_shapes(server, hf_tokenizer):
                                           "with_pieces": True}))
     enc = hf_tokenizer.encode(text)
     assert llama["tokens"] == [{"id": i, "piece": p} for i, p in zip(enc.ids, enc.tokens)]
+    # Special tokens written in the text are read as such, as tokenizers does.
+    llama = ok(post(server, "/tokenize", {"content": "a [SEP] b", "parse_special": True}))
+    assert llama["tokens"] == hf_tokenizer.encode("a [SEP] b", add_special_tokens=False).ids
+    assert_error(post(server, "/tokenize", {"content": "a", "parse_special": False}), 422)
     # Errors in the shape of the API the body speaks.
     tei_error(post(server, "/tokenize", {"inputs": 5}), 400)
     assert_error(post(server, "/tokenize", {"content": 5}), 400)
