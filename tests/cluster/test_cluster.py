@@ -140,7 +140,7 @@ def served_count(metrics_text, route):
     """attnserve_http_requests_total for route, every status label.
 
     Every answer the client sees is checked for status and content by Load;
-    this count is only where the requests went. It includes status="0",
+    this count is only where the requests went. It includes status="undelivered",
     which the service records when libmicrohttpd reports the connection
     ended before it saw the request complete. Counting status 200 alone once
     gave 899 of 900 (then 897) while the client had 900 correct answers, and
