@@ -188,10 +188,10 @@ static size_t threads_bytes(void) {
  * run, 24 bytes per code point of the longest run of combining marks in one
  * input; the metrics text, ~20 KiB); OpenBLAS's per-thread buffers
  * (allocated on the first GEMM, no more later); log lines (on the stack, or
- * one line's heap while written); allocator fragmentation. Measured: 800
- * idle connections with headers and a partial body in cost 11.5 KiB each
- * (4 KiB of it body, charged to the budget) with MHD's 32 KiB pool; the
- * pool is 16 KiB now and CONNECTION_BYTES 23 KiB. */
+ * one line's heap while written); allocator fragmentation. Measured: 1500
+ * idle connections with 3 KiB of headers and 4 KiB of a body in cost
+ * 12.7 KiB each (4 KiB of it body, charged to the budget) against
+ * CONNECTION_BYTES' 23. */
 static json_t *memory_json(const app *a) {
     const config *c = &a->cfg;
     json_int_t owned = (json_int_t)bert_owned_bytes(a->model);
