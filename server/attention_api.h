@@ -21,9 +21,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "batch.h"
 #include "http.h"
 #include "kernels/attention.h"
 #include "kernels/threadpool.h"
+#include "routes.h"
 #include "scheduler.h"
 
 #define ATTN_API_MAX_HEADS    128
@@ -57,8 +59,11 @@ const attn_backend *attn_service_backend(const attn_service *svc);
  * during one). Returns SCHED_OK or the sched_call error. */
 int attn_service_set_backend(attn_service *svc, sched *s, const attn_backend *backend);
 
-/* The scheduler's run_batch (ctx is the attn_service). */
+/* Runs the attention requests of a batch (ctx is the attn_service) and adds
+ * the trace line's "attention" member: the runner's batch_kind run and
+ * trace (batch.h). */
 int attn_service_run_batch(const sched_batch *b, void *ctx);
+int attn_service_trace(void *ctx, const sched_batch *part, char *buf, size_t cap, bool *verified);
 
 /* ---- shadow verification and trace (issue 7 §2, §3) ---- */
 struct verifier;
@@ -81,6 +86,7 @@ const attn_batch_info *attn_service_last_batch(const attn_service *svc);
 typedef struct attn_api {
     attn_service *svc;
     sched *sched;
+    int kind;                           /* the runner's id of the attention service */
     int32_t max_batch_tokens;           /* the start-time ceiling */
     _Atomic int64_t request_timeout_ms; /* reloadable */
 } attn_api;
@@ -90,12 +96,16 @@ typedef struct attn_api {
  * api->max_batch_tokens is read. Returns the job, freed with attn_job_free,
  * or NULL with the SRV_E* code in *err and a message in msg. */
 typedef struct attn_job attn_job;
-attn_job *attn_api_decode(const attn_api *api, json_t *root, int *err, char *msg,
-                          size_t msg_len);
+attn_job *attn_api_decode(const attn_api *api, json_t *root, int *err, char *msg, size_t msg_len);
 void attn_job_free(attn_job *job);
 
 /* Route functions for http_route (ctx is the attn_api). */
 int attn_api_handle(http_request *req, void *ctx);
 int attn_api_resumed(http_request *req, void *ctx);
+
+/* Registers the attention service as a kind with runner (api->kind is set)
+ * and POST /v1/attention in t. api->svc must be set. Returns 0, or -1 when
+ * a table is full or the route is taken. */
+int attn_api_register(attn_api *api, batch_runner *runner, routes *t);
 
 #endif
