@@ -104,8 +104,12 @@ static const setting settings[] = {
            "Address to listen on. Loopback by default so that nothing is exposed by "
            "accident; containers set 0.0.0.0."),
     INT(port, 8080, 1, 65535, RESTART, "TCP port to listen on."),
-    INT(max_connections, 256, 1, 1000000, RESTART,
-        "Concurrent client connections; more are refused."),
+    /* A connection costs HTTP_CONNECTION_BYTES (23 KiB) in the worst case:
+     * 2048 of them hold 46 MiB (256 held 25 MiB at the old 101 KiB each). */
+    INT(max_connections, 2048, 1, 1000000, RESTART,
+        "Concurrent client connections. At the limit the connection idle the longest "
+        "(no request under way) is closed to admit a new one; with none idle, new ones are "
+        "refused."),
     INT(connection_timeout_s, 30, 1, 3600, RESTART,
         "A connection idle this long is closed, and so is one whose request headers are not in "
         "this long after the connection opened or its previous request ended, or whose request "
@@ -125,6 +129,16 @@ static const setting settings[] = {
     INT(drain_timeout_s, 20, 0, 3600, RELOAD,
         "On SIGTERM, time allowed to answer accepted requests before exit "
         "(below the 30 s Kubernetes grace period)."),
+    /* 2000 ms: the shipped haproxy.cfg takes at most 1.5 s (inter 1 s, then
+     * fastinter 500 ms, fall 2) to take an instance whose /ready turned 503
+     * out of rotation; until then it still sends new connections. Serving
+     * them, with Connection: close, for that long means none is refused,
+     * and a keep-alive request already on the wire at the signal (an RTT,
+     * milliseconds) is answered rather than reset. */
+    INT(drain_linger_ms, 2000, 0, 60000, RELOAD,
+        "On SIGTERM, time to keep accepting connections and serving requests, each answer "
+        "with Connection: close, while /ready is 503, before the listener closes (counted "
+        "within drain_timeout_s)."),
     ENUM(backend, "auto", backend_values, RELOAD,
          "Attention backend; auto picks the fastest that supports the model."),
     STRING(fallback_backends, "fused,naive", check_backend_list,

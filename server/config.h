@@ -41,6 +41,7 @@ typedef struct config {
     int64_t max_request_memory_bytes; /* all requests together hold at most (membudget.h) */
     int64_t request_timeout_ms;       /* deadline from arrival to answer */
     int64_t drain_timeout_s;          /* SIGTERM: answer in-flight work within */
+    int64_t drain_linger_ms;          /* SIGTERM: keep accepting, answering with close */
 
     /* ---- compute and batching ---- */
     const char *backend;        /* "naive" | "fused" | "auto" */

@@ -26,6 +26,7 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -54,9 +55,15 @@ typedef struct conn_slot {
     int fd;               /* -1: the slot is free */
     uint32_t gen;         /* bumped whenever the slot changes hands or is watched */
     uint64_t deadline_ns; /* the request under way must be in by then; 0: none */
+    uint64_t idle_since;  /* when its last request completed (or it opened) */
     http_request *parked; /* parked and watched for the client closing */
     int next_free;
+    bool busy;     /* a request is under way (headers in, not yet completed) */
+    bool evicting; /* shut down to admit a new connection; MHD has yet to close it */
 } conn_slot;
+
+/* Counted per connection in the worst-case memory (HTTP_CONNECTION_BYTES). */
+_Static_assert(sizeof(conn_slot) <= 64, "the connection slot must stay within 64 bytes");
 
 struct http_server {
     struct MHD_Daemon *daemon;
@@ -64,6 +71,7 @@ struct http_server {
     size_t nroutes;
     int route_slot[METRICS_MAX_ROUTES]; /* metrics slot of routes[i] */
     int unmatched_slot;
+    int unparsed_slot; /* requests libmicrohttpd refused before routing */
     const char *(*backend_name)(void *ctx);
     void *backend_ctx;
     int port;
@@ -73,8 +81,10 @@ struct http_server {
     bool cors_any;       /* "*" among them */
     _Atomic bool metrics_require_key;
     _Atomic bool quiesced;
+    _Atomic bool closing; /* every answer says Connection: close (http_linger) */
     _Atomic bool started; /* MHD's own messages drop to debug once serving */
     _Atomic uint64_t active;
+    _Atomic unsigned uncharged_answers; /* /metrics answers not charged to the budget */
 
     pthread_mutex_t keys_mu; /* guards keys: a reload swaps them while serving */
     char **keys;
@@ -88,7 +98,9 @@ struct http_server {
      * and notices parked clients going away. */
     pthread_mutex_t conns_mu;
     conn_slot *conns;          /* (max_connections) */
-    unsigned nconns, used_hwm; /* slots from used_hwm on were never used */
+    unsigned nconns;           /* max_connections */
+    unsigned nslots, used_hwm; /* nconns + 1; slots from used_hwm on were never used */
+    unsigned evicting;         /* slots shut down for a new connection, not yet closed */
     int free_head;             /* the first freed slot, -1: none */
     _Atomic unsigned live_conns;
     uint64_t request_deadline_ns; /* connection_timeout_s */
@@ -117,6 +129,8 @@ struct http_request {
     char *body;
     size_t len, cap, discarded;
     bool answered_early; /* the 413 of an over-limit chunked body, written by http.c */
+    bool framing_error;  /* its length was ambiguous: answered 400, the connection closes */
+    bool uncharged;      /* holds one of the HTTP_UNCHARGED_ANSWERS */
     bool answer_cut;     /* that 413 went out only in part: the connection is shut down */
     size_t json_charge;  /* the parse tree's bound, charged until it is freed */
 
@@ -304,7 +318,7 @@ static int queue(http_request *req, unsigned status, struct MHD_Response *resp, 
     MHD_add_response_header(resp, "x-attention-backend", backend ? backend : "none");
     cors_headers(req, resp);
     /* While draining, keep-alive clients are told to go elsewhere. */
-    if (atomic_load(&req->srv->quiesced))
+    if (atomic_load(&req->srv->closing) || req->framing_error)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     /* Everything handed to the kernel so far comes before this answer. */
     struct tcp_info ti;
@@ -475,14 +489,17 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
         if (ci && srv->free_head >= 0) {
             c = &srv->conns[srv->free_head];
             srv->free_head = c->next_free;
-        } else if (ci && srv->used_hwm < srv->nconns) {
+        } else if (ci && srv->used_hwm < srv->nslots) {
             c = &srv->conns[srv->used_hwm++];
         }
         if (c) {
             c->fd = ci->connect_fd;
             c->gen++;
-            c->deadline_ns = now_ns() + srv->request_deadline_ns;
+            c->idle_since = now_ns();
+            c->deadline_ns = c->idle_since + srv->request_deadline_ns;
             c->parked = NULL;
+            c->busy = false;
+            c->evicting = false;
             *socket_context = c;
         }
         pthread_mutex_unlock(&srv->conns_mu);
@@ -497,6 +514,10 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
             c->gen++;
             c->deadline_ns = 0;
             c->parked = NULL;
+            c->busy = false;
+            if (c->evicting)
+                srv->evicting--;
+            c->evicting = false;
             c->next_free = srv->free_head;
             srv->free_head = (int)(c - srv->conns);
             pthread_mutex_unlock(&srv->conns_mu);
@@ -517,15 +538,69 @@ static void request_deadline(http_request *req, bool arm) {
     pthread_mutex_unlock(&srv->conns_mu);
 }
 
-/* MHD's accept policy: past max_connections a new connection is closed at
- * once. MHD's own limit would instead stop accepting, leaving the extra
- * clients waiting unanswered in the listen backlog. */
+/* Marks req's connection as carrying a request (from its headers to its
+ * completion), which makes it ineligible for eviction, or idle again. */
+static void connection_busy(http_request *req, bool busy) {
+    conn_slot *c = req->cslot;
+    if (!c)
+        return;
+    http_server *srv = req->srv;
+    pthread_mutex_lock(&srv->conns_mu);
+    c->busy = busy;
+    if (!busy)
+        c->idle_since = now_ns();
+    pthread_mutex_unlock(&srv->conns_mu);
+}
+
+/* With the table full, shuts down the connection idle the longest with no
+ * request under way (none whose headers are in), as nginx reuses its
+ * keep-alive connections: an idle client only loses a connection it can
+ * open again, while a new client would otherwise be refused. Returns
+ * whether one was found (I/O thread). Closing is left to MHD, which sees the
+ * shutdown; meanwhile the slot counts as evicting, so one idle connection
+ * admits one new connection only. */
+static bool evict_idle(http_server *srv) {
+    pthread_mutex_lock(&srv->conns_mu);
+    conn_slot *oldest = NULL;
+    for (unsigned i = 0; i < srv->used_hwm; i++) {
+        conn_slot *c = &srv->conns[i];
+        if (c->fd < 0 || c->busy || c->evicting || c->parked)
+            continue;
+        if (!oldest || c->idle_since < oldest->idle_since)
+            oldest = c;
+    }
+    if (oldest) {
+        /* Not close: the descriptor stays MHD's, as in close_late. */
+        shutdown(oldest->fd, SHUT_RDWR);
+        oldest->evicting = true;
+        oldest->deadline_ns = 0;
+        srv->evicting++;
+    }
+    pthread_mutex_unlock(&srv->conns_mu);
+    return oldest != NULL;
+}
+
+/* MHD's accept policy: at max_connections the longest-idle connection makes
+ * room (evict_idle); when every one carries a request, the new connection
+ * is closed at once. MHD's own limit would instead stop accepting, leaving
+ * the extra clients waiting unanswered in the listen backlog. An evicted
+ * connection is open until MHD sees it shut: the table has one slot more
+ * than max_connections and MHD's own limit is that one more too, so the
+ * new connection finds a slot, and MHD accepts nothing more until the
+ * evicted one is closed. */
 static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen_t len) {
     (void)addr;
     (void)len;
     http_server *srv = cls;
-    if (atomic_load(&srv->live_conns) < srv->nconns)
+    pthread_mutex_lock(&srv->conns_mu);
+    unsigned evicting = srv->evicting;
+    pthread_mutex_unlock(&srv->conns_mu);
+    if (atomic_load(&srv->live_conns) - evicting < srv->nconns)
         return MHD_YES;
+    if (evict_idle(srv)) {
+        metrics_connection_closed(METRICS_CONN_EVICTED);
+        return MHD_YES;
+    }
     metrics_connection_closed(METRICS_CONN_LIMIT);
     log_debug("connection refused: max_connections reached",
               LOG_KV("max_connections", srv->nconns));
@@ -538,7 +613,7 @@ static unsigned close_late(http_server *srv, uint64_t now, uint64_t *next) {
     unsigned closed = 0;
     for (unsigned i = 0; i < srv->used_hwm; i++) {
         conn_slot *c = &srv->conns[i];
-        if (c->fd < 0 || !c->deadline_ns)
+        if (c->fd < 0 || !c->deadline_ns || c->evicting)
             continue;
         if (c->deadline_ns <= now) {
             /* Not close: the descriptor stays MHD's, which sees the
@@ -642,12 +717,13 @@ static void unwatch_parked(http_request *req) {
 
 static int watch_start(http_server *srv, unsigned max_connections, unsigned timeout_s) {
     srv->nconns = max_connections;
+    srv->nslots = max_connections + 1;
     srv->request_deadline_ns = (uint64_t)timeout_s * 1000000000u;
     srv->free_head = -1;
     /* calloc, and slots taken in order: the pages of slots never used are
      * never touched, so a large max_connections costs address space, not
      * memory. */
-    if (!(srv->conns = calloc(max_connections, sizeof *srv->conns)))
+    if (!(srv->conns = calloc(srv->nslots, sizeof *srv->conns)))
         return -1;
     srv->epfd = epoll_create1(EPOLL_CLOEXEC);
     srv->stopfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -811,6 +887,103 @@ static http_request *request_start(http_server *srv, struct MHD_Connection *conn
     return req;
 }
 
+/* ---- message framing ------------------------------------------------------------
+ * RFC 9112 section 6 as nginx applies it. A request whose length could be
+ * read two ways (by this server and by a proxy in front of it) is a 400
+ * with Connection: close, answered from its headers before a byte of its
+ * body is read, so nothing after it on the connection is ever taken for a
+ * request (no request smuggling). libmicrohttpd 0.9.75 refuses on its own
+ * a Content-Length that is not one decimal number (a list, a sign, hex,
+ * junk: 400), one that overflows (413), bad chunk sizes, a chunk longer
+ * than its size and a header line without a colon; it accepts, and this
+ * check refuses:
+ *   - Transfer-Encoding with Content-Length (MHD would take the chunked
+ *     body and ignore the length, a proxy might do the opposite);
+ *   - more than one Content-Length line (MHD takes the first);
+ *   - Transfer-Encoding other than one "chunked" (a list, chunked twice,
+ *     another coding, chunked not last: MHD would read the body until the
+ *     connection closes), and any Transfer-Encoding on HTTP/1.0;
+ *   - no Host, or more than one, on HTTP/1.1;
+ *   - whitespace before a header's colon, or any name that is not a token
+ *     (MHD 0.9.75 keeps "Content-Length :" as a header named with the space,
+ *     so it reads no length and takes the body for the next request);
+ *   - NUL, CR or LF inside a header value (a bare CR a proxy may split on);
+ *   - a body on GET or HEAD, which have no use for one here and whose
+ *     bodies some proxies ignore while forwarding.
+ * Folded header lines (obs-fold) are joined by MHD with spaces, as the RFC
+ * allows; chunk extensions are ignored, as it requires. */
+
+typedef struct framing_scan {
+    unsigned content_length, transfer_encoding, host;
+    const char *te;
+    bool bad_name, bad_value;
+} framing_scan;
+
+static enum MHD_Result scan_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                   size_t key_size, const char *value, size_t value_size) {
+    (void)kind;
+    framing_scan *f = cls;
+    /* A field name is a token: MHD keeps "Content-Length " (a space before
+     * the colon) as a header of that name, and would read no length. */
+    static const char tchar[] = "!#$%&'*+-.^_`|~";
+    if (key_size == 0)
+        f->bad_name = true;
+    for (size_t i = 0; i < key_size; i++)
+        if (!isalnum((unsigned char)key[i]) && !strchr(tchar, key[i]))
+            f->bad_name = true;
+    if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0)
+        f->content_length++;
+    else if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0) {
+        f->transfer_encoding++;
+        f->te = value;
+    } else if (strcasecmp(key, MHD_HTTP_HEADER_HOST) == 0)
+        f->host++;
+    if (value) {
+        if (strlen(value) != value_size)
+            f->bad_value = true;
+        for (size_t i = 0; i < value_size; i++)
+            if (value[i] == '\r' || value[i] == '\n')
+                f->bad_value = true;
+    }
+    return MHD_YES;
+}
+
+/* The first call: refuses ambiguous framing (above). Returns what
+ * http_reply_error returned when it answered, else HTTP_DONE. */
+static int framing_check(http_request *req, const char *version) {
+    framing_scan f = {0};
+    MHD_get_connection_values_n(req->conn, MHD_HEADER_KIND, scan_header, &f);
+    bool http10 = version && strcmp(version, MHD_HTTP_VERSION_1_0) == 0;
+    const char *why = NULL;
+    if (f.transfer_encoding && f.content_length)
+        why = "Transfer-Encoding and Content-Length together";
+    else if (f.content_length > 1)
+        why = "more than one Content-Length";
+    else if (f.transfer_encoding > 1 || (f.te && strcasecmp(f.te, "chunked") != 0))
+        why = "Transfer-Encoding other than one chunked coding";
+    else if (f.transfer_encoding && http10)
+        why = "Transfer-Encoding on HTTP/1.0";
+    else if (!http10 && f.host != 1)
+        why = f.host ? "more than one Host header" : "no Host header";
+    else if (f.bad_name)
+        why = "a header name that is not a token (whitespace before the colon?)";
+    else if (f.bad_value)
+        why = "NUL, CR or LF in a header value";
+    else if ((strcmp(req->method, "GET") == 0 || strcmp(req->method, "HEAD") == 0) &&
+             (f.transfer_encoding ||
+              (f.content_length &&
+               strcmp(MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND,
+                                                  MHD_HTTP_HEADER_CONTENT_LENGTH),
+                      "0") != 0)))
+        why = "a body on GET or HEAD";
+    if (!why)
+        return HTTP_DONE;
+    req->framing_error = true;
+    metrics_connection_closed(METRICS_CONN_FRAMING);
+    set_pending(req, SRV_EBADREQUEST, "ambiguous message framing: %s", why);
+    return http_reply_error(req, SRV_EBADREQUEST, "ambiguous message framing: %s", why);
+}
+
 /* The first call: an announced body over the limit is refused before a byte
  * of it is read (MHD then closes the connection). */
 static int early_answer(http_request *req) {
@@ -901,10 +1074,22 @@ static bool charge_body(http_request *req, size_t cap) {
  * /health and /ready are left out, so probes answer even when it is full;
  * so is /metrics (HTTP_AUTH_METRICS), which operators need most exactly when
  * the budget is full: its text is small and bounded by the fixed set of
- * series (routes, statuses, buckets, backends), and a connection holds one
- * answer at a time. */
+ * series (routes, statuses, buckets, backends). Only HTTP_UNCHARGED_ANSWERS
+ * /metrics answers at a time go uncharged (a scraper sends one at a time);
+ * more at once are charged as any answer, so the worst case counts them
+ * once for the server, not once per connection. */
 static int run_charged(http_request *req, http_handler_fn fn) {
-    if (req->route->auth == HTTP_AUTH_OPEN || req->route->auth == HTTP_AUTH_METRICS)
+    http_server *srv = req->srv;
+    if (req->route->auth == HTTP_AUTH_OPEN)
+        return fn(req, req->route->ctx);
+    if (req->route->auth == HTTP_AUTH_METRICS && !req->uncharged) {
+        unsigned n = atomic_load(&srv->uncharged_answers);
+        while (n < HTTP_UNCHARGED_ANSWERS &&
+               !atomic_compare_exchange_weak(&srv->uncharged_answers, &n, n + 1))
+            ;
+        req->uncharged = n < HTTP_UNCHARGED_ANSWERS;
+    }
+    if (req->uncharged)
         return fn(req, req->route->ctx);
     membudget_enter(body_cost(req->cap));
     int r = fn(req, req->route->ctx);
@@ -957,7 +1142,6 @@ static int take_body(http_request *req, const char *data, size_t n) {
 static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const char *url,
                                  const char *method, const char *version, const char *upload_data,
                                  size_t *upload_size, void **con_cls) {
-    (void)version;
     http_server *srv = cls;
     http_request *req = *con_cls;
     int r;
@@ -966,11 +1150,19 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
         if (!req)
             return MHD_NO;
         *con_cls = req;
+        connection_busy(req, true);
         /* The headers are in: the whole request has connection_timeout_s
          * from now. An early answer keeps it too, so that a client that
          * never stops sending cannot hold the connection past it. */
         request_deadline(req, true);
-        r = early_answer(req);
+        r = framing_check(req, version);
+        if (r == HTTP_DONE && !req->framing_error)
+            r = early_answer(req);
+    } else if (req->framing_error) {
+        /* Answered from its headers; nothing of what follows is read as a
+         * request: the connection closes once the 400 is out. */
+        *upload_size = 0;
+        r = HTTP_DONE;
     } else if (*upload_size) {
         r = take_body(req, upload_data, *upload_size);
         *upload_size = 0;
@@ -1043,11 +1235,14 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     /* A keep-alive connection's next request has connection_timeout_s for
      * its headers to arrive, as the first one had. */
     request_deadline(req, true);
+    connection_busy(req, false);
     if (req->user_free)
         req->user_free(req->user);
     free(req->body);
     membudget_uncharge(body_cost(req->cap) + req->json_charge);
     http_server *srv = req->srv;
+    if (req->uncharged)
+        atomic_fetch_sub(&srv->uncharged_answers, 1);
     free(req);
     metrics_http_in_flight(-1);
     atomic_fetch_sub(&srv->active, 1);
@@ -1184,6 +1379,18 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
     size_t n = strlen(msg);
     while (n && (msg[n - 1] == '\n' || msg[n - 1] == ' '))
         msg[--n] = '\0';
+    /* libmicrohttpd answers some requests itself, before on_access: a
+     * Content-Length that is not a number (400) or overflows (413), a bad
+     * chunk size (400, 413), headers past its pool (431). Its only trace is
+     * this message (0.9.75's wording); each is counted as a request of the
+     * route "unparsed", so that every 413 and 400 shows in the metrics. */
+    static const char answered[] = "Error processing request (HTTP response code is ";
+    const char *code = strstr(msg, answered);
+    if (code) {
+        unsigned status = (unsigned)strtoul(code + sizeof answered - 1, NULL, 10);
+        if (status >= 400 && status < 600)
+            metrics_request(srv->unparsed_slot, status, 0, 0, 0);
+    }
     /* Once serving, MHD's messages are mostly about clients misbehaving:
      * worth a debug line, not a warning per client. */
     if (atomic_load(&srv->started))
@@ -1217,12 +1424,31 @@ static void make_id_prefix(http_server *srv) {
     snprintf(srv->id_prefix, sizeof srv->id_prefix, "%08x", r);
 }
 
+/* Each connection is a descriptor: the soft limit (often 1024) is raised
+ * to the hard one, as nginx's worker_rlimit_nofile does, so the default
+ * max_connections is not cut short by accept failing with EMFILE. */
+static void raise_fd_limit(unsigned max_connections) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return;
+    rlim_t want = (rlim_t)max_connections + 128; /* the model, logs, epoll, eventfds */
+    if (rl.rlim_cur < want && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max < want ? rl.rlim_max : want;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    if (rl.rlim_cur < want)
+        log_warn("open-file limit below max_connections: connections past it fail to open",
+                 LOG_KV("limit", (long long)rl.rlim_cur),
+                 LOG_KV("max_connections", max_connections));
+}
+
 http_server *http_create(const http_options *opt, const http_route *routes, size_t n) {
     if (n == 0 || n >= METRICS_MAX_ROUTES) {
         log_error("too many routes for the metrics table", LOG_KV("routes", (uint64_t)n),
                   LOG_KV("max", METRICS_MAX_ROUTES - 1));
         return NULL;
     }
+    raise_fd_limit(opt->max_connections);
     http_server *srv = calloc(1, sizeof *srv);
     if (!srv)
         return NULL;
@@ -1234,6 +1460,7 @@ http_server *http_create(const http_options *opt, const http_route *routes, size
     for (size_t i = 0; i < n; i++)
         srv->route_slot[i] = metrics_route(routes[i].path);
     srv->unmatched_slot = metrics_route("unmatched");
+    srv->unparsed_slot = metrics_route("unparsed");
     srv->backend_name = opt->backend_name;
     srv->backend_ctx = opt->backend_ctx;
     srv->max_body_bytes = opt->max_body_bytes;
@@ -1276,8 +1503,9 @@ http_server *http_create(const http_options *opt, const http_route *routes, size
         flags, 0, on_accept, srv, on_access, srv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, srv,
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_CONNECTION_LIMIT,
         opt->max_connections + 1, MHD_OPTION_CONNECTION_TIMEOUT, opt->connection_timeout_s,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv, MHD_OPTION_NOTIFY_CONNECTION, on_connection,
-        srv, MHD_OPTION_LISTENING_ADDRESS_REUSE, 1, MHD_OPTION_END);
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HTTP_POOL_BYTES, MHD_OPTION_NOTIFY_COMPLETED,
+        on_completed, srv, MHD_OPTION_NOTIFY_CONNECTION, on_connection, srv,
+        MHD_OPTION_LISTENING_ADDRESS_REUSE, 1, MHD_OPTION_END);
     if (!srv->daemon) {
         log_error("cannot listen", LOG_KV("host", opt->host), LOG_KV("port", opt->port));
         http_destroy(srv);
@@ -1293,7 +1521,12 @@ int http_port(const http_server *srv) {
     return srv->port;
 }
 
+void http_linger(http_server *srv) {
+    atomic_store(&srv->closing, true);
+}
+
 void http_quiesce(http_server *srv) {
+    atomic_store(&srv->closing, true);
     if (atomic_exchange(&srv->quiesced, true))
         return;
     MHD_socket fd = MHD_quiesce_daemon(srv->daemon);

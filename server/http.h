@@ -65,7 +65,10 @@ typedef struct http_route {
 typedef struct http_options {
     const char *host; /* numeric address or name to bind */
     int port;
-    unsigned max_connections; /* more are closed as soon as accepted */
+    /* At the limit the longest-idle connection without a request under way
+     * is closed to admit a new one; when none is idle, the new one is closed
+     * as soon as accepted. */
+    unsigned max_connections;
     /* A connection idle this long is closed, and so is one whose request
      * has not arrived in full this long after the connection opened (or
      * its previous request completed): a slow sender cannot hold it. */
@@ -80,9 +83,32 @@ typedef struct http_options {
     const char *cors_allow_origins;
 } http_options;
 
-/* The most each connection's request state takes (checked in http.c), for
- * the worst-case memory. */
+/* ---- what a connection costs, for the worst-case memory ----
+ * libmicrohttpd's memory pool per connection: the request line and headers,
+ * its read buffer (body pieces pass through it) and the answer's headers.
+ * 16 KiB takes headers up to about 12 KiB (nginx's default line limit is
+ * 8 KiB); larger ones get MHD's 431. Its default, 32 KiB, kept the default
+ * max_connections in the hundreds. */
+#define HTTP_POOL_BYTES (16 * 1024)
+/* MHD's connection struct (~1 KiB in 0.9.75; 4 KiB allowed). */
+#define HTTP_MHD_CONNECTION_BYTES (4 * 1024)
+/* Our request state (checked in http.c) and the watch's slot. */
 #define HTTP_REQUEST_STATE_BYTES 1024
+#define HTTP_SLOT_BYTES          64
+/* One error answer, never charged to the budget while it is sent (body
+ * under 1 KiB, under 2 KiB with headers and MHD's response struct). */
+#define HTTP_ERROR_ANSWER_BYTES (2 * 1024)
+#define HTTP_CONNECTION_BYTES                                                                      \
+    (HTTP_POOL_BYTES + HTTP_MHD_CONNECTION_BYTES + HTTP_REQUEST_STATE_BYTES + HTTP_SLOT_BYTES +    \
+     HTTP_ERROR_ANSWER_BYTES)
+/* /metrics answers sent at once without charge to the request-memory
+ * budget (so that it answers when the budget is full), each at most
+ * HTTP_UNCHARGED_ANSWER_BYTES (its text is about 24 KiB with the built-in
+ * backends); more at once are charged. Counted once per server, plus the
+ * one the I/O thread may still be freeing as the next is made. */
+#define HTTP_UNCHARGED_ANSWERS      2
+#define HTTP_UNCHARGED_ANSWER_BYTES (64 * 1024)
+#define HTTP_UNCHARGED_BYTES        ((HTTP_UNCHARGED_ANSWERS + 1) * HTTP_UNCHARGED_ANSWER_BYTES)
 
 /* Starts the daemon on its own thread with routes (n of them, kept by
  * pointer until http_destroy). Returns NULL, with a log line naming why,
@@ -92,9 +118,16 @@ http_server *http_create(const http_options *opt, const http_route *routes, size
 /* The port actually bound (differs from opt->port when that was 0). */
 int http_port(const http_server *srv);
 
-/* Stops accepting connections (the listening socket is closed, so new
- * clients are refused at once) and marks every later response
- * "Connection: close"; requests already accepted are still served. */
+/* The first step of a drain: every answer from now on carries
+ * "Connection: close", while connections are still accepted and requests
+ * served as before, so that neither a keep-alive request already on its way
+ * nor a connection in the listen backlog is cut. */
+void http_linger(http_server *srv);
+
+/* The second: stops accepting connections (the listening socket is closed,
+ * so new clients are refused at once) and marks every later response
+ * "Connection: close"; requests that start from now on are draining
+ * (http_draining), requests already started are still served. */
 void http_quiesce(http_server *srv);
 
 /* Requests started and not yet completed (parked ones included). */

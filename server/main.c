@@ -46,21 +46,15 @@
 
 /* ---- worst-case memory -------------------------------------------------------------
  *
- * What one connection holds whatever it sends, beyond the request-memory
+ * What connections hold whatever they send, beyond the request-memory
  * budget (membudget.h), which holds everything that grows with a request:
- * libmicrohttpd's memory pool (its default 32 KiB: headers and its buffers),
- * its connection struct (~1 KiB in 0.9.75; 4 KiB allowed), our request state
- * (http.h) and one answer that is never charged to the budget while it is
- * sent: an error (body under 1 KiB, under 2 KiB with headers and MHD's
- * response struct) or the /metrics text (about 24 KiB with the built-in
- * backends; 64 KiB allowed for more backends and labels), /metrics being
- * uncharged so that it answers when the budget is full.
+ * per connection HTTP_CONNECTION_BYTES (http.h: libmicrohttpd's pool and
+ * connection struct, our request state and one error answer), for
+ * max_connections + 1 (one evicted connection may still be closing as its
+ * replacement opens), and once per server the /metrics answers that are
+ * never charged to the budget while sent (HTTP_UNCHARGED_BYTES).
  * Socket buffers are the kernel's, not the process's. */
-#define MHD_POOL_BYTES         (32 * 1024)
-#define MHD_CONNECTION_BYTES   (4 * 1024)
-#define UNCHARGED_ANSWER_BYTES (64 * 1024)
-#define CONNECTION_BYTES                                                                           \
-    (MHD_POOL_BYTES + MHD_CONNECTION_BYTES + HTTP_REQUEST_STATE_BYTES + UNCHARGED_ANSWER_BYTES)
+#define CONNECTION_BYTES HTTP_CONNECTION_BYTES
 
 typedef struct app {
     pthread_mutex_t cfg_mu; /* /info reads cfg on the I/O thread while SIGHUP swaps it */
@@ -184,7 +178,8 @@ static size_t threads_bytes(void) {
  *   weights            the model, owned and mapped (every page of the mapped
  *                      file is read by each forward, so it is resident)
  *   workspace          allocated once at start for max_batch_tokens
- *   connections        max_connections x CONNECTION_BYTES
+ *   connections        (max_connections + 1) x CONNECTION_BYTES, plus the
+ *                      uncharged /metrics answers (HTTP_UNCHARGED_BYTES)
  *   request_memory     max_request_memory_bytes: every byte requests hold
  *                      (bodies, parsed JSON, jobs, responses until sent),
  *                      whatever the queue and the number of connections
@@ -198,9 +193,10 @@ static size_t threads_bytes(void) {
  * run, 24 bytes per code point of the longest run of combining marks in one
  * input; the metrics text, ~20 KiB); OpenBLAS's per-thread buffers
  * (allocated on the first GEMM, no more later); log lines (on the stack, or
- * one line's heap while written); allocator fragmentation. Measured: 800
- * idle connections with headers and a partial body in cost 11.5 KiB each
- * (4 KiB of it body, charged to the budget) against CONNECTION_BYTES' 39. */
+ * one line's heap while written); allocator fragmentation. Measured: 1500
+ * idle connections with 3 KiB of headers and 4 KiB of a body in cost
+ * 12.7 KiB each (4 KiB of it body, charged to the budget) against
+ * CONNECTION_BYTES' 23. */
 static json_t *memory_json(const app *a) {
     const config *c = &a->cfg;
     json_int_t owned = (json_int_t)bert_owned_bytes(a->model);
@@ -209,7 +205,8 @@ static json_t *memory_json(const app *a) {
     json_int_t attn_ws = (json_int_t)attn_service_workspace_bytes(a->svc);
     json_int_t model_ws = (json_int_t)embed_service_workspace_bytes(a->embed);
     json_int_t workspace = attn_ws + model_ws;
-    json_int_t conns = (json_int_t)c->max_connections * CONNECTION_BYTES;
+    json_int_t conns =
+        ((json_int_t)c->max_connections + 1) * CONNECTION_BYTES + HTTP_UNCHARGED_BYTES;
     json_int_t requests = (json_int_t)a->budget.limit;
     json_int_t threads = (json_int_t)a->threads_bytes;
     json_int_t runtime = (json_int_t)(a->base_bytes + a->code_bytes);
@@ -847,8 +844,12 @@ static int64_t ms_since(const struct timespec *t0) {
     return (int64_t)(now.tv_sec - t0->tv_sec) * 1000 + (now.tv_nsec - t0->tv_nsec) / 1000000;
 }
 
-/* Stops taking connections and answers every request already started:
- * requests that start from now on get 503 (http_draining), the scheduler
+/* First lingers for drain_linger_ms: /ready is 503, so balancers take the
+ * instance out, while connections are still accepted and every request is
+ * served, each answer with Connection: close, so a keep-alive request on
+ * its way and a connection in the listen backlog are answered, not reset.
+ * Then stops taking connections and answers every request already started:
+ * requests that start from then on get 503 (http_draining), the scheduler
  * keeps running the ones before. Returns 0 once none is left, or -1 if work
  * was still queued or running at drain_timeout_s (requests are then still
  * parked and nothing can be freed safely). */
@@ -856,12 +857,19 @@ static int drain(app *a, int sig) {
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     const int64_t limit_ms = a->cfg.drain_timeout_s * 1000;
+    const int64_t linger_ms = a->cfg.drain_linger_ms < limit_ms ? a->cfg.drain_linger_ms : limit_ms;
     log_info("draining", LOG_KV("signal", strsignal(sig)),
-             LOG_KV("active_requests", http_active(a->http)),
+             LOG_KV("active_requests", http_active(a->http)), LOG_KV("drain_linger_ms", linger_ms),
              LOG_KV("drain_timeout_s", a->cfg.drain_timeout_s));
     atomic_store(&a->ready, false);
     metrics_set_ready(0);
+    http_linger(a->http);
+    const struct timespec linger = {linger_ms / 1000, (linger_ms % 1000) * 1000000};
+    while (nanosleep(&linger, NULL) != 0 && errno == EINTR)
+        ;
     http_quiesce(a->http);
+    log_info("listener closed", LOG_KV("active_requests", http_active(a->http)),
+             LOG_KV("ms", ms_since(&t0)));
     const struct timespec tick = {0, 5 * 1000 * 1000};
     while (http_active(a->http) > 0 && ms_since(&t0) < limit_ms)
         nanosleep(&tick, NULL);

@@ -49,7 +49,8 @@ static void hist_observe(histogram *h, double value) {
 /* ---- the one set ---------------------------------------------------------- */
 
 /* Statuses the service answers with; anything else shares the last slot. */
-static const unsigned statuses[] = {0, 200, 400, 401, 404, 405, 413, 415, 422, 429, 500, 503, 504};
+static const unsigned statuses[] = {0,   200, 400, 401, 404, 405, 413,
+                                    415, 422, 429, 431, 500, 503, 504};
 #define NSTATUS (NBOUNDS(statuses) + 1)
 
 #define MAX_BACKENDS ATTN_MAX_BACKENDS
@@ -164,7 +165,7 @@ void metrics_kernel(const attn_backend *backend, double seconds, double flops) {
     atomic_fetch_add_explicit(&M.kernel_calls[i], 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&M.kernel_mflop[i], (uint64_t)llround(flops * 1e-6),
                               memory_order_relaxed);
-    gflops_add(i, seconds, flops); /* issue 7 §3: attnserve_kernel_gflops */
+    gflops_add(i, seconds, flops); /* attnserve_attention_kernel_flops_per_second */
 }
 
 void metrics_embeddings(uint64_t inputs, uint64_t tokens) {
@@ -248,15 +249,23 @@ static const char *route_name(int r) {
 
 static void render_requests(FILE *f) {
     header(f, "attnserve_http_requests_total", "counter",
-           "HTTP requests by route and status (0: client went away unanswered).");
+           "HTTP requests by route and status; status \"undelivered\": the client went away "
+           "before it had the answer. Route \"unparsed\": refused by libmicrohttpd before "
+           "routing (bad Content-Length, chunk size, headers too large).");
     for (int r = 0; r < METRICS_MAX_ROUTES; r++)
         for (int s = 0; s < NSTATUS; s++) {
             uint64_t n = load(&M.requests[r][s]);
             if (!n)
                 continue;
             if (s < NBOUNDS(statuses))
-                fprintf(f, "attnserve_http_requests_total{route=\"%s\",status=\"%u\"} %llu\n",
-                        route_name(r), statuses[s], (unsigned long long)n);
+                if (statuses[s])
+                    fprintf(f, "attnserve_http_requests_total{route=\"%s\",status=\"%u\"} %llu\n",
+                            route_name(r), statuses[s], (unsigned long long)n);
+                else
+                    fprintf(f,
+                            "attnserve_http_requests_total{route=\"%s\",status=\"undelivered\"} "
+                            "%llu\n",
+                            route_name(r), (unsigned long long)n);
             else
                 fprintf(f, "attnserve_http_requests_total{route=\"%s\",status=\"other\"} %llu\n",
                         route_name(r), (unsigned long long)n);
@@ -317,8 +326,10 @@ static void render_scheduler(FILE *f) {
            "Dropped requests taken out of the queue before they were computed.");
     fprintf(f, "attnserve_requests_cancelled_total %llu\n", (unsigned long long)st.cancelled);
     header(f, "attnserve_connections_closed_total", "counter",
-           "Connections closed by the service: refused past max_connections, or whose request "
-           "was not in within connection_timeout_s, or whose early 413 went out only in part.");
+           "Connections closed by the service: refused past max_connections with none idle, "
+           "idle ones closed to admit a new one at max_connections, those whose request was "
+           "not in within connection_timeout_s, whose early 413 went out only in part, or "
+           "whose request's length was ambiguous (400).");
     fprintf(f, "attnserve_connections_closed_total{reason=\"max_connections\"} %llu\n",
             (unsigned long long)load(&M.conns_closed[METRICS_CONN_LIMIT]));
     fprintf(f, "attnserve_connections_closed_total{reason=\"connection_timeout\"} %llu\n",
@@ -326,6 +337,10 @@ static void render_scheduler(FILE *f) {
     /* h-http2: an early 413 written only in part (http.c answer_too_large_now). */
     fprintf(f, "attnserve_connections_closed_total{reason=\"answer_cut\"} %llu\n",
             (unsigned long long)load(&M.conns_closed[METRICS_CONN_CUT]));
+    fprintf(f, "attnserve_connections_closed_total{reason=\"evicted_idle\"} %llu\n",
+            (unsigned long long)load(&M.conns_closed[METRICS_CONN_EVICTED]));
+    fprintf(f, "attnserve_connections_closed_total{reason=\"bad_framing\"} %llu\n",
+            (unsigned long long)load(&M.conns_closed[METRICS_CONN_FRAMING]));
     header(f, "attnserve_batches_total", "counter", "Batches run.");
     fprintf(f, "attnserve_batches_total %llu\n", (unsigned long long)st.batches);
     header(f, "attnserve_embedding_inputs_total", "counter", "Embedding inputs computed.");
@@ -377,11 +392,12 @@ static void render_safety(FILE *f) {
         if (M.selftest[i].simd)
             fprintf(f, "attnserve_selftest_passed{backend=\"%s\",simd=\"%s\"} %d\n", all[i]->name,
                     M.selftest[i].simd, M.selftest[i].passed);
-    header(f, "attnserve_selftest_max_error_ratio", "gauge",
-           "Largest error / allowed bound of the start-up self-test (<= 1 passes).");
+    header(f, "attnserve_selftest_max_error_over_bound", "gauge",
+           "Largest error of the start-up self-test as a multiple of its allowed bound (<= 1 "
+           "passes; unbounded above, +Inf for a non-finite output).");
     for (int i = 0; i < MAX_BACKENDS && all[i]; i++)
         if (M.selftest[i].simd) {
-            fprintf(f, "attnserve_selftest_max_error_ratio{backend=\"%s\",simd=\"%s\"} ",
+            fprintf(f, "attnserve_selftest_max_error_over_bound{backend=\"%s\",simd=\"%s\"} ",
                     all[i]->name, M.selftest[i].simd);
             print_value(f, M.selftest[i].max_error_ratio);
             fputc('\n', f);
@@ -440,9 +456,15 @@ static void render_memory(FILE *f) {
 
 static void render_process(FILE *f) {
     const attn_backend *b = atomic_load(&M.backend);
-    header(f, "attnserve_build_info", "gauge", "Version, backend in force and SIMD path.");
-    fprintf(f, "attnserve_build_info{version=\"%s\",backend=\"%s\",simd=\"%s\"} 1\n", M.version,
-            b ? b->name : "none", M.simd);
+    /* Labels that never change while the process runs; the backend, which a
+     * reload or a fallback changes, is attnserve_backend_active. */
+    header(f, "attnserve_build_info", "gauge", "Version and the CPU's SIMD path.");
+    fprintf(f, "attnserve_build_info{version=\"%s\",simd=\"%s\"} 1\n", M.version, M.simd);
+    const attn_backend *const *all = attn_backends();
+    header(f, "attnserve_backend_active", "gauge",
+           "1 for the attention backend in force, 0 for every other one.");
+    for (int i = 0; i < MAX_BACKENDS && all[i]; i++)
+        fprintf(f, "attnserve_backend_active{backend=\"%s\"} %d\n", all[i]->name, all[i] == b);
     header(f, "attnserve_ready", "gauge", "1 when /ready answers 200.");
     fprintf(f, "attnserve_ready %d\n", atomic_load(&M.ready));
     header(f, "attnserve_workspace_bytes", "gauge", "Compute workspace allocated at start.");
@@ -555,9 +577,10 @@ static void render_verify(FILE *f) {
            "Batches sampled for verification but not checked: the one capture slot was "
            "busy (the checker still working, or the other kind of the same batch captured).");
     fprintf(f, "attnserve_verify_skipped_total %llu\n", (unsigned long long)load(&V.skipped));
-    header(f, "attnserve_verify_max_error_ratio", "histogram",
-           "Per check, the largest |out - ref| / bound (above 1 is a mismatch).");
-    render_hist(f, "attnserve_verify_max_error_ratio", "", &V.max_ratio);
+    header(f, "attnserve_verify_max_error_over_bound", "histogram",
+           "Per check, the largest |out - ref| as a multiple of its bound (above 1 is a "
+           "mismatch).");
+    render_hist(f, "attnserve_verify_max_error_over_bound", "", &V.max_ratio);
     header(f, "attnserve_verify_mean_abs_error", "histogram",
            "Per check, the mean |out - ref| over the elements compared.");
     render_hist(f, "attnserve_verify_mean_abs_error", "", &V.mean_abs);
@@ -568,9 +591,10 @@ static void render_verify(FILE *f) {
     fprintf(f, "attnserve_trace_lines_dropped_total %llu\n",
             (unsigned long long)load(&V.trace_dropped));
 
-    header(f, "attnserve_kernel_gflops", "gauge",
-           "Attention GFLOP/s achieved over the last 10 s (kernel FLOPs / kernel seconds), by "
-           "backend; absent for a backend that ran nothing in that time.");
+    header(f, "attnserve_attention_kernel_flops_per_second", "gauge",
+           "Attention floating-point operations per second achieved over the last 10 s "
+           "(kernel FLOPs / kernel seconds), by backend; absent for a backend that ran nothing "
+           "in that time.");
     const int64_t now = mono_second();
     for (int i = 0; i < MAX_BACKENDS && all[i]; i++) {
         uint64_t ns = 0, kflop = 0;
@@ -583,8 +607,8 @@ static void render_verify(FILE *f) {
             }
         }
         if (ns > 0)
-            fprintf(f, "attnserve_kernel_gflops{backend=\"%s\"} %.6g\n", all[i]->name,
-                    (double)kflop * 1e3 / (double)ns);
+            fprintf(f, "attnserve_attention_kernel_flops_per_second{backend=\"%s\"} %.6g\n",
+                    all[i]->name, (double)kflop * 1e12 / (double)ns);
     }
 }
 

@@ -27,7 +27,8 @@ void metrics_init(const char *version, const char *simd);
 int metrics_route(const char *route);
 
 /* One finished HTTP request; times in seconds. status 0: the client went away
- * before an answer was written (counted as dropped as well). */
+ * before it had the answer (rendered status="undelivered", counted as
+ * dropped as well). */
 void metrics_request(int route, unsigned status, double queue_s, double inference_s,
                      double total_s);
 
@@ -35,7 +36,17 @@ void metrics_request(int route, unsigned status, double queue_s, double inferenc
  * or its request not in within connection_timeout_s. */
 /* METRICS_CONN_CUT (h-http2): an early 413 that went out only in part,
  * after which the connection is shut down rather than answered twice. */
-enum { METRICS_CONN_LIMIT, METRICS_CONN_LATE, METRICS_CONN_CUT, METRICS_CONN_NREASONS };
+/* METRICS_CONN_EVICTED: an idle connection closed to admit a new one at
+ * max_connections; METRICS_CONN_FRAMING: a request with ambiguous length
+ * answered 400, after which the connection closes. */
+enum {
+    METRICS_CONN_LIMIT,
+    METRICS_CONN_LATE,
+    METRICS_CONN_CUT,
+    METRICS_CONN_EVICTED,
+    METRICS_CONN_FRAMING,
+    METRICS_CONN_NREASONS
+};
 void metrics_connection_closed(int reason);
 
 /* One batch as the scheduler saw it (its on_batch observer). */
@@ -74,8 +85,9 @@ void metrics_set_scheduler(sched *s);
 /* ---- shadow verification and fallback (issue 7 §2, §3; server/verify.c) ----
  * attnserve_verify_batches_total{backend}, attnserve_verify_mismatches_total
  * {backend}, attnserve_verify_skipped_total, the histograms
- * attnserve_verify_max_error_ratio and attnserve_verify_mean_abs_error, and
- * attnserve_kernel_gflops{backend} (rendered from metrics_kernel's calls). */
+ * attnserve_verify_max_error_over_bound and attnserve_verify_mean_abs_error,
+ * and attnserve_attention_kernel_flops_per_second{backend} (rendered from
+ * metrics_kernel's calls). */
 
 /* One finished check of backend: mismatch or not, its largest error/bound
  * ratio and its mean absolute error. */

@@ -11,7 +11,8 @@ its own expected content (no result lost or swapped):
   2. kill -9 one instance mid-load: the client sees no failed request;
   3. rolling restart under load (SIGTERM each instance in turn, wait for its
      exit 0, start it again, wait for /ready and for haproxy to see it up):
-     no failed request;
+     no failed request, and at the servers 0 refused and 0 lost (haproxy's
+     econ and eresp counters do not move, so no retry hid a loss);
   4. throughput through haproxy with three instances and with one, printed.
 
 The request is POST /v1/embeddings when the binary serves it, otherwise
@@ -89,6 +90,10 @@ class Instance:
         argv = [BIN, "--host=127.0.0.1", "--port=%d" % self.port,
                 "--model=%s" % MODEL, "--threads=%d" % self.threads,
                 "--drain-timeout-s=%d" % DRAIN_TIMEOUT_S, "--log-level=info"]
+        # CLUSTER_DRAIN_LINGER_MS=0 shows what the linger prevents (the
+        # rolling restart's refused/lost counts then fail the test).
+        if os.environ.get("CLUSTER_DRAIN_LINGER_MS"):
+            argv.append("--drain-linger-ms=%s" % os.environ["CLUSTER_DRAIN_LINGER_MS"])
         env = dict(os.environ)
         env.pop("ATTNSERVE_CONFIG", None)
         self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
@@ -140,7 +145,7 @@ def served_count(metrics_text, route):
     """attnserve_http_requests_total for route, every status label.
 
     Every answer the client sees is checked for status and content by Load;
-    this count is only where the requests went. It includes status="0",
+    this count is only where the requests went. It includes status="undelivered",
     which the service records when libmicrohttpd reports the connection
     ended before it saw the request complete. Counting status 200 alone once
     gave 899 of 900 (then 897) while the client had 900 correct answers, and
@@ -206,6 +211,17 @@ class Haproxy:
         """{server name: status} of backend attnserve, from the stats CSV."""
         text = requests.get(self.stats_url, timeout=2).text.lstrip("# ")
         return {row["svname"]: row["status"] for row in csv.DictReader(io.StringIO(text))
+                if row["pxname"] == "attnserve" and row["svname"] not in ("FRONTEND", "BACKEND")}
+
+    def server_counters(self):
+        """{server name: {counter: value}} of backend attnserve: econ (connections
+        the server refused or that failed to open), eresp (answers that never
+        came: closed or reset mid-request), wretr (retries), wredis
+        (redispatches), hrsp_5xx."""
+        text = requests.get(self.stats_url, timeout=2).text.lstrip("# ")
+        keys = ("econ", "eresp", "wretr", "wredis", "hrsp_5xx")
+        return {row["svname"]: {k: int(row[k] or 0) for k in keys}
+                for row in csv.DictReader(io.StringIO(text))
                 if row["pxname"] == "attnserve" and row["svname"] not in ("FRONTEND", "BACKEND")}
 
     def wait_status(self, name, want, timeout=15):
@@ -456,6 +472,18 @@ def test_cluster(cluster):
     lb.wait_status(victim.name, "UP")
 
     # ---- 3. rolling restart under load ------------------------------------------
+    # Besides every client request answered correctly (haproxy would retry a
+    # refused or unanswered one and hide it), the instances themselves must
+    # refuse no connection and drop no request while they drain: their
+    # linger (drain_linger_ms, 2 s) outlasts haproxy taking them out of
+    # rotation (/ready 503; at most 1.5 s with inter 1 s, fastinter 500 ms,
+    # fall 2), so haproxy's counters stay where they were: connection
+    # errors (econ) and answers that never came (eresp), and, since haproxy
+    # counts those only once its retries are spent, the retries (wretr) and
+    # redispatches (wredis) that a refused or cut request costs. Without the
+    # linger (CLUSTER_DRAIN_LINGER_MS=0) econ and eresp stayed 0 while 8
+    # retries and 64 redispatches hid the refusals.
+    counters_before = lb.server_counters()
     load = Load(lb.url, kind, cases, 200000).start()
     drains = []
     try:
@@ -474,8 +502,21 @@ def test_cluster(cluster):
         load.stop()
         load.join()
     load.assert_clean("rolling restart")
+    counters_after = lb.server_counters()
+    delta = {name: {k: counters_after[name][k] - counters_before[name][k]
+                    for k in counters_after[name]} for name in counters_after}
+    refused = sum(d["econ"] for d in delta.values())
+    lost = sum(d["eresp"] for d in delta.values())
+    retried = sum(d["wretr"] + d["wredis"] for d in delta.values())
     print("cluster: rolling restart under load: %d requests, all answered correctly; "
           "drains %s" % (load.ok, ", ".join("%s exit %d in %.2fs" % d for d in drains)))
+    print("cluster: rolling restart at the servers: %d refused (econ), %d lost (eresp), "
+          "%d retried or redispatched, %d answered 5xx; per server %s" % (
+              refused, lost, retried, sum(d["hrsp_5xx"] for d in delta.values()), delta))
+    assert refused == 0, "instances refused %d connections while draining: %s" % (refused, delta)
+    assert lost == 0, "instances dropped %d requests while draining: %s" % (lost, delta)
+    assert retried == 0, "haproxy re-sent %d requests during the drains (refused or cut at " \
+        "an instance, or answered 503): %s" % (retried, delta)
     print("cluster: haproxy re-sent %d requests to another server so far (kill -9 and "
           "restarts; retry-on + redispatch)" % retried_in_log(lb.log_path))
     for inst in instances:

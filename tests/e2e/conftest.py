@@ -34,6 +34,7 @@ BASE_SETTINGS = {
     "max_body_bytes": 4 << 20,
     "request_timeout_ms": 30000,
     "drain_timeout_s": 20,
+    "drain_linger_ms": 100,
     "max_batch_tokens": 4096,
     "max_batch_requests": 64,
     "max_wait_us": 2000,

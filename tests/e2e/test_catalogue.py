@@ -560,44 +560,33 @@ def test_keep_alive_idle_then_slow_body(own_server):
 
 
 def test_more_idle_connections_than_max_connections(own_server):
+    """Idle connections past max_connections make room: each new one closes
+    the longest-idle (test_connections.py covers busy ones, never evicted)."""
     # The background client holds one connection; idle ones take the rest.
     s = own_server(max_connections=8)
     idle = [raw_connect(s) for _ in range(7)]
     time.sleep(0.2)
     extra = [raw_connect(s) for _ in range(5)]
     for c in extra:
-        # Refused: closed at once, whatever the client sends.
-        try:
-            c.sendall(raw_request("GET", "/health"))
-        except (BrokenPipeError, ConnectionResetError):
-            pass
-        assert closed_by_peer(c, 5), "a connection past max_connections was kept"
-        c.close()
-    # The idle ones still work (and, the server being full, carry the
-    # metrics query).
-    f = idle[0].makefile("rb")
-
-    def refused():
-        idle[0].sendall(raw_request("GET", "/metrics"))
-        status, _, body = read_response(f)
-        assert status == 200
-        return parse_metrics(body.decode())[("attnserve_connections_closed_total",
-                                             (("reason", "max_connections"),))]
-    wait_for(lambda: refused() == 5, what="the refusals to be counted")
-    for c in idle:
         c.sendall(raw_request("GET", "/health"))
         status, _, body = read_response(c.makefile("rb"))
         assert status == 200 and json.loads(body) == {"status": "ok"}
-    for c in idle:
+    # The five oldest idle ones were closed to admit them, the other two kept.
+    for c in idle[:5]:
+        assert closed_by_peer(c, 5), "an idle connection was kept past max_connections"
+    f = idle[5].makefile("rb")
+
+    def evicted():
+        idle[5].sendall(raw_request("GET", "/metrics"))
+        status, _, body = read_response(f)
+        assert status == 200
+        m = parse_metrics(body.decode())
+        assert m[("attnserve_connections_closed_total", (("reason", "max_connections"),))] == 0
+        return m[("attnserve_connections_closed_total", (("reason", "evicted_idle"),))]
+    wait_for(lambda: evicted() == 5, what="the evictions to be counted")
+    for c in idle + extra:
         c.close()
-    # Once they are gone (the server may take a moment to see the closes,
-    # refusing meanwhile), new clients are served again.
-    def served():
-        try:
-            return requests.get(s.url("/ready"), timeout=5).status_code == 200
-        except requests.ConnectionError:
-            return False
-    wait_for(served, what="a new connection to be served")
+    assert requests.get(s.url("/ready"), timeout=5).status_code == 200
 
 
 def test_pipelined_requests(server):
@@ -701,7 +690,7 @@ def test_answer_received_in_full_counts_under_its_status(own_server):
     s = own_server()
     body = json.dumps({"inputs": ["status accounting %d" % i for i in range(32)]}).encode()
     count = lambda status: s.metric("attnserve_http_requests_total", route="/embed", status=status)
-    ok0, dropped0 = count("200"), count("0")
+    ok0, dropped0 = count("200"), count("undelivered")
     n = 40
     for _ in range(n):
         c = raw_connect(s)
@@ -710,8 +699,8 @@ def test_answer_received_in_full_counts_under_its_status(own_server):
         assert status == 200 and len(json.loads(answer)) == 32
         c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         c.close()
-    wait_for(lambda: count("200") + count("0") == ok0 + dropped0 + n, what="the requests to end")
-    assert (count("200") - ok0, count("0") - dropped0) == (n, 0)
+    wait_for(lambda: count("200") + count("undelivered") == ok0 + dropped0 + n, what="the requests to end")
+    assert (count("200") - ok0, count("undelivered") - dropped0) == (n, 0)
     # A client with a tiny receive window that reads nothing of a ~6 MB
     # answer (more than the kernel buffers on both sides hold), then resets:
     # not delivered, whatever the server had written.
@@ -728,7 +717,7 @@ def test_answer_received_in_full_counts_under_its_status(own_server):
     s.background.health_only.set()
     with s.background.lock:
         batches0 = s.metric("attnserve_batches_total")
-    attn_ok0, attn_dropped0 = attn("200"), attn("0")
+    attn_ok0, attn_dropped0 = attn("200"), attn("undelivered")
     c = socket.socket()
     c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     c.connect(("127.0.0.1", s.settings["port"]))
@@ -739,7 +728,7 @@ def test_answer_received_in_full_counts_under_its_status(own_server):
     time.sleep(0.5)  # written as far as the window lets it
     c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     c.close()
-    wait_for(lambda: attn("0") == attn_dropped0 + 1, what="the unread answer to count as dropped")
+    wait_for(lambda: attn("undelivered") == attn_dropped0 + 1, what="the unread answer to count as dropped")
     assert attn("200") == attn_ok0
     s.background.health_only.clear()
 
@@ -753,7 +742,7 @@ def test_clients_racing_their_answers(own_server):
     s = own_server(max_batch_requests=4, max_wait_us=0)
     route = "/embed"  # the background client does not call it
     count = lambda status: s.metric("attnserve_http_requests_total", route=route, status=status)
-    ok0, dropped0 = count("200"), count("0")
+    ok0, dropped0 = count("200"), count("undelivered")
     body = json.dumps({"inputs": " ".join(["racing"] * 50)}).encode()
     slow = threading.Thread(target=lambda: post_attention(s, slow_body(seq=512), timeout=600))
     slow.start()
@@ -783,7 +772,7 @@ def test_clients_racing_their_answers(own_server):
     slow.join(timeout=600)
     assert not problems, problems[:3]
     total = 8 * 15
-    wait_for(lambda: count("200") + count("0") == ok0 + dropped0 + total, timeout=60,
+    wait_for(lambda: count("200") + count("undelivered") == ok0 + dropped0 + total, timeout=60,
              what="every request to be accounted")
     assert count("200") - ok0 >= len(answered)
-    assert s.metric("attnserve_requests_cancelled_total") <= count("0") - dropped0
+    assert s.metric("attnserve_requests_cancelled_total") <= count("undelivered") - dropped0

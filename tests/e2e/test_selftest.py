@@ -73,7 +73,7 @@ def metrics_selftest(s):
     passed = {dict(k[1])["backend"]: v for k, v in m.items()
               if k[0] == "attnserve_selftest_passed"}
     ratio = {dict(k[1])["backend"]: v for k, v in m.items()
-             if k[0] == "attnserve_selftest_max_error_ratio"}
+             if k[0] == "attnserve_selftest_max_error_over_bound"}
     return passed, ratio, m[("attnserve_backend_fallback_active", ())]
 
 

@@ -74,8 +74,10 @@ def assert_switched(server, failing, to):
     assert m[("attnserve_verify_mismatches_total", (("backend", failing),))] >= 1
     assert m[("attnserve_verify_batches_total", (("backend", failing),))] >= 1
     assert m[("attnserve_backend_fallback_active", ())] == 1
-    assert ("attnserve_build_info", (("backend", to), ("simd", conftest_simd(server)),
+    assert ("attnserve_build_info", (("simd", conftest_simd(server)),
                                      ("version", info(server)["version"]))) in m
+    assert m[("attnserve_backend_active", (("backend", to),))] == 1
+    assert m[("attnserve_backend_active", (("backend", failing),))] == 0
     i = info(server)
     assert i["backend"] == to and i["backend_setting"] == failing
     assert i["fallback_active"] is True
@@ -221,9 +223,9 @@ def test_real_backends_verify_clean(start_server, backend):
     assert m[("attnserve_verify_mismatches_total", (("backend", backend),))] == 0
     assert m[("attnserve_backend_fallback_active", ())] == 0
     # Every check within the bound: all in buckets le <= 1.
-    assert m[("attnserve_verify_max_error_ratio_bucket", (("le", "1"),))] == \
-        m[("attnserve_verify_max_error_ratio_count", ())]
-    assert m[("attnserve_kernel_gflops", (("backend", backend),))] > 0
+    assert m[("attnserve_verify_max_error_over_bound_bucket", (("le", "1"),))] == \
+        m[("attnserve_verify_max_error_over_bound_count", ())]
+    assert m[("attnserve_attention_kernel_flops_per_second", (("backend", backend),))] > 0
     assert info(s)["backend"] == backend
     assert info(s)["memory"]["verification_bytes"] > 0
 

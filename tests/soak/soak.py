@@ -21,7 +21,7 @@ Pass criteria (all must hold; the exit status is 0 only then):
      the idle fd count equals the baseline idle fd count.
   4. Nothing accepted is lost: the server's per-route, per-status counters
      (/metrics) match what the clients saw, except that a request whose
-     client went away may count as dropped (status 0), as 200 (the answer
+     client went away may count as dropped (status "undelivered"), as 200 (the answer
      was written just before the reset arrived) or not at all (the reset
      came before the server read it); no more requests are dropped than
      clients went away, and some are.
@@ -549,7 +549,7 @@ class Soak:
                      if m in log]
         if status != 0:
             problems.append("attnserve exited with %s after SIGTERM" % status)
-        dropped = sum(v for (r, st), v in server.items() if st == "0")
+        dropped = sum(v for (r, st), v in server.items() if st == "undelivered")
         lines = [
             "soak: %d s at %.0f requests/s from %d clients, %d requests (%d unexpected)"
             % (self.args.seconds, self.args.rate, self.args.clients, self.total_ops(),
@@ -578,8 +578,9 @@ class Soak:
                 {s for r, s in server if r == route}
             extra = 0
             for st in sorted(statuses):
-                want, got = self.seen.get((route, int(st)), 0), server.get((route, st), 0)
-                if st == "0" or st == "200":
+                want = self.seen.get((route, int(st)), 0) if st.isdigit() else 0
+                got = server.get((route, st), 0)
+                if st == "undelivered" or st == "200":
                     extra += got - want
                     if got < want:
                         problems.append("%s status %s: server counted %d, clients saw %d"
@@ -592,7 +593,8 @@ class Soak:
             if not 0 <= extra <= self.gone.get(route, 0):
                 problems.append("%s: %d dropped or extra answers, but %d clients went away"
                                 % (route, extra, self.gone.get(route, 0)))
-        gone, dropped = sum(self.gone.values()), sum(v for (_, st), v in server.items() if st == "0")
+        gone = sum(self.gone.values())
+        dropped = sum(v for (_, st), v in server.items() if st == "undelivered")
         if gone >= 10 and dropped == 0:
             problems.append("%d clients went away and the server dropped none: the disconnect "
                             "scenarios did not reach the server" % gone)

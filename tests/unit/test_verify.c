@@ -417,15 +417,16 @@ Test(verify, a_problem_larger_than_the_slot_is_skipped) {
 
 /* ---- GFLOP/s ------------------------------------------------------------------------- */
 
-Test(verify, kernel_gflops_is_flops_over_kernel_seconds) {
+Test(verify, kernel_flops_per_second_is_flops_over_kernel_seconds) {
     const attn_backend *naive = attn_backend_find("naive");
     metrics_kernel(naive, 0.5, 1e9);
     metrics_kernel(naive, 0.5, 3e9);
     size_t len = 0;
     char *text = metrics_render(&len);
-    cr_assert_not_null(strstr(text, "attnserve_kernel_gflops{backend=\"naive\"} 4\n"), "%s",
-                       strstr(text, "attnserve_kernel_gflops"));
+    cr_assert_not_null(
+        strstr(text, "attnserve_attention_kernel_flops_per_second{backend=\"naive\"} 4e+09\n"),
+        "%s", strstr(text, "attnserve_attention_kernel_flops_per_second"));
     /* A backend that ran nothing has no value rather than a misleading 0. */
-    cr_assert_null(strstr(text, "attnserve_kernel_gflops{backend=\"fused\"}"));
+    cr_assert_null(strstr(text, "attnserve_attention_kernel_flops_per_second{backend=\"fused\"}"));
     free(text);
 }
