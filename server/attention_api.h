@@ -21,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine.h"
 #include "http.h"
 #include "kernels/attention.h"
 #include "kernels/threadpool.h"
@@ -40,22 +41,16 @@ attn_shape attn_service_bounds(int32_t max_batch_tokens, int32_t max_batch_reque
 
 /* Allocates every buffer a batch needs (packed Q, K, V, output, cu_seqlens,
  * the largest kernel workspace of any built-in backend, so a reload can swap
- * backends without allocating). backend must already have passed
- * attn_backend_select for the bounds. Returns NULL with a message in err. */
+ * backends without allocating). Batches run with engine's backend in force
+ * (srv_engine_backend), which must already have passed attn_backend_select
+ * for the bounds. Returns NULL with a message in err. */
 attn_service *attn_service_create(int32_t max_batch_tokens, int32_t max_batch_requests,
-                                  tp_pool *pool, const attn_backend *backend, char *err,
+                                  tp_pool *pool, const srv_engine *engine, char *err,
                                   size_t err_len);
 void attn_service_destroy(attn_service *svc);
 
 /* Bytes allocated by attn_service_create. */
 size_t attn_service_workspace_bytes(const attn_service *svc);
-
-/* The backend batches run with now; safe from any thread. */
-const attn_backend *attn_service_backend(const attn_service *svc);
-
-/* Switches the backend between two batches (through sched_call, so never
- * during one). Returns SCHED_OK or the sched_call error. */
-int attn_service_set_backend(attn_service *svc, sched *s, const attn_backend *backend);
 
 /* The scheduler's run_batch (ctx is the attn_service). */
 int attn_service_run_batch(const sched_batch *b, void *ctx);
@@ -90,8 +85,7 @@ typedef struct attn_api {
  * api->max_batch_tokens is read. Returns the job, freed with attn_job_free,
  * or NULL with the SRV_E* code in *err and a message in msg. */
 typedef struct attn_job attn_job;
-attn_job *attn_api_decode(const attn_api *api, json_t *root, int *err, char *msg,
-                          size_t msg_len);
+attn_job *attn_api_decode(const attn_api *api, json_t *root, int *err, char *msg, size_t msg_len);
 void attn_job_free(attn_job *job);
 
 /* Route functions for http_route (ctx is the attn_api). */

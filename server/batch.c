@@ -12,17 +12,19 @@
 struct batch_runner {
     attn_service *attn;
     embed_service *embed;
+    const srv_engine *engine;       /* the backend in force, for the trace */
     sched_req **part[BATCH_NKINDS]; /* (max_batch_requests) each */
     tracer *trace;
 };
 
-batch_runner *batch_runner_create(attn_service *attn, embed_service *embed,
-                                  int32_t max_batch_requests) {
+batch_runner *batch_runner_create(const srv_engine *engine, attn_service *attn,
+                                  embed_service *embed, int32_t max_batch_requests) {
     batch_runner *r = calloc(1, sizeof *r);
     if (!r)
         return NULL;
     r->attn = attn;
     r->embed = embed;
+    r->engine = engine;
     for (int k = 0; k < BATCH_NKINDS; k++)
         if (!(r->part[k] = calloc((size_t)max_batch_requests, sizeof *r->part[k]))) {
             batch_runner_destroy(r);
@@ -91,7 +93,7 @@ static void trace_batch(batch_runner *r, const sched_batch *b, const sched_batch
     }
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
-    const attn_backend *backend = attn_service_backend(r->attn);
+    const attn_backend *backend = srv_engine_backend(r->engine);
     char line[TRACE_LINE_MAX];
     int n =
         snprintf(line, sizeof line,

@@ -48,10 +48,11 @@ int batch_submit(http_request *req, batch_job *job, sched *s, int64_t timeout_ms
 
 typedef struct batch_runner batch_runner;
 
-/* attn and embed must outlive the runner. max_batch_requests is the
- * scheduler's ceiling: the per-kind request lists are sized for it once. */
-batch_runner *batch_runner_create(attn_service *attn, embed_service *embed,
-                                  int32_t max_batch_requests);
+/* engine, attn and embed must outlive the runner. max_batch_requests is
+ * the scheduler's ceiling: the per-kind request lists are sized for it
+ * once. */
+batch_runner *batch_runner_create(const srv_engine *engine, attn_service *attn,
+                                  embed_service *embed, int32_t max_batch_requests);
 void batch_runner_destroy(batch_runner *r);
 
 /* The scheduler's run_batch (ctx is the batch_runner). */

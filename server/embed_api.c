@@ -5,7 +5,7 @@
  * A request becomes an embed_job: its inputs' token ids back to back with
  * their cu_seqlens, an output of one vector per input, and an embedded
  * batch_job. The I/O thread decodes, tokenizes and submits; the compute
- * thread packs the jobs of a batch, runs bert_forward once and copies each
+ * thread packs the jobs of a batch, runs one engine forward and copies each
  * job's vectors back; the loop thread's done callback hands the job back to
  * the I/O thread, which encodes the answer. */
 #include "embed_api.h"
@@ -55,10 +55,7 @@ static void job_free(void *p) {
 /* ---- the compute side ------------------------------------------------------- */
 
 struct embed_service {
-    const bert_model *model;
-    const attn_service *attn; /* whose backend batches use */
-    attn_parallel par;
-    bert_workspace *ws;
+    srv_engine *engine; /* runs the forward, with the attention backend in force */
     int C, layers;
     int32_t max_tokens, max_seqs;
     int32_t *ids; /* (max_tokens) the packed batch */
@@ -72,38 +69,27 @@ struct embed_service {
     embed_batch_info last;
 };
 
-embed_service *embed_service_create(const bert_model *model, const attn_service *attn,
-                                    tp_pool *pool, int32_t max_batch_tokens,
-                                    int32_t max_batch_requests, const attn_backend *const *backends,
-                                    size_t nbackends, char *err, size_t err_len) {
+embed_service *embed_service_create(srv_engine *engine, int32_t max_batch_tokens,
+                                    int32_t max_batch_requests, char *err, size_t err_len) {
     embed_service *svc = calloc(1, sizeof *svc);
     if (!svc) {
         snprintf(err, err_len, "out of memory");
         return NULL;
     }
-    svc->model = model;
-    svc->attn = attn;
-    svc->par = tp_parallel(pool);
-    svc->C = bert_get_config(model)->hidden_size;
-    svc->layers = bert_get_config(model)->num_layers;
+    const bert_config *m = engine_model(srv_engine_instance(engine));
+    svc->engine = engine;
+    svc->C = m->hidden_size;
+    svc->layers = m->num_layers;
     svc->max_tokens = max_batch_tokens;
     svc->max_seqs = max_batch_requests;
-    int rc = bert_workspace_create(model, max_batch_tokens, tp_nthreads(pool), backends, nbackends,
-                                   &svc->ws, err, err_len);
-    if (rc != BERT_OK) {
-        free(svc);
-        return NULL;
-    }
-    /* Vectors leave forward raw: each request chooses its normalisation. */
-    bert_workspace_set_raw(svc->ws, 1);
     svc->ids = malloc((size_t)max_batch_tokens * sizeof *svc->ids);
     svc->cu = malloc(((size_t)max_batch_requests + 1) * sizeof *svc->cu);
     svc->out = malloc((size_t)max_batch_requests * (size_t)svc->C * sizeof *svc->out);
-    svc->total_bytes = bert_workspace_bytes(svc->ws) + (size_t)max_batch_tokens * sizeof *svc->ids +
+    svc->total_bytes = (size_t)max_batch_tokens * sizeof *svc->ids +
                        ((size_t)max_batch_requests + 1) * sizeof *svc->cu +
                        (size_t)max_batch_requests * (size_t)svc->C * sizeof *svc->out;
     if (!svc->ids || !svc->cu || !svc->out) {
-        snprintf(err, err_len, "cannot allocate %zu bytes of model workspace", svc->total_bytes);
+        snprintf(err, err_len, "cannot allocate %zu bytes of batch buffers", svc->total_bytes);
         embed_service_destroy(svc);
         return NULL;
     }
@@ -113,7 +99,6 @@ embed_service *embed_service_create(const bert_model *model, const attn_service 
 void embed_service_destroy(embed_service *svc) {
     if (!svc)
         return;
-    bert_workspace_free(svc->ws);
     free(svc->ids);
     free(svc->cu);
     free(svc->out);
@@ -132,7 +117,7 @@ const embed_batch_info *embed_service_last_batch(const embed_service *svc) {
     return &svc->last;
 }
 
-/* bert_forward's tap: on the compute thread, right after the drawn layer's
+/* The engine's attention tap: on the compute thread, right after the drawn layer's
  * attention. */
 static void tap(const attn_problem *p, int layer, void *ctx) {
     embed_service *svc = ctx;
@@ -146,8 +131,6 @@ static embed_job *job_of(const sched_req *req) {
 
 int embed_service_run_batch(const sched_batch *b, void *ctx) {
     embed_service *svc = ctx;
-    /* One read per batch: a reload swaps the backend between batches only. */
-    const attn_backend *backend = attn_service_backend(svc->attn);
     int32_t B = 0, T = 0;
     svc->cu[0] = 0;
     for (int32_t i = 0; i < b->n_reqs; i++) {
@@ -170,35 +153,29 @@ int embed_service_run_batch(const sched_batch *b, void *ctx) {
     char why[256] = "";
     svc->last = (embed_batch_info){.sequences = B, .tokens = T, .verified_layer = -1};
     /* A sampled batch has one layer's attention, drawn at random, copied by
-     * the tap right after that layer's forward. */
-    const bool sample = B && verify_sample(svc->verify);
-    if (sample) {
-        svc->tap_backend = backend;
+     * the tap right after that layer's forward. Vectors leave the forward
+     * raw: each request chooses its normalisation. */
+    engine_hook hook = {.layer = -1};
+    if (B && verify_sample(svc->verify)) {
         svc->tap_batch = b->id;
-        bert_workspace_set_attn_tap(svc->ws, verify_pick_layer(svc->verify, svc->layers), tap, svc);
+        hook = (engine_hook){
+            .layer = verify_pick_layer(svc->verify, svc->layers), .fn = tap, .ctx = svc};
     }
-    int rc = B ? bert_forward(svc->model, svc->ws, backend, &svc->par, svc->ids, svc->cu, B,
-                              svc->out, why, sizeof why)
-               : BERT_OK;
-    if (sample)
-        bert_workspace_set_attn_tap(svc->ws, -1, NULL, NULL);
-    if (B && rc == BERT_OK) {
-        const bert_stage_ns *st = bert_workspace_stage_ns(svc->ws);
-        svc->last.stages = *st;
-        /* The forward times attention over all its layers together; every
-         * layer has the same shape and work, so each call is counted with an
-         * equal share (the totals, and so GFLOP/s, are exact). */
-        for (int l = 0; l < svc->layers; l++)
-            metrics_kernel(backend, (double)st->attention * 1e-9 / svc->layers,
-                           st->attn_flops / svc->layers);
-    }
+    const engine_batch eb = {
+        .ids = svc->ids, .cu_seqlens = svc->cu, .batch = B, .out = svc->out, .raw = 1};
+    const attn_backend *backend = srv_engine_backend(svc->engine);
+    /* The tap names the backend the forward runs with, read before it. */
+        svc->tap_backend = backend;
+    int rc = B ? srv_engine_forward(svc->engine, &eb, &hook, &backend, why, sizeof why) : ENGINE_OK;
+    if (B && rc == ENGINE_OK)
+        svc->last.stages = srv_engine_last_run(svc->engine)->stages;
     const size_t C = (size_t)svc->C;
     int32_t seq = 0;
     for (int32_t i = 0; i < b->n_reqs; i++) {
         embed_job *job = job_of(b->reqs[i]);
         if (job->base.err != SRV_OK)
             continue;
-        if (rc != BERT_OK) {
+        if (rc != ENGINE_OK) {
             job->base.err = SRV_EINTERNAL;
             snprintf(job->base.why, sizeof job->base.why, "model forward failed: %s", why);
             continue;
@@ -586,12 +563,11 @@ static double ns_to_ms(uint64_t ns) {
     return (double)ns * 1e-6;
 }
 
-
 embed_job *embed_api_decode(const embed_api *api, embed_route route, json_t *root, int *err,
                             char *msg, size_t msg_len) {
     refusal r = {0};
-    embed_job *job = route == EMBED_ROUTE_OPENAI ? decode_openai(api, root, &r)
-                                                 : decode_tei(api, root, &r);
+    embed_job *job =
+        route == EMBED_ROUTE_OPENAI ? decode_openai(api, root, &r) : decode_tei(api, root, &r);
     *err = job ? SRV_OK : r.err;
     snprintf(msg, msg_len, "%s", job ? "" : r.msg);
     return job;
@@ -641,6 +617,9 @@ int embed_api_resumed(http_request *req, void *ctx) {
     const sched_req *s = &job->base.sreq;
     http_set_timing(req, ns_to_ms(s->start_ns - s->enqueue_ns), ns_to_ms(s->end_ns - s->start_ns),
                     job->base.ran ? job->base.ran->name : NULL);
+    if (job->base.ran)
+        http_set_engine(req, srv_engine_name(api->svc->engine),
+                        srv_engine_precision(api->svc->engine));
     if (job->base.err != SRV_OK)
         return http_reply_error(req, job->base.err, "%s", job->base.why);
     if (!job->base.ran)
@@ -717,8 +696,7 @@ static json_t *tokenize_one(const embed_api *api, int32_t i, json_t *in, bool sp
     return out;
 }
 
-json_t *embed_api_tokens(const embed_api *api, json_t *root, int *err, char *msg,
-                         size_t msg_len) {
+json_t *embed_api_tokens(const embed_api *api, json_t *root, int *err, char *msg, size_t msg_len) {
     refusal r = {0};
     json_t *inputs = NULL, *add = NULL, *list = NULL, *out = NULL;
     const char *key;

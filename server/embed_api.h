@@ -6,7 +6,7 @@
  * tokenizer (millions of tokens per second) costs far less than the
  * forward pass it feeds. One request with n inputs is one scheduler
  * request of n sequences; the inputs of every embedding request in a batch
- * run through one packed bert_forward (varlen, no padding).
+ * run through one packed engine forward (varlen, no padding).
  *
  * Inputs. /v1/embeddings takes `input` as a string, an array of strings, an
  * array of token ids or an array of arrays of token ids. Token ids are
@@ -30,6 +30,7 @@
 #include <stdint.h>
 
 #include "attention_api.h"
+#include "engine.h"
 #include "http.h"
 #include "kernels/threadpool.h"
 #include "model/bert.h"
@@ -40,19 +41,17 @@
 
 typedef struct embed_service embed_service;
 
-/* Allocates, once, the model workspace for max_batch_tokens tokens with the
- * scratch of every backend in backends[0..nbackends) (those a reload may
- * select), and the packed ids, cu_seqlens and output of the largest batch.
- * The backend each batch uses is attn's, read once per batch, so a backend
- * swap (sched_call) applies to the model and the attention endpoint alike.
+/* Allocates, once, the packed ids, cu_seqlens and output of the largest
+ * batch. Every batch runs as one forward of engine (which owns the model,
+ * its workspace and the attention backend in force, read once per batch, so
+ * a backend swap applies to the model and the attention endpoint alike).
  * Returns NULL with a message in err. */
-embed_service *embed_service_create(const bert_model *model, const attn_service *attn,
-                                    tp_pool *pool, int32_t max_batch_tokens,
-                                    int32_t max_batch_requests, const attn_backend *const *backends,
-                                    size_t nbackends, char *err, size_t err_len);
+embed_service *embed_service_create(srv_engine *engine, int32_t max_batch_tokens,
+                                    int32_t max_batch_requests, char *err, size_t err_len);
 void embed_service_destroy(embed_service *svc);
 
-/* Bytes allocated by embed_service_create (the model workspace included). */
+/* Bytes allocated by embed_service_create (the engine's workspace is the
+ * engine's: engine_memory_of). */
 size_t embed_service_workspace_bytes(const embed_service *svc);
 
 /* Runs the embedding requests of a batch (batch_run's part for them). */
@@ -109,8 +108,7 @@ int32_t embed_job_inputs(const embed_job *job, const int32_t **cu, const int32_t
 /* /tokenize's answer for a request's JSON object (root is not stolen): the
  * array of token arrays, or NULL with the SRV_E* code in *err and a message
  * in msg. */
-json_t *embed_api_tokens(const embed_api *api, json_t *root, int *err, char *msg,
-                         size_t msg_len);
+json_t *embed_api_tokens(const embed_api *api, json_t *root, int *err, char *msg, size_t msg_len);
 
 /* Route functions for http_route (ctx is the embed_api). The two embedding
  * routes park and share embed_api_resumed; /tokenize answers at once. */
