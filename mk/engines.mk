@@ -37,9 +37,9 @@ $(BUILD)/test-engines/%.so: tests/engines/%.c $(BUILD)/flags
 	@mkdir -p $(@D)
 	$(CC) $(PLUGIN_CFLAGS) $(LDFLAGS) -shared -o $@ $<
 
-# The unit tests load both; the e2e tests give the server $(BUILD)/engines.
+# The unit and e2e tests load both.
 all: $(ENGINE_PLUGINS)
 $(UNIT): | $(ENGINE_PLUGINS) $(ENGINE_TEST_PLUGINS)
-e2e: $(ENGINE_PLUGINS)
+e2e: $(ENGINE_PLUGINS) $(ENGINE_TEST_PLUGINS)
 
 $(BUILD)/obj/tests/unit/test_engine.o: private CFLAGS += -DATTN_BUILD_DIR='"$(BUILD)"'

@@ -217,9 +217,9 @@ static void check_golden(engine *e, tp_pool *pool, const inputs *in, float *out)
 }
 
 Test(engine_forward, plugin_engine_matches_pytorch_and_builtin, .timeout = 120) {
-    cr_assert(cpu_has_avx512(),
-              "this test needs AVX-512 for the cpu-avx512 plugin; on a CPU "
-              "without it the plugin is refused (real_plugin_scored_for_this_cpu)");
+    if (!cpu_has_avx512())
+        cr_skip_test("NOT RUN: the cpu-avx512 plugin needs AVX-512, which this CPU lacks (its "
+                     "refusal is checked by real_plugin_scored_for_this_cpu)");
     char err[256] = "";
     engine_registry_init(PLUGINS, err, sizeof err);
     const engine_entry *p = entry("cpu-avx512");
