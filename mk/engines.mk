@@ -16,13 +16,19 @@ ENGINE_PLUGINS := $(BUILD)/engines/cpu-avx512.so
 ENGINE_TEST_PLUGINS := $(patsubst tests/engines/%.c,$(BUILD)/test-engines/%.so,$(wildcard tests/engines/*.c))
 
 PLUGIN_CFLAGS := $(CFLAGS) -fPIC -fvisibility=hidden
+# The model and what it calls: the GEMM layer (kernels/gemm*.c, whichever
+# precisions this tree has), GELU, safetensors, the attention problem
+# helpers and CPUID. Attention backends are not in it: the core hands the
+# engine the backend in force.
 CPU_AVX512_SRC := engines/cpu.c model/bert.c model/bert_config.c model/safetensors.c model/gelu.c \
-                  model/gelu_avx2.c model/gelu_avx512.c kernels/attention.c kernels/simd.c
+                  model/gelu_avx2.c model/gelu_avx512.c kernels/attention.c kernels/simd.c \
+                  $(wildcard kernels/gemm*.c)
 CPU_AVX512_OBJ := $(CPU_AVX512_SRC:%.c=$(BUILD)/obj-plugin/cpu-avx512/%.o)
 
 $(BUILD)/obj-plugin/cpu-avx512/%.o: %.c $(BUILD)/flags
 	@mkdir -p $(@D)
-	$(CC) $(PLUGIN_CFLAGS) $(AVX512_FLAGS) -DCPU_ENGINE_PLUGIN -c $< -o $@
+	$(CC) $(PLUGIN_CFLAGS) $(AVX512_FLAGS) $(if $(filter $(VNNI_SRC),$<),$(VNNI_FLAGS)) \
+	    -DCPU_ENGINE_PLUGIN -c $< -o $@
 
 # The score runs on CPUs without AVX-512: no AVX-512 flags here.
 $(BUILD)/obj-plugin/cpu-avx512/engines/plugins/cpu_avx512.o: engines/plugins/cpu_avx512.c $(BUILD)/flags
