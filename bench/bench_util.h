@@ -13,10 +13,14 @@ static inline double bench_clock_s(clockid_t id) {
 }
 
 /* Wall-clock seconds (monotonic). */
-static inline double now_s(void) { return bench_clock_s(CLOCK_MONOTONIC); }
+static inline double now_s(void) {
+    return bench_clock_s(CLOCK_MONOTONIC);
+}
 
 /* CPU seconds of the whole process, every thread. */
-static inline double cpu_s(void) { return bench_clock_s(CLOCK_PROCESS_CPUTIME_ID); }
+static inline double cpu_s(void) {
+    return bench_clock_s(CLOCK_PROCESS_CPUTIME_ID);
+}
 
 static inline int bench_cmp_double(const void *a, const void *b) {
     const double x = *(const double *)a, y = *(const double *)b;

@@ -8,8 +8,8 @@
 
 const char *attn_strerror(int err) {
     switch (err) {
-#define ATTN_ERR_CASE(name, code, msg)                                          \
-    case code:                                                                  \
+#define ATTN_ERR_CASE(name, code, msg)                                                             \
+    case code:                                                                                     \
         return msg;
         ATTN_ERRORS(ATTN_ERR_CASE)
 #undef ATTN_ERR_CASE

@@ -20,11 +20,11 @@
 
 /* ---- errors ---------------------------------------------------------------
  * Negative codes, one list; attn_strerror() gives the message. */
-#define ATTN_ERRORS(X)                                                          \
-    X(ATTN_OK, 0, "success")                                                    \
-    X(ATTN_EINVAL, -1, "invalid argument")                                      \
-    X(ATTN_EUNSUPPORTED, -2, "shape not supported by this backend")             \
-    X(ATTN_EWORKSPACE, -3, "workspace too small for this batch")                \
+#define ATTN_ERRORS(X)                                                                             \
+    X(ATTN_OK, 0, "success")                                                                       \
+    X(ATTN_EINVAL, -1, "invalid argument")                                                         \
+    X(ATTN_EUNSUPPORTED, -2, "shape not supported by this backend")                                \
+    X(ATTN_EWORKSPACE, -3, "workspace too small for this batch")                                   \
     X(ATTN_EUNKNOWN, -4, "unknown backend name")
 
 enum {
@@ -56,7 +56,7 @@ typedef struct attn_problem {
     const float *v;            /* (T, H, D) with token stride v_stride */
     float *out;                /* (T, H, D) with token stride out_stride */
     size_t q_stride, k_stride, v_stride, out_stride; /* floats; >= H*D */
-    float scale;               /* softmax scale, usually 1/sqrt(D) */
+    float scale;                                     /* softmax scale, usually 1/sqrt(D) */
 } attn_problem;
 
 /* Fills p for dense [T][H][D] tensors with scale 1/sqrt(D). */

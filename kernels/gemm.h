@@ -40,8 +40,8 @@ typedef struct gemm_weights gemm_weights;
 
 /* Packs W (N, K) and bias (N, may be NULL) for precision p. Returns 0, or
  * -1 with a message (unsupported precision, out of memory). */
-int gemm_pack(gemm_precision p, const float *w, const float *bias, int N, int K,
-              gemm_weights **out, char *err, size_t err_len);
+int gemm_pack(gemm_precision p, const float *w, const float *bias, int N, int K, gemm_weights **out,
+              char *err, size_t err_len);
 void gemm_free(gemm_weights *w);
 
 gemm_precision gemm_weights_precision(const gemm_weights *w);
@@ -71,7 +71,7 @@ size_t gemm_scratch_bytes(const gemm_weights *w, int max_rows, int nthreads);
 /* y (M, N, row stride ldy) = epi(x (M, K, row stride ldx) · Wᵀ + b), split
  * over par. epi may be NULL (bias only). scratch holds at least
  * gemm_scratch_bytes(w, M, par->nthreads). y must not alias x. */
-void gemm_run(const gemm_weights *w, const attn_parallel *par, const float *x, size_t ldx,
-              float *y, size_t ldy, int M, const gemm_epilogue *epi, void *scratch);
+void gemm_run(const gemm_weights *w, const attn_parallel *par, const float *x, size_t ldx, float *y,
+              size_t ldy, int M, const gemm_epilogue *epi, void *scratch);
 
 #endif

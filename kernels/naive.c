@@ -93,7 +93,9 @@ static int naive_forward(const attn_problem *p, void *workspace, size_t workspac
     return ATTN_OK;
 }
 
-static const char *naive_simd_path(void) { return "portable"; }
+static const char *naive_simd_path(void) {
+    return "portable";
+}
 
 const attn_backend attn_backend_naive = {
     .name = "naive",

@@ -15,7 +15,9 @@ static const attn_backend *all[ATTN_MAX_BACKENDS + 1] = {
 static size_t n_all = 2;
 static char names[ATTN_MAX_BACKENDS * 32 + 8] = "naive, fused, auto";
 
-const attn_backend *const *attn_backends(void) { return all; }
+const attn_backend *const *attn_backends(void) {
+    return all;
+}
 
 const attn_backend *attn_backend_find(const char *name) {
     for (const attn_backend *const *b = all; name && *b; b++)
@@ -24,12 +26,14 @@ const attn_backend *attn_backend_find(const char *name) {
     return NULL;
 }
 
-const char *attn_backend_names(void) { return names; }
+const char *attn_backend_names(void) {
+    return names;
+}
 
 int attn_backend_register(const attn_backend *b) {
     if (!b || !b->name || !b->name[0] || strlen(b->name) > 24 || strcmp(b->name, "auto") == 0 ||
-        strchr(b->name, ',') || !b->supports || !b->workspace_size || !b->forward || !b->simd_path ||
-        attn_backend_find(b->name) || n_all == ATTN_MAX_BACKENDS)
+        strchr(b->name, ',') || !b->supports || !b->workspace_size || !b->forward ||
+        !b->simd_path || attn_backend_find(b->name) || n_all == ATTN_MAX_BACKENDS)
         return ATTN_EINVAL;
     all[n_all++] = b;
     all[n_all] = NULL;

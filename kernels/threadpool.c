@@ -11,7 +11,7 @@
 
 struct tp_pool {
     int nthreads;
-    pthread_t *threads;  /* [nthreads - 1] helpers; the caller is worker 0 */
+    pthread_t *threads; /* [nthreads - 1] helpers; the caller is worker 0 */
     pthread_mutex_t mu;
     pthread_cond_t start; /* a new loop (generation) or stop */
     pthread_cond_t done;  /* the last helper finished the loop */
@@ -134,7 +134,9 @@ void tp_destroy(tp_pool *p) {
     free(p);
 }
 
-int tp_nthreads(const tp_pool *p) { return p->nthreads; }
+int tp_nthreads(const tp_pool *p) {
+    return p->nthreads;
+}
 
 attn_parallel tp_parallel(tp_pool *p) {
     return (attn_parallel){.nthreads = p->nthreads, .parallel_for = pool_parallel_for, .impl = p};

@@ -17,8 +17,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "batch.h"
 #include "errors.h"
+#include "job.h"
 #include "log.h"
 #include "membudget.h"
 #include "metrics.h"
@@ -29,7 +29,7 @@
 enum { ENC_NESTED, ENC_BASE64 };
 
 typedef struct attn_job {
-    batch_job base; /* first: the scheduler's request, kind, HTTP request, outcome */
+    job base; /* first: the scheduler's request, kind, HTTP request, outcome */
     int32_t seq, heads, head_dim;
     int causal;
     int encoding;           /* of the answer: the one q came in */
@@ -267,6 +267,21 @@ void attn_service_set_verifier(attn_service *svc, verifier *v) {
 
 const attn_batch_info *attn_service_last_batch(const attn_service *svc) {
     return &svc->last;
+}
+
+static double ns_ms(uint64_t ns) {
+    return (double)ns * 1e-6;
+}
+
+int attn_service_trace(void *ctx, const sched_batch *part, char *buf, size_t cap, bool *verified) {
+    const attn_service *svc = ctx;
+    const attn_batch_info *ai = &svc->last;
+    *verified = ai->verified;
+    return snprintf(buf, cap,
+                    ",\"attention\":{\"requests\":%d,\"tokens\":%d,\"groups\":%d,"
+                    "\"kernel_ms\":%.3f,\"verified\":%s}",
+                    part->n_reqs, part->n_tokens, ai->groups, ns_ms(ai->kernel_ns),
+                    ai->verified ? "true" : "false");
 }
 
 /* ---- decoding ----------------------------------------------------------------- */
@@ -565,7 +580,7 @@ static attn_job *decode_request(const attn_api *api, json_t *root, refusal *r) {
     job->causal = causal && json_is_true(causal);
     job->encoding = t[0].encoding;
     sched_req_init(&job->base.sreq, (int32_t)cost, 1, 0, NULL);
-    job->base.kind = BATCH_ATTENTION;
+    job->base.kind = api->kind;
     float *dst[3] = {job->q, job->k, job->v};
     for (int i = 0; i < 3; i++) {
         int rc = t[i].encoding == ENC_NESTED ? decode_nested(&t[i], dst[i], r)
@@ -648,10 +663,6 @@ static json_t *encode_nested(const attn_job *job) {
 
 /* ---- the route ---------------------------------------------------------------------- */
 
-static double ns_to_ms(uint64_t ns) {
-    return (double)ns * 1e-6;
-}
-
 int attn_api_handle(http_request *req, void *ctx) {
     attn_api *api = ctx;
     if (http_draining(req))
@@ -669,15 +680,13 @@ int attn_api_handle(http_request *req, void *ctx) {
     if (!job)
         return http_reply_error(req, err, "%s", msg);
 
-    return batch_submit(req, &job->base, api->sched, atomic_load(&api->request_timeout_ms),
-                        job_free);
+    return job_submit(req, &job->base, api->sched, atomic_load(&api->request_timeout_ms), job_free);
 }
 
 int attn_api_resumed(http_request *req, void *ctx) {
     (void)ctx;
     attn_job *job = http_user(req);
-    const sched_req *s = &job->base.sreq;
-    http_set_timing(req, ns_to_ms(s->start_ns - s->enqueue_ns), ns_to_ms(s->end_ns - s->start_ns),
+    http_set_timing(req, job_queue_ms(&job->base), job_compute_ms(&job->base),
                     job->base.ran ? job->base.ran->name : NULL);
     if (job->base.err != SRV_OK)
         return http_reply_error(req, job->base.err, "%s", job->base.why);
@@ -690,4 +699,15 @@ int attn_api_resumed(http_request *req, void *ctx) {
         return http_reply_error(req, SRV_EINTERNAL, "out of memory encoding the output");
     return http_reply_json(req, 200,
                            json_pack("{s:o, s:s}", "output", out, "backend", job->base.ran->name));
+}
+
+int attn_api_register(attn_api *api, batch_runner *runner, routes *t) {
+    const batch_kind kind = {.name = "attention",
+                             .run = attn_service_run_batch,
+                             .trace = attn_service_trace,
+                             .ctx = api->svc};
+    if ((api->kind = batch_runner_add_kind(runner, &kind)) < 0)
+        return -1;
+    return routes_add(t, (http_route){"POST", "/v1/attention", true, HTTP_AUTH_KEY, attn_api_handle,
+                                      attn_api_resumed, api});
 }

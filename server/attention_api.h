@@ -21,10 +21,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "batch.h"
 #include "engine.h"
 #include "http.h"
 #include "kernels/attention.h"
 #include "kernels/threadpool.h"
+#include "routes.h"
 #include "scheduler.h"
 
 #define ATTN_API_MAX_HEADS    128
@@ -52,8 +54,12 @@ void attn_service_destroy(attn_service *svc);
 /* Bytes allocated by attn_service_create. */
 size_t attn_service_workspace_bytes(const attn_service *svc);
 
-/* The scheduler's run_batch (ctx is the attn_service). */
+/* Runs the attention requests of a batch (ctx is the attn_service) and adds
+ * the trace line's "attention" member: the runner's batch_kind run and
+ * trace (batch.h). Batches run with the engine's backend in force
+ * (srv_engine_backend). */
 int attn_service_run_batch(const sched_batch *b, void *ctx);
+int attn_service_trace(void *ctx, const sched_batch *part, char *buf, size_t cap, bool *verified);
 
 /* ---- shadow verification and trace (issue 7 §2, §3) ---- */
 struct verifier;
@@ -76,6 +82,7 @@ const attn_batch_info *attn_service_last_batch(const attn_service *svc);
 typedef struct attn_api {
     attn_service *svc;
     sched *sched;
+    int kind;                           /* the runner's id of the attention service */
     int32_t max_batch_tokens;           /* the start-time ceiling */
     _Atomic int64_t request_timeout_ms; /* reloadable */
 } attn_api;
@@ -91,5 +98,10 @@ void attn_job_free(attn_job *job);
 /* Route functions for http_route (ctx is the attn_api). */
 int attn_api_handle(http_request *req, void *ctx);
 int attn_api_resumed(http_request *req, void *ctx);
+
+/* Registers the attention service as a kind with runner (api->kind is set)
+ * and POST /v1/attention in t. api->svc must be set. Returns 0, or -1 when
+ * a table is full or the route is taken. */
+int attn_api_register(attn_api *api, batch_runner *runner, routes *t);
 
 #endif

@@ -6,75 +6,83 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "errors.h"
 #include "trace.h"
 
 struct batch_runner {
-    attn_service *attn;
-    embed_service *embed;
-    const srv_engine *engine;       /* the backend in force, for the trace */
-    sched_req **part[BATCH_NKINDS]; /* (max_batch_requests) each */
+    int32_t max_batch_requests;
+    int nkinds;
+    batch_kind kinds[BATCH_MAX_KINDS];
+    sched_req **part[BATCH_MAX_KINDS]; /* (max_batch_requests) each */
     tracer *trace;
+    const char *(*backend)(void *ctx);
+    void *backend_ctx;
 };
 
-batch_runner *batch_runner_create(const srv_engine *engine, attn_service *attn,
-                                  embed_service *embed, int32_t max_batch_requests) {
+batch_runner *batch_runner_create(int32_t max_batch_requests) {
     batch_runner *r = calloc(1, sizeof *r);
-    if (!r)
-        return NULL;
-    r->attn = attn;
-    r->embed = embed;
-    r->engine = engine;
-    for (int k = 0; k < BATCH_NKINDS; k++)
-        if (!(r->part[k] = calloc((size_t)max_batch_requests, sizeof *r->part[k]))) {
-            batch_runner_destroy(r);
-            return NULL;
-        }
+    if (r)
+        r->max_batch_requests = max_batch_requests;
     return r;
 }
 
 void batch_runner_destroy(batch_runner *r) {
     if (!r)
         return;
-    for (int k = 0; k < BATCH_NKINDS; k++)
+    for (int k = 0; k < r->nkinds; k++)
         free(r->part[k]);
     free(r);
+}
+
+int batch_runner_add_kind(batch_runner *r, const batch_kind *kind) {
+    if (r->nkinds == BATCH_MAX_KINDS)
+        return -1;
+    if (!(r->part[r->nkinds] = calloc((size_t)r->max_batch_requests, sizeof *r->part[0])))
+        return -1;
+    r->kinds[r->nkinds] = *kind;
+    return r->nkinds++;
 }
 
 static void trace_batch(batch_runner *r, const sched_batch *b, const sched_batch *part);
 
 int batch_run(const sched_batch *b, void *ctx) {
     batch_runner *r = ctx;
-    sched_batch part[BATCH_NKINDS];
-    for (int k = 0; k < BATCH_NKINDS; k++)
+    sched_batch part[BATCH_MAX_KINDS];
+    for (int k = 0; k < r->nkinds; k++)
         part[k] = (sched_batch){.reqs = r->part[k], .id = b->id, .start_ns = b->start_ns};
     /* Every request is at most one sequence's worth of the batch's
-     * max_batch_requests, so each part fits its list. */
+     * max_batch_requests, so each part fits its list. A job of a kind never
+     * registered is a bug: it is left out, and its done callback finds it
+     * never ran. */
     for (int32_t i = 0; i < b->n_reqs; i++) {
         sched_req *req = b->reqs[i];
-        sched_batch *p = &part[SCHED_CONTAINER_OF(req, batch_job, sreq)->kind];
-        r->part[p - part][p->n_reqs++] = req;
+        const int k = SCHED_CONTAINER_OF(req, job, sreq)->kind;
+        if (k < 0 || k >= r->nkinds)
+            continue;
+        sched_batch *p = &part[k];
+        r->part[k][p->n_reqs++] = req;
         p->n_seqs += req->n_seqs;
         p->n_tokens += req->n_tokens;
     }
     /* Each service records per-request failures in its jobs; a failure of
      * the whole part (none today) fails the batch. */
     int rc = 0;
-    if (part[BATCH_ATTENTION].n_reqs)
-        rc = attn_service_run_batch(&part[BATCH_ATTENTION], r->attn);
-    if (part[BATCH_EMBED].n_reqs) {
-        int e = embed_service_run_batch(&part[BATCH_EMBED], r->embed);
-        rc = rc ? rc : e;
-    }
+    for (int k = 0; k < r->nkinds; k++)
+        if (part[k].n_reqs) {
+            int e = r->kinds[k].run(&part[k], r->kinds[k].ctx);
+            rc = rc ? rc : e;
+        }
     if (trace_enabled(r->trace))
         trace_batch(r, b, part);
     return rc;
 }
 
-/* ---- the trace line (issue 7 §3) ---------------------------------------------------- */
+/* ---- the trace line ---------------------------------------------------------------- */
 
-void batch_runner_set_trace(batch_runner *r, tracer *t) {
+void batch_runner_set_trace(batch_runner *r, tracer *t, const char *(*backend)(void *ctx),
+                            void *backend_ctx) {
     r->trace = t;
+    r->backend = backend;
+    r->backend_ctx = backend_ctx;
 }
 
 static double ms(uint64_t ns) {
@@ -93,40 +101,24 @@ static void trace_batch(batch_runner *r, const sched_batch *b, const sched_batch
     }
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
-    const attn_backend *backend = srv_engine_backend(r->engine);
     char line[TRACE_LINE_MAX];
-    int n =
-        snprintf(line, sizeof line,
-                 "{\"batch\":%llu,\"time\":%.6f,\"requests\":%d,\"sequences\":%d,"
-                 "\"tokens\":%d,\"queue_wait_ms\":{\"max\":%.3f,\"mean\":%.3f},"
-                 "\"compute_ms\":%.3f,\"backend\":\"%s\"",
-                 (unsigned long long)b->id, (double)now.tv_sec + (double)now.tv_nsec * 1e-9,
-                 b->n_reqs, b->n_seqs, b->n_tokens, ms(wait_max),
-                 b->n_reqs ? ms(wait_sum) / b->n_reqs : 0.0, ms(end - b->start_ns), backend->name);
+    int n = snprintf(line, sizeof line,
+                     "{\"batch\":%llu,\"time\":%.6f,\"requests\":%d,\"sequences\":%d,"
+                     "\"tokens\":%d,\"queue_wait_ms\":{\"max\":%.3f,\"mean\":%.3f},"
+                     "\"compute_ms\":%.3f,\"backend\":\"%s\"",
+                     (unsigned long long)b->id, (double)now.tv_sec + (double)now.tv_nsec * 1e-9,
+                     b->n_reqs, b->n_seqs, b->n_tokens, ms(wait_max),
+                     b->n_reqs ? ms(wait_sum) / b->n_reqs : 0.0, ms(end - b->start_ns),
+                     r->backend ? r->backend(r->backend_ctx) : "");
     bool verified = false;
-    const sched_batch *e = &part[BATCH_EMBED], *a = &part[BATCH_ATTENTION];
-    if (e->n_reqs && n > 0 && (size_t)n < sizeof line) {
-        const embed_batch_info *ei = embed_service_last_batch(r->embed);
-        const bert_stage_ns *s = &ei->stages;
-        verified = ei->verified_layer >= 0;
-        n += snprintf(line + n, sizeof line - (size_t)n,
-                      ",\"embed\":{\"requests\":%d,\"sequences\":%d,\"tokens\":%d,"
-                      "\"stages_ms\":{\"embeddings\":%.3f,\"qkv\":%.3f,\"attention\":%.3f,"
-                      "\"out_proj\":%.3f,\"ffn\":%.3f,\"norms\":%.3f,\"pooling\":%.3f},"
-                      "\"verified_layer\":%d}",
-                      e->n_reqs, ei->sequences, ei->tokens, ms(s->embeddings), ms(s->qkv),
-                      ms(s->attention), ms(s->out_proj), ms(s->ffn), ms(s->norms), ms(s->pooling),
-                      ei->verified_layer);
-    }
-    if (a->n_reqs && n > 0 && (size_t)n < sizeof line) {
-        const attn_batch_info *ai = attn_service_last_batch(r->attn);
-        verified = verified || ai->verified;
-        n += snprintf(line + n, sizeof line - (size_t)n,
-                      ",\"attention\":{\"requests\":%d,\"tokens\":%d,\"groups\":%d,"
-                      "\"kernel_ms\":%.3f,\"verified\":%s}",
-                      a->n_reqs, a->n_tokens, ai->groups, ms(ai->kernel_ns),
-                      ai->verified ? "true" : "false");
-    }
+    for (int k = 0; k < r->nkinds; k++)
+        if (part[k].n_reqs && r->kinds[k].trace && n > 0 && (size_t)n < sizeof line) {
+            bool v = false;
+            int m =
+                r->kinds[k].trace(r->kinds[k].ctx, &part[k], line + n, sizeof line - (size_t)n, &v);
+            n = m < 0 ? -1 : n + m;
+            verified = verified || v;
+        }
     if (n > 0 && (size_t)n < sizeof line)
         n += snprintf(line + n, sizeof line - (size_t)n, ",\"verified\":%s}",
                       verified ? "true" : "false");
@@ -134,72 +126,4 @@ static void trace_batch(batch_runner *r, const sched_batch *b, const sched_batch
      * a line that did not would be dropped whole rather than cut. */
     if (n > 0 && (size_t)n < sizeof line)
         trace_emit(r->trace, line, (size_t)n);
-}
-
-/* ---- submitting and parking ------------------------------------------------------ */
-
-static double ns_to_ms(uint64_t ns) {
-    return (double)ns * 1e-6;
-}
-
-/* Loop thread: the result is in the job (or the request never ran). */
-static void job_done(sched_req *sreq, int status) {
-    batch_job *job = SCHED_CONTAINER_OF(sreq, batch_job, sreq);
-    if (status == SCHED_EDEADLINE) {
-        job->err = SRV_ETIMEOUT;
-        snprintf(job->why, sizeof job->why, "request timed out after %.0f ms in the queue",
-                 ns_to_ms(sreq->start_ns - sreq->enqueue_ns));
-    } else if (status == SCHED_ESHUTDOWN || status == SCHED_ECANCELED) {
-        job->err = SRV_EUNAVAILABLE;
-        snprintf(job->why, sizeof job->why, "%s", sched_strerror(status));
-    } else if (status != SCHED_OK) {
-        job->err = SRV_EINTERNAL;
-        snprintf(job->why, sizeof job->why, "%s", sched_strerror(status));
-    }
-    if (atomic_fetch_add(&job->gate, 1) == 1)
-        http_resume(job->http);
-}
-
-/* http.c's watch thread: the client closed while the job was parked. The
- * job is valid memory here (it is freed only after http_resume, which waits
- * for the watch), and a job already in a batch or done ignores the cancel. */
-static void job_client_closed(void *arg) {
-    batch_job *job = arg;
-    sched_cancel(job->sched, &job->sreq);
-}
-
-static int submit_error(http_request *req, int rc) {
-    switch (rc) {
-    case SCHED_EFULL:
-        return http_reply_error(req, SRV_EQUEUEFULL, "queue full (max_queue requests waiting)");
-    case SCHED_EDRAINING:
-    case SCHED_ESHUTDOWN:
-        return http_reply_error(req, SRV_EUNAVAILABLE, "server is draining");
-    case SCHED_ETOOBIG:
-        return http_reply_error(req, SRV_EINVALID, "request exceeds the batch limits in force");
-    default:
-        return http_reply_error(req, SRV_EINTERNAL, "%s", sched_strerror(rc));
-    }
-}
-
-int batch_submit(http_request *req, batch_job *job, sched *s, int64_t timeout_ms,
-                 void (*free_fn)(void *)) {
-    job->http = req;
-    job->sched = s;
-    job->sreq.done = job_done;
-    /* request_timeout_ms counts from arrival; a request that used it all up
-     * reading its body gets a deadline long past (0 would mean none), so the
-     * scheduler answers it 504 at once. */
-    double left_ms = (double)timeout_ms - http_age_ms(req);
-    job->sreq.deadline_ns = left_ms > 0 ? sched_now_ns() + (uint64_t)(left_ms * 1e6) : 1;
-    int rc = sched_submit(s, &job->sreq);
-    if (rc != SCHED_OK) {
-        free_fn(job);
-        return submit_error(req, rc);
-    }
-    http_set_user(req, job, free_fn);
-    http_park(req, job_client_closed, job);
-    if (atomic_fetch_add(&job->gate, 1) == 1)
-        http_resume(req);
-    return HTTP_PARKED;
 }

@@ -33,14 +33,14 @@
  * always one of the listed values. Read-only for everyone but config.c. */
 typedef struct config {
     /* ---- listening and connections ---- */
-    char *host;                   /* address to bind */
-    int64_t port;                 /* TCP port */
-    int64_t max_connections;      /* concurrent connections */
-    int64_t connection_timeout_s; /* idle connection closed after */
-    int64_t max_body_bytes;       /* larger request bodies get 413 */
+    char *host;                       /* address to bind */
+    int64_t port;                     /* TCP port */
+    int64_t max_connections;          /* concurrent connections */
+    int64_t connection_timeout_s;     /* idle connection closed after */
+    int64_t max_body_bytes;           /* larger request bodies get 413 */
     int64_t max_request_memory_bytes; /* all requests together hold at most (membudget.h) */
-    int64_t request_timeout_ms;   /* deadline from arrival to answer */
-    int64_t drain_timeout_s;      /* SIGTERM: answer in-flight work within */
+    int64_t request_timeout_ms;       /* deadline from arrival to answer */
+    int64_t drain_timeout_s;          /* SIGTERM: answer in-flight work within */
 
     /* ---- compute and batching ---- */
     const char *backend;        /* "naive" | "fused" | "auto" */

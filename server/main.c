@@ -34,6 +34,7 @@
 #include "server/log.h"
 #include "server/membudget.h"
 #include "server/metrics.h"
+#include "server/routes.h"
 #include "server/scheduler.h"
 #include "server/trace.h"
 #include "server/verify.h"
@@ -54,9 +55,9 @@
  * backends; 64 KiB allowed for more backends and labels), /metrics being
  * uncharged so that it answers when the budget is full.
  * Socket buffers are the kernel's, not the process's. */
-#define MHD_POOL_BYTES          (32 * 1024)
-#define MHD_CONNECTION_BYTES    (4 * 1024)
-#define UNCHARGED_ANSWER_BYTES  (64 * 1024)
+#define MHD_POOL_BYTES         (32 * 1024)
+#define MHD_CONNECTION_BYTES   (4 * 1024)
+#define UNCHARGED_ANSWER_BYTES (64 * 1024)
 #define CONNECTION_BYTES                                                                           \
     (MHD_POOL_BYTES + MHD_CONNECTION_BYTES + HTTP_REQUEST_STATE_BYTES + UNCHARGED_ANSWER_BYTES)
 
@@ -81,12 +82,13 @@ typedef struct app {
     http_server *http;
     attn_api api;
     embed_api eapi;
+    routes routes; /* every module's, registered at start */
     _Atomic bool ready;
     /* ---- shadow verification, fallback and trace (issue 7 §2, §3) ---- */
     verifier *verify;
     tracer *trace;
-    pthread_mutex_t backend_mu;   /* one backend decision at a time: reload or verification */
-    char fallback_reason[320];    /* why verification switched ("" if it has not); cfg_mu */
+    pthread_mutex_t backend_mu; /* one backend decision at a time: reload or verification */
+    char fallback_reason[320];  /* why verification switched ("" if it has not); cfg_mu */
     /* Backends shadow verification caught giving wrong results: never
      * selected again by this process, whatever a reload asks (a reload of
      * any setting re-selects the backend, and must not bring back one known
@@ -222,11 +224,11 @@ static json_t *memory_json(const app *a) {
                      "weights_bytes", weights, "weights_mapped_bytes", mapped,
                      "weights_owned_bytes", owned, "workspace_bytes", workspace,
                      "attention_workspace_bytes", attn_ws, "model_workspace_bytes", model_ws,
-        "connections_bytes", conns, "connection_bytes", (json_int_t)CONNECTION_BYTES,
-        "request_memory_bytes", requests, "request_memory_in_use_bytes",
+                     "connections_bytes", conns, "connection_bytes", (json_int_t)CONNECTION_BYTES,
+                     "request_memory_bytes", requests, "request_memory_in_use_bytes",
                      (json_int_t)membudget_used(&a->budget), "threads_bytes", threads,
                      "runtime_bytes", runtime, "verification_bytes", verify, "worst_case_bytes",
-        weights + workspace + conns + requests + threads + runtime + verify);
+                     weights + workspace + conns + requests + threads + runtime + verify);
 }
 
 static size_t worst_case_bytes(const app *a) {
@@ -322,6 +324,20 @@ static int handle_info(http_request *req, void *ctx) {
 static const char *backend_name(void *ctx) {
     const app *a = ctx;
     return srv_engine_backend(a->engine)->name;
+}
+
+/* The operations routes: health, readiness, /info and /metrics. */
+static int register_ops(app *a) {
+    const http_route ops[] = {
+        {"GET", "/health", false, HTTP_AUTH_OPEN, handle_health, NULL, a},
+        {"GET", "/ready", false, HTTP_AUTH_OPEN, handle_ready, NULL, a},
+        {"GET", "/info", false, HTTP_AUTH_KEY, handle_info, NULL, a},
+        {"GET", "/metrics", false, HTTP_AUTH_METRICS, handle_metrics, NULL, a},
+    };
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+        if (routes_add(&a->routes, ops[i]) != 0)
+            return -1;
+    return 0;
 }
 
 /* ---- start-up -------------------------------------------------------------------- */
@@ -505,7 +521,7 @@ static int start_verification(app *a) {
     }
     attn_service_set_verifier(a->svc, a->verify);
     embed_service_set_verifier(a->embed, a->verify);
-    batch_runner_set_trace(a->runner, a->trace);
+    batch_runner_set_trace(a->runner, a->trace, backend_name, a);
     return 0;
 }
 
@@ -652,9 +668,17 @@ static int start(app *a) {
         log_error("cannot allocate the model workspace", LOG_KV("error", err));
         return 1;
     }
-    if (!(a->runner =
-              batch_runner_create(a->engine, a->svc, a->embed, (int32_t)c->max_batch_requests))) {
+    if (!(a->runner = batch_runner_create((int32_t)c->max_batch_requests))) {
         log_error("out of memory");
+        return 1;
+    }
+    /* Each API registers its compute kind with the runner and its routes;
+     * kinds run in this order within a batch. */
+    a->api.svc = a->svc;
+    a->eapi.svc = a->embed;
+    if (register_ops(a) != 0 || attn_api_register(&a->api, a->runner, &a->routes) != 0 ||
+        embed_api_register(&a->eapi, a->runner, &a->routes) != 0) {
+        log_error("cannot register the routes (a route taken twice or the table full)");
         return 1;
     }
     if ((rc = start_verification(a)) != 0) /* issue 7 §2, §3 */
@@ -670,11 +694,9 @@ static int start(app *a) {
         return 1;
     }
     metrics_set_scheduler(a->sched);
-    a->api.svc = a->svc;
     a->api.sched = a->sched;
     a->api.max_batch_tokens = (int32_t)c->max_batch_tokens;
     atomic_store(&a->api.request_timeout_ms, c->request_timeout_ms);
-    a->eapi.svc = a->embed;
     a->eapi.sched = a->sched;
     a->eapi.tok = a->tok;
     a->eapi.model = engine_model(srv_engine_instance(a->engine));
@@ -687,7 +709,7 @@ static int start(app *a) {
     return 0;
 }
 
-static int listen_http(app *a, const http_route *routes, size_t n) {
+static int listen_http(app *a) {
     const config *c = &a->cfg;
     http_options opt = {.host = c->host,
                         .port = (int)c->port,
@@ -696,7 +718,7 @@ static int listen_http(app *a, const http_route *routes, size_t n) {
                         .max_body_bytes = (size_t)c->max_body_bytes,
                         .backend_name = backend_name,
                         .backend_ctx = a};
-    if (!(a->http = http_create(&opt, routes, n)))
+    if (!(a->http = http_create(&opt, a->routes.r, a->routes.n)))
         return 1;
     if (http_set_api_keys(a->http, c->api_keys, c->n_api_keys) != 0) {
         log_error("out of memory copying API keys");
@@ -917,20 +939,9 @@ int main(int argc, char **argv) {
     }
     log_configure(a.cfg.log_level, a.cfg.log_format);
 
-    const http_route routes[] = {
-        {"GET", "/health", false, HTTP_AUTH_OPEN, handle_health, NULL, &a},
-        {"GET", "/ready", false, HTTP_AUTH_OPEN, handle_ready, NULL, &a},
-        {"GET", "/info", false, HTTP_AUTH_KEY, handle_info, NULL, &a},
-        {"GET", "/metrics", false, HTTP_AUTH_METRICS, handle_metrics, NULL, &a},
-        {"POST", "/v1/attention", true, HTTP_AUTH_KEY, attn_api_handle, attn_api_resumed, &a.api},
-        {"POST", "/v1/embeddings", true, HTTP_AUTH_KEY, embed_api_openai, embed_api_resumed,
-         &a.eapi},
-        {"POST", "/embed", true, HTTP_AUTH_KEY, embed_api_tei, embed_api_resumed, &a.eapi},
-        {"POST", "/tokenize", true, HTTP_AUTH_KEY, embed_api_tokenize, NULL, &a.eapi},
-    };
     int rc = start(&a);
     if (rc == 0)
-        rc = listen_http(&a, routes, sizeof routes / sizeof routes[0]);
+        rc = listen_http(&a);
     if (rc != 0) {
         stop(&a);
         return rc;

@@ -172,7 +172,7 @@ struct verifier {
     _Atomic bool tripped;
     _Atomic uint64_t checked, mismatched, skipped;
     _Atomic uint64_t check_cpu_ns;
-    verify_window window; /* checker thread only */
+    verify_window window;               /* checker thread only */
     const attn_backend *window_backend; /* whose mismatches window counts; checker only */
 };
 

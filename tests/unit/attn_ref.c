@@ -26,7 +26,8 @@ void attn_reference(const attn_problem *p, int32_t row_lo, int32_t row_hi, doubl
                     double *vmax, double *smax) {
     double smax_seen = 0.0;
     const int H = p->shape.heads, D = p->shape.head_dim;
-    double *s = malloc(sizeof(double) * (size_t)(p->shape.max_seqlen > 0 ? p->shape.max_seqlen : 1));
+    double *s =
+        malloc(sizeof(double) * (size_t)(p->shape.max_seqlen > 0 ? p->shape.max_seqlen : 1));
     for (int32_t b = 0; b < p->shape.batch; b++) {
         const int32_t start = p->cu_seqlens[b], len = p->cu_seqlens[b + 1] - start;
         for (int32_t i = 0; i < len; i++) {

@@ -29,10 +29,10 @@
 
 typedef struct {
     attn_problem p;
-    int32_t *cu;             /* [B+1] */
-    float *q, *k, *v, *out;  /* (T, H, stride) each */
-    double *ref, *vmax;      /* (T, H, D) */
-    double smax;             /* largest |score| */
+    int32_t *cu;            /* [B+1] */
+    float *q, *k, *v, *out; /* (T, H, stride) each */
+    double *ref, *vmax;     /* (T, H, D) */
+    double smax;            /* largest |score| */
 } test_case;
 
 static void case_free(test_case *c) {
@@ -70,8 +70,12 @@ static void case_make(test_case *c, test_rng *r, const int32_t *lens, int batch,
         c->v[i] = rng_normal(r);
         c->out[i] = NAN; /* a backend that skips an element fails */
     }
-    attn_shape s = {.batch = batch, .total_tokens = T, .max_seqlen = maxlen, .heads = heads,
-                    .head_dim = head_dim, .causal = causal};
+    attn_shape s = {.batch = batch,
+                    .total_tokens = T,
+                    .max_seqlen = maxlen,
+                    .heads = heads,
+                    .head_dim = head_dim,
+                    .causal = causal};
     attn_problem_dense(&c->p, s, c->cu, c->q, c->k, c->v, c->out);
     c->p.q_stride = c->p.k_stride = c->p.v_stride = c->p.out_stride = stride;
 }
@@ -154,7 +158,9 @@ static void pool_up(void) {
     par = tp_parallel(pool);
 }
 
-static void pool_down(void) { tp_destroy(pool); }
+static void pool_down(void) {
+    tp_destroy(pool);
+}
 
 /* ---- random cases ----------------------------------------------------------
  * 20 cases for each head_dim, 200 in all: 1..8 sequences of lengths up to
@@ -162,7 +168,7 @@ static void pool_down(void) { tp_destroy(pool); }
  * Heads, then lengths, are cut so one case stays under a work budget and the
  * suite stays quick under sanitizers. */
 #define CASES_PER_DIM 20
-#define WORK_BUDGET 12e6 /* Σ L²·H·D multiply-adds per case */
+#define WORK_BUDGET   12e6 /* Σ L²·H·D multiply-adds per case */
 
 static void random_cases(int head_dim, uint64_t seed) {
     test_rng r = {seed * 0x9E3779B97F4A7C15ULL + 1};
@@ -193,7 +199,7 @@ static void random_cases(int head_dim, uint64_t seed) {
 }
 
 #define RANDOM_TEST(D)                                                                             \
-    Test(attention, random_head_dim_##D, .init = pool_up, .fini = pool_down, .timeout = 600) {   \
+    Test(attention, random_head_dim_##D, .init = pool_up, .fini = pool_down, .timeout = 600) {     \
         random_cases(D, D);                                                                        \
     }
 RANDOM_TEST(1)
@@ -419,7 +425,8 @@ Test(registry, register_refuses_bad_tables) {
 }
 
 Test(registry, unknown_name_lists_valid_ones) {
-    const attn_shape s = {.batch = 1, .total_tokens = 8, .max_seqlen = 8, .heads = 1, .head_dim = 64};
+    const attn_shape s = {
+        .batch = 1, .total_tokens = 8, .max_seqlen = 8, .heads = 1, .head_dim = 64};
     const attn_backend *b = (void *)1;
     char err[256];
     cr_assert_eq(attn_backend_select("flash", &s, &b, err, sizeof err), ATTN_EUNKNOWN);
@@ -429,7 +436,8 @@ Test(registry, unknown_name_lists_valid_ones) {
 }
 
 Test(registry, auto_picks_fastest_that_supports) {
-    attn_shape s = {.batch = 4, .total_tokens = 512, .max_seqlen = 128, .heads = 12, .head_dim = 64};
+    attn_shape s = {
+        .batch = 4, .total_tokens = 512, .max_seqlen = 128, .heads = 12, .head_dim = 64};
     const attn_backend *b = NULL;
     char err[256];
     cr_assert_eq(attn_backend_select("auto", &s, &b, err, sizeof err), ATTN_OK, "%s", err);

@@ -30,7 +30,11 @@ static void build(small_case *c, int causal) {
         c->k[i] = rng_normal(&r);
         c->v[i] = rng_normal(&r);
     }
-    attn_shape s = {.batch = 3, .total_tokens = 22, .max_seqlen = 17, .heads = H, .head_dim = D,
+    attn_shape s = {.batch = 3,
+                    .total_tokens = 22,
+                    .max_seqlen = 17,
+                    .heads = H,
+                    .head_dim = D,
                     .causal = causal};
     attn_problem_dense(&c->p, s, c->cu, c->q, c->k, c->v, c->out);
     const attn_backend *naive = attn_backend_find("naive");
@@ -59,7 +63,8 @@ Test(reference, rows_match_the_tests_reference) {
                 double smax = attn_reference_row(&c.p, seq, t, h, ref, vmax, scratch);
                 cr_assert_leq(smax, smax_all);
                 for (int d = 0; d < 8; d++) {
-                    cr_assert_eq(ref[d], all[((size_t)t * 2 + h) * 8 + d], "t %d h %d d %d", t, h, d);
+                    cr_assert_eq(ref[d], all[((size_t)t * 2 + h) * 8 + d], "t %d h %d d %d", t, h,
+                                 d);
                     cr_assert_eq(vmax[d], allv[((size_t)t * 2 + h) * 8 + d]);
                 }
             }

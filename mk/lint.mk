@@ -1,0 +1,20 @@
+# Static checks, both in .ci/run:
+#   make lint          cppcheck on every C source (warnings, portability,
+#                      performance); its false positives are listed, with
+#                      reasons, in tests/lint/cppcheck.supp
+#   make format-check  clang-format --dry-run -Werror with the committed
+#                      .clang-format on every C source and header
+# model/unicode_tables.c is generated (scripts/gen_unicode_tables.py) and
+# checked by neither: it is data, laid out by its generator.
+LINT_SRC := $(filter-out model/unicode_tables.c,$(LIB_SRC)) server/main.c
+FORMAT_SRC := $(LINT_SRC) $(UNIT_SRC) $(BENCH_SRC) $(wildcard tests/fuzz/*.c) \
+              $(filter-out model/unicode_tables.h,$(wildcard */*.h tests/*/*.h))
+
+.PHONY: lint format-check
+lint:
+	cppcheck --quiet --std=c11 --enable=warning,portability,performance --inline-suppr \
+	    --error-exitcode=1 --suppressions-list=tests/lint/cppcheck.supp \
+	    -I. -D__CPPCHECK__ -D_GNU_SOURCE $(LINT_SRC)
+
+format-check:
+	clang-format --dry-run -Werror $(FORMAT_SRC)

@@ -1,0 +1,521 @@
+/* embed_codec.c — decoding embedding requests into jobs (checking and
+ * tokenizing their inputs), encoding finished jobs as answers, and
+ * /tokenize's answer. Runs on the I/O thread; nothing here touches the
+ * scheduler or the model's weights.
+ *
+ * A request becomes an embed_job: its inputs' token ids back to back with
+ * their cu_seqlens, an output of one vector per input, and an embedded job
+ * (job.h). */
+#include "embed_codec.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "errors.h"
+#include "membudget.h"
+
+/* Jobs are charged to the request-memory budget (membudget.h) while they
+ * live: allocated in the handler's scope, released here. */
+void embed_job_release(void *p) {
+    embed_job *job = p;
+    if (!job)
+        return;
+    membudget_free(job->cu);
+    membudget_free(job->ids);
+    membudget_free(job->out);
+    json_decref(job->model);
+    membudget_free(job);
+}
+
+/* ---- decoding ----------------------------------------------------------------- */
+
+typedef struct refusal {
+    int err;
+    char msg[256];
+} refusal;
+
+static int refuse(refusal *r, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int refuse(refusal *r, int err, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->msg, sizeof r->msg, fmt, ap);
+    va_end(ap);
+    r->err = err;
+    return err;
+}
+
+/* What `input` / `inputs` holds. */
+enum { IN_TEXTS, IN_IDS };
+
+/* Checks the shape of the inputs: a string, or a non-empty array of strings;
+ * with allow_ids also an array of token ids or an array of such arrays.
+ * Sets *kind and *n (inputs), and *list: the array of inputs, or NULL when
+ * `in` itself is the one input. */
+static int classify(const embed_api *api, const char *field, json_t *in, bool allow_ids, int *kind,
+                    int32_t *n, json_t **list, refusal *r) {
+    const char *allowed = allow_ids ? "a string, an array of strings, an array of token ids or "
+                                      "an array of arrays of token ids"
+                                    : "a string or an array of strings";
+    *list = NULL;
+    if (!in)
+        return refuse(r, SRV_EBADREQUEST, "missing field \"%s\"", field);
+    if (json_is_string(in)) {
+        *kind = IN_TEXTS;
+        *n = 1;
+        return SRV_OK;
+    }
+    if (!json_is_array(in))
+        return refuse(r, SRV_EBADREQUEST, "%s must be %s", field, allowed);
+    size_t size = json_array_size(in);
+    if (size == 0)
+        return refuse(r, SRV_EBADREQUEST, "%s is an empty array", field);
+    json_t *first = json_array_get(in, 0);
+    if (allow_ids && json_is_integer(first)) {
+        *kind = IN_IDS;
+        *n = 1;
+        return SRV_OK;
+    }
+    const int64_t max_inputs = atomic_load(&api->max_inputs_per_request);
+    if ((int64_t)size > max_inputs)
+        return refuse(r, SRV_EINVALID, "%s has %zu inputs; max_inputs_per_request is %lld", field,
+                      size, (long long)max_inputs);
+    *kind = allow_ids && json_is_array(first) ? IN_IDS : IN_TEXTS;
+    for (size_t i = 0; i < size; i++) {
+        json_t *x = json_array_get(in, i);
+        if (*kind == IN_TEXTS ? !json_is_string(x) : !json_is_array(x))
+            return refuse(r, SRV_EBADREQUEST, "%s[%zu]: %s must be %s", field, i, field, allowed);
+    }
+    *n = (int32_t)size;
+    *list = in;
+    return SRV_OK;
+}
+
+/* Room in job->ids for more ints after the first have. */
+static int reserve(embed_job *job, size_t have, size_t more, refusal *r) {
+    if (have + more <= job->ids_cap)
+        return SRV_OK;
+    size_t cap = job->ids_cap ? job->ids_cap : 256;
+    while (cap < have + more)
+        cap *= 2;
+    int32_t *ids = membudget_realloc(job->ids, cap * sizeof *ids);
+    if (!ids)
+        return refuse(r, SRV_EINTERNAL, "out of memory");
+    job->ids = ids;
+    job->ids_cap = cap;
+    return SRV_OK;
+}
+
+static int tokenize_text(const embed_api *api, embed_job *job, int32_t i, json_t *text,
+                         bool truncate, refusal *r) {
+    const size_t len = json_string_length(text);
+    const int32_t max_len = api->model->max_positions;
+    if (len == 0)
+        return refuse(r, SRV_EBADREQUEST, "input %d is an empty string", (int)i);
+    int rc = reserve(job, (size_t)job->cu[i], (size_t)max_len, r);
+    if (rc != SRV_OK)
+        return rc;
+    tok_output o = {.ids = job->ids + job->cu[i], .capacity = max_len};
+    rc = tok_encode(api->tok, json_string_value(text), len, truncate, &o);
+    if (rc == TOK_EUTF8)
+        return refuse(r, SRV_EBADREQUEST, "input %d is not valid UTF-8 (byte %zu)", (int)i,
+                      o.error_at);
+    if (rc == TOK_ETOOLONG)
+        return refuse(r, SRV_EINVALID,
+                      "input %d has %d tokens; the model takes at most %d and truncation is off",
+                      (int)i, (int)o.n_full, (int)max_len);
+    if (rc != TOK_OK)
+        return refuse(r, SRV_EINTERNAL, "tokenizer: %s", tok_strerror(rc));
+    job->cu[i + 1] = job->cu[i] + o.n;
+    return SRV_OK;
+}
+
+/* Token ids go to the model as given: in the vocabulary, 1..max length. */
+static int take_ids(const embed_api *api, embed_job *job, int32_t i, json_t *arr, refusal *r) {
+    const size_t len = json_array_size(arr);
+    const int32_t max_len = api->model->max_positions, vocab = api->model->vocab_size;
+    if (len == 0)
+        return refuse(r, SRV_EBADREQUEST, "input %d is an empty array of token ids", (int)i);
+    if (len > (size_t)max_len)
+        return refuse(r, SRV_EINVALID, "input %d has %zu token ids; the model takes at most %d",
+                      (int)i, len, (int)max_len);
+    int rc = reserve(job, (size_t)job->cu[i], len, r);
+    if (rc != SRV_OK)
+        return rc;
+    for (size_t k = 0; k < len; k++) {
+        json_t *x = json_array_get(arr, k);
+        if (!json_is_integer(x))
+            return refuse(r, SRV_EBADREQUEST, "input %d, token %zu is not an integer id", (int)i,
+                          k);
+        json_int_t id = json_integer_value(x);
+        if (id < 0 || id >= vocab)
+            return refuse(r, SRV_EINVALID,
+                          "input %d, token %zu: id %lld outside the vocabulary "
+                          "[0, %d)",
+                          (int)i, k, (long long)id, (int)vocab);
+        job->ids[job->cu[i] + (int32_t)k] = (int32_t)id;
+    }
+    job->cu[i + 1] = job->cu[i] + (int32_t)len;
+    return SRV_OK;
+}
+
+/* A new job with every input of `in` tokenized (or taken as ids), checked
+ * against the limits, and its output allocated. */
+static embed_job *make_job(const embed_api *api, const char *field, json_t *in, bool allow_ids,
+                           bool truncate, refusal *r) {
+    int kind = IN_TEXTS;
+    int32_t n = 0;
+    json_t *list = NULL;
+    if (classify(api, field, in, allow_ids, &kind, &n, &list, r) != SRV_OK)
+        return NULL;
+    embed_job *job = membudget_calloc(1, sizeof *job);
+    if (!job || !(job->cu = membudget_calloc((size_t)n + 1, sizeof *job->cu))) {
+        membudget_free(job);
+        refuse(r, SRV_EINTERNAL, "out of memory");
+        return NULL;
+    }
+    job->n = n;
+    for (int32_t i = 0; i < n; i++) {
+        json_t *x = list ? json_array_get(list, (size_t)i) : in;
+        int rc = kind == IN_IDS ? take_ids(api, job, i, x, r)
+                                : tokenize_text(api, job, i, x, truncate, r);
+        if (rc != SRV_OK) {
+            embed_job_release(job);
+            return NULL;
+        }
+    }
+    const int32_t tokens = job->cu[n];
+    if (tokens > api->max_batch_tokens || n > api->max_batch_requests) {
+        refuse(r, SRV_EINVALID,
+               "request has %d inputs and %d tokens; a batch holds at most %d inputs "
+               "(max_batch_requests) and %d tokens (max_batch_tokens)",
+               (int)n, (int)tokens, (int)api->max_batch_requests, (int)api->max_batch_tokens);
+        embed_job_release(job);
+        return NULL;
+    }
+    job->out = membudget_malloc((size_t)n * (size_t)api->model->hidden_size * sizeof *job->out);
+    if (!job->out) {
+        embed_job_release(job);
+        refuse(r, SRV_EINTERNAL, "out of memory");
+        return NULL;
+    }
+    job->base.kind = api->kind;
+    sched_req_init(&job->base.sreq, tokens, n, 0, NULL);
+    return job;
+}
+
+static int want_bool(json_t *v, const char *name, bool *out, refusal *r) {
+    if (!v)
+        return SRV_OK;
+    if (!json_is_boolean(v))
+        return refuse(r, SRV_EBADREQUEST, "%s must be true or false", name);
+    *out = json_is_true(v);
+    return SRV_OK;
+}
+
+/* Whether the JSON string s is exactly lit (s may hold U+0000). */
+static bool string_is(const json_t *s, const char *lit) {
+    return json_string_length(s) == strlen(lit) &&
+           memcmp(json_string_value(s), lit, strlen(lit)) == 0;
+}
+
+/* POST /v1/embeddings */
+static embed_job *decode_openai(const embed_api *api, json_t *root, refusal *r) {
+    json_t *input = NULL, *model = NULL, *format = NULL, *dims = NULL;
+    const char *key;
+    json_t *value;
+    json_object_foreach(root, key, value) {
+        if (strcmp(key, "input") == 0)
+            input = value;
+        else if (strcmp(key, "model") == 0)
+            model = value;
+        else if (strcmp(key, "encoding_format") == 0)
+            format = value;
+        else if (strcmp(key, "dimensions") == 0)
+            dims = value;
+        else if (strcmp(key, "user") != 0) {
+            refuse(r, SRV_EBADREQUEST,
+                   "unknown field \"%.64s\" (expected input, model, encoding_format, dimensions, "
+                   "user)",
+                   key);
+            return NULL;
+        }
+    }
+    if (model && !json_is_string(model)) {
+        refuse(r, SRV_EBADREQUEST, "model must be a string");
+        return NULL;
+    }
+    bool base64 = false;
+    if (format && !json_is_string(format)) {
+        refuse(r, SRV_EBADREQUEST, "encoding_format must be a string");
+        return NULL;
+    }
+    if (format) {
+        base64 = string_is(format, "base64");
+        if (!base64 && !string_is(format, "float")) {
+            refuse(r, SRV_EINVALID, "encoding_format must be \"float\" or \"base64\"");
+            return NULL;
+        }
+    }
+    const int C = api->model->hidden_size;
+    if (dims && !json_is_integer(dims)) {
+        refuse(r, SRV_EBADREQUEST, "dimensions must be an integer");
+        return NULL;
+    }
+    if (dims && (json_integer_value(dims) < 1 || json_integer_value(dims) > C)) {
+        refuse(r, SRV_EINVALID, "dimensions is %lld; this model allows 1..%d",
+               (long long)json_integer_value(dims), C);
+        return NULL;
+    }
+    embed_job *job = make_job(api, "input", input, true, api->truncate, r);
+    if (!job)
+        return NULL;
+    job->api = API_OPENAI;
+    job->normalize = api->model->normalize;
+    job->base64 = base64;
+    job->dimensions = dims ? (int)json_integer_value(dims) : 0;
+    /* A copy, charged to the budget: the request's tree is freed next. */
+    job->model = model ? json_stringn(json_string_value(model), json_string_length(model))
+                       : json_string(api->model_name);
+    if (!job->model) {
+        embed_job_release(job);
+        refuse(r, SRV_EINTERNAL, "out of memory");
+        return NULL;
+    }
+    return job;
+}
+
+/* POST /embed */
+static embed_job *decode_tei(const embed_api *api, json_t *root, refusal *r) {
+    json_t *inputs = NULL, *normalize = NULL, *truncate = NULL;
+    const char *key;
+    json_t *value;
+    json_object_foreach(root, key, value) {
+        if (strcmp(key, "inputs") == 0)
+            inputs = value;
+        else if (strcmp(key, "normalize") == 0)
+            normalize = value;
+        else if (strcmp(key, "truncate") == 0)
+            truncate = value;
+        else {
+            refuse(r, SRV_EBADREQUEST,
+                   "unknown field \"%.64s\" (expected inputs, normalize, truncate)", key);
+            return NULL;
+        }
+    }
+    bool norm = true, trunc = api->truncate;
+    if (want_bool(normalize, "normalize", &norm, r) != SRV_OK ||
+        want_bool(truncate, "truncate", &trunc, r) != SRV_OK)
+        return NULL;
+    embed_job *job = make_job(api, "inputs", inputs, false, trunc, r);
+    if (!job)
+        return NULL;
+    job->api = API_TEI;
+    job->normalize = norm;
+    return job;
+}
+
+/* ---- encoding ------------------------------------------------------------------- */
+
+static const char b64_chars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/* n floats as base64 of their little-endian bytes. */
+static json_t *floats_base64(const float *v, size_t n) {
+    size_t bytes = n * 4, len = (bytes + 2) / 3 * 4;
+    unsigned char *raw = membudget_malloc(bytes);
+    char *text = membudget_malloc(len + 1);
+    json_t *out = NULL;
+    if (raw && text) {
+        for (size_t i = 0; i < n; i++) {
+            uint32_t u;
+            memcpy(&u, &v[i], sizeof u);
+            for (int j = 0; j < 4; j++)
+                raw[4 * i + (size_t)j] = (unsigned char)(u >> (8 * j));
+        }
+        size_t o = 0;
+        for (size_t i = 0; i < bytes; i += 3) {
+            size_t take = bytes - i < 3 ? bytes - i : 3;
+            uint32_t triple = (uint32_t)raw[i] << 16 | (take > 1 ? (uint32_t)raw[i + 1] << 8 : 0) |
+                              (take > 2 ? raw[i + 2] : 0);
+            text[o++] = b64_chars[triple >> 18 & 63];
+            text[o++] = b64_chars[triple >> 12 & 63];
+            text[o++] = take > 1 ? b64_chars[triple >> 6 & 63] : '=';
+            text[o++] = take > 2 ? b64_chars[triple & 63] : '=';
+        }
+        out = json_stringn(text, o);
+    }
+    membudget_free(raw);
+    membudget_free(text);
+    return out;
+}
+
+static json_t *floats_array(const float *v, size_t n) {
+    json_t *arr = json_array();
+    for (size_t i = 0; arr && i < n; i++)
+        if (json_array_append_new(arr, json_real(v[i])) != 0) {
+            json_decref(arr);
+            arr = NULL;
+        }
+    return arr;
+}
+
+static json_t *encode_openai(embed_job *job, int C) {
+    const size_t d = job->dimensions ? (size_t)job->dimensions : (size_t)C;
+    json_t *data = json_array();
+    for (int32_t i = 0; data && i < job->n; i++) {
+        float *v = job->out + (size_t)i * (size_t)C;
+        /* A shortened vector is renormalised, as OpenAI's are. */
+        if (d < (size_t)C)
+            bert_l2_normalize(v, (int)d);
+        json_t *e = job->base64 ? floats_base64(v, d) : floats_array(v, d);
+        if (!e ||
+            json_array_append_new(data, json_pack("{s:s, s:i, s:o}", "object", "embedding", "index",
+                                                  (json_int_t)i, "embedding", e)) != 0) {
+            json_decref(data);
+            data = NULL;
+        }
+    }
+    if (!data)
+        return NULL;
+    const json_int_t tokens = job->cu[job->n];
+    return json_pack("{s:s, s:o, s:O, s:{s:I, s:I}}", "object", "list", "data", data, "model",
+                     job->model, "usage", "prompt_tokens", tokens, "total_tokens", tokens);
+}
+
+static json_t *encode_tei(const embed_job *job, int C) {
+    json_t *out = json_array();
+    for (int32_t i = 0; out && i < job->n; i++) {
+        json_t *v = floats_array(job->out + (size_t)i * (size_t)C, (size_t)C);
+        if (!v || json_array_append_new(out, v) != 0) {
+            json_decref(out);
+            out = NULL;
+        }
+    }
+    return out;
+}
+
+/* ---- the codec's entry points ------------------------------------------------------- */
+
+embed_job *embed_api_decode(const embed_api *api, embed_route route, json_t *root, int *err,
+                            char *msg, size_t msg_len) {
+    refusal r = {0};
+    embed_job *job =
+        route == EMBED_ROUTE_OPENAI ? decode_openai(api, root, &r) : decode_tei(api, root, &r);
+    *err = job ? SRV_OK : r.err;
+    snprintf(msg, msg_len, "%s", job ? "" : r.msg);
+    return job;
+}
+
+void embed_job_free(embed_job *job) {
+    embed_job_release(job);
+}
+
+int32_t embed_job_inputs(const embed_job *job, const int32_t **cu, const int32_t **ids) {
+    *cu = job->cu;
+    *ids = job->ids;
+    return job->n;
+}
+
+/* ---- POST /tokenize ------------------------------------------------------------------- */
+
+/* One token in TEI's shape: special tokens have their vocabulary string and
+ * null offsets; others the input's bytes [start, stop) they came from. */
+static json_t *token_json(const embed_api *api, const char *text, int32_t id, tok_span sp) {
+    /* The post-processor's tokens, and only they, have empty spans. */
+    if (sp.start == sp.end)
+        return json_pack("{s:i, s:s, s:b, s:n, s:n}", "id", (json_int_t)id, "text",
+                         tok_id_to_token(api->tok, id), "special", 1, "start", "stop");
+    json_t *piece = json_stringn(text + sp.start, sp.end - sp.start);
+    /* NULL is also the budget refusing the string: then the token fails
+     * (and so the answer, with the budget's error), never "[UNK]" or a
+     * vocabulary string standing in for it. */
+    if (!piece && membudget_refused())
+        return NULL;
+    if (!piece) /* not whole characters: fall back to the vocabulary string */
+        piece = json_string(tok_id_to_token(api->tok, id));
+    return json_pack("{s:i, s:o, s:b, s:i, s:i}", "id", (json_int_t)id, "text", piece, "special", 0,
+                     "start", (json_int_t)sp.start, "stop", (json_int_t)sp.end);
+}
+
+/* The tokens of one input, all of them: /tokenize never truncates (as TEI),
+ * so a client can count what truncation would cut. */
+static json_t *tokenize_one(const embed_api *api, int32_t i, json_t *in, bool specials,
+                            refusal *r) {
+    const char *text = json_string_value(in);
+    const size_t len = json_string_length(in);
+    if (len == 0) {
+        refuse(r, SRV_EBADREQUEST, "input %d is an empty string", (int)i);
+        return NULL;
+    }
+    tok_output o = {.capacity = api->model->max_positions};
+    int rc = TOK_ETOOLONG;
+    for (int pass = 0; pass < 2 && rc == TOK_ETOOLONG; pass++) {
+        if (pass)
+            o.capacity = o.n_full;
+        membudget_free(o.ids);
+        membudget_free(o.offsets);
+        o.ids = membudget_malloc((size_t)o.capacity * sizeof *o.ids);
+        o.offsets = membudget_malloc((size_t)o.capacity * sizeof *o.offsets);
+        rc = o.ids && o.offsets ? tok_encode(api->tok, text, len, 0, &o) : TOK_ENOMEM;
+    }
+    json_t *out = NULL;
+    if (rc == TOK_EUTF8)
+        refuse(r, SRV_EBADREQUEST, "input %d is not valid UTF-8 (byte %zu)", (int)i, o.error_at);
+    else if (rc != TOK_OK)
+        refuse(r, SRV_EINTERNAL, "tokenizer: %s", tok_strerror(rc));
+    else if (!(out = json_array()))
+        refuse(r, SRV_EINTERNAL, "out of memory");
+    for (int32_t k = 0; out && k < o.n; k++) {
+        if (!specials && o.offsets[k].start == o.offsets[k].end)
+            continue;
+        if (json_array_append_new(out, token_json(api, text, o.ids[k], o.offsets[k])) != 0) {
+            json_decref(out);
+            out = NULL;
+            refuse(r, SRV_EINTERNAL, "out of memory");
+        }
+    }
+    membudget_free(o.ids);
+    membudget_free(o.offsets);
+    return out;
+}
+
+json_t *embed_api_tokens(const embed_api *api, json_t *root, int *err, char *msg, size_t msg_len) {
+    refusal r = {0};
+    json_t *inputs = NULL, *add = NULL, *list = NULL, *out = NULL;
+    const char *key;
+    json_t *value;
+    json_object_foreach(root, key, value) {
+        if (strcmp(key, "inputs") == 0)
+            inputs = value;
+        else if (strcmp(key, "add_special_tokens") == 0)
+            add = value;
+        else if (!r.err)
+            refuse(&r, SRV_EBADREQUEST,
+                   "unknown field \"%.64s\" (expected inputs, add_special_tokens)", key);
+    }
+    bool specials = true;
+    int kind = IN_TEXTS;
+    int32_t n = 0;
+    if (!r.err && want_bool(add, "add_special_tokens", &specials, &r) == SRV_OK &&
+        classify(api, "inputs", inputs, false, &kind, &n, &list, &r) == SRV_OK) {
+        out = json_array();
+        for (int32_t i = 0; out && i < n; i++) {
+            json_t *tokens =
+                tokenize_one(api, i, list ? json_array_get(list, (size_t)i) : inputs, specials, &r);
+            if (!tokens || json_array_append_new(out, tokens) != 0) {
+                json_decref(out);
+                out = NULL;
+            }
+        }
+        if (!out && !r.err)
+            refuse(&r, SRV_EINTERNAL, "out of memory");
+    }
+    *err = out ? SRV_OK : r.err;
+    snprintf(msg, msg_len, "%s", out ? "" : r.msg);
+    return out;
+}
+
+json_t *embed_encode(embed_job *job, int C) {
+    return job->api == API_OPENAI ? encode_openai(job, C) : encode_tei(job, C);
+}

@@ -1,0 +1,101 @@
+/* embed_codec.h — what the embeddings endpoints (POST /v1/embeddings,
+ * OpenAI; POST /embed and POST /tokenize, Text Embeddings Inference) accept
+ * and answer: requests decoded into jobs, jobs encoded as answers.
+ *
+ * Texts are tokenized on the I/O thread, before submission: the scheduler
+ * batches by token count, so the count must be known at submit, and the
+ * tokenizer (millions of tokens per second) costs far less than the
+ * forward pass it feeds. One request with n inputs is one scheduler
+ * request of n sequences; the inputs of every embedding request in a batch
+ * run through one packed bert_forward (varlen, no padding).
+ *
+ * Inputs. /v1/embeddings takes `input` as a string, an array of strings, an
+ * array of token ids or an array of arrays of token ids. Token ids are
+ * passed to the model exactly as given (no [CLS]/[SEP] added, never cut:
+ * an array longer than the model's maximum is refused), as OpenAI treats
+ * token input as already tokenized. `model` is accepted whatever it names
+ * and echoed back (the service serves one model, as TEI does); absent, the
+ * loaded model's name is echoed. /embed and /tokenize take `inputs` as a
+ * string or an array of strings.
+ *
+ * Vectors. /v1/embeddings returns what the model defines (its Normalize
+ * module, if any), cut to `dimensions` and renormalised when asked. /embed
+ * returns L2-normalised vectors unless normalize is false, then the pooled
+ * vector as pooling made it. Unknown fields are refused (400). */
+#ifndef ATTN_EMBED_CODEC_H
+#define ATTN_EMBED_CODEC_H
+
+#include <jansson.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "embed_service.h"
+#include "job.h"
+#include "model/bert.h"
+#include "model/tokenizer.h"
+#include "scheduler.h"
+
+typedef struct embed_api {
+    embed_service *svc;
+    sched *sched;
+    int kind; /* the runner's id of the embeddings service */
+    const tok_tokenizer *tok;
+    const bert_config *model;
+    const char *model_name;                 /* echoed when a request names none */
+    int32_t max_batch_tokens;               /* the start-time ceiling */
+    int32_t max_batch_requests;             /* likewise */
+    bool truncate;                          /* the default of /embed's truncate */
+    _Atomic int64_t max_inputs_per_request; /* reloadable */
+    _Atomic int64_t request_timeout_ms;     /* reloadable */
+} embed_api;
+
+/* Decoding on its own: the routes call these, and tests/fuzz drives them
+ * with arbitrary bodies. They read tok, model, model_name, truncate and the
+ * limits of api, never svc or sched. */
+typedef enum embed_route { EMBED_ROUTE_OPENAI, EMBED_ROUTE_TEI } embed_route;
+typedef struct embed_job embed_job;
+
+/* Checks, tokenizes and decodes a request's JSON object as /v1/embeddings
+ * (EMBED_ROUTE_OPENAI) or /embed (EMBED_ROUTE_TEI) does. Returns the job,
+ * freed with embed_job_free, or NULL with the SRV_E* code in *err and a
+ * message in msg. */
+embed_job *embed_api_decode(const embed_api *api, embed_route route, json_t *root, int *err,
+                            char *msg, size_t msg_len);
+void embed_job_free(embed_job *job);
+/* embed_job_free for job_submit and http_set_user (job is an embed_job). */
+void embed_job_release(void *job);
+
+/* A decoded job's inputs: returns n and sets *cu (n + 1 token offsets into
+ * *ids) and *ids (cu[n] token ids). */
+int32_t embed_job_inputs(const embed_job *job, const int32_t **cu, const int32_t **ids);
+
+/* /tokenize's answer for a request's JSON object (root is not stolen): the
+ * array of token arrays, or NULL with the SRV_E* code in *err and a message
+ * in msg. */
+json_t *embed_api_tokens(const embed_api *api, json_t *root, int *err, char *msg, size_t msg_len);
+
+/* The answer's shape. */
+enum { API_OPENAI, API_TEI };
+
+/* A decoded request: the job the service runs and the route answers. */
+struct embed_job {
+    job base;       /* first: the scheduler's request, kind, HTTP request, outcome */
+    int api;        /* API_OPENAI or API_TEI: the answer's shape */
+    int32_t n;      /* inputs */
+    int32_t *cu;    /* (n + 1) token offsets of each input in ids */
+    int32_t *ids;   /* (cu[n]) */
+    size_t ids_cap; /* ints allocated for ids */
+    float *out;     /* (n, C) pooled vectors, raw until run_batch */
+    bool normalize; /* run_batch L2-normalises each vector */
+    int dimensions; /* OpenAI: keep the first this many (0: all) */
+    bool base64;    /* OpenAI encoding_format */
+    json_t *model;  /* OpenAI: the name to echo */
+};
+
+/* The answer for a finished job in its route's shape (C: the model's
+ * hidden size), or NULL when memory ran short. */
+json_t *embed_encode(embed_job *job, int C);
+
+#endif

@@ -1,0 +1,55 @@
+/* job.h — the bottom of every compute route: one request's work handed to
+ * the scheduler, the connection parked until it is done, and a client that
+ * closes cancelling it.
+ *
+ * A service embeds a job as the first member of its own job struct, fills
+ * its inputs and sreq's token counts, and calls job_submit. The scheduler's
+ * done callback and the watch's client-closed callback are here; what a job
+ * computes is the service's (its kind, registered with the runner in
+ * batch.h), and how it is answered is the route's (the resumed handler).
+ * This module knows neither. */
+#ifndef ATTN_JOB_H
+#define ATTN_JOB_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "http.h"
+#include "scheduler.h"
+
+struct attn_backend;
+
+/* The first member of every job a service submits; the scheduler's request
+ * is inside it, so SCHED_CONTAINER_OF(req, job, sreq) finds the kind. It
+ * also holds what every kind shares: the parked HTTP request and how the
+ * job ended. */
+typedef struct job {
+    sched_req sreq;
+    int kind; /* batch_runner_add_kind's id: which service runs it */
+    http_request *http;
+    sched *sched; /* the one it was submitted to, for a cancel */
+
+    /* Written by the compute thread, read after the done callback. */
+    int err; /* SRV_OK or the SRV_E* to answer with */
+    char why[160];
+    const struct attn_backend *ran;
+
+    /* Two parties finish with a job: the handler once it has parked the
+     * connection, the done callback once the result is in. The second one
+     * resumes, so a resume never precedes the suspend. */
+    atomic_int gate;
+} job;
+
+/* Submits j (its kind and inputs filled, sreq's token counts set) for req
+ * and parks req until the job is done; the deadline is timeout_ms from the
+ * request's arrival. On a refusal (queue full, draining, too big) j is
+ * freed with free_fn and req answered with the matching error. Returns what
+ * a route handler returns. */
+int job_submit(http_request *req, job *j, sched *s, int64_t timeout_ms, void (*free_fn)(void *));
+
+/* Queue and compute time of a finished job, in milliseconds, for
+ * http_set_timing. */
+double job_queue_ms(const job *j);
+double job_compute_ms(const job *j);
+
+#endif
