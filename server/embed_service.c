@@ -133,8 +133,7 @@ int embed_service_run_batch(const sched_batch *b, void *ctx) {
      * the forward runs with; the tap names it. */
     const attn_backend *backend = srv_engine_backend(svc->engine);
     svc->tap_backend = backend;
-    int rc =
-        B ? srv_engine_forward(svc->engine, &eb, &hook, &backend, why, sizeof why) : ENGINE_OK;
+    int rc = B ? srv_engine_forward(svc->engine, &eb, &hook, &backend, why, sizeof why) : ENGINE_OK;
     if (B && rc == ENGINE_OK)
         svc->last.stages = srv_engine_last_run(svc->engine)->stages;
     const size_t C = (size_t)svc->C;

@@ -1,9 +1,12 @@
 /* engine.c (server) — the engine and the attention backend in force. */
 #include "engine.h"
 
+#include <math.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "config.h"
 #include "log.h"
@@ -13,6 +16,7 @@ struct srv_engine {
     engine *eng;
     attn_parallel par;
     _Atomic(const attn_backend *) backend;
+    char check[160]; /* the precision's start-up check, for /info */
 };
 
 static void log_registry(void) {
@@ -25,6 +29,116 @@ static void log_registry(void) {
             log_warn("engine refused", LOG_KV("engine", en->name), LOG_KV("origin", en->origin),
                      LOG_KV("reason", en->reason));
     }
+}
+
+/* ---- the start-up check of a reduced precision ---------------------------------------
+ * A precision below fp32 is checked against the same engine in fp32 before
+ * it serves: a fixed batch of pseudo-random token ids (four sequences,
+ * 8 to 128 tokens, so short and long sequences and every layer are
+ * covered) through both, and the lowest cosine between their pooled vectors
+ * must reach the precision's floor. The floors are the accuracy each
+ * precision is accepted at (README, Engines): bf16 0.9999, int8 0.99. One
+ * that fails is refused (a named precision stops the start; `auto` moves on
+ * to the next faster-to-slower precision, fp32 last, which is the
+ * reference and needs no check). */
+#define CHECK_SEQS 4
+static const int32_t check_lens[CHECK_SEQS] = {8, 31, 64, 128};
+#define CHECK_TOKENS (8 + 31 + 64 + 128)
+
+static double precision_floor(gemm_precision p) {
+    return p == GEMM_BF16 ? 0.9999 : p == GEMM_INT8 ? 0.99 : 1.0;
+}
+
+static double cosine(const float *a, const float *b, int n) {
+    double ab = 0, aa = 0, bb = 0;
+    for (int i = 0; i < n; i++) {
+        ab += (double)a[i] * b[i];
+        aa += (double)a[i] * a[i];
+        bb += (double)b[i] * b[i];
+    }
+    return aa > 0 && bb > 0 ? ab / sqrt(aa * bb) : 0.0;
+}
+
+/* Runs the check batch on cand and on a small fp32 instance of the same
+ * engine; returns 0 with the lowest cosine in *min_cos, or -1 with why. */
+static int precision_check(const engine_iface *iface, engine *cand, const srv_engine_options *o,
+                           const attn_parallel *par, double *min_cos, char *why, size_t why_len) {
+    const bert_config *c = engine_model(cand);
+    const int C = c->hidden_size;
+    int32_t ids[CHECK_TOKENS], cu[CHECK_SEQS + 1] = {0};
+    uint64_t x = 0x9e3779b97f4a7c15u;
+    for (int b = 0; b < CHECK_SEQS; b++)
+        cu[b + 1] = cu[b] + check_lens[b];
+    for (int t = 0; t < CHECK_TOKENS; t++) {
+        x ^= x >> 12, x ^= x << 25, x ^= x >> 27;
+        ids[t] = (int32_t)((x * 0x2545f4914f6cdd1du) >> 33) % c->vocab_size;
+    }
+    const engine_options ro = {.model_dir = o->model_dir,
+                               .precision = GEMM_FP32,
+                               .max_tokens = CHECK_TOKENS,
+                               .max_seqs = CHECK_SEQS,
+                               .nthreads = tp_nthreads(o->pool),
+                               .backends = o->backends,
+                               .nbackends = o->nbackends};
+    engine *ref = NULL;
+    float *out = malloc(2 * (size_t)CHECK_SEQS * (size_t)C * sizeof *out);
+    int rc = out ? engine_create(iface, &ro, &ref, why, why_len) : ENGINE_ENOMEM;
+    if (rc == ENGINE_OK) {
+        engine_batch b = {.ids = ids, .cu_seqlens = cu, .batch = CHECK_SEQS, .out = out};
+        rc = engine_forward(cand, &b, o->backend, par, NULL, why, why_len);
+        b.out = out + (size_t)CHECK_SEQS * (size_t)C;
+        if (rc == ENGINE_OK)
+            rc = engine_forward(ref, &b, o->backend, par, NULL, why, why_len);
+    } else if (!out) {
+        snprintf(why, why_len, "out of memory");
+    }
+    *min_cos = 1.0;
+    for (int s = 0; rc == ENGINE_OK && s < CHECK_SEQS; s++) {
+        const double cs =
+            cosine(out + (size_t)s * (size_t)C, out + (size_t)(CHECK_SEQS + s) * (size_t)C, C);
+        *min_cos = cs < *min_cos ? cs : *min_cos;
+    }
+    engine_destroy(ref);
+    free(out);
+    return rc == ENGINE_OK ? 0 : -1;
+}
+
+/* Creates iface's engine in precision p and, below fp32, checks it.
+ * Returns ENGINE_OK, ENGINE_EUNSUPPORTED for a failed check (why says so),
+ * or engine_create's error. */
+static int create_checked(srv_engine *e, const engine_iface *iface, gemm_precision p,
+                          const srv_engine_options *o, char *why, size_t why_len) {
+    const engine_options eo = {.model_dir = o->model_dir,
+                               .precision = p,
+                               .max_tokens = o->max_tokens,
+                               .max_seqs = o->max_seqs,
+                               .nthreads = tp_nthreads(o->pool),
+                               .backends = o->backends,
+                               .nbackends = o->nbackends};
+    int rc = engine_create(iface, &eo, &e->eng, why, why_len);
+    if (rc != ENGINE_OK || p == GEMM_FP32) {
+        snprintf(e->check, sizeof e->check, "%s", rc == ENGINE_OK ? "fp32: the reference" : "");
+        return rc;
+    }
+    double min_cos = 0;
+    if (precision_check(iface, e->eng, o, &e->par, &min_cos, why, why_len) != 0)
+        rc = ENGINE_EUNSUPPORTED;
+    else if (!(min_cos >= precision_floor(p))) {
+        snprintf(why, why_len, "%s: lowest cosine %.6f against fp32 is below the floor %g",
+                 engine_precision_name(p), min_cos, precision_floor(p));
+        rc = ENGINE_EUNSUPPORTED;
+    } else {
+        snprintf(e->check, sizeof e->check, "%s: lowest cosine %.6f against fp32 (floor %g)",
+                 engine_precision_name(p), min_cos, precision_floor(p));
+        log_info("precision passed its start-up check", LOG_KV("engine", iface->name),
+                 LOG_KV("precision", engine_precision_name(p)), LOG_KV("min_cosine", min_cos),
+                 LOG_KV("floor", precision_floor(p)));
+    }
+    if (rc != ENGINE_OK) {
+        engine_destroy(e->eng);
+        e->eng = NULL;
+    }
+    return rc;
 }
 
 int srv_engine_create(const srv_engine_options *o, srv_engine **out) {
@@ -48,18 +162,32 @@ int srv_engine_create(const srv_engine_options *o, srv_engine **out) {
     }
     e->par = tp_parallel(o->pool);
     atomic_store(&e->backend, o->backend);
-    const engine_options eo = {.model_dir = o->model_dir,
-                               .precision = precision,
-                               .max_tokens = o->max_tokens,
-                               .max_seqs = o->max_seqs,
-                               .nthreads = tp_nthreads(o->pool),
-                               .backends = o->backends,
-                               .nbackends = o->nbackends};
-    int rc = engine_create(iface, &eo, &e->eng, err, sizeof err);
+    /* `auto` tries the precisions from the one engine_select chose (the
+     * fastest this engine runs here) down to fp32; a named one only itself. */
+    static const gemm_precision by_speed[] = {GEMM_INT8, GEMM_BF16, GEMM_FP32};
+    const bool is_auto = !o->precision || strcmp(o->precision, "auto") == 0;
+    int rc = ENGINE_EUNSUPPORTED;
+    for (size_t i = 0; i < sizeof by_speed / sizeof by_speed[0]; i++) {
+        const gemm_precision p = by_speed[i];
+        if (p != precision && !(is_auto && p < precision))
+            continue;
+        if (p != precision && engine_precision_unsupported(iface, p))
+            continue;
+        rc = create_checked(e, iface, p, o, err, sizeof err);
+        if (rc == ENGINE_OK) {
+            precision = p;
+            break;
+        }
+        log_warn("precision refused", LOG_KV("engine", iface->name),
+                 LOG_KV("precision", engine_precision_name(p)),
+                 LOG_KV("problem", engine_strerror(rc)), LOG_KV("reason", err));
+        if (!is_auto || rc == ENGINE_ENOMEM || rc == ENGINE_EMODEL)
+            break;
+    }
     if (rc != ENGINE_OK) {
         log_error("cannot start the engine", LOG_KV("engine", iface->name),
-                  LOG_KV("precision", engine_precision_name(precision)),
-                  LOG_KV("problem", engine_strerror(rc)), LOG_KV("error", err));
+                  LOG_KV("precision", o->precision), LOG_KV("problem", engine_strerror(rc)),
+                  LOG_KV("error", err));
         free(e);
         return rc == ENGINE_ENOMEM ? 1 : CONFIG_EXIT_INVALID;
     }
@@ -67,7 +195,7 @@ int srv_engine_create(const srv_engine_options *o, srv_engine **out) {
     engine_memory m;
     engine_memory_of(e->eng, &m);
     log_info("engine started", LOG_KV("engine", iface->name),
-             LOG_KV("precision", engine_precision_name(precision)),
+             LOG_KV("precision", engine_precision_name(precision)), LOG_KV("check", e->check),
              LOG_KV("weights_owned_bytes", m.weights_owned),
              LOG_KV("weights_mapped_bytes", m.weights_mapped),
              LOG_KV("workspace_bytes", m.workspace));
@@ -163,11 +291,11 @@ json_t *srv_engine_info(const srv_engine *e, const char *engine_setting,
         return NULL;
     engine_memory m;
     engine_memory_of(e->eng, &m);
-    return json_pack("{s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:i, s:o}", "name",
-                     srv_engine_name(e), "precision", srv_engine_precision(e), "engine_setting",
-                     engine_setting, "precision_setting", precision_setting, "plugin_dir",
-                     plugin_dir ? plugin_dir : "", "weights_owned_bytes",
-                     (json_int_t)m.weights_owned, "weights_mapped_bytes",
-                     (json_int_t)m.weights_mapped, "workspace_bytes", (json_int_t)m.workspace,
-                     "api_version", ENGINE_API_VERSION, "engines", list);
+    return json_pack(
+        "{s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:i, s:s, s:o}", "name", srv_engine_name(e),
+        "precision", srv_engine_precision(e), "engine_setting", engine_setting, "precision_setting",
+        precision_setting, "plugin_dir", plugin_dir ? plugin_dir : "", "weights_owned_bytes",
+        (json_int_t)m.weights_owned, "weights_mapped_bytes", (json_int_t)m.weights_mapped,
+        "workspace_bytes", (json_int_t)m.workspace, "api_version", ENGINE_API_VERSION,
+        "precision_check", e->check, "engines", list);
 }

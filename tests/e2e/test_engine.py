@@ -80,6 +80,7 @@ def test_default_is_the_builtin_cpu_engine_in_fp32(start_server):
     assert i["name"] == "cpu" and i["precision"] == "fp32"
     assert i["engine_setting"] == "auto" and i["precision_setting"] == "auto"
     assert i["plugin_dir"] == "" and i["api_version"] == 1
+    assert i["precision_check"] == "fp32: the reference"
     assert [(e["name"], e["origin"], e["offered"], e["precisions"]) for e in i["engines"]] == \
         [("cpu", "built-in", True, ["fp32"])]
     assert i["weights_mapped_bytes"] > 0 and i["workspace_bytes"] > 0
