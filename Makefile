@@ -45,7 +45,7 @@ CFLAGS  += -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -pthread \
 ifneq ($(filter x86_64 i%86,$(shell uname -m)),)
 CFLAGS  += -mno-omit-leaf-frame-pointer
 endif
-LDLIBS  += $(PKG_LIBS) $(BLAS_LIBS) -lm -pthread
+LDLIBS  += $(PKG_LIBS) $(BLAS_LIBS) -ldl -lm -pthread
 ifneq ($(SANITIZE),)
 CFLAGS  += -fsanitize=$(SANITIZE) -fno-sanitize-recover=all
 LDFLAGS += -fsanitize=$(SANITIZE)
@@ -60,7 +60,8 @@ AVX512_FLAGS := -mavx512f -mavx512dq -mavx512bw -mavx512vl -mavx2 -mfma
 AVX2_FLAGS   := -mavx2 -mfma
 endif
 
-LIB_SRC   := $(sort $(wildcard kernels/*.c) $(filter-out server/main.c,$(wildcard server/*.c)) $(wildcard model/*.c))
+LIB_SRC   := $(sort $(wildcard kernels/*.c) $(filter-out server/main.c,$(wildcard server/*.c)) $(wildcard model/*.c) \
+                   $(wildcard engines/*.c))
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 UNIT_SRC  := $(sort $(wildcard tests/unit/*.c))
 UNIT_OBJ  := $(UNIT_SRC:%.c=$(BUILD)/obj/%.o)
@@ -181,7 +182,8 @@ bench-embed: $(BIN) model
 	bench/embed/run.sh $(BIN) $(MODEL_DIR)
 
 format:
-	clang-format -i $(LIB_SRC) $(UNIT_SRC) $(BENCH_SRC) server/main.c $(wildcard */*.h)
+	clang-format -i $(LIB_SRC) $(UNIT_SRC) $(BENCH_SRC) server/main.c $(wildcard */*.h) \
+	    $(wildcard engines/plugins/*.c tests/engines/*.c)
 
 clean:
 	rm -rf build build-san-* $(TSAN_BUILD)

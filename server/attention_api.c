@@ -52,7 +52,7 @@ static void job_free(void *p) {
 struct attn_service {
     tp_pool *pool;
     attn_parallel par;
-    _Atomic(const attn_backend *) backend;
+    const srv_engine *engine;      /* owns the backend in force */
     const attn_backend *reference; /* runs groups the backend refuses */
     size_t cap;                    /* floats per packed tensor */
     int32_t max_batch_requests;
@@ -82,7 +82,7 @@ static size_t round64(size_t n) {
 }
 
 attn_service *attn_service_create(int32_t max_batch_tokens, int32_t max_batch_requests,
-                                  tp_pool *pool, const attn_backend *backend, char *err,
+                                  tp_pool *pool, const srv_engine *engine, char *err,
                                   size_t err_len) {
     attn_service *svc = calloc(1, sizeof *svc);
     if (!svc) {
@@ -91,7 +91,7 @@ attn_service *attn_service_create(int32_t max_batch_tokens, int32_t max_batch_re
     }
     svc->pool = pool;
     svc->par = tp_parallel(pool);
-    atomic_store(&svc->backend, backend);
+    svc->engine = engine;
     svc->reference = attn_backend_find("naive");
     svc->max_batch_requests = max_batch_requests;
     svc->cap = (size_t)max_batch_tokens * ATTN_API_ROW_FLOATS;
@@ -147,26 +147,6 @@ void attn_service_destroy(attn_service *svc) {
 
 size_t attn_service_workspace_bytes(const attn_service *svc) {
     return svc->total_bytes;
-}
-
-const attn_backend *attn_service_backend(const attn_service *svc) {
-    return atomic_load(&svc->backend);
-}
-
-typedef struct swap_arg {
-    attn_service *svc;
-    const attn_backend *backend;
-} swap_arg;
-
-static int swap_backend(void *arg) {
-    swap_arg *a = arg;
-    atomic_store(&a->svc->backend, a->backend);
-    return SCHED_OK;
-}
-
-int attn_service_set_backend(attn_service *svc, sched *s, const attn_backend *backend) {
-    swap_arg a = {svc, backend};
-    return sched_call(s, swap_backend, &a);
 }
 
 static double seconds_since(const struct timespec *t0) {
@@ -239,7 +219,7 @@ static void run_group(attn_service *svc, const attn_backend *backend, int32_t n,
 int attn_service_run_batch(const sched_batch *b, void *ctx) {
     attn_service *svc = ctx;
     /* One read per batch: a reload swaps the backend between batches only. */
-    const attn_backend *backend = atomic_load(&svc->backend);
+    const attn_backend *backend = srv_engine_backend(svc->engine);
     for (int32_t i = 0; i < b->n_reqs; i++)
         SCHED_CONTAINER_OF(b->reqs[i], attn_job, base.sreq)->packed = false;
     svc->last = (attn_batch_info){0};

@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "batch.h"
+#include "engine.h"
 #include "http.h"
 #include "kernels/attention.h"
 #include "kernels/threadpool.h"
@@ -42,26 +43,21 @@ attn_shape attn_service_bounds(int32_t max_batch_tokens, int32_t max_batch_reque
 
 /* Allocates every buffer a batch needs (packed Q, K, V, output, cu_seqlens,
  * the largest kernel workspace of any built-in backend, so a reload can swap
- * backends without allocating). backend must already have passed
- * attn_backend_select for the bounds. Returns NULL with a message in err. */
+ * backends without allocating). Batches run with engine's backend in force
+ * (srv_engine_backend), which must already have passed attn_backend_select
+ * for the bounds. Returns NULL with a message in err. */
 attn_service *attn_service_create(int32_t max_batch_tokens, int32_t max_batch_requests,
-                                  tp_pool *pool, const attn_backend *backend, char *err,
+                                  tp_pool *pool, const srv_engine *engine, char *err,
                                   size_t err_len);
 void attn_service_destroy(attn_service *svc);
 
 /* Bytes allocated by attn_service_create. */
 size_t attn_service_workspace_bytes(const attn_service *svc);
 
-/* The backend batches run with now; safe from any thread. */
-const attn_backend *attn_service_backend(const attn_service *svc);
-
-/* Switches the backend between two batches (through sched_call, so never
- * during one). Returns SCHED_OK or the sched_call error. */
-int attn_service_set_backend(attn_service *svc, sched *s, const attn_backend *backend);
-
 /* Runs the attention requests of a batch (ctx is the attn_service) and adds
  * the trace line's "attention" member: the runner's batch_kind run and
- * trace (batch.h). */
+ * trace (batch.h). Batches run with the engine's backend in force
+ * (srv_engine_backend). */
 int attn_service_run_batch(const sched_batch *b, void *ctx);
 int attn_service_trace(void *ctx, const sched_batch *part, char *buf, size_t cap, bool *verified);
 

@@ -82,6 +82,7 @@ typedef struct setting {
 static const char *backend_values[ATTN_MAX_BACKENDS + 2];
 static const char *const log_level_values[] = {"debug", "info", "warn", "error", NULL};
 static const char *const log_format_values[] = {"text", "json", NULL};
+static const char *const precision_values[] = {"fp32", "bf16", "int8", "auto", NULL};
 
 static void backend_values_fill(void) {
     size_t n = 0;
@@ -146,6 +147,18 @@ static const setting settings[] = {
            "Backends to try, in order, when the configured one cannot run the configured "
            "shapes, fails its start-up self-test, or fails shadow verification "
            "(verify_sample_rate)."),
+    /* The engine (engines/engine.h): which one runs the encoder, in which
+     * precision, and where plugins are found. Restart only: the weights are
+     * loaded (and, below fp32, packed) once, and the workspace and /info's
+     * worst case are sized for that engine at start. */
+    STRING(engine, "auto", check_nonempty, "auto, cpu, or an offered plugin engine's name", RESTART,
+           "Engine running the encoder: a built-in one (cpu), a plugin's from plugin_dir, or "
+           "auto for the highest-scoring engine offered on this machine."),
+    ENUM(precision, "auto", precision_values, RESTART,
+         "Precision of the encoder's GEMMs; auto picks the fastest the engine runs on this CPU."),
+    STRING(plugin_dir, "", NULL, "a directory, or \"\" for none", RESTART,
+           "Directory of engine plugins (*.so); each is offered, or listed in /info with the "
+           "reason it is refused."),
     INT(threads, 0, 0, 4096, RESTART, "Compute threads; 0 uses every online core."),
     INT(max_batch_tokens, 16384, 1, 1 << 20, RESTART,
         "Token budget of one batch; workspaces are allocated for it at start."),

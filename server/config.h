@@ -46,6 +46,9 @@ typedef struct config {
     /* ---- compute and batching ---- */
     const char *backend;        /* "naive" | "fused" | "auto" */
     char *fallback_backends;    /* comma-separated backend names, may be "" */
+    char *engine;               /* "auto", "cpu" or a plugin engine's name */
+    const char *precision;      /* "fp32" | "bf16" | "int8" | "auto" */
+    char *plugin_dir;           /* engine plugins; "" = none */
     int64_t threads;            /* compute threads; 0 = all online cores */
     int64_t max_batch_tokens;   /* token budget of one batch */
     int64_t max_batch_requests; /* requests in one batch */

@@ -1,5 +1,5 @@
 /* embed_service.c — the embeddings compute service: every embedding job of
- * a batch runs through one packed bert_forward (varlen, no padding) on the
+ * a batch runs through one packed engine forward (varlen, no padding) on the
  * compute thread, and each job's vectors are copied back to it. */
 #include "embed_service.h"
 
@@ -17,10 +17,7 @@ static double ns_ms(uint64_t ns) {
 }
 
 struct embed_service {
-    const bert_model *model;
-    const attn_service *attn; /* whose backend batches use */
-    attn_parallel par;
-    bert_workspace *ws;
+    srv_engine *engine; /* runs the forward, with the attention backend in force */
     int C, layers;
     int32_t max_tokens, max_seqs;
     int32_t *ids; /* (max_tokens) the packed batch */
@@ -34,38 +31,27 @@ struct embed_service {
     embed_batch_info last;
 };
 
-embed_service *embed_service_create(const bert_model *model, const attn_service *attn,
-                                    tp_pool *pool, int32_t max_batch_tokens,
-                                    int32_t max_batch_requests, const attn_backend *const *backends,
-                                    size_t nbackends, char *err, size_t err_len) {
+embed_service *embed_service_create(srv_engine *engine, int32_t max_batch_tokens,
+                                    int32_t max_batch_requests, char *err, size_t err_len) {
     embed_service *svc = calloc(1, sizeof *svc);
     if (!svc) {
         snprintf(err, err_len, "out of memory");
         return NULL;
     }
-    svc->model = model;
-    svc->attn = attn;
-    svc->par = tp_parallel(pool);
-    svc->C = bert_get_config(model)->hidden_size;
-    svc->layers = bert_get_config(model)->num_layers;
+    const bert_config *m = engine_model(srv_engine_instance(engine));
+    svc->engine = engine;
+    svc->C = m->hidden_size;
+    svc->layers = m->num_layers;
     svc->max_tokens = max_batch_tokens;
     svc->max_seqs = max_batch_requests;
-    int rc = bert_workspace_create(model, max_batch_tokens, tp_nthreads(pool), backends, nbackends,
-                                   &svc->ws, err, err_len);
-    if (rc != BERT_OK) {
-        free(svc);
-        return NULL;
-    }
-    /* Vectors leave forward raw: each request chooses its normalisation. */
-    bert_workspace_set_raw(svc->ws, 1);
     svc->ids = malloc((size_t)max_batch_tokens * sizeof *svc->ids);
     svc->cu = malloc(((size_t)max_batch_requests + 1) * sizeof *svc->cu);
     svc->out = malloc((size_t)max_batch_requests * (size_t)svc->C * sizeof *svc->out);
-    svc->total_bytes = bert_workspace_bytes(svc->ws) + (size_t)max_batch_tokens * sizeof *svc->ids +
+    svc->total_bytes = (size_t)max_batch_tokens * sizeof *svc->ids +
                        ((size_t)max_batch_requests + 1) * sizeof *svc->cu +
                        (size_t)max_batch_requests * (size_t)svc->C * sizeof *svc->out;
     if (!svc->ids || !svc->cu || !svc->out) {
-        snprintf(err, err_len, "cannot allocate %zu bytes of model workspace", svc->total_bytes);
+        snprintf(err, err_len, "cannot allocate %zu bytes of batch buffers", svc->total_bytes);
         embed_service_destroy(svc);
         return NULL;
     }
@@ -75,11 +61,14 @@ embed_service *embed_service_create(const bert_model *model, const attn_service 
 void embed_service_destroy(embed_service *svc) {
     if (!svc)
         return;
-    bert_workspace_free(svc->ws);
     free(svc->ids);
     free(svc->cu);
     free(svc->out);
     free(svc);
+}
+
+const srv_engine *embed_service_engine(const embed_service *svc) {
+    return svc->engine;
 }
 
 size_t embed_service_workspace_bytes(const embed_service *svc) {
@@ -94,7 +83,7 @@ const embed_batch_info *embed_service_last_batch(const embed_service *svc) {
     return &svc->last;
 }
 
-/* bert_forward's tap: on the compute thread, right after the drawn layer's
+/* The engine's attention tap: on the compute thread, right after the drawn layer's
  * attention. */
 static void tap(const attn_problem *p, int layer, void *ctx) {
     embed_service *svc = ctx;
@@ -108,8 +97,6 @@ static embed_job *job_of(const sched_req *req) {
 
 int embed_service_run_batch(const sched_batch *b, void *ctx) {
     embed_service *svc = ctx;
-    /* One read per batch: a reload swaps the backend between batches only. */
-    const attn_backend *backend = attn_service_backend(svc->attn);
     int32_t B = 0, T = 0;
     svc->cu[0] = 0;
     for (int32_t i = 0; i < b->n_reqs; i++) {
@@ -132,42 +119,46 @@ int embed_service_run_batch(const sched_batch *b, void *ctx) {
     char why[256] = "";
     svc->last = (embed_batch_info){.sequences = B, .tokens = T, .verified_layer = -1};
     /* A sampled batch has one layer's attention, drawn at random, copied by
-     * the tap right after that layer's forward. */
-    const bool sample = B && verify_sample(svc->verify);
-    if (sample) {
-        svc->tap_backend = backend;
+     * the tap right after that layer's forward. Vectors leave the forward
+     * raw: each request chooses its normalisation. */
+    engine_hook hook = {.layer = -1};
+    if (B && verify_sample(svc->verify)) {
         svc->tap_batch = b->id;
-        bert_workspace_set_attn_tap(svc->ws, verify_pick_layer(svc->verify, svc->layers), tap, svc);
+        hook = (engine_hook){
+            .layer = verify_pick_layer(svc->verify, svc->layers), .fn = tap, .ctx = svc};
     }
-    int rc = B ? bert_forward(svc->model, svc->ws, backend, &svc->par, svc->ids, svc->cu, B,
-                              svc->out, why, sizeof why)
-               : BERT_OK;
-    if (sample)
-        bert_workspace_set_attn_tap(svc->ws, -1, NULL, NULL);
-    if (B && rc == BERT_OK) {
-        const bert_stage_ns *st = bert_workspace_stage_ns(svc->ws);
-        svc->last.stages = *st;
-        /* The forward times attention over all its layers together; every
-         * layer has the same shape and work, so each call is counted with an
-         * equal share (the totals, and so GFLOP/s, are exact). */
-        for (int l = 0; l < svc->layers; l++)
-            metrics_kernel(backend, (double)st->attention * 1e-9 / svc->layers,
-                           st->attn_flops / svc->layers);
-    }
+    const engine_batch eb = {
+        .ids = svc->ids, .cu_seqlens = svc->cu, .batch = B, .out = svc->out, .raw = 1};
+    /* Backends switch between batches only (sched_call), so this is the one
+     * the forward runs with; the tap names it. */
+    const attn_backend *backend = srv_engine_backend(svc->engine);
+    svc->tap_backend = backend;
+    int rc = B ? srv_engine_forward(svc->engine, &eb, &hook, &backend, why, sizeof why) : ENGINE_OK;
+    if (B && rc == ENGINE_OK)
+        svc->last.stages = srv_engine_last_run(svc->engine)->stages;
     const size_t C = (size_t)svc->C;
+    const float *hidden = rc == ENGINE_OK ? srv_engine_last_hidden(svc->engine) : NULL;
     int32_t seq = 0;
     for (int32_t i = 0; i < b->n_reqs; i++) {
         embed_job *job = job_of(b->reqs[i]);
         if (job->base.err != SRV_OK)
             continue;
-        if (rc != BERT_OK) {
+        if (rc != ENGINE_OK) {
             job->base.err = SRV_EINTERNAL;
             snprintf(job->base.why, sizeof job->base.why, "model forward failed: %s", why);
             continue;
         }
+        if (job->hidden && !hidden) {
+            job->base.err = SRV_EINVALID;
+            snprintf(job->base.why, sizeof job->base.why,
+                     "engine %s does not expose per-token hidden states",
+                     srv_engine_name(svc->engine));
+            seq += job->n;
+            continue;
+        }
         memcpy(job->out, svc->out + (size_t)seq * C, (size_t)job->n * C * sizeof *job->out);
         if (job->hidden) /* its tokens, where the batch packed them */
-            memcpy(job->hidden, bert_workspace_hidden(svc->ws) + (size_t)svc->cu[seq] * C,
+            memcpy(job->hidden, hidden + (size_t)svc->cu[seq] * C,
                    (size_t)job->cu[job->n] * C * sizeof *job->hidden);
         seq += job->n;
         if (job->normalize)

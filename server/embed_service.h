@@ -1,5 +1,5 @@
 /* embed_service.h — the embeddings compute service: runs the embedding jobs
- * of a batch through one packed bert_forward on the scheduler's compute
+ * of a batch through one packed engine forward on the scheduler's compute
  * thread. Registered with the runner (batch.h) as the "embed" kind. */
 #ifndef ATTN_EMBED_SERVICE_H
 #define ATTN_EMBED_SERVICE_H
@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "attention_api.h"
+#include "engine.h"
 #include "kernels/threadpool.h"
 #include "model/bert.h"
 #include "scheduler.h"
@@ -17,19 +18,20 @@
 
 typedef struct embed_service embed_service;
 
-/* Allocates, once, the model workspace for max_batch_tokens tokens with the
- * scratch of every backend in backends[0..nbackends) (those a reload may
- * select), and the packed ids, cu_seqlens and output of the largest batch.
- * The backend each batch uses is attn's, read once per batch, so a backend
- * swap (sched_call) applies to the model and the attention endpoint alike.
+/* Allocates, once, the packed ids, cu_seqlens and output of the largest
+ * batch. Every batch runs as one forward of engine (which owns the model,
+ * its workspace and the attention backend in force, read once per batch, so
+ * a backend swap applies to the model and the attention endpoint alike).
  * Returns NULL with a message in err. */
-embed_service *embed_service_create(const bert_model *model, const attn_service *attn,
-                                    tp_pool *pool, int32_t max_batch_tokens,
-                                    int32_t max_batch_requests, const attn_backend *const *backends,
-                                    size_t nbackends, char *err, size_t err_len);
+embed_service *embed_service_create(srv_engine *engine, int32_t max_batch_tokens,
+                                    int32_t max_batch_requests, char *err, size_t err_len);
 void embed_service_destroy(embed_service *svc);
 
-/* Bytes allocated by embed_service_create (the model workspace included). */
+/* The engine batches run on (what x-engine and x-precision name). */
+const srv_engine *embed_service_engine(const embed_service *svc);
+
+/* Bytes allocated by embed_service_create (the engine's workspace is the
+ * engine's: engine_memory_of). */
 size_t embed_service_workspace_bytes(const embed_service *svc);
 
 /* Runs the embedding requests of a batch (batch_run's part for them; ctx

@@ -146,6 +146,7 @@ struct http_request {
     uint64_t wire_end;  /* where the answer ends in the connection's byte stream; 0: unknown */
     double queue_ms, inference_ms;
     const char *backend;
+    const char *engine, *precision; /* x-engine, x-precision; NULL: no forward ran */
 
     void *user;
     void (*user_free)(void *);
@@ -316,6 +317,10 @@ static int queue(http_request *req, unsigned status, struct MHD_Response *resp, 
     snprintf(num, sizeof num, "%.3f", req->inference_ms);
     MHD_add_response_header(resp, "x-inference-time-ms", num);
     MHD_add_response_header(resp, "x-attention-backend", backend ? backend : "none");
+    if (req->engine && req->precision) {
+        MHD_add_response_header(resp, "x-engine", req->engine);
+        MHD_add_response_header(resp, "x-precision", req->precision);
+    }
     cors_headers(req, resp);
     /* While draining, keep-alive clients are told to go elsewhere. */
     if (atomic_load(&req->srv->closing) || req->framing_error)
@@ -1276,6 +1281,11 @@ void http_set_timing(http_request *req, double queue_ms, double inference_ms, co
     req->queue_ms = queue_ms;
     req->inference_ms = inference_ms;
     req->backend = backend;
+}
+
+void http_set_engine(http_request *req, const char *engine, const char *precision) {
+    req->engine = engine;
+    req->precision = precision;
 }
 
 /* Nesting depth outside strings, so that a body nested 100 000 deep is

@@ -182,6 +182,11 @@ void *http_user(const http_request *req);
 /* Times and backend reported in the response headers and the log line. */
 void http_set_timing(http_request *req, double queue_ms, double inference_ms, const char *backend);
 
+/* The engine and precision that computed the answer, sent as x-engine and
+ * x-precision (only by requests that ran an encoder forward); both must
+ * outlive the request. */
+void http_set_engine(http_request *req, const char *engine, const char *precision);
+
 /* Answers. body is stolen (json_decref'd) whatever happens. */
 int http_reply_json(http_request *req, unsigned status, json_t *body);
 int http_reply_text(http_request *req, unsigned status, const char *content_type, const char *text,

@@ -29,6 +29,7 @@
 #include "server/compat_api.h"
 #include "server/config.h"
 #include "server/embed_api.h"
+#include "server/engine.h"
 #include "server/errors.h"
 #include "server/http.h"
 #include "server/log.h"
@@ -63,7 +64,8 @@ typedef struct app {
     const char *simd;
     tp_pool *pool;
     tok_tokenizer *tok;
-    bert_model *model;
+    bert_config mcfg;     /* the model's config.json, read before the engine loads it */
+    srv_engine *engine;   /* the engine (owns the weights) and the backend in force */
     char model_name[256]; /* the model directory's last component */
     attn_service *svc;
     /* The backend the setting names, resolved for the configured shapes
@@ -123,7 +125,10 @@ static int handle_metrics(http_request *req, void *ctx) {
 }
 
 static size_t workspace_bytes(const app *a) {
-    return attn_service_workspace_bytes(a->svc) + embed_service_workspace_bytes(a->embed);
+    engine_memory em;
+    engine_memory_of(srv_engine_instance(a->engine), &em);
+    return attn_service_workspace_bytes(a->svc) + embed_service_workspace_bytes(a->embed) +
+           em.workspace;
 }
 
 /* Resident memory now (/proc/self/statm), 0 if unknown. */
@@ -199,11 +204,13 @@ static size_t threads_bytes(void) {
  * CONNECTION_BYTES' 23. */
 static json_t *memory_json(const app *a) {
     const config *c = &a->cfg;
-    json_int_t owned = (json_int_t)bert_owned_bytes(a->model);
-    json_int_t mapped = (json_int_t)bert_mapped_bytes(a->model);
+    engine_memory em;
+    engine_memory_of(srv_engine_instance(a->engine), &em);
+    json_int_t owned = (json_int_t)em.weights_owned;
+    json_int_t mapped = (json_int_t)em.weights_mapped;
     json_int_t weights = owned + mapped;
     json_int_t attn_ws = (json_int_t)attn_service_workspace_bytes(a->svc);
-    json_int_t model_ws = (json_int_t)embed_service_workspace_bytes(a->embed);
+    json_int_t model_ws = (json_int_t)(embed_service_workspace_bytes(a->embed) + em.workspace);
     json_int_t workspace = attn_ws + model_ws;
     json_int_t conns =
         ((json_int_t)c->max_connections + 1) * CONNECTION_BYTES + HTTP_UNCHARGED_BYTES;
@@ -232,7 +239,7 @@ static size_t worst_case_bytes(const app *a) {
 }
 
 static json_t *model_json(const app *a) {
-    const bert_config *m = bert_get_config(a->model);
+    const bert_config *m = engine_model(srv_engine_instance(a->engine));
     return json_pack("{s:s, s:s, s:b, s:i, s:i, s:i, s:i, s:i, s:i, s:s, s:b, s:b}", "name",
                      a->model_name, "path", a->cfg.model, "loaded", 1, "hidden_size",
                      m->hidden_size, "layers", m->num_layers, "heads", m->num_heads,
@@ -245,19 +252,23 @@ static json_t *model_json(const app *a) {
 /* Text Embeddings Inference's /info fields, beside ours, so TEI's clients
  * read what they expect: one tokenizer runs per request on the I/O thread,
  * the model computes in float32, a request takes max_inputs_per_request
- * inputs. */
+ * inputs; model_dtype names the precision the engine computes in. */
 static int tei_info(const app *a, json_t *info) {
     const config *c = &a->cfg;
-    const bert_config *m = bert_get_config(a->model);
+    const bert_config *m = engine_model(srv_engine_instance(a->engine));
+    const char *prec = srv_engine_precision(a->engine);
+    const char *dtype = !strcmp(prec, "bf16")   ? "bfloat16"
+                        : !strcmp(prec, "int8") ? "int8"
+                                                : "float32";
     json_t *tei = json_pack(
         "{s:s, s:s, s:n, s:s, s:{s:{s:s}}, s:I, s:i, s:I, s:I, s:I, s:b, s:i, s:n, s:n}",
         "model_id", a->model_name, "served_model_name", a->model_name, "model_sha", "model_dtype",
-        "float32", "model_type", "embedding", "pooling",
-        m->pooling == BERT_POOL_CLS ? "cls" : "mean", "max_concurrent_requests",
-        (json_int_t)c->max_queue, "max_input_length", m->max_positions, "max_batch_tokens",
-        (json_int_t)c->max_batch_tokens, "max_batch_requests", (json_int_t)c->max_batch_requests,
-        "max_client_batch_size", (json_int_t)c->max_inputs_per_request, "auto_truncate",
-        c->truncate, "tokenization_workers", 1, "sha", "docker_label");
+        dtype, "model_type", "embedding", "pooling", m->pooling == BERT_POOL_CLS ? "cls" : "mean",
+        "max_concurrent_requests", (json_int_t)c->max_queue, "max_input_length", m->max_positions,
+        "max_batch_tokens", (json_int_t)c->max_batch_tokens, "max_batch_requests",
+        (json_int_t)c->max_batch_requests, "max_client_batch_size",
+        (json_int_t)c->max_inputs_per_request, "auto_truncate", c->truncate, "tokenization_workers",
+        1, "sha", "docker_label");
     int rc = tei ? json_object_update_missing(info, tei) : -1;
     json_decref(tei);
     return rc;
@@ -281,7 +292,7 @@ static json_t *verification_json(const app *a) {
 static json_t *info_json(app *a) {
     pthread_mutex_lock(&a->cfg_mu);
     const config *c = &a->cfg;
-    const attn_backend *b = attn_service_backend(a->svc);
+    const attn_backend *b = srv_engine_backend(a->engine);
     json_t *backends = json_array();
     for (const attn_backend *const *it = attn_backends(); backends && *it; it++)
         if (json_array_append_new(backends, json_string((*it)->name)) != 0) {
@@ -312,6 +323,8 @@ static json_t *info_json(app *a) {
                              a->configured ? json_string(a->configured->name) : json_null()) ||
          json_object_set_new(info, "fallback_active", json_boolean(b != a->configured)) ||
          json_object_set_new(info, "selftest", backend_selftest_json()) ||
+         json_object_set_new(info, "engine",
+                             srv_engine_info(a->engine, c->engine, c->precision, c->plugin_dir)) ||
          json_object_set_new(info, "verification", verification_json(a)) || tei_info(a, info))) {
         json_decref(info);
         info = NULL;
@@ -335,7 +348,7 @@ static int handle_info(http_request *req, void *ctx) {
 
 static const char *backend_name(void *ctx) {
     const app *a = ctx;
-    return attn_service_backend(a->svc)->name;
+    return srv_engine_backend(a->engine)->name;
 }
 
 /* The operations routes: health, readiness, /info and /metrics. */
@@ -363,7 +376,7 @@ static attn_shape bounds_of(const config *c) {
 
 /* The model's attention bounds for the configured batch size. */
 static attn_shape model_bounds_of(const app *a, const config *c) {
-    return bert_attn_shape(bert_get_config(a->model), (int)c->max_batch_tokens);
+    return bert_attn_shape(&a->mcfg, (int)c->max_batch_tokens);
 }
 
 /* Resolves a backend name for both the attention endpoint's bounds and the
@@ -453,7 +466,7 @@ static bool on_verify_trip(const verify_evidence *ev, void *ctx) {
     app *a = ctx;
     const attn_check *c = &ev->check;
     pthread_mutex_lock(&a->backend_mu);
-    const attn_backend *cur = attn_service_backend(a->svc);
+    const attn_backend *cur = srv_engine_backend(a->engine);
     if (ev->backend != cur) {
         log_warn("shadow verification: mismatches from a backend no longer in force; no switch",
                  LOG_KV("backend", ev->backend->name), LOG_KV("in_force", cur->name));
@@ -472,7 +485,7 @@ static bool on_verify_trip(const verify_evidence *ev, void *ctx) {
         pthread_mutex_unlock(&a->backend_mu);
         return false;
     }
-    int rc = attn_service_set_backend(a->svc, a->sched, to);
+    int rc = srv_engine_set_backend(a->engine, a->sched, to);
     if (rc != SCHED_OK) {
         log_error("shadow verification: cannot switch backend",
                   LOG_KV("error", sched_strerror(rc)));
@@ -508,7 +521,7 @@ static bool on_verify_trip(const verify_evidence *ev, void *ctx) {
  * bounds, whichever is larger. */
 static int start_verification(app *a) {
     const config *c = &a->cfg;
-    const bert_config *m = bert_get_config(a->model);
+    const bert_config *m = &a->mcfg;
     const int64_t T = c->max_batch_tokens;
     const int32_t C = m->hidden_size, D = m->hidden_size / m->num_heads;
     const int32_t api_row = ATTN_API_MAX_HEADS * ATTN_API_MAX_HEAD_DIM;
@@ -564,13 +577,15 @@ static int load_model(app *a) {
         log_error("cannot load the tokenizer", LOG_KV("model", c->model), LOG_KV("error", err));
         return rc == TOK_ENOMEM ? 1 : CONFIG_EXIT_INVALID;
     }
-    rc = bert_load(c->model, &a->model, err, sizeof err);
+    /* The shapes only: the engine loads the weights (start), once the
+     * attention backends its workspace must serve are known from them. */
+    rc = bert_config_load(c->model, &a->mcfg, err, sizeof err);
     if (rc != BERT_OK) {
         log_error("cannot load the model", LOG_KV("model", c->model),
                   LOG_KV("problem", bert_strerror(rc)), LOG_KV("error", err));
         return rc == BERT_ENOMEM ? 1 : CONFIG_EXIT_INVALID;
     }
-    const bert_config *m = bert_get_config(a->model);
+    const bert_config *m = &a->mcfg;
     if (tok_vocab_size(a->tok) > m->vocab_size) {
         log_error("the tokenizer's vocabulary is larger than the model's",
                   LOG_KV("model", c->model), LOG_KV("tokenizer_vocab", tok_vocab_size(a->tok)),
@@ -593,10 +608,8 @@ static int load_model(app *a) {
     const char *slash = strrchr(a->model_name, '/');
     if (slash && slash[1])
         memmove(a->model_name, slash + 1, strlen(slash + 1) + 1);
-    log_info("model loaded", LOG_KV("model", c->model), LOG_KV("hidden_size", m->hidden_size),
-             LOG_KV("layers", m->num_layers), LOG_KV("max_length", m->max_positions),
-             LOG_KV("weights_owned_bytes", bert_owned_bytes(a->model)),
-             LOG_KV("weights_mapped_bytes", bert_mapped_bytes(a->model)));
+    log_info("model config read", LOG_KV("model", c->model), LOG_KV("hidden_size", m->hidden_size),
+             LOG_KV("layers", m->num_layers), LOG_KV("max_length", m->max_positions));
     return 0;
 }
 
@@ -644,7 +657,7 @@ static int start(app *a) {
     /* Every backend that could serve is self-tested on this machine before
      * /ready turns 200; one that fails is never used (choose_backend and
      * reload_backend go through select_backend). */
-    const attn_selftest_spec spec = backend_selftest_spec(bert_get_config(a->model));
+    const attn_selftest_spec spec = backend_selftest_spec(&a->mcfg);
     const attn_shape shapes[2] = {bounds_of(c), model_bounds_of(a, c)};
     const attn_parallel par = tp_parallel(a->pool);
     if (backend_selftest_start(&spec, shapes, 2, &par) != 0)
@@ -657,17 +670,28 @@ static int start(app *a) {
     }
     a->configured = configured_backend(a, c);
     metrics_set_fallback_active(backend != a->configured);
+    const attn_backend *usable[16];
+    size_t nusable = model_backends(a, usable, sizeof usable / sizeof usable[0]);
+    const srv_engine_options eo = {.engine = c->engine,
+                                   .precision = c->precision,
+                                   .plugin_dir = c->plugin_dir,
+                                   .model_dir = c->model,
+                                   .max_tokens = (int32_t)c->max_batch_tokens,
+                                   .max_seqs = (int32_t)c->max_batch_requests,
+                                   .pool = a->pool,
+                                   .backends = usable,
+                                   .nbackends = nusable,
+                                   .backend = backend};
+    if ((rc = srv_engine_create(&eo, &a->engine)) != 0)
+        return rc;
     a->svc = attn_service_create((int32_t)c->max_batch_tokens, (int32_t)c->max_batch_requests,
-                                 a->pool, backend, err, sizeof err);
+                                 a->pool, a->engine, err, sizeof err);
     if (!a->svc) {
         log_error("cannot allocate the workspace", LOG_KV("error", err));
         return 1;
     }
-    const attn_backend *usable[16];
-    size_t nusable = model_backends(a, usable, sizeof usable / sizeof usable[0]);
-    a->embed =
-        embed_service_create(a->model, a->svc, a->pool, (int32_t)c->max_batch_tokens,
-                             (int32_t)c->max_batch_requests, usable, nusable, err, sizeof err);
+    a->embed = embed_service_create(a->engine, (int32_t)c->max_batch_tokens,
+                                    (int32_t)c->max_batch_requests, err, sizeof err);
     if (!a->embed) {
         log_error("cannot allocate the model workspace", LOG_KV("error", err));
         return 1;
@@ -704,7 +728,7 @@ static int start(app *a) {
     atomic_store(&a->api.request_timeout_ms, c->request_timeout_ms);
     a->eapi.sched = a->sched;
     a->eapi.tok = a->tok;
-    a->eapi.model = bert_get_config(a->model);
+    a->eapi.model = engine_model(srv_engine_instance(a->engine));
     a->eapi.model_name = a->model_name;
     a->eapi.max_batch_tokens = (int32_t)c->max_batch_tokens;
     a->eapi.max_batch_requests = (int32_t)c->max_batch_requests;
@@ -759,7 +783,7 @@ static void on_change(void *ctx, const char *name, const char *old_value, const 
  * configured shapes, failed its start-up self-test or was caught by shadow
  * verification is refused and the one in force kept. */
 static void reload_backend_locked(app *a, const config *next) {
-    const attn_backend *cur = attn_service_backend(a->svc), *want = NULL;
+    const attn_backend *cur = srv_engine_backend(a->engine), *want = NULL;
     char why[512];
     const attn_backend *configured = configured_backend(a, next);
     pthread_mutex_lock(&a->cfg_mu);
@@ -770,7 +794,7 @@ static void reload_backend_locked(app *a, const config *next) {
                  LOG_KV("requested", next->backend), LOG_KV("kept", cur->name),
                  LOG_KV("reason", why));
     } else if (want != cur) {
-        int rc = attn_service_set_backend(a->svc, a->sched, want);
+        int rc = srv_engine_set_backend(a->engine, a->sched, want);
         if (rc != SCHED_OK) {
             log_error("cannot switch backend", LOG_KV("error", sched_strerror(rc)));
         } else {
@@ -779,7 +803,7 @@ static void reload_backend_locked(app *a, const config *next) {
                      LOG_KV("simd", want->simd_path()));
         }
     }
-    metrics_set_fallback_active(attn_service_backend(a->svc) != configured);
+    metrics_set_fallback_active(srv_engine_backend(a->engine) != configured);
 }
 
 /* Issue 7 §2: backend decisions are serialised with verification's switch
@@ -790,9 +814,9 @@ static void reload_backend_locked(app *a, const config *next) {
  * frequent SIGHUPs cannot keep a bad backend from tripping. */
 static void reload_backend(app *a, const config *next) {
     pthread_mutex_lock(&a->backend_mu);
-    const attn_backend *before = attn_service_backend(a->svc);
+    const attn_backend *before = srv_engine_backend(a->engine);
     reload_backend_locked(a, next);
-    const attn_backend *now = attn_service_backend(a->svc);
+    const attn_backend *now = srv_engine_backend(a->engine);
     if (now != before)
         verify_rearm(a->verify);
     verify_set_rate(a->verify, next->verify_sample_rate);
@@ -833,7 +857,7 @@ static void reload(app *a) {
     a->cfg = next;
     pthread_mutex_unlock(&a->cfg_mu);
     config_free(&old);
-    log_info("configuration reloaded", LOG_KV("backend", attn_service_backend(a->svc)->name));
+    log_info("configuration reloaded", LOG_KV("backend", srv_engine_backend(a->engine)->name));
 }
 
 /* ---- drain (SIGTERM, SIGINT) -------------------------------------------------------- */
@@ -900,8 +924,8 @@ static void stop(app *a) {
     batch_runner_destroy(a->runner);
     embed_service_destroy(a->embed);
     attn_service_destroy(a->svc);
+    srv_engine_destroy(a->engine);
     tp_destroy(a->pool);
-    bert_free(a->model);
     tok_free(a->tok);
     openapi_free();
     compat_api_free(&a->compat);
@@ -913,7 +937,7 @@ static void stop(app *a) {
 static void log_start(app *a) {
     json_t *settings = config_to_json(&a->cfg);
     json_t *memory = memory_json(a);
-    const attn_backend *b = attn_service_backend(a->svc);
+    const attn_backend *b = srv_engine_backend(a->engine);
     log_info("serving", LOG_KV("version", ATTNSERVE_VERSION), LOG_KV("host", a->cfg.host),
              LOG_KV("port", http_port(a->http)), LOG_KV("backend", b->name),
              LOG_KV("simd", b->simd_path()), LOG_KV("cpu_simd", a->simd),

@@ -82,6 +82,10 @@ static struct {
         double max_error_ratio;
     } selftest[MAX_BACKENDS];
     _Atomic int fallback_active;
+    /* The engine in force (restart-only, so one per process) and its
+     * forwards. */
+    _Atomic(const char *) engine, precision;
+    _Atomic uint64_t engine_ns, engine_forwards, engine_mflop;
 } M;
 
 static void hist_setup(histogram *h, const double *bounds, int n, double unit) {
@@ -612,6 +616,38 @@ static void render_verify(FILE *f) {
     }
 }
 
+void metrics_set_engine(const char *engine, const char *precision) {
+    atomic_store(&M.precision, precision);
+    atomic_store(&M.engine, engine);
+}
+
+void metrics_engine_forward(double seconds, double flops) {
+    atomic_fetch_add_explicit(&M.engine_ns, (uint64_t)llround(seconds * 1e9), memory_order_relaxed);
+    atomic_fetch_add_explicit(&M.engine_forwards, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&M.engine_mflop, (uint64_t)llround(flops * 1e-6),
+                              memory_order_relaxed);
+}
+
+static void render_engine(FILE *f) {
+    const char *engine = atomic_load(&M.engine), *precision = atomic_load(&M.precision);
+    if (!engine)
+        return;
+    header(f, "attnserve_engine_info", "gauge",
+           "The engine running the encoder and its precision (always 1).");
+    fprintf(f, "attnserve_engine_info{engine=\"%s\",precision=\"%s\"} 1\n", engine, precision);
+    header(f, "attnserve_engine_forward_seconds_total", "counter",
+           "Wall time in the engine's encoder forwards.");
+    fprintf(f, "attnserve_engine_forward_seconds_total{engine=\"%s\",precision=\"%s\"} %.9g\n",
+            engine, precision, (double)load(&M.engine_ns) * 1e-9);
+    header(f, "attnserve_engine_forwards_total", "counter", "Encoder forwards run.");
+    fprintf(f, "attnserve_engine_forwards_total{engine=\"%s\",precision=\"%s\"} %llu\n", engine,
+            precision, (unsigned long long)load(&M.engine_forwards));
+    header(f, "attnserve_engine_flops_total", "counter",
+           "Floating-point operations of the encoder forwards (GEMMs and attention).");
+    fprintf(f, "attnserve_engine_flops_total{engine=\"%s\",precision=\"%s\"} %.6g\n", engine,
+            precision, (double)load(&M.engine_mflop) * 1e6);
+}
+
 char *metrics_render(size_t *len) {
     char *text = NULL;
     size_t n = 0;
@@ -621,6 +657,7 @@ char *metrics_render(size_t *len) {
     render_requests(f);
     render_scheduler(f);
     render_kernels(f);
+    render_engine(f);
     render_safety(f);
     render_verify(f); /* issue 7 §2, §3 */
     render_process(f);

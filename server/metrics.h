@@ -99,6 +99,14 @@ void metrics_verify_skipped(void);
  * and attnserve_trace_lines_dropped_total. */
 void metrics_trace_line(int written);
 
+/* ---- the engine (server/engine.h) ----
+ * attnserve_engine_info{engine,precision} and the forward counters. engine
+ * and precision must outlive the process (the engine table's name, a
+ * static precision name); set once at start. */
+void metrics_set_engine(const char *engine, const char *precision);
+/* One encoder forward: wall seconds and its FLOPs (engine_flops). */
+void metrics_engine_forward(double seconds, double flops);
+
 /* The exposition text (malloc'd, NUL-terminated, *len without the NUL), or
  * NULL when out of memory. */
 char *metrics_render(size_t *len);

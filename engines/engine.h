@@ -1,0 +1,265 @@
+/* engine.h — the encoder's execution as a swappable part.
+ *
+ * An engine runs the whole encoder forward on a packed varlen batch (token
+ * ids and cu_seqlens in, one pooled vector per sequence out), with its
+ * weights resident where it computes and a workspace it sizes once at
+ * start. Attention backends (kernels/attention.h) stay the swappable op
+ * inside an engine: every forward is handed the backend in force.
+ *
+ * Two halves, as an interface paired with an instance:
+ *   engine_iface  a const table of function pointers, one per engine kind,
+ *                 built in or exported by a plugin. Required slots are
+ *                 checked when the table is registered; optional ones may be
+ *                 NULL and the engine_* wrappers below supply the default.
+ *   engine        an instance: the table, the context its init returned, and
+ *                 what the wrapper keeps (bounds, the last run's numbers).
+ * The rest of the service calls only the engine_* wrappers, never the slots.
+ *
+ * The registry holds the built-in engines and the plugins found in a
+ * directory. A plugin is a shared object exporting one symbol,
+ * ENGINE_PLUGIN_SYMBOL, an engine_plugin descriptor; one that lacks it,
+ * speaks another ENGINE_API_VERSION, has an incomplete table, takes a name
+ * already taken or scores 0 on this machine is kept in the list with the
+ * reason and never offered. */
+#ifndef ATTN_ENGINE_H
+#define ATTN_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/attention.h"
+#include "kernels/gemm.h"
+#include "kernels/parallel.h"
+#include "model/bert.h"
+
+/* Bumped whenever engine_iface, engine_options, engine_batch or
+ * engine_plugin change in any way; a plugin built against another value is
+ * refused. */
+#define ENGINE_API_VERSION 1
+
+/* The one symbol a plugin exports: `const engine_plugin attnserve_engine_plugin`. */
+#define ENGINE_PLUGIN_SYMBOL "attnserve_engine_plugin"
+
+/* ---- errors ----------------------------------------------------------------- */
+#define ENGINE_ERRORS(X)                                                                           \
+    X(ENGINE_OK, 0, "success")                                                                     \
+    X(ENGINE_EINVAL, -1, "invalid argument")                                                       \
+    X(ENGINE_EUNSUPPORTED, -2, "not supported by this engine on this machine")                     \
+    X(ENGINE_ENOMEM, -3, "out of memory")                                                          \
+    X(ENGINE_EMODEL, -4, "cannot load the model")                                                  \
+    X(ENGINE_EINPUT, -5, "invalid batch")                                                          \
+    X(ENGINE_EFORWARD, -6, "forward failed")                                                       \
+    X(ENGINE_EUNKNOWN, -7, "unknown engine name")
+
+enum {
+#define ENGINE_ERR_ENUM(name, code, msg) name = code,
+    ENGINE_ERRORS(ENGINE_ERR_ENUM)
+#undef ENGINE_ERR_ENUM
+};
+
+const char *engine_strerror(int err);
+
+/* ---- what an engine is given and asked ------------------------------------------ */
+
+/* Everything init needs, fixed for the instance's life. */
+typedef struct engine_options {
+    const char *model_dir; /* a sentence-transformers directory */
+    gemm_precision precision;
+    int32_t max_tokens; /* most tokens of one batch: sizes the workspace */
+    int32_t max_seqs;   /* most sequences of one batch */
+    int nthreads;       /* most workers a forward's attn_parallel has */
+    /* Every attention backend a forward may be handed (those a reload or a
+     * verification switch may select): the workspace holds the scratch of
+     * each, so switching never allocates. */
+    const attn_backend *const *backends;
+    size_t nbackends;
+} engine_options;
+
+/* One forward: sequence b is ids[cu_seqlens[b] .. cu_seqlens[b+1]); its
+ * pooled vector goes to out[b * C .. b * C + C). raw != 0: without the
+ * model's L2 normalisation (the caller normalises per request). */
+typedef struct engine_batch {
+    const int32_t *ids;
+    const int32_t *cu_seqlens; /* [batch + 1] */
+    int32_t batch;
+    float *out;
+    int raw;
+} engine_batch;
+
+/* Memory the instance holds, for /info's worst case. */
+typedef struct engine_memory {
+    size_t weights_owned;  /* allocated (converted, packed) weights */
+    size_t weights_mapped; /* a read-only file mapping (page cache, shared) */
+    size_t workspace;      /* activations and scratch, allocated at init */
+} engine_memory;
+
+/* Called right after layer `layer`'s attention, on the thread running the
+ * forward, with the problem the backend just computed; must not modify it.
+ * What shadow verification copies. */
+typedef void (*engine_attn_tap_fn)(const attn_problem *p, int layer, void *ctx);
+
+/* ---- the interface ------------------------------------------------------------ */
+typedef struct engine_iface {
+    /* Name used in the `engine` setting, logs, /info, metrics and x-engine. */
+    const char *name;
+    /* One line for /info. */
+    const char *summary;
+
+    /* REQUIRED. How well this engine suits this machine: 0 = not offered
+     * (why says what is missing, e.g. "needs AVX-512F"), otherwise higher is
+     * faster; `auto` picks the highest. Cheap, no allocation (CPUID at most). */
+    int (*score)(char *why, size_t why_len);
+
+    /* OPTIONAL. NULL when precision p can run on this machine, else why not.
+     * Default (NULL slot): fp32 only. */
+    const char *(*precision_unsupported)(gemm_precision p);
+
+    /* REQUIRED. Loads the model in opt->precision with its weights where
+     * the engine computes, and allocates the whole workspace for
+     * opt's bounds. Returns ENGINE_OK and *ctx, or an ENGINE_E* code with a
+     * message. */
+    int (*init)(const engine_options *opt, void **ctx, char *err, size_t err_len);
+
+    /* REQUIRED. Frees everything init made. */
+    void (*free)(void *ctx);
+
+    /* REQUIRED. The loaded model's shape (valid until free). */
+    const bert_config *(*model)(void *ctx);
+
+    /* REQUIRED. Runs b (already validated by engine_forward against the
+     * bounds and the model) with attention through attn on par's workers.
+     * Allocates nothing. Returns ENGINE_OK or ENGINE_EFORWARD with a message. */
+    int (*forward)(void *ctx, const engine_batch *b, const attn_backend *attn,
+                   const attn_parallel *par, char *err, size_t err_len);
+
+    /* OPTIONAL. Memory held (default: all zero). */
+    void (*memory)(void *ctx, engine_memory *m);
+
+    /* OPTIONAL. Sets the attention tap for the following forwards (fn NULL
+     * clears it). Returns 0, or -1 when the engine cannot expose attention
+     * (default): shadow verification then has nothing to check. */
+    int (*set_attn_tap)(void *ctx, int layer, engine_attn_tap_fn fn, void *fn_ctx);
+
+    /* OPTIONAL. Wall time of each stage of the last forward (default: zero;
+     * the wrapper's total is kept either way). */
+    void (*stage_ns)(void *ctx, bert_stage_ns *out);
+
+    /* OPTIONAL. (T, C) every token's last hidden state of the last forward,
+     * packed as that batch was, valid until the next forward: what TEI's
+     * /embed_all answers. Default (NULL slot): not exposed, and such
+     * requests are refused. */
+    const float *(*hidden)(void *ctx);
+} engine_iface;
+
+/* What a plugin exports under ENGINE_PLUGIN_SYMBOL. */
+typedef struct engine_plugin {
+    uint32_t api_version; /* ENGINE_API_VERSION it was built against */
+    const engine_iface *iface;
+} engine_plugin;
+
+/* ---- the instance and the one wrapper around every forward -------------------------- */
+typedef struct engine engine;
+
+/* Creates an instance of iface (it must be offered: engine_select checks).
+ * Returns ENGINE_OK and *out, or an error code with a message. */
+int engine_create(const engine_iface *iface, const engine_options *opt, engine **out, char *err,
+                  size_t err_len);
+void engine_destroy(engine *e);
+
+const char *engine_name(const engine *e);
+gemm_precision engine_precision(const engine *e);
+const bert_config *engine_model(const engine *e);
+void engine_memory_of(const engine *e, engine_memory *m);
+int32_t engine_max_tokens(const engine *e);
+
+/* The shadow-verification hook of one forward: layer's attention is handed
+ * to fn. */
+typedef struct engine_hook {
+    int layer;
+    engine_attn_tap_fn fn;
+    void *ctx;
+} engine_hook;
+
+/* What the last engine_forward did. */
+typedef struct engine_run {
+    int32_t sequences, tokens;
+    uint64_t ns;       /* the engine's forward, wall time */
+    double flops;      /* whole encoder: GEMMs and attention */
+    double attn_flops; /* attention alone (attn_flops over all layers) */
+    bert_stage_ns stages;
+    bool hooked; /* the hook was installed for this forward */
+} engine_run;
+
+/* Floating-point operations of the encoder on a batch: per layer and token
+ * 2·C·(3C + C + 2F) in the GEMMs, and 4·L²·C per sequence of length L in
+ * attention (QKᵀ and PV over all heads). */
+double engine_flops(const bert_config *c, const int32_t *cu_seqlens, int32_t batch,
+                    double *attn_flops);
+
+/* Validates b once (sequence count and lengths, total against the bounds,
+ * every id inside the vocabulary), installs hook (may be NULL) for this
+ * forward only, runs the engine, times it and counts its FLOPs
+ * (engine_last_run). Returns ENGINE_OK, ENGINE_EINPUT (nothing ran) or
+ * ENGINE_EFORWARD, with a message. One forward at a time per instance. */
+int engine_forward(engine *e, const engine_batch *b, const attn_backend *attn,
+                   const attn_parallel *par, const engine_hook *hook, char *err, size_t err_len);
+const engine_run *engine_last_run(const engine *e);
+/* The last forward's per-token hidden states, or NULL when the engine does
+ * not expose them (see the iface's hidden slot). */
+const float *engine_last_hidden(const engine *e);
+
+/* The `precision` setting's names for p ("fp32", "bf16", "int8"), and back
+ * (-1 for none of them; "auto" is engine_select's business). */
+const char *engine_precision_name(gemm_precision p);
+int engine_precision_parse(const char *name);
+
+/* Whether iface's optional precision slot (or its fp32-only default)
+ * accepts p: NULL, or why not. */
+const char *engine_precision_unsupported(const engine_iface *iface, gemm_precision p);
+
+/* ---- the registry (registry.c) ------------------------------------------------ */
+
+#define ENGINE_MAX 16
+
+typedef struct engine_entry {
+    char name[32];             /* the table's name, or the file's for a plugin without one */
+    char origin[256];          /* "built-in" or the plugin's path */
+    const engine_iface *iface; /* NULL when refused before the table was read */
+    int score;
+    bool offered;
+    char reason[256]; /* why not offered ("" when offered) */
+} engine_entry;
+
+/* Starts the list again with the built-in engines (scored now), then loads
+ * every *.so in plugin_dir (NULL or "": none) in name order. Reasons are
+ * recorded, not logged: the caller logs the list. Returns the number of
+ * entries, or -1 when plugin_dir cannot be read (reason in err; the
+ * built-in engines are still listed). Call before any thread uses an
+ * engine; plugins already loaded stay mapped for the process's life. */
+int engine_registry_init(const char *plugin_dir, char *err, size_t err_len);
+
+/* Loads one plugin file and appends its entry (offered or refused).
+ * Returns the entry. */
+const engine_entry *engine_registry_load(const char *path);
+
+size_t engine_registry_count(void);
+const engine_entry *engine_registry_get(size_t i);
+/* The entry named name, offered or not; NULL if none. */
+const engine_entry *engine_registry_find(const char *name);
+
+/* Resolves the `engine` and `precision` settings. engine "auto": the
+ * offered engine with the highest score that runs the precision asked;
+ * precision "auto": the fastest precision (int8, then bf16, then fp32) the
+ * chosen engine runs on this machine. A refused or unknown name is an error
+ * naming the reason, or the valid names. */
+int engine_select(const char *engine_name, const char *precision, const engine_iface **out,
+                  gemm_precision *out_precision, char *err, size_t err_len);
+
+/* Comma-separated offered names and "auto", for messages and --help. */
+void engine_names(char *buf, size_t len);
+
+/* The built-in engines (engines/cpu.c). */
+extern const engine_iface engine_cpu;
+
+#endif

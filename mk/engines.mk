@@ -1,0 +1,51 @@
+# mk/engines.mk — engine plugins, loaded at run time from `plugin_dir`.
+#
+#   $(BUILD)/engines/cpu-avx512.so  the cpu engine (engines/cpu.c) with the
+#       model compiled for AVX-512: a real engine shipped as a plugin. Its
+#       own copy of the model code is built position-independent with hidden
+#       visibility, so only the descriptor is exported and nothing in it
+#       interposes the core's symbols. The descriptor and score
+#       (engines/plugins/cpu_avx512.c) are compiled without AVX-512.
+#   $(BUILD)/test-engines/*.so  small broken plugins (tests/engines/) for the
+#       registry's refusal cases: no descriptor symbol, another API version,
+#       a score of 0. Built for the unit tests only, never installed.
+#
+# The core binary needs none of them: with plugin_dir unset only the
+# built-in engines are offered.
+ENGINE_PLUGINS := $(BUILD)/engines/cpu-avx512.so
+ENGINE_TEST_PLUGINS := $(patsubst tests/engines/%.c,$(BUILD)/test-engines/%.so,$(wildcard tests/engines/*.c))
+
+PLUGIN_CFLAGS := $(CFLAGS) -fPIC -fvisibility=hidden
+# The model and what it calls: the GEMM layer (kernels/gemm*.c, whichever
+# precisions this tree has), GELU, safetensors, the attention problem
+# helpers and CPUID. Attention backends are not in it: the core hands the
+# engine the backend in force.
+CPU_AVX512_SRC := engines/cpu.c model/bert.c model/bert_config.c model/safetensors.c model/gelu.c \
+                  model/gelu_avx2.c model/gelu_avx512.c kernels/attention.c kernels/simd.c \
+                  $(wildcard kernels/gemm*.c)
+CPU_AVX512_OBJ := $(CPU_AVX512_SRC:%.c=$(BUILD)/obj-plugin/cpu-avx512/%.o)
+
+$(BUILD)/obj-plugin/cpu-avx512/%.o: %.c $(BUILD)/flags
+	@mkdir -p $(@D)
+	$(CC) $(PLUGIN_CFLAGS) $(AVX512_FLAGS) $(if $(filter $(VNNI_SRC),$<),$(VNNI_FLAGS)) \
+	    -DCPU_ENGINE_PLUGIN -c $< -o $@
+
+# The score runs on CPUs without AVX-512: no AVX-512 flags here.
+$(BUILD)/obj-plugin/cpu-avx512/engines/plugins/cpu_avx512.o: engines/plugins/cpu_avx512.c $(BUILD)/flags
+	@mkdir -p $(@D)
+	$(CC) $(PLUGIN_CFLAGS) -c $< -o $@
+
+$(BUILD)/engines/cpu-avx512.so: $(CPU_AVX512_OBJ) $(BUILD)/obj-plugin/cpu-avx512/engines/plugins/cpu_avx512.o
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -shared -Wl,-z,defs -o $@ $^ $(PKG_LIBS) $(BLAS_LIBS) -lm -pthread
+
+$(BUILD)/test-engines/%.so: tests/engines/%.c $(BUILD)/flags
+	@mkdir -p $(@D)
+	$(CC) $(PLUGIN_CFLAGS) $(LDFLAGS) -shared -o $@ $<
+
+# The unit and e2e tests load both.
+all: $(ENGINE_PLUGINS)
+$(UNIT): | $(ENGINE_PLUGINS) $(ENGINE_TEST_PLUGINS)
+e2e: $(ENGINE_PLUGINS) $(ENGINE_TEST_PLUGINS)
+
+$(BUILD)/obj/tests/unit/test_engine.o: private CFLAGS += -DATTN_BUILD_DIR='"$(BUILD)"'

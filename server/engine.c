@@ -1,0 +1,305 @@
+/* engine.c (server) — the engine and the attention backend in force. */
+#include "engine.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "log.h"
+#include "metrics.h"
+
+struct srv_engine {
+    engine *eng;
+    attn_parallel par;
+    _Atomic(const attn_backend *) backend;
+    char check[160]; /* the precision's start-up check, for /info */
+};
+
+static void log_registry(void) {
+    for (size_t i = 0; i < engine_registry_count(); i++) {
+        const engine_entry *en = engine_registry_get(i);
+        if (en->offered)
+            log_info("engine offered", LOG_KV("engine", en->name), LOG_KV("origin", en->origin),
+                     LOG_KV("score", en->score));
+        else
+            log_warn("engine refused", LOG_KV("engine", en->name), LOG_KV("origin", en->origin),
+                     LOG_KV("reason", en->reason));
+    }
+}
+
+/* ---- the start-up check of a reduced precision ---------------------------------------
+ * A precision below fp32 is checked against the same engine in fp32 before
+ * it serves: a fixed batch of pseudo-random token ids (four sequences,
+ * 8 to 128 tokens, so short and long sequences and every layer are
+ * covered) through both, and the lowest cosine between their pooled vectors
+ * must reach the precision's floor. The floors are the accuracy each
+ * precision is accepted at (README, Engines): bf16 0.9999, int8 0.99. One
+ * that fails is refused (a named precision stops the start; `auto` moves on
+ * to the next faster-to-slower precision, fp32 last, which is the
+ * reference and needs no check). */
+#define CHECK_SEQS 4
+static const int32_t check_lens[CHECK_SEQS] = {8, 31, 64, 128};
+#define CHECK_TOKENS (8 + 31 + 64 + 128)
+
+static double precision_floor(gemm_precision p) {
+    return p == GEMM_BF16 ? 0.9999 : p == GEMM_INT8 ? 0.99 : 1.0;
+}
+
+static double cosine(const float *a, const float *b, int n) {
+    double ab = 0, aa = 0, bb = 0;
+    for (int i = 0; i < n; i++) {
+        ab += (double)a[i] * b[i];
+        aa += (double)a[i] * a[i];
+        bb += (double)b[i] * b[i];
+    }
+    return aa > 0 && bb > 0 ? ab / sqrt(aa * bb) : 0.0;
+}
+
+/* Runs the check batch on cand and on a small fp32 instance of the same
+ * engine; returns 0 with the lowest cosine in *min_cos, or -1 with why. */
+static int precision_check(const engine_iface *iface, engine *cand, const srv_engine_options *o,
+                           const attn_parallel *par, double *min_cos, char *why, size_t why_len) {
+    const bert_config *c = engine_model(cand);
+    const int C = c->hidden_size;
+    int32_t ids[CHECK_TOKENS], cu[CHECK_SEQS + 1] = {0};
+    uint64_t x = 0x9e3779b97f4a7c15u;
+    for (int b = 0; b < CHECK_SEQS; b++)
+        cu[b + 1] = cu[b] + check_lens[b];
+    for (int t = 0; t < CHECK_TOKENS; t++) {
+        x ^= x >> 12, x ^= x << 25, x ^= x >> 27;
+        ids[t] = (int32_t)((x * 0x2545f4914f6cdd1du) >> 33) % c->vocab_size;
+    }
+    const engine_options ro = {.model_dir = o->model_dir,
+                               .precision = GEMM_FP32,
+                               .max_tokens = CHECK_TOKENS,
+                               .max_seqs = CHECK_SEQS,
+                               .nthreads = tp_nthreads(o->pool),
+                               .backends = o->backends,
+                               .nbackends = o->nbackends};
+    engine *ref = NULL;
+    float *out = malloc(2 * (size_t)CHECK_SEQS * (size_t)C * sizeof *out);
+    int rc = out ? engine_create(iface, &ro, &ref, why, why_len) : ENGINE_ENOMEM;
+    if (rc == ENGINE_OK) {
+        engine_batch b = {.ids = ids, .cu_seqlens = cu, .batch = CHECK_SEQS, .out = out};
+        rc = engine_forward(cand, &b, o->backend, par, NULL, why, why_len);
+        b.out = out + (size_t)CHECK_SEQS * (size_t)C;
+        if (rc == ENGINE_OK)
+            rc = engine_forward(ref, &b, o->backend, par, NULL, why, why_len);
+    } else if (!out) {
+        snprintf(why, why_len, "out of memory");
+    }
+    *min_cos = 1.0;
+    for (int s = 0; rc == ENGINE_OK && s < CHECK_SEQS; s++) {
+        const double cs =
+            cosine(out + (size_t)s * (size_t)C, out + (size_t)(CHECK_SEQS + s) * (size_t)C, C);
+        *min_cos = cs < *min_cos ? cs : *min_cos;
+    }
+    engine_destroy(ref);
+    free(out);
+    return rc == ENGINE_OK ? 0 : -1;
+}
+
+/* Creates iface's engine in precision p and, below fp32, checks it.
+ * Returns ENGINE_OK, ENGINE_EUNSUPPORTED for a failed check (why says so),
+ * or engine_create's error. */
+static int create_checked(srv_engine *e, const engine_iface *iface, gemm_precision p,
+                          const srv_engine_options *o, char *why, size_t why_len) {
+    const engine_options eo = {.model_dir = o->model_dir,
+                               .precision = p,
+                               .max_tokens = o->max_tokens,
+                               .max_seqs = o->max_seqs,
+                               .nthreads = tp_nthreads(o->pool),
+                               .backends = o->backends,
+                               .nbackends = o->nbackends};
+    int rc = engine_create(iface, &eo, &e->eng, why, why_len);
+    if (rc != ENGINE_OK || p == GEMM_FP32) {
+        snprintf(e->check, sizeof e->check, "%s", rc == ENGINE_OK ? "fp32: the reference" : "");
+        return rc;
+    }
+    double min_cos = 0;
+    if (precision_check(iface, e->eng, o, &e->par, &min_cos, why, why_len) != 0)
+        rc = ENGINE_EUNSUPPORTED;
+    else if (!(min_cos >= precision_floor(p))) {
+        snprintf(why, why_len, "%s: lowest cosine %.6f against fp32 is below the floor %g",
+                 engine_precision_name(p), min_cos, precision_floor(p));
+        rc = ENGINE_EUNSUPPORTED;
+    } else {
+        snprintf(e->check, sizeof e->check, "%s: lowest cosine %.6f against fp32 (floor %g)",
+                 engine_precision_name(p), min_cos, precision_floor(p));
+        log_info("precision passed its start-up check", LOG_KV("engine", iface->name),
+                 LOG_KV("precision", engine_precision_name(p)), LOG_KV("min_cosine", min_cos),
+                 LOG_KV("floor", precision_floor(p)));
+    }
+    if (rc != ENGINE_OK) {
+        engine_destroy(e->eng);
+        e->eng = NULL;
+    }
+    return rc;
+}
+
+int srv_engine_create(const srv_engine_options *o, srv_engine **out) {
+    char err[512];
+    *out = NULL;
+    if (engine_registry_init(o->plugin_dir, err, sizeof err) < 0)
+        log_warn("cannot read plugin_dir; only built-in engines are offered",
+                 LOG_KV("plugin_dir", o->plugin_dir), LOG_KV("error", err));
+    log_registry();
+    const engine_iface *iface = NULL;
+    gemm_precision precision = GEMM_FP32;
+    if (engine_select(o->engine, o->precision, &iface, &precision, err, sizeof err) != ENGINE_OK) {
+        log_error("engine refused", LOG_KV("engine", o->engine), LOG_KV("precision", o->precision),
+                  LOG_KV("reason", err));
+        return CONFIG_EXIT_INVALID;
+    }
+    srv_engine *e = calloc(1, sizeof *e);
+    if (!e) {
+        log_error("out of memory");
+        return 1;
+    }
+    e->par = tp_parallel(o->pool);
+    atomic_store(&e->backend, o->backend);
+    /* `auto` tries the precisions from the one engine_select chose (the
+     * fastest this engine runs here) down to fp32; a named one only itself. */
+    static const gemm_precision by_speed[] = {GEMM_INT8, GEMM_BF16, GEMM_FP32};
+    const bool is_auto = !o->precision || strcmp(o->precision, "auto") == 0;
+    int rc = ENGINE_EUNSUPPORTED;
+    for (size_t i = 0; i < sizeof by_speed / sizeof by_speed[0]; i++) {
+        const gemm_precision p = by_speed[i];
+        if (p != precision && !(is_auto && p < precision))
+            continue;
+        if (p != precision && engine_precision_unsupported(iface, p))
+            continue;
+        rc = create_checked(e, iface, p, o, err, sizeof err);
+        if (rc == ENGINE_OK) {
+            precision = p;
+            break;
+        }
+        log_warn("precision refused", LOG_KV("engine", iface->name),
+                 LOG_KV("precision", engine_precision_name(p)),
+                 LOG_KV("problem", engine_strerror(rc)), LOG_KV("reason", err));
+        if (!is_auto || rc == ENGINE_ENOMEM || rc == ENGINE_EMODEL)
+            break;
+    }
+    if (rc != ENGINE_OK) {
+        log_error("cannot start the engine", LOG_KV("engine", iface->name),
+                  LOG_KV("precision", o->precision), LOG_KV("problem", engine_strerror(rc)),
+                  LOG_KV("error", err));
+        free(e);
+        return rc == ENGINE_ENOMEM ? 1 : CONFIG_EXIT_INVALID;
+    }
+    metrics_set_engine(iface->name, engine_precision_name(precision));
+    engine_memory m;
+    engine_memory_of(e->eng, &m);
+    log_info("engine started", LOG_KV("engine", iface->name),
+             LOG_KV("precision", engine_precision_name(precision)), LOG_KV("check", e->check),
+             LOG_KV("weights_owned_bytes", m.weights_owned),
+             LOG_KV("weights_mapped_bytes", m.weights_mapped),
+             LOG_KV("workspace_bytes", m.workspace));
+    *out = e;
+    return 0;
+}
+
+void srv_engine_destroy(srv_engine *e) {
+    if (!e)
+        return;
+    engine_destroy(e->eng);
+    free(e);
+}
+
+const engine *srv_engine_instance(const srv_engine *e) {
+    return e->eng;
+}
+const char *srv_engine_name(const srv_engine *e) {
+    return engine_name(e->eng);
+}
+const char *srv_engine_precision(const srv_engine *e) {
+    return engine_precision_name(engine_precision(e->eng));
+}
+
+const attn_backend *srv_engine_backend(const srv_engine *e) {
+    return atomic_load(&e->backend);
+}
+
+typedef struct swap_arg {
+    srv_engine *e;
+    const attn_backend *backend;
+} swap_arg;
+
+static int swap_backend(void *arg) {
+    swap_arg *a = arg;
+    atomic_store(&a->e->backend, a->backend);
+    return SCHED_OK;
+}
+
+int srv_engine_set_backend(srv_engine *e, sched *s, const attn_backend *backend) {
+    swap_arg a = {e, backend};
+    return sched_call(s, swap_backend, &a);
+}
+
+int srv_engine_forward(srv_engine *e, const engine_batch *b, const engine_hook *hook,
+                       const attn_backend **ran, char *err, size_t err_len) {
+    /* One read per batch: a switch lands between batches only. */
+    const attn_backend *backend = atomic_load(&e->backend);
+    *ran = backend;
+    int rc = engine_forward(e->eng, b, backend, &e->par, hook, err, err_len);
+    if (rc != ENGINE_OK)
+        return rc;
+    const engine_run *r = engine_last_run(e->eng);
+    metrics_engine_forward((double)r->ns * 1e-9, r->flops);
+    /* The attention time comes summed over layers; every layer has the same
+     * shape and work, so each call is counted with an equal share (the
+     * totals, and so GFLOP/s, are exact). */
+    const int layers = engine_model(e->eng)->num_layers;
+    for (int l = 0; l < layers; l++)
+        metrics_kernel(backend, (double)r->stages.attention * 1e-9 / layers,
+                       r->attn_flops / layers);
+    return ENGINE_OK;
+}
+
+const float *srv_engine_last_hidden(const srv_engine *e) {
+    return engine_last_hidden(e->eng);
+}
+
+const engine_run *srv_engine_last_run(const srv_engine *e) {
+    return engine_last_run(e->eng);
+}
+
+json_t *srv_engine_info(const srv_engine *e, const char *engine_setting,
+                        const char *precision_setting, const char *plugin_dir) {
+    json_t *list = json_array();
+    for (size_t i = 0; list && i < engine_registry_count(); i++) {
+        const engine_entry *en = engine_registry_get(i);
+        json_t *precisions = json_array();
+        for (int p = 0; precisions && en->offered && p < GEMM_NPRECISIONS; p++)
+            if (!engine_precision_unsupported(en->iface, (gemm_precision)p) &&
+                json_array_append_new(precisions,
+                                      json_string(engine_precision_name((gemm_precision)p))) != 0) {
+                json_decref(precisions);
+                precisions = NULL;
+            }
+        json_t *item = precisions
+                           ? json_pack("{s:s, s:s, s:b, s:i, s:s, s:o}", "name", en->name, "origin",
+                                       en->origin, "offered", en->offered, "score", en->score,
+                                       "reason", en->reason, "precisions", precisions)
+                           : NULL;
+        if (!item || json_array_append_new(list, item) != 0) {
+            json_decref(list); /* a part missing: no document */
+            list = NULL;
+        }
+    }
+    if (!list)
+        return NULL;
+    engine_memory m;
+    engine_memory_of(e->eng, &m);
+    return json_pack(
+        "{s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:i, s:s, s:o}", "name", srv_engine_name(e),
+        "precision", srv_engine_precision(e), "engine_setting", engine_setting, "precision_setting",
+        precision_setting, "plugin_dir", plugin_dir ? plugin_dir : "", "weights_owned_bytes",
+        (json_int_t)m.weights_owned, "weights_mapped_bytes", (json_int_t)m.weights_mapped,
+        "workspace_bytes", (json_int_t)m.workspace, "api_version", ENGINE_API_VERSION,
+        "precision_check", e->check, "engines", list);
+}
