@@ -63,6 +63,9 @@ endif
 ifneq ($(filter x86_64 i%86,$(shell uname -m)),)
 AVX512_FLAGS := -mavx512f -mavx512dq -mavx512bw -mavx512vl -mavx2 -mfma
 AVX2_FLAGS   := -mavx2 -mfma
+# *_avx512bf16.c: AVX-512 plus the bf16 dot products (vdpbf16ps), reached
+# only after attn_cpu_has(ATTN_CPU_AVX512_BF16).
+BF16_FLAGS   := $(AVX512_FLAGS) -mavx512bf16
 endif
 
 LIB_SRC   := $(sort $(wildcard kernels/*.c) $(filter-out server/main.c,$(wildcard server/*.c)) $(wildcard model/*.c))
@@ -89,7 +92,7 @@ FORCE:
 
 $(BUILD)/obj/%.o: %.c $(BUILD)/flags
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(if $(filter %_avx512.c,$<),$(AVX512_FLAGS)) $(if $(filter %_avx2.c,$<),$(AVX2_FLAGS)) -c $< -o $@
+	$(CC) $(CFLAGS) $(if $(filter %_avx512.c,$<),$(AVX512_FLAGS)) $(if $(filter %_avx2.c,$<),$(AVX2_FLAGS)) $(if $(filter %_avx512bf16.c,$<),$(BF16_FLAGS)) -c $< -o $@
 
 $(LIB): $(LIB_OBJ)
 	@rm -f $@
@@ -103,6 +106,16 @@ $(UNIT): $(UNIT_OBJ) $(LIB)
 
 $(BUILD)/%: $(BUILD)/obj/bench/%.o $(LIB)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# bench_gemm compares our bf16 GEMM with the libraries that have one: oneDNN
+# and libxsmm (scripts/install-deps.sh installs both) are compiled in when
+# present. Only this benchmark links them.
+BENCH_GEMM_DEFS := $(if $(wildcard /usr/include/oneapi/dnnl/dnnl.h),-DBENCH_HAVE_DNNL) \
+                   $(if $(shell pkg-config --exists libxsmmnoblas 2>/dev/null && echo y),-DBENCH_HAVE_XSMM)
+BENCH_GEMM_LIBS := $(if $(wildcard /usr/include/oneapi/dnnl/dnnl.h),-ldnnl -lgomp) \
+                   $(shell pkg-config --libs libxsmmnoblas 2>/dev/null)
+$(BUILD)/obj/bench/bench_gemm.o: CFLAGS += $(BENCH_GEMM_DEFS)
+$(BUILD)/bench_gemm: LDLIBS := $(BENCH_GEMM_LIBS) $(LDLIBS)
 
 deps:
 	@scripts/install-deps.sh
