@@ -63,13 +63,21 @@ const char *gemm_unsupported(gemm_precision p) {
         /* The kernels are AVX512-BF16 (vdpbf16ps); every CPU with AMX-BF16
          * has it too, so AMX alone would not run them. */
 #ifdef ATTN_HAVE_GEMM_BF16
-        return attn_cpu_has(ATTN_CPU_AVX512_BF16) ? NULL : "no AVX512_BF16 on this CPU";
+        if (attn_cpu_has(ATTN_CPU_AVX512_BF16))
+            return NULL;
+        return attn_simd_active() < ATTN_SIMD_AVX512
+                   ? "no AVX512_BF16: the avx512 path is not active"
+                   : "no AVX512_BF16 on this CPU";
 #else
         return "bf16 kernels not built (not x86-64)";
 #endif
     case GEMM_INT8:
 #ifdef ATTN_HAVE_GEMM_INT8
-        return attn_cpu_has(ATTN_CPU_AVX512_VNNI) ? NULL : "no AVX512_VNNI on this CPU";
+        if (attn_cpu_has(ATTN_CPU_AVX512_VNNI))
+            return NULL;
+        return attn_simd_active() < ATTN_SIMD_AVX512
+                   ? "no AVX512_VNNI: the avx512 path is not active"
+                   : "no AVX512_VNNI on this CPU";
 #else
         return "int8 kernels not built";
 #endif
