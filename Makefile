@@ -8,7 +8,7 @@
 #   make model                 fetch the default model into models/
 #   make e2e                   end-to-end tests against the real binary
 #   make test-deploy | test-cluster | test-container   deployment checks
-#   make bench-attention | bench-http | bench-embed     benchmarks (bench/README.md)
+#   make bench-attention | bench-http | bench-embed | bench-gemm   benchmarks (bench/README.md)
 #   make deps                  install the Debian packages the project needs
 #
 # Objects go to $(BUILD) (default build/, or build-san-<list> with SANITIZE), so
@@ -79,7 +79,7 @@ LIB  := $(BUILD)/libattnserve.a
 BIN  := $(BUILD)/attnserve
 UNIT := $(BUILD)/unit-tests
 
-.PHONY: all test unit tsan e2e run model bench-attention bench-http bench-embed deps clean format \
+.PHONY: all test unit tsan e2e run model bench-attention bench-http bench-embed bench-gemm deps clean format \
         test-deploy test-cluster test-container
 all: $(BIN) $(BENCH_BIN)
 
@@ -191,6 +191,11 @@ run:
 
 bench-attention: $(BUILD)/bench_attention
 	$(BUILD)/bench_attention $(BENCH_ARGS)
+
+# The bf16 GEMM against oneDNN, libxsmm and OpenBLAS (bench/README.md); the
+# machine's OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE would force slow kernels.
+bench-gemm: $(BUILD)/bench_gemm
+	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(BUILD)/bench_gemm $(BENCH_ARGS)
 
 bench-http: $(BIN)
 	bench/http/run.sh $(BIN)
