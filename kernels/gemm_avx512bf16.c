@@ -194,7 +194,8 @@ typedef void (*tile_fn)(const tile_args *t);
     }
 #define TILE_ROW(mr) TILE_FN(mr, 1) TILE_FN(mr, 2) TILE_FN(mr, 3) TILE_FN(mr, 4)
 TILE_ROW(1)
-TILE_ROW(2) TILE_ROW(3) TILE_ROW(4) TILE_ROW(5) TILE_ROW(6)
+TILE_ROW(2)
+TILE_ROW(3) TILE_ROW(4) TILE_ROW(5) TILE_ROW(6)
 #define TILE_REF(mr)                                                                               \
     { tile_##mr##_1, tile_##mr##_2, tile_##mr##_3, tile_##mr##_4 }
     static const tile_fn tiles[MR][NV] = {TILE_REF(1), TILE_REF(2), TILE_REF(3),
@@ -247,7 +248,8 @@ static void run_task(void *arg, size_t task, int worker) {
                 row = tiles[mr - 1];
                 t.a = abuf + (size_t)i * w->kp;
                 t.y = c->y + (size_t)(rc + i) * c->ldy + n0;
-                t.res = c->fold ? epi->residual + (size_t)(rc + i) * epi->ld_residual + n0 : NULL;
+                t.res = c->fold && epi ? epi->residual + (size_t)(rc + i) * epi->ld_residual + n0
+                                       : NULL;
                 row[nv - 1](&t);
                 gemm_epilogue_block(epi, c->y, c->ldy, rc + i, rc + i + mr, n0, n0 + cols, c->fold);
             }
