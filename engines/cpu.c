@@ -9,9 +9,8 @@
  *     table exported by engines/plugins/cpu_avx512.c, which also holds its
  *     score (compiled without AVX-512, so it may run on any CPU).
  *
- * Precision reaches the model through kernels/gemm.h's packed weights. Until
- * this build holds those GEMMs, the engine loads fp32 weights only and
- * refuses bf16 and int8 with the reason cpu_gemm_unsupported gives. */
+ * Precision reaches the model through kernels/gemm.h's packed weights: the
+ * engine offers whatever precision gemm_unsupported says this CPU runs. */
 #include "engine.h"
 
 #include <stdio.h>
@@ -22,14 +21,8 @@ typedef struct cpu_ctx {
     bert_workspace *ws;
 } cpu_ctx;
 
-/* What kernels/gemm.h's gemm_unsupported will answer once its GEMMs are
- * linked into this build; until then only fp32 runs. */
-static const char *cpu_gemm_unsupported(gemm_precision p) {
-    return p == GEMM_FP32 ? NULL : "not built: this binary has no bf16 or int8 GEMMs";
-}
-
 static const char *cpu_precision_unsupported(gemm_precision p) {
-    return cpu_gemm_unsupported(p);
+    return gemm_unsupported(p);
 }
 
 static int cpu_init(const engine_options *opt, void **out, char *err, size_t err_len) {
@@ -39,7 +32,7 @@ static int cpu_init(const engine_options *opt, void **out, char *err, size_t err
         snprintf(err, err_len, "out of memory");
         return ENGINE_ENOMEM;
     }
-    int rc = bert_load(opt->model_dir, &c->model, err, err_len);
+    int rc = bert_load_precision(opt->model_dir, opt->precision, &c->model, err, err_len);
     if (rc != BERT_OK) {
         free(c);
         return rc == BERT_ENOMEM ? ENGINE_ENOMEM : ENGINE_EMODEL;

@@ -12,7 +12,9 @@
  * run in.
  *
  * Weights come as PyTorch's nn.Linear stores them: W (N, K) row-major, bias
- * (N). The packed form is immutable after gemm_pack and may be shared by any
+ * (N). fp32 packs by reference (OpenBLAS packs its own panels as it runs), so
+ * for it w and bias must outlive the packed weights; the other precisions
+ * copy what they need. The packed form is immutable after gemm_pack and may be shared by any
  * number of threads and workspaces. Like the attention backends, a GEMM
  * never creates threads or allocates while running: the caller hands it its
  * pool (attn_parallel) and a scratch arena sized by gemm_scratch_bytes. */
@@ -33,7 +35,7 @@ const char *gemm_precision_name(gemm_precision p);
 int gemm_precision_parse(const char *name);
 
 /* NULL when precision p can run on this CPU; otherwise why not (for a log
- * line and /info), e.g. "needs AVX512_BF16 or AMX-BF16". */
+ * line and /info), e.g. "no AVX512_BF16 on this CPU". */
 const char *gemm_unsupported(gemm_precision p);
 
 typedef struct gemm_weights gemm_weights;
@@ -47,18 +49,21 @@ void gemm_free(gemm_weights *w);
 gemm_precision gemm_weights_precision(const gemm_weights *w);
 int gemm_n(const gemm_weights *w);
 int gemm_k(const gemm_weights *w);
-/* Bytes the packed weights hold (what /info's worst case counts). */
+/* Bytes the packed weights own (what /info's worst case counts); 0 for fp32,
+ * which reads the caller's weights in place. */
 size_t gemm_weights_bytes(const gemm_weights *w);
 
 /* What runs after x · Wᵀ + b, on each output element while it is still in
  * registers or cache, so no extra pass over memory is spent on it. In this
- * order: activation, then + residual, then LayerNorm over the whole row
- * (which makes gemm_run split by rows, each task owning whole rows). */
+ * order: activation, then + residual, then LayerNorm over the whole row (a
+ * post-norm encoder's y = LayerNorm(x + x·Wᵀ + b) in one call). */
 typedef enum gemm_act { GEMM_ACT_NONE, GEMM_ACT_GELU } gemm_act;
 
 typedef struct gemm_epilogue {
     gemm_act act;
-    const float *residual; /* (M, N) with row stride ld_residual; may alias y */
+    /* (M, N) with row stride ld_residual; may alias y (with the same
+     * stride) when act is GEMM_ACT_NONE */
+    const float *residual;
     size_t ld_residual;
     const float *ln_w, *ln_b; /* (N) each; both NULL: no LayerNorm */
     float ln_eps;
@@ -73,5 +78,43 @@ size_t gemm_scratch_bytes(const gemm_weights *w, int max_rows, int nthreads);
  * gemm_scratch_bytes(w, M, par->nthreads). y must not alias x. */
 void gemm_run(const gemm_weights *w, const attn_parallel *par, const float *x, size_t ldx, float *y,
               size_t ldy, int M, const gemm_epilogue *epi, void *scratch);
+
+/* ---- error bound and self-test ---------------------------------------------
+ * The bound every precision's output must meet, per element of x·Wᵀ + b,
+ * given S = Σ_k |x_k·w_k| and |y| (both in exact arithmetic):
+ *   fp32: K·2⁻²⁴·S + 2⁻²⁴·|y|  (the K roundings of the running sum, and the
+ *         bias add)
+ *   bf16: (2·2⁻⁸ + K·2⁻²⁴)·S + 2⁻²⁴·|y|  (x and w each rounded once to
+ *         bf16, unit roundoff 2⁻⁸: a relative error of at most 2·2⁻⁸ in
+ *         every product, then fp32 accumulation as above)
+ * Never widened to make a kernel pass. Negative for a precision without a
+ * bound here (int8's belongs with its kernels). */
+double gemm_error_bound(gemm_precision p, int K, double sum_abs, double abs_y);
+
+/* Checks precision p's GEMMs on this CPU against a float64 reference on an
+ * encoder's shapes (C = 384, F = 1536, short and tall batches, so both
+ * splits run) and odd ones, every element against gemm_error_bound, on par
+ * (what the service runs at start before offering a precision). Returns 0
+ * when all pass, else -1 with the worst element in why; *worst gets the
+ * largest error as a fraction of its bound. Allocates and frees its own
+ * buffers (about 5 MB). */
+int gemm_selftest(gemm_precision p, const attn_parallel *par, double *worst, char *why,
+                  size_t why_len);
+
+/* ---- for the kernels of each precision ---------------------------------------
+ * The fp32 epilogue pieces, so every precision rounds the same way after its
+ * accumulators are in y. */
+
+/* y = (x - mean) / sqrt(var + eps) * w + b over one row of n (may be in
+ * place); also the encoder's embedding LayerNorm. */
+void gemm_layernorm_row(float *y, const float *x, const float *w, const float *b, int n, float eps);
+
+/* Rows [r0, r1) x columns [c0, c1) of y hold x·Wᵀ + b: applies the
+ * activation, then adds the residual unless residual_done (it was folded in
+ * before accumulating). Not the LayerNorm, which needs whole rows. */
+void gemm_epilogue_block(const gemm_epilogue *epi, float *y, size_t ldy, int r0, int r1, int c0,
+                         int c1, int residual_done);
+/* The LayerNorm of rows [r0, r1) of y, each N wide (nothing without one). */
+void gemm_epilogue_norm(const gemm_epilogue *epi, float *y, size_t ldy, int r0, int r1, int N);
 
 #endif

@@ -13,9 +13,14 @@
  * the CPU cannot run path. */
 double attn_peak_fma(attn_simd path, long iters);
 
+/* The same for vdpbf16ps (bf16 pairs into fp32 lanes: 4 operations per
+ * lane per instruction), the bf16 GEMMs' ceiling; 0 without AVX512_BF16. */
+double attn_peak_bf16(long iters);
+
 /* The path-specific loops (peak_avx512.c, peak_avx2.c); reached only through
  * attn_peak_fma, after the CPU check. */
 double attn_peak_fma_avx512(long iters);
 double attn_peak_fma_avx2(long iters);
+double attn_peak_bf16_avx512(long iters);
 
 #endif

@@ -27,7 +27,7 @@ CPU_AVX512_OBJ := $(CPU_AVX512_SRC:%.c=$(BUILD)/obj-plugin/cpu-avx512/%.o)
 
 $(BUILD)/obj-plugin/cpu-avx512/%.o: %.c $(BUILD)/flags
 	@mkdir -p $(@D)
-	$(CC) $(PLUGIN_CFLAGS) $(AVX512_FLAGS) $(if $(filter $(VNNI_SRC),$<),$(VNNI_FLAGS)) \
+	$(CC) $(PLUGIN_CFLAGS) $(AVX512_FLAGS) $(if $(filter %_avx512bf16.c,$<),$(BF16_FLAGS)) $(if $(filter $(VNNI_SRC),$<),$(VNNI_FLAGS)) \
 	    -DCPU_ENGINE_PLUGIN -c $< -o $@
 
 # The score runs on CPUs without AVX-512: no AVX-512 flags here.
