@@ -28,3 +28,13 @@ double attn_peak_fma(attn_simd path, long iters) {
 #endif
     return peak_portable(iters);
 }
+
+double attn_peak_int8(long iters) {
+    if (!attn_simd_has_avx512_vnni())
+        return 0.0;
+#if defined(__x86_64__) || defined(__i386__)
+    return attn_peak_int8_vnni(iters);
+#else
+    return 0.0;
+#endif
+}

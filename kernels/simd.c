@@ -22,8 +22,8 @@ static attn_simd detect_x86(void) {
     if (!has_osxsave || !has_avx)
         return ATTN_SIMD_PORTABLE;
     unsigned long long xcr0 = read_xcr0();
-    int os_ymm = (xcr0 & 0x6) == 0x6;    /* SSE and AVX state saved */
-    int os_zmm = (xcr0 & 0xe6) == 0xe6;  /* plus opmask and ZMM state */
+    int os_ymm = (xcr0 & 0x6) == 0x6;   /* SSE and AVX state saved */
+    int os_zmm = (xcr0 & 0xe6) == 0xe6; /* plus opmask and ZMM state */
     if (!os_ymm || __get_cpuid_max(0, NULL) < 7)
         return ATTN_SIMD_PORTABLE;
     __cpuid_count(7, 0, a, b, c, d);
@@ -34,7 +34,29 @@ static attn_simd detect_x86(void) {
         return ATTN_SIMD_AVX2;
     return ATTN_SIMD_PORTABLE;
 }
+
+static int detect_avx512_vnni(void) {
+    unsigned int a, b, c, d;
+    if (detect_x86() != ATTN_SIMD_AVX512)
+        return 0;
+    __cpuid_count(7, 0, a, b, c, d);
+    return (c >> 11) & 1;
+}
 #endif
+
+int attn_simd_has_avx512_vnni(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    static _Atomic int cached = -1;
+    int v = atomic_load(&cached);
+    if (v < 0) {
+        v = detect_avx512_vnni();
+        atomic_store(&cached, v);
+    }
+    return v;
+#else
+    return 0;
+#endif
+}
 
 attn_simd attn_simd_detect(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -73,7 +95,9 @@ int attn_simd_force(attn_simd path) {
     return 0;
 }
 
-void attn_simd_unforce(void) { atomic_store(&forced, -1); }
+void attn_simd_unforce(void) {
+    atomic_store(&forced, -1);
+}
 
 static const char *const names[] = {"portable", "avx2", "avx512"};
 

@@ -20,6 +20,10 @@ attn_simd attn_simd_detect(void);
  * and valid, else attn_simd_detect(). */
 attn_simd attn_simd_active(void);
 
+/* Whether the CPU and OS can run AVX512_VNNI (vpdpbusd), the int8 dot
+ * product the int8 GEMM needs on top of the avx512 path. */
+int attn_simd_has_avx512_vnni(void);
+
 /* Forces a path. Returns 0, or -1 if the CPU cannot run it. Not for use while
  * a kernel runs. attn_simd_unforce() returns to the default choice. */
 int attn_simd_force(attn_simd path);
