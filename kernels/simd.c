@@ -22,8 +22,8 @@ static attn_simd detect_x86(void) {
     if (!has_osxsave || !has_avx)
         return ATTN_SIMD_PORTABLE;
     unsigned long long xcr0 = read_xcr0();
-    int os_ymm = (xcr0 & 0x6) == 0x6;   /* SSE and AVX state saved */
-    int os_zmm = (xcr0 & 0xe6) == 0xe6; /* plus opmask and ZMM state */
+    int os_ymm = (xcr0 & 0x6) == 0x6;    /* SSE and AVX state saved */
+    int os_zmm = (xcr0 & 0xe6) == 0xe6;  /* plus opmask and ZMM state */
     if (!os_ymm || __get_cpuid_max(0, NULL) < 7)
         return ATTN_SIMD_PORTABLE;
     __cpuid_count(7, 0, a, b, c, d);
@@ -95,9 +95,7 @@ int attn_simd_force(attn_simd path) {
     return 0;
 }
 
-void attn_simd_unforce(void) {
-    atomic_store(&forced, -1);
-}
+void attn_simd_unforce(void) { atomic_store(&forced, -1); }
 
 static const char *const names[] = {"portable", "avx2", "avx512"};
 
