@@ -46,6 +46,11 @@ ifneq ($(filter x86_64 i%86,$(shell uname -m)),)
 CFLAGS  += -mno-omit-leaf-frame-pointer
 endif
 LDLIBS  += $(PKG_LIBS) $(BLAS_LIBS) -lm -pthread
+# The int8 GEMM kernels are optional: kernels/gemm.c dispatches to them only
+# when they are in the tree, and otherwise says they are not built.
+ifneq ($(wildcard kernels/gemm_int8.c),)
+CFLAGS  += -DATTN_HAVE_GEMM_INT8
+endif
 ifneq ($(SANITIZE),)
 CFLAGS  += -fsanitize=$(SANITIZE) -fno-sanitize-recover=all
 LDFLAGS += -fsanitize=$(SANITIZE)

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 
 #include "bench_util.h"
-#include "kernels/gemm_int8.h"
+#include "kernels/gemm.h"
 #include "kernels/peak.h"
 #include "kernels/threadpool.h"
 
@@ -44,7 +44,7 @@ static void peak_ops(const attn_parallel *par, double *med, double *best) {
 int main(int argc, char **argv) {
     const int threads = argc > 1 ? atoi(argv[1]) : 2;
     const double budget = argc > 2 ? atof(argv[2]) : 0.3;
-    const char *why = gemm_int8_unsupported();
+    const char *why = gemm_unsupported(GEMM_INT8);
     if (why) {
         printf("int8 GEMM not run: %s\n", why);
         return 0;
@@ -77,17 +77,17 @@ int main(int argc, char **argv) {
                 x[i] = (float)((i * 40503u) % 997) / 997.0f - 0.5f;
             gemm_weights *pw = NULL;
             char err[128];
-            if (gemm_int8_pack(w, b, N, K, &pw, err, sizeof err) != 0) {
+            if (gemm_pack(GEMM_INT8, w, b, N, K, &pw, err, sizeof err) != 0) {
                 printf("pack failed: %s\n", err);
                 return 1;
             }
-            void *scratch = malloc(gemm_int8_scratch_bytes(pw, M, threads));
+            void *scratch = malloc(gemm_scratch_bytes(pw, M, threads));
             double t[200], c[200];
             int n = 0;
             const double start = now_s();
             while (n < 200 && (n < 5 || now_s() - start < budget)) {
                 const double t0 = now_s(), c0 = cpu_s();
-                gemm_int8_run(pw, &par, x, (size_t)K, y, (size_t)N, M, NULL, scratch);
+                gemm_run(pw, &par, x, (size_t)K, y, (size_t)N, M, NULL, scratch);
                 c[n] = cpu_s() - c0;
                 t[n++] = now_s() - t0;
             }
@@ -98,7 +98,7 @@ int main(int argc, char **argv) {
                    100.0 * 2.0 * M * N * K / fastest / peak_best,
                    100.0 * 2.0 * M * N * K / cpu / peak_cpu);
             free(scratch);
-            gemm_int8_free(pw);
+            gemm_free(pw);
             free(w);
             free(b);
             free(x);

@@ -12,7 +12,9 @@
  * run in.
  *
  * Weights come as PyTorch's nn.Linear stores them: W (N, K) row-major, bias
- * (N). The packed form is immutable after gemm_pack and may be shared by any
+ * (N). fp32 packs by reference (OpenBLAS packs its own panels as it runs), so
+ * for it w and bias must outlive the packed weights; the other precisions
+ * copy what they need. The packed form is immutable after gemm_pack and may be shared by any
  * number of threads and workspaces. Like the attention backends, a GEMM
  * never creates threads or allocates while running: the caller hands it its
  * pool (attn_parallel) and a scratch arena sized by gemm_scratch_bytes. */
@@ -33,32 +35,35 @@ const char *gemm_precision_name(gemm_precision p);
 int gemm_precision_parse(const char *name);
 
 /* NULL when precision p can run on this CPU; otherwise why not (for a log
- * line and /info), e.g. "needs AVX512_BF16 or AMX-BF16". */
+ * line and /info), e.g. "no AVX512_BF16 on this CPU". */
 const char *gemm_unsupported(gemm_precision p);
 
 typedef struct gemm_weights gemm_weights;
 
 /* Packs W (N, K) and bias (N, may be NULL) for precision p. Returns 0, or
  * -1 with a message (unsupported precision, out of memory). */
-int gemm_pack(gemm_precision p, const float *w, const float *bias, int N, int K,
-              gemm_weights **out, char *err, size_t err_len);
+int gemm_pack(gemm_precision p, const float *w, const float *bias, int N, int K, gemm_weights **out,
+              char *err, size_t err_len);
 void gemm_free(gemm_weights *w);
 
 gemm_precision gemm_weights_precision(const gemm_weights *w);
 int gemm_n(const gemm_weights *w);
 int gemm_k(const gemm_weights *w);
-/* Bytes the packed weights hold (what /info's worst case counts). */
+/* Bytes the packed weights own (what /info's worst case counts); 0 for fp32,
+ * which reads the caller's weights in place. */
 size_t gemm_weights_bytes(const gemm_weights *w);
 
 /* What runs after x · Wᵀ + b, on each output element while it is still in
  * registers or cache, so no extra pass over memory is spent on it. In this
- * order: activation, then + residual, then LayerNorm over the whole row
- * (which makes gemm_run split by rows, each task owning whole rows). */
+ * order: activation, then + residual, then LayerNorm over the whole row (a
+ * post-norm encoder's y = LayerNorm(x + x·Wᵀ + b) in one call). */
 typedef enum gemm_act { GEMM_ACT_NONE, GEMM_ACT_GELU } gemm_act;
 
 typedef struct gemm_epilogue {
     gemm_act act;
-    const float *residual; /* (M, N) with row stride ld_residual; may alias y */
+    /* (M, N) with row stride ld_residual; may alias y (with the same
+     * stride) when act is GEMM_ACT_NONE */
+    const float *residual;
     size_t ld_residual;
     const float *ln_w, *ln_b; /* (N) each; both NULL: no LayerNorm */
     float ln_eps;
@@ -71,7 +76,23 @@ size_t gemm_scratch_bytes(const gemm_weights *w, int max_rows, int nthreads);
 /* y (M, N, row stride ldy) = epi(x (M, K, row stride ldx) · Wᵀ + b), split
  * over par. epi may be NULL (bias only). scratch holds at least
  * gemm_scratch_bytes(w, M, par->nthreads). y must not alias x. */
-void gemm_run(const gemm_weights *w, const attn_parallel *par, const float *x, size_t ldx,
-              float *y, size_t ldy, int M, const gemm_epilogue *epi, void *scratch);
+void gemm_run(const gemm_weights *w, const attn_parallel *par, const float *x, size_t ldx, float *y,
+              size_t ldy, int M, const gemm_epilogue *epi, void *scratch);
+
+/* ---- for the kernels of each precision ---------------------------------------
+ * The fp32 epilogue pieces, so every precision rounds the same way after its
+ * accumulators are in y. */
+
+/* y = (x - mean) / sqrt(var + eps) * w + b over one row of n (may be in
+ * place); also the encoder's embedding LayerNorm. */
+void gemm_layernorm_row(float *y, const float *x, const float *w, const float *b, int n, float eps);
+
+/* Rows [r0, r1) x columns [c0, c1) of y hold x·Wᵀ + b: applies the
+ * activation, then adds the residual unless residual_done (it was folded in
+ * before accumulating). Not the LayerNorm, which needs whole rows. */
+void gemm_epilogue_block(const gemm_epilogue *epi, float *y, size_t ldy, int r0, int r1, int c0,
+                         int c1, int residual_done);
+/* The LayerNorm of rows [r0, r1) of y, each N wide (nothing without one). */
+void gemm_epilogue_norm(const gemm_epilogue *epi, float *y, size_t ldy, int r0, int r1, int N);
 
 #endif

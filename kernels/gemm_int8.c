@@ -1,6 +1,6 @@
 /* gemm_int8.c — packing, scratch and the parallel split of the int8 GEMM
  * (see gemm_int8.h); the vpdpbusd kernels are in gemm_int8_avx512.c. */
-#include "gemm_int8.h"
+#include "gemm_int8_impl.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -10,28 +10,17 @@
 #include "model/gelu.h"
 #include "simd.h"
 
-const char *gemm_int8_unsupported(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    if (!attn_simd_has_avx512_vnni())
-        return "needs AVX512_VNNI";
-    if (attn_simd_active() != ATTN_SIMD_AVX512)
-        return "needs the avx512 SIMD path (lowered by ATTNSERVE_SIMD)";
-    return NULL;
-#else
-    return "needs AVX512_VNNI (x86-64)";
-#endif
-}
-
 static size_t align64(size_t n) {
     return (n + 63) & ~(size_t)63;
 }
 
-int gemm_int8_pack(const float *w, const float *bias, int N, int K, gemm_weights **out, char *err,
-                   size_t err_len) {
+int gemm_int8_pack(const float *w, const float *bias, int N, int K, gemm_int8_weights **out,
+                   char *err, size_t err_len) {
     *out = NULL;
-    const char *why = gemm_int8_unsupported();
-    if (why) {
-        snprintf(err, err_len, "int8: %s", why);
+    /* gemm.c has checked already; packing for kernels that cannot run would
+     * only defer the failure to the first forward. */
+    if (!attn_cpu_has(ATTN_CPU_AVX512_VNNI)) {
+        snprintf(err, err_len, "int8: no AVX512_VNNI on this CPU (or the SIMD path is lowered)");
         return -1;
     }
     if (N < 1 || K < 1) {
@@ -40,7 +29,7 @@ int gemm_int8_pack(const float *w, const float *bias, int N, int K, gemm_weights
     }
     const int Np = (N + GEMM_INT8_NR - 1) / GEMM_INT8_NR * GEMM_INT8_NR, K4 = (K + 3) / 4;
     const size_t qw_bytes = align64((size_t)Np * K4 * 4), vec_bytes = align64((size_t)Np * 4);
-    gemm_int8_packed *p = calloc(1, sizeof *p);
+    gemm_int8_weights *p = calloc(1, sizeof *p);
     void *block = NULL;
     if (!p || posix_memalign(&block, 64, qw_bytes + 3 * vec_bytes) != 0) {
         free(p);
@@ -48,17 +37,16 @@ int gemm_int8_pack(const float *w, const float *bias, int N, int K, gemm_weights
         return -1;
     }
     memset(block, 0, qw_bytes + 3 * vec_bytes);
-    *p = (gemm_int8_packed){.precision = GEMM_INT8,
-                            .N = N,
-                            .K = K,
-                            .Np = Np,
-                            .K4 = K4,
-                            .qw = block,
-                            .scale = (float *)((char *)block + qw_bytes),
-                            .comp = (int32_t *)((char *)block + qw_bytes + vec_bytes),
-                            .bias = (float *)((char *)block + qw_bytes + 2 * vec_bytes),
-                            .block = block,
-                            .bytes = sizeof *p + qw_bytes + 3 * vec_bytes};
+    *p = (gemm_int8_weights){.N = N,
+                             .K = K,
+                             .Np = Np,
+                             .K4 = K4,
+                             .qw = block,
+                             .scale = (float *)((char *)block + qw_bytes),
+                             .comp = (int32_t *)((char *)block + qw_bytes + vec_bytes),
+                             .bias = (float *)((char *)block + qw_bytes + 2 * vec_bytes),
+                             .block = block,
+                             .bytes = sizeof *p + qw_bytes + 3 * vec_bytes};
     for (int n = 0; n < N; n++) {
         const float *wr = w + (size_t)n * K;
         float mx = 0.0f;
@@ -77,45 +65,43 @@ int gemm_int8_pack(const float *w, const float *bias, int N, int K, gemm_weights
         p->comp[n] = 128 * sum;
         p->bias[n] = bias ? bias[n] : 0.0f;
     }
-    *out = (gemm_weights *)p;
+    *out = p;
     return 0;
 }
 
-void gemm_int8_free(gemm_weights *w) {
-    gemm_int8_packed *p = (gemm_int8_packed *)w;
+void gemm_int8_free(gemm_int8_weights *p) {
     if (!p)
         return;
     free(p->block);
     free(p);
 }
 
-size_t gemm_int8_bytes(const gemm_weights *w) {
-    return ((const gemm_int8_packed *)w)->bytes;
+size_t gemm_int8_bytes(const gemm_int8_weights *w) {
+    return w->bytes;
 }
 
 /* Rows a worker turns into fp32 at a time before its epilogue: 12 rows of
  * 1536 floats (72 KiB) stay in L2 between the GEMM and the epilogue. */
 #define CHUNK_ROWS 12
 
-static size_t qa_stride(const gemm_int8_packed *p) {
+static size_t qa_stride(const gemm_int8_weights *p) {
     return align64((size_t)p->K4 * 4);
 }
 
 /* Scratch: the quantised rows and their scales for all M rows (shared: each
  * row is written by one task), then one fp32 row buffer per worker. */
-static size_t rowbuf_bytes(const gemm_int8_packed *p) {
+static size_t rowbuf_bytes(const gemm_int8_weights *p) {
     return align64((size_t)CHUNK_ROWS * p->Np * sizeof(float));
 }
 
-size_t gemm_int8_scratch_bytes(const gemm_weights *w, int max_rows, int nthreads) {
-    const gemm_int8_packed *p = (const gemm_int8_packed *)w;
+size_t gemm_int8_scratch_bytes(const gemm_int8_weights *p, int max_rows, int nthreads) {
     const size_t rows = max_rows > 0 ? (size_t)max_rows : 0;
     const size_t workers = nthreads > 0 ? (size_t)nthreads : 1;
     return 64 + rows * qa_stride(p) + align64(rows * sizeof(float)) + workers * rowbuf_bytes(p);
 }
 
 typedef struct int8_run {
-    const gemm_int8_packed *p;
+    const gemm_int8_weights *p;
     const float *x;
     size_t ldx;
     float *y;
@@ -143,19 +129,8 @@ static void epilogue_row(const int8_run *c, float *v, int r, int c0, int n) {
             v[j] += res[j];
     }
     if (e && e->ln_w) {
-        /* Statistics in double, as the fp32 LayerNorm does, so they do not
-         * depend on the row's length. */
-        double sum = 0.0, sq = 0.0;
-        for (int j = 0; j < n; j++)
-            sum += v[j];
-        const double mean = sum / n;
-        for (int j = 0; j < n; j++) {
-            const double d = v[j] - mean;
-            sq += d * d;
-        }
-        const float rstd = (float)(1.0 / sqrt(sq / n + (double)e->ln_eps)), fm = (float)mean;
-        for (int j = 0; j < n; j++)
-            yr[j] = (v[j] - fm) * rstd * e->ln_w[j] + e->ln_b[j];
+        /* The fp32 path's LayerNorm, so every precision rounds it alike. */
+        gemm_layernorm_row(yr, v, e->ln_w, e->ln_b, n, e->ln_eps);
         return;
     }
     memcpy(yr, v, (size_t)n * sizeof(float));
@@ -168,7 +143,7 @@ static void block_range(size_t n, size_t ntasks, size_t i, size_t *lo, size_t *h
 
 static void int8_task(void *arg, size_t task, int worker) {
     const int8_run *c = arg;
-    const gemm_int8_packed *p = c->p;
+    const gemm_int8_weights *p = c->p;
     size_t r0 = 0, r1 = (size_t)c->M;
     int c0 = 0, c1 = p->Np;
     if (c->by_rows) {
@@ -197,9 +172,8 @@ static void int8_task(void *arg, size_t task, int worker) {
     }
 }
 
-void gemm_int8_run(const gemm_weights *w, const attn_parallel *par, const float *x, size_t ldx,
+void gemm_int8_run(const gemm_int8_weights *p, const attn_parallel *par, const float *x, size_t ldx,
                    float *y, size_t ldy, int M, const gemm_epilogue *epi, void *scratch) {
-    const gemm_int8_packed *p = (const gemm_int8_packed *)w;
     if (M <= 0)
         return;
     char *s = (char *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);

@@ -1,67 +1,27 @@
-/* gemm_int8.h — the int8 path behind gemm.h: per-output-channel symmetric
- * int8 weights packed for AVX512-VNNI, per-token dynamic int8 activations,
- * int32 accumulation, dequantised to fp32 with the bias and the epilogue.
+/* gemm_int8.h — the int8 kernels behind gemm.h's GEMM_INT8.
  *
- * gemm.c dispatches GEMM_INT8 here with the public functions' arguments, and
- * only after gemm_int8_unsupported() said yes: the kernels use vpdpbusd.
- *
- * Quantisation. Weight row n (one output channel) is stored as
- * qw = round(W[n,k] / sw[n]) with sw[n] = max_k |W[n,k]| / 127; each token's
- * activation row as qx = round(x[k] / sx) with sx = max_k |x[k]| / 127,
- * computed on the fly. vpdpbusd multiplies unsigned by signed bytes, so the
- * activations go in shifted by 128 (qx + 128 in 1..255) and the 128·Σ_k qw[n,k]
- * this adds is subtracted from each column's int32 sum; the result is exact
- * integer arithmetic, y = sx·sw[n]·Σ_k qx·qw + b[n]. */
+ * gemm.c dispatches on the precision and calls these with the arguments of
+ * the public functions of the same role; the int8 weights are their own
+ * opaque type, held by a gemm_weights. They are built only when
+ * kernels/gemm_int8.c exists (the Makefile then defines ATTN_HAVE_GEMM_INT8);
+ * without it gemm_unsupported(GEMM_INT8) says so and nothing here is called.
+ * gemm.c has checked the CPU (AVX512_VNNI) before any of them runs. */
 #ifndef ATTN_GEMM_INT8_H
 #define ATTN_GEMM_INT8_H
 
 #include <stddef.h>
-#include <stdint.h>
 
 #include "gemm.h"
+#include "parallel.h"
 
-/* NULL when this CPU (and the active SIMD path, see simd.h) can run the int8
- * kernels; otherwise why not. */
-const char *gemm_int8_unsupported(void);
+typedef struct gemm_int8_weights gemm_int8_weights;
 
-int gemm_int8_pack(const float *w, const float *bias, int N, int K, gemm_weights **out, char *err,
-                   size_t err_len);
-void gemm_int8_free(gemm_weights *w);
-size_t gemm_int8_bytes(const gemm_weights *w);
-size_t gemm_int8_scratch_bytes(const gemm_weights *w, int max_rows, int nthreads);
-void gemm_int8_run(const gemm_weights *w, const attn_parallel *par, const float *x, size_t ldx,
+int gemm_int8_pack(const float *w, const float *bias, int N, int K, gemm_int8_weights **out,
+                   char *err, size_t err_len);
+void gemm_int8_free(gemm_int8_weights *w);
+size_t gemm_int8_bytes(const gemm_int8_weights *w);
+size_t gemm_int8_scratch_bytes(const gemm_int8_weights *w, int max_rows, int nthreads);
+void gemm_int8_run(const gemm_int8_weights *w, const attn_parallel *par, const float *x, size_t ldx,
                    float *y, size_t ldy, int M, const gemm_epilogue *epi, void *scratch);
-
-/* ---- internals shared by gemm_int8.c and gemm_int8_avx512.c ------------------------- */
-
-/* Columns per packed panel: one zmm of int32 sums. */
-#define GEMM_INT8_NR 16
-
-/* The packed weights. A panel holds 16 output channels; for each group of 4
- * k it stores 64 bytes, channel by channel (n0 k0..k3, n1 k0..k3, ...), the
- * operand order vpdpbusd wants. Channels past N and k past K are zero. */
-typedef struct gemm_int8_packed {
-    gemm_precision precision; /* GEMM_INT8 */
-    int N, K;
-    int Np;        /* N rounded up to GEMM_INT8_NR */
-    int K4;        /* groups of 4 k: ceil(K / 4) */
-    int8_t *qw;    /* [Np / 16][K4][16][4] */
-    float *scale;  /* [Np] sw, 0 past N */
-    int32_t *comp; /* [Np] 128 · Σ_k qw[n,k] */
-    float *bias;   /* [Np] b, 0 past N or without bias */
-    void *block;   /* the one allocation the arrays above are carved from */
-    size_t bytes;
-} gemm_int8_packed;
-
-/* Quantises rows [r0, r1) of x into qa (row stride lda bytes, padded to a
- * multiple of 4 with the shifted zero 128) and their scales into sx. */
-void gemm_int8_quantize_rows_avx512(const float *x, size_t ldx, int K, int r0, int r1, uint8_t *qa,
-                                    size_t lda, float *sx);
-
-/* acc → fp32: out[i·ldo + j] = (sum − comp[c0+j]) · sx[i] · sw[c0+j] + b[c0+j]
- * for rows i < rows and the columns [c0, c1) (multiples of 16 but c1 may be
- * Np), from the quantised rows qa. */
-void gemm_int8_block_avx512(const gemm_int8_packed *p, const uint8_t *qa, size_t lda,
-                            const float *sx, int rows, int c0, int c1, float *out, size_t ldo);
 
 #endif

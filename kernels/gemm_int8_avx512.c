@@ -1,8 +1,8 @@
 /* gemm_int8_avx512.c — the AVX512-VNNI kernels of the int8 GEMM (see
  * gemm_int8.h): activation quantisation and the register-blocked vpdpbusd
- * loop with its dequantising store. Reached only after
- * gemm_int8_unsupported() has checked CPUID. */
-#include "gemm_int8.h"
+ * loop with its dequantising store. Reached only after gemm.c has checked
+ * CPUID (attn_cpu_has(ATTN_CPU_AVX512_VNNI)). */
+#include "gemm_int8_impl.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -92,10 +92,10 @@ static inline __attribute__((always_inline)) void dpbusd(__m512i *acc, __m512i a
     __asm__("vpdpbusd %2, %1, %0" : "+v"(*acc) : "v"(a), "v"(b));
 }
 
-static inline __attribute__((always_inline)) void tile(const gemm_int8_packed *p, const uint8_t *qa,
-                                                       size_t lda, const float *sx, int c0,
-                                                       float *out, size_t ldo, const int mr,
-                                                       const int np) {
+static inline __attribute__((always_inline)) void tile(const gemm_int8_weights *p,
+                                                       const uint8_t *qa, size_t lda,
+                                                       const float *sx, int c0, float *out,
+                                                       size_t ldo, const int mr, const int np) {
     const size_t pstride = (size_t)p->K4 * 64;
     const int8_t *b = p->qw + (size_t)(c0 / GEMM_INT8_NR) * pstride;
     ALL(DECL)
@@ -103,29 +103,31 @@ static inline __attribute__((always_inline)) void tile(const gemm_int8_packed *p
         /* 24 sums + 6 broadcasts + 1 weight vector = 31 registers: the
          * weight vectors are loaded one at a time, or they would spill. */
         BCAST(0)
-        BCAST(1) BCAST(2) BCAST(3) BCAST(4) BCAST(5) LOADB(0) ROWS(STEP, 0) LOADB(1) ROWS(STEP, 1)
-            LOADB(2) ROWS(STEP, 2) LOADB(3) ROWS(STEP, 3)
+        BCAST(1)
+        BCAST(2) BCAST(3) BCAST(4) BCAST(5) LOADB(0) ROWS(STEP, 0) LOADB(1) ROWS(STEP, 1) LOADB(2)
+            ROWS(STEP, 2) LOADB(3) ROWS(STEP, 3)
     }
     ALL(STORE)
 }
 
-typedef void (*tile_fn)(const gemm_int8_packed *, const uint8_t *, size_t, const float *, int,
+typedef void (*tile_fn)(const gemm_int8_weights *, const uint8_t *, size_t, const float *, int,
                         float *, size_t);
 
 #define TILE_FN(MR, NP)                                                                            \
-    static void tile_##MR##_##NP(const gemm_int8_packed *p, const uint8_t *qa, size_t lda,         \
+    static void tile_##MR##_##NP(const gemm_int8_weights *p, const uint8_t *qa, size_t lda,        \
                                  const float *sx, int c0, float *out, size_t ldo) {                \
         tile(p, qa, lda, sx, c0, out, ldo, MR, NP);                                                \
     }
 #define TILE_ROW(MR) TILE_FN(MR, 1) TILE_FN(MR, 2) TILE_FN(MR, 3) TILE_FN(MR, 4)
 TILE_ROW(1)
-TILE_ROW(2) TILE_ROW(3) TILE_ROW(4) TILE_ROW(5) TILE_ROW(6)
+TILE_ROW(2)
+TILE_ROW(3) TILE_ROW(4) TILE_ROW(5) TILE_ROW(6)
 #define TILE_REF(MR)                                                                               \
     { tile_##MR##_1, tile_##MR##_2, tile_##MR##_3, tile_##MR##_4 }
     static const tile_fn tiles[MR_MAX][NP_MAX] = {TILE_REF(1), TILE_REF(2), TILE_REF(3),
                                                   TILE_REF(4), TILE_REF(5), TILE_REF(6)};
 
-void gemm_int8_block_avx512(const gemm_int8_packed *p, const uint8_t *qa, size_t lda,
+void gemm_int8_block_avx512(const gemm_int8_weights *p, const uint8_t *qa, size_t lda,
                             const float *sx, int rows, int c0, int c1, float *out, size_t ldo) {
     /* Column groups outside, rows inside: one group's weights (64 columns ×
      * K bytes) stay in L2 while every row block streams past them. */

@@ -30,7 +30,7 @@ double attn_peak_fma(attn_simd path, long iters) {
 }
 
 double attn_peak_int8(long iters) {
-    if (!attn_simd_has_avx512_vnni())
+    if (!attn_cpu_has(ATTN_CPU_AVX512_VNNI))
         return 0.0;
 #if defined(__x86_64__) || defined(__i386__)
     return attn_peak_int8_vnni(iters);

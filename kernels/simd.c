@@ -22,8 +22,8 @@ static attn_simd detect_x86(void) {
     if (!has_osxsave || !has_avx)
         return ATTN_SIMD_PORTABLE;
     unsigned long long xcr0 = read_xcr0();
-    int os_ymm = (xcr0 & 0x6) == 0x6;    /* SSE and AVX state saved */
-    int os_zmm = (xcr0 & 0xe6) == 0xe6;  /* plus opmask and ZMM state */
+    int os_ymm = (xcr0 & 0x6) == 0x6;   /* SSE and AVX state saved */
+    int os_zmm = (xcr0 & 0xe6) == 0xe6; /* plus opmask and ZMM state */
     if (!os_ymm || __get_cpuid_max(0, NULL) < 7)
         return ATTN_SIMD_PORTABLE;
     __cpuid_count(7, 0, a, b, c, d);
@@ -35,25 +35,40 @@ static attn_simd detect_x86(void) {
     return ATTN_SIMD_PORTABLE;
 }
 
-static int detect_avx512_vnni(void) {
-    unsigned int a, b, c, d;
-    if (detect_x86() != ATTN_SIMD_AVX512)
+/* Bit i set when feature i is present; computed once. */
+static unsigned detect_features(void) {
+    unsigned a, b, c, d, f = 0;
+    if (__get_cpuid_max(0, NULL) < 7)
         return 0;
     __cpuid_count(7, 0, a, b, c, d);
-    return (c >> 11) & 1;
+    const unsigned max_sub = a;
+    if ((c >> 11) & 1)
+        f |= 1u << ATTN_CPU_AVX512_VNNI;
+    /* AMX needs XCR0's tile state (bits 17, 18) enabled by the OS; Linux
+     * also wants a per-process request (arch_prctl) before the first tile
+     * instruction, which a kernel using AMX makes itself. */
+    if (((d >> 22) & 1) && (read_xcr0() & 0x60000) == 0x60000)
+        f |= 1u << ATTN_CPU_AMX_BF16;
+    if (max_sub >= 1) {
+        __cpuid_count(7, 1, a, b, c, d);
+        if ((a >> 5) & 1)
+            f |= 1u << ATTN_CPU_AVX512_BF16;
+    }
+    return f;
 }
 #endif
 
-int attn_simd_has_avx512_vnni(void) {
+int attn_cpu_has(attn_cpu_feature f) {
 #if defined(__x86_64__) || defined(__i386__)
     static _Atomic int cached = -1;
     int v = atomic_load(&cached);
     if (v < 0) {
-        v = detect_avx512_vnni();
+        v = attn_simd_detect() == ATTN_SIMD_AVX512 ? (int)detect_features() : 0;
         atomic_store(&cached, v);
     }
-    return v;
+    return attn_simd_active() == ATTN_SIMD_AVX512 && ((unsigned)v >> f) & 1;
 #else
+    (void)f;
     return 0;
 #endif
 }
@@ -95,7 +110,9 @@ int attn_simd_force(attn_simd path) {
     return 0;
 }
 
-void attn_simd_unforce(void) { atomic_store(&forced, -1); }
+void attn_simd_unforce(void) {
+    atomic_store(&forced, -1);
+}
 
 static const char *const names[] = {"portable", "avx2", "avx512"};
 

@@ -20,14 +20,23 @@ attn_simd attn_simd_detect(void);
  * and valid, else attn_simd_detect(). */
 attn_simd attn_simd_active(void);
 
-/* Whether the CPU and OS can run AVX512_VNNI (vpdpbusd), the int8 dot
- * product the int8 GEMM needs on top of the avx512 path. */
-int attn_simd_has_avx512_vnni(void);
-
 /* Forces a path. Returns 0, or -1 if the CPU cannot run it. Not for use while
  * a kernel runs. attn_simd_unforce() returns to the default choice. */
 int attn_simd_force(attn_simd path);
 void attn_simd_unforce(void);
+
+/* Instructions beyond a path's baseline that reduced-precision kernels need.
+ * Each needs the AVX-512 path as well (the OS saving ZMM state), so a run
+ * forced below avx512 sees none of them: that is how the refusals are
+ * tested on a CPU that has them. */
+typedef enum attn_cpu_feature {
+    ATTN_CPU_AVX512_BF16, /* vdpbf16ps, vcvtne2ps2bf16 */
+    ATTN_CPU_AMX_BF16,    /* tile registers, with the OS's permission */
+    ATTN_CPU_AVX512_VNNI, /* vpdpbusd */
+} attn_cpu_feature;
+
+/* 1 when the CPU, the OS and the active path allow feature f, else 0. */
+int attn_cpu_has(attn_cpu_feature f);
 
 const char *attn_simd_name(attn_simd path);
 /* Parses "portable", "avx2", "avx512"; returns -1 if none. */

@@ -2,18 +2,19 @@
  * packed varlen batch.
  *
  * Threads. The service owns every thread: OpenBLAS is set to one thread and
- * each GEMM is split into blocks that run on the attn_parallel pool handed to
- * forward — by rows (tokens) when the batch is tall, by output columns when
- * it is short (then each worker also reads only its share of the weights).
- * Embeddings, LayerNorm, GELU, attention and pooling run on the same pool, so
- * one pool runs everything and nothing oversubscribes the cores.
+ * every linear layer runs through kernels/gemm.h, which splits it over the
+ * attn_parallel pool handed to forward. Embeddings, attention and pooling
+ * run on the same pool, so one pool runs everything and nothing
+ * oversubscribes the cores.
  *
- * GEMM layout. Weights stay as PyTorch stores them, W (out, in), and a linear
- * layer is out (T, N) = inp (T, K) · Wᵀ + b, i.e. sgemm(NoTrans, Trans): no
- * copy of the 90 MB of weights is needed and OpenBLAS packs Wᵀ panels itself.
- * The one rearrangement is Q, K, V stacked into W_qkv (3C, C), so one GEMM
- * yields qkv (T, 3C) = [Q | K | V] per token, which the attention contract
- * reads in place through token strides of 3C. */
+ * Linear layers. Weights are read as PyTorch stores them, W (out, in), and
+ * packed once at load for the model's precision (gemm_pack; fp32 uses them
+ * in place). The one rearrangement is Q, K, V stacked into W_qkv (3C, C), so
+ * one GEMM yields qkv (T, 3C) = [Q | K | V] per token, which the attention
+ * contract reads in place through token strides of 3C. BERT is post-norm,
+ * x = LayerNorm(x + sublayer(x)): the residual add and the LayerNorm run in
+ * the epilogues of the out-projection and FFN-out GEMMs, which write x in
+ * place, so no separate pass over the activations is spent on them. */
 #include "bert.h"
 
 #include <cblas.h>
@@ -25,7 +26,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "gelu.h"
+#include "kernels/gemm.h"
 #include "safetensors.h"
 
 /* ---- weights ------------------------------------------------------------------ */
@@ -43,10 +44,14 @@ typedef struct bert_layer {
     const float *ffn_out_b; /* (C) */
     const float *ln2_w;     /* (C) LayerNorm after the FFN */
     const float *ln2_b;     /* (C) */
+    /* The four linear layers packed for the model's precision from the
+     * tensors above (which fp32 keeps reading; the others copy). */
+    gemm_weights *qkv, *attn_o, *ffn_in, *ffn_out;
 } bert_layer;
 
 struct bert_model {
     bert_config cfg;
+    gemm_precision precision;
     st_file *file;         /* the mapping most weights point into */
     const float *wte;      /* (V, C) word embeddings */
     const float *wpe;      /* (P, C) position embeddings */
@@ -56,6 +61,7 @@ struct bert_model {
     bert_layer *layers;    /* [L] */
     float *owned;          /* [owned_floats]: stacked QKV and converted tensors */
     size_t owned_floats;
+    size_t packed_bytes; /* what the packed linear layers own */
 };
 
 static int fail(int code, char *err, size_t err_len, const char *fmt, ...) {
@@ -263,17 +269,48 @@ static int load_weights(bert_model *m, const char *dir, char *err, size_t err_le
     return BERT_OK;
 }
 
+/* Packs every layer's linear layers for m->precision. */
+static int pack_layers(bert_model *m, char *err, size_t err_len) {
+    const int C = m->cfg.hidden_size, F = m->cfg.intermediate_size;
+    const gemm_precision p = m->precision;
+    for (int l = 0; l < m->cfg.num_layers; l++) {
+        bert_layer *w = &m->layers[l];
+        char why[256] = "";
+        if (gemm_pack(p, w->qkv_w, w->qkv_b, 3 * C, C, &w->qkv, why, sizeof why) ||
+            gemm_pack(p, w->attn_o_w, w->attn_o_b, C, C, &w->attn_o, why, sizeof why) ||
+            gemm_pack(p, w->ffn_in_w, w->ffn_in_b, F, C, &w->ffn_in, why, sizeof why) ||
+            gemm_pack(p, w->ffn_out_w, w->ffn_out_b, C, F, &w->ffn_out, why, sizeof why))
+            return fail(BERT_ENOMEM, err, err_len, "layer %d: cannot pack the %s weights: %s", l,
+                        gemm_precision_name(p), why);
+        m->packed_bytes += gemm_weights_bytes(w->qkv) + gemm_weights_bytes(w->attn_o) +
+                           gemm_weights_bytes(w->ffn_in) + gemm_weights_bytes(w->ffn_out);
+    }
+    return BERT_OK;
+}
+
 int bert_load(const char *dir, bert_model **out, char *err, size_t err_len) {
+    return bert_load_precision(dir, GEMM_FP32, out, err, err_len);
+}
+
+int bert_load_precision(const char *dir, gemm_precision precision, bert_model **out, char *err,
+                        size_t err_len) {
     *out = NULL;
+    const char *why = gemm_unsupported(precision);
+    if (why)
+        return fail(BERT_EUNSUPPORTED, err, err_len, "precision %s: %s",
+                    gemm_precision_name(precision), why);
     bert_model *m = calloc(1, sizeof *m);
     if (!m)
         return fail(BERT_ENOMEM, err, err_len, "out of memory");
+    m->precision = precision;
     int rc = bert_config_load(dir, &m->cfg, err, err_len);
     if (!rc) {
         m->layers = calloc((size_t)m->cfg.num_layers, sizeof *m->layers);
         rc = m->layers ? load_weights(m, dir, err, err_len)
                        : fail(BERT_ENOMEM, err, err_len, "out of memory");
     }
+    if (!rc)
+        rc = pack_layers(m, err, err_len);
     if (rc) {
         bert_free(m);
         return rc;
@@ -288,6 +325,12 @@ int bert_load(const char *dir, bert_model **out, char *err, size_t err_len) {
 void bert_free(bert_model *m) {
     if (!m)
         return;
+    for (int l = 0; m->layers && l < m->cfg.num_layers; l++) {
+        gemm_free(m->layers[l].qkv);
+        gemm_free(m->layers[l].attn_o);
+        gemm_free(m->layers[l].ffn_in);
+        gemm_free(m->layers[l].ffn_out);
+    }
     st_close(m->file);
     free(m->layers);
     free(m->owned);
@@ -297,8 +340,11 @@ void bert_free(bert_model *m) {
 const bert_config *bert_get_config(const bert_model *m) {
     return &m->cfg;
 }
+gemm_precision bert_precision(const bert_model *m) {
+    return m->precision;
+}
 size_t bert_owned_bytes(const bert_model *m) {
-    return m->owned_floats * sizeof(float);
+    return m->owned_floats * sizeof(float) + m->packed_bytes;
 }
 size_t bert_mapped_bytes(const bert_model *m) {
     return st_file_bytes(m->file);
@@ -322,12 +368,13 @@ struct bert_workspace {
     int nthreads;
     int32_t *pos;  /* (T) position of each token within its sequence */
     float *x;      /* (T, C) residual stream */
-    float *proj;   /* (T, C) a projection's output before its residual add */
     float *qkv;    /* (T, 3C) [Q | K | V] per token; overlaps ffn */
     float *att;    /* (T, C) attention output, heads side by side; overlaps ffn */
     float *ffn;    /* (T, F) FFN hidden activations; overlaps qkv and att */
     void *attn_ws; /* [attn_bytes] attention backend scratch */
     size_t attn_bytes;
+    void *gemm_ws; /* [gemm_bytes] the linear layers' scratch, one GEMM at a time */
+    size_t gemm_bytes;
     void *mem; /* the one allocation everything above is carved from */
     size_t bytes;
     int raw; /* pool without normalising (bert_workspace_set_raw) */
@@ -361,6 +408,16 @@ int bert_workspace_create(const bert_model *m, int max_tokens, int nthreads,
         attn_bytes = b > attn_bytes ? b : attn_bytes;
     }
 
+    size_t gemm_bytes = 0;
+    for (int l = 0; l < c->num_layers; l++) {
+        const bert_layer *w = &m->layers[l];
+        const gemm_weights *const all[] = {w->qkv, w->attn_o, w->ffn_in, w->ffn_out};
+        for (int i = 0; i < 4; i++) {
+            const size_t b = gemm_scratch_bytes(all[i], max_tokens, nthreads);
+            gemm_bytes = b > gemm_bytes ? b : gemm_bytes;
+        }
+    }
+
     /* The FFN activations are live only after attention's are dead, so
      * they share one region: per token max(3C + C, F) floats. */
     const size_t T = (size_t)max_tokens, C = (size_t)c->hidden_size;
@@ -369,9 +426,9 @@ int bert_workspace_create(const bert_model *m, int max_tokens, int nthreads,
     const size_t sizes[] = {
         round64(T * sizeof(int32_t)),        /* pos */
         round64(T * C * sizeof(float)),      /* x */
-        round64(T * C * sizeof(float)),      /* proj */
         round64(T * shared * sizeof(float)), /* qkv + att, or ffn */
         round64(attn_bytes),
+        round64(gemm_bytes),
     };
     size_t total = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
@@ -393,14 +450,15 @@ int bert_workspace_create(const bert_model *m, int max_tokens, int nthreads,
     p += sizes[0];
     ws->x = (void *)p;
     p += sizes[1];
-    ws->proj = (void *)p;
-    p += sizes[2];
     ws->qkv = (void *)p;
     ws->att = ws->qkv + T * 3 * C;
     ws->ffn = (void *)p;
-    p += sizes[3];
+    p += sizes[2];
     ws->attn_ws = attn_bytes ? p : NULL;
     ws->attn_bytes = attn_bytes;
+    p += sizes[3];
+    ws->gemm_ws = gemm_bytes ? p : NULL;
+    ws->gemm_bytes = gemm_bytes;
     ws->mem = mem;
     ws->bytes = total;
     ws->max_tokens = max_tokens;
@@ -458,80 +516,6 @@ static size_t row_tasks(const attn_parallel *par, size_t rows) {
     return n < rows ? n : rows;
 }
 
-typedef struct linear_ctx {
-    float *out;       /* (T, N) */
-    const float *inp; /* (T, K) */
-    const float *w;   /* (N, K) */
-    const float *b;   /* (N) */
-    size_t T, K, N;
-    size_t ntasks;
-    int by_rows; /* 1: task blocks are token rows; 0: output columns */
-    int gelu;    /* apply exact GELU after the bias */
-} linear_ctx;
-
-static void linear_task(void *arg, size_t task, int worker) {
-    (void)worker;
-    const linear_ctx *c = arg;
-    size_t r0 = 0, r1 = c->T, c0 = 0, c1 = c->N;
-    if (c->by_rows)
-        block(c->T, c->ntasks, task, &r0, &r1);
-    else {
-        /* Column blocks are whole multiples of 16 floats (one cache line). */
-        const size_t step = ((c->N + c->ntasks - 1) / c->ntasks + 15) / 16 * 16;
-        c0 = task * step < c->N ? task * step : c->N;
-        c1 = c0 + step < c->N ? c0 + step : c->N;
-    }
-    if (r0 == r1 || c0 == c1)
-        return;
-    /* The bias goes in first and the GEMM accumulates onto it (beta = 1),
-     * which saves the pass OpenBLAS would spend zeroing the output. */
-    for (size_t r = r0; r < r1; r++)
-        memcpy(c->out + r * c->N + c0, c->b + c0, (c1 - c0) * sizeof(float));
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(r1 - r0), (int)(c1 - c0), (int)c->K,
-                1.0f, c->inp + r0 * c->K, (int)c->K, c->w + c0 * c->K, (int)c->K, 1.0f,
-                c->out + r0 * c->N + c0, (int)c->N);
-    if (c->gelu)
-        bert_gelu(c->out + r0 * c->N + c0, r1 - r0, c1 - c0, c->N);
-}
-
-/* out (T, N) = inp (T, K) · wᵀ + b, optionally followed by GELU. */
-static void linear(const attn_parallel *par, float *out, const float *inp, const float *w,
-                   const float *b, int T, int K, int N, int apply_gelu) {
-    linear_ctx c = {.out = out,
-                    .inp = inp,
-                    .w = w,
-                    .b = b,
-                    .T = (size_t)T,
-                    .K = (size_t)K,
-                    .N = (size_t)N,
-                    .gelu = apply_gelu};
-    /* Tall batches split by token rows: each GEMM stays large. Short ones
-     * split the weight's rows instead, so a single short input still uses
-     * every core and each core streams only its part of W. */
-    const size_t nt = (size_t)par->nthreads;
-    c.by_rows = (size_t)T >= 64 * nt;
-    c.ntasks = c.by_rows ? nt : ((size_t)N / 16 < nt ? ((size_t)N + 15) / 16 : nt);
-    if (c.ntasks < 1)
-        c.ntasks = 1;
-    par->parallel_for(par->impl, c.ntasks, linear_task, &c);
-}
-
-/* y = (x - mean) / sqrt(var + eps) * w + b over one row of C; the statistics
- * are accumulated in double so they do not depend on C's size. */
-static void layernorm_row(float *y, const float *x, const float *w, const float *b, int C,
-                          float eps) {
-    double sum = 0.0;
-    for (int i = 0; i < C; i++)
-        sum += x[i];
-    const double mean = sum / C;
-    double var = 0.0;
-    for (int i = 0; i < C; i++)
-        var += (x[i] - mean) * (x[i] - mean);
-    const float rstd = (float)(1.0 / sqrt(var / C + eps));
-    for (int i = 0; i < C; i++)
-        y[i] = (float)(x[i] - mean) * rstd * w[i] + b[i];
-}
-
 typedef struct embed_ctx {
     const bert_model *m;
     const int32_t *ids; /* (T) */
@@ -554,45 +538,8 @@ static void embed_task(void *arg, size_t task, int worker) {
         float *xt = c->x + t * C;                         /* (C) */
         for (int i = 0; i < C; i++)
             xt[i] = (we[i] + m->wtt[i]) + pe[i];
-        layernorm_row(xt, xt, m->emb_ln_w, m->emb_ln_b, C, m->cfg.layer_norm_eps);
+        gemm_layernorm_row(xt, xt, m->emb_ln_w, m->emb_ln_b, C, m->cfg.layer_norm_eps);
     }
-}
-
-typedef struct residual_ctx {
-    float *x;           /* (T, C) */
-    const float *add;   /* (T, C) */
-    const float *w, *b; /* (C) */
-    int C;
-    float eps;
-    size_t T, ntasks;
-} residual_ctx;
-
-/* x[t] = LayerNorm(x[t] + add[t]) (BERT is post-norm). */
-static void residual_task(void *arg, size_t task, int worker) {
-    (void)worker;
-    const residual_ctx *c = arg;
-    size_t t0, t1;
-    block(c->T, c->ntasks, task, &t0, &t1);
-    for (size_t t = t0; t < t1; t++) {
-        float *xt = c->x + t * c->C;         /* (C) */
-        const float *at = c->add + t * c->C; /* (C) */
-        for (int i = 0; i < c->C; i++)
-            xt[i] += at[i];
-        layernorm_row(xt, xt, c->w, c->b, c->C, c->eps);
-    }
-}
-
-static void residual_layernorm(const attn_parallel *par, float *x, const float *add, const float *w,
-                               const float *b, int T, int C, float eps) {
-    residual_ctx c = {.x = x,
-                      .add = add,
-                      .w = w,
-                      .b = b,
-                      .C = C,
-                      .eps = eps,
-                      .T = (size_t)T,
-                      .ntasks = row_tasks(par, (size_t)T)};
-    par->parallel_for(par->impl, c.ntasks, residual_task, &c);
 }
 
 typedef struct pool_ctx {
@@ -721,7 +668,7 @@ int bert_forward(const bert_model *m, bert_workspace *ws, const attn_backend *at
 
     for (int l = 0; l < cfg->num_layers; l++) {
         const bert_layer *w = &m->layers[l];
-        linear(par, ws->qkv, ws->x, w->qkv_w, w->qkv_b, T, C, 3 * C, 0);
+        gemm_run(w->qkv, par, ws->x, C, ws->qkv, 3 * (size_t)C, T, NULL, ws->gemm_ws);
         STAGE(qkv);
         rc = attn->forward(&ap, ws->attn_ws, ws->attn_bytes, par);
         STAGE(attention);
@@ -732,15 +679,17 @@ int bert_forward(const bert_model *m, bert_workspace *ws, const attn_backend *at
             ws->tap(&ap, l, ws->tap_ctx);
             t0 = stage_clock(); /* the tap's copy is verification's cost, no stage's */
         }
-        linear(par, ws->proj, ws->att, w->attn_o_w, w->attn_o_b, T, C, C, 0);
+        /* x = LayerNorm(x + att · W_oᵀ + b_o), written over x. */
+        const gemm_epilogue ln1 = {
+            .residual = ws->x, .ld_residual = C, .ln_w = w->ln1_w, .ln_b = w->ln1_b, .ln_eps = eps};
+        gemm_run(w->attn_o, par, ws->att, C, ws->x, C, T, &ln1, ws->gemm_ws);
         STAGE(out_proj);
-        residual_layernorm(par, ws->x, ws->proj, w->ln1_w, w->ln1_b, T, C, eps);
-        STAGE(norms);
-        linear(par, ws->ffn, ws->x, w->ffn_in_w, w->ffn_in_b, T, C, F, 1);
-        linear(par, ws->proj, ws->ffn, w->ffn_out_w, w->ffn_out_b, T, F, C, 0);
+        const gemm_epilogue gelu = {.act = GEMM_ACT_GELU};
+        gemm_run(w->ffn_in, par, ws->x, C, ws->ffn, F, T, &gelu, ws->gemm_ws);
+        const gemm_epilogue ln2 = {
+            .residual = ws->x, .ld_residual = C, .ln_w = w->ln2_w, .ln_b = w->ln2_b, .ln_eps = eps};
+        gemm_run(w->ffn_out, par, ws->ffn, F, ws->x, C, T, &ln2, ws->gemm_ws);
         STAGE(ffn);
-        residual_layernorm(par, ws->x, ws->proj, w->ln2_w, w->ln2_b, T, C, eps);
-        STAGE(norms);
     }
 
     pool_ctx pc = {.cfg = cfg,

@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "kernels/attention.h"
+#include "kernels/gemm.h"
 #include "kernels/parallel.h"
 
 /* ---- errors ---------------------------------------------------------------
@@ -74,9 +75,16 @@ typedef struct bert_model bert_model;
  * idle threads when the library loads, before this can run; a process that
  * wants none sets OPENBLAS_NUM_THREADS=1 in its environment. */
 int bert_load(const char *dir, bert_model **out, char *err, size_t err_len);
+
+/* bert_load with the linear layers packed for precision (kernels/gemm.h):
+ * fp32 is bert_load. A precision this CPU cannot run (gemm_unsupported) is
+ * BERT_EUNSUPPORTED with the reason. */
+int bert_load_precision(const char *dir, gemm_precision precision, bert_model **out, char *err,
+                        size_t err_len);
 void bert_free(bert_model *m);
 
 const bert_config *bert_get_config(const bert_model *m);
+gemm_precision bert_precision(const bert_model *m);
 
 /* Bytes of weights the model allocated (converted or rearranged), and bytes
  * of the mapped weight file (shared, read-only page cache). */
@@ -133,9 +141,10 @@ typedef struct bert_stage_ns {
     uint64_t embeddings; /* lookup and LayerNorm */
     uint64_t qkv;        /* the fused QKV GEMM */
     uint64_t attention;  /* the backend's forward */
-    uint64_t out_proj;   /* attention output projection */
-    uint64_t ffn;        /* both FFN GEMMs with GELU */
-    uint64_t norms;      /* the two residual LayerNorms per layer */
+    uint64_t out_proj;   /* attention output projection, residual and LayerNorm */
+    uint64_t ffn;        /* both FFN GEMMs with GELU, residual and LayerNorm */
+    uint64_t norms;      /* residual LayerNorms run apart from a GEMM: none today,
+                            they are fused into the two GEMMs above */
     uint64_t pooling;
     double attn_flops;
 } bert_stage_ns;

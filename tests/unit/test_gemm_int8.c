@@ -1,4 +1,4 @@
-/* test_gemm_int8.c — the int8 GEMM (gemm_int8.h) against a float64 reference,
+/* test_gemm_int8.c — the int8 GEMM, through gemm.h, against a float64 reference,
  * on odd shapes, every epilogue, both ways of splitting, padded strides and
  * an exactly sized scratch.
  *
@@ -37,7 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/gemm_int8.h"
+#include "kernels/gemm.h"
 #include "kernels/simd.h"
 #include "kernels/threadpool.h"
 
@@ -51,7 +51,7 @@ static float frand(void) {
 }
 
 static int vnni_or_skip(void) {
-    const char *why = gemm_int8_unsupported();
+    const char *why = gemm_unsupported(GEMM_INT8);
     if (why) {
         fprintf(stderr, "skipped: no AVX512_VNNI (%s)\n", why);
         cr_skip_test("skipped: no AVX512_VNNI (%s)", why);
@@ -119,9 +119,9 @@ static void run_case(const gcase *t, const attn_parallel *par) {
 
     gemm_weights *pw = NULL;
     char msg[128] = "";
-    cr_assert_eq(gemm_int8_pack(w, b, N, K, &pw, msg, sizeof msg), 0, "%s", msg);
-    cr_assert_eq(gemm_int8_bytes(pw) >= (size_t)N * K, 1);
-    const size_t sb = gemm_int8_scratch_bytes(pw, M, par->nthreads);
+    cr_assert_eq(gemm_pack(GEMM_INT8, w, b, N, K, &pw, msg, sizeof msg), 0, "%s", msg);
+    cr_assert_eq(gemm_weights_bytes(pw) >= (size_t)N * K, 1);
+    const size_t sb = gemm_scratch_bytes(pw, M, par->nthreads);
     /* Exactly the scratch asked for, deliberately misaligned, with a guard. */
     unsigned char *raw = malloc(sb + 1 + 64);
     memset(raw, 0xa5, sb + 1 + 64);
@@ -134,7 +134,7 @@ static void run_case(const gcase *t, const attn_parallel *par) {
         epi.ln_w = lnw;
         epi.ln_b = lnb;
     }
-    gemm_int8_run(pw, par, x, t->ldx, y, t->ldy, M, &epi, raw + 1);
+    gemm_run(pw, par, x, t->ldx, y, t->ldy, M, &epi, raw + 1);
     for (int i = 0; i < 64; i++)
         cr_assert_eq(raw[1 + sb + i], 0xa5, "scratch overrun at %zu + %d", sb, i);
 
@@ -216,7 +216,7 @@ static void run_case(const gcase *t, const attn_parallel *par) {
                  "bound %.3g is vacuous against outputs %.3g", bound_max, out_max);
     cr_log_info("M=%d N=%d K=%d act=%d res=%d ln=%d: worst |err|/bound %.3f (bound up to %.3g)", M,
                 N, K, t->act, t->residual, t->ln, worst, bound_max);
-    gemm_int8_free(pw);
+    gemm_free(pw);
     free(raw);
     free(w);
     free(b);
@@ -305,14 +305,14 @@ Test(gemm_int8, zero_rows_give_the_bias) {
         b[n] = frand();
     gemm_weights *pw = NULL;
     char msg[128];
-    cr_assert_eq(gemm_int8_pack(w, b, N, K, &pw, msg, sizeof msg), 0, "%s", msg);
-    void *scratch = malloc(gemm_int8_scratch_bytes(pw, 2, 1));
-    gemm_int8_run(pw, &attn_parallel_serial, x, K, y, N, 2, NULL, scratch);
+    cr_assert_eq(gemm_pack(GEMM_INT8, w, b, N, K, &pw, msg, sizeof msg), 0, "%s", msg);
+    void *scratch = malloc(gemm_scratch_bytes(pw, 2, 1));
+    gemm_run(pw, &attn_parallel_serial, x, K, y, N, 2, NULL, scratch);
     for (int m = 0; m < 2; m++)
         for (int n = 0; n < N; n++)
             cr_assert_eq(y[m * N + n], b[n], "y[%d][%d] = %g, bias %g", m, n, y[m * N + n], b[n]);
     free(scratch);
-    gemm_int8_free(pw);
+    gemm_free(pw);
 }
 
 Test(gemm_int8, refused_without_the_avx512_path) {
@@ -321,14 +321,14 @@ Test(gemm_int8, refused_without_the_avx512_path) {
         return;
     }
     cr_assert_eq(attn_simd_force(ATTN_SIMD_AVX2), 0);
-    const char *why = gemm_int8_unsupported();
+    const char *why = gemm_unsupported(GEMM_INT8);
     float w[4] = {1, 2, 3, 4};
     gemm_weights *pw = (gemm_weights *)1;
     char msg[128] = "";
-    const int rc = gemm_int8_pack(w, NULL, 1, 4, &pw, msg, sizeof msg);
+    const int rc = gemm_pack(GEMM_INT8, w, NULL, 1, 4, &pw, msg, sizeof msg);
     attn_simd_unforce();
     cr_assert_not_null(why);
     cr_assert_eq(rc, -1);
     cr_assert_null(pw);
-    cr_assert(strstr(msg, "int8") != NULL, "message: %s", msg);
+    cr_assert(strstr(msg, "int8") != NULL && strstr(msg, "VNNI") != NULL, "message: %s", msg);
 }

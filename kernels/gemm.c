@@ -1,0 +1,300 @@
+/* gemm.c — the precision dispatch of gemm.h and the fp32 path.
+ *
+ * fp32 runs OpenBLAS's sgemm (one thread inside; the split is ours, over the
+ * caller's pool) on the weights as PyTorch stores them, W (N, K) row-major,
+ * i.e. sgemm(NoTrans, Trans): OpenBLAS packs its Wᵀ panels itself, so no
+ * copy of the weights is made and the packed form only points at them.
+ *
+ * Split. Tall problems (M >= 64 rows per worker) are split by rows, so each
+ * sgemm stays large; short ones by output columns, so a single short input
+ * still uses every core and each core streams only its part of W. A
+ * LayerNorm epilogue needs whole rows: with a column split it runs as a
+ * second pass over the (then small, cache-resident) output. */
+#include "gemm.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/gelu.h"
+#include "simd.h"
+#ifdef ATTN_HAVE_GEMM_INT8
+#include "gemm_int8.h"
+#endif
+
+struct gemm_weights {
+    gemm_precision precision;
+    int N, K;
+    const float *w;    /* fp32: (N, K), the caller's */
+    const float *bias; /* fp32: (N) or NULL, the caller's */
+#ifdef ATTN_HAVE_GEMM_INT8
+    gemm_int8_weights *int8;
+#endif
+};
+
+static const char *const names[GEMM_NPRECISIONS] = {"fp32", "bf16", "int8"};
+
+const char *gemm_precision_name(gemm_precision p) {
+    return (int)p >= 0 && p < GEMM_NPRECISIONS ? names[p] : "unknown";
+}
+
+int gemm_precision_parse(const char *name) {
+    for (int i = 0; name && i < GEMM_NPRECISIONS; i++)
+        if (strcmp(name, names[i]) == 0)
+            return i;
+    return -1;
+}
+
+const char *gemm_unsupported(gemm_precision p) {
+    switch (p) {
+    case GEMM_FP32:
+        return NULL;
+    case GEMM_BF16:
+        /* The kernels are AVX512-BF16 (vdpbf16ps); every CPU with AMX-BF16
+         * has it too, so AMX alone would not run them. */
+        if (!attn_cpu_has(ATTN_CPU_AVX512_BF16))
+            return "no AVX512_BF16 on this CPU";
+        return "bf16 kernels not built";
+    case GEMM_INT8:
+#ifdef ATTN_HAVE_GEMM_INT8
+        return attn_cpu_has(ATTN_CPU_AVX512_VNNI) ? NULL : "no AVX512_VNNI on this CPU";
+#else
+        return "int8 kernels not built";
+#endif
+    default:
+        return "unknown precision";
+    }
+}
+
+static int fail(char *err, size_t err_len, const char *fmt, ...) {
+    if (err && err_len) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, err_len, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+int gemm_pack(gemm_precision p, const float *w, const float *bias, int N, int K, gemm_weights **out,
+              char *err, size_t err_len) {
+    *out = NULL;
+    if (!w || N < 1 || K < 1)
+        return fail(err, err_len, "gemm_pack: no weights, or a %d x %d shape", N, K);
+    const char *why = gemm_unsupported(p);
+    if (why)
+        return fail(err, err_len, "precision %s: %s", gemm_precision_name(p), why);
+    gemm_weights *g = calloc(1, sizeof *g);
+    if (!g)
+        return fail(err, err_len, "out of memory");
+    *g = (gemm_weights){.precision = p, .N = N, .K = K};
+    int rc = 0;
+    switch (p) {
+    case GEMM_FP32:
+        g->w = w;
+        g->bias = bias;
+        break;
+    case GEMM_INT8:
+#ifdef ATTN_HAVE_GEMM_INT8
+        rc = gemm_int8_pack(w, bias, N, K, &g->int8, err, err_len);
+#endif
+        break;
+    default:
+        break;
+    }
+    if (rc) {
+        free(g);
+        return -1;
+    }
+    *out = g;
+    return 0;
+}
+
+void gemm_free(gemm_weights *w) {
+    if (!w)
+        return;
+#ifdef ATTN_HAVE_GEMM_INT8
+    gemm_int8_free(w->int8);
+#endif
+    free(w);
+}
+
+gemm_precision gemm_weights_precision(const gemm_weights *w) {
+    return w->precision;
+}
+int gemm_n(const gemm_weights *w) {
+    return w->N;
+}
+int gemm_k(const gemm_weights *w) {
+    return w->K;
+}
+
+size_t gemm_weights_bytes(const gemm_weights *w) {
+    switch (w->precision) {
+#ifdef ATTN_HAVE_GEMM_INT8
+    case GEMM_INT8:
+        return gemm_int8_bytes(w->int8);
+#endif
+    default:
+        return 0; /* fp32 owns nothing: it reads the caller's weights */
+    }
+}
+
+size_t gemm_scratch_bytes(const gemm_weights *w, int max_rows, int nthreads) {
+    (void)max_rows;
+    (void)nthreads;
+    switch (w->precision) {
+#ifdef ATTN_HAVE_GEMM_INT8
+    case GEMM_INT8:
+        return gemm_int8_scratch_bytes(w->int8, max_rows, nthreads);
+#endif
+    default:
+        return 0;
+    }
+}
+
+/* ---- epilogues shared by every precision ------------------------------------- */
+
+void gemm_layernorm_row(float *y, const float *x, const float *w, const float *b, int n,
+                        float eps) {
+    /* The statistics are accumulated in double so they do not depend on n. */
+    double sum = 0.0;
+    for (int i = 0; i < n; i++)
+        sum += x[i];
+    const double mean = sum / n;
+    double var = 0.0;
+    for (int i = 0; i < n; i++)
+        var += (x[i] - mean) * (x[i] - mean);
+    const float rstd = (float)(1.0 / sqrt(var / n + eps));
+    for (int i = 0; i < n; i++)
+        y[i] = (float)(x[i] - mean) * rstd * w[i] + b[i];
+}
+
+void gemm_epilogue_block(const gemm_epilogue *epi, float *y, size_t ldy, int r0, int r1, int c0,
+                         int c1, int residual_done) {
+    if (!epi || r0 >= r1 || c0 >= c1)
+        return;
+    float *y0 = y + (size_t)r0 * ldy + c0;
+    if (epi->act == GEMM_ACT_GELU)
+        bert_gelu(y0, (size_t)(r1 - r0), (size_t)(c1 - c0), ldy);
+    if (epi->residual && !residual_done)
+        for (int r = r0; r < r1; r++) {
+            float *yr = y + (size_t)r * ldy;
+            const float *res = epi->residual + (size_t)r * epi->ld_residual;
+            for (int c = c0; c < c1; c++)
+                yr[c] += res[c];
+        }
+}
+
+void gemm_epilogue_norm(const gemm_epilogue *epi, float *y, size_t ldy, int r0, int r1, int N) {
+    if (!epi || !epi->ln_w)
+        return;
+    for (int r = r0; r < r1; r++)
+        gemm_layernorm_row(y + (size_t)r * ldy, y + (size_t)r * ldy, epi->ln_w, epi->ln_b, N,
+                           epi->ln_eps);
+}
+
+/* ---- fp32 ------------------------------------------------------------------------ */
+
+typedef struct fp32_ctx {
+    const gemm_weights *w;
+    const gemm_epilogue *epi;
+    const float *x;
+    size_t ldx;
+    float *y;
+    size_t ldy;
+    int M;
+    size_t ntasks;
+    int by_rows; /* 1: tasks are row blocks; 0: column blocks */
+    int fold;    /* the residual is added while initialising y */
+} fp32_ctx;
+
+static void block(int n, size_t ntasks, size_t i, int *lo, int *hi) {
+    *lo = (int)((size_t)n * i / ntasks);
+    *hi = (int)((size_t)n * (i + 1) / ntasks);
+}
+
+static void fp32_task(void *arg, size_t task, int worker) {
+    (void)worker;
+    const fp32_ctx *c = arg;
+    const int N = c->w->N, K = c->w->K;
+    int r0 = 0, r1 = c->M, c0 = 0, c1 = N;
+    if (c->by_rows)
+        block(c->M, c->ntasks, task, &r0, &r1);
+    else {
+        /* Column blocks are whole multiples of 16 floats (one cache line). */
+        const int step = (int)(((size_t)N + c->ntasks - 1) / c->ntasks + 15) / 16 * 16;
+        c0 = (int)task * step < N ? (int)task * step : N;
+        c1 = c0 + step < N ? c0 + step : N;
+    }
+    if (r0 >= r1 || c0 >= c1)
+        return;
+    /* The bias (and, when nothing comes between, the residual) goes in
+     * first and the GEMM accumulates onto it (beta = 1): no pass is spent
+     * zeroing the output or adding them afterwards. A residual aliasing y
+     * is read here, before the GEMM overwrites it. */
+    const float *b = c->w->bias;
+    for (int r = r0; r < r1; r++) {
+        float *yr = c->y + (size_t)r * c->ldy;
+        if (c->fold) {
+            const float *res = c->epi->residual + (size_t)r * c->epi->ld_residual;
+            for (int j = c0; j < c1; j++)
+                yr[j] = res[j] + (b ? b[j] : 0.0f);
+        } else if (b)
+            memcpy(yr + c0, b + c0, (size_t)(c1 - c0) * sizeof(float));
+        else
+            memset(yr + c0, 0, (size_t)(c1 - c0) * sizeof(float));
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, c1 - c0, K, 1.0f,
+                c->x + (size_t)r0 * c->ldx, (int)c->ldx, c->w->w + (size_t)c0 * K, K, 1.0f,
+                c->y + (size_t)r0 * c->ldy + c0, (int)c->ldy);
+    gemm_epilogue_block(c->epi, c->y, c->ldy, r0, r1, c0, c1, c->fold);
+    if (c->by_rows)
+        gemm_epilogue_norm(c->epi, c->y, c->ldy, r0, r1, N);
+}
+
+static void norm_task(void *arg, size_t task, int worker) {
+    (void)worker;
+    const fp32_ctx *c = arg;
+    int r0, r1;
+    block(c->M, c->ntasks, task, &r0, &r1);
+    gemm_epilogue_norm(c->epi, c->y, c->ldy, r0, r1, c->w->N);
+}
+
+static void fp32_run(const gemm_weights *w, const attn_parallel *par, const float *x, size_t ldx,
+                     float *y, size_t ldy, int M, const gemm_epilogue *epi) {
+    const size_t nt = (size_t)par->nthreads, N = (size_t)w->N;
+    fp32_ctx c = {.w = w, .epi = epi, .x = x, .ldx = ldx, .y = y, .ldy = ldy, .M = M};
+    c.by_rows = (size_t)M >= 64 * nt;
+    c.ntasks = c.by_rows ? nt : (N / 16 < nt ? (N + 15) / 16 : nt);
+    if (c.ntasks < 1)
+        c.ntasks = 1;
+    c.fold = epi && epi->residual && epi->act == GEMM_ACT_NONE;
+    par->parallel_for(par->impl, c.ntasks, fp32_task, &c);
+    if (!c.by_rows && epi && epi->ln_w) {
+        c.ntasks = (size_t)M < nt ? (size_t)M : nt;
+        par->parallel_for(par->impl, c.ntasks, norm_task, &c);
+    }
+}
+
+void gemm_run(const gemm_weights *w, const attn_parallel *par, const float *x, size_t ldx, float *y,
+              size_t ldy, int M, const gemm_epilogue *epi, void *scratch) {
+    if (M < 1)
+        return;
+    switch (w->precision) {
+    case GEMM_FP32:
+        fp32_run(w, par, x, ldx, y, ldy, M, epi);
+        break;
+#ifdef ATTN_HAVE_GEMM_INT8
+    case GEMM_INT8:
+        gemm_int8_run(w->int8, par, x, ldx, y, ldy, M, epi, scratch);
+        break;
+#endif
+    default:
+        break;
+    }
+    (void)scratch;
+}
