@@ -52,6 +52,9 @@ typedef struct bert_layer {
 struct bert_model {
     bert_config cfg;
     gemm_precision precision;
+    /* Each kind of linear layer's precision; precision is the lowest of them
+     * (the enum runs from the most precise). */
+    gemm_precision plan[BERT_NLINEAR];
     st_file *file;         /* the mapping most weights point into */
     const float *wte;      /* (V, C) word embeddings */
     const float *wpe;      /* (P, C) position embeddings */
@@ -269,19 +272,22 @@ static int load_weights(bert_model *m, const char *dir, char *err, size_t err_le
     return BERT_OK;
 }
 
-/* Packs every layer's linear layers for m->precision. */
+/* Packs every layer's linear layers, each for its precision in m->plan. */
 static int pack_layers(bert_model *m, char *err, size_t err_len) {
     const int C = m->cfg.hidden_size, F = m->cfg.intermediate_size;
-    const gemm_precision p = m->precision;
+    const gemm_precision *p = m->plan;
     for (int l = 0; l < m->cfg.num_layers; l++) {
         bert_layer *w = &m->layers[l];
         char why[256] = "";
-        if (gemm_pack(p, w->qkv_w, w->qkv_b, 3 * C, C, &w->qkv, why, sizeof why) ||
-            gemm_pack(p, w->attn_o_w, w->attn_o_b, C, C, &w->attn_o, why, sizeof why) ||
-            gemm_pack(p, w->ffn_in_w, w->ffn_in_b, F, C, &w->ffn_in, why, sizeof why) ||
-            gemm_pack(p, w->ffn_out_w, w->ffn_out_b, C, F, &w->ffn_out, why, sizeof why))
+        if (gemm_pack(p[BERT_LINEAR_QKV], w->qkv_w, w->qkv_b, 3 * C, C, &w->qkv, why, sizeof why) ||
+            gemm_pack(p[BERT_LINEAR_ATTN_OUT], w->attn_o_w, w->attn_o_b, C, C, &w->attn_o, why,
+                      sizeof why) ||
+            gemm_pack(p[BERT_LINEAR_FFN_IN], w->ffn_in_w, w->ffn_in_b, F, C, &w->ffn_in, why,
+                      sizeof why) ||
+            gemm_pack(p[BERT_LINEAR_FFN_OUT], w->ffn_out_w, w->ffn_out_b, C, F, &w->ffn_out, why,
+                      sizeof why))
             return fail(BERT_ENOMEM, err, err_len, "layer %d: cannot pack the %s weights: %s", l,
-                        gemm_precision_name(p), why);
+                        gemm_precision_name(m->precision), why);
         m->packed_bytes += gemm_weights_bytes(w->qkv) + gemm_weights_bytes(w->attn_o) +
                            gemm_weights_bytes(w->ffn_in) + gemm_weights_bytes(w->ffn_out);
     }
@@ -292,17 +298,40 @@ int bert_load(const char *dir, bert_model **out, char *err, size_t err_len) {
     return bert_load_precision(dir, GEMM_FP32, out, err, err_len);
 }
 
+/* What int8 means for the whole model: which linear layers run in int8 and
+ * which stay in fp32 for accuracy (README, "Precisions", has the measured
+ * variants this was chosen from). */
+const gemm_precision bert_int8_plan[BERT_NLINEAR] = {
+    [BERT_LINEAR_QKV] = GEMM_INT8,
+    [BERT_LINEAR_ATTN_OUT] = GEMM_INT8,
+    [BERT_LINEAR_FFN_IN] = GEMM_INT8,
+    [BERT_LINEAR_FFN_OUT] = GEMM_INT8,
+};
+
 int bert_load_precision(const char *dir, gemm_precision precision, bert_model **out, char *err,
                         size_t err_len) {
+    gemm_precision plan[BERT_NLINEAR];
+    for (int i = 0; i < BERT_NLINEAR; i++)
+        plan[i] = precision == GEMM_INT8 ? bert_int8_plan[i] : precision;
+    return bert_load_plan(dir, plan, out, err, err_len);
+}
+
+int bert_load_plan(const char *dir, const gemm_precision plan[BERT_NLINEAR], bert_model **out,
+                   char *err, size_t err_len) {
     *out = NULL;
-    const char *why = gemm_unsupported(precision);
-    if (why)
-        return fail(BERT_EUNSUPPORTED, err, err_len, "precision %s: %s",
-                    gemm_precision_name(precision), why);
+    gemm_precision lowest = GEMM_FP32;
+    for (int i = 0; i < BERT_NLINEAR; i++) {
+        const char *why = gemm_unsupported(plan[i]);
+        if (why)
+            return fail(BERT_EUNSUPPORTED, err, err_len, "precision %s: %s",
+                        gemm_precision_name(plan[i]), why);
+        lowest = plan[i] > lowest ? plan[i] : lowest;
+    }
     bert_model *m = calloc(1, sizeof *m);
     if (!m)
         return fail(BERT_ENOMEM, err, err_len, "out of memory");
-    m->precision = precision;
+    m->precision = lowest;
+    memcpy(m->plan, plan, sizeof m->plan);
     int rc = bert_config_load(dir, &m->cfg, err, err_len);
     if (!rc) {
         m->layers = calloc((size_t)m->cfg.num_layers, sizeof *m->layers);

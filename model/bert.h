@@ -81,6 +81,22 @@ int bert_load(const char *dir, bert_model **out, char *err, size_t err_len);
  * BERT_EUNSUPPORTED with the reason. */
 int bert_load_precision(const char *dir, gemm_precision precision, bert_model **out, char *err,
                         size_t err_len);
+
+/* The four linear layers of an encoder layer, to give each its precision. */
+typedef enum bert_linear {
+    BERT_LINEAR_QKV,      /* x -> [Q | K | V] */
+    BERT_LINEAR_ATTN_OUT, /* attention -> x, then residual + LayerNorm */
+    BERT_LINEAR_FFN_IN,   /* x -> FFN hidden, then GELU */
+    BERT_LINEAR_FFN_OUT,  /* GELU output -> x, then residual + LayerNorm */
+    BERT_NLINEAR
+} bert_linear;
+
+/* bert_load with each kind of linear layer packed for its own precision, the
+ * same in every encoder layer; bert_precision() then names the lowest one.
+ * bert_load_precision(GEMM_INT8) is the plan in bert_int8_plan. */
+int bert_load_plan(const char *dir, const gemm_precision plan[BERT_NLINEAR], bert_model **out,
+                   char *err, size_t err_len);
+extern const gemm_precision bert_int8_plan[BERT_NLINEAR];
 void bert_free(bert_model *m);
 
 const bert_config *bert_get_config(const bert_model *m);
