@@ -26,20 +26,26 @@
 #include "model/bert.h"
 
 #define GOLDEN    "tests/golden/embeddings.json"
-#define MAX_PLANS 8
+#define MAX_PLANS 16
 
 typedef struct {
     const char *name;
-    gemm_precision p[BERT_NLINEAR];
-} plan;
+    bert_plan plan;
+} variant;
 
-static const plan plans[] = {
-    {"fp32", {GEMM_FP32, GEMM_FP32, GEMM_FP32, GEMM_FP32}},
-    {"int8 all four", {GEMM_INT8, GEMM_INT8, GEMM_INT8, GEMM_INT8}},
-    {"int8, FFN out fp32", {GEMM_INT8, GEMM_INT8, GEMM_INT8, GEMM_FP32}},
-    {"int8, FFN in+out fp32", {GEMM_INT8, GEMM_INT8, GEMM_FP32, GEMM_FP32}},
-    {"int8, QKV fp32", {GEMM_FP32, GEMM_INT8, GEMM_INT8, GEMM_INT8}},
-    {"int8, attn out fp32", {GEMM_INT8, GEMM_FP32, GEMM_INT8, GEMM_INT8}},
+#define I8  GEMM_INT8
+#define F32 GEMM_FP32
+static const variant plans[] = {
+    {"fp32", {{F32, F32, F32, F32}, 0.0f}},
+    {"int8 all four", {{I8, I8, I8, I8}, 0.0f}},
+    {"int8, FFN out fp32", {{I8, I8, I8, F32}, 0.0f}},
+    {"int8, FFN in+out fp32", {{I8, I8, F32, F32}, 0.0f}},
+    {"int8, QKV fp32", {{F32, I8, I8, I8}, 0.0f}},
+    {"int8 smooth a=0.5", {{I8, I8, I8, I8}, 0.5f}},
+    {"int8 smooth a=0.4", {{I8, I8, I8, I8}, 0.4f}},
+    {"int8 smooth a=0.6", {{I8, I8, I8, I8}, 0.6f}},
+    {"int8 smooth .5, FFN out fp32", {{I8, I8, I8, F32}, 0.5f}},
+    {"int8 (bert_int8_plan)", {{I8, I8, I8, I8}, 0.0f}}, /* replaced in main */
 };
 #define NPLANS (int)(sizeof plans / sizeof plans[0])
 
@@ -100,6 +106,9 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--shapes"))
             shapes_arg = argv[i + 1];
     }
+    variant vs[sizeof plans / sizeof plans[0]];
+    memcpy(vs, plans, sizeof vs);
+    vs[NPLANS - 1].plan = bert_int8_plan;
     golden g;
     if (golden_load(&g))
         return 1;
@@ -122,15 +131,15 @@ int main(int argc, char **argv) {
     int np = 0;
     for (int i = 0; i < NPLANS; i++) {
         char err[512];
-        if (bert_load_plan(dir, plans[i].p, &m[np], err, sizeof err) != BERT_OK ||
+        if (bert_load_plan(dir, &vs[i].plan, &m[np], err, sizeof err) != BERT_OK ||
             bert_workspace_create(m[np], max_tokens, threads, &be, 1, &ws[np], err, sizeof err) !=
                 BERT_OK) {
-            printf("%-24s not run: %s\n", plans[i].name, err);
+            printf("%-24s not run: %s\n", vs[i].name, err);
             if (i == 0)
                 return 1;
             continue;
         }
-        name[np++] = plans[i].name;
+        name[np++] = vs[i].name;
     }
     /* Accuracy. */
     const int C = g.dim;

@@ -16,6 +16,11 @@ static size_t align64(size_t n) {
 
 int gemm_int8_pack(const float *w, const float *bias, int N, int K, gemm_int8_weights **out,
                    char *err, size_t err_len) {
+    return gemm_int8_pack_smoothed(w, bias, NULL, N, K, out, err, err_len);
+}
+
+int gemm_int8_pack_smoothed(const float *w, const float *bias, const float *smooth, int N, int K,
+                            gemm_int8_weights **out, char *err, size_t err_len) {
     *out = NULL;
     /* gemm.c has checked already; packing for kernels that cannot run would
      * only defer the failure to the first forward. */
@@ -29,35 +34,46 @@ int gemm_int8_pack(const float *w, const float *bias, int N, int K, gemm_int8_we
     }
     const int Np = (N + GEMM_INT8_NR - 1) / GEMM_INT8_NR * GEMM_INT8_NR, K4 = (K + 3) / 4;
     const size_t qw_bytes = align64((size_t)Np * K4 * 4), vec_bytes = align64((size_t)Np * 4);
+    const size_t smooth_bytes = smooth ? align64((size_t)K * sizeof(float)) : 0;
+    for (int k = 0; smooth && k < K; k++)
+        if (!(smooth[k] > 0.0f) || !isfinite(smooth[k])) {
+            snprintf(err, err_len, "int8: smoothing factor %d is %g, not a positive number", k,
+                     (double)smooth[k]);
+            return -1;
+        }
     gemm_int8_weights *p = calloc(1, sizeof *p);
     void *block = NULL;
-    if (!p || posix_memalign(&block, 64, qw_bytes + 3 * vec_bytes) != 0) {
+    if (!p || posix_memalign(&block, 64, qw_bytes + 3 * vec_bytes + smooth_bytes) != 0) {
         free(p);
         snprintf(err, err_len, "int8: out of memory packing %dx%d", N, K);
         return -1;
     }
-    memset(block, 0, qw_bytes + 3 * vec_bytes);
-    *p = (gemm_int8_weights){.N = N,
-                             .K = K,
-                             .Np = Np,
-                             .K4 = K4,
-                             .qw = block,
-                             .scale = (float *)((char *)block + qw_bytes),
-                             .comp = (int32_t *)((char *)block + qw_bytes + vec_bytes),
-                             .bias = (float *)((char *)block + qw_bytes + 2 * vec_bytes),
-                             .block = block,
-                             .bytes = sizeof *p + qw_bytes + 3 * vec_bytes};
+    memset(block, 0, qw_bytes + 3 * vec_bytes + smooth_bytes);
+    *p = (gemm_int8_weights){
+        .N = N,
+        .K = K,
+        .Np = Np,
+        .K4 = K4,
+        .qw = block,
+        .scale = (float *)((char *)block + qw_bytes),
+        .comp = (int32_t *)((char *)block + qw_bytes + vec_bytes),
+        .bias = (float *)((char *)block + qw_bytes + 2 * vec_bytes),
+        .inv_smooth = smooth ? (float *)((char *)block + qw_bytes + 3 * vec_bytes) : NULL,
+        .block = block,
+        .bytes = sizeof *p + qw_bytes + 3 * vec_bytes + smooth_bytes};
+    for (int k = 0; smooth && k < K; k++)
+        p->inv_smooth[k] = 1.0f / smooth[k];
     for (int n = 0; n < N; n++) {
         const float *wr = w + (size_t)n * K;
         float mx = 0.0f;
         for (int k = 0; k < K; k++)
-            mx = fmaxf(mx, fabsf(wr[k]));
+            mx = fmaxf(mx, fabsf(smooth ? wr[k] * smooth[k] : wr[k]));
         const float s = mx / 127.0f, inv = s > 0.0f ? 127.0f / mx : 0.0f;
         p->scale[n] = inv > 0.0f ? s : 0.0f;
         int32_t sum = 0;
         int8_t *panel = p->qw + (size_t)(n / GEMM_INT8_NR) * K4 * 64 + (n % GEMM_INT8_NR) * 4;
         for (int k = 0; k < K; k++) {
-            float q = nearbyintf(wr[k] * inv);
+            float q = nearbyintf((smooth ? wr[k] * smooth[k] : wr[k]) * inv);
             q = q > 127.0f ? 127.0f : q < -127.0f ? -127.0f : q;
             panel[(size_t)(k / 4) * 64 + k % 4] = (int8_t)q;
             sum += (int32_t)q;
@@ -150,7 +166,8 @@ static void int8_task(void *arg, size_t task, int worker) {
         block_range((size_t)c->M, c->ntasks, task, &r0, &r1);
         if (r0 == r1)
             return;
-        gemm_int8_quantize_rows_avx512(c->x, c->ldx, p->K, (int)r0, (int)r1, c->qa, c->lda, c->sx);
+        gemm_int8_quantize_rows_avx512(c->x, c->ldx, p->K, p->inv_smooth, (int)r0, (int)r1, c->qa,
+                                       c->lda, c->sx);
     } else {
         /* Column blocks are whole groups of 64 channels, the kernel's width. */
         const int groups = (p->Np + 63) / 64;
@@ -200,7 +217,7 @@ void gemm_int8_run(const gemm_int8_weights *p, const attn_parallel *par, const f
     } else {
         const size_t groups = (size_t)(p->Np + 63) / 64;
         c.ntasks = groups < nt ? groups : nt;
-        gemm_int8_quantize_rows_avx512(x, ldx, p->K, 0, M, c.qa, c.lda, c.sx);
+        gemm_int8_quantize_rows_avx512(x, ldx, p->K, p->inv_smooth, 0, M, c.qa, c.lda, c.sx);
     }
     if (c.ntasks <= 1)
         int8_task(&c, 0, 0);

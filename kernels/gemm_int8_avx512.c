@@ -8,8 +8,14 @@
 #include <immintrin.h>
 #include <string.h>
 
-void gemm_int8_quantize_rows_avx512(const float *x, size_t ldx, int K, int r0, int r1, uint8_t *qa,
-                                    size_t lda, float *sx) {
+/* x[k], times inv_smooth[k] when there is one (m: the lanes to load). */
+static inline __m512 load_x(const float *x, const float *inv_smooth, int k, __mmask16 m) {
+    const __m512 v = _mm512_maskz_loadu_ps(m, x + k);
+    return inv_smooth ? _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, inv_smooth + k)) : v;
+}
+
+void gemm_int8_quantize_rows_avx512(const float *x, size_t ldx, int K, const float *inv_smooth,
+                                    int r0, int r1, uint8_t *qa, size_t lda, float *sx) {
     const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
     const __m512i shift = _mm512_set1_epi32(128);
     for (int r = r0; r < r1; r++) {
@@ -18,10 +24,10 @@ void gemm_int8_quantize_rows_avx512(const float *x, size_t ldx, int K, int r0, i
         __m512 amax = _mm512_setzero_ps();
         int k = 0;
         for (; k + 16 <= K; k += 16)
-            amax = _mm512_max_ps(amax, _mm512_and_ps(_mm512_loadu_ps(xr + k), absmask));
+            amax = _mm512_max_ps(amax, _mm512_and_ps(load_x(xr, inv_smooth, k, 0xffff), absmask));
         if (k < K) {
             const __mmask16 m = (__mmask16)((1u << (K - k)) - 1);
-            amax = _mm512_max_ps(amax, _mm512_and_ps(_mm512_maskz_loadu_ps(m, xr + k), absmask));
+            amax = _mm512_max_ps(amax, _mm512_and_ps(load_x(xr, inv_smooth, k, m), absmask));
         }
         const float mx = _mm512_reduce_max_ps(amax);
         /* A row of zeros (or one too small to scale) quantises to zeros with
@@ -31,14 +37,14 @@ void gemm_int8_quantize_rows_avx512(const float *x, size_t ldx, int K, int r0, i
         const __m512 vinv = _mm512_set1_ps(inv);
         for (k = 0; k + 16 <= K; k += 16) {
             /* cvtps rounds to nearest even; |x·inv| ≤ 127 by construction. */
-            __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xr + k), vinv));
+            __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(load_x(xr, inv_smooth, k, 0xffff), vinv));
             q = _mm512_max_epi32(_mm512_min_epi32(q, _mm512_set1_epi32(127)),
                                  _mm512_set1_epi32(-127));
             _mm_storeu_si128((__m128i *)(qr + k), _mm512_cvtepi32_epi8(_mm512_add_epi32(q, shift)));
         }
         if (k < K) {
             const __mmask16 m = (__mmask16)((1u << (K - k)) - 1);
-            __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, xr + k), vinv));
+            __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(load_x(xr, inv_smooth, k, m), vinv));
             q = _mm512_max_epi32(_mm512_min_epi32(q, _mm512_set1_epi32(127)),
                                  _mm512_set1_epi32(-127));
             _mm_mask_storeu_epi8(qr + k, m, _mm512_cvtepi32_epi8(_mm512_add_epi32(q, shift)));
@@ -104,8 +110,11 @@ static inline __attribute__((always_inline)) void tile(const gemm_int8_weights *
          * weight vectors are loaded one at a time, or they would spill. */
         BCAST(0)
         BCAST(1)
-        BCAST(2) BCAST(3) BCAST(4) BCAST(5) LOADB(0) ROWS(STEP, 0) LOADB(1) ROWS(STEP, 1) LOADB(2)
-            ROWS(STEP, 2) LOADB(3) ROWS(STEP, 3)
+        BCAST(2)
+        BCAST(3)
+        BCAST(4)
+        BCAST(5) LOADB(0) ROWS(STEP, 0) LOADB(1) ROWS(STEP, 1) LOADB(2) ROWS(STEP, 2) LOADB(3)
+            ROWS(STEP, 3)
     }
     ALL(STORE)
 }
@@ -121,7 +130,10 @@ typedef void (*tile_fn)(const gemm_int8_weights *, const uint8_t *, size_t, cons
 #define TILE_ROW(MR) TILE_FN(MR, 1) TILE_FN(MR, 2) TILE_FN(MR, 3) TILE_FN(MR, 4)
 TILE_ROW(1)
 TILE_ROW(2)
-TILE_ROW(3) TILE_ROW(4) TILE_ROW(5) TILE_ROW(6)
+TILE_ROW(3)
+TILE_ROW(4)
+TILE_ROW(5)
+TILE_ROW(6)
 #define TILE_REF(MR)                                                                               \
     { tile_##MR##_1, tile_##MR##_2, tile_##MR##_3, tile_##MR##_4 }
     static const tile_fn tiles[MR_MAX][NP_MAX] = {TILE_REF(1), TILE_REF(2), TILE_REF(3),

@@ -91,12 +91,25 @@ typedef enum bert_linear {
     BERT_NLINEAR
 } bert_linear;
 
-/* bert_load with each kind of linear layer packed for its own precision, the
- * same in every encoder layer; bert_precision() then names the lowest one.
- * bert_load_precision(GEMM_INT8) is the plan in bert_int8_plan. */
-int bert_load_plan(const char *dir, const gemm_precision plan[BERT_NLINEAR], bert_model **out,
-                   char *err, size_t err_len);
-extern const gemm_precision bert_int8_plan[BERT_NLINEAR];
+/* How the linear layers are packed: each kind for its own precision, the
+ * same in every encoder layer, and for int8 the SmoothQuant strength α
+ * (0: none). With α > 0 the model is first run in fp32 on a fixed synthetic
+ * calibration batch (pseudo-random word pieces, never user or test data)
+ * that records a_k, the largest |input| of every GEMM's input channel k; the
+ * int8 GEMMs then quantise x_k / s_k and W[·,k]·s_k with
+ * s_k = a_k^α / w_k^(1−α), w_k the largest |W[·,k]| (gemm_pack_smoothed):
+ * y is unchanged, and the few channels that carry outliers no longer set
+ * every token's int8 step. */
+typedef struct bert_plan {
+    gemm_precision p[BERT_NLINEAR];
+    float smooth_alpha;
+} bert_plan;
+
+/* bert_load with plan; bert_precision() then names the lowest precision in
+ * it. bert_load_precision(GEMM_INT8) is bert_int8_plan. */
+int bert_load_plan(const char *dir, const bert_plan *plan, bert_model **out, char *err,
+                   size_t err_len);
+extern const bert_plan bert_int8_plan;
 void bert_free(bert_model *m);
 
 const bert_config *bert_get_config(const bert_model *m);
