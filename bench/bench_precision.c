@@ -10,6 +10,10 @@
  * rounds repeated; embeddings/s from the median round.
  *
  *   bench_precision [--model DIR] [--threads 2] [--rounds 7] [--shapes 12x1,12x32,64x32,256x32]
+ *                   [--time 0,1,5,9]
+ *
+ * --time lists the plans (by their row in the accuracy table, from 0) that
+ * the throughput part times; all of them by default.
  *
  * Plans (each kind of linear layer: q = QKV, o = attention out, i = FFN in,
  * f = FFN out; 8 = int8, 3 = fp32): fp32, the int8 plan of bert_load_precision
@@ -26,7 +30,7 @@
 #include "model/bert.h"
 
 #define GOLDEN    "tests/golden/embeddings.json"
-#define MAX_PLANS 16
+#define MAX_PLANS 20
 
 typedef struct {
     const char *name;
@@ -36,16 +40,19 @@ typedef struct {
 #define I8  GEMM_INT8
 #define F32 GEMM_FP32
 static const variant plans[] = {
-    {"fp32", {{F32, F32, F32, F32}, 0.0f}},
-    {"int8 all four", {{I8, I8, I8, I8}, 0.0f}},
-    {"int8, FFN out fp32", {{I8, I8, I8, F32}, 0.0f}},
-    {"int8, FFN in+out fp32", {{I8, I8, F32, F32}, 0.0f}},
-    {"int8, QKV fp32", {{F32, I8, I8, I8}, 0.0f}},
-    {"int8 smooth a=0.5", {{I8, I8, I8, I8}, 0.5f}},
-    {"int8 smooth a=0.4", {{I8, I8, I8, I8}, 0.4f}},
-    {"int8 smooth a=0.6", {{I8, I8, I8, I8}, 0.6f}},
-    {"int8 smooth .5, FFN out fp32", {{I8, I8, I8, F32}, 0.5f}},
-    {"int8 (bert_int8_plan)", {{I8, I8, I8, I8}, 0.0f}}, /* replaced in main */
+    {"fp32", {{F32, F32, F32, F32}, {0}}},
+    {"int8 all four", {{I8, I8, I8, I8}, {0}}},
+    {"int8, FFN out fp32", {{I8, I8, I8, F32}, {0}}},
+    {"int8, FFN in+out fp32", {{I8, I8, F32, F32}, {0}}},
+    {"int8, QKV fp32", {{F32, I8, I8, I8}, {0}}},
+    {"int8 smooth a=0.5", {{I8, I8, I8, I8}, {.5f, .5f, .5f, .5f}}},
+    {"int8 smooth a=0.4", {{I8, I8, I8, I8}, {.4f, .4f, .4f, .4f}}},
+    {"int8 smooth a=0.6", {{I8, I8, I8, I8}, {.6f, .6f, .6f, .6f}}},
+    {"int8 smooth .5, FFN out .3", {{I8, I8, I8, I8}, {.5f, .5f, .5f, .3f}}},
+    {"int8 smooth .5, FFN out .7", {{I8, I8, I8, I8}, {.5f, .5f, .5f, .7f}}},
+    {"int8 smooth .5, FFN out .85", {{I8, I8, I8, I8}, {.5f, .5f, .5f, .85f}}},
+    {"int8 smooth .5, FFN out fp32", {{I8, I8, I8, F32}, {.5f, .5f, .5f, 0}}},
+    {"int8 (bert_int8_plan)", {{I8, I8, I8, I8}, {0}}}, /* replaced in main */
 };
 #define NPLANS (int)(sizeof plans / sizeof plans[0])
 
@@ -95,6 +102,7 @@ static double cosine(const float *a, const float *b, int n) {
 
 int main(int argc, char **argv) {
     const char *dir = "models/all-MiniLM-L6-v2", *shapes_arg = "12x1,12x32,64x32,256x32";
+    const char *time_arg = NULL;
     int threads = 2, rounds = 7;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--model"))
@@ -105,10 +113,13 @@ int main(int argc, char **argv) {
             rounds = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--shapes"))
             shapes_arg = argv[i + 1];
+        else if (!strcmp(argv[i], "--time"))
+            time_arg = argv[i + 1];
     }
     variant vs[sizeof plans / sizeof plans[0]];
     memcpy(vs, plans, sizeof vs);
     vs[NPLANS - 1].plan = bert_int8_plan;
+    setvbuf(stdout, NULL, _IOLBF, 0); /* lines as they come, also into a file */
     golden g;
     if (golden_load(&g))
         return 1;
@@ -145,8 +156,8 @@ int main(int argc, char **argv) {
     const int C = g.dim;
     float *out = malloc(sizeof(float) * (size_t)g.n * C * np);
     printf("accuracy on %d golden inputs (cosine of the sentence embeddings)\n", g.n);
-    printf("%-24s %12s %12s %12s %12s\n", "plan", "min vs fp32", "mean vs fp32", "min vs torch",
-           "mean vs torch");
+    printf("%2s %-30s %12s %12s %12s %12s\n", "", "plan", "min vs fp32", "mean vs fp32",
+           "min vs torch", "mean vs torch");
     for (int k = 0; k < np; k++) {
         char err[256];
         float *o = out + (size_t)k * g.n * C;
@@ -163,16 +174,26 @@ int main(int argc, char **argv) {
             mean += c / g.n;
             meant += t / g.n;
         }
-        printf("%-24s %12.6f %12.6f %12.6f %12.6f\n", name[k], mn, mean, mnt, meant);
+        printf("%2d %-30s %12.6f %12.6f %12.6f %12.6f\n", k, name[k], mn, mean, mnt, meant);
     }
-    /* Throughput, interleaved. */
+    /* Throughput, interleaved, of the plans asked for. */
+    int timed[MAX_PLANS], nt = 0;
+    for (int k = 0; k < np; k++) {
+        char key[8];
+        snprintf(key, sizeof key, "%d", k);
+        int want = !time_arg;
+        for (const char *t = time_arg; t && *t; t += strcspn(t, ",") + (t[strcspn(t, ",")] == ','))
+            want |= strncmp(t, key, strlen(key)) == 0 && strcspn(t, ",") == strlen(key);
+        if (want)
+            timed[nt++] = k;
+    }
     int32_t *ids = malloc(sizeof *ids * (size_t)max_tokens), *cu = malloc(sizeof *cu * 1025);
     float *emb = malloc(sizeof(float) * (size_t)C * 1024);
     printf("\nthroughput, %d threads, median of %d interleaved rounds (embeddings/s)\n", threads,
            rounds);
     printf("%-10s", "LxB");
-    for (int k = 0; k < np; k++)
-        printf(" %22s", name[k]);
+    for (int j = 0; j < nt; j++)
+        printf(" %22.22s", name[timed[j]]);
     printf("\n");
     for (int s = 0; s < nshapes; s++) {
         const int L = shapes[s][0], B = shapes[s][1];
@@ -182,7 +203,8 @@ int main(int argc, char **argv) {
             ids[t] = t % L == 0 ? 101 : t % L == L - 1 ? 102 : 2000 + (t * 7919) % 20000;
         double tm[MAX_PLANS][64];
         for (int r = 0; r <= rounds && r < 64; r++)
-            for (int k = 0; k < np; k++) {
+            for (int j = 0; j < nt; j++) {
+                const int k = timed[j];
                 char err[256];
                 const double t0 = now_s();
                 bert_forward(m[k], ws[k], be, &par, ids, cu, B, emb, err, sizeof err);
@@ -190,9 +212,10 @@ int main(int argc, char **argv) {
                     tm[k][r - 1] = now_s() - t0;
             }
         printf("%4dx%-5d", L, B);
-        for (int k = 0; k < np; k++) {
-            const double med = median(tm[k], rounds);
-            printf(" %14.1f (%4.2fx)", B / med, median(tm[0], rounds) / med);
+        const double base = median(tm[timed[0]], rounds);
+        for (int j = 0; j < nt; j++) {
+            const double med = median(tm[timed[j]], rounds);
+            printf(" %14.1f (%4.2fx)", B / med, base / med);
         }
         printf("\n");
     }

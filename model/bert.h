@@ -92,8 +92,8 @@ typedef enum bert_linear {
 } bert_linear;
 
 /* How the linear layers are packed: each kind for its own precision, the
- * same in every encoder layer, and for int8 the SmoothQuant strength α
- * (0: none). With α > 0 the model is first run in fp32 on a fixed synthetic
+ * same in every encoder layer, and for int8 each kind's SmoothQuant
+ * strength α (0: none). With α > 0 the model is first run in fp32 on a fixed synthetic
  * calibration batch (pseudo-random word pieces, never user or test data)
  * that records a_k, the largest |input| of every GEMM's input channel k; the
  * int8 GEMMs then quantise x_k / s_k and W[·,k]·s_k with
@@ -102,7 +102,7 @@ typedef enum bert_linear {
  * every token's int8 step. */
 typedef struct bert_plan {
     gemm_precision p[BERT_NLINEAR];
-    float smooth_alpha;
+    float alpha[BERT_NLINEAR];
 } bert_plan;
 
 /* bert_load with plan; bert_precision() then names the lowest precision in

@@ -5,12 +5,13 @@
  * Floor. int8 is not within a rounding bound of fp32 (each GEMM input is
  * rounded to 8 bits), so its floor is measured, not derived: with
  * bench_precision the plan's lowest cosine against fp32 over the 58 inputs
- * is 0.99754 (mean 0.99920); all four GEMMs in int8 without smoothing give
- * 0.9857, which is what this test exists to catch. The int8 arithmetic is
- * exact integer work per token and does not depend on the batch or the
- * thread split, and the fp32 parts move the cosine by < 1e-6, so the
- * measured value is reproducible to the 6th digit: the floor is it rounded
- * down to 0.997. Needs AVX512_VNNI; elsewhere the test says it is skipped. */
+ * is 0.99193 (mean 0.99821); all four GEMMs in int8 without smoothing give
+ * 0.98572 and smoothing FFN out too 0.99085, which this test exists to
+ * catch. The int8 arithmetic is exact integer work per token and does not
+ * depend on the batch or the thread split, and the fp32 parts move the
+ * cosine by < 1e-6, so the measured value is reproducible to the 6th digit:
+ * the floor is it rounded down to 0.991 (above the 0.99 asked of int8).
+ * Needs AVX512_VNNI; elsewhere the test says it is skipped. */
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include <math.h>
@@ -26,7 +27,7 @@
 
 #define MODEL_DIR  "models/all-MiniLM-L6-v2"
 #define GOLDEN     "tests/golden/embeddings.json"
-#define INT8_FLOOR 0.997
+#define INT8_FLOOR 0.991
 #define BATCH_DIFF 1e-6 /* one input alone against the same in a batch */
 #define THREADS    2
 
