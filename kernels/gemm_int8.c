@@ -14,6 +14,12 @@ static size_t align64(size_t n) {
     return (n + 63) & ~(size_t)63;
 }
 
+/* base + off bytes, as void * so that carving an arena into typed arrays
+ * needs no cast between pointer types. */
+static void *at(void *base, size_t off) {
+    return (char *)base + off;
+}
+
 int gemm_int8_pack(const float *w, const float *bias, int N, int K, gemm_int8_weights **out,
                    char *err, size_t err_len) {
     return gemm_int8_pack_smoothed(w, bias, NULL, N, K, out, err, err_len);
@@ -49,18 +55,17 @@ int gemm_int8_pack_smoothed(const float *w, const float *bias, const float *smoo
         return -1;
     }
     memset(block, 0, qw_bytes + 3 * vec_bytes + smooth_bytes);
-    *p = (gemm_int8_weights){
-        .N = N,
-        .K = K,
-        .Np = Np,
-        .K4 = K4,
-        .qw = block,
-        .scale = (float *)((char *)block + qw_bytes),
-        .comp = (int32_t *)((char *)block + qw_bytes + vec_bytes),
-        .bias = (float *)((char *)block + qw_bytes + 2 * vec_bytes),
-        .inv_smooth = smooth ? (float *)((char *)block + qw_bytes + 3 * vec_bytes) : NULL,
-        .block = block,
-        .bytes = sizeof *p + qw_bytes + 3 * vec_bytes + smooth_bytes};
+    *p = (gemm_int8_weights){.N = N,
+                             .K = K,
+                             .Np = Np,
+                             .K4 = K4,
+                             .qw = block,
+                             .scale = at(block, qw_bytes),
+                             .comp = at(block, qw_bytes + vec_bytes),
+                             .bias = at(block, qw_bytes + 2 * vec_bytes),
+                             .inv_smooth = smooth ? at(block, qw_bytes + 3 * vec_bytes) : NULL,
+                             .block = block,
+                             .bytes = sizeof *p + qw_bytes + 3 * vec_bytes + smooth_bytes};
     for (int k = 0; smooth && k < K; k++)
         p->inv_smooth[k] = 1.0f / smooth[k];
     for (int n = 0; n < N; n++) {
@@ -127,7 +132,7 @@ typedef struct int8_run {
     uint8_t *qa;
     size_t lda;
     float *sx;
-    char *rowbufs;
+    void *rowbufs;
     size_t ntasks;
     int by_rows;
 } int8_run;
@@ -178,7 +183,7 @@ static void int8_task(void *arg, size_t task, int worker) {
         if (c0 >= c1)
             return;
     }
-    float *buf = (float *)(c->rowbufs + (size_t)worker * rowbuf_bytes(p));
+    float *buf = at(c->rowbufs, (size_t)worker * rowbuf_bytes(p));
     const int width = c1 - c0, valid = (c1 < p->N ? c1 : p->N) - c0;
     for (size_t r = r0; r < r1; r += CHUNK_ROWS) {
         const int rows = r1 - r < CHUNK_ROWS ? (int)(r1 - r) : CHUNK_ROWS;
@@ -193,7 +198,7 @@ void gemm_int8_run(const gemm_int8_weights *p, const attn_parallel *par, const f
                    float *y, size_t ldy, int M, const gemm_epilogue *epi, void *scratch) {
     if (M <= 0)
         return;
-    char *s = (char *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
+    void *s = at(scratch, (64 - (uintptr_t)scratch % 64) % 64);
     int8_run c = {.p = p,
                   .x = x,
                   .ldx = ldx,
@@ -201,10 +206,10 @@ void gemm_int8_run(const gemm_int8_weights *p, const attn_parallel *par, const f
                   .ldy = ldy,
                   .M = M,
                   .epi = epi,
-                  .qa = (uint8_t *)s,
+                  .qa = s,
                   .lda = qa_stride(p)};
-    c.sx = (float *)(s + (size_t)M * c.lda);
-    c.rowbufs = (char *)c.sx + align64((size_t)M * sizeof(float));
+    c.sx = at(s, (size_t)M * c.lda);
+    c.rowbufs = at(s, (size_t)M * c.lda + align64((size_t)M * sizeof(float)));
     /* As the fp32 path: tall batches split by token rows, so each task's
      * GEMM stays large and owns whole rows (which LayerNorm needs); short
      * ones split the output channels, so every core works and streams only

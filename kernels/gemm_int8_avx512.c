@@ -113,8 +113,8 @@ static inline __attribute__((always_inline)) void tile(const gemm_int8_weights *
         BCAST(2)
         BCAST(3)
         BCAST(4)
-        BCAST(5) LOADB(0) ROWS(STEP, 0) LOADB(1) ROWS(STEP, 1) LOADB(2) ROWS(STEP, 2) LOADB(3)
-            ROWS(STEP, 3)
+        BCAST(5)
+        LOADB(0) ROWS(STEP, 0) LOADB(1) ROWS(STEP, 1) LOADB(2) ROWS(STEP, 2) LOADB(3) ROWS(STEP, 3)
     }
     ALL(STORE)
 }
@@ -136,8 +136,8 @@ TILE_ROW(5)
 TILE_ROW(6)
 #define TILE_REF(MR)                                                                               \
     { tile_##MR##_1, tile_##MR##_2, tile_##MR##_3, tile_##MR##_4 }
-    static const tile_fn tiles[MR_MAX][NP_MAX] = {TILE_REF(1), TILE_REF(2), TILE_REF(3),
-                                                  TILE_REF(4), TILE_REF(5), TILE_REF(6)};
+static const tile_fn tiles[MR_MAX][NP_MAX] = {TILE_REF(1), TILE_REF(2), TILE_REF(3),
+                                              TILE_REF(4), TILE_REF(5), TILE_REF(6)};
 
 void gemm_int8_block_avx512(const gemm_int8_weights *p, const uint8_t *qa, size_t lda,
                             const float *sx, int rows, int c0, int c1, float *out, size_t ldo) {
