@@ -8,7 +8,7 @@
 #   make model                 fetch the default model into models/
 #   make e2e                   end-to-end tests against the real binary
 #   make test-deploy | test-cluster | test-container   deployment checks
-#   make bench-attention | bench-http | bench-embed     benchmarks (bench/README.md)
+#   make bench-attention | bench-http | bench-embed | bench-gemm   benchmarks (bench/README.md)
 #   make deps                  install the Debian packages the project needs
 #
 # Objects go to $(BUILD) (default build/, or build-san-<list> with SANITIZE), so
@@ -66,6 +66,9 @@ AVX2_FLAGS   := -mavx2 -mfma
 # The int8 kernels also need vpdpbusd; only these files get it, and the
 # int8 path checks AVX512_VNNI before it reaches them.
 VNNI_FLAGS   := -mavx512vnni
+# *_avx512bf16.c: AVX-512 plus the bf16 dot products (vdpbf16ps), reached
+# only after attn_cpu_has(ATTN_CPU_AVX512_BF16).
+BF16_FLAGS   := $(AVX512_FLAGS) -mavx512bf16
 endif
 VNNI_SRC := kernels/gemm_int8_avx512.c kernels/peak_int8_avx512.c
 
@@ -80,7 +83,7 @@ LIB  := $(BUILD)/libattnserve.a
 BIN  := $(BUILD)/attnserve
 UNIT := $(BUILD)/unit-tests
 
-.PHONY: all test unit tsan e2e run model bench-attention bench-http bench-embed deps clean format \
+.PHONY: all test unit tsan e2e run model bench-attention bench-http bench-embed bench-gemm deps clean format \
         test-deploy test-cluster test-container
 all: $(BIN) $(BENCH_BIN)
 
@@ -93,7 +96,7 @@ FORCE:
 
 $(BUILD)/obj/%.o: %.c $(BUILD)/flags
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(if $(filter %_avx512.c,$<),$(AVX512_FLAGS)) $(if $(filter %_avx2.c,$<),$(AVX2_FLAGS)) $(if $(filter $(VNNI_SRC),$<),$(VNNI_FLAGS)) -c $< -o $@
+	$(CC) $(CFLAGS) $(if $(filter %_avx512.c,$<),$(AVX512_FLAGS)) $(if $(filter %_avx2.c,$<),$(AVX2_FLAGS)) $(if $(filter %_avx512bf16.c,$<),$(BF16_FLAGS)) $(if $(filter $(VNNI_SRC),$<),$(VNNI_FLAGS)) -c $< -o $@
 
 $(LIB): $(LIB_OBJ)
 	@rm -f $@
@@ -107,6 +110,16 @@ $(UNIT): $(UNIT_OBJ) $(LIB)
 
 $(BUILD)/%: $(BUILD)/obj/bench/%.o $(LIB)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# bench_gemm compares our bf16 GEMM with the libraries that have one: oneDNN
+# and libxsmm (scripts/install-deps.sh installs both) are compiled in when
+# present. Only this benchmark links them.
+BENCH_GEMM_DEFS := $(if $(wildcard /usr/include/oneapi/dnnl/dnnl.h),-DBENCH_HAVE_DNNL) \
+                   $(if $(shell pkg-config --exists libxsmmnoblas 2>/dev/null && echo y),-DBENCH_HAVE_XSMM)
+BENCH_GEMM_LIBS := $(if $(wildcard /usr/include/oneapi/dnnl/dnnl.h),-ldnnl -lgomp) \
+                   $(shell pkg-config --libs libxsmmnoblas 2>/dev/null)
+$(BUILD)/obj/bench/bench_gemm.o: CFLAGS += $(BENCH_GEMM_DEFS)
+$(BUILD)/bench_gemm: LDLIBS := $(BENCH_GEMM_LIBS) $(LDLIBS)
 
 deps:
 	@scripts/install-deps.sh
@@ -182,6 +195,11 @@ run:
 
 bench-attention: $(BUILD)/bench_attention
 	$(BUILD)/bench_attention $(BENCH_ARGS)
+
+# The bf16 GEMM against oneDNN, libxsmm and OpenBLAS (bench/README.md); the
+# machine's OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE would force slow kernels.
+bench-gemm: $(BUILD)/bench_gemm
+	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(BUILD)/bench_gemm $(BENCH_ARGS)
 
 bench-http: $(BIN)
 	bench/http/run.sh $(BIN)

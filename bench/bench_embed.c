@@ -12,12 +12,17 @@
  * Besides inputs/s and tokens/s each case reports where the time goes:
  * tok% (tokenizer), attn% (the attention backend, timed inside the forward
  * through a wrapper around the backend table) and gemm% — the model's four
- * GEMMs per layer, timed standalone: cblas_sgemm on the model's exact shapes
- * and weight sizes (one weight set per layer, as the model streams them),
- * split over the same pool the way model/bert.c's linear() splits them. That
- * split is copied here (see gemm_task) and must follow bert.c if it changes;
- * an in-forward timing hook would make this exact. gemm GFLOP/s is divided by
- * this machine's FP32 FMA peak, measured on the same pool (kernels/peak.h).
+ * GEMMs per layer, timed standalone through gemm_run (what the forward calls)
+ * on the model's exact shapes and weight sizes (one weight set per layer, as
+ * the model streams them), packed for the case's precision, without
+ * epilogues. gemm GFLOP/s is divided by this machine's peak for that
+ * precision, measured on the same pool (kernels/peak.h): the FP32 FMA loop,
+ * or the vdpbf16ps loop for bf16.
+ *
+ * --precisions runs the model once per precision (bert_load_precision), the
+ * precisions alternating case by case in one process, so their ratio is
+ * measured under the same load; a precision this CPU lacks is skipped with
+ * the reason.
  *
  * Shared machines: cpu% is process CPU time / (wall time × threads) over the
  * reps; below ~95% other processes took the cores during that case. %pkcpu
@@ -26,13 +31,12 @@
  *
  *   bench_embed [--json] [--model DIR] [--backends fused,naive] [--threads N[,1]]
  *               [--lengths 12,64,256] [--batches 1,8,32,128] [--reps 5] [--budget 8]
- *               [--no-gemm] [--dump-inputs FILE]
+ *               [--precisions fp32,bf16] [--no-gemm] [--dump-inputs FILE]
  *
  * --threads 0 means every online core (the default). --budget caps the
  * seconds of timed reps in one case (at least 3 reps run when reps >= 3).
  * --dump-inputs writes the generated texts, one JSON object per length, for
  * the peer benchmarks (bench/embed/peers.py), and exits. */
-#include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +45,7 @@
 
 #include "bench/bench_util.h"
 #include "kernels/attention.h"
+#include "kernels/gemm.h"
 #include "kernels/peak.h"
 #include "kernels/simd.h"
 #include "kernels/threadpool.h"
@@ -57,6 +62,8 @@ typedef struct {
     const char *model_dir, *dump_path;
     const char *backends[MAX_LIST];
     int nbackends;
+    const char *precisions[MAX_LIST];
+    int nprecisions;
     int threads[MAX_LIST];
     int nthreads;
     int lengths[MAX_LIST];
@@ -71,7 +78,7 @@ static void usage(const char *argv0) {
     fprintf(stderr,
             "usage: %s [--json] [--model DIR] [--backends fused,naive] [--threads N[,1]] "
             "[--lengths 12,64,256] [--batches 1,8,32,128] [--reps 5] [--budget 8] "
-            "[--no-gemm] [--dump-inputs FILE]\n",
+            "[--precisions fp32,bf16] [--no-gemm] [--dump-inputs FILE]\n",
             argv0);
     exit(2);
 }
@@ -98,7 +105,7 @@ static int int_list(char *s, int *out, int min) {
 }
 
 static void parse_opts(int argc, char **argv, bench_opts *o) {
-    static char backends_default[] = "fused,naive";
+    static char backends_default[] = "fused,naive", precisions_default[] = "fp32";
     *o = (bench_opts){.gemm = 1,
                       .model_dir = "models/all-MiniLM-L6-v2",
                       .threads = {0},
@@ -110,6 +117,7 @@ static void parse_opts(int argc, char **argv, bench_opts *o) {
                       .reps = 5,
                       .budget_s = 8.0};
     o->nbackends = split_list(backends_default, o->backends);
+    o->nprecisions = split_list(precisions_default, o->precisions);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -130,6 +138,8 @@ static void parse_opts(int argc, char **argv, bench_opts *o) {
             o->dump_path = v;
         else if (strcmp(a, "--backends") == 0)
             o->nbackends = split_list(v, o->backends);
+        else if (strcmp(a, "--precisions") == 0)
+            o->nprecisions = split_list(v, o->precisions);
         else if (strcmp(a, "--threads") == 0)
             o->nthreads = int_list(v, o->threads, 0);
         else if (strcmp(a, "--lengths") == 0)
@@ -143,8 +153,11 @@ static void parse_opts(int argc, char **argv, bench_opts *o) {
         else
             usage(argv[0]);
     }
-    if (o->nbackends < 1 || o->nthreads < 1 || o->nlengths < 1 || o->nbatches < 1 || o->reps < 1 ||
-        o->reps > 64 || o->budget_s <= 0)
+    for (int i = 0; i < o->nprecisions; i++)
+        if (gemm_precision_parse(o->precisions[i]) < 0)
+            usage(argv[0]);
+    if (o->nbackends < 1 || o->nprecisions < 1 || o->nthreads < 1 || o->nlengths < 1 ||
+        o->nbatches < 1 || o->reps < 1 || o->reps > 64 || o->budget_s <= 0)
         usage(argv[0]);
     const int ncores = (int)sysconf(_SC_NPROCESSORS_ONLN);
     for (int t = 0; t < o->nthreads; t++)
@@ -291,34 +304,38 @@ static int dump_inputs(const char *path, const input_set *sets, int nsets, int m
 
 typedef struct {
     attn_simd path;
+    int bf16; /* the vdpbf16ps loop instead of the FMA one */
     long iters;
 } peak_job;
+
+static double peak_run(const peak_job *j) {
+    return j->bf16 ? attn_peak_bf16(j->iters) : attn_peak_fma(j->path, j->iters);
+}
 
 static void peak_task(void *ctx, size_t task, int worker) {
     (void)task;
     (void)worker;
-    const peak_job *j = ctx;
-    attn_peak_fma(j->path, j->iters);
+    peak_run(ctx);
 }
 
 typedef struct {
     double wall, cpu; /* GFLOP per wall second; per CPU second × threads */
 } rate;
 
-/* GFLOP/s of attn_peak_fma on every worker of the pool, best of three;
- * chunks of ~20 ms, several per worker so a late worker does not idle the
- * others at the end. */
-static rate pool_peak(tp_pool *pool, attn_simd path) {
+/* GFLOP/s of the peak loop (FMA, or vdpbf16ps when bf16) on every worker of
+ * the pool, best of three; chunks of ~20 ms, several per worker so a late
+ * worker does not idle the others at the end. */
+static rate pool_peak(tp_pool *pool, attn_simd path, int bf16) {
     attn_parallel par = tp_parallel(pool);
     const size_t chunks = 8 * (size_t)par.nthreads;
-    peak_job job = {path, 1000};
+    peak_job job = {path, bf16, 1000};
     for (;;) {
         const double t0 = now_s();
-        if (attn_peak_fma(path, job.iters) <= 0 || now_s() - t0 > 0.02 || job.iters > (1L << 40))
+        if (peak_run(&job) <= 0 || now_s() - t0 > 0.02 || job.iters > (1L << 40))
             break;
         job.iters *= 2;
     }
-    const double flops = attn_peak_fma(path, job.iters) * (double)chunks;
+    const double flops = peak_run(&job) * (double)chunks;
     rate best = {0.0, 0.0};
     for (int r = 0; r < 3; r++) {
         const double t0 = now_s(), c0 = cpu_s();
@@ -348,56 +365,18 @@ static int timed_forward(const attn_problem *p, void *ws, size_t bytes, const at
 
 /* ---- standalone GEMMs ------------------------------------------------------------------- */
 
-/* The model's weights for the GEMMs: per layer W_qkv (3C, C), W_o (C, C),
- * W_in (F, C), W_out (C, F) and their biases; activations a (T, F) in and
- * b (T, F) out, large enough for every GEMM of a batch of T tokens. */
+/* The model's weights for the GEMMs, packed for one precision: per layer
+ * W_qkv (3C, C), W_o (C, C), W_in (F, C), W_out (C, F) and their biases;
+ * activations a (T, F) in and b (T, F) out, large enough for every GEMM of a
+ * batch of T tokens. */
 typedef struct {
     int C, F, L, max_tokens;
     float *w[4 * 16]; /* [layer][4]; at most 16 layers timed */
     float *bias[4 * 16];
+    gemm_weights *packed[4 * 16];
+    void *scratch;
     float *a, *b;
 } gemm_set;
-
-typedef struct {
-    float *out;
-    const float *inp, *w, *b;
-    size_t T, K, N, ntasks;
-    int by_rows;
-} gemm_job;
-
-/* As linear_task in model/bert.c, without GELU: token-row blocks for tall
- * batches, 16-float-aligned output-column blocks for short ones; bias copied
- * in, then sgemm(NoTrans, Trans) with beta = 1. */
-static void gemm_task(void *ctx, size_t task, int worker) {
-    (void)worker;
-    const gemm_job *j = ctx;
-    size_t r0 = 0, r1 = j->T, c0 = 0, c1 = j->N;
-    if (j->by_rows) {
-        r0 = j->T * task / j->ntasks;
-        r1 = j->T * (task + 1) / j->ntasks;
-    } else {
-        const size_t step = ((j->N + j->ntasks - 1) / j->ntasks + 15) / 16 * 16;
-        c0 = task * step < j->N ? task * step : j->N;
-        c1 = c0 + step < j->N ? c0 + step : j->N;
-    }
-    if (r0 == r1 || c0 == c1)
-        return;
-    for (size_t r = r0; r < r1; r++)
-        memcpy(j->out + r * j->N + c0, j->b + c0, (c1 - c0) * sizeof(float));
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(r1 - r0), (int)(c1 - c0), (int)j->K,
-                1.0f, j->inp + r0 * j->K, (int)j->K, j->w + c0 * j->K, (int)j->K, 1.0f,
-                j->out + r0 * j->N + c0, (int)j->N);
-}
-
-static void gemm_one(const attn_parallel *par, float *out, const float *inp, const float *w,
-                     const float *b, int T, int K, int N) {
-    const size_t nt = (size_t)par->nthreads;
-    gemm_job j = {out, inp, w, b, (size_t)T, (size_t)K, (size_t)N, 1, (size_t)T >= 64 * nt};
-    j.ntasks = j.by_rows ? nt : ((size_t)N / 16 < nt ? ((size_t)N + 15) / 16 : nt);
-    if (j.ntasks < 1)
-        j.ntasks = 1;
-    par->parallel_for(par->impl, j.ntasks, gemm_task, &j);
-}
 
 /* Floating-point operations of one forward's GEMMs on T tokens. */
 static double gemm_flops(const gemm_set *g, int T) {
@@ -406,14 +385,11 @@ static double gemm_flops(const gemm_set *g, int T) {
 }
 
 static void gemm_forward(const gemm_set *g, const attn_parallel *par, int T) {
-    const int C = g->C, F = g->F;
-    for (int l = 0; l < g->L; l++) {
-        float *const *w = &g->w[4 * l], *const *b = &g->bias[4 * l];
-        gemm_one(par, g->b, g->a, w[0], b[0], T, C, 3 * C);
-        gemm_one(par, g->b, g->a, w[1], b[1], T, C, C);
-        gemm_one(par, g->b, g->a, w[2], b[2], T, C, F);
-        gemm_one(par, g->b, g->a, w[3], b[3], T, F, C);
-    }
+    for (int l = 0; l < g->L; l++)
+        for (int k = 0; k < 4; k++) {
+            const gemm_weights *w = g->packed[4 * l + k];
+            gemm_run(w, par, g->a, (size_t)gemm_k(w), g->b, (size_t)gemm_n(w), T, NULL, g->scratch);
+        }
 }
 
 static float *rand_floats(size_t n, unsigned seed) {
@@ -427,14 +403,17 @@ static float *rand_floats(size_t n, unsigned seed) {
 
 static void gemm_set_free(gemm_set *g) {
     for (int i = 0; i < 4 * 16; i++) {
+        gemm_free(g->packed[i]);
         free(g->w[i]);
         free(g->bias[i]);
     }
+    free(g->scratch);
     free(g->a);
     free(g->b);
 }
 
-static int gemm_set_init(gemm_set *g, const bert_config *cfg, int max_tokens) {
+static int gemm_set_init(gemm_set *g, const bert_config *cfg, int max_tokens, gemm_precision prec,
+                         int max_threads) {
     *g = (gemm_set){.C = cfg->hidden_size,
                     .F = cfg->intermediate_size,
                     .L = cfg->num_layers < 16 ? cfg->num_layers : 16,
@@ -445,9 +424,19 @@ static int gemm_set_init(gemm_set *g, const bert_config *cfg, int max_tokens) {
         for (int k = 0; k < 4; k++) {
             g->w[4 * l + k] = rand_floats(rows[k] * cols[k], (unsigned)(4 * l + k + 1));
             g->bias[4 * l + k] = rand_floats(rows[k], (unsigned)(4 * l + k + 101));
-            if (!g->w[4 * l + k] || !g->bias[4 * l + k])
+            char err[256];
+            if (!g->w[4 * l + k] || !g->bias[4 * l + k] ||
+                gemm_pack(prec, g->w[4 * l + k], g->bias[4 * l + k], (int)rows[k], (int)cols[k],
+                          &g->packed[4 * l + k], err, sizeof err))
                 return -1;
         }
+    size_t sb = 0;
+    for (int k = 0; k < 4; k++) {
+        const size_t b = gemm_scratch_bytes(g->packed[k], max_tokens, max_threads);
+        sb = b > sb ? b : sb;
+    }
+    if (sb && !(g->scratch = aligned_alloc(64, (sb + 63) / 64 * 64)))
+        return -1;
     g->a = rand_floats((size_t)max_tokens * F, 7u);
     g->b = calloc((size_t)max_tokens * F, sizeof(float));
     return g->a && g->b ? 0 : -1;
@@ -546,9 +535,9 @@ static case_result run_case(pipeline *p, const attn_backend *be, tp_pool *pool,
 /* ---- main ------------------------------------------------------------------------------- */
 
 static void print_header(void) {
-    printf("%-7s %3s %-12s %5s %9s %10s %11s %5s %5s %5s %8s %6s %6s %5s %4s\n", "backend", "thr",
-           "input", "batch", "ms", "inputs/s", "tokens/s", "tok%", "attn%", "gemm%", "gemmGF/s",
-           "%peak", "%pkcpu", "cpu%", "reps");
+    printf("%-7s %-4s %3s %-12s %5s %9s %10s %11s %5s %5s %5s %8s %6s %6s %5s %4s\n", "backend",
+           "prec", "thr", "input", "batch", "ms", "inputs/s", "tokens/s", "tok%", "attn%", "gemm%",
+           "gemmGF/s", "%peak", "%pkcpu", "cpu%", "reps");
 }
 
 int main(int argc, char **argv) {
@@ -565,11 +554,13 @@ int main(int argc, char **argv) {
     char err[512];
     int status = 1;
     tok_tokenizer *tok = NULL;
-    bert_model *model = NULL;
+    bert_model *models[MAX_LIST] = {0};
+    gemm_precision precs[MAX_LIST];
+    int nprec = 0;
     input_set sets[MAX_LIST] = {{0}};
     tp_pool *pools[MAX_LIST] = {0};
-    gemm_set gemms = {0};
-    pipeline p = {0};
+    gemm_set gemms[MAX_LIST] = {{0}};
+    pipeline pipes[MAX_LIST] = {{0}};
     if (tok_load(&tok, o.model_dir, err, sizeof err) != TOK_OK) {
         fprintf(stderr, "%s\n", err);
         goto done;
@@ -587,35 +578,59 @@ int main(int argc, char **argv) {
             fprintf(stderr, "unknown backend %s (have %s)\n", o.backends[b], attn_backend_names());
             goto done;
         }
-    if (bert_load(o.model_dir, &model, err, sizeof err) != BERT_OK) {
-        fprintf(stderr, "%s\n", err);
-        goto done;
-    }
-    const bert_config *cfg = bert_get_config(model);
     const int max_tokens = max_batch * max_len;
-    if (bert_workspace_create(model, max_tokens, max_threads, backends, (size_t)o.nbackends, &p.ws,
-                              err, sizeof err) != BERT_OK) {
-        fprintf(stderr, "%s\n", err);
-        goto done;
+    const bert_config *cfg = NULL;
+    for (int i = 0; i < o.nprecisions; i++) {
+        const gemm_precision prec = (gemm_precision)gemm_precision_parse(o.precisions[i]);
+        const char *why = gemm_unsupported(prec);
+        if (why) {
+            printf("precision %s: skipped: %s\n", o.precisions[i], why);
+            continue;
+        }
+        bert_model **m = &models[nprec];
+        pipeline *p = &pipes[nprec];
+        if (bert_load_precision(o.model_dir, prec, m, err, sizeof err) != BERT_OK ||
+            bert_workspace_create(*m, max_tokens, max_threads, backends, (size_t)o.nbackends,
+                                  &p->ws, err, sizeof err) != BERT_OK) {
+            fprintf(stderr, "%s\n", err);
+            goto done;
+        }
+        cfg = bert_get_config(*m);
+        p->model = *m;
+        p->tok = tok;
+        p->ids = malloc((size_t)max_tokens * sizeof *p->ids);
+        p->cu = malloc(((size_t)max_batch + 1) * sizeof *p->cu);
+        p->out = malloc((size_t)max_batch * (size_t)cfg->hidden_size * sizeof *p->out);
+        if (!p->ids || !p->cu || !p->out ||
+            (o.gemm && gemm_set_init(&gemms[nprec], cfg, max_tokens, prec, max_threads) != 0)) {
+            fprintf(stderr, "out of memory\n");
+            goto done;
+        }
+        if (!o.json)
+            printf("precision %s: weights %zu bytes owned, %zu mapped\n", o.precisions[i],
+                   bert_owned_bytes(*m), bert_mapped_bytes(*m));
+        precs[nprec++] = prec;
     }
-    p.model = model;
-    p.tok = tok;
-    p.ids = malloc((size_t)max_tokens * sizeof *p.ids);
-    p.cu = malloc(((size_t)max_batch + 1) * sizeof *p.cu);
-    p.out = malloc((size_t)max_batch * (size_t)cfg->hidden_size * sizeof *p.out);
-    if (!p.ids || !p.cu || !p.out || (o.gemm && gemm_set_init(&gemms, cfg, max_tokens) != 0)) {
-        fprintf(stderr, "out of memory\n");
+    if (!nprec) {
+        fprintf(stderr, "no precision this CPU can run\n");
         goto done;
     }
 
     const attn_simd path = attn_simd_active();
-    rate peak[MAX_LIST];
+    rate peak[MAX_LIST], peak_bf16[MAX_LIST] = {{0, 0}};
     for (int t = 0; t < o.nthreads; t++) {
         if (!(pools[t] = tp_create(o.threads[t]))) {
             fprintf(stderr, "cannot start %d threads\n", o.threads[t]);
             goto done;
         }
-        peak[t] = pool_peak(pools[t], path);
+        peak[t] = pool_peak(pools[t], path, 0);
+        for (int i = 0; i < nprec; i++)
+            if (precs[i] == GEMM_BF16) {
+                peak_bf16[t] = pool_peak(pools[t], path, 1);
+                if (!o.json)
+                    printf("bf16 vdpbf16ps peak on %d thread%s: %.1f GFLOP/s\n", o.threads[t],
+                           o.threads[t] > 1 ? "s" : "", peak_bf16[t].wall);
+            }
         if (o.json)
             printf("{\"kind\": \"peak\", \"threads\": %d, \"simd\": \"%s\", \"peak_gflops\": "
                    "%.1f, \"peak_gflops_cpu\": %.1f}\n",
@@ -627,8 +642,8 @@ int main(int argc, char **argv) {
                    peak[t].cpu);
     }
     if (!o.json) {
-        printf("model %s: L=%d C=%d H=%d F=%d; gemm%% and GEMM GFLOP/s are standalone sgemm on "
-               "the model's shapes\n",
+        printf("model %s: L=%d C=%d H=%d F=%d; gemm%% and GEMM GFLOP/s are standalone gemm_run "
+               "on the model's shapes\n",
                o.model_dir, cfg->num_layers, cfg->hidden_size, cfg->num_heads,
                cfg->intermediate_size);
         print_header();
@@ -639,53 +654,61 @@ int main(int argc, char **argv) {
         for (int s = 0; s < o.nlengths; s++)
             for (int bi = 0; bi < o.nbatches; bi++) {
                 const int batch = o.batches[bi], T = batch * sets[s].tokens;
-                const gemm_result g =
-                    o.gemm ? time_gemms(&gemms, pools[t], T, &o) : (gemm_result){0, {0, 0}};
-                for (int b = 0; b < o.nbackends; b++) {
-                    const case_result r = run_case(&p, backends[b], pools[t], &sets[s], batch, &o);
-                    if (r.rc != 0)
-                        goto done;
-                    const double ips = batch / (r.ms * 1e-3), tps = ips * sets[s].tokens;
-                    const double gemm_pct = o.gemm ? 100.0 * g.ms / r.ms : 0.0;
-                    const double gemm_peak = o.gemm ? 100.0 * g.gflops.wall / peak[t].wall : 0.0;
-                    const double gemm_peak_cpu = o.gemm ? 100.0 * g.gflops.cpu / peak[t].cpu : 0.0;
-                    if (o.json)
-                        printf("{\"kind\": \"case\", \"backend\": \"%s\", \"simd\": \"%s\", "
-                               "\"threads\": %d, \"input\": \"%s\", \"tokens_per_input\": %d, "
-                               "\"batch\": %d, \"ms\": %.3f, \"inputs_per_s\": %.1f, "
-                               "\"tokens_per_s\": %.0f, \"tok_pct\": %.1f, \"attn_pct\": %.1f, "
-                               "\"gemm_ms\": %.3f, \"gemm_pct\": %.1f, \"gemm_gflops\": %.1f, "
-                               "\"peak_gflops\": %.1f, \"gemm_pct_peak\": %.1f, "
-                               "\"gemm_gflops_cpu\": %.1f, \"gemm_pct_peak_cpu\": %.1f, "
-                               "\"cpu_pct\": %.1f, \"reps\": %d}\n",
-                               backends[b]->name, backends[b]->simd_path(), o.threads[t],
-                               length_name(sets[s].tokens), sets[s].tokens, batch, r.ms, ips, tps,
-                               100.0 * r.tok_frac, 100.0 * r.attn_frac, g.ms, gemm_pct,
-                               g.gflops.wall, peak[t].wall, gemm_peak, g.gflops.cpu, gemm_peak_cpu,
-                               100.0 * r.cpu_frac, r.reps);
-                    else {
-                        char input[32];
-                        snprintf(input, sizeof input, "%s(%d)", length_name(sets[s].tokens),
-                                 sets[s].tokens);
-                        printf("%-7s %3d %-12s %5d %9.2f %10.1f %11.0f %5.1f %5.1f %5.1f %8.1f "
-                               "%6.1f %6.1f %5.1f %4d\n",
-                               backends[b]->name, o.threads[t], input, batch, r.ms, ips, tps,
-                               100.0 * r.tok_frac, 100.0 * r.attn_frac, gemm_pct, g.gflops.wall,
-                               gemm_peak, gemm_peak_cpu, 100.0 * r.cpu_frac, r.reps);
+                for (int b = 0; b < o.nbackends; b++)
+                    for (int pi = 0; pi < nprec; pi++) {
+                        const rate pk = precs[pi] == GEMM_BF16 ? peak_bf16[t] : peak[t];
+                        const gemm_result g = o.gemm ? time_gemms(&gemms[pi], pools[t], T, &o)
+                                                     : (gemm_result){0, {0, 0}};
+                        const case_result r =
+                            run_case(&pipes[pi], backends[b], pools[t], &sets[s], batch, &o);
+                        if (r.rc != 0)
+                            goto done;
+                        const double ips = batch / (r.ms * 1e-3), tps = ips * sets[s].tokens;
+                        const double gemm_pct = o.gemm ? 100.0 * g.ms / r.ms : 0.0;
+                        const double gemm_peak = o.gemm ? 100.0 * g.gflops.wall / pk.wall : 0.0;
+                        const double gemm_peak_cpu = o.gemm ? 100.0 * g.gflops.cpu / pk.cpu : 0.0;
+                        if (o.json)
+                            printf(
+                                "{\"kind\": \"case\", \"backend\": \"%s\", \"precision\": \"%s\", "
+                                "\"simd\": \"%s\", "
+                                "\"threads\": %d, \"input\": \"%s\", \"tokens_per_input\": %d, "
+                                "\"batch\": %d, \"ms\": %.3f, \"inputs_per_s\": %.1f, "
+                                "\"tokens_per_s\": %.0f, \"tok_pct\": %.1f, \"attn_pct\": %.1f, "
+                                "\"gemm_ms\": %.3f, \"gemm_pct\": %.1f, \"gemm_gflops\": %.1f, "
+                                "\"peak_gflops\": %.1f, \"gemm_pct_peak\": %.1f, "
+                                "\"gemm_gflops_cpu\": %.1f, \"gemm_pct_peak_cpu\": %.1f, "
+                                "\"cpu_pct\": %.1f, \"reps\": %d}\n",
+                                backends[b]->name, gemm_precision_name(precs[pi]),
+                                backends[b]->simd_path(), o.threads[t], length_name(sets[s].tokens),
+                                sets[s].tokens, batch, r.ms, ips, tps, 100.0 * r.tok_frac,
+                                100.0 * r.attn_frac, g.ms, gemm_pct, g.gflops.wall, pk.wall,
+                                gemm_peak, g.gflops.cpu, gemm_peak_cpu, 100.0 * r.cpu_frac, r.reps);
+                        else {
+                            char input[32];
+                            snprintf(input, sizeof input, "%s(%d)", length_name(sets[s].tokens),
+                                     sets[s].tokens);
+                            printf("%-7s %-4s %3d %-12s %5d %9.2f %10.1f %11.0f %5.1f %5.1f %5.1f "
+                                   "%8.1f %6.1f %6.1f %5.1f %4d\n",
+                                   backends[b]->name, gemm_precision_name(precs[pi]), o.threads[t],
+                                   input, batch, r.ms, ips, tps, 100.0 * r.tok_frac,
+                                   100.0 * r.attn_frac, gemm_pct, g.gflops.wall, gemm_peak,
+                                   gemm_peak_cpu, 100.0 * r.cpu_frac, r.reps);
+                        }
+                        fflush(stdout);
                     }
-                    fflush(stdout);
-                }
             }
     status = 0;
 done:
     for (int t = 0; t < o.nthreads; t++)
         tp_destroy(pools[t]);
-    gemm_set_free(&gemms);
-    free(p.ids);
-    free(p.cu);
-    free(p.out);
-    bert_workspace_free(p.ws);
-    bert_free(model);
+    for (int i = 0; i < MAX_LIST; i++) {
+        gemm_set_free(&gemms[i]);
+        free(pipes[i].ids);
+        free(pipes[i].cu);
+        free(pipes[i].out);
+        bert_workspace_free(pipes[i].ws);
+        bert_free(models[i]);
+    }
     free_inputs(sets, o.nlengths, max_batch);
     tok_free(tok);
     return status;

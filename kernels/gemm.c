@@ -21,6 +21,10 @@
 
 #include "model/gelu.h"
 #include "simd.h"
+#if defined(__x86_64__) || defined(__i386__)
+#define ATTN_HAVE_GEMM_BF16 1
+#include "gemm_bf16.h"
+#endif
 #ifdef ATTN_HAVE_GEMM_INT8
 #include "gemm_int8.h"
 #endif
@@ -30,6 +34,9 @@ struct gemm_weights {
     int N, K;
     const float *w;    /* fp32: (N, K), the caller's */
     const float *bias; /* fp32: (N) or NULL, the caller's */
+#ifdef ATTN_HAVE_GEMM_BF16
+    gemm_bf16_weights *bf16;
+#endif
 #ifdef ATTN_HAVE_GEMM_INT8
     gemm_int8_weights *int8;
 #endif
@@ -55,12 +62,22 @@ const char *gemm_unsupported(gemm_precision p) {
     case GEMM_BF16:
         /* The kernels are AVX512-BF16 (vdpbf16ps); every CPU with AMX-BF16
          * has it too, so AMX alone would not run them. */
-        if (!attn_cpu_has(ATTN_CPU_AVX512_BF16))
-            return "no AVX512_BF16 on this CPU";
-        return "bf16 kernels not built";
+#ifdef ATTN_HAVE_GEMM_BF16
+        if (attn_cpu_has(ATTN_CPU_AVX512_BF16))
+            return NULL;
+        return attn_simd_active() < ATTN_SIMD_AVX512
+                   ? "no AVX512_BF16: the avx512 path is not active"
+                   : "no AVX512_BF16 on this CPU";
+#else
+        return "bf16 kernels not built (not x86-64)";
+#endif
     case GEMM_INT8:
 #ifdef ATTN_HAVE_GEMM_INT8
-        return attn_cpu_has(ATTN_CPU_AVX512_VNNI) ? NULL : "no AVX512_VNNI on this CPU";
+        if (attn_cpu_has(ATTN_CPU_AVX512_VNNI))
+            return NULL;
+        return attn_simd_active() < ATTN_SIMD_AVX512
+                   ? "no AVX512_VNNI: the avx512 path is not active"
+                   : "no AVX512_VNNI on this CPU";
 #else
         return "int8 kernels not built";
 #endif
@@ -102,6 +119,11 @@ int gemm_pack_smoothed(gemm_precision p, const float *w, const float *bias, cons
         g->w = w;
         g->bias = bias;
         break;
+#ifdef ATTN_HAVE_GEMM_BF16
+    case GEMM_BF16:
+        rc = gemm_bf16_pack(w, bias, N, K, &g->bf16, err, err_len);
+        break;
+#endif
     case GEMM_INT8:
 #ifdef ATTN_HAVE_GEMM_INT8
         rc = gemm_int8_pack_smoothed(w, bias, smooth, N, K, &g->int8, err, err_len);
@@ -121,6 +143,9 @@ int gemm_pack_smoothed(gemm_precision p, const float *w, const float *bias, cons
 void gemm_free(gemm_weights *w) {
     if (!w)
         return;
+#ifdef ATTN_HAVE_GEMM_BF16
+    gemm_bf16_free(w->bf16);
+#endif
 #ifdef ATTN_HAVE_GEMM_INT8
     gemm_int8_free(w->int8);
 #endif
@@ -139,6 +164,10 @@ int gemm_k(const gemm_weights *w) {
 
 size_t gemm_weights_bytes(const gemm_weights *w) {
     switch (w->precision) {
+#ifdef ATTN_HAVE_GEMM_BF16
+    case GEMM_BF16:
+        return gemm_bf16_bytes(w->bf16);
+#endif
 #ifdef ATTN_HAVE_GEMM_INT8
     case GEMM_INT8:
         return gemm_int8_bytes(w->int8);
@@ -152,6 +181,10 @@ size_t gemm_scratch_bytes(const gemm_weights *w, int max_rows, int nthreads) {
     (void)max_rows;
     (void)nthreads;
     switch (w->precision) {
+#ifdef ATTN_HAVE_GEMM_BF16
+    case GEMM_BF16:
+        return gemm_bf16_scratch_bytes(w->bf16, max_rows, nthreads);
+#endif
 #ifdef ATTN_HAVE_GEMM_INT8
     case GEMM_INT8:
         return gemm_int8_scratch_bytes(w->int8, max_rows, nthreads);
@@ -293,6 +326,11 @@ void gemm_run(const gemm_weights *w, const attn_parallel *par, const float *x, s
     case GEMM_FP32:
         fp32_run(w, par, x, ldx, y, ldy, M, epi);
         break;
+#ifdef ATTN_HAVE_GEMM_BF16
+    case GEMM_BF16:
+        gemm_bf16_run(w->bf16, par, x, ldx, y, ldy, M, epi, scratch);
+        break;
+#endif
 #ifdef ATTN_HAVE_GEMM_INT8
     case GEMM_INT8:
         gemm_int8_run(w->int8, par, x, ldx, y, ldy, M, epi, scratch);

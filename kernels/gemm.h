@@ -86,6 +86,28 @@ size_t gemm_scratch_bytes(const gemm_weights *w, int max_rows, int nthreads);
 void gemm_run(const gemm_weights *w, const attn_parallel *par, const float *x, size_t ldx, float *y,
               size_t ldy, int M, const gemm_epilogue *epi, void *scratch);
 
+/* ---- error bound and self-test ---------------------------------------------
+ * The bound every precision's output must meet, per element of x·Wᵀ + b,
+ * given S = Σ_k |x_k·w_k| and |y| (both in exact arithmetic):
+ *   fp32: K·2⁻²⁴·S + 2⁻²⁴·|y|  (the K roundings of the running sum, and the
+ *         bias add)
+ *   bf16: (2·2⁻⁸ + K·2⁻²⁴)·S + 2⁻²⁴·|y|  (x and w each rounded once to
+ *         bf16, unit roundoff 2⁻⁸: a relative error of at most 2·2⁻⁸ in
+ *         every product, then fp32 accumulation as above)
+ * Never widened to make a kernel pass. Negative for a precision without a
+ * bound here (int8's belongs with its kernels). */
+double gemm_error_bound(gemm_precision p, int K, double sum_abs, double abs_y);
+
+/* Checks precision p's GEMMs on this CPU against a float64 reference on an
+ * encoder's shapes (C = 384, F = 1536, short and tall batches, so both
+ * splits run) and odd ones, every element against gemm_error_bound, on par
+ * (what the service runs at start before offering a precision). Returns 0
+ * when all pass, else -1 with the worst element in why; *worst gets the
+ * largest error as a fraction of its bound. Allocates and frees its own
+ * buffers (about 5 MB). */
+int gemm_selftest(gemm_precision p, const attn_parallel *par, double *worst, char *why,
+                  size_t why_len);
+
 /* ---- for the kernels of each precision ---------------------------------------
  * The fp32 epilogue pieces, so every precision rounds the same way after its
  * accumulators are in y. */

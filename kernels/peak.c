@@ -38,3 +38,12 @@ double attn_peak_int8(long iters) {
     return 0.0;
 #endif
 }
+
+double attn_peak_bf16(long iters) {
+#if defined(__x86_64__) || defined(__i386__)
+    if (attn_cpu_has(ATTN_CPU_AVX512_BF16))
+        return attn_peak_bf16_avx512(iters);
+#endif
+    (void)iters;
+    return 0.0;
+}

@@ -13,10 +13,15 @@
  * the CPU cannot run path. */
 double attn_peak_fma(attn_simd path, long iters);
 
+/* The same for vdpbf16ps (bf16 pairs into fp32 lanes: 4 operations per
+ * lane per instruction), the bf16 GEMMs' ceiling; 0 without AVX512_BF16. */
+double attn_peak_bf16(long iters);
+
 /* The path-specific loops (peak_avx512.c, peak_avx2.c); reached only through
  * attn_peak_fma, after the CPU check. */
 double attn_peak_fma_avx512(long iters);
 double attn_peak_fma_avx2(long iters);
+double attn_peak_bf16_avx512(long iters);
 
 /* The int8 peak: a register-only loop of vpdpbusd (64 u8 × s8 products
  * summed into 16 int32 lanes per instruction). Returns the integer operations

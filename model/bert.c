@@ -64,7 +64,14 @@ struct bert_model {
     bert_layer *layers;    /* [L] */
     float *owned;          /* [owned_floats]: stacked QKV and converted tensors */
     size_t owned_floats;
-    size_t packed_bytes; /* what the packed linear layers own */
+    /* Reduced precisions: the embedding tables in bf16 (wte, wpe above are
+     * then NULL), one allocation of emb16_count halves; the mapping is
+     * closed and owned holds only the LayerNorm and token-type vectors. */
+    uint16_t *emb16;
+    size_t emb16_count;
+    const uint16_t *wte16; /* (V, C) */
+    const uint16_t *wpe16; /* (P, C) */
+    size_t packed_bytes;   /* what the packed linear layers own */
 };
 
 static int fail(int code, char *err, size_t err_len, const char *fmt, ...) {
@@ -425,6 +432,70 @@ static int pack_layers(bert_model *m, char *err, size_t err_len) {
     return rc;
 }
 
+static uint16_t float_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x40); /* NaN stays NaN */
+    u += 0x7fffu + ((u >> 16) & 1);          /* round to nearest even */
+    return (uint16_t)(u >> 16);
+}
+
+/* Copies n floats to dst and returns dst + n. */
+static float *take(float *dst, const float **src, size_t n) {
+    memcpy(dst, *src, n * sizeof *dst);
+    *src = dst;
+    return dst + n;
+}
+
+/* After a reduced precision has packed the linear layers, the model keeps
+ * nothing of the file: the embedding tables move to bf16 (a lookup widens a
+ * row exactly, and the tables then weigh what the linear layers do), the
+ * vectors (LayerNorms, token type) are copied in fp32, and the mapping and
+ * the fp32 copies are released. That is what halves the weight memory. */
+static int compact_weights(bert_model *m, char *err, size_t err_len) {
+    const bert_config *c = &m->cfg;
+    const size_t C = (size_t)c->hidden_size, L = (size_t)c->num_layers;
+    const size_t V = (size_t)c->vocab_size, P = (size_t)c->max_positions;
+    const size_t nvec = (3 + 4 * L) * C;
+    float *vec = aligned_alloc(64, (nvec * sizeof(float) + 63) / 64 * 64);
+    uint16_t *emb = aligned_alloc(64, ((V + P) * C * sizeof(uint16_t) + 63) / 64 * 64);
+    if (!vec || !emb) {
+        free(vec);
+        free(emb);
+        return fail(BERT_ENOMEM, err, err_len, "cannot allocate the bf16 embedding tables");
+    }
+    for (size_t i = 0; i < V * C; i++)
+        emb[i] = float_to_bf16(m->wte[i]);
+    for (size_t i = 0; i < P * C; i++)
+        emb[V * C + i] = float_to_bf16(m->wpe[i]);
+    float *v = vec;
+    v = take(v, &m->wtt, C);
+    v = take(v, &m->emb_ln_w, C);
+    v = take(v, &m->emb_ln_b, C);
+    for (size_t l = 0; l < L; l++) {
+        bert_layer *w = &m->layers[l];
+        v = take(v, &w->ln1_w, C);
+        v = take(v, &w->ln1_b, C);
+        v = take(v, &w->ln2_w, C);
+        v = take(v, &w->ln2_b, C);
+        /* Packed: the fp32 tensors are about to go. */
+        w->qkv_w = w->qkv_b = w->attn_o_w = w->attn_o_b = NULL;
+        w->ffn_in_w = w->ffn_in_b = w->ffn_out_w = w->ffn_out_b = NULL;
+    }
+    m->wte = m->wpe = NULL;
+    m->wte16 = emb;
+    m->wpe16 = emb + V * C;
+    m->emb16 = emb;
+    m->emb16_count = (V + P) * C;
+    free(m->owned);
+    m->owned = vec;
+    m->owned_floats = nvec;
+    st_close(m->file);
+    m->file = NULL;
+    return BERT_OK;
+}
+
 int bert_load(const char *dir, bert_model **out, char *err, size_t err_len) {
     return bert_load_precision(dir, GEMM_FP32, out, err, err_len);
 }
@@ -432,8 +503,8 @@ int bert_load(const char *dir, bert_model **out, char *err, size_t err_len) {
 /* What int8 means for the whole model: all four linear layers in int8, the
  * three whose inputs come from a LayerNorm or the attention smoothed with
  * α = 0.5, FFN out (input after GELU) not smoothed, which measured best.
- * Lowest cosine against fp32 on the golden inputs 0.99193 (bench_precision;
- * README, "int8 precision"): unsmoothed 0.98572, FFN out in fp32 0.99754 at
+ * Lowest cosine against fp32 on the golden inputs 0.99205 (bench_precision;
+ * README, "int8 precision"): unsmoothed 0.98302, FFN out in fp32 0.99754 at
  * about two thirds of the speed. */
 const bert_plan bert_int8_plan = {
     .p = {[BERT_LINEAR_QKV] = GEMM_INT8,
@@ -475,6 +546,12 @@ int bert_load_plan(const char *dir, const bert_plan *plan, bert_model **out, cha
     }
     if (!rc)
         rc = pack_layers(m, err, err_len);
+    /* Only when no linear layer reads the fp32 tensors in place. */
+    int compact = 1;
+    for (int i = 0; i < BERT_NLINEAR; i++)
+        compact &= plan->p[i] != GEMM_FP32;
+    if (!rc && compact)
+        rc = compact_weights(m, err, err_len);
     if (rc) {
         bert_free(m);
         return rc;
@@ -496,6 +573,7 @@ void bert_free(bert_model *m) {
         gemm_free(m->layers[l].ffn_out);
     }
     st_close(m->file);
+    free(m->emb16);
     free(m->layers);
     free(m->owned);
     free(m);
@@ -508,10 +586,10 @@ gemm_precision bert_precision(const bert_model *m) {
     return m->precision;
 }
 size_t bert_owned_bytes(const bert_model *m) {
-    return m->owned_floats * sizeof(float) + m->packed_bytes;
+    return m->owned_floats * sizeof(float) + m->emb16_count * sizeof(uint16_t) + m->packed_bytes;
 }
 size_t bert_mapped_bytes(const bert_model *m) {
-    return st_file_bytes(m->file);
+    return m->file ? st_file_bytes(m->file) : 0;
 }
 
 attn_shape bert_attn_shape(const bert_config *c, int max_tokens) {
@@ -658,6 +736,13 @@ static size_t row_tasks(const attn_parallel *par, size_t rows) {
     return n < rows ? n : rows;
 }
 
+static float bf16_to_float(uint16_t h) {
+    const uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
 typedef struct embed_ctx {
     const bert_model *m;
     const int32_t *ids; /* (T) */
@@ -675,11 +760,18 @@ static void embed_task(void *arg, size_t task, int worker) {
     size_t t0, t1;
     block(c->T, c->ntasks, task, &t0, &t1);
     for (size_t t = t0; t < t1; t++) {
-        const float *we = m->wte + (size_t)c->ids[t] * C; /* (C) */
-        const float *pe = m->wpe + (size_t)c->pos[t] * C; /* (C) */
-        float *xt = c->x + t * C;                         /* (C) */
-        for (int i = 0; i < C; i++)
-            xt[i] = (we[i] + m->wtt[i]) + pe[i];
+        float *xt = c->x + t * C; /* (C) */
+        if (m->wte16) {
+            const uint16_t *we = m->wte16 + (size_t)c->ids[t] * C; /* (C) */
+            const uint16_t *pe = m->wpe16 + (size_t)c->pos[t] * C; /* (C) */
+            for (int i = 0; i < C; i++)
+                xt[i] = (bf16_to_float(we[i]) + m->wtt[i]) + bf16_to_float(pe[i]);
+        } else {
+            const float *we = m->wte + (size_t)c->ids[t] * C; /* (C) */
+            const float *pe = m->wpe + (size_t)c->pos[t] * C; /* (C) */
+            for (int i = 0; i < C; i++)
+                xt[i] = (we[i] + m->wtt[i]) + pe[i];
+        }
         gemm_layernorm_row(xt, xt, m->emb_ln_w, m->emb_ln_b, C, m->cfg.layer_norm_eps);
     }
 }

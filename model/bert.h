@@ -77,8 +77,11 @@ typedef struct bert_model bert_model;
 int bert_load(const char *dir, bert_model **out, char *err, size_t err_len);
 
 /* bert_load with the linear layers packed for precision (kernels/gemm.h):
- * fp32 is bert_load. A precision this CPU cannot run (gemm_unsupported) is
- * BERT_EUNSUPPORTED with the reason. */
+ * fp32 is bert_load. A reduced precision keeps nothing of the file: the
+ * embedding tables are held in bf16, the LayerNorm vectors in fp32, the
+ * linear layers as packed, and the file is unmapped (bert_mapped_bytes 0),
+ * so the weights take about half of fp32's bytes. A precision this CPU
+ * cannot run (gemm_unsupported) is BERT_EUNSUPPORTED with the reason. */
 int bert_load_precision(const char *dir, gemm_precision precision, bert_model **out, char *err,
                         size_t err_len);
 

@@ -1,6 +1,8 @@
 #!/bin/sh
 # install-deps.sh — installs every Debian package that attnserve's build, tests
 # and service need. Idempotent: when everything is present it only checks.
+# libdnnl-dev and libxsmm-dev are for build/bench_gemm only (the bf16 GEMM is
+# compared with them; the service links neither).
 set -eu
 
 PACKAGES="build-essential pkg-config
@@ -8,7 +10,8 @@ libmicrohttpd-dev libjansson-dev libuv1-dev libopenblas-dev
 curl ca-certificates
 libcriterion-dev
 clang libclang-rt-14-dev valgrind linux-perf
-python3-pytest python3-requests"
+python3-pytest python3-requests
+libdnnl-dev libxsmm-dev"
 
 missing=""
 for p in $PACKAGES; do

@@ -2,14 +2,8 @@
  * precision this CPU can run, on the model's shapes and odd ones, split by
  * rows and by columns, with every epilogue.
  *
- * Error bounds, per element of x·Wᵀ + b with S = Σ_k |x_k·w_k| (the
- * standard dot-product bound; u is the unit roundoff of what the operands
- * are rounded to, 2⁻²⁴ for fp32 accumulation):
- *   fp32:  |err| <= K·2⁻²⁴·S  (K roundings of the running sum; the terms
- *          are exact products of fp32 inputs up to one rounding each)
- *   bf16:  |err| <= (2·2⁻⁸ + K·2⁻²⁴)·S  (x and w are each rounded to bf16
- *          once, a relative error of at most 2⁻⁸ each in every product,
- *          then the fp32 accumulation as above)
+ * Error bounds per element of x·Wᵀ + b: gemm_error_bound (derived in
+ * gemm.h: K·2⁻²⁴·S for fp32, (2·2⁻⁸ + K·2⁻²⁴)·S for bf16, S = Σ|x·w|).
  * After GELU (|GELU'| <= 1.13) the bound is scaled by 1.13, plus GELU's own
  * 4e-7; after LayerNorm an error e in the inputs moves each output by at most
  * 2·e·rstd·|γ| (the value and the mean each off by e), plus fp32 rounding
@@ -24,10 +18,6 @@
 #include "kernels/gemm.h"
 #include "kernels/simd.h"
 #include "kernels/threadpool.h"
-
-static double unit_in(gemm_precision p) {
-    return p == GEMM_BF16 ? 0x1p-8 : 0.0;
-}
 
 /* Uniform in [-1, 1), reproducible. */
 static float rnd(unsigned *s) {
@@ -49,7 +39,8 @@ static const char *const epi_names[] = {"bias only", "GELU", "residual+LayerNorm
 
 /* Runs one problem and returns the largest error as a fraction of its
  * bound (<= 1 passes). */
-static double check(gemm_precision p, const attn_parallel *par, int M, int N, int K, epi_kind e) {
+static double check(gemm_precision p, const attn_parallel *par, int M, int N, int K, epi_kind e,
+                    double *vs_fp32) {
     char err[256] = "";
     float *w = rnd_array((size_t)N * K, 1u + (unsigned)N, 0.1f);
     float *b = rnd_array((size_t)N, 2u + (unsigned)K, 0.5f);
@@ -61,7 +52,8 @@ static double check(gemm_precision p, const attn_parallel *par, int M, int N, in
     float *y = malloc((size_t)M * N * sizeof *y);
     double *ref = malloc((size_t)M * N * sizeof *ref),
            *bound = malloc((size_t)M * N * sizeof *bound);
-    cr_assert(y && ref && bound);
+    double *b32 = malloc((size_t)M * N * sizeof *b32);
+    cr_assert(y && ref && bound && b32);
 
     gemm_weights *pw;
     cr_assert_eq(gemm_pack(p, w, b, N, K, &pw, err, sizeof err), 0, "%s", err);
@@ -85,7 +77,6 @@ static double check(gemm_precision p, const attn_parallel *par, int M, int N, in
         epi.ld_residual = (size_t)N;
     }
 
-    const double ue = unit_in(p);
     for (int i = 0; i < M; i++) {
         double *ri = ref + (size_t)i * N, *bi = bound + (size_t)i * N;
         for (int j = 0; j < N; j++) {
@@ -95,7 +86,8 @@ static double check(gemm_precision p, const attn_parallel *par, int M, int N, in
                 acc += t;
                 s += fabs(t);
             }
-            bi[j] = (2 * ue + K * 0x1p-24) * s + 0x1p-24 * fabs(acc);
+            bi[j] = gemm_error_bound(p, K, s, fabs(acc));
+            b32[(size_t)i * N + j] = gemm_error_bound(GEMM_FP32, K, s, fabs(acc));
             if (epi.act == GEMM_ACT_GELU) {
                 acc = 0.5 * acc * erfc(-acc / sqrt(2.0));
                 bi[j] = 1.13 * bi[j] + 4e-7;
@@ -125,10 +117,13 @@ static double check(gemm_precision p, const attn_parallel *par, int M, int N, in
 
     gemm_run(pw, par, x, (size_t)K, y, (size_t)N, M, e == EPI_NONE ? NULL : &epi, scratch);
     double worst = 0;
+    *vs_fp32 = 0;
     for (size_t i = 0; i < (size_t)M * N; i++) {
         cr_assert(isfinite(y[i]));
         const double r = fabs(y[i] - ref[i]) / bound[i];
         worst = r > worst ? r : worst;
+        if (e == EPI_NONE)
+            *vs_fp32 = fmax(*vs_fp32, fabs(y[i] - ref[i]) / b32[i]);
     }
     gemm_free(pw);
     free(scratch);
@@ -141,6 +136,7 @@ static double check(gemm_precision p, const attn_parallel *par, int M, int N, in
     free(y);
     free(ref);
     free(bound);
+    free(b32);
     return worst;
 }
 
@@ -159,18 +155,25 @@ static void sweep(gemm_precision p) {
                                     {300, 384, 1536}, {1, 1, 1},       {7, 33, 17},
                                     {130, 50, 100},   {129, 31, 385}};
     const attn_parallel *pars[] = {&attn_parallel_serial, &pooled};
-    double worst = 0;
+    double worst = 0, vs_fp32 = 0;
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int e = EPI_NONE; e <= EPI_GELU_RESIDUAL; e++)
             for (int q = 0; q < 2; q++) {
                 const int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
-                const double r = check(p, pars[q], M, N, K, (epi_kind)e);
+                double v = 0;
+                const double r = check(p, pars[q], M, N, K, (epi_kind)e, &v);
+                vs_fp32 = fmax(vs_fp32, v);
                 cr_expect_leq(r, 1.0, "%s %dx%dx%d %s, %d threads: error %.3g of the bound",
                               gemm_precision_name(p), M, N, K, epi_names[e], pars[q]->nthreads, r);
                 worst = r > worst ? r : worst;
             }
-    /* Not exact: a ratio of 0 would mean nothing was compared. */
+    /* Not exact: a ratio of 0 would mean nothing was compared. And the
+     * bounds tell precisions apart: bf16's results break fp32's bound, so a
+     * bf16 rounding slipped into the fp32 path would fail it. */
     cr_expect_gt(worst, 0.0);
+    if (p == GEMM_BF16)
+        cr_expect_gt(vs_fp32, 1.0, "bf16 within fp32's bound (%g): was it rounded at all?",
+                     vs_fp32);
     fprintf(stderr, "gemm %s: worst error %.3g of its bound\n", gemm_precision_name(p), worst);
     tp_destroy(pool);
 }
@@ -181,6 +184,31 @@ Test(gemm, fp32_within_its_bound) {
 
 Test(gemm, bf16_within_its_bound) {
     sweep(GEMM_BF16);
+}
+
+/* The start-up check a service runs before offering a precision. */
+Test(gemm, selftest_passes_every_precision_offered) {
+    tp_pool *pool = tp_create(2);
+    cr_assert_not_null(pool);
+    const attn_parallel par = tp_parallel(pool);
+    int ran = 0;
+    for (int p = GEMM_FP32; p <= GEMM_BF16; p++) {
+        double worst = -1;
+        char why[256] = "";
+        if (gemm_unsupported((gemm_precision)p)) {
+            cr_assert_eq(gemm_selftest((gemm_precision)p, &par, &worst, why, sizeof why), -1);
+            fprintf(stderr, "gemm selftest %s: skipped: %s\n", gemm_precision_name(p), why);
+            continue;
+        }
+        cr_expect_eq(gemm_selftest((gemm_precision)p, &par, &worst, why, sizeof why), 0, "%s: %s",
+                     gemm_precision_name(p), why);
+        cr_expect(worst > 0 && worst <= 1, "%s: worst %g", gemm_precision_name(p), worst);
+        fprintf(stderr, "gemm selftest %s: worst error %.3g of the bound\n", gemm_precision_name(p),
+                worst);
+        ran++;
+    }
+    cr_assert_geq(ran, 1);
+    tp_destroy(pool);
 }
 
 Test(gemm, int8_within_its_bound_or_refused) {

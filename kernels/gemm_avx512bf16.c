@@ -1,0 +1,286 @@
+/* gemm_avx512bf16.c — the bf16 linear layers (gemm_bf16.h): weights packed
+ * once in bf16, activations converted to bf16 on the fly, vdpbf16ps with
+ * fp32 accumulation, and the epilogue applied to each tile while it is in
+ * L1.
+ *
+ * Packing. W (N, K) is cut into panels of NR = 64 output columns; in a panel
+ * the k-pairs come one after another, each as 64 32-bit words (w[n][k],
+ * w[n][k+1]) for n = 0..63, which is exactly the B operand of four
+ * vdpbf16ps. K is padded to even and N to a whole panel with zeros, so the
+ * kernel never needs a k or load mask; only the stores of the last panel
+ * are masked.
+ *
+ * Micro-kernel. MR = 6 rows by 4 vectors of 16 columns: 24 accumulators, 4
+ * weight vectors and one broadcast of an activation pair, 29 of the 32 zmm
+ * registers; per k-pair it issues 24 vdpbf16ps for 4 loads and 6 broadcasts.
+ * The accumulators start at the bias. An activation row block (CHUNK rows,
+ * ≤ 300 KB in bf16 at K = 1536) is converted once into the worker's scratch
+ * and stays in L2 while every panel of the task passes over it.
+ *
+ * Split over the pool: by rows when the batch is tall, each task owning
+ * whole rows (and running a LayerNorm epilogue on each chunk while it is in
+ * cache); by panels when it is short, the LayerNorm then a second pass. */
+#include "gemm_bf16.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { NR = 64, NV = NR / 16, MR = 6, CHUNK = 96 };
+
+struct gemm_bf16_weights {
+    int N, K;
+    int kp;      /* K rounded up to even */
+    int npanels; /* ceil(N / NR) */
+    uint32_t *w; /* [npanels][kp / 2][NR] bf16 pairs */
+    float *bias; /* [npanels * NR], zero where absent */
+    size_t bytes;
+};
+
+static int fail(char *err, size_t err_len, const char *fmt, ...) {
+    if (err && err_len) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, err_len, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+/* Round to nearest even, as vcvtne2ps2bf16 does (NaN stays NaN). */
+static uint16_t to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1);
+    return (uint16_t)(u >> 16);
+}
+
+int gemm_bf16_pack(const float *w, const float *bias, int N, int K, gemm_bf16_weights **out,
+                   char *err, size_t err_len) {
+    *out = NULL;
+    gemm_bf16_weights *g = calloc(1, sizeof *g);
+    if (!g)
+        return fail(err, err_len, "out of memory");
+    g->N = N;
+    g->K = K;
+    g->kp = (K + 1) & ~1;
+    g->npanels = (N + NR - 1) / NR;
+    const size_t words = (size_t)g->npanels * (size_t)(g->kp / 2) * NR;
+    const size_t nb = (size_t)g->npanels * NR;
+    g->bytes = words * sizeof(uint32_t) + nb * sizeof(float);
+    g->w = aligned_alloc(64, words * sizeof(uint32_t));
+    g->bias = aligned_alloc(64, nb * sizeof(float));
+    if (!g->w || !g->bias) {
+        const size_t bytes = g->bytes;
+        gemm_bf16_free(g);
+        return fail(err, err_len, "cannot allocate %zu bytes of bf16 weights", bytes);
+    }
+    for (size_t j = 0; j < nb; j++)
+        g->bias[j] = bias && j < (size_t)N ? bias[j] : 0.0f;
+    for (int p = 0; p < g->npanels; p++)
+        for (int k2 = 0; k2 < g->kp / 2; k2++) {
+            uint32_t *dst = g->w + ((size_t)p * (g->kp / 2) + k2) * NR;
+            for (int j = 0; j < NR; j++) {
+                const int n = p * NR + j, k = 2 * k2;
+                uint16_t lo = 0, hi = 0;
+                if (n < N) {
+                    lo = to_bf16(w[(size_t)n * K + k]);
+                    hi = k + 1 < K ? to_bf16(w[(size_t)n * K + k + 1]) : 0;
+                }
+                dst[j] = (uint32_t)lo | (uint32_t)hi << 16;
+            }
+        }
+    *out = g;
+    return 0;
+}
+
+void gemm_bf16_free(gemm_bf16_weights *w) {
+    if (!w)
+        return;
+    free(w->w);
+    free(w->bias);
+    free(w);
+}
+
+size_t gemm_bf16_bytes(const gemm_bf16_weights *w) {
+    return w->bytes;
+}
+
+/* One CHUNK x kp block of bf16 activations per worker. */
+static size_t chunk_bytes(const gemm_bf16_weights *w) {
+    return ((size_t)CHUNK * (size_t)w->kp * sizeof(uint16_t) + 63) / 64 * 64;
+}
+
+size_t gemm_bf16_scratch_bytes(const gemm_bf16_weights *w, int max_rows, int nthreads) {
+    (void)max_rows;
+    return chunk_bytes(w) * (size_t)nthreads;
+}
+
+void gemm_bf16_convert(uint16_t *dst, size_t kp, const float *src, size_t lds, int rows, int K) {
+    for (int r = 0; r < rows; r++) {
+        const float *s = src + (size_t)r * lds;
+        uint16_t *d = dst + (size_t)r * kp;
+        int k = 0;
+        for (; k + 32 <= K; k += 32) {
+            const __m512bh v =
+                _mm512_cvtne2ps_pbh(_mm512_loadu_ps(s + k + 16), _mm512_loadu_ps(s + k));
+            _mm512_storeu_si512(d + k, (__m512i)v);
+        }
+        if (k < K) {
+            const int n = K - k;
+            const __mmask16 m0 = n >= 16 ? 0xffff : (__mmask16)((1u << n) - 1);
+            const __mmask16 m1 = n > 16 ? (__mmask16)((1u << (n - 16)) - 1) : 0;
+            const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(m1, s + k + 16),
+                                                   _mm512_maskz_loadu_ps(m0, s + k));
+            const __mmask32 m = n >= 32 ? 0xffffffffu : (__mmask32)((1u << n) - 1);
+            _mm512_mask_storeu_epi16(d + k, m, (__m512i)v);
+        }
+        if (kp > (size_t)K)
+            d[K] = 0;
+    }
+}
+
+typedef struct tile_args {
+    const uint16_t *a; /* (mr, kp) bf16 activations */
+    const uint32_t *b; /* the panel: (kp / 2, NR) pairs */
+    const float *bias; /* (NR) the panel's */
+    float *y;          /* (mr, cols) at row stride ldy */
+    const float *res;  /* NULL, or (mr, cols) at row stride ldr, added at the store */
+    size_t ldy, ldr;
+    int kp, cols;
+} tile_args;
+
+static inline __attribute__((always_inline)) void tile(const int mr, const int nv,
+                                                       const tile_args *t) {
+    __m512 acc[MR][NV];
+    _Pragma("GCC unroll 8") for (int i = 0; i < mr; i++)
+        _Pragma("GCC unroll 8") for (int j = 0; j < nv; j++) acc[i][j] =
+            _mm512_load_ps(t->bias + 16 * j);
+    const uint32_t *b = t->b;
+    const int kp = t->kp;
+    for (int k = 0; k < kp; k += 2, b += NR) {
+        __m512bh bv[NV];
+        _Pragma("GCC unroll 8") for (int j = 0; j < nv; j++) bv[j] =
+            (__m512bh)_mm512_load_si512(b + 16 * j);
+        _Pragma("GCC unroll 8") for (int i = 0; i < mr; i++) {
+            int32_t pair;
+            memcpy(&pair, t->a + (size_t)i * kp + k, sizeof pair);
+            const __m512bh av = (__m512bh)_mm512_set1_epi32(pair);
+            _Pragma("GCC unroll 8") for (int j = 0; j < nv; j++) acc[i][j] =
+                _mm512_dpbf16_ps(acc[i][j], av, bv[j]);
+        }
+    }
+    _Pragma("GCC unroll 8") for (int i = 0; i < mr; i++)
+        _Pragma("GCC unroll 8") for (int j = 0; j < nv; j++) {
+        const int left = t->cols - 16 * j;
+        const __mmask16 m = left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1);
+        __m512 v = acc[i][j];
+        if (t->res)
+            v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, t->res + i * t->ldr + 16 * j));
+        _mm512_mask_storeu_ps(t->y + i * t->ldy + 16 * j, m, v);
+    }
+}
+
+typedef void (*tile_fn)(const tile_args *t);
+#define TILE_FN(mr, nv)                                                                            \
+    static void tile_##mr##_##nv(const tile_args *t) {                                             \
+        tile(mr, nv, t);                                                                           \
+    }
+#define TILE_ROW(mr) TILE_FN(mr, 1) TILE_FN(mr, 2) TILE_FN(mr, 3) TILE_FN(mr, 4)
+TILE_ROW(1)
+TILE_ROW(2)
+TILE_ROW(3) TILE_ROW(4) TILE_ROW(5) TILE_ROW(6)
+#define TILE_REF(mr)                                                                               \
+    { tile_##mr##_1, tile_##mr##_2, tile_##mr##_3, tile_##mr##_4 }
+    static const tile_fn tiles[MR][NV] = {TILE_REF(1), TILE_REF(2), TILE_REF(3),
+                                          TILE_REF(4), TILE_REF(5), TILE_REF(6)};
+
+typedef struct run_ctx {
+    const gemm_bf16_weights *w;
+    const gemm_epilogue *epi;
+    const float *x;
+    size_t ldx;
+    float *y;
+    size_t ldy;
+    int M;
+    size_t ntasks;
+    int by_rows;
+    int fold; /* the residual is added at the tile's store */
+    char *scratch;
+} run_ctx;
+
+static void block(int n, size_t ntasks, size_t i, int *lo, int *hi) {
+    *lo = (int)((size_t)n * i / ntasks);
+    *hi = (int)((size_t)n * (i + 1) / ntasks);
+}
+
+static void run_task(void *arg, size_t task, int worker) {
+    const run_ctx *c = arg;
+    const gemm_bf16_weights *w = c->w;
+    int r0 = 0, r1 = c->M, p0 = 0, p1 = w->npanels;
+    if (c->by_rows)
+        block(c->M, c->ntasks, task, &r0, &r1);
+    else
+        block(w->npanels, c->ntasks, task, &p0, &p1);
+    uint16_t *abuf = (uint16_t *)(c->scratch + chunk_bytes(w) * (size_t)worker);
+    const gemm_epilogue *epi = c->epi;
+    for (int rc = r0; rc < r1; rc += CHUNK) {
+        const int rows = r1 - rc < CHUNK ? r1 - rc : CHUNK;
+        gemm_bf16_convert(abuf, (size_t)w->kp, c->x + (size_t)rc * c->ldx, c->ldx, rows, w->K);
+        for (int p = p0; p < p1; p++) {
+            const int n0 = p * NR, cols = w->N - n0 < NR ? w->N - n0 : NR;
+            tile_args t = {.b = w->w + (size_t)p * (w->kp / 2) * NR,
+                           .bias = w->bias + n0,
+                           .ldy = c->ldy,
+                           .ldr = epi ? epi->ld_residual : 0,
+                           .kp = w->kp,
+                           .cols = cols};
+            const tile_fn *row = tiles[0];
+            const int nv = (cols + 15) / 16;
+            for (int i = 0; i < rows; i += MR) {
+                const int mr = rows - i < MR ? rows - i : MR;
+                row = tiles[mr - 1];
+                t.a = abuf + (size_t)i * w->kp;
+                t.y = c->y + (size_t)(rc + i) * c->ldy + n0;
+                t.res = c->fold && epi ? epi->residual + (size_t)(rc + i) * epi->ld_residual + n0
+                                       : NULL;
+                row[nv - 1](&t);
+                gemm_epilogue_block(epi, c->y, c->ldy, rc + i, rc + i + mr, n0, n0 + cols, c->fold);
+            }
+        }
+        if (c->by_rows)
+            gemm_epilogue_norm(epi, c->y, c->ldy, rc, rc + rows, w->N);
+    }
+}
+
+static void norm_task(void *arg, size_t task, int worker) {
+    (void)worker;
+    const run_ctx *c = arg;
+    int r0, r1;
+    block(c->M, c->ntasks, task, &r0, &r1);
+    gemm_epilogue_norm(c->epi, c->y, c->ldy, r0, r1, c->w->N);
+}
+
+void gemm_bf16_run(const gemm_bf16_weights *w, const attn_parallel *par, const float *x, size_t ldx,
+                   float *y, size_t ldy, int M, const gemm_epilogue *epi, void *scratch) {
+    const size_t nt = (size_t)par->nthreads;
+    run_ctx c = {
+        .w = w, .epi = epi, .x = x, .ldx = ldx, .y = y, .ldy = ldy, .M = M, .scratch = scratch};
+    /* Short batches split the panels, so every core works and each streams
+     * only its share of the weights. */
+    c.by_rows = (size_t)M >= 32 * nt || (size_t)w->npanels < nt;
+    c.ntasks = nt;
+    c.fold = epi && epi->residual && epi->act == GEMM_ACT_NONE;
+    par->parallel_for(par->impl, c.ntasks, run_task, &c);
+    if (!c.by_rows && epi && epi->ln_w) {
+        c.ntasks = (size_t)M < nt ? (size_t)M : nt;
+        par->parallel_for(par->impl, c.ntasks, norm_task, &c);
+    }
+}
+#endif
