@@ -63,10 +63,14 @@ endif
 ifneq ($(filter x86_64 i%86,$(shell uname -m)),)
 AVX512_FLAGS := -mavx512f -mavx512dq -mavx512bw -mavx512vl -mavx2 -mfma
 AVX2_FLAGS   := -mavx2 -mfma
+# The int8 kernels also need vpdpbusd; only these files get it, and the
+# int8 path checks AVX512_VNNI before it reaches them.
+VNNI_FLAGS   := -mavx512vnni
 # *_avx512bf16.c: AVX-512 plus the bf16 dot products (vdpbf16ps), reached
 # only after attn_cpu_has(ATTN_CPU_AVX512_BF16).
 BF16_FLAGS   := $(AVX512_FLAGS) -mavx512bf16
 endif
+VNNI_SRC := kernels/gemm_int8_avx512.c kernels/peak_int8_avx512.c
 
 LIB_SRC   := $(sort $(wildcard kernels/*.c) $(filter-out server/main.c,$(wildcard server/*.c)) $(wildcard model/*.c) \
                    $(wildcard engines/*.c))
@@ -93,7 +97,7 @@ FORCE:
 
 $(BUILD)/obj/%.o: %.c $(BUILD)/flags
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(if $(filter %_avx512.c,$<),$(AVX512_FLAGS)) $(if $(filter %_avx2.c,$<),$(AVX2_FLAGS)) $(if $(filter %_avx512bf16.c,$<),$(BF16_FLAGS)) -c $< -o $@
+	$(CC) $(CFLAGS) $(if $(filter %_avx512.c,$<),$(AVX512_FLAGS)) $(if $(filter %_avx2.c,$<),$(AVX2_FLAGS)) $(if $(filter %_avx512bf16.c,$<),$(BF16_FLAGS)) $(if $(filter $(VNNI_SRC),$<),$(VNNI_FLAGS)) -c $< -o $@
 
 $(LIB): $(LIB_OBJ)
 	@rm -f $@

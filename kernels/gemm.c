@@ -98,6 +98,11 @@ static int fail(char *err, size_t err_len, const char *fmt, ...) {
 
 int gemm_pack(gemm_precision p, const float *w, const float *bias, int N, int K, gemm_weights **out,
               char *err, size_t err_len) {
+    return gemm_pack_smoothed(p, w, bias, NULL, N, K, out, err, err_len);
+}
+
+int gemm_pack_smoothed(gemm_precision p, const float *w, const float *bias, const float *smooth,
+                       int N, int K, gemm_weights **out, char *err, size_t err_len) {
     *out = NULL;
     if (!w || N < 1 || K < 1)
         return fail(err, err_len, "gemm_pack: no weights, or a %d x %d shape", N, K);
@@ -121,7 +126,7 @@ int gemm_pack(gemm_precision p, const float *w, const float *bias, int N, int K,
 #endif
     case GEMM_INT8:
 #ifdef ATTN_HAVE_GEMM_INT8
-        rc = gemm_int8_pack(w, bias, N, K, &g->int8, err, err_len);
+        rc = gemm_int8_pack_smoothed(w, bias, smooth, N, K, &g->int8, err, err_len);
 #endif
         break;
     default:

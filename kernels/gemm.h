@@ -44,6 +44,13 @@ typedef struct gemm_weights gemm_weights;
  * -1 with a message (unsupported precision, out of memory). */
 int gemm_pack(gemm_precision p, const float *w, const float *bias, int N, int K, gemm_weights **out,
               char *err, size_t err_len);
+/* gemm_pack with a quantisation hint: smooth (K, > 0, may be NULL) moves
+ * the range of each input channel from the activations to the weights, as
+ * SmoothQuant does: int8 quantises x_k / smooth_k per token and
+ * W[n,k] · smooth_k per channel, which leaves y unchanged but evens out
+ * activation channels with outliers. fp32 and bf16 ignore it. */
+int gemm_pack_smoothed(gemm_precision p, const float *w, const float *bias, const float *smooth,
+                       int N, int K, gemm_weights **out, char *err, size_t err_len);
 void gemm_free(gemm_weights *w);
 
 gemm_precision gemm_weights_precision(const gemm_weights *w);

@@ -18,6 +18,9 @@ typedef struct gemm_int8_weights gemm_int8_weights;
 
 int gemm_int8_pack(const float *w, const float *bias, int N, int K, gemm_int8_weights **out,
                    char *err, size_t err_len);
+/* The same with gemm_pack_smoothed's hint (smooth may be NULL). */
+int gemm_int8_pack_smoothed(const float *w, const float *bias, const float *smooth, int N, int K,
+                            gemm_int8_weights **out, char *err, size_t err_len);
 void gemm_int8_free(gemm_int8_weights *w);
 size_t gemm_int8_bytes(const gemm_int8_weights *w);
 size_t gemm_int8_scratch_bytes(const gemm_int8_weights *w, int max_rows, int nthreads);

@@ -29,6 +29,16 @@ double attn_peak_fma(attn_simd path, long iters) {
     return peak_portable(iters);
 }
 
+double attn_peak_int8(long iters) {
+    if (!attn_cpu_has(ATTN_CPU_AVX512_VNNI))
+        return 0.0;
+#if defined(__x86_64__) || defined(__i386__)
+    return attn_peak_int8_vnni(iters);
+#else
+    return 0.0;
+#endif
+}
+
 double attn_peak_bf16(long iters) {
 #if defined(__x86_64__) || defined(__i386__)
     if (attn_cpu_has(ATTN_CPU_AVX512_BF16))

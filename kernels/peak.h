@@ -23,4 +23,10 @@ double attn_peak_fma_avx512(long iters);
 double attn_peak_fma_avx2(long iters);
 double attn_peak_bf16_avx512(long iters);
 
+/* The int8 peak: a register-only loop of vpdpbusd (64 u8 × s8 products
+ * summed into 16 int32 lanes per instruction). Returns the integer operations
+ * it did (2 per product), or 0 when the CPU (or the active path) lacks AVX512_VNNI. */
+double attn_peak_int8(long iters);
+double attn_peak_int8_vnni(long iters); /* peak_int8_avx512.c, after the check */
+
 #endif

@@ -18,10 +18,12 @@ ENGINE_TEST_PLUGINS := $(patsubst tests/engines/%.c,$(BUILD)/test-engines/%.so,$
 PLUGIN_CFLAGS := $(CFLAGS) -fPIC -fvisibility=hidden
 # The model and what it calls: the GEMM layer (kernels/gemm*.c, whichever
 # precisions this tree has), GELU, safetensors, the attention problem
-# helpers and CPUID. Attention backends are not in it: the core hands the
-# engine the backend in force.
+# helpers and CPUID. Attention backends are not in it (the core hands the
+# engine the backend in force), but for the naive one and the serial pool
+# that int8's calibration forward runs at load.
 CPU_AVX512_SRC := engines/cpu.c model/bert.c model/bert_config.c model/safetensors.c model/gelu.c \
                   model/gelu_avx2.c model/gelu_avx512.c kernels/attention.c kernels/simd.c \
+                  kernels/naive.c kernels/threadpool.c \
                   $(wildcard kernels/gemm*.c)
 CPU_AVX512_OBJ := $(CPU_AVX512_SRC:%.c=$(BUILD)/obj-plugin/cpu-avx512/%.o)
 

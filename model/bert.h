@@ -84,6 +84,35 @@ int bert_load(const char *dir, bert_model **out, char *err, size_t err_len);
  * cannot run (gemm_unsupported) is BERT_EUNSUPPORTED with the reason. */
 int bert_load_precision(const char *dir, gemm_precision precision, bert_model **out, char *err,
                         size_t err_len);
+
+/* The four linear layers of an encoder layer, to give each its precision. */
+typedef enum bert_linear {
+    BERT_LINEAR_QKV,      /* x -> [Q | K | V] */
+    BERT_LINEAR_ATTN_OUT, /* attention -> x, then residual + LayerNorm */
+    BERT_LINEAR_FFN_IN,   /* x -> FFN hidden, then GELU */
+    BERT_LINEAR_FFN_OUT,  /* GELU output -> x, then residual + LayerNorm */
+    BERT_NLINEAR
+} bert_linear;
+
+/* How the linear layers are packed: each kind for its own precision, the
+ * same in every encoder layer, and for int8 each kind's SmoothQuant
+ * strength α (0: none). With α > 0 the model is first run in fp32 on a fixed synthetic
+ * calibration batch (pseudo-random word pieces, never user or test data)
+ * that records a_k, the largest |input| of every GEMM's input channel k; the
+ * int8 GEMMs then quantise x_k / s_k and W[·,k]·s_k with
+ * s_k = a_k^α / w_k^(1−α), w_k the largest |W[·,k]| (gemm_pack_smoothed):
+ * y is unchanged, and the few channels that carry outliers no longer set
+ * every token's int8 step. */
+typedef struct bert_plan {
+    gemm_precision p[BERT_NLINEAR];
+    float alpha[BERT_NLINEAR];
+} bert_plan;
+
+/* bert_load with plan; bert_precision() then names the lowest precision in
+ * it. bert_load_precision(GEMM_INT8) is bert_int8_plan. */
+int bert_load_plan(const char *dir, const bert_plan *plan, bert_model **out, char *err,
+                   size_t err_len);
+extern const bert_plan bert_int8_plan;
 void bert_free(bert_model *m);
 
 const bert_config *bert_get_config(const bert_model *m);
