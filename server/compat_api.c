@@ -418,10 +418,9 @@ static int submit(http_request *req, compat_api *c, embed_job *job) {
 }
 
 /* The finished job of a resumed request, or NULL with the error answered. */
-static embed_job *finished(http_request *req, int *answered) {
+static embed_job *finished(http_request *req, const compat_api *c, int *answered) {
     embed_job *job = http_user(req);
-    http_set_timing(req, job_queue_ms(&job->base), job_compute_ms(&job->base),
-                    job->base.ran ? job->base.ran->name : NULL);
+    embed_api_stamp(req, c->eapi, job);
     if (job->base.err != SRV_OK) {
         *answered = http_reply_error(req, job->base.err, "%s", job->base.why);
         return NULL;
@@ -512,7 +511,7 @@ static int tei_embed(http_request *req, void *ctx) {
 static int tei_embed_resumed(http_request *req, void *ctx) {
     const compat_api *c = ctx;
     int answered;
-    embed_job *job = finished(req, &answered);
+    embed_job *job = finished(req, c, &answered);
     if (!job)
         return answered;
     const size_t C = (size_t)c->eapi->model->hidden_size;
@@ -580,7 +579,7 @@ static int tei_embed_all(http_request *req, void *ctx) {
 static int tei_embed_all_resumed(http_request *req, void *ctx) {
     const compat_api *c = ctx;
     int answered;
-    embed_job *job = finished(req, &answered);
+    embed_job *job = finished(req, c, &answered);
     if (!job)
         return answered;
     const size_t C = (size_t)c->eapi->model->hidden_size;
@@ -663,7 +662,7 @@ static int tei_similarity(http_request *req, void *ctx) {
 static int tei_similarity_resumed(http_request *req, void *ctx) {
     const compat_api *c = ctx;
     int answered;
-    embed_job *job = finished(req, &answered);
+    embed_job *job = finished(req, c, &answered);
     if (!job)
         return answered;
     const size_t C = (size_t)c->eapi->model->hidden_size;
@@ -944,7 +943,7 @@ static void llama_normalize(float *v, size_t n, int p) {
 static int llama_embedding_resumed(http_request *req, void *ctx) {
     const compat_api *c = ctx;
     int answered;
-    embed_job *job = finished(req, &answered);
+    embed_job *job = finished(req, c, &answered);
     if (!job)
         return answered;
     const size_t C = (size_t)c->eapi->model->hidden_size;

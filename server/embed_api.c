@@ -33,14 +33,18 @@ int embed_api_openai(http_request *req, void *ctx) {
     return handle(req, ctx, EMBED_ROUTE_OPENAI);
 }
 
-int embed_api_resumed(http_request *req, void *ctx) {
-    const embed_api *api = ctx;
-    embed_job *job = http_user(req);
+void embed_api_stamp(http_request *req, const embed_api *api, const embed_job *job) {
     http_set_timing(req, job_queue_ms(&job->base), job_compute_ms(&job->base),
                     job->base.ran ? job->base.ran->name : NULL);
     if (job->base.ran)
         http_set_engine(req, srv_engine_name(embed_service_engine(api->svc)),
                         srv_engine_precision(embed_service_engine(api->svc)));
+}
+
+int embed_api_resumed(http_request *req, void *ctx) {
+    const embed_api *api = ctx;
+    embed_job *job = http_user(req);
+    embed_api_stamp(req, api, job);
     if (job->base.err != SRV_OK)
         return http_reply_error(req, job->base.err, "%s", job->base.why);
     if (!job->base.ran)

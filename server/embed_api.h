@@ -16,6 +16,11 @@
 int embed_api_openai(http_request *req, void *ctx);
 int embed_api_resumed(http_request *req, void *ctx);
 
+/* What every embeddings route's answer carries about how job ran: queue and
+ * compute time, the attention backend, the engine and its precision
+ * (x-queue-time-ms ... x-precision). Called by each route's resume. */
+void embed_api_stamp(http_request *req, const embed_api *api, const embed_job *job);
+
 /* Registers the embeddings service as a kind with runner (api->kind is set)
  * and the routes above in t. api->svc must be set. Returns 0, or -1 when a
  * table is full or a route is taken. */

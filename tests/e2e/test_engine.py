@@ -74,15 +74,44 @@ def run_bin(tmp_path, *flags):
                           capture_output=True, text=True, timeout=120, env=env)
 
 
+def cpu_reduced_precisions():
+    """The reduced precisions this CPU's instructions allow (kernels/gemm.c's
+    gemm_unsupported): bf16 with AVX512_BF16 (or AMX-BF16), int8 with
+    AVX512_VNNI."""
+    flags = open("/proc/cpuinfo").read().split()
+    out = []
+    if "avx512_bf16" in flags or "amx_bf16" in flags:
+        out.append("bf16")
+    if "avx512_vnni" in flags:
+        out.append("int8")
+    return out
+
+
+@pytest.mark.parametrize("precision", ["bf16", "int8"])
+def test_reduced_precision_serves_within_its_floor(start_server, precision):
+    if precision not in cpu_reduced_precisions():
+        pytest.skip("NOT RUN: this CPU lacks the instructions for %s "
+                    "(test_refused_engine_or_precision_stops_the_start covers it)" % precision)
+    s = start_server(precision=precision)
+    i = info(s)["engine"]
+    assert i["name"] == "cpu" and i["precision"] == precision
+    assert i["precision_check"].startswith(precision)
+    r = requests.post(s.url("/embed"), headers=JSON, data=json.dumps({"inputs": "hi"}),
+                      timeout=30)
+    assert r.status_code == 200 and r.headers["x-precision"] == precision
+    assert s.metric("attnserve_engine_info", engine="cpu", precision=precision) == 1
+
+
 def test_default_is_the_builtin_cpu_engine_in_fp32(start_server):
     s = start_server()
     i = info(s)["engine"]
     assert i["name"] == "cpu" and i["precision"] == "fp32"
-    assert i["engine_setting"] == "auto" and i["precision_setting"] == "auto"
+    assert i["engine_setting"] == "auto" and i["precision_setting"] == "fp32"
     assert i["plugin_dir"] == "" and i["api_version"] == 1
     assert i["precision_check"] == "fp32: the reference"
-    assert [(e["name"], e["origin"], e["offered"], e["precisions"]) for e in i["engines"]] == \
-        [("cpu", "built-in", True, ["fp32"])]
+    assert [(e["name"], e["origin"], e["offered"]) for e in i["engines"]] == \
+        [("cpu", "built-in", True)]
+    assert i["engines"][0]["precisions"] == ["fp32"] + cpu_reduced_precisions()
     assert i["weights_mapped_bytes"] > 0 and i["workspace_bytes"] > 0
     before = s.metric("attnserve_engine_forwards_total", engine="cpu", precision="fp32")
     assert_golden(s, "cpu")
@@ -151,7 +180,7 @@ def test_refused_engine_or_precision_stops_the_start(tmp_path):
     assert "not offered: scores 0 on this machine" in p.stdout + p.stderr
     p = run_bin(tmp_path, "--engine=tpu")
     assert p.returncode == 2 and "unknown engine 'tpu' (valid: cpu, auto)" in p.stdout + p.stderr
-    for precision in ("bf16", "int8"):
+    for precision in sorted({"bf16", "int8"} - set(cpu_reduced_precisions())):
         p = run_bin(tmp_path, "--precision=" + precision)
         assert p.returncode == 2, p.stdout + p.stderr
         assert "cannot run %s" % precision in p.stdout + p.stderr
