@@ -1,34 +1,80 @@
 /* threadpool.c — a fixed pool of workers that runs one parallel_for at a time.
  *
  * Tasks are handed out by an atomic counter, so a slow task never holds up
- * the others and the split does not depend on timing. Workers sleep on a
- * condition variable between loops; the caller runs tasks too (worker 0). */
+ * the others and the split does not depend on timing. The caller runs tasks
+ * too (worker 0).
+ *
+ * Waiting. A forward pass of the encoder is some forty parallel_for calls
+ * back to back, each only tens of microseconds long at batch 1. Sleeping on
+ * a condition variable between them made every call pay a futex wake-up of
+ * each helper and one of the caller (several microseconds each, far more
+ * when the wakee has to be scheduled in), so waiters first spin on the
+ * generation / pending counters for SPIN_NS and only then sleep. The spin is
+ * bounded, so an idle pool costs nothing after SPIN_NS and a busy machine
+ * loses at most that much per wait. Who sleeps says so in an atomic
+ * (sleepers, caller_asleep), and the other side takes the mutex to wake it
+ * only then: the two sides write their own flag and then read the other's
+ * with sequentially consistent atomics, so at least one of them sees the
+ * other and no wake-up is lost. */
 #include "threadpool.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <time.h>
+
+/* How long a waiter spins before it sleeps. Long enough to cover the gap
+ * between two loops of one forward (the caller's own share of the previous
+ * loop plus a few stage timers: microseconds), short enough that a pool left
+ * idle between requests stops using the cores almost at once. */
+#ifndef SPIN_NS
+#define SPIN_NS 100000u
+#endif
+/* Rounds of pause (tens of cycles each) before a waiter starts yielding. */
+#ifndef PAUSE_ROUNDS
+#define PAUSE_ROUNDS 256u
+#endif
 
 struct tp_pool {
     int nthreads;
-    pthread_t *threads;  /* [nthreads - 1] helpers; the caller is worker 0 */
-    pthread_mutex_t mu;
-    pthread_cond_t start; /* a new loop (generation) or stop */
-    pthread_cond_t done;  /* the last helper finished the loop */
-    unsigned long generation;
-    int stopping;
-    int busy; /* helpers still inside the current loop */
-    /* the current loop */
+    pthread_t *threads; /* [nthreads - 1] helpers; the caller is worker 0 */
+    /* The current loop: written by the caller before it bumps generation,
+     * read by helpers after they see the new generation. */
     attn_task_fn fn;
     void *ctx;
     size_t ntasks;
     atomic_size_t next;
+    atomic_ulong generation; /* one more per loop */
+    atomic_int pending;      /* helpers still inside the current loop */
+    atomic_int sleepers;     /* helpers asleep (or about to be) on start */
+    atomic_bool caller_asleep;
+    atomic_bool stopping;
+    pthread_mutex_t mu;
+    pthread_cond_t start; /* a new loop or stop, for sleeping helpers */
+    pthread_cond_t done;  /* the last helper finished, for a sleeping caller */
 };
 
 typedef struct {
     tp_pool *pool;
     int worker;
 } worker_arg;
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+static uint64_t mono_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
 
 static void run_tasks(tp_pool *p, int worker) {
     for (;;) {
@@ -39,25 +85,72 @@ static void run_tasks(tp_pool *p, int worker) {
     }
 }
 
+/* What a waiter waits for: a helper for a loop after the one it last ran
+ * (or stop), the caller for every helper to finish. */
+typedef struct {
+    tp_pool *pool;
+    unsigned long seen; /* helper: the generation it last ran */
+    bool helper;
+} waiter;
+
+static bool ready(const waiter *w) {
+    tp_pool *p = w->pool;
+    if (w->helper)
+        return atomic_load(&p->generation) != w->seen || atomic_load(&p->stopping);
+    return atomic_load(&p->pending) == 0;
+}
+
+/* Waits until ready(w) or SPIN_NS pass, without sleeping; true if ready.
+ * The first rounds only pause (a hand-off between two running threads takes
+ * well under a microsecond); after that each round yields the core, so on a
+ * machine with more runnable threads than cores the thread a waiter waits
+ * for gets the core instead of queueing behind the spin. The clock is read
+ * every 64 rounds only. */
+static bool spin_until_ready(const waiter *w) {
+    uint64_t until = 0;
+    for (unsigned i = 1;; i++) {
+        if (ready(w))
+            return true;
+        if (i <= PAUSE_ROUNDS)
+            cpu_relax();
+        else
+            sched_yield();
+        if (i % 64 == 0) {
+            const uint64_t now = mono_ns();
+            if (!until)
+                until = now + SPIN_NS;
+            else if (now >= until)
+                return ready(w);
+        }
+    }
+}
+
 static void *worker_main(void *argp) {
     worker_arg arg = *(worker_arg *)argp;
     free(argp);
     tp_pool *p = arg.pool;
-    unsigned long seen = 0;
-    pthread_mutex_lock(&p->mu);
+    waiter w = {.pool = p, .seen = 0, .helper = true};
     for (;;) {
-        while (p->generation == seen && !p->stopping)
-            pthread_cond_wait(&p->start, &p->mu);
-        if (p->stopping)
+        if (!spin_until_ready(&w)) {
+            pthread_mutex_lock(&p->mu);
+            atomic_fetch_add(&p->sleepers, 1);
+            while (!ready(&w))
+                pthread_cond_wait(&p->start, &p->mu);
+            atomic_fetch_sub(&p->sleepers, 1);
+            pthread_mutex_unlock(&p->mu);
+        }
+        if (atomic_load(&p->stopping))
             break;
-        seen = p->generation;
-        pthread_mutex_unlock(&p->mu);
+        /* The caller starts no other loop before this helper has finished
+         * this one, so the generation read here is the one just seen. */
+        w.seen = atomic_load(&p->generation);
         run_tasks(p, arg.worker);
-        pthread_mutex_lock(&p->mu);
-        if (--p->busy == 0)
+        if (atomic_fetch_sub(&p->pending, 1) == 1 && atomic_load(&p->caller_asleep)) {
+            pthread_mutex_lock(&p->mu);
             pthread_cond_signal(&p->done);
+            pthread_mutex_unlock(&p->mu);
+        }
     }
-    pthread_mutex_unlock(&p->mu);
     return NULL;
 }
 
@@ -68,22 +161,31 @@ static void pool_parallel_for(void *impl, size_t ntasks, attn_task_fn fn, void *
             fn(ctx, i, 0);
         return;
     }
-    pthread_mutex_lock(&p->mu);
+    /* Every helper finished the last loop (the caller waited for it), so
+     * none reads these until the new generation is published. */
     p->fn = fn;
     p->ctx = ctx;
     p->ntasks = ntasks;
     atomic_store_explicit(&p->next, 0, memory_order_relaxed);
-    p->busy = p->nthreads - 1;
-    p->generation++;
-    pthread_cond_broadcast(&p->start);
-    pthread_mutex_unlock(&p->mu);
+    atomic_store(&p->pending, p->nthreads - 1);
+    atomic_fetch_add(&p->generation, 1);
+    if (atomic_load(&p->sleepers) > 0) {
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_broadcast(&p->start);
+        pthread_mutex_unlock(&p->mu);
+    }
 
     run_tasks(p, 0);
 
-    pthread_mutex_lock(&p->mu);
-    while (p->busy > 0)
-        pthread_cond_wait(&p->done, &p->mu);
-    pthread_mutex_unlock(&p->mu);
+    const waiter w = {.pool = p, .helper = false};
+    if (!spin_until_ready(&w)) {
+        pthread_mutex_lock(&p->mu);
+        atomic_store(&p->caller_asleep, true);
+        while (!ready(&w))
+            pthread_cond_wait(&p->done, &p->mu);
+        atomic_store(&p->caller_asleep, false);
+        pthread_mutex_unlock(&p->mu);
+    }
 }
 
 tp_pool *tp_create(int nthreads) {
@@ -97,6 +199,11 @@ tp_pool *tp_create(int nthreads) {
     pthread_cond_init(&p->start, NULL);
     pthread_cond_init(&p->done, NULL);
     atomic_init(&p->next, 0);
+    atomic_init(&p->generation, 0);
+    atomic_init(&p->pending, 0);
+    atomic_init(&p->sleepers, 0);
+    atomic_init(&p->caller_asleep, false);
+    atomic_init(&p->stopping, false);
     if (nthreads > 1) {
         p->threads = calloc((size_t)nthreads - 1, sizeof *p->threads);
         if (!p->threads) {
@@ -122,7 +229,7 @@ void tp_destroy(tp_pool *p) {
     if (!p)
         return;
     pthread_mutex_lock(&p->mu);
-    p->stopping = 1;
+    atomic_store(&p->stopping, true);
     pthread_cond_broadcast(&p->start);
     pthread_mutex_unlock(&p->mu);
     for (int i = 1; i < p->nthreads; i++)
@@ -134,7 +241,9 @@ void tp_destroy(tp_pool *p) {
     free(p);
 }
 
-int tp_nthreads(const tp_pool *p) { return p->nthreads; }
+int tp_nthreads(const tp_pool *p) {
+    return p->nthreads;
+}
 
 attn_parallel tp_parallel(tp_pool *p) {
     return (attn_parallel){.nthreads = p->nthreads, .parallel_for = pool_parallel_for, .impl = p};
