@@ -135,8 +135,11 @@ static const setting settings[] = {
     INT(max_batch_tokens, 16384, 1, 1 << 20, RESTART,
         "Token budget of one batch; workspaces are allocated for it at start."),
     INT(max_batch_requests, 64, 1, 65536, RESTART, "Most requests packed into one batch."),
-    INT(max_wait_us, 2000, 0, 10000000, RELOAD,
-        "How long a batch that is not full may wait for more requests."),
+    INT(max_wait_us, 0, 0, 10000000, RELOAD,
+        "Batches are continuous: a request that finds the engine idle starts at once, and "
+        "requests that arrive during a batch form the next one. This adds a linger: for this "
+        "long after a batch ends, a next batch that is not full waits for more requests "
+        "(rounded up to whole milliseconds). 0: never wait."),
     INT(max_queue, 1024, 1, 1000000, RESTART, "Requests waiting for compute; more get 429."),
     DOUBLE(verify_sample_rate, 0.001, 0.0, 1.0, RELOAD,
            "Fraction of batches whose attention (one layer, chosen at random) is recomputed "

@@ -109,7 +109,7 @@ Test(config, defaults_without_a_config_file) {
     cr_assert_eq(c.threads, 0);
     cr_assert_eq(c.max_batch_tokens, 16384);
     cr_assert_eq(c.max_batch_requests, 64);
-    cr_assert_eq(c.max_wait_us, 2000);
+    cr_assert_eq(c.max_wait_us, 0);
     cr_assert_eq(c.max_queue, 1024);
     cr_assert_str_eq(c.log_level, "info");
     cr_assert_str_eq(c.log_format, "text");
