@@ -25,6 +25,7 @@
 
 #include "bench/bench_util.h"
 #include "kernels/attention.h"
+#include "kernels/gemm_small.h"
 #include "kernels/threadpool.h"
 #include "model/bert.h"
 
@@ -152,9 +153,28 @@ static void col_task(void *ctx, size_t task, int worker) {
                 j->inp, (int)j->K, j->w + c0 * j->K, (int)j->K, 1.0f, j->out + c0, (int)j->N);
 }
 
+/* gemm_small_f32 over the same column blocks as col_task. */
+static void small_task(void *ctx, size_t task, int worker) {
+    (void)worker;
+    const gemm_job *j = ctx;
+    const size_t step = ((j->N + j->ntasks - 1) / j->ntasks + 15) / 16 * 16;
+    const size_t c0 = task * step < j->N ? task * step : j->N;
+    const size_t c1 = c0 + step < j->N ? c0 + step : j->N;
+    gemm_small_f32(j->inp, j->K, j->w, j->K, j->b, j->out, j->N, (int)j->T, (int)j->K, (int)c0,
+                   (int)c1);
+}
+
+/* Thread CPU seconds: what a call costs whatever else shares the cores. */
+static double thread_cpu_s(void) {
+    return bench_clock_s(CLOCK_THREAD_CPUTIME_ID);
+}
+
 typedef struct {
-    double one_us;   /* one sgemm call on the calling thread */
-    double split_us; /* split over the pool as linear() does */
+    double one_us, one_cpu_us;     /* sgemm: one call on the calling thread (wall, CPU) */
+    double split_us;               /* sgemm split over the pool as linear() does */
+    double small_us, small_cpu_us; /* gemm_small_f32, one thread */
+    double small_split_us;         /* gemm_small_f32 split the same way */
+    double max_diff;               /* largest |small - sgemm| over the outputs */
     double flops;
 } gemm_time;
 
@@ -164,6 +184,7 @@ static gemm_time time_gemm(const attn_parallel *par, int T, int K, int N, int la
     float **w = calloc((size_t)layers, sizeof *w);
     float *b = calloc((size_t)N, sizeof *b);
     float *x = malloc((size_t)T * K * sizeof *x), *y = malloc((size_t)T * N * sizeof *y);
+    float *y2 = malloc((size_t)T * N * sizeof *y2);
     for (int l = 0; l < layers; l++) {
         w[l] = malloc((size_t)N * K * sizeof *w[l]);
         for (size_t i = 0; i < (size_t)N * K; i++)
@@ -171,35 +192,51 @@ static gemm_time time_gemm(const attn_parallel *par, int T, int K, int N, int la
     }
     for (size_t i = 0; i < (size_t)T * K; i++)
         x[i] = (float)(i % 7) * 0.1f;
-    double *one = malloc((size_t)reps * sizeof *one), *split = malloc((size_t)reps * sizeof *split);
+    enum { NV = 6 };
+    double *v[NV];
+    for (int i = 0; i < NV; i++)
+        v[i] = malloc((size_t)reps * sizeof *v[i]);
     const size_t nt = (size_t)par->nthreads;
+    const size_t split = (size_t)N / 16 < nt ? ((size_t)N + 15) / 16 : nt;
+    double max_diff = 0.0;
     for (int r = 0; r < reps; r++) {
-        const float *wl = w[r % layers];
-        gemm_job j1 = {y, x, wl, b, (size_t)T, (size_t)K, (size_t)N, 1};
-        double t0 = now_s();
+        gemm_job j1 = {y, x, w[r % layers], b, (size_t)T, (size_t)K, (size_t)N, 1};
+        double t0 = now_s(), c0 = thread_cpu_s();
         col_task(&j1, 0, 0);
-        one[r] = (now_s() - t0) * 1e6;
-        gemm_job j2 = {y,
-                       x,
-                       w[(r + 1) % layers],
-                       b,
-                       (size_t)T,
-                       (size_t)K,
-                       (size_t)N,
-                       (size_t)N / 16 < nt ? ((size_t)N + 15) / 16 : nt};
+        v[0][r] = (now_s() - t0) * 1e6;
+        v[1][r] = (thread_cpu_s() - c0) * 1e6;
+        gemm_job j2 = j1;
+        j2.out = y2;
         t0 = now_s();
-        par->parallel_for(par->impl, j2.ntasks, col_task, &j2);
-        split[r] = (now_s() - t0) * 1e6;
+        c0 = thread_cpu_s();
+        small_task(&j2, 0, 0);
+        v[3][r] = (now_s() - t0) * 1e6;
+        v[4][r] = (thread_cpu_s() - c0) * 1e6;
+        if (r == 0)
+            for (size_t i = 0; i < (size_t)T * N; i++) {
+                const double d = y[i] > y2[i] ? y[i] - y2[i] : y2[i] - y[i];
+                max_diff = d > max_diff ? d : max_diff;
+            }
+        gemm_job j3 = {y, x, w[(r + 1) % layers], b, (size_t)T, (size_t)K, (size_t)N, split};
+        t0 = now_s();
+        par->parallel_for(par->impl, j3.ntasks, col_task, &j3);
+        v[2][r] = (now_s() - t0) * 1e6;
+        j3.w = w[(r + 2) % layers];
+        t0 = now_s();
+        par->parallel_for(par->impl, j3.ntasks, small_task, &j3);
+        v[5][r] = (now_s() - t0) * 1e6;
     }
-    gemm_time g = {median(one, reps), median(split, reps), 2.0 * T * K * N};
+    gemm_time g = {median(v[0], reps), median(v[1], reps), median(v[2], reps), median(v[3], reps),
+                   median(v[4], reps), median(v[5], reps), max_diff,           2.0 * T * K * N};
     for (int l = 0; l < layers; l++)
         free(w[l]);
+    for (int i = 0; i < NV; i++)
+        free(v[i]);
     free(w);
     free(b);
     free(x);
     free(y);
-    free(one);
-    free(split);
+    free(y2);
     return g;
 }
 
@@ -298,8 +335,11 @@ int main(int argc, char **argv) {
         for (int s = 0; s < NSTAGE - 1; s++)
             printf(", \"%s_us\": %.1f", names[s], median(stage[s], o.reps));
         for (int i = 0; i < 4; i++)
-            printf(", \"gemm_%s_one_us\": %.1f, \"gemm_%s_split_us\": %.1f", shapes[i].name,
-                   g[i].one_us, shapes[i].name, g[i].split_us);
+            printf(
+                ", \"gemm_%s\": {\"sgemm_us\": %.1f, \"sgemm_cpu_us\": %.1f, \"sgemm_split_us\": "
+                "%.1f, \"small_us\": %.1f, \"small_cpu_us\": %.1f, \"small_split_us\": %.1f}",
+                shapes[i].name, g[i].one_us, g[i].one_cpu_us, g[i].split_us, g[i].small_us,
+                g[i].small_cpu_us, g[i].small_split_us);
         printf("}\n");
     } else {
         printf("bert_forward: %d x %d tokens, %d threads, backend %s, gap %d us, %d reps\n",
@@ -313,19 +353,27 @@ int main(int argc, char **argv) {
         printf("  stage medians (us):");
         for (int s = 0; s < NSTAGE - 1; s++)
             printf(" %s %.1f", names[s], median(stage[s], o.reps));
-        printf("\n  GEMMs at M=%d (us, median; x%d layers in a forward):\n", T, L);
-        double sum1 = 0, sum2 = 0;
+        printf("\n  GEMMs at M=%d, us (median; x%d layers in a forward). sgemm: OpenBLAS as "
+               "linear() calls it; small: gemm_small_f32. 1 thr = one call on one thread, wall "
+               "[thread CPU]; split = over the pool as linear() splits\n",
+               T, L);
+        double sum[6] = {0};
         for (int i = 0; i < 4; i++) {
-            printf("    %-8s K=%4d N=%4d  one sgemm %7.1f (%5.1f GFLOP/s)  split over pool %7.1f "
-                   "(%5.1f GFLOP/s)\n",
-                   shapes[i].name, shapes[i].K, shapes[i].N, g[i].one_us,
-                   g[i].flops / g[i].one_us * 1e-3, g[i].split_us,
-                   g[i].flops / g[i].split_us * 1e-3);
-            sum1 += g[i].one_us;
-            sum2 += g[i].split_us;
+            printf("    %-8s K=%4d N=%4d  sgemm 1 thr %6.1f [%6.1f] split %6.1f   small 1 thr "
+                   "%6.1f [%6.1f] split %6.1f   (GFLOP/thread-CPU-s %5.1f vs %5.1f; max diff "
+                   "%.1e)\n",
+                   shapes[i].name, shapes[i].K, shapes[i].N, g[i].one_us, g[i].one_cpu_us,
+                   g[i].split_us, g[i].small_us, g[i].small_cpu_us, g[i].small_split_us,
+                   g[i].flops / g[i].one_cpu_us * 1e-3, g[i].flops / g[i].small_cpu_us * 1e-3,
+                   g[i].max_diff);
+            const double add[6] = {g[i].one_us,   g[i].one_cpu_us,   g[i].split_us,
+                                   g[i].small_us, g[i].small_cpu_us, g[i].small_split_us};
+            for (int k = 0; k < 6; k++)
+                sum[k] += add[k] * L;
         }
-        printf("    all GEMMs of a forward: one thread %.0f us, split %.0f us\n", sum1 * L,
-               sum2 * L);
+        printf("    all GEMMs of a forward: sgemm 1 thr %.0f [%.0f] split %.0f; small 1 thr %.0f "
+               "[%.0f] split %.0f\n",
+               sum[0], sum[1], sum[2], sum[3], sum[4], sum[5]);
     }
     for (int s = 0; s < NSTAGE; s++)
         free(stage[s]);
