@@ -5,14 +5,15 @@
  * model/bert.c's linear() splits it.
  *
  *   bench_latency [--model DIR] [--threads N] [--tokens 12] [--batch 1]
- *                 [--reps 2000] [--backend fused] [--gap-us 0] [--json]
+ *                 [--reps 2000] [--backend fused] [--gap-us 0] [--forward-only] [--json]
  *
  * --threads 0 (the default) means every online core. --gap-us sleeps that
  * long between forwards, as a server does between requests, so the cost of
  * waking a pool that has gone to sleep is in the numbers; 0 runs them back
  * to back. Every figure is the median over the reps (p99 where said);
  * cpu/fwd is process CPU time per forward: more than the wall time × threads
- * would mean a worker burns cycles while it waits.
+ * would mean a worker burns cycles while it waits. --forward-only skips the
+ * pool and GEMM timings (for a profile of the forwards alone).
  *
  * The ids are fixed (a [CLS] … [SEP] frame around ordinary word-piece ids), so
  * no tokenizer runs: this measures the forward alone. */
@@ -31,13 +32,13 @@
 
 typedef struct {
     const char *model_dir, *backend;
-    int threads, tokens, batch, reps, gap_us, json;
+    int threads, tokens, batch, reps, gap_us, json, forward_only;
 } opts;
 
 static void usage(const char *argv0) {
     fprintf(stderr,
             "usage: %s [--model DIR] [--threads N] [--tokens 12] [--batch 1] [--reps 2000] "
-            "[--backend fused] [--gap-us 0] [--json]\n",
+            "[--backend fused] [--gap-us 0] [--forward-only] [--json]\n",
             argv0);
     exit(2);
 }
@@ -60,6 +61,8 @@ static void parse(int argc, char **argv, opts *o) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--json"))
             o->json = 1;
+        else if (!strcmp(a, "--forward-only"))
+            o->forward_only = 1;
         else if (!v)
             usage(argv[0]);
         else if (!strcmp(a, "--model"))
@@ -314,8 +317,9 @@ int main(int argc, char **argv) {
 
     /* Fixed costs, after the forwards so they do not disturb them. */
     const attn_parallel raw = tp_parallel(pool);
-    const double call_hot = pool_call_us(&raw, o.reps, 0);
-    const double call_cold = pool_call_us(&raw, o.reps < 500 ? o.reps : 500, 1000);
+    const int fixed_reps = o.forward_only ? 5 : o.reps < 500 ? o.reps : 500;
+    const double call_hot = pool_call_us(&raw, o.forward_only ? 5 : o.reps, 0);
+    const double call_cold = pool_call_us(&raw, fixed_reps, 1000);
     const int C = cfg->hidden_size, F = cfg->intermediate_size, L = cfg->num_layers;
     const struct {
         const char *name;
@@ -323,7 +327,7 @@ int main(int argc, char **argv) {
     } shapes[4] = {{"qkv", C, 3 * C}, {"out_proj", C, C}, {"ffn_in", C, F}, {"ffn_out", F, C}};
     gemm_time g[4];
     for (int i = 0; i < 4; i++)
-        g[i] = time_gemm(&raw, T, shapes[i].K, shapes[i].N, L, o.reps < 500 ? o.reps : 500);
+        g[i] = time_gemm(&raw, T, shapes[i].K, shapes[i].N, L, fixed_reps);
 
     if (o.json) {
         printf("{\"kind\": \"latency\", \"threads\": %d, \"tokens\": %d, \"batch\": %d, "

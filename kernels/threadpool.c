@@ -10,8 +10,11 @@
  * each helper and one of the caller (several microseconds each, far more
  * when the wakee has to be scheduled in), so waiters first spin on the
  * generation / pending counters for SPIN_NS and only then sleep. The spin is
- * bounded, so an idle pool costs nothing after SPIN_NS and a busy machine
- * loses at most that much per wait. Who sleeps says so in an atomic
+ * bounded, so an idle pool costs nothing after SPIN_NS, and it stops as soon
+ * as it sees that the thread it waits for is not running (see
+ * spin_until_ready): on oversubscribed cores two threads that spin for each
+ * other only delay each other, and sleeping at once, as this pool did before
+ * it spun at all, is the better choice there. Who sleeps says so in an atomic
  * (sleepers, caller_asleep), and the other side takes the mutex to wake it
  * only then: the two sides write their own flag and then read the other's
  * with sequentially consistent atomics, so at least one of them sees the
@@ -19,7 +22,6 @@
 #include "threadpool.h"
 
 #include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -31,12 +33,11 @@
  * loop plus a few stage timers: microseconds), short enough that a pool left
  * idle between requests stops using the cores almost at once. */
 #ifndef SPIN_NS
-#define SPIN_NS 100000u
+#define SPIN_NS 50000u
 #endif
-/* Rounds of pause (tens of cycles each) before a waiter starts yielding. */
-#ifndef PAUSE_ROUNDS
-#define PAUSE_ROUNDS 256u
-#endif
+/* Sixteen pauses take about a microsecond; a stretch of them that took this
+ * long means the spinning thread lost its core. */
+#define PREEMPTED_NS 20000u
 
 struct tp_pool {
     int nthreads;
@@ -49,6 +50,7 @@ struct tp_pool {
     atomic_size_t next;
     atomic_ulong generation; /* one more per loop */
     atomic_int pending;      /* helpers still inside the current loop */
+    atomic_int joined;       /* helpers that have seen the current loop */
     atomic_int sleepers;     /* helpers asleep (or about to be) on start */
     atomic_bool caller_asleep;
     atomic_bool stopping;
@@ -101,27 +103,32 @@ static bool ready(const waiter *w) {
 }
 
 /* Waits until ready(w) or SPIN_NS pass, without sleeping; true if ready.
- * The first rounds only pause (a hand-off between two running threads takes
- * well under a microsecond); after that each round yields the core, so on a
- * machine with more runnable threads than cores the thread a waiter waits
- * for gets the core instead of queueing behind the spin. The clock is read
- * every 64 rounds only. */
+ * A hand-off between two running threads takes well under a microsecond, so
+ * a pause loop sees it at once. The clock is read every 16 pauses: a gap of
+ * more than PREEMPTED_NS between two reads means this thread lost its core,
+ * i.e. the cores are oversubscribed and the other side is likely waiting for
+ * one too; spinning on would only take CPU from it, so the waiter sleeps at
+ * once, as a pool without spinning would. (Yielding instead was measured to
+ * be worse there: a yielding thread gives its core away for a whole time
+ * slice of another process, with none of the priority a woken sleeper gets.) */
 static bool spin_until_ready(const waiter *w) {
-    uint64_t until = 0;
+    const uint64_t start = mono_ns();
+    uint64_t last = start;
     for (unsigned i = 1;; i++) {
         if (ready(w))
             return true;
-        if (i <= PAUSE_ROUNDS)
-            cpu_relax();
-        else
-            sched_yield();
-        if (i % 64 == 0) {
-            const uint64_t now = mono_ns();
-            if (!until)
-                until = now + SPIN_NS;
-            else if (now >= until)
-                return ready(w);
-        }
+        cpu_relax();
+        if (i % 16)
+            continue;
+        const uint64_t now = mono_ns();
+        if (now - start >= SPIN_NS || now - last >= PREEMPTED_NS)
+            return ready(w);
+        /* A helper that has not picked up the loop by now is not spinning
+         * (asleep, or waiting for a core): the caller sleeps, which also
+         * frees its core for that helper. */
+        if (!w->helper && atomic_load(&w->pool->joined) < w->pool->nthreads - 1)
+            return ready(w);
+        last = now;
     }
 }
 
@@ -144,6 +151,7 @@ static void *worker_main(void *argp) {
         /* The caller starts no other loop before this helper has finished
          * this one, so the generation read here is the one just seen. */
         w.seen = atomic_load(&p->generation);
+        atomic_fetch_add(&p->joined, 1);
         run_tasks(p, arg.worker);
         if (atomic_fetch_sub(&p->pending, 1) == 1 && atomic_load(&p->caller_asleep)) {
             pthread_mutex_lock(&p->mu);
@@ -168,6 +176,7 @@ static void pool_parallel_for(void *impl, size_t ntasks, attn_task_fn fn, void *
     p->ntasks = ntasks;
     atomic_store_explicit(&p->next, 0, memory_order_relaxed);
     atomic_store(&p->pending, p->nthreads - 1);
+    atomic_store(&p->joined, 0);
     atomic_fetch_add(&p->generation, 1);
     if (atomic_load(&p->sleepers) > 0) {
         pthread_mutex_lock(&p->mu);
@@ -201,6 +210,7 @@ tp_pool *tp_create(int nthreads) {
     atomic_init(&p->next, 0);
     atomic_init(&p->generation, 0);
     atomic_init(&p->pending, 0);
+    atomic_init(&p->joined, 0);
     atomic_init(&p->sleepers, 0);
     atomic_init(&p->caller_asleep, false);
     atomic_init(&p->stopping, false);
