@@ -9,16 +9,16 @@
  * a condition variable between them made every call pay a futex wake-up of
  * each helper and one of the caller (several microseconds each, far more
  * when the wakee has to be scheduled in), so waiters first spin on the
- * generation / pending counters for SPIN_NS and only then sleep. The spin is
- * bounded, so an idle pool costs nothing after SPIN_NS, and it stops as soon
- * as it sees that the thread it waits for is not running (see
- * spin_until_ready): on oversubscribed cores two threads that spin for each
- * other only delay each other, and sleeping at once, as this pool did before
- * it spun at all, is the better choice there. Who sleeps says so in an atomic
- * (sleepers, caller_asleep), and the other side takes the mutex to wake it
- * only then: the two sides write their own flag and then read the other's
- * with sequentially consistent atomics, so at least one of them sees the
- * other and no wake-up is lost. */
+ * generation / pending counters for a while (tp_set_spin_us) and only then
+ * sleep. The spin is bounded, so an idle pool costs nothing after that, and
+ * it stops as soon as it sees that the thread it waits for is not running
+ * (see spin_until_ready): on oversubscribed cores two threads that spin for
+ * each other only delay each other, and sleeping at once, as this pool did
+ * before it spun at all, is the better choice there. Who sleeps says so in an
+ * atomic (sleepers, caller_asleep), and the other side takes the mutex to
+ * wake it only then: the two sides write their own flag and then read the
+ * other's with sequentially consistent atomics, so at least one of them sees
+ * the other and no wake-up is lost. */
 #include "threadpool.h"
 
 #include <pthread.h>
@@ -28,13 +28,6 @@
 #include <stdlib.h>
 #include <time.h>
 
-/* How long a waiter spins before it sleeps. Long enough to cover the gap
- * between two loops of one forward (the caller's own share of the previous
- * loop plus a few stage timers: microseconds), short enough that a pool left
- * idle between requests stops using the cores almost at once. */
-#ifndef SPIN_NS
-#define SPIN_NS 50000u
-#endif
 /* Sixteen pauses take about a microsecond; a stretch of them that took this
  * long means the spinning thread lost its core. */
 #define PREEMPTED_NS 20000u
@@ -54,6 +47,7 @@ struct tp_pool {
     atomic_int sleepers;     /* helpers asleep (or about to be) on start */
     atomic_bool caller_asleep;
     atomic_bool stopping;
+    atomic_uint spin_ns; /* how long a waiter polls (tp_set_spin_us) */
     pthread_mutex_t mu;
     pthread_cond_t start; /* a new loop or stop, for sleeping helpers */
     pthread_cond_t done;  /* the last helper finished, for a sleeping caller */
@@ -102,7 +96,7 @@ static bool ready(const waiter *w) {
     return atomic_load(&p->pending) == 0;
 }
 
-/* Waits until ready(w) or SPIN_NS pass, without sleeping; true if ready.
+/* Waits until ready(w) or spin_ns pass, without sleeping; true if ready.
  * A hand-off between two running threads takes well under a microsecond, so
  * a pause loop sees it at once. The clock is read every 16 pauses: a gap of
  * more than PREEMPTED_NS between two reads means this thread lost its core,
@@ -112,6 +106,9 @@ static bool ready(const waiter *w) {
  * be worse there: a yielding thread gives its core away for a whole time
  * slice of another process, with none of the priority a woken sleeper gets.) */
 static bool spin_until_ready(const waiter *w) {
+    const uint64_t spin_ns = atomic_load_explicit(&w->pool->spin_ns, memory_order_relaxed);
+    if (spin_ns == 0)
+        return ready(w);
     const uint64_t start = mono_ns();
     uint64_t last = start;
     for (unsigned i = 1;; i++) {
@@ -121,7 +118,7 @@ static bool spin_until_ready(const waiter *w) {
         if (i % 16)
             continue;
         const uint64_t now = mono_ns();
-        if (now - start >= SPIN_NS || now - last >= PREEMPTED_NS)
+        if (now - start >= spin_ns || now - last >= PREEMPTED_NS)
             return ready(w);
         /* A helper that has not picked up the loop by now is not spinning
          * (asleep, or waiting for a core): the caller sleeps, which also
@@ -214,6 +211,7 @@ tp_pool *tp_create(int nthreads) {
     atomic_init(&p->sleepers, 0);
     atomic_init(&p->caller_asleep, false);
     atomic_init(&p->stopping, false);
+    atomic_init(&p->spin_ns, TP_SPIN_US_DEFAULT * 1000u);
     if (nthreads > 1) {
         p->threads = calloc((size_t)nthreads - 1, sizeof *p->threads);
         if (!p->threads) {
@@ -253,6 +251,11 @@ void tp_destroy(tp_pool *p) {
 
 int tp_nthreads(const tp_pool *p) {
     return p->nthreads;
+}
+
+void tp_set_spin_us(tp_pool *p, unsigned us) {
+    const unsigned max_us = 1000000; /* a second: far beyond any use, and no overflow */
+    atomic_store_explicit(&p->spin_ns, (us < max_us ? us : max_us) * 1000u, memory_order_relaxed);
 }
 
 attn_parallel tp_parallel(tp_pool *p) {

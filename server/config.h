@@ -46,6 +46,7 @@ typedef struct config {
     const char *backend;        /* "naive" | "fused" | "auto" */
     char *fallback_backends;    /* comma-separated backend names, may be "" */
     int64_t threads;            /* compute threads; 0 = all online cores */
+    int64_t pool_spin_us;       /* compute threads poll this long, then sleep */
     int64_t max_batch_tokens;   /* token budget of one batch */
     int64_t max_batch_requests; /* requests in one batch */
     int64_t max_wait_us;        /* linger after a batch, for a fuller next */

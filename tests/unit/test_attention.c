@@ -516,14 +516,16 @@ Test(threadpool, wakes_sleeping_workers_and_caller, .timeout = 60) {
      * hangs a loop and the timeout fails the test. Gaps of 2 ms
      * outlast the spin, so every loop starts with the helpers asleep, and the
      * 2 ms task makes whoever waits for it sleep too. */
-    for (int n = 2; n <= 4; n++) {
-        tp_pool *tp = tp_create(n);
+    for (int n = 2; n <= 5; n++) {
+        tp_pool *tp = tp_create(n < 5 ? n : 2);
         cr_assert_not_null(tp);
+        if (n == 5)
+            tp_set_spin_us(tp, 0); /* never polls: every wait sleeps */
         attn_parallel ap = tp_parallel(tp);
         for (int round = 0; round < 20; round++) {
             nanosleep(&(struct timespec){.tv_nsec = 2 * 1000 * 1000}, NULL);
             const size_t ntasks = (size_t)(round % 5) + 2;
-            pool_probe p = {calloc(ntasks, sizeof(int)), n, 0};
+            pool_probe p = {calloc(ntasks, sizeof(int)), ap.nthreads, 0};
             ap.parallel_for(ap.impl, ntasks, round % 2 ? slow_probe_task : probe_task, &p);
             for (size_t i = 0; i < ntasks; i++)
                 cr_assert_eq(p.hits[i], 1, "n=%d round %d task %zu ran %d times", n, round, i,

@@ -110,6 +110,7 @@ Test(config, defaults_without_a_config_file) {
     cr_assert_eq(c.max_batch_tokens, 16384);
     cr_assert_eq(c.max_batch_requests, 64);
     cr_assert_eq(c.max_wait_us, 0);
+    cr_assert_eq(c.pool_spin_us, 50);
     cr_assert_eq(c.max_queue, 1024);
     cr_assert_str_eq(c.log_level, "info");
     cr_assert_str_eq(c.log_format, "text");
@@ -497,7 +498,7 @@ Test(config, print_config_round_trips) {
     cr_assert(json_equal(ja, jb));
     cr_assert_str_eq(b.host, "h \"q\" \\ ü");
     cr_assert_eq(b.verify_sample_rate, 0.1);
-    cr_assert_eq(json_object_size(ja), 27); /* every setting: issue 6's budget, issue 7's four */
+    cr_assert_eq(json_object_size(ja), 28); /* every setting, pool_spin_us the latest */
     /* Keys are never printed. */
     char *dump = json_dumps(ja, 0);
     cr_assert_null(strstr(dump, "round-trip-key"));

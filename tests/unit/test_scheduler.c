@@ -359,7 +359,7 @@ Test(scheduler, full_batch_skips_the_linger) {
 }
 
 Test(scheduler, linger_after_a_batch_gathers_late_arrivals) {
-    const uint32_t wait_us = 300 * 1000;
+    const uint32_t wait_us = 1000 * 1000; /* long enough that both arrive within it */
     start(limits(1000, 64, wait_us, 64), true);
     block();
     open_gate();
