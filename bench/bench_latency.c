@@ -5,14 +5,16 @@
  * model/bert.c's linear() splits it.
  *
  *   bench_latency [--model DIR] [--threads N] [--tokens 12] [--batch 1]
- *                 [--reps 2000] [--backend fused] [--gap-us 0] [--forward-only] [--json]
+ *                 [--reps 2000] [--backend fused] [--gap-us 0] [--spin-us 50]
+ *                 [--forward-only] [--json]
  *
  * --threads 0 (the default) means every online core. --gap-us sleeps that
  * long between forwards, as a server does between requests, so the cost of
  * waking a pool that has gone to sleep is in the numbers; 0 runs them back
  * to back. Every figure is the median over the reps (p99 where said);
  * cpu/fwd is process CPU time per forward: more than the wall time × threads
- * would mean a worker burns cycles while it waits. --forward-only skips the
+ * would mean a worker burns cycles while it waits. --spin-us sets the pool's
+ * polling (tp_set_spin_us, the service's pool_spin_us). --forward-only skips the
  * pool and GEMM timings (for a profile of the forwards alone).
  *
  * The ids are fixed (a [CLS] … [SEP] frame around ordinary word-piece ids), so
@@ -32,13 +34,13 @@
 
 typedef struct {
     const char *model_dir, *backend;
-    int threads, tokens, batch, reps, gap_us, json, forward_only;
+    int threads, tokens, batch, reps, gap_us, json, forward_only, spin_us;
 } opts;
 
 static void usage(const char *argv0) {
     fprintf(stderr,
             "usage: %s [--model DIR] [--threads N] [--tokens 12] [--batch 1] [--reps 2000] "
-            "[--backend fused] [--gap-us 0] [--forward-only] [--json]\n",
+            "[--backend fused] [--gap-us 0] [--spin-us 50] [--forward-only] [--json]\n",
             argv0);
     exit(2);
 }
@@ -56,7 +58,8 @@ static void parse(int argc, char **argv, opts *o) {
                 .backend = "fused",
                 .tokens = 12,
                 .batch = 1,
-                .reps = 2000};
+                .reps = 2000,
+                .spin_us = TP_SPIN_US_DEFAULT};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--json"))
@@ -79,6 +82,8 @@ static void parse(int argc, char **argv, opts *o) {
             o->reps = int_arg(argv[++i], 5, argv[0]);
         else if (!strcmp(a, "--gap-us"))
             o->gap_us = int_arg(argv[++i], 0, argv[0]);
+        else if (!strcmp(a, "--spin-us"))
+            o->spin_us = int_arg(argv[++i], 0, argv[0]);
         else
             usage(argv[0]);
     }
@@ -263,6 +268,8 @@ int main(int argc, char **argv) {
     const int T = o.tokens * o.batch;
     bert_workspace *ws = NULL;
     tp_pool *pool = tp_create(o.threads);
+    if (pool)
+        tp_set_spin_us(pool, (unsigned)o.spin_us);
     if (!pool || bert_workspace_create(m, T, o.threads, &be, 1, &ws, err, sizeof err) != BERT_OK) {
         fprintf(stderr, "%s\n", pool ? err : "cannot start the pool");
         return 1;
@@ -330,12 +337,13 @@ int main(int argc, char **argv) {
         g[i] = time_gemm(&raw, T, shapes[i].K, shapes[i].N, L, fixed_reps);
 
     if (o.json) {
-        printf("{\"kind\": \"latency\", \"threads\": %d, \"tokens\": %d, \"batch\": %d, "
-               "\"backend\": \"%s\", \"gap_us\": %d, \"reps\": %d, \"p50_us\": %.1f, "
-               "\"p99_us\": %.1f, \"cpu_us\": %.1f, \"cpu_util\": %.3f, \"loops\": %ld, "
-               "\"tasks\": %ld, \"pool_call_us\": %.2f, \"pool_call_cold_us\": %.2f",
-               o.threads, o.tokens, o.batch, be->name, o.gap_us, o.reps, p50, p99, cpu50,
-               cpu_all / (elapsed * o.threads), calls_per_fwd, tasks_per_fwd, call_hot, call_cold);
+        printf(
+            "{\"kind\": \"latency\", \"threads\": %d, \"tokens\": %d, \"batch\": %d, "
+            "\"backend\": \"%s\", \"gap_us\": %d, \"spin_us\": %d, \"reps\": %d, \"p50_us\": %.1f, "
+            "\"p99_us\": %.1f, \"cpu_us\": %.1f, \"cpu_util\": %.3f, \"loops\": %ld, "
+            "\"tasks\": %ld, \"pool_call_us\": %.2f, \"pool_call_cold_us\": %.2f",
+            o.threads, o.tokens, o.batch, be->name, o.gap_us, o.spin_us, o.reps, p50, p99, cpu50,
+            cpu_all / (elapsed * o.threads), calls_per_fwd, tasks_per_fwd, call_hot, call_cold);
         for (int s = 0; s < NSTAGE - 1; s++)
             printf(", \"%s_us\": %.1f", names[s], median(stage[s], o.reps));
         for (int i = 0; i < 4; i++)
