@@ -8,7 +8,8 @@
 #   make model                 fetch the default model into models/
 #   make e2e                   end-to-end tests against the real binary
 #   make test-deploy | test-cluster | test-container   deployment checks
-#   make bench-attention | bench-http | bench-embed | bench-gemm   benchmarks (bench/README.md)
+#   make bench-attention | bench-http | bench-embed | bench-gemm | bench-latency   benchmarks
+#                              (bench/README.md)
 #   make deps                  install the Debian packages the project needs
 #
 # Objects go to $(BUILD) (default build/, or build-san-<list> with SANITIZE), so
@@ -84,7 +85,8 @@ LIB  := $(BUILD)/libattnserve.a
 BIN  := $(BUILD)/attnserve
 UNIT := $(BUILD)/unit-tests
 
-.PHONY: all test unit tsan e2e run model bench-attention bench-http bench-embed bench-gemm deps clean format \
+.PHONY: all test unit tsan e2e run model bench-attention bench-http bench-embed bench-gemm \
+        bench-latency deps clean format \
         test-deploy test-cluster test-container
 all: $(BIN) $(BENCH_BIN)
 
@@ -207,6 +209,15 @@ bench-http: $(BIN)
 
 bench-embed: $(BIN) model
 	bench/embed/run.sh $(BIN) $(MODEL_DIR)
+
+# Small-request latency: bench_latency (one forward, stage by stage, and the
+# pool and GEMM fixed costs) and bench/latency/run.sh (HTTP: one connection,
+# the maximum, and open-loop load at half of it). BENCH_BINS: the servers to
+# compare, interleaved (default: this build).
+BENCH_BINS ?= $(BIN)
+bench-latency: $(BIN) $(BUILD)/bench_latency model
+	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(BUILD)/bench_latency --model $(MODEL_DIR)
+	MODEL=$(MODEL_DIR) bench/latency/run.sh $(BENCH_BINS)
 
 format:
 	clang-format -i $(LIB_SRC) $(UNIT_SRC) $(BENCH_SRC) server/main.c $(wildcard */*.h) \

@@ -50,9 +50,10 @@ typedef struct config {
     const char *precision;      /* "fp32" | "bf16" | "int8" | "auto" */
     char *plugin_dir;           /* engine plugins; "" = none */
     int64_t threads;            /* compute threads; 0 = all online cores */
+    int64_t pool_spin_us;       /* compute threads poll this long, then sleep */
     int64_t max_batch_tokens;   /* token budget of one batch */
     int64_t max_batch_requests; /* requests in one batch */
-    int64_t max_wait_us;        /* how long a batch may wait to fill */
+    int64_t max_wait_us;        /* linger after a batch, for a fuller next */
     int64_t max_queue;          /* requests waiting; more get 429 */
     double verify_sample_rate;  /* fraction of batches checked against naive */
     /* shadow verification and trace (issue 7 §2, §3; server/verify.c) */

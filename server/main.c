@@ -654,6 +654,7 @@ static int start(app *a) {
         log_error("cannot start the compute threads", LOG_KV("threads", a->nthreads));
         return 1;
     }
+    tp_set_spin_us(a->pool, (unsigned)c->pool_spin_us);
     /* Every backend that could serve is self-tested on this machine before
      * /ready turns 200; one that fails is never used (choose_backend and
      * reload_backend go through select_backend). */

@@ -67,7 +67,7 @@ struct sched { /* NOLINT(clang-analyzer-optin.performance.Padding) */
     /* Owned by the loop thread. */
     uv_loop_t loop;
     uv_async_t wake;
-    uv_timer_t wait_timer;     /* a batch that is not full waits to fill */
+    uv_timer_t wait_timer;     /* the max_wait_us linger after a batch */
     uv_timer_t deadline_timer; /* the earliest deadline of a queued request */
     req_list queue;
     int64_t q_tokens; /* sums over the queue, to tell a full batch in O(1) */
@@ -78,6 +78,7 @@ struct sched { /* NOLINT(clang-analyzer-optin.performance.Padding) */
     int next_buf;
     sched_batch *running; /* handed to compute and not yet completed */
     uint64_t last_batch_id;
+    uint64_t last_end_ns; /* the end of the last batch that ran; 0: none yet */
     bool drain_reported;
     bool closing;
 
@@ -265,17 +266,19 @@ static void dispatch(sched *s, const sched_limits *lim) {
     pthread_mutex_unlock(&s->mu);
 }
 
-/* Dispatches when the compute thread is free and the queue holds a full
- * batch, or its oldest request has waited max_wait_us, or nothing more will
- * come (drain). Returns the time a waiting batch becomes due, or 0. Batches
- * are formed only when compute is free, so every request that arrived while
- * the last batch ran can join the next one. */
+/* Continuous batching: a batch is formed the moment the compute thread is
+ * free, from everything queued then (up to the limits), so a request that
+ * reaches an idle engine starts at once and the ones that arrive during a
+ * batch make up the next one. The only wait is the optional max_wait_us
+ * linger after a batch: for that long after the last batch ended, a batch
+ * that is not full waits for more (a full one, or any while draining, goes at
+ * once). Returns the time a waiting batch becomes due, or 0. */
 static uint64_t maybe_dispatch(sched *s, const sched_limits *lim, bool draining, uint64_t now) {
     if (s->running || !s->queue.head)
         return 0;
     bool full = s->q_tokens >= lim->max_batch_tokens || s->q_seqs >= lim->max_batch_requests;
-    uint64_t due = s->queue.head->enqueue_ns + (uint64_t)lim->max_wait_us * NS_PER_US;
-    if (!full && !draining && now < due)
+    uint64_t due = s->last_end_ns + (uint64_t)lim->max_wait_us * NS_PER_US;
+    if (!full && !draining && s->last_end_ns && now < due)
         return due;
     dispatch(s, lim);
     return 0;
@@ -370,8 +373,10 @@ static void service(sched *s) {
 
     /* A finished batch frees the compute thread for the next one. */
     sched_batch *done_batch = finished ? s->running : NULL;
-    if (finished)
+    if (finished) {
         s->running = NULL;
+        s->last_end_ns = done_batch->end_ns;
+    }
     uint64_t now = sched_now_ns();
     req_list drops = {0};
     bool cancels = atomic_exchange(&s->cancel_pending, false);

@@ -137,11 +137,18 @@ typedef struct sched_limits {
      * model and kernel workspaces are sized for. A request with more is
      * refused at submit (SCHED_ETOOBIG). >= 1. */
     int32_t max_batch_requests;
-    /* How long a batch that is not full may wait to fill, counted from the
-     * enqueue time of its oldest request. A full batch, or any batch while
-     * draining, goes at once. 0: never wait. Timers have millisecond
-     * resolution, so waits are rounded up to whole milliseconds; a batch never
-     * starts before its oldest request has waited max_wait_us. */
+    /* Batches are continuous: one is formed as soon as the compute thread is
+     * free, from whatever is queued, so a request that finds the engine idle
+     * starts at once and those that arrive during a batch form the next.
+     * max_wait_us is an optional linger on top: for this long after a batch
+     * ends, the next batch, if not full, waits for more requests (under
+     * closed-loop load the clients' next requests arrive just after their
+     * answers; waiting for them trades latency for larger batches). A full
+     * batch, or any batch while draining, goes at once, and a request that
+     * arrives later than max_wait_us after the last batch ended never waits.
+     * 0 (the default): never wait. Timers have millisecond resolution, so a
+     * linger is rounded up to whole milliseconds; a batch never starts within
+     * the linger unless it is full or the scheduler drains. */
     uint32_t max_wait_us;
     /* Requests accepted but not yet in a running batch; past it, sched_submit
      * returns SCHED_EFULL. >= 1. */

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "attn_ref.h"
 #include "kernels/attention.h"
@@ -502,6 +503,41 @@ Test(threadpool, runs_every_task_once) {
             ap.parallel_for(ap.impl, ntasks, probe_task, &p);
             for (size_t i = 0; i < ntasks; i++)
                 cr_assert_eq(p.hits[i], 1, "n=%d task %zu ran %d times", n, i, p.hits[i]);
+            cr_assert_eq(p.bad_worker, 0);
+            free(p.hits);
+        }
+        tp_destroy(tp);
+    }
+}
+
+/* A task that sleeps, so the caller outlasts its spin and sleeps on the
+ * helpers (and helpers outlast theirs between loops). */
+static void slow_probe_task(void *ctx, size_t task, int worker) {
+    pool_probe *p = ctx;
+    if (task == 0)
+        nanosleep(&(struct timespec){.tv_nsec = 2 * 1000 * 1000}, NULL);
+    probe_task(p, task, worker);
+}
+
+Test(threadpool, wakes_sleeping_workers_and_caller, .timeout = 60) {
+    /* The pool spins briefly, then sleeps; a lost wake-up on either side
+     * hangs a loop and the timeout fails the test. Gaps of 2 ms
+     * outlast the spin, so every loop starts with the helpers asleep, and the
+     * 2 ms task makes whoever waits for it sleep too. */
+    for (int n = 2; n <= 5; n++) {
+        tp_pool *tp = tp_create(n < 5 ? n : 2);
+        cr_assert_not_null(tp);
+        if (n == 5)
+            tp_set_spin_us(tp, 0); /* never polls: every wait sleeps */
+        attn_parallel ap = tp_parallel(tp);
+        for (int round = 0; round < 20; round++) {
+            nanosleep(&(struct timespec){.tv_nsec = 2 * 1000 * 1000}, NULL);
+            const size_t ntasks = (size_t)(round % 5) + 2;
+            pool_probe p = {calloc(ntasks, sizeof(int)), ap.nthreads, 0};
+            ap.parallel_for(ap.impl, ntasks, round % 2 ? slow_probe_task : probe_task, &p);
+            for (size_t i = 0; i < ntasks; i++)
+                cr_assert_eq(p.hits[i], 1, "n=%d round %d task %zu ran %d times", n, round, i,
+                             p.hits[i]);
             cr_assert_eq(p.bad_worker, 0);
             free(p.hits);
         }

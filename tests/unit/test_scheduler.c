@@ -3,7 +3,9 @@
  * Batches are made deterministic with a gate: run_batch blocks the first
  * ("blocker") batch until the test opens the gate, so everything submitted
  * meanwhile is queued when the next batch forms. Timing tests assert order
- * and causality (a batch never starts before max_wait), never tight bounds. */
+ * and causality (a lingering batch never starts before max_wait after the
+ * last batch ended), never tight bounds; a wait that must not happen is set
+ * longer than the test's timeout, so honouring it fails the test. */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <pthread.h>
@@ -218,7 +220,7 @@ static void block_with(int32_t tokens) {
     WAIT_FOR(H, H->entered == 1);
 }
 
-/* A one-token blocker, for limits that do not make it wait (max_wait 0). */
+/* A one-token blocker (the first batch never waits: the engine is idle). */
 static void block(void) {
     block_with(1);
 }
@@ -306,40 +308,87 @@ Test(scheduler, request_limit_counts_sequences) {
     cr_expect_eq(st.batch_seqs_sum, 1 + 7);
 }
 
-Test(scheduler, full_batch_goes_at_once) {
-    /* max_wait is far beyond the test's timeout: only fullness can send it. */
-    start(limits(1000, 2, 60u * 1000 * 1000, 64), false);
-    cr_assert_eq(submit(1, 3, 1, 0), SCHED_OK);
-    cr_assert_eq(submit(2, 3, 1, 0), SCHED_OK);
-    WAIT_FOR(H, H->completions == 2);
-    expect_batch(0, (int[]){1, 2}, 2);
-    /* The token budget fills a batch too. */
-    cr_assert_eq(submit(3, 1000, 1, 0), SCHED_OK);
-    WAIT_FOR(H, H->completions == 3);
-}
+/* Longer than any test may run: a batch that honoured such a wait would time
+ * the test out, so finishing at all proves it did not wait. */
+#define FOREVER_US (60u * 1000 * 1000)
 
-Test(scheduler, lone_request_waits_max_wait) {
-    const uint32_t wait_us = 50 * 1000;
-    start(limits(1000, 64, wait_us, 64), false);
+Test(scheduler, idle_engine_starts_a_request_at_once) {
+    /* Continuous batching: the linger applies only after a batch, so the
+     * first request on an idle engine goes alone and at once. */
+    start(limits(1000, 64, FOREVER_US, 64), false);
     cr_assert_eq(submit(1, 4, 1, 0), SCHED_OK);
     WAIT_FOR(H, H->completions == 1);
     sched_req *r = &H->reqs[1].req;
-    cr_expect_geq(r->start_ns - r->enqueue_ns, (uint64_t)wait_us * 1000, "dispatched after %lu ns",
-                  (unsigned long)(r->start_ns - r->enqueue_ns));
-    cr_expect_geq(r->end_ns, r->start_ns);
     cr_expect_eq(r->batch_id, 1);
+    cr_expect_geq(r->start_ns, r->enqueue_ns);
+    cr_expect_geq(r->end_ns, r->start_ns);
+    expect_batch(0, (int[]){1}, 1);
 }
 
-Test(scheduler, requests_join_a_waiting_batch) {
-    /* The second request arrives well within max_wait of the first. */
-    const uint32_t wait_us = 300 * 1000;
-    start(limits(1000, 64, wait_us, 64), false);
+Test(scheduler, arrivals_during_a_batch_form_the_next_at_once) {
+    /* No linger: what queued during the blocker goes the moment it ends, all
+     * of it in one batch (limits allowing). */
+    start(limits(1000, 64, 0, 64), true);
+    block();
+    for (int i = 1; i <= 5; i++)
+        cr_assert_eq(submit(i, 3, 1, 0), SCHED_OK);
+    open_gate();
+    WAIT_FOR(H, H->completions == 6);
+    expect_batch(1, (int[]){1, 2, 3, 4, 5}, 5);
+    lock(H);
+    cr_expect_eq(H->n_batches, 2);
+    unlock(H);
+    /* The next batch started no earlier than the blocker ended. */
+    cr_expect_geq(H->reqs[1].req.start_ns, H->reqs[0].req.end_ns);
+}
+
+Test(scheduler, full_batch_skips_the_linger) {
+    /* The linger after the blocker outlasts the test: only fullness (or a
+     * drain) can send the next batches. */
+    start(limits(1000, 2, FOREVER_US, 64), true);
+    block();
+    cr_assert_eq(submit(1, 3, 1, 0), SCHED_OK);
+    cr_assert_eq(submit(2, 3, 1, 0), SCHED_OK);
+    open_gate();
+    WAIT_FOR(H, H->completions == 3);
+    expect_batch(1, (int[]){1, 2}, 2);
+    /* The token budget fills a batch too. */
+    cr_assert_eq(submit(3, 1000, 1, 0), SCHED_OK);
+    WAIT_FOR(H, H->completions == 4);
+    expect_batch(2, (int[]){3}, 1);
+}
+
+Test(scheduler, linger_after_a_batch_gathers_late_arrivals) {
+    const uint32_t wait_us = 1000 * 1000; /* long enough that both arrive within it */
+    start(limits(1000, 64, wait_us, 64), true);
+    block();
+    open_gate();
+    WAIT_FOR(H, H->completions == 1);
+    /* Both arrive within the linger that follows the blocker (the second one
+     * right after the first), so they wait for its end and run together. */
     cr_assert_eq(submit(1, 4, 1, 0), SCHED_OK);
     cr_assert_eq(submit(2, 4, 1, 0), SCHED_OK);
-    WAIT_FOR(H, H->completions == 2);
-    expect_batch(0, (int[]){1, 2}, 2);
+    WAIT_FOR(H, H->completions == 3);
+    expect_batch(1, (int[]){1, 2}, 2);
     sched_req *r = &H->reqs[1].req;
-    cr_expect_geq(r->start_ns - r->enqueue_ns, (uint64_t)wait_us * 1000);
+    const uint64_t blocker_end = H->reqs[0].req.end_ns;
+    cr_expect_geq(r->start_ns, blocker_end + (uint64_t)wait_us * 1000,
+                  "started %ld ns after the blocker ended", (long)(r->start_ns - blocker_end));
+}
+
+Test(scheduler, lowered_linger_applies_to_the_waiting_batch) {
+    /* A reload that drops max_wait_us to 0 releases a lingering batch. */
+    start(limits(1000, 64, FOREVER_US, 64), true);
+    block();
+    open_gate();
+    WAIT_FOR(H, H->completions == 1);
+    cr_assert_eq(submit(1, 4, 1, 0), SCHED_OK);
+    nanosleep(&(struct timespec){.tv_nsec = 20 * 1000000}, NULL);
+    lock(H);
+    cr_expect_eq(H->entered, 1, "the request did not linger");
+    unlock(H);
+    cr_assert_eq(sched_set_limits(H->s, &(sched_limits){1000, 64, 0, 64}), SCHED_OK);
+    WAIT_FOR(H, H->completions == 2);
 }
 
 Test(scheduler, fifo_order) {
@@ -492,7 +541,7 @@ Test(scheduler, batch_failure_completes_every_request) {
 
 Test(scheduler, drain_with_work_in_flight) {
     /* A long max_wait proves a drain does not wait for batches to fill. */
-    start(limits(1000, 4, 60u * 1000 * 1000, 64), true);
+    start(limits(1000, 4, FOREVER_US, 64), true);
     block_with(1000);
     for (int i = 1; i <= 10; i++)
         cr_assert_eq(submit(i, 2, 1, 0), SCHED_OK);
@@ -543,7 +592,7 @@ static void *open_after_shutdown(void *arg) {
 }
 
 Test(scheduler, destroy_with_queued_work) {
-    start(limits(1000, 64, 60u * 1000 * 1000, 64), true);
+    start(limits(1000, 64, FOREVER_US, 64), true);
     block_with(1000);
     int queued = 5;
     for (int i = 1; i <= queued; i++)

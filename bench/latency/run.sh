@@ -1,0 +1,132 @@
+#!/bin/sh
+# run.sh BIN [BIN ...] — small-request latency over HTTP (make bench-latency).
+#
+# For each binary, in ROUNDS interleaved rounds (so load changes on a shared
+# machine hit every binary alike), starts it on a free loopback port with the
+# model (config defaults, warn-level logs, THREADS compute threads) and
+# measures POST /embed with one input of 12 tokens ([CLS] and [SEP] included):
+#   1. one connection, one request at a time (wrk -c1): p50/p99 — the
+#      single-request latency;
+#   2. the most it sustains (wrk, MAX_CONNS connections): requests/s;
+#   3. open-loop Poisson arrivals at LOAD (default 0.5) of that rate over
+#      many connections (openloop.py): p50/p99 from each request's scheduled
+#      send time.
+# Prints one Markdown row per binary and round, with the 1-minute load
+# average, then the medians over the rounds. Loopback only, bounded in time:
+# about (3 × DURATION + 4 s) per binary and round.
+#
+#   bench/latency/run.sh build/attnserve
+#   ROUNDS=5 DURATION=5 bench/latency/run.sh /tmp/old/attnserve build/attnserve
+set -eu
+[ $# -ge 1 ] || { echo "usage: $0 BIN [BIN ...]" >&2; exit 2; }
+HERE=$(dirname "$(realpath "$0")")
+ROOT=$(realpath "$HERE/../..")
+MODEL=$(realpath "${MODEL:-$ROOT/models/all-MiniLM-L6-v2}")
+ROUNDS=${ROUNDS:-3}
+DURATION=${DURATION:-5}
+THREADS=${THREADS:-2}
+MAX_CONNS=${MAX_CONNS:-16}
+LOAD=${LOAD:-0.5}
+BACKEND=${BACKEND:-fused}
+# The benchmark's OpenBLAS runs on its best kernels (these machines force
+# slower ones through the environment; tests and CI keep them).
+unset OPENBLAS_CORETYPE OPENBLAS_L2_SIZE
+
+if ! command -v wrk >/dev/null; then
+    echo "bench-latency: installing wrk (Debian package)" >&2
+    SUDO=""
+    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    $SUDO apt-get install -y -q --no-install-recommends wrk >&2
+fi
+
+TMP=$(mktemp -d)
+SERVER=""
+cleanup() {
+    [ -n "$SERVER" ] && { kill -TERM "$SERVER" 2>/dev/null || true; wait "$SERVER" 2>/dev/null || true; }
+    rm -rf "$TMP"
+}
+trap cleanup EXIT INT TERM
+
+# Ten one-piece words: 12 tokens with [CLS] and [SEP] (checked below).
+TEXT="the quick brown fox jumps over the lazy dog today"
+printf '{"inputs": "%s"}' "$TEXT" >"$TMP/body.json"
+echo '{}' >"$TMP/config.json"
+export BODY="$TMP/body.json" # read by post.lua
+
+to_ms() { # wrk prints latencies as 1.23us / 4.56ms / 7.89s
+    awk -v v="$1" 'BEGIN {
+        if (v ~ /us$/) { sub(/us$/, "", v); printf "%.2f", v / 1000 }
+        else if (v ~ /ms$/) { sub(/ms$/, "", v); printf "%.2f", v }
+        else if (v ~ /s$/) { sub(/s$/, "", v); printf "%.2f", v * 1000 }
+        else printf "%s", v }'
+}
+
+start_server() { # BIN
+    PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    "$1" --config "$TMP/config.json" --host=127.0.0.1 --port="$PORT" --model="$MODEL" \
+        --backend="$BACKEND" --threads="$THREADS" --log_level=warn >"$TMP/server.log" 2>&1 &
+    SERVER=$!
+    URL="http://127.0.0.1:$PORT"
+    for _ in $(seq 400); do
+        curl -sf "$URL/ready" >/dev/null 2>&1 && break
+        sleep 0.05
+    done
+    curl -sf "$URL/ready" >/dev/null || { cat "$TMP/server.log" >&2; exit 1; }
+    n=$(curl -sf "$URL/tokenize" -H 'Content-Type: application/json' -d @"$BODY" |
+        python3 -c 'import json,sys; print(len(json.load(sys.stdin)[0]))')
+    [ "$n" = 12 ] || { echo "bench-latency: the text is $n tokens, not 12" >&2; exit 1; }
+}
+
+stop_server() {
+    kill -TERM "$SERVER" 2>/dev/null || true
+    wait "$SERVER" 2>/dev/null || true
+    SERVER=""
+}
+
+echo "cores $(nproc), $THREADS compute threads, backend $BACKEND, ${DURATION}s per measurement, load $LOAD of the maximum"
+echo
+echo "| round | binary | load avg | 1 conn p50 ms | 1 conn p99 ms | max req/s | open-loop req/s | p50 ms | p99 ms | p99 / 1-conn p50 |"
+echo "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+: >"$TMP/rows"
+for round in $(seq "$ROUNDS"); do
+    for bin in "$@"; do
+        start_server "$(realpath "$bin")"
+        load=$(cut -d' ' -f1 /proc/loadavg)
+        wrk -t1 -c1 -d1s -s "$ROOT/bench/http/post.lua" "$URL/embed" >/dev/null # warm-up
+        one=$(wrk -t1 -c1 -d"${DURATION}s" --latency -s "$ROOT/bench/http/post.lua" "$URL/embed")
+        p50=$(to_ms "$(echo "$one" | awk '$1 == "50%" {print $2}')")
+        p99=$(to_ms "$(echo "$one" | awk '$1 == "99%" {print $2}')")
+        max=$(wrk -t2 -c"$MAX_CONNS" -d"${DURATION}s" -s "$ROOT/bench/http/post.lua" "$URL/embed" |
+            awk '/^Requests\/sec/ {print $2}')
+        rate=$(awk -v m="$max" -v l="$LOAD" 'BEGIN {printf "%.1f", m * l}')
+        ol=$(python3 "$HERE/openloop.py" --url "$URL/embed" --body "$BODY" --rate "$rate" \
+            --duration "$DURATION" --conns 32)
+        stop_server
+        row=$(echo "$ol" | python3 -c '
+import json, sys
+o = json.load(sys.stdin)
+r, b, load, p50, p99, mx = sys.argv[1:7]
+ratio = o["p99_ms"] / float(p50)
+print("| %s | %s | %s | %s | %s | %s | %s | %.2f | %.2f | %.2f |" % (r, b, load, p50, p99, mx, o["rate"], o["p50_ms"], o["p99_ms"], ratio))
+if o["errors"]:
+    print("bench-latency: %d requests failed" % o["errors"], file=sys.stderr)
+' "$round" "$bin" "$load" "$p50" "$p99" "$max")
+        echo "$row"
+        echo "$row" >>"$TMP/rows"
+    done
+done
+echo
+echo "Medians over $ROUNDS rounds:"
+echo
+python3 - "$TMP/rows" <<'PY'
+import statistics, sys
+rows = [l.strip().strip("|").split("|") for l in open(sys.argv[1]) if l.strip()]
+by = {}
+for r in rows:
+    by.setdefault(r[1].strip(), []).append([float(x) for x in r[2:]])
+print("| binary | load avg | 1 conn p50 ms | 1 conn p99 ms | max req/s | open-loop req/s | p50 ms | p99 ms | p99 / 1-conn p50 |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+for b, v in by.items():
+    med = [statistics.median(c) for c in zip(*v)]
+    print("| %s | %.1f | %.2f | %.2f | %.0f | %.0f | %.2f | %.2f | %.2f |" % (b, *med))
+PY
