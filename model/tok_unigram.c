@@ -469,6 +469,7 @@ typedef struct ug_model {
 
     int32_t head[UG_MAX_SPECIAL], tail[UG_MAX_SPECIAL];
     int32_t n_head, n_tail;
+    bool trim_offsets, trim_prefix_space; /* RobertaProcessing */
 
     added_token added[UG_MAX_ADDED];
     int n_added;
@@ -871,9 +872,8 @@ static int template_ids(ug_model *m, json_t *specials, const char *name, int32_t
     return 0;
 }
 
-/* Post-processors of a single sequence: the ids around it. RobertaProcessing's
- * trim_offsets only trims spaces that ByteLevel pieces carry, and Metaspace
- * pieces have none, so it changes nothing here. */
+/* Post-processors of a single sequence: the ids around it, and for
+ * RobertaProcessing whether offsets are trimmed (trim_offsets). */
 static int load_post(ug_model *m, json_t *pp, const char *file, char *err, size_t err_len) {
     if (!pp || json_is_null(pp))
         return TOK_OK;
@@ -883,6 +883,12 @@ static int load_post(ug_model *m, json_t *pp, const char *file, char *err, size_
             special_id(m, json_object_get(pp, "sep"), m->tail, &m->n_tail)) {
             set_err(err, err_len, "%s: %s without valid cls/sep ids", file, type);
             return TOK_ELOAD;
+        }
+        if (strcmp(type, "RobertaProcessing") == 0) {
+            json_t *trim = json_object_get(pp, "trim_offsets");
+            json_t *aps = json_object_get(pp, "add_prefix_space");
+            m->trim_offsets = trim ? json_is_true(trim) : true;
+            m->trim_prefix_space = aps ? json_is_true(aps) : true;
         }
         return TOK_OK;
     }
@@ -1043,7 +1049,43 @@ typedef struct enc {
     size_t word_cap;
 } enc;
 
-static void emit(enc *e, int32_t id, uint32_t start, uint32_t end) {
+/* RobertaProcessing's trim_offsets: a token's leading and trailing
+ * whitespace (or the byte-level space, U+0120), counted in characters of the
+ * token's text, come off its offsets; the first token keeps one leading
+ * space when the processor adds a prefix space. As in the library the
+ * counts are taken off byte offsets, so a multi-byte space can leave an
+ * offset inside a character. */
+static void trim_offsets(const enc *e, const char *s, size_t n, uint32_t *start, uint32_t *end) {
+    size_t lead = 0, trail = 0, run = 0;
+    bool leading = true;
+    for (size_t i = 0; i < n;) {
+        uint32_t cp = 0;
+        size_t k = tok_utf8_get((const uint8_t *)s + i, n - i, &cp);
+        if (!k)
+            k = 1;
+        bool space = cp == 0x120 || is_ws(cp);
+        if (leading && space)
+            lead++;
+        else
+            leading = false;
+        run = space ? run + 1 : 0;
+        i += k;
+    }
+    trail = run;
+    if (lead > 0) {
+        bool first = e->pieces == 0 || *start == 0;
+        if (first && e->m->trim_prefix_space && lead == 1)
+            lead = 0;
+        *start = *start + lead < *end ? *start + (uint32_t)lead : *end;
+    }
+    if (trail > 0 && *end >= trail)
+        *end = *end - trail > *start ? *end - (uint32_t)trail : *start;
+}
+
+/* Records one token of the text, s[0, n) its string. */
+static void emit(enc *e, int32_t id, const char *s, size_t n, uint32_t start, uint32_t end) {
+    if (e->m->trim_offsets)
+        trim_offsets(e, s, n, &start, &end);
     if (e->pieces < e->body_cap) {
         int32_t at = e->m->n_head + e->pieces;
         e->out->ids[at] = id;
@@ -1082,25 +1124,26 @@ static void emit_piece(enc *e, const nchar *chars, size_t from, size_t to, int32
     if (id < 0)
         id = ug_find(m, e->bytes + from, to - from);
     if (id >= 0) {
-        emit(e, id, start, end);
+        emit(e, id, e->bytes + from, to - from, start, end);
         return;
     }
     if (m->byte_fallback) {
-        int32_t ids[64];
-        bool all = to - from <= 64;
+        /* Byte pieces only when every byte has one, as in the library. */
+        bool all = true;
+        char name[8];
         for (size_t i = from; i < to && all; i++) {
-            char name[8];
             snprintf(name, sizeof name, "<0x%02X>", (unsigned char)e->bytes[i]);
-            ids[i - from] = ug_find(m, name, 6);
-            all = ids[i - from] >= 0;
+            all = ug_find(m, name, 6) >= 0;
         }
-        if (all) {
-            for (size_t i = from; i < to; i++)
-                emit(e, ids[i - from], start, end);
+        for (size_t i = from; i < to && all; i++) {
+            snprintf(name, sizeof name, "<0x%02X>", (unsigned char)e->bytes[i]);
+            emit(e, ug_find(m, name, 6), name, 6, start, end);
+        }
+        if (all)
             return;
-        }
     }
-    emit(e, m->unk_id, start, end);
+    /* An unknown piece keeps its own text as its token's string. */
+    emit(e, m->unk_id, e->bytes + from, to - from, start, end);
 }
 
 /* Viterbi over the piece scores, as the library's optimized encode: at each
@@ -1171,7 +1214,8 @@ static int encode_word(enc *e, const nchar *chars, size_t n) {
                 to = ends[++i];
             emit_piece(e, chars, from, to, -1);
         } else {
-            emit(e, id, chars[e->char_of[from]].start, chars[e->char_of[to - 1]].end);
+            emit(e, id, e->bytes + from, to - from, chars[e->char_of[from]].start,
+                 chars[e->char_of[to - 1]].end);
         }
         from = to;
         i++;
@@ -1318,7 +1362,8 @@ static int ug_encode(const void *mp, const char *text, size_t len, int truncate,
         }
         rc = encode_segment(&e, text, (uint32_t)at, (uint32_t)s);
         if (!rc)
-            emit(&e, a->id, (uint32_t)s, (uint32_t)en);
+            /* Its string is the text matched, stripped spaces included. */
+            emit(&e, a->id, text + s, en - s, (uint32_t)s, (uint32_t)en);
         at = floor = en;
     }
     free(e.a.c);
@@ -1355,9 +1400,11 @@ static int ug_encode(const void *mp, const char *text, size_t len, int truncate,
 
 /* ---- decoding ----------------------------------------------------------- */
 
-/* The token strings of a decode, each its own malloc'd string. */
+/* The token strings of a decode, each its own malloc'd buffer with its
+ * length (a byte piece can decode to a NUL). */
 typedef struct strs {
     char **s;
+    size_t *len;
     size_t n;
 } strs;
 
@@ -1365,14 +1412,24 @@ static void strs_free(strs *v) {
     for (size_t i = 0; i < v->n; i++)
         free(v->s[i]);
     free(v->s);
+    free(v->len);
     v->s = NULL;
+    v->len = NULL;
     v->n = 0;
 }
 
+static void strs_set(strs *v, size_t i, char *r, size_t n) {
+    free(v->s[i]);
+    v->s[i] = r;
+    v->len[i] = n;
+}
+
+/* Metaspace: the replacement becomes a space, except in the first token when
+ * a prefix space was added, where the library drops it. */
 static int dec_metaspace(const decoder *d, strs *v) {
     for (size_t i = 0; i < v->n; i++) {
         const char *s = v->s[i];
-        size_t n = strlen(s), o = 0;
+        size_t n = v->len[i], o = 0;
         char *r = malloc(n + 1);
         if (!r)
             return TOK_ENOMEM;
@@ -1391,18 +1448,19 @@ static int dec_metaspace(const decoder *d, strs *v) {
             p += k;
         }
         r[o] = '\0';
-        free(v->s[i]);
-        v->s[i] = r;
+        strs_set(v, i, r, o);
     }
     return TOK_OK;
 }
 
-static int byte_of(const char *s) {
-    unsigned v;
-    char tail;
-    if (strlen(s) != 6 || sscanf(s, "<0x%2X%c", &v, &tail) != 2 || tail != '>')
+static int byte_of(const char *s, size_t n) {
+    static const char hex[] = "0123456789ABCDEF";
+    if (n != 6 || memcmp(s, "<0x", 3) != 0 || s[5] != '>')
         return -1;
-    return (int)v;
+    const char *hi = memchr(hex, s[3], 16), *lo = memchr(hex, s[4], 16);
+    if (!s[3] || !s[4] || !hi || !lo)
+        return -1;
+    return (int)((hi - hex) * 16 + (lo - hex));
 }
 
 /* ByteFallback: a run of <0xNN> pieces becomes its bytes when they are
@@ -1410,22 +1468,23 @@ static int byte_of(const char *s) {
 static int dec_byte_fallback(strs *v) {
     size_t w = 0;
     for (size_t i = 0; i < v->n;) {
-        if (byte_of(v->s[i]) < 0) {
-            v->s[w++] = v->s[i++];
+        if (byte_of(v->s[i], v->len[i]) < 0) {
+            v->s[w] = v->s[i];
+            v->len[w++] = v->len[i++];
             continue;
         }
         size_t j = i;
-        while (j < v->n && byte_of(v->s[j]) >= 0)
+        while (j < v->n && byte_of(v->s[j], v->len[j]) >= 0)
             j++;
         size_t n = j - i;
         char *r = malloc(3 * n + 1);
         if (!r)
             return TOK_ENOMEM;
         for (size_t k = 0; k < n; k++)
-            r[k] = (char)byte_of(v->s[i + k]);
+            r[k] = (char)byte_of(v->s[i + k], v->len[i + k]);
         bool valid = true;
         for (size_t p = 0; p < n && valid;) {
-            uint32_t cp = 0;
+            uint32_t cp;
             size_t k = tok_utf8_get((const uint8_t *)r + p, n - p, &cp);
             valid = k != 0;
             p += k;
@@ -1437,7 +1496,8 @@ static int dec_byte_fallback(strs *v) {
         r[o] = '\0';
         for (size_t k = i; k < j; k++)
             free(v->s[k]);
-        v->s[w++] = r;
+        v->s[w] = r;
+        v->len[w++] = o;
         i = j;
     }
     v->n = w;
@@ -1449,19 +1509,19 @@ static int dec_fuse(strs *v) {
         return TOK_OK;
     size_t total = 1;
     for (size_t i = 0; i < v->n; i++)
-        total += strlen(v->s[i]);
+        total += v->len[i];
     char *r = malloc(total);
     if (!r)
         return TOK_ENOMEM;
     size_t o = 0;
     for (size_t i = 0; i < v->n; i++) {
-        size_t n = strlen(v->s[i]);
-        memcpy(r + o, v->s[i], n);
-        o += n;
+        memcpy(r + o, v->s[i], v->len[i]);
+        o += v->len[i];
         free(v->s[i]);
     }
     r[o] = '\0';
     v->s[0] = r;
+    v->len[0] = o;
     v->n = 1;
     return TOK_OK;
 }
@@ -1470,7 +1530,7 @@ static int dec_fuse(strs *v) {
 static int dec_strip(const decoder *d, strs *v) {
     for (size_t i = 0; i < v->n; i++) {
         char *s = v->s[i];
-        size_t n = strlen(s), a = 0, b = n;
+        size_t a = 0, b = v->len[i];
         for (size_t k = 0; k < d->start && a < b; k++) {
             uint32_t cp = 0;
             size_t l = tok_utf8_get((const uint8_t *)s + a, b - a, &cp);
@@ -1489,6 +1549,7 @@ static int dec_strip(const decoder *d, strs *v) {
         }
         memmove(s, s + a, b - a);
         s[b - a] = '\0';
+        v->len[i] = b - a;
     }
     return TOK_OK;
 }
@@ -1497,10 +1558,8 @@ static int dec_replace(const decoder *d, strs *v) {
     size_t pl = strlen(d->pat), wl = strlen(d->with);
     for (size_t i = 0; i < v->n; i++) {
         const char *s = v->s[i];
-        size_t n = strlen(s), count = 0;
-        for (const char *p = strstr(s, d->pat); p; p = strstr(p + pl, d->pat))
-            count++;
-        char *r = malloc(n + count * wl + 1);
+        size_t n = v->len[i];
+        char *r = malloc(n / pl * wl + n + 1);
         if (!r)
             return TOK_ENOMEM;
         size_t o = 0;
@@ -1514,8 +1573,7 @@ static int dec_replace(const decoder *d, strs *v) {
             }
         }
         r[o] = '\0';
-        free(v->s[i]);
-        v->s[i] = r;
+        strs_set(v, i, r, o);
     }
     return TOK_OK;
 }
@@ -1530,10 +1588,8 @@ static const added_token *added_of(const ug_model *m, int32_t id) {
 static int ug_decode(const void *mp, const int32_t *ids, size_t n, int skip_special, char **text,
                      size_t *len) {
     const ug_model *m = mp;
-    strs v = {calloc(n + 1, sizeof(char *)), 0};
-    if (!v.s)
-        return TOK_ENOMEM;
-    int rc = TOK_OK;
+    strs v = {calloc(n + 1, sizeof(char *)), calloc(n + 1, sizeof(size_t)), 0};
+    int rc = v.s && v.len ? TOK_OK : TOK_ENOMEM;
     for (size_t i = 0; i < n && !rc; i++) {
         const added_token *a = added_of(m, ids[i]);
         if (!a && (ids[i] < 0 || ids[i] >= m->n)) {
@@ -1543,10 +1599,13 @@ static int ug_decode(const void *mp, const int32_t *ids, size_t n, int skip_spec
         if (a && a->special && skip_special)
             continue;
         const char *s = a ? a->content : m->blob + m->at[ids[i]];
-        if (!(v.s[v.n] = strdup(s)))
+        size_t l = a ? a->len : m->len[ids[i]];
+        if (!(v.s[v.n] = malloc(l + 1))) {
             rc = TOK_ENOMEM;
-        else
-            v.n++;
+            break;
+        }
+        memcpy(v.s[v.n], s, l + 1);
+        v.len[v.n++] = l;
     }
     for (int k = 0; k < m->n_decs && !rc; k++) {
         const decoder *d = &m->decs[k];
@@ -1570,7 +1629,7 @@ static int ug_decode(const void *mp, const int32_t *ids, size_t n, int skip_spec
     }
     size_t total = 1;
     for (size_t i = 0; i < v.n && !rc; i++)
-        total += strlen(v.s[i]) + 1;
+        total += v.len[i] + 1;
     char *r = rc ? NULL : malloc(total);
     if (!rc && !r)
         rc = TOK_ENOMEM;
@@ -1580,9 +1639,8 @@ static int ug_decode(const void *mp, const int32_t *ids, size_t n, int skip_spec
         for (size_t i = 0; i < v.n; i++) {
             if (i && m->n_decs == 0)
                 r[o++] = ' ';
-            size_t l = strlen(v.s[i]);
-            memcpy(r + o, v.s[i], l);
-            o += l;
+            memcpy(r + o, v.s[i], v.len[i]);
+            o += v.len[i];
         }
         r[o] = '\0';
         *text = r;

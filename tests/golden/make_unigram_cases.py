@@ -2,8 +2,9 @@
 """Writes tests/golden/unigram_cases.json: the ids, offsets and decoded text
 Hugging Face `tokenizers` gives with tests/golden/xlmr-tiny/tokenizer.json
 (made by make_unigram_tokenizer.py) for text in many scripts and for a few
-thousand random strings; tests/unit/test_tokenizer_unigram.c compares
-model/tok_unigram.c against it.
+thousand random strings; then, for other layouts of the same model
+(variants() below), tests/golden/unigram-<name>/{tokenizer.json,cases.json}.
+tests/unit/test_tokenizer_unigram.c compares model/tok_unigram.c with them.
 
 Usage: build/venv-tok/bin/python tests/golden/make_unigram_cases.py
 (scripts/tok-venv.sh makes that environment).
@@ -99,12 +100,66 @@ def byte_offsets(text, offsets):
     return [[pos[a], pos[b]] for a, b in offsets]
 
 
-def main():
-    tok = tokenizers.Tokenizer.from_file(TOKENIZER)
+def variants(base):
+    """tokenizer.json layouts other published Unigram tokenizers use, made
+    from the converted one: the older hub layout of xlm-roberta-base and
+    multilingual-e5 (Precompiled alone, WhitespaceSplit then Metaspace with
+    add_prefix_space); prepend_scheme "first" without splitting, with
+    Lowercase, Replace and RobertaProcessing; and byte fallback with the
+    Llama-style decoder chain."""
+    legacy = json.loads(json.dumps(base))
+    legacy["normalizer"] = base["normalizer"]["normalizers"][0]
+    meta = {"type": "Metaspace", "replacement": "\u2581", "add_prefix_space": True}
+    legacy["pre_tokenizer"] = {"type": "Sequence",
+                               "pretokenizers": [{"type": "WhitespaceSplit"}, meta]}
+    legacy["decoder"] = dict(meta)
+    yield "legacy", legacy, None
+
+    first = json.loads(json.dumps(base))
+    first["normalizer"] = {"type": "Sequence", "normalizers": [
+        {"type": "Lowercase"},
+        {"type": "Replace", "pattern": {"String": "ab"}, "content": "b\u00e4"},
+        {"type": "Strip", "strip_left": True, "strip_right": False}]}
+    first["pre_tokenizer"] = {"type": "Metaspace", "replacement": "\u2581",
+                              "prepend_scheme": "first", "split": False}
+    first["post_processor"] = {"type": "RobertaProcessing", "sep": ["</s>", 2], "cls": ["<s>", 0],
+                               "trim_offsets": True, "add_prefix_space": True}
+    first["decoder"] = {"type": "Metaspace", "replacement": "\u2581",
+                        "prepend_scheme": "first", "split": False}
+    # The Python binding reports character offsets, which cannot express the
+    # byte offsets inside a multi-byte space that trim_offsets leaves (the
+    # library takes a count of characters off byte offsets): texts with a
+    # non-ASCII space are left out of this variant; test_tokenizer_unigram.c
+    # checks that arithmetic on its own.
+    yield "first", first, lambda text: any(c.isspace() and ord(c) > 0x7F for c in text)
+
+    fb = json.loads(json.dumps(base))
+    fb["normalizer"] = {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}
+    fb["pre_tokenizer"] = None
+    # Drop the pieces of a few common letters so that byte pieces are used.
+    vocab = [v for v in base["model"]["vocab"] if v[0] not in ("\u2581a", "e", "\u0439", "\u7684")]
+    vocab += [["<0x%02X>" % b, -20.0] for b in range(256)]
+    fb["model"] = {"type": "Unigram", "unk_id": 3, "vocab": vocab, "byte_fallback": True}
+    fb["added_tokens"] = [dict(a, id=len(vocab) - 256 - 1) if a["content"] == "<mask>" else a
+                          for a in base["added_tokens"]]
+    fb["post_processor"] = {"type": "TemplateProcessing",
+                            "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
+                                       {"Sequence": {"id": "A", "type_id": 0}}],
+                            "pair": [{"Sequence": {"id": "A", "type_id": 0}},
+                                     {"Sequence": {"id": "B", "type_id": 1}}],
+                            "special_tokens": {"<s>": {"id": "<s>", "ids": [0], "tokens": ["<s>"]}}}
+    fb["decoder"] = {"type": "Sequence", "decoders": [
+        {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "},
+        {"type": "ByteFallback"}, {"type": "Fuse"},
+        {"type": "Strip", "content": " ", "start": 1, "stop": 0}]}
+    yield "bytefallback", fb, None
+
+
+def make_cases(tok, texts):
     tok.no_truncation()
     tok.no_padding()
     cases = []
-    for text in CASES + random_strings(3000):
+    for text in texts:
         enc = tok.encode(text, add_special_tokens=True)
         cases.append({
             "text": text,
@@ -113,11 +168,32 @@ def main():
             "decoded": tok.decode(enc.ids, skip_special_tokens=True),
             "decoded_special": tok.decode(enc.ids, skip_special_tokens=False),
         })
+    return cases
+
+
+def main():
+    tok = tokenizers.Tokenizer.from_file(TOKENIZER)
+    cases = make_cases(tok, CASES + random_strings(3000))
     with open(OUT, "w", encoding="utf-8") as f:
         json.dump({"tokenizers_version": tokenizers.__version__,
                    "tokenizer": "tests/golden/xlmr-tiny/tokenizer.json",
                    "fixed_cases": len(CASES), "cases": cases}, f, ensure_ascii=True, indent=0)
     print(OUT, len(cases), "cases")
+    base = json.load(open(TOKENIZER, encoding="utf-8"))
+    for name, tj, leave_out in variants(base):
+        d = os.path.join(HERE, "unigram-" + name)
+        os.makedirs(d, exist_ok=True)
+        path = os.path.join(d, "tokenizer.json")
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(tj, f, ensure_ascii=False)
+        texts = [t for t in CASES + random_strings(1000, seed=len(name))
+                 if not (leave_out and leave_out(t))]
+        vcases = make_cases(tokenizers.Tokenizer.from_file(path), texts)
+        with open(os.path.join(d, "cases.json"), "w", encoding="utf-8") as f:
+            json.dump({"tokenizers_version": tokenizers.__version__,
+                       "fixed_cases": len(CASES), "cases": vcases}, f, ensure_ascii=True,
+                      indent=0)
+        print(d, len(vcases), "cases")
 
 
 if __name__ == "__main__":

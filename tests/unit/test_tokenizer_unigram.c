@@ -27,15 +27,19 @@ static tok_tokenizer *load_xlmr(void) {
     return t;
 }
 
-static json_t *load_cases(void) {
+static json_t *load_cases_from(const char *file, size_t at_least) {
     json_error_t jerr;
-    json_t *root = json_load_file(CASES_FILE, JSON_ALLOW_NUL, &jerr);
-    cr_assert_not_null(root, "%s:%d: %s", CASES_FILE, jerr.line, jerr.text);
+    json_t *root = json_load_file(file, JSON_ALLOW_NUL, &jerr);
+    cr_assert_not_null(root, "%s:%d: %s", file, jerr.line, jerr.text);
     json_t *cases = json_object_get(root, "cases");
-    cr_assert(json_array_size(cases) >= 3000, "%s holds too few cases", CASES_FILE);
+    cr_assert(json_array_size(cases) >= at_least, "%s holds too few cases", file);
     json_incref(cases);
     json_decref(root);
     return cases;
+}
+
+static json_t *load_cases(void) {
+    return load_cases_from(CASES_FILE, 3000);
 }
 
 static void escape(const char *s, size_t n, char *dst, size_t cap) {
@@ -123,8 +127,7 @@ static int check_case(const tok_tokenizer *t, json_t *c, int what, char *why, si
     return 1;
 }
 
-static size_t check_all(const tok_tokenizer *t, int what, const char *name) {
-    json_t *cases = load_cases();
+static size_t check_cases(const tok_tokenizer *t, json_t *cases, int what, const char *name) {
     size_t i, bad = 0;
     json_t *c;
     char first[4][1200], why[1024];
@@ -136,11 +139,17 @@ static size_t check_all(const tok_tokenizer *t, int what, const char *name) {
         }
     }
     size_t total = json_array_size(cases);
-    json_decref(cases);
     cr_expect_eq(bad, 0, "%s: %zu of %zu cases differ from HF tokenizers; first: %s | %s | %s | %s",
                  name, bad, total, bad > 0 ? first[0] : "", bad > 1 ? first[1] : "",
                  bad > 2 ? first[2] : "", bad > 3 ? first[3] : "");
     return total - bad;
+}
+
+static size_t check_all(const tok_tokenizer *t, int what, const char *name) {
+    json_t *cases = load_cases();
+    size_t ok = check_cases(t, cases, what, name);
+    json_decref(cases);
+    return ok;
 }
 
 Test(tokenizer_unigram, golden_ids) {
@@ -160,6 +169,28 @@ Test(tokenizer_unigram, golden_decode) {
     tok_tokenizer *t = load_xlmr();
     check_all(t, CHECK_IDS | CHECK_DECODE, "decode");
     tok_free(t);
+}
+
+/* Other layouts of the same model (make_unigram_cases.py, variants()): the
+ * older hub layout, prepend_scheme "first" with Lowercase/Replace/Strip and
+ * RobertaProcessing, and byte fallback with a Llama-style decoder chain. */
+static const char *const variants[] = {"legacy", "first", "bytefallback"};
+
+Test(tokenizer_unigram, golden_variants) {
+    for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
+        char dir[256], file[300], err[512] = "";
+        snprintf(dir, sizeof dir, "tests/golden/unigram-%s", variants[v]);
+        snprintf(file, sizeof file, "%s/cases.json", dir);
+        tok_tokenizer *t = NULL;
+        cr_assert_eq(tok_load(&t, dir, err, sizeof err), TOK_OK, "%s: %s", dir, err);
+        json_t *cases = load_cases_from(file, 800);
+        size_t ok = check_cases(t, cases, CHECK_IDS | CHECK_OFFSETS | CHECK_DECODE, dir);
+        printf("tokenizer_unigram: %s: ids, offsets and decode of %zu cases equal to HF "
+               "tokenizers\n",
+               variants[v], ok);
+        json_decref(cases);
+        tok_free(t);
+    }
 }
 
 static void *worker(void *arg) {
@@ -326,5 +357,31 @@ Test(tokenizer_unigram, byte_fallback_and_unk) {
     cr_expect_eq(ids[0], 0);
     cr_expect_eq(offs[0].end, 2);
     cr_expect_eq(ids[1], 5);
+    tok_free(t);
+}
+
+/* RobertaProcessing's trim_offsets with a multi-byte space, which the golden
+ * cases cannot hold (the Python binding reports character offsets): the
+ * library takes the count of space characters off byte offsets, so the
+ * piece "\u2003" at bytes [2, 5) of "em\u2003space" becomes [3, 4). */
+Test(tokenizer_unigram, trim_offsets_counts_characters) {
+    char err[512] = "";
+    tok_tokenizer *t = NULL;
+    cr_assert_eq(tok_load(&t, "tests/golden/unigram-first", err, sizeof err), TOK_OK, "%s", err);
+    int32_t ids[32];
+    tok_span offs[32];
+    tok_output out = {.ids = ids, .offsets = offs, .capacity = 32};
+    const char *text = "em\xE2\x80\x83space";
+    cr_assert_eq(tok_encode(t, text, strlen(text), 0, &out), TOK_OK);
+    int found = 0;
+    for (int32_t i = 0; i < out.n; i++) {
+        const char *s = tok_id_to_token(t, ids[i]);
+        if (ids[i] == tok_unk_id(t) || (s && strcmp(s, "\xE2\x80\x83") == 0)) {
+            cr_expect_eq(offs[i].start, 3);
+            cr_expect_eq(offs[i].end, 4);
+            found = 1;
+        }
+    }
+    cr_expect(found, "no token for the em space");
     tok_free(t);
 }
