@@ -8,7 +8,7 @@ libmicrohttpd-dev libjansson-dev libuv1-dev libopenblas-dev
 curl ca-certificates
 libcriterion-dev
 clang libclang-rt-14-dev valgrind linux-perf
-python3-pytest python3-requests"
+python3-pytest python3-requests python3-venv"
 
 missing=""
 for p in $PACKAGES; do
