@@ -4,7 +4,7 @@
 #                            with transformers (tests/golden/xlmr-tiny) and
 #                            write the Hugging Face `tokenizers` goldens
 #                            (unigram_cases.json, unigram-*/); then regenerate
-#                            model/grapheme_table.c
+#                            model/tok_tables.c
 #
 # The results are committed, so `make test` needs none of these packages; the
 # virtualenv (scripts/tok-venv.sh, build/venv-tok) is made on first use.
@@ -17,4 +17,4 @@ tokenizer-goldens:
 	@scripts/tok-venv.sh $(TOK_VENV) >/dev/null
 	$(TOK_VENV)/bin/python tests/golden/make_unigram_tokenizer.py
 	$(TOK_VENV)/bin/python tests/golden/make_unigram_cases.py
-	$(TOK_VENV)/bin/python scripts/gen_grapheme_table.py > model/grapheme_table.c
+	$(TOK_VENV)/bin/python scripts/gen_tok_tables.py > model/tok_tables.c

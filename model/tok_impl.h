@@ -30,8 +30,11 @@ typedef struct tok_ops {
 int tok_wordpiece_load(void **impl, const char *model_dir, char *err, size_t err_len);
 extern const tok_ops tok_wordpiece_ops;
 
-int tok_unigram_load(void **impl, const char *file, char *err, size_t err_len);
+/* Unigram and BPE share one pipeline (model/tok_pipeline.c): the loader reads
+ * model.type from the file. */
+int tok_pipeline_load(void **impl, const char *file, char *err, size_t err_len);
 extern const tok_ops tok_unigram_ops;
+extern const tok_ops tok_bpe_ops;
 
 /* Strictly valid UTF-8: the length of the character at p[0, n) and *cp, or 0
  * (overlong forms, surrogates, above U+10FFFF, cut sequences). */

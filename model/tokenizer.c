@@ -28,7 +28,7 @@ const char *tok_strerror(int err) {
 }
 
 /* The model families tokenizer.json may name, and their loaders. A type that
- * is not here (BPE, WordLevel, ...) is refused by name at load. */
+ * is not here (WordLevel, ...) is refused by name at load. */
 typedef struct tok_family {
     const char *type;
     const tok_ops *ops;
@@ -38,7 +38,8 @@ typedef struct tok_family {
 
 static const tok_family tok_families[] = {
     {"WordPiece", &tok_wordpiece_ops, tok_wordpiece_load, 1},
-    {"Unigram", &tok_unigram_ops, tok_unigram_load, 0},
+    {"Unigram", &tok_unigram_ops, tok_pipeline_load, 0},
+    {"BPE", &tok_bpe_ops, tok_pipeline_load, 0},
 };
 
 /* tokenizer.json's model.type, or "" for a directory with only vocab.txt
@@ -94,8 +95,9 @@ int tok_load(tok_tokenizer **out, const char *model_dir, char *err, size_t err_l
         if (strcmp(type[0] ? type : "WordPiece", tok_families[i].type) == 0)
             fam = &tok_families[i];
     if (!fam) {
-        snprintf(err, err_len, "%s: model type %s is not supported (supported: WordPiece, Unigram)",
-                 file, type);
+        snprintf(err, err_len,
+                 "%s: model type %s is not supported (supported: WordPiece, Unigram, BPE)", file,
+                 type);
         return TOK_ELOAD;
     }
     tok_tokenizer *t = calloc(1, sizeof *t);

@@ -53,7 +53,7 @@ int tok_load(tok_tokenizer **out, const char *model_dir, char *err, size_t err_l
 
 void tok_free(tok_tokenizer *t);
 
-/* The model family: "WordPiece" or "Unigram". */
+/* The model family: "WordPiece", "Unigram" or "BPE". */
 const char *tok_model_type(const tok_tokenizer *t);
 
 /* A token's place in the input: bytes [start, end) of the text given to

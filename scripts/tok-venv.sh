@@ -1,7 +1,7 @@
 #!/bin/sh
 # tok-venv.sh [DIR] — the Python environment that makes the tokenizer test
 # data (tests/golden/make_unigram_tokenizer.py, make_unigram_cases.py,
-# scripts/gen_grapheme_table.py): sentencepiece, tokenizers, transformers,
+# scripts/gen_tok_tables.py): sentencepiece, tokenizers, transformers,
 # protobuf and regex from PyPI in a virtualenv (default build/venv-tok), so
 # Debian's python3 stays untouched. The data it makes is committed: `make test`
 # does not need this; `make tokenizer-goldens` does.

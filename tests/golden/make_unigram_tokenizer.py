@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Makes tests/golden/xlmr-tiny/: a tiny XLM-RoBERTa tokenizer built the way
-the real ones were, so the Unigram tokenizer is tested on the real pieces.
+the real ones were, so the Unigram tokenizer is tested on the real pieces;
+and tests/golden/roberta-tiny/, a byte-level BPE in RoBERTa's layout.
 
 A SentencePiece Unigram model is trained with the `nmt_nfkc` normalisation
 rule on the multilingual paragraphs below, then `transformers` converts it to
@@ -18,7 +19,7 @@ import sys
 import tempfile
 
 import sentencepiece as spm
-from tokenizers import AddedToken
+from tokenizers import AddedToken, ByteLevelBPETokenizer, processors
 from transformers.convert_slow_tokenizer import XLMRobertaConverter
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -85,6 +86,25 @@ def main():
     tok.add_special_tokens([AddedToken("<mask>", lstrip=True, normalized=False, special=True)])
     tok.save(os.path.join(OUT, "tokenizer.json"))
     print(OUT, tok.get_vocab_size())
+    make_roberta()
+
+
+def make_roberta():
+    """A RoBERTa-style byte-level BPE trained by `tokenizers` on the same
+    text, laid out as roberta-base's tokenizer.json (ByteLevel pre-tokenizer
+    and decoder, RobertaProcessing, <mask> with lstrip)."""
+    out = os.path.join(HERE, "roberta-tiny")
+    os.makedirs(out, exist_ok=True)
+    bpe = ByteLevelBPETokenizer()
+    specials = ["<s>", "<pad>", "</s>", "<unk>"]
+    bpe.train_from_iterator(CORPUS.splitlines() * 4, vocab_size=1000, min_frequency=2,
+                            special_tokens=specials, show_progress=False)
+    tok = bpe._tokenizer
+    tok.add_special_tokens([AddedToken("<mask>", lstrip=True, normalized=False, special=True)])
+    tok.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0),
+                                                      trim_offsets=True, add_prefix_space=False)
+    tok.save(os.path.join(out, "tokenizer.json"))
+    print(out, tok.get_vocab_size())
 
 
 if __name__ == "__main__":

@@ -193,6 +193,23 @@ Test(tokenizer_unigram, golden_variants) {
     }
 }
 
+/* A byte-level BPE in RoBERTa's layout, trained by `tokenizers` on the same
+ * text (tests/golden/roberta-tiny): ByteLevel pre-tokenizer and decoder,
+ * RobertaProcessing with trim_offsets, <mask> added past the vocabulary. */
+Test(tokenizer_unigram, golden_bpe_roberta) {
+    char err[512] = "";
+    tok_tokenizer *t = NULL;
+    cr_assert_eq(tok_load(&t, "tests/golden/roberta-tiny", err, sizeof err), TOK_OK, "%s", err);
+    cr_expect_str_eq(tok_model_type(t), "BPE");
+    json_t *cases = load_cases_from("tests/golden/roberta-tiny/cases.json", 1500);
+    size_t ok = check_cases(t, cases, CHECK_IDS | CHECK_OFFSETS | CHECK_DECODE, "roberta-tiny");
+    printf("tokenizer_unigram: BPE: ids, offsets and decode of %zu cases equal to HF "
+           "tokenizers\n",
+           ok);
+    json_decref(cases);
+    tok_free(t);
+}
+
 static void *worker(void *arg) {
     const tok_tokenizer *t = arg;
     json_t *cases = load_cases();
@@ -288,15 +305,18 @@ static void expect_refused(const char *json, const char *want) {
     "\"model\": {\"type\": \"Unigram\", \"unk_id\": 0, \"vocab\": [[\"<unk>\", 0], [\"a\", -1]]}"
 
 Test(tokenizer_unigram, refused_by_name) {
-    expect_refused("{\"model\": {\"type\": \"BPE\", \"vocab\": {}, \"merges\": []}}",
-                   "model type BPE is not supported");
+    expect_refused("{\"model\": {\"type\": \"BPE\", \"dropout\": 0.1, \"vocab\": {\"a\": 0}, "
+                   "\"merges\": []}}",
+                   "BPE with dropout is not supported");
+    expect_refused("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}",
+                   "only with the ByteLevel pre-tokenizer");
     expect_refused("{\"model\": {\"type\": \"WordLevel\"}}", "model type WordLevel");
     expect_refused("{" UG_MODEL ", \"normalizer\": {\"type\": \"NFKC\"}}", "normalizer NFKC");
     expect_refused("{" UG_MODEL ", \"normalizer\": {\"type\": \"Replace\", \"pattern\": "
                    "{\"Regex\": \"[0-9]+\"}, \"content\": \"\"}}",
                    "pattern [0-9]+ is not supported");
-    expect_refused("{" UG_MODEL ", \"pre_tokenizer\": {\"type\": \"ByteLevel\"}}",
-                   "pre_tokenizer ByteLevel");
+    expect_refused("{" UG_MODEL ", \"pre_tokenizer\": {\"type\": \"CharDelimiterSplit\"}}",
+                   "pre_tokenizer CharDelimiterSplit");
     expect_refused("{" UG_MODEL ", \"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": "
                    "{\"Regex\": \"x\"}}}",
                    "pre_tokenizer Split");

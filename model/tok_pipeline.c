@@ -1,5 +1,7 @@
-/* tok_unigram.c — SentencePiece Unigram from tokenizer.json, exact to Hugging
- * Face `tokenizers`, with the pipeline pieces such tokenizers use.
+/* tok_pipeline.c — the tokenizer.json pipeline for SentencePiece Unigram and
+ * byte-level BPE models, exact to Hugging Face `tokenizers`: normalizers,
+ * pre-tokenizers, the two models, post-processors and decoders as pieces
+ * read from the file.
  *
  * The text is cut at added tokens ("<s>", "<mask>" typed in the text); each
  * piece between them goes through the normalizers, the pre-tokenizers and the
@@ -16,8 +18,8 @@
 
 #include <jansson.h>
 
-#include "model/grapheme_table.h"
 #include "model/tok_impl.h"
+#include "model/tok_tables.h"
 #include "model/unicode_tables.h"
 
 #define UG_MAX_STAGES  8 /* normalizers, pre-tokenizers or decoders in one Sequence */
@@ -333,7 +335,7 @@ static int norm_lowercase(const nstr *in, nstr *out) {
 
 /* ---- pre-tokenizers ----------------------------------------------------- */
 
-enum { P_WHITESPACE_SPLIT, P_METASPACE };
+enum { P_WHITESPACE_SPLIT, P_METASPACE, P_BYTE_LEVEL };
 enum { PREPEND_ALWAYS, PREPEND_FIRST, PREPEND_NEVER };
 
 typedef struct pretok {
@@ -341,6 +343,7 @@ typedef struct pretok {
     uint32_t replacement; /* Metaspace */
     int prepend;
     bool split;
+    bool add_prefix_space; /* ByteLevel */
 } pretok;
 
 /* Words as [from, to) ranges of one nstr. */
@@ -423,9 +426,114 @@ static int pre_metaspace(const pretok *p, const words *in, words *out) {
     return TOK_OK;
 }
 
+/* ByteLevel: GPT-2's pattern cuts each word, then every byte of its UTF-8
+ * becomes one printable character (byte_char below), each keeping the input
+ * bytes of the character it came from. */
+static uint32_t byte_char(uint8_t b) {
+    if ((b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE))
+        return b;
+    /* The others, in order, from U+0100: 0x00-0x20, 0x7F-0xA0, 0xAD. */
+    if (b <= 0x20)
+        return 0x100 + b;
+    if (b >= 0x7F && b <= 0xA0)
+        return 0x100 + 0x21 + (b - 0x7F);
+    return 0x100 + 0x21 + 0x22; /* 0xAD */
+}
+
+/* The byte a byte-level character stands for, or -1. */
+static int char_byte(uint32_t cp) {
+    if (cp < 0x100)
+        return byte_char((uint8_t)cp) == cp ? (int)cp : -1;
+    if (cp >= 0x100 && cp <= 0x120)
+        return (int)(cp - 0x100);
+    if (cp >= 0x121 && cp <= 0x142)
+        return (int)(cp - 0x121 + 0x7F);
+    return cp == 0x143 ? 0xAD : -1;
+}
+
+static bool is_letter(uint32_t cp) {
+    return ln_class(cp) == LN_LETTER;
+}
+static bool is_number(uint32_t cp) {
+    return ln_class(cp) == LN_NUMBER;
+}
+static bool is_other(uint32_t cp) {
+    return !is_ws(cp) && !is_letter(cp) && !is_number(cp);
+}
+
+/* The length of the match of
+ *   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+ * at c[i] (alternatives in order, the first that matches wins); never 0. */
+static size_t gpt2_match(const nchar *c, size_t n, size_t i) {
+    if (c[i].cp == '\'' && i + 1 < n) {
+        uint32_t a = c[i + 1].cp, b = i + 2 < n ? c[i + 2].cp : 0;
+        if (a == 's' || a == 't' || a == 'm' || a == 'd')
+            return 2;
+        if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l'))
+            return 3;
+    }
+    bool (*const classes[3])(uint32_t) = {is_letter, is_number, is_other};
+    size_t j0 = c[i].cp == ' ' && i + 1 < n ? i + 1 : i;
+    for (int k = 0; k < 3; k++) {
+        size_t j = j0;
+        while (j < n && classes[k](c[j].cp))
+            j++;
+        if (j > j0)
+            return j - i;
+    }
+    size_t j = i;
+    while (j < n && is_ws(c[j].cp))
+        j++;
+    if (j > i) {
+        if (j == n || j - i == 1)
+            return j - i;
+        return j - i - 1;
+    }
+    return 1; /* a lone space before a space: only for safety, the pattern covers all */
+}
+
+static int pre_byte_level(const pretok *p, const words *in, words *out) {
+    out->s.n = 0;
+    out->n = 0;
+    for (size_t w = 0; w < in->n; w++) {
+        const nchar *c = in->s.c + in->from[w];
+        size_t n = in->to[w] - in->from[w];
+        /* The prefix space takes the place of the first character's bytes. */
+        nchar *tmp = NULL;
+        if (p->add_prefix_space && c[0].cp != ' ') {
+            tmp = malloc((n + 1) * sizeof *tmp);
+            if (!tmp)
+                return TOK_ENOMEM;
+            tmp[0] = (nchar){' ', c[0].start, c[0].end};
+            memcpy(tmp + 1, c, n * sizeof *tmp);
+            c = tmp;
+            n++;
+        }
+        for (size_t i = 0; i < n;) {
+            size_t m = gpt2_match(c, n, i), start = out->s.n;
+            for (size_t k = i; k < i + m; k++) {
+                char b[4];
+                size_t nb = tok_utf8_put(b, c[k].cp);
+                for (size_t q = 0; q < nb; q++)
+                    if (nstr_push(&out->s, byte_char((uint8_t)b[q]), c[k].start, c[k].end)) {
+                        free(tmp);
+                        return TOK_ENOMEM;
+                    }
+            }
+            if (words_add(out, start, out->s.n)) {
+                free(tmp);
+                return TOK_ENOMEM;
+            }
+            i += m;
+        }
+        free(tmp);
+    }
+    return TOK_OK;
+}
+
 /* ---- decoders ----------------------------------------------------------- */
 
-enum { D_METASPACE, D_BYTE_FALLBACK, D_FUSE, D_STRIP, D_REPLACE };
+enum { D_METASPACE, D_BYTE_FALLBACK, D_FUSE, D_STRIP, D_REPLACE, D_BYTE_LEVEL };
 
 typedef struct decoder {
     int kind;
@@ -458,6 +566,12 @@ typedef struct ug_model {
     int32_t unk_id;
     bool byte_fallback;
     double min_score;
+
+    /* BPE: the merges as an open-addressing hash of (left id, right id). */
+    bool bpe;
+    uint64_t *merge_keys; /* (left << 32 | right) + 1, 0 empty */
+    int32_t *merge_rank, *merge_new;
+    uint32_t merge_mask;
 
     normalizer norms[UG_MAX_STAGES];
     int n_norms;
@@ -777,6 +891,15 @@ static int load_pretok(ug_model *m, json_t *pt, const char *file, char *err, siz
             set_err(err, err_len, "%s: bad Metaspace pre-tokenizer", file);
             return TOK_ELOAD;
         }
+    } else if (type && strcmp(type, "ByteLevel") == 0) {
+        json_t *re = json_object_get(pt, "use_regex");
+        if (re && !json_is_true(re)) {
+            set_err(err, err_len, "%s: ByteLevel pre-tokenizer without use_regex is not supported",
+                    file);
+            return TOK_ELOAD;
+        }
+        p->kind = P_BYTE_LEVEL;
+        p->add_prefix_space = json_is_true(json_object_get(pt, "add_prefix_space"));
     } else {
         set_err(err, err_len, "%s: pre_tokenizer %s is not supported", file, type ? type : "?");
         return TOK_ELOAD;
@@ -810,6 +933,8 @@ static int load_decoder(ug_model *m, json_t *d, const char *file, char *err, siz
             set_err(err, err_len, "%s: bad Metaspace decoder", file);
             return TOK_ELOAD;
         }
+    } else if (type && strcmp(type, "ByteLevel") == 0) {
+        dc->kind = D_BYTE_LEVEL;
     } else if (type && strcmp(type, "ByteFallback") == 0) {
         dc->kind = D_BYTE_FALLBACK;
     } else if (type && strcmp(type, "Fuse") == 0) {
@@ -931,7 +1056,7 @@ static int load_added(ug_model *m, json_t *arr, const char *file, char *err, siz
         const char *content = json_string_value(json_object_get(a, "content"));
         json_t *id = json_object_get(a, "id");
         if (!content || !*content || !json_is_integer(id) || json_integer_value(id) < 0 ||
-            json_integer_value(id) > INT32_MAX) {
+            json_integer_value(id) >= (json_int_t)m->n + UG_MAX_ADDED) {
             set_err(err, err_len, "%s: added_tokens[%zu] without content or id", file, i);
             return TOK_ELOAD;
         }
@@ -972,6 +1097,9 @@ static void ug_free(void *p) {
     free(m->len);
     free(m->score);
     free(m->slots);
+    free(m->merge_keys);
+    free(m->merge_rank);
+    free(m->merge_new);
     free(m->cmap.units);
     free(m->cmap.norm);
     for (int i = 0; i < m->n_norms; i++) {
@@ -987,7 +1115,174 @@ static void ug_free(void *p) {
     free(m);
 }
 
-int tok_unigram_load(void **impl, const char *file, char *err, size_t err_len) {
+static uint64_t merge_key(int32_t a, int32_t b) {
+    return ((uint64_t)(uint32_t)a << 32 | (uint32_t)b) + 1;
+}
+
+static uint32_t merge_slot(const ug_model *m, uint64_t key) {
+    uint64_t h = key * 0x9E3779B97F4A7C15ull;
+    return (uint32_t)(h >> 32) & m->merge_mask;
+}
+
+/* The merge of the pair (a, b): its rank and the id it makes, or -1. */
+static int32_t merge_find(const ug_model *m, int32_t a, int32_t b, int32_t *new_id) {
+    uint64_t key = merge_key(a, b);
+    for (uint32_t i = merge_slot(m, key);; i = (i + 1) & m->merge_mask) {
+        if (m->merge_keys[i] == 0)
+            return -1;
+        if (m->merge_keys[i] == key) {
+            *new_id = m->merge_new[i];
+            return m->merge_rank[i];
+        }
+    }
+}
+
+/* One merge: "a b" (the older form) or ["a", "b"]. */
+static int merge_parts(json_t *mg, const char **a, size_t *al, const char **b, size_t *bl) {
+    if (json_is_array(mg) && json_array_size(mg) == 2 && json_is_string(json_array_get(mg, 0)) &&
+        json_is_string(json_array_get(mg, 1))) {
+        *a = json_string_value(json_array_get(mg, 0));
+        *al = json_string_length(json_array_get(mg, 0));
+        *b = json_string_value(json_array_get(mg, 1));
+        *bl = json_string_length(json_array_get(mg, 1));
+        return 0;
+    }
+    const char *s = json_string_value(mg);
+    const char *sp = s ? strchr(s, ' ') : NULL;
+    if (!sp || strchr(sp + 1, ' '))
+        return -1;
+    *a = s;
+    *al = (size_t)(sp - s);
+    *b = sp + 1;
+    *bl = strlen(sp + 1);
+    return 0;
+}
+
+/* BPE as RoBERTa and GPT-2 use it: a byte-level vocabulary with its merges,
+ * no dropout, no subword prefix or suffix, no byte fallback. */
+static int load_bpe(ug_model *m, json_t *model, const char *file, char *err, size_t err_len) {
+    json_t *vocab = json_object_get(model, "vocab"), *merges = json_object_get(model, "merges");
+    const char *bad = NULL;
+    json_t *d = json_object_get(model, "dropout");
+    const char *pre = json_string_value(json_object_get(model, "continuing_subword_prefix"));
+    const char *suf = json_string_value(json_object_get(model, "end_of_word_suffix"));
+    if (d && !json_is_null(d))
+        bad = "dropout";
+    else if ((pre && *pre) || (suf && *suf))
+        bad = "continuing_subword_prefix or end_of_word_suffix";
+    else if (json_is_true(json_object_get(model, "byte_fallback")))
+        bad = "byte_fallback";
+    else if (json_is_true(json_object_get(model, "ignore_merges")))
+        bad = "ignore_merges";
+    if (bad) {
+        set_err(err, err_len, "%s: BPE with %s is not supported", file, bad);
+        return TOK_ELOAD;
+    }
+    size_t n = json_object_size(vocab);
+    if (!json_is_object(vocab) || n == 0 || !json_is_array(merges)) {
+        set_err(err, err_len, "%s: BPE model without vocab and merges", file);
+        return TOK_ELOAD;
+    }
+    /* The vocabulary as the [piece, score] list the loader reads, by id. */
+    json_t *list = json_array();
+    int rc = list ? TOK_OK : TOK_ENOMEM;
+    for (size_t i = 0; i < n && !rc; i++)
+        if (json_array_append_new(list, json_null()))
+            rc = TOK_ENOMEM;
+    const char *key;
+    json_t *v;
+    json_object_foreach(vocab, key, v) {
+        if (rc)
+            break;
+        json_int_t id = json_integer_value(v);
+        if (!json_is_integer(v) || id < 0 || (size_t)id >= n ||
+            !json_is_null(json_array_get(list, (size_t)id))) {
+            set_err(err, err_len, "%s: BPE vocabulary ids are not 0..%zu once each", file, n - 1);
+            rc = TOK_ELOAD;
+            break;
+        }
+        if (json_array_set_new(list, (size_t)id, json_pack("[s,i]", key, 0)))
+            rc = TOK_ENOMEM;
+    }
+    if (!rc)
+        rc = load_vocab(m, list, file, err, err_len);
+    json_decref(list);
+    if (rc) {
+        if (rc == TOK_ENOMEM)
+            set_err(err, err_len, "%s: out of memory", file);
+        return rc;
+    }
+    size_t nm = json_array_size(merges);
+    uint32_t slots = 1;
+    while (slots < 2 * nm + 2)
+        slots <<= 1;
+    m->merge_keys = calloc(slots, sizeof *m->merge_keys);
+    m->merge_rank = malloc(slots * sizeof *m->merge_rank);
+    m->merge_new = malloc(slots * sizeof *m->merge_new);
+    if (!m->merge_keys || !m->merge_rank || !m->merge_new) {
+        set_err(err, err_len, "%s: out of memory for the merges", file);
+        return TOK_ENOMEM;
+    }
+    m->merge_mask = slots - 1;
+    char *joined = NULL;
+    for (size_t r = 0; r < nm; r++) {
+        const char *a, *b;
+        size_t al, bl;
+        int32_t ia, ib, in, old;
+        if (merge_parts(json_array_get(merges, r), &a, &al, &b, &bl) ||
+            (ia = ug_find(m, a, al)) < 0 || (ib = ug_find(m, b, bl)) < 0) {
+            free(joined);
+            set_err(err, err_len, "%s: merges[%zu] is not a pair of vocabulary tokens", file, r);
+            return TOK_ELOAD;
+        }
+        char *j = realloc(joined, al + bl + 1);
+        if (!j) {
+            free(joined);
+            set_err(err, err_len, "%s: out of memory", file);
+            return TOK_ENOMEM;
+        }
+        joined = j;
+        memcpy(joined, a, al);
+        memcpy(joined + al, b, bl);
+        if ((in = ug_find(m, joined, al + bl)) < 0) {
+            free(joined);
+            set_err(err, err_len, "%s: merges[%zu] makes a token not in the vocabulary", file, r);
+            return TOK_ELOAD;
+        }
+        if (merge_find(m, ia, ib, &old) >= 0)
+            continue; /* a repeated merge keeps its first rank */
+        uint64_t k = merge_key(ia, ib);
+        uint32_t at = merge_slot(m, k);
+        while (m->merge_keys[at])
+            at = (at + 1) & m->merge_mask;
+        m->merge_keys[at] = k;
+        m->merge_rank[at] = (int32_t)r;
+        m->merge_new[at] = in;
+    }
+    free(joined);
+    json_t *unk = json_object_get(model, "unk_token");
+    m->unk_id =
+        json_is_string(unk) ? ug_find(m, json_string_value(unk), json_string_length(unk)) : -1;
+    m->bpe = true;
+    return TOK_OK;
+}
+
+/* Every character BPE sees is one of the 256 byte-level characters, so
+ * each has a piece and no unknown token is needed. */
+static bool bpe_covers_bytes(const ug_model *m) {
+    bool byte_level = false;
+    for (int i = 0; i < m->n_pres; i++)
+        byte_level |= m->pres[i].kind == P_BYTE_LEVEL;
+    for (int b = 0; b < 256 && byte_level; b++) {
+        char s[4];
+        size_t k = tok_utf8_put(s, byte_char((uint8_t)b));
+        if (ug_find(m, s, k) < 0)
+            return false;
+    }
+    return byte_level;
+}
+
+int tok_pipeline_load(void **impl, const char *file, char *err, size_t err_len) {
     *impl = NULL;
     json_error_t jerr;
     json_t *root = json_load_file(file, 0, &jerr);
@@ -1002,22 +1297,37 @@ int tok_unigram_load(void **impl, const char *file, char *err, size_t err_len) {
         goto out;
     }
     json_t *model = json_object_get(root, "model");
-    json_t *unk = json_object_get(model, "unk_id");
-    if ((rc = load_vocab(m, json_object_get(model, "vocab"), file, err, err_len)))
-        goto out;
-    rc = TOK_ELOAD;
-    if (!json_is_integer(unk) || json_integer_value(unk) < 0 || json_integer_value(unk) >= m->n) {
-        set_err(err, err_len, "%s: Unigram model without a valid unk_id", file);
-        goto out;
+    const char *type = json_string_value(json_object_get(model, "type"));
+    if (type && strcmp(type, "BPE") == 0) {
+        if ((rc = load_bpe(m, model, file, err, err_len)))
+            goto out;
+    } else {
+        json_t *unk = json_object_get(model, "unk_id");
+        if ((rc = load_vocab(m, json_object_get(model, "vocab"), file, err, err_len)))
+            goto out;
+        rc = TOK_ELOAD;
+        if (!json_is_integer(unk) || json_integer_value(unk) < 0 ||
+            json_integer_value(unk) >= m->n) {
+            set_err(err, err_len, "%s: Unigram model without a valid unk_id", file);
+            goto out;
+        }
+        m->unk_id = (int32_t)json_integer_value(unk);
+        m->byte_fallback = json_is_true(json_object_get(model, "byte_fallback"));
     }
-    m->unk_id = (int32_t)json_integer_value(unk);
-    m->byte_fallback = json_is_true(json_object_get(model, "byte_fallback"));
     if ((rc = load_normalizer(m, json_object_get(root, "normalizer"), file, err, err_len)) ||
         (rc = load_pretok(m, json_object_get(root, "pre_tokenizer"), file, err, err_len)) ||
         (rc = load_post(m, json_object_get(root, "post_processor"), file, err, err_len)) ||
         (rc = load_decoder(m, json_object_get(root, "decoder"), file, err, err_len)) ||
         (rc = load_added(m, json_object_get(root, "added_tokens"), file, err, err_len)))
         goto out;
+    rc = TOK_ELOAD;
+    if (m->bpe && !bpe_covers_bytes(m)) {
+        set_err(err, err_len,
+                "%s: BPE is supported only with the ByteLevel pre-tokenizer and a vocabulary "
+                "holding every byte",
+                file);
+        goto out;
+    }
     rc = TOK_OK;
 out:
     json_decref(root);
@@ -1224,6 +1534,112 @@ static int encode_word(enc *e, const nchar *chars, size_t n) {
     return TOK_OK;
 }
 
+/* ---- BPE ---------------------------------------------------------------- */
+
+typedef struct bpe_sym {
+    int32_t id;
+    int32_t prev, next;   /* neighbours, -1 none */
+    uint32_t first, last; /* the word's characters it covers */
+    bool gone;
+} bpe_sym;
+
+typedef struct bpe_merge {
+    int32_t rank, pos, new_id;
+} bpe_merge;
+
+static bool merge_before(bpe_merge a, bpe_merge b) {
+    return a.rank < b.rank || (a.rank == b.rank && a.pos < b.pos);
+}
+
+static void heap_push(bpe_merge *h, size_t *n, bpe_merge x) {
+    size_t i = (*n)++;
+    h[i] = x;
+    while (i > 0 && merge_before(h[i], h[(i - 1) / 2])) {
+        bpe_merge t = h[i];
+        h[i] = h[(i - 1) / 2];
+        h[(i - 1) / 2] = t;
+        i = (i - 1) / 2;
+    }
+}
+
+static bpe_merge heap_pop(bpe_merge *h, size_t *n) {
+    bpe_merge top = h[0];
+    h[0] = h[--(*n)];
+    for (size_t i = 0;;) {
+        size_t l = 2 * i + 1, r = l + 1, m = i;
+        if (l < *n && merge_before(h[l], h[m]))
+            m = l;
+        if (r < *n && merge_before(h[r], h[m]))
+            m = r;
+        if (m == i)
+            break;
+        bpe_merge t = h[i];
+        h[i] = h[m];
+        h[m] = t;
+        i = m;
+    }
+    return top;
+}
+
+static void push_pair(const ug_model *m, const bpe_sym *sy, int32_t pos, bpe_merge *h, size_t *n) {
+    int32_t next = sy[pos].next, new_id;
+    if (next < 0)
+        return;
+    int32_t rank = merge_find(m, sy[pos].id, sy[next].id, &new_id);
+    if (rank >= 0)
+        heap_push(h, n, (bpe_merge){rank, pos, new_id});
+}
+
+/* The library's merge loop: the pair of lowest rank (leftmost on a tie) is
+ * merged, then the pairs it makes with its neighbours join the queue; an
+ * entry whose pair has changed since is skipped. Each merge removes a
+ * symbol and adds at most two entries, so the queue holds under 3n. */
+static int encode_word_bpe(enc *e, const nchar *chars, size_t n) {
+    const ug_model *m = e->m;
+    bpe_sym *sy = malloc(n * sizeof *sy);
+    bpe_merge *h = malloc((3 * n + 1) * sizeof *h);
+    if (!sy || !h) {
+        free(sy);
+        free(h);
+        return TOK_ENOMEM;
+    }
+    for (size_t i = 0; i < n; i++) {
+        char b[4];
+        size_t k = tok_utf8_put(b, chars[i].cp);
+        sy[i] = (bpe_sym){ug_find(m, b, k), (int32_t)i - 1, i + 1 < n ? (int32_t)i + 1 : -1,
+                          (uint32_t)i,      (uint32_t)i,    false};
+    }
+    size_t hn = 0;
+    for (size_t i = 0; i + 1 < n; i++)
+        push_pair(m, sy, (int32_t)i, h, &hn);
+    while (hn > 0) {
+        bpe_merge top = heap_pop(h, &hn);
+        bpe_sym *a = &sy[top.pos];
+        if (a->gone || a->next < 0)
+            continue;
+        bpe_sym *b = &sy[a->next];
+        int32_t now;
+        if (merge_find(m, a->id, b->id, &now) < 0 || now != top.new_id)
+            continue;
+        a->id = top.new_id;
+        a->last = b->last;
+        a->next = b->next;
+        b->gone = true;
+        if (a->next >= 0)
+            sy[a->next].prev = top.pos;
+        if (a->prev >= 0)
+            push_pair(m, sy, a->prev, h, &hn);
+        push_pair(m, sy, top.pos, h, &hn);
+    }
+    for (int32_t i = 0; i >= 0 && (size_t)i < n; i = sy[i].next) {
+        const char *tok = m->blob + m->at[sy[i].id];
+        emit(e, sy[i].id, tok, m->len[sy[i].id], chars[sy[i].first].start, chars[sy[i].last].end);
+    }
+    free(sy);
+    free(h);
+    return TOK_OK;
+}
+
 /* One piece of text between added tokens: normalize, pre-tokenize, model. */
 static int encode_segment(enc *e, const char *text, uint32_t from, uint32_t to) {
     const ug_model *m = e->m;
@@ -1274,7 +1690,8 @@ static int encode_segment(enc *e, const char *text, uint32_t from, uint32_t to) 
     for (int i = 0; i < m->n_pres; i++) {
         const pretok *p = &m->pres[i];
         int rc = p->kind == P_WHITESPACE_SPLIT ? pre_whitespace_split(in, out)
-                                               : pre_metaspace(p, in, out);
+                 : p->kind == P_METASPACE      ? pre_metaspace(p, in, out)
+                                               : pre_byte_level(p, in, out);
         if (rc)
             return rc;
         words *sw = in;
@@ -1282,7 +1699,9 @@ static int encode_segment(enc *e, const char *text, uint32_t from, uint32_t to) 
         out = sw;
     }
     for (size_t w = 0; w < in->n; w++) {
-        int rc = encode_word(e, in->s.c + in->from[w], in->to[w] - in->from[w]);
+        const nchar *c = in->s.c + in->from[w];
+        size_t n = in->to[w] - in->from[w];
+        int rc = m->bpe ? encode_word_bpe(e, c, n) : encode_word(e, c, n);
         if (rc)
             return rc;
     }
@@ -1578,6 +1997,88 @@ static int dec_replace(const decoder *d, strs *v) {
     return TOK_OK;
 }
 
+/* The length of the longest start of a valid UTF-8 sequence at p[0, n)
+ * when it is cut or broken: what one U+FFFD stands for (Rust's
+ * from_utf8_lossy, the maximal subpart). At least 1. */
+static size_t invalid_run(const uint8_t *p, size_t n) {
+    uint8_t b = p[0];
+    size_t len = b >= 0xC2 && b <= 0xDF   ? 2
+                 : b >= 0xE0 && b <= 0xEF ? 3
+                 : b >= 0xF0 && b <= 0xF4 ? 4
+                                          : 0;
+    size_t k = 1;
+    for (; len && k < len && k < n; k++) {
+        uint8_t lo = 0x80, hi = 0xBF;
+        if (k == 1 && b == 0xE0)
+            lo = 0xA0;
+        else if (k == 1 && b == 0xED)
+            hi = 0x9F;
+        else if (k == 1 && b == 0xF0)
+            lo = 0x90;
+        else if (k == 1 && b == 0xF4)
+            hi = 0x8F;
+        if (p[k] < lo || p[k] > hi)
+            break;
+    }
+    return k;
+}
+
+/* ByteLevel: all tokens to their bytes (a token with a character outside
+ * the byte-level set keeps its UTF-8), then one string, invalid UTF-8
+ * replaced as Rust's from_utf8_lossy does. */
+static int dec_byte_level(strs *v) {
+    size_t total = 0;
+    for (size_t i = 0; i < v->n; i++)
+        total += v->len[i];
+    uint8_t *raw = malloc(total + 1);
+    char *r = malloc(3 * total + 1);
+    if (!raw || !r) {
+        free(raw);
+        free(r);
+        return TOK_ENOMEM;
+    }
+    size_t o = 0;
+    for (size_t i = 0; i < v->n; i++) {
+        const char *s = v->s[i];
+        size_t n = v->len[i], start = o;
+        for (size_t p = 0; p < n;) {
+            uint32_t cp = 0;
+            size_t k = tok_utf8_get((const uint8_t *)s + p, n - p, &cp);
+            int b = k ? char_byte(cp) : -1;
+            if (b < 0) {
+                o = start;
+                memcpy(raw + o, s, n);
+                o += n;
+                break;
+            }
+            raw[o++] = (uint8_t)b;
+            p += k;
+        }
+    }
+    size_t w = 0;
+    for (size_t p = 0; p < o;) {
+        uint32_t cp;
+        size_t k = tok_utf8_get(raw + p, o - p, &cp);
+        if (k) {
+            memcpy(r + w, raw + p, k);
+            w += k;
+            p += k;
+        } else {
+            memcpy(r + w, "\xEF\xBF\xBD", 3);
+            w += 3;
+            p += invalid_run(raw + p, o - p);
+        }
+    }
+    r[w] = '\0';
+    free(raw);
+    for (size_t i = 0; i < v->n; i++)
+        free(v->s[i]);
+    v->s[0] = r;
+    v->len[0] = w;
+    v->n = 1;
+    return TOK_OK;
+}
+
 static const added_token *added_of(const ug_model *m, int32_t id) {
     for (int i = 0; i < m->n_added; i++)
         if (m->added[i].id == id)
@@ -1622,6 +2123,9 @@ static int ug_decode(const void *mp, const int32_t *ids, size_t n, int skip_spec
         case D_STRIP:
             rc = dec_strip(d, &v);
             break;
+        case D_BYTE_LEVEL:
+            rc = v.n ? dec_byte_level(&v) : TOK_OK;
+            break;
         default:
             rc = dec_replace(d, &v);
             break;
@@ -1656,19 +2160,46 @@ static int32_t ug_num_special(const void *mp) {
     const ug_model *m = mp;
     return m->n_head + m->n_tail;
 }
+/* Added tokens may have ids past the model's pieces (a <mask> added after
+ * training): the vocabulary then runs to the largest of them. */
 static int32_t ug_vocab_size(const void *mp) {
-    return ((const ug_model *)mp)->n;
+    const ug_model *m = mp;
+    int32_t n = m->n;
+    for (int i = 0; i < m->n_added; i++)
+        if (m->added[i].id >= n)
+            n = m->added[i].id + 1;
+    return n;
 }
 static const char *ug_id_to_token(const void *mp, int32_t id) {
     const ug_model *m = mp;
-    return id >= 0 && id < m->n ? m->blob + m->at[id] : NULL;
+    if (id >= 0 && id < m->n)
+        return m->blob + m->at[id];
+    const added_token *a = added_of(m, id);
+    return a ? a->content : NULL;
 }
 static int32_t ug_token_to_id(const void *mp, const char *s, size_t len) {
-    return ug_find(mp, s, len);
+    const ug_model *m = mp;
+    int32_t id = ug_find(m, s, len);
+    for (int i = 0; i < m->n_added && id < 0; i++)
+        if (m->added[i].len == len && memcmp(m->added[i].content, s, len) == 0)
+            id = m->added[i].id;
+    return id;
 }
 static int32_t ug_unk_id(const void *mp) {
     return ((const ug_model *)mp)->unk_id;
 }
+
+const tok_ops tok_bpe_ops = {
+    .name = "BPE",
+    .encode = ug_encode,
+    .decode = ug_decode,
+    .num_special = ug_num_special,
+    .vocab_size = ug_vocab_size,
+    .id_to_token = ug_id_to_token,
+    .token_to_id = ug_token_to_id,
+    .unk_id = ug_unk_id,
+    .free = ug_free,
+};
 
 const tok_ops tok_unigram_ops = {
     .name = "Unigram",
