@@ -1401,6 +1401,8 @@ static void emit(enc *e, int32_t id, const char *s, size_t n, uint32_t start, ui
         e->out->ids[at] = id;
         if (e->out->offsets)
             e->out->offsets[at] = (tok_span){start, end};
+        if (e->out->special)
+            e->out->special[at] = 0;
     }
     if (e->pieces < INT32_MAX)
         e->pieces++;
@@ -1807,11 +1809,15 @@ static int ug_encode(const void *mp, const char *text, size_t len, int truncate,
         out->ids[i] = m->head[i];
         if (out->offsets)
             out->offsets[i] = (tok_span){0, 0};
+        if (out->special)
+            out->special[i] = 1;
     }
     for (int32_t i = 0; i < m->n_tail; i++) {
         out->ids[m->n_head + kept + i] = m->tail[i];
         if (out->offsets)
             out->offsets[m->n_head + kept + i] = (tok_span){0, 0};
+        if (out->special)
+            out->special[m->n_head + kept + i] = 1;
     }
     out->n = kept + nspecial;
     return TOK_OK;

@@ -607,6 +607,8 @@ static void emit_piece(enc_state *s, int32_t id, uint32_t start, uint32_t end) {
         s->out->ids[at] = id;
         if (s->out->offsets)
             s->out->offsets[at] = (tok_span){start, end};
+        if (s->out->special)
+            s->out->special[at] = 0;
     }
     if (s->pieces < INT32_MAX)
         s->pieces++;
@@ -912,12 +914,16 @@ static int wp_encode(const wp_model *t, const char *text, size_t len, int trunca
         out->ids[i] = t->head[i];
         if (out->offsets)
             out->offsets[i] = (tok_span){0, 0};
+        if (out->special)
+            out->special[i] = 1;
     }
     for (int32_t i = 0; i < t->n_tail; i++) {
         int32_t at = t->n_head + kept + i;
         out->ids[at] = t->tail[i];
         if (out->offsets)
             out->offsets[at] = (tok_span){0, 0};
+        if (out->special)
+            out->special[at] = 1;
     }
     out->n = kept + nspecial;
     return TOK_OK;

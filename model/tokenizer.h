@@ -68,6 +68,11 @@ typedef struct tok_span {
 typedef struct tok_output {
     int32_t *ids;      /* [capacity] */
     tok_span *offsets; /* [capacity], or NULL when not wanted */
+    uint8_t *special;  /* [capacity], or NULL: 1 for a token the post-processor
+                          added, else 0 (the library's special_tokens_mask: an
+                          added token written in the text, "<mask>", is 0).
+                          Use it, not an empty span, to tell them: trimmed
+                          offsets (BPE) can leave spaces with an empty span. */
     int32_t capacity;
     int32_t n;       /* out: ids written (after truncation) */
     int32_t n_full;  /* out: tokens the input has without truncation, specials included */

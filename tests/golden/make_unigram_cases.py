@@ -165,6 +165,7 @@ def make_cases(tok, texts):
             "text": text,
             "ids": enc.ids,
             "offsets": byte_offsets(text, enc.offsets),
+            "special": enc.special_tokens_mask,
             "decoded": tok.decode(enc.ids, skip_special_tokens=True),
             "decoded_special": tok.decode(enc.ids, skip_special_tokens=False),
         })

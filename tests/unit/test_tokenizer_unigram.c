@@ -57,6 +57,7 @@ static void escape(const char *s, size_t n, char *dst, size_t cap) {
 typedef struct result {
     int32_t ids[CAP];
     tok_span offsets[CAP];
+    uint8_t special[CAP];
     tok_output out;
 } result;
 
@@ -71,7 +72,7 @@ static int check_case(const tok_tokenizer *t, json_t *c, int what, char *why, si
     static _Thread_local result r;
     char esc[512];
     escape(text, len, esc, sizeof esc);
-    r.out = (tok_output){.ids = r.ids, .offsets = r.offsets, .capacity = CAP};
+    r.out = (tok_output){.ids = r.ids, .offsets = r.offsets, .special = r.special, .capacity = CAP};
     int rc = tok_encode(t, text, len, 0, &r.out);
     if (rc != TOK_OK) {
         snprintf(why, cap, "\"%s\": tok_encode: %s", esc, tok_strerror(rc));
@@ -85,6 +86,13 @@ static int check_case(const tok_tokenizer *t, json_t *c, int what, char *why, si
             const char *gs = tok_id_to_token(t, got), *ws = tok_id_to_token(t, want);
             snprintf(why, cap, "\"%s\": token %zu is %d \"%s\", expected %d \"%s\" (%d vs %zu)",
                      esc, i, got, gs ? gs : "-", want, ws ? ws : "-", r.out.n, n);
+            return 0;
+        }
+        int want_special =
+            (int)json_integer_value(json_array_get(json_object_get(c, "special"), i));
+        if (r.special[i] != want_special) {
+            snprintf(why, cap, "\"%s\": token %zu (%d) special %d, expected %d", esc, i, got,
+                     r.special[i], want_special);
             return 0;
         }
         if (!(what & CHECK_OFFSETS))
