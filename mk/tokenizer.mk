@@ -3,7 +3,8 @@
 #   make tokenizer-goldens   retrain the tiny SentencePiece model, convert it
 #                            with transformers (tests/golden/xlmr-tiny) and
 #                            write the Hugging Face `tokenizers` goldens
-#                            (unigram_cases.json, unigram-*/); then regenerate
+#                            (unigram_cases.json, unigram-*/, roberta-tiny/,
+#                            wordpiece_decode.json); then regenerate
 #                            model/tok_tables.c
 #
 # The results are committed, so `make test` needs none of these packages; the
@@ -13,8 +14,9 @@ TOK_VENV := build/venv-tok
 
 .PHONY: tokenizer-goldens
 
-tokenizer-goldens:
+tokenizer-goldens: model
 	@scripts/tok-venv.sh $(TOK_VENV) >/dev/null
 	$(TOK_VENV)/bin/python tests/golden/make_unigram_tokenizer.py
 	$(TOK_VENV)/bin/python tests/golden/make_unigram_cases.py
+	$(TOK_VENV)/bin/python tests/golden/make_wordpiece_decode.py $(MODEL_DIR)
 	$(TOK_VENV)/bin/python scripts/gen_tok_tables.py > model/tok_tables.c

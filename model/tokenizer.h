@@ -90,11 +90,14 @@ typedef struct tok_output {
  * Memory, WordPiece: besides the caller's arrays, O(max_input_chars_per_word)
  * scratch, plus, only for runs of reorderable combining marks that
  * strip_accents keeps, 16 bytes per mark of the longest such run (at most 16
- * bytes per input byte). Unigram: the text between two added tokens is
- * normalized whole, as the library does: 12 bytes per normalized character
- * twice over plus the Viterbi lattice (24 bytes per normalized byte of the
- * longest word), so at most about 64 bytes per input byte times the longest
- * expansion of one character by the normalizer (the charsmap's, usually 18).
+ * bytes per input byte). Unigram and BPE normalize the text between two
+ * added tokens whole, as the library does (tok_pipeline.c): with N the
+ * normalized characters of that text and W those of its longest word, at
+ * most 176 N + 200 W bytes (four arrays of 12-byte characters and the word
+ * bounds, each grown by doubling; the word's bytes, lattice or merge queue).
+ * N is at most len times the normalizers' growth (a charsmap rule's longest
+ * right side, 3 for Lowercase, a Replace's content) times 2 for Metaspace or
+ * 8 for ByteLevel; for ordinary text N is about len and W is small.
  * Time is linear in len: the whole input is read even when truncating, to
  * give n_full. Thread-safe on a shared tokenizer. On error, ids and offsets
  * are unspecified. */

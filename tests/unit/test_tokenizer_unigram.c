@@ -413,3 +413,50 @@ Test(tokenizer_unigram, trim_offsets_counts_characters) {
     cr_expect(found, "no token for the em space");
     tok_free(t);
 }
+
+/* tok_decode of the WordPiece tokenizer (models/all-MiniLM-L6-v2, `make
+ * model`) against the library on the ids of every WordPiece golden case
+ * (tests/golden/wordpiece_decode.json, make_wordpiece_decode.py). */
+Test(tokenizer_unigram, wordpiece_decode) {
+    const char *dir = getenv("ATTN_TEST_MODEL_DIR");
+    char err[512] = "";
+    tok_tokenizer *t = NULL;
+    dir = dir && *dir ? dir : "models/all-MiniLM-L6-v2";
+    cr_assert_eq(tok_load(&t, dir, err, sizeof err), TOK_OK, "%s (run `make model`)", err);
+    json_t *cases = load_cases_from("tests/golden/wordpiece_decode.json", 200);
+    size_t i, bad = 0;
+    json_t *c;
+    char first[1024] = "";
+    json_array_foreach(cases, i, c) {
+        json_t *jids = json_object_get(c, "ids");
+        size_t n = json_array_size(jids);
+        int32_t ids[CAP];
+        cr_assert_leq(n, CAP);
+        for (size_t k = 0; k < n; k++)
+            ids[k] = (int32_t)json_integer_value(json_array_get(jids, k));
+        static const char *const keys[2] = {"decoded_special", "decoded"};
+        for (int skip = 0; skip < 2; skip++) {
+            json_t *want = json_object_get(c, keys[skip]);
+            char *got = NULL;
+            size_t len = 0;
+            int rc = tok_decode(t, ids, n, skip, &got, &len);
+            if (rc != TOK_OK || len != json_string_length(want) ||
+                memcmp(got, json_string_value(want), len) != 0) {
+                if (!bad++) {
+                    char g[256] = "", w[256];
+                    if (got)
+                        escape(got, len, g, sizeof g);
+                    escape(json_string_value(want), json_string_length(want), w, sizeof w);
+                    snprintf(first, sizeof first, "case %zu skip %d: \"%s\", expected \"%s\"", i,
+                             skip, g, w);
+                }
+            }
+            free(got);
+        }
+    }
+    cr_expect_eq(bad, 0, "%zu WordPiece decodes differ from HF tokenizers; first: %s", bad, first);
+    printf("tokenizer_unigram: WordPiece decode of %zu cases equal to HF tokenizers\n",
+           json_array_size(cases) - bad / 2);
+    json_decref(cases);
+    tok_free(t);
+}
