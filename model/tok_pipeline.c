@@ -472,11 +472,12 @@ static size_t gpt2_match(const nchar *c, size_t n, size_t i) {
         if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l'))
             return 3;
     }
-    bool (*const classes[3])(uint32_t) = {is_letter, is_number, is_other};
     size_t j0 = c[i].cp == ' ' && i + 1 < n ? i + 1 : i;
     for (int k = 0; k < 3; k++) {
         size_t j = j0;
-        while (j < n && classes[k](c[j].cp))
+        while (j < n && (k == 0   ? is_letter(c[j].cp)
+                         : k == 1 ? is_number(c[j].cp)
+                                  : is_other(c[j].cp)))
             j++;
         if (j > j0)
             return j - i;
