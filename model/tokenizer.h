@@ -1,6 +1,17 @@
-/* tokenizer.h — BERT WordPiece tokenizer, id for id equal to Hugging Face
- * `tokenizers` (BertNormalizer + BertPreTokenizer + WordPiece + the
- * TemplateProcessing/BertProcessing post-processor) for BERT-family models.
+/* tokenizer.h — tokenizers from a Hugging Face model directory, id for id and
+ * offset for offset equal to Hugging Face `tokenizers`.
+ *
+ * tok_load picks the model from tokenizer.json's model.type:
+ *   WordPiece  BERT family (BertNormalizer + BertPreTokenizer + WordPiece), or
+ *              vocab.txt when there is no tokenizer.json;
+ *   Unigram    SentencePiece models (XLM-RoBERTa, multilingual-e5, bge-m3):
+ *              normalizers Precompiled, Replace, Strip, Lowercase, Sequence;
+ *              pre-tokenizers Metaspace, WhitespaceSplit, Sequence;
+ *              post-processors TemplateProcessing, RobertaProcessing,
+ *              BertProcessing; decoders Metaspace, ByteFallback, Fuse, Strip,
+ *              Replace, Sequence.
+ * Any other model type, normalizer, pre-tokenizer, post-processor or decoder
+ * is refused at load, by name, rather than approximated.
  *
  * A tokenizer is loaded once from a model directory and is read-only after,
  * so any number of threads may call tok_encode on it at the same time. */
@@ -31,15 +42,19 @@ const char *tok_strerror(int err);
 typedef struct tok_tokenizer tok_tokenizer;
 
 /* Loads the tokenizer of a Hugging Face model directory: tokenizer.json when
- * present, else vocab.txt with tokenizer_config.json (do_lower_case,
- * strip_accents, tokenize_chinese_chars, the special token names). Anything
- * this tokenizer cannot reproduce exactly (another model type, normalizer or
- * pre-tokenizer, added tokens with lstrip/rstrip/single_word/normalized) is
- * refused rather than approximated. Returns TOK_OK and *out, or TOK_ELOAD /
+ * present (the model chosen by model.type), else vocab.txt with
+ * tokenizer_config.json (WordPiece: do_lower_case, strip_accents,
+ * tokenize_chinese_chars, the special token names). Anything this tokenizer
+ * cannot reproduce exactly (another model type, normalizer, pre-tokenizer or
+ * decoder, added tokens with single_word or normalized) is refused, by name,
+ * rather than approximated. Returns TOK_OK and *out, or TOK_ELOAD /
  * TOK_ENOMEM with a message naming the file and the problem in err. */
 int tok_load(tok_tokenizer **out, const char *model_dir, char *err, size_t err_len);
 
 void tok_free(tok_tokenizer *t);
+
+/* The model family: "WordPiece", "Unigram" or "BPE". */
+const char *tok_model_type(const tok_tokenizer *t);
 
 /* A token's place in the input: bytes [start, end) of the text given to
  * tok_encode. Special tokens added by the post-processor have {0, 0}. */
@@ -53,6 +68,11 @@ typedef struct tok_span {
 typedef struct tok_output {
     int32_t *ids;      /* [capacity] */
     tok_span *offsets; /* [capacity], or NULL when not wanted */
+    uint8_t *special;  /* [capacity], or NULL: 1 for a token the post-processor
+                          added, else 0 (the library's special_tokens_mask: an
+                          added token written in the text, "<mask>", is 0).
+                          Use it, not an empty span, to tell them: trimmed
+                          offsets (BPE) can leave spaces with an empty span. */
     int32_t capacity;
     int32_t n;       /* out: ids written (after truncation) */
     int32_t n_full;  /* out: tokens the input has without truncation, specials included */
@@ -67,13 +87,28 @@ typedef struct tok_output {
  * Invalid UTF-8 (overlong forms, surrogates, > U+10FFFF, cut sequences) gives
  * TOK_EUTF8 and error_at. capacity below tok_num_special() gives TOK_EINVAL.
  *
- * Memory: besides the caller's arrays, O(max_input_chars_per_word) scratch,
- * plus, only for runs of reorderable combining marks that strip_accents keeps,
- * 16 bytes per mark of the longest such run (at most 16 bytes per input byte).
+ * Memory, WordPiece: besides the caller's arrays, O(max_input_chars_per_word)
+ * scratch, plus, only for runs of reorderable combining marks that
+ * strip_accents keeps, 16 bytes per mark of the longest such run (at most 16
+ * bytes per input byte). Unigram and BPE normalize the text between two
+ * added tokens whole, as the library does (tok_pipeline.c): with N the
+ * normalized characters of that text and W those of its longest word, at
+ * most 176 N + 200 W bytes (four arrays of 12-byte characters and the word
+ * bounds, each grown by doubling; the word's bytes, lattice or merge queue).
+ * N is at most len times the normalizers' growth (a charsmap rule's longest
+ * right side, 3 for Lowercase, a Replace's content) times 2 for Metaspace or
+ * 8 for ByteLevel; for ordinary text N is about len and W is small.
  * Time is linear in len: the whole input is read even when truncating, to
  * give n_full. Thread-safe on a shared tokenizer. On error, ids and offsets
  * are unspecified. */
 int tok_encode(const tok_tokenizer *t, const char *text, size_t len, int truncate, tok_output *out);
+
+/* Token ids back to text, as the tokenizer's decoder does (Hugging Face
+ * `decode`): skip_special drops the special added tokens (<s>, [CLS], ...).
+ * On TOK_OK *text is a malloc'd NUL-terminated string of *len bytes that the
+ * caller frees. An id outside the vocabulary gives TOK_EINVAL. */
+int tok_decode(const tok_tokenizer *t, const int32_t *ids, size_t n, int skip_special, char **text,
+               size_t *len);
 
 /* Number of special tokens the post-processor adds to one sequence (2 for
  * [CLS] ... [SEP]). */

@@ -2,7 +2,7 @@
 """Writes the raw seed inputs of every fuzz target into OUT/<target>/.
 
 Seeds come from the end-to-end tests' request bodies (tests/e2e/), the
-tokenizer cases (tests/golden/tokenizer_cases.json), the real model's
+tokenizer cases (tests/golden/tokenizer_cases.json and unigram_cases.json), the real model's
 safetensors header (shapes cut down so the file stays small and valid) and
 config/attnserve.json. `make fuzz-seeds` runs this and folds the result into
 tests/fuzz/corpus/ with libFuzzer's -merge=1, which keeps only inputs that
@@ -16,6 +16,7 @@ import sys
 OUT = sys.argv[1]
 MODEL = sys.argv[2] if len(sys.argv) > 2 else "models/all-MiniLM-L6-v2"
 seeds = {t: [] for t in ("attention", "embeddings", "embed", "tokenize", "tokenizer",
+                         "tokenizer_unigram", "tokenizer_bpe",
                          "safetensors", "config")}
 
 
@@ -119,6 +120,18 @@ for raw in (b"caf\xe9", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xc0\xaf", b"a\x
             b"\xe2\x82", "\u0301" * 40 + "e", "[CLS][SEP][UNK][MASK][PAD]", "a" * 300,
             "supercalifragilisticexpialidocious" * 4):
     add("tokenizer", b"\x0f" + (raw if isinstance(raw, bytes) else raw.encode()))
+
+# The Unigram tokenizer's chosen cases (tests/golden/unigram_cases.json: the
+# multilingual, combining-mark, whitespace and added-token texts) and broken UTF-8.
+ug = json.load(open("tests/golden/unigram_cases.json"))
+for target in ("tokenizer_unigram", "tokenizer_bpe"):
+    for c in ug["cases"][:ug["fixed_cases"]]:
+        for flags in (b"\x0f", b"\x05"):
+            add(target, flags + c["text"].encode("utf-8", "surrogatepass"))
+    for raw in (b"caf\xe9", b"\xed\xa0\x80", b"a <mask>\xc3", "\u0301" * 40 + "e",
+                "  <mask>  <s></s>", "\r\n" * 20, "\ufb01\u0301" * 10, "a \u2003 b  c\t\td",
+                "it's we're they'll I'd 've", "x" * 400):
+        add(target, b"\x0f" + (raw if isinstance(raw, bytes) else raw.encode()))
 
 # ---- safetensors: the real header with every dimension cut to <= 2 ----
 def st_file(header, data):

@@ -1,0 +1,22 @@
+# mk/tokenizer.mk — the tokenizer test data, remade from PyPI packages.
+#
+#   make tokenizer-goldens   retrain the tiny SentencePiece model, convert it
+#                            with transformers (tests/golden/xlmr-tiny) and
+#                            write the Hugging Face `tokenizers` goldens
+#                            (unigram_cases.json, unigram-*/, roberta-tiny/,
+#                            wordpiece_decode.json); then regenerate
+#                            model/tok_tables.c
+#
+# The results are committed, so `make test` needs none of these packages; the
+# virtualenv (scripts/tok-venv.sh, build/venv-tok) is made on first use.
+
+TOK_VENV := build/venv-tok
+
+.PHONY: tokenizer-goldens
+
+tokenizer-goldens: model
+	@scripts/tok-venv.sh $(TOK_VENV) >/dev/null
+	$(TOK_VENV)/bin/python tests/golden/make_unigram_tokenizer.py
+	$(TOK_VENV)/bin/python tests/golden/make_unigram_cases.py
+	$(TOK_VENV)/bin/python tests/golden/make_wordpiece_decode.py $(MODEL_DIR)
+	$(TOK_VENV)/bin/python scripts/gen_tok_tables.py > model/tok_tables.c

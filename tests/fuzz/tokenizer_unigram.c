@@ -1,0 +1,13 @@
+/* tokenizer_unigram.c — fuzzes tok_encode and tok_decode on arbitrary bytes
+ * with the SentencePiece Unigram tokenizer of tests/golden/xlmr-tiny (a real
+ * nmt_nfkc charsmap, Metaspace, <mask> with lstrip); the checks are in
+ * tokenizer_common.h. */
+#include "tokenizer_common.h"
+
+static const tok_tokenizer *fuzz_tokenizer(void) {
+    return tokenizer_at("tests/golden/xlmr-tiny");
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    return fuzz_tokenizer_one(data, size);
+}

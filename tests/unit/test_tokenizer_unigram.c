@@ -1,0 +1,462 @@
+/* test_tokenizer_unigram.c — the Unigram tokenizer against Hugging Face
+ * `tokenizers` on a real SentencePiece model converted to tokenizer.json by
+ * `transformers` (tests/golden/xlmr-tiny, made by make_unigram_tokenizer.py;
+ * cases in tests/golden/unigram_cases.json, made by make_unigram_cases.py):
+ * ids, byte offsets and decoded text of every case, then the pieces on their
+ * own (truncation, invalid UTF-8, what is refused at load). */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "model/tokenizer.h"
+
+#define TOK_DIR    "tests/golden/xlmr-tiny"
+#define CASES_FILE "tests/golden/unigram_cases.json"
+#define CAP        4096
+
+static tok_tokenizer *load_xlmr(void) {
+    char err[512] = "";
+    tok_tokenizer *t = NULL;
+    int rc = tok_load(&t, TOK_DIR, err, sizeof err);
+    cr_assert_eq(rc, TOK_OK, "cannot load %s: %s", TOK_DIR, err);
+    cr_assert_str_eq(tok_model_type(t), "Unigram");
+    return t;
+}
+
+static json_t *load_cases_from(const char *file, size_t at_least) {
+    json_error_t jerr;
+    json_t *root = json_load_file(file, JSON_ALLOW_NUL, &jerr);
+    cr_assert_not_null(root, "%s:%d: %s", file, jerr.line, jerr.text);
+    json_t *cases = json_object_get(root, "cases");
+    cr_assert(json_array_size(cases) >= at_least, "%s holds too few cases", file);
+    json_incref(cases);
+    json_decref(root);
+    return cases;
+}
+
+static json_t *load_cases(void) {
+    return load_cases_from(CASES_FILE, 3000);
+}
+
+static void escape(const char *s, size_t n, char *dst, size_t cap) {
+    size_t o = 0;
+    for (size_t i = 0; i < n && o + 8 < cap; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c >= 0x20 && c < 0x7F && c != '\\')
+            dst[o++] = (char)c;
+        else
+            o += (size_t)snprintf(dst + o, cap - o, "\\x%02x", c);
+    }
+    dst[o] = '\0';
+}
+
+typedef struct result {
+    int32_t ids[CAP];
+    tok_span offsets[CAP];
+    uint8_t special[CAP];
+    tok_output out;
+} result;
+
+enum { CHECK_IDS = 1, CHECK_OFFSETS = 2, CHECK_DECODE = 4 };
+
+/* One case; on a mismatch, the details in why and 0. */
+static int check_case(const tok_tokenizer *t, json_t *c, int what, char *why, size_t cap) {
+    json_t *jt = json_object_get(c, "text");
+    const char *text = json_string_value(jt);
+    size_t len = json_string_length(jt);
+    json_t *ids = json_object_get(c, "ids"), *offs = json_object_get(c, "offsets");
+    static _Thread_local result r;
+    char esc[512];
+    escape(text, len, esc, sizeof esc);
+    r.out = (tok_output){.ids = r.ids, .offsets = r.offsets, .special = r.special, .capacity = CAP};
+    int rc = tok_encode(t, text, len, 0, &r.out);
+    if (rc != TOK_OK) {
+        snprintf(why, cap, "\"%s\": tok_encode: %s", esc, tok_strerror(rc));
+        return 0;
+    }
+    size_t n = json_array_size(ids);
+    for (size_t i = 0; i < n || i < (size_t)r.out.n; i++) {
+        int32_t want = i < n ? (int32_t)json_integer_value(json_array_get(ids, i)) : -1;
+        int32_t got = i < (size_t)r.out.n ? r.ids[i] : -1;
+        if (want != got) {
+            const char *gs = tok_id_to_token(t, got), *ws = tok_id_to_token(t, want);
+            snprintf(why, cap, "\"%s\": token %zu is %d \"%s\", expected %d \"%s\" (%d vs %zu)",
+                     esc, i, got, gs ? gs : "-", want, ws ? ws : "-", r.out.n, n);
+            return 0;
+        }
+        int want_special =
+            (int)json_integer_value(json_array_get(json_object_get(c, "special"), i));
+        if (r.special[i] != want_special) {
+            snprintf(why, cap, "\"%s\": token %zu (%d) special %d, expected %d", esc, i, got,
+                     r.special[i], want_special);
+            return 0;
+        }
+        if (!(what & CHECK_OFFSETS))
+            continue;
+        json_t *o = json_array_get(offs, i);
+        uint32_t s = (uint32_t)json_integer_value(json_array_get(o, 0));
+        uint32_t e = (uint32_t)json_integer_value(json_array_get(o, 1));
+        if (r.offsets[i].start != s || r.offsets[i].end != e) {
+            snprintf(why, cap, "\"%s\": token %zu (%d) spans [%u, %u), expected [%u, %u)", esc, i,
+                     got, r.offsets[i].start, r.offsets[i].end, s, e);
+            return 0;
+        }
+    }
+    if (r.out.n_full != (int32_t)n) {
+        snprintf(why, cap, "\"%s\": n_full %d, expected %zu", esc, r.out.n_full, n);
+        return 0;
+    }
+    if (!(what & CHECK_DECODE))
+        return 1;
+    static const char *const keys[2] = {"decoded_special", "decoded"};
+    for (int skip = 0; skip < 2; skip++) {
+        json_t *want = json_object_get(c, keys[skip]);
+        char *got = NULL;
+        size_t got_len = 0;
+        rc = tok_decode(t, r.ids, (size_t)r.out.n, skip, &got, &got_len);
+        if (rc != TOK_OK || got_len != json_string_length(want) ||
+            memcmp(got, json_string_value(want), got_len) != 0) {
+            char g[256] = "", w[256];
+            if (got)
+                escape(got, got_len, g, sizeof g);
+            escape(json_string_value(want), json_string_length(want), w, sizeof w);
+            snprintf(why, cap,
+                     "\"%s\": decode (skip_special %d) gives \"%s\" (%s), expected \"%s\"", esc,
+                     skip, g, tok_strerror(rc), w);
+            free(got);
+            return 0;
+        }
+        free(got);
+    }
+    return 1;
+}
+
+static size_t check_cases(const tok_tokenizer *t, json_t *cases, int what, const char *name) {
+    size_t i, bad = 0;
+    json_t *c;
+    char first[4][1200], why[1024];
+    json_array_foreach(cases, i, c) {
+        if (!check_case(t, c, what, why, sizeof why)) {
+            if (bad < 4)
+                snprintf(first[bad], sizeof first[bad], "case %zu: %s", i, why);
+            bad++;
+        }
+    }
+    size_t total = json_array_size(cases);
+    cr_expect_eq(bad, 0, "%s: %zu of %zu cases differ from HF tokenizers; first: %s | %s | %s | %s",
+                 name, bad, total, bad > 0 ? first[0] : "", bad > 1 ? first[1] : "",
+                 bad > 2 ? first[2] : "", bad > 3 ? first[3] : "");
+    return total - bad;
+}
+
+static size_t check_all(const tok_tokenizer *t, int what, const char *name) {
+    json_t *cases = load_cases();
+    size_t ok = check_cases(t, cases, what, name);
+    json_decref(cases);
+    return ok;
+}
+
+Test(tokenizer_unigram, golden_ids) {
+    tok_tokenizer *t = load_xlmr();
+    size_t ok = check_all(t, CHECK_IDS, "ids");
+    printf("tokenizer_unigram: ids of %zu cases equal to HF tokenizers\n", ok);
+    tok_free(t);
+}
+
+Test(tokenizer_unigram, golden_offsets) {
+    tok_tokenizer *t = load_xlmr();
+    check_all(t, CHECK_IDS | CHECK_OFFSETS, "ids and byte offsets");
+    tok_free(t);
+}
+
+Test(tokenizer_unigram, golden_decode) {
+    tok_tokenizer *t = load_xlmr();
+    check_all(t, CHECK_IDS | CHECK_DECODE, "decode");
+    tok_free(t);
+}
+
+/* Other layouts of the same model (make_unigram_cases.py, variants()): the
+ * older hub layout, prepend_scheme "first" with Lowercase/Replace/Strip and
+ * RobertaProcessing, and byte fallback with a Llama-style decoder chain. */
+static const char *const variants[] = {"legacy", "first", "bytefallback"};
+
+Test(tokenizer_unigram, golden_variants) {
+    for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
+        char dir[256], file[300], err[512] = "";
+        snprintf(dir, sizeof dir, "tests/golden/unigram-%s", variants[v]);
+        snprintf(file, sizeof file, "%s/cases.json", dir);
+        tok_tokenizer *t = NULL;
+        cr_assert_eq(tok_load(&t, dir, err, sizeof err), TOK_OK, "%s: %s", dir, err);
+        json_t *cases = load_cases_from(file, 800);
+        size_t ok = check_cases(t, cases, CHECK_IDS | CHECK_OFFSETS | CHECK_DECODE, dir);
+        printf("tokenizer_unigram: %s: ids, offsets and decode of %zu cases equal to HF "
+               "tokenizers\n",
+               variants[v], ok);
+        json_decref(cases);
+        tok_free(t);
+    }
+}
+
+/* A byte-level BPE in RoBERTa's layout, trained by `tokenizers` on the same
+ * text (tests/golden/roberta-tiny): ByteLevel pre-tokenizer and decoder,
+ * RobertaProcessing with trim_offsets, <mask> added past the vocabulary. */
+Test(tokenizer_unigram, golden_bpe_roberta) {
+    char err[512] = "";
+    tok_tokenizer *t = NULL;
+    cr_assert_eq(tok_load(&t, "tests/golden/roberta-tiny", err, sizeof err), TOK_OK, "%s", err);
+    cr_expect_str_eq(tok_model_type(t), "BPE");
+    json_t *cases = load_cases_from("tests/golden/roberta-tiny/cases.json", 1500);
+    size_t ok = check_cases(t, cases, CHECK_IDS | CHECK_OFFSETS | CHECK_DECODE, "roberta-tiny");
+    printf("tokenizer_unigram: BPE: ids, offsets and decode of %zu cases equal to HF "
+           "tokenizers\n",
+           ok);
+    json_decref(cases);
+    tok_free(t);
+}
+
+static void *worker(void *arg) {
+    const tok_tokenizer *t = arg;
+    json_t *cases = load_cases();
+    char why[1024];
+    size_t i, bad = 0;
+    json_t *c;
+    json_array_foreach(cases, i, c) bad +=
+        !check_case(t, c, CHECK_IDS | CHECK_OFFSETS, why, sizeof why);
+    json_decref(cases);
+    return (void *)bad;
+}
+
+Test(tokenizer_unigram, concurrent) {
+    tok_tokenizer *t = load_xlmr();
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(pthread_create(&th[i], NULL, worker, t), 0);
+    size_t bad = 0;
+    for (int i = 0; i < 4; i++) {
+        void *r;
+        pthread_join(th[i], &r);
+        bad += (size_t)r;
+    }
+    cr_expect_eq(bad, 0, "%zu mismatches under concurrency", bad);
+    tok_free(t);
+}
+
+Test(tokenizer_unigram, specials_and_vocabulary) {
+    tok_tokenizer *t = load_xlmr();
+    cr_expect_eq(tok_num_special(t), 2);
+    cr_expect_eq(tok_unk_id(t), 3);
+    cr_expect_str_eq(tok_id_to_token(t, 0), "<s>");
+    cr_expect_eq(tok_token_to_id(t, "</s>", 4), 2);
+    cr_expect_eq(tok_token_to_id(t, "<mask>", 6), tok_vocab_size(t) - 1);
+    cr_expect_null(tok_id_to_token(t, tok_vocab_size(t)));
+    cr_expect_null(tok_id_to_token(t, -1));
+    int32_t bad[] = {0, tok_vocab_size(t)};
+    char *text = NULL;
+    size_t len = 0;
+    cr_expect_eq(tok_decode(t, bad, 2, 1, &text, &len), TOK_EINVAL);
+    cr_expect_null(text);
+    tok_free(t);
+}
+
+Test(tokenizer_unigram, truncation_and_errors) {
+    tok_tokenizer *t = load_xlmr();
+    const char *text = "Бързата кафява лисица прескача мързеливото куче.";
+    int32_t ids[64], full[64];
+    tok_span offs[64];
+    tok_output out = {.ids = full, .offsets = offs, .capacity = 64};
+    cr_assert_eq(tok_encode(t, text, strlen(text), 0, &out), TOK_OK);
+    int32_t n_full = out.n;
+    cr_assert_gt(n_full, 6);
+    out = (tok_output){.ids = ids, .offsets = offs, .capacity = 5};
+    cr_expect_eq(tok_encode(t, text, strlen(text), 0, &out), TOK_ETOOLONG);
+    cr_expect_eq(out.n_full, n_full);
+    cr_assert_eq(tok_encode(t, text, strlen(text), 1, &out), TOK_OK);
+    cr_expect_eq(out.n, 5);
+    cr_expect_eq(ids[0], 0);
+    cr_expect_eq(ids[4], 2);
+    cr_expect_arr_eq(ids + 1, full + 1, 3 * sizeof(int32_t));
+    out.capacity = 1;
+    cr_expect_eq(tok_encode(t, text, strlen(text), 1, &out), TOK_EINVAL);
+    const char bad[] = "ok \xC3\x28 no";
+    out.capacity = 64;
+    cr_expect_eq(tok_encode(t, bad, sizeof bad - 1, 0, &out), TOK_EUTF8);
+    cr_expect_eq(out.error_at, 3);
+    const char surrogate[] = "\xED\xA0\x80";
+    cr_expect_eq(tok_encode(t, surrogate, 3, 0, &out), TOK_EUTF8);
+    tok_free(t);
+}
+
+/* Writes tokenizer.json in a fresh directory, loads it, and expects a refusal
+ * whose message contains want. */
+static void expect_refused(const char *json, const char *want) {
+    char dir[] = "/tmp/attn-ug-XXXXXX", path[256], err[512] = "";
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs(json, f);
+    fclose(f);
+    tok_tokenizer *t = (tok_tokenizer *)1;
+    int rc = tok_load(&t, dir, err, sizeof err);
+    unlink(path);
+    rmdir(dir);
+    cr_expect_eq(rc, TOK_ELOAD, "loaded although %s should be refused", want);
+    cr_expect_null(t);
+    cr_expect(strstr(err, want), "message \"%s\" does not say \"%s\"", err, want);
+}
+
+#define UG_MODEL                                                                                   \
+    "\"model\": {\"type\": \"Unigram\", \"unk_id\": 0, \"vocab\": [[\"<unk>\", 0], [\"a\", -1]]}"
+
+Test(tokenizer_unigram, refused_by_name) {
+    expect_refused("{\"model\": {\"type\": \"BPE\", \"dropout\": 0.1, \"vocab\": {\"a\": 0}, "
+                   "\"merges\": []}}",
+                   "BPE with dropout is not supported");
+    expect_refused("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}",
+                   "only with the ByteLevel pre-tokenizer");
+    expect_refused("{\"model\": {\"type\": \"WordLevel\"}}", "model type WordLevel");
+    expect_refused("{" UG_MODEL ", \"normalizer\": {\"type\": \"NFKC\"}}", "normalizer NFKC");
+    expect_refused("{" UG_MODEL ", \"normalizer\": {\"type\": \"Replace\", \"pattern\": "
+                   "{\"Regex\": \"[0-9]+\"}, \"content\": \"\"}}",
+                   "pattern [0-9]+ is not supported");
+    expect_refused("{" UG_MODEL ", \"pre_tokenizer\": {\"type\": \"CharDelimiterSplit\"}}",
+                   "pre_tokenizer CharDelimiterSplit");
+    expect_refused("{" UG_MODEL ", \"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": "
+                   "{\"Regex\": \"x\"}}}",
+                   "pre_tokenizer Split");
+    expect_refused("{" UG_MODEL ", \"post_processor\": {\"type\": \"ByteLevel\"}}",
+                   "post_processor ByteLevel");
+    expect_refused("{" UG_MODEL ", \"decoder\": {\"type\": \"CTC\"}}", "decoder CTC");
+    expect_refused("{" UG_MODEL ", \"added_tokens\": [{\"id\": 0, \"content\": \"<unk>\", "
+                   "\"normalized\": true}]}",
+                   "normalized");
+    expect_refused("{\"model\": {\"type\": \"Unigram\", \"vocab\": [[\"a\", -1]]}}", "unk_id");
+    expect_refused("{" UG_MODEL ", \"normalizer\": {\"type\": \"Precompiled\", "
+                   "\"precompiled_charsmap\": \"AAAA\"}}",
+                   "not a SentencePiece charsmap");
+}
+
+/* A hand-made model: byte fallback, the Viterbi choice, unk fusion. */
+Test(tokenizer_unigram, byte_fallback_and_unk) {
+    char dir[] = "/tmp/attn-ug-XXXXXX", path[256], err[512] = "";
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs("{\"model\": {\"type\": \"Unigram\", \"unk_id\": 0, \"byte_fallback\": true, \"vocab\": "
+          "[[\"<unk>\", 0], [\"ab\", -1], [\"a\", -2], [\"b\", -2], [\"abc\", -4], [\"c\", -1],"
+          " [\"<0xC3>\", -5], [\"<0xA9>\", -5]]},"
+          " \"decoder\": {\"type\": \"Sequence\", \"decoders\": [{\"type\": \"ByteFallback\"},"
+          " {\"type\": \"Fuse\"}]}}",
+          f);
+    fclose(f);
+    tok_tokenizer *t = NULL;
+    int rc = tok_load(&t, dir, err, sizeof err);
+    unlink(path);
+    rmdir(dir);
+    cr_assert_eq(rc, TOK_OK, "%s", err);
+    int32_t ids[16];
+    tok_span offs[16];
+    tok_output out = {.ids = ids, .offsets = offs, .capacity = 16};
+    /* "ab"+"c" scores -2, better than "abc" at -4. */
+    cr_assert_eq(tok_encode(t, "abc", 3, 0, &out), TOK_OK);
+    cr_expect_eq(out.n, 2);
+    cr_expect_eq(ids[0], 1);
+    cr_expect_eq(ids[1], 5);
+    /* é is no piece: its two bytes, both spanning the character. */
+    cr_assert_eq(tok_encode(t, "\xC3\xA9", 2, 0, &out), TOK_OK);
+    cr_expect_eq(out.n, 2);
+    cr_expect_eq(ids[0], 6);
+    cr_expect_eq(ids[1], 7);
+    cr_expect_eq(offs[1].start, 0);
+    cr_expect_eq(offs[1].end, 2);
+    char *text = NULL;
+    size_t len = 0;
+    cr_assert_eq(tok_decode(t, ids, 2, 1, &text, &len), TOK_OK);
+    cr_expect_str_eq(text, "\xC3\xA9");
+    free(text);
+    /* Two unknown characters without byte pieces fuse into one unk. */
+    cr_assert_eq(tok_encode(t, "xyc", 3, 0, &out), TOK_OK);
+    cr_expect_eq(out.n, 2);
+    cr_expect_eq(ids[0], 0);
+    cr_expect_eq(offs[0].end, 2);
+    cr_expect_eq(ids[1], 5);
+    tok_free(t);
+}
+
+/* RobertaProcessing's trim_offsets with a multi-byte space, which the golden
+ * cases cannot hold (the Python binding reports character offsets): the
+ * library takes the count of space characters off byte offsets, so the
+ * piece "\u2003" at bytes [2, 5) of "em\u2003space" becomes [3, 4). */
+Test(tokenizer_unigram, trim_offsets_counts_characters) {
+    char err[512] = "";
+    tok_tokenizer *t = NULL;
+    cr_assert_eq(tok_load(&t, "tests/golden/unigram-first", err, sizeof err), TOK_OK, "%s", err);
+    int32_t ids[32];
+    tok_span offs[32];
+    tok_output out = {.ids = ids, .offsets = offs, .capacity = 32};
+    const char *text = "em\xE2\x80\x83space";
+    cr_assert_eq(tok_encode(t, text, strlen(text), 0, &out), TOK_OK);
+    int found = 0;
+    for (int32_t i = 0; i < out.n; i++) {
+        const char *s = tok_id_to_token(t, ids[i]);
+        if (ids[i] == tok_unk_id(t) || (s && strcmp(s, "\xE2\x80\x83") == 0)) {
+            cr_expect_eq(offs[i].start, 3);
+            cr_expect_eq(offs[i].end, 4);
+            found = 1;
+        }
+    }
+    cr_expect(found, "no token for the em space");
+    tok_free(t);
+}
+
+/* tok_decode of the WordPiece tokenizer (models/all-MiniLM-L6-v2, `make
+ * model`) against the library on the ids of every WordPiece golden case
+ * (tests/golden/wordpiece_decode.json, make_wordpiece_decode.py). */
+Test(tokenizer_unigram, wordpiece_decode) {
+    const char *dir = getenv("ATTN_TEST_MODEL_DIR");
+    char err[512] = "";
+    tok_tokenizer *t = NULL;
+    dir = dir && *dir ? dir : "models/all-MiniLM-L6-v2";
+    cr_assert_eq(tok_load(&t, dir, err, sizeof err), TOK_OK, "%s (run `make model`)", err);
+    json_t *cases = load_cases_from("tests/golden/wordpiece_decode.json", 200);
+    size_t i, bad = 0;
+    json_t *c;
+    char first[1024] = "";
+    json_array_foreach(cases, i, c) {
+        json_t *jids = json_object_get(c, "ids");
+        size_t n = json_array_size(jids);
+        int32_t ids[CAP];
+        cr_assert_leq(n, CAP);
+        for (size_t k = 0; k < n; k++)
+            ids[k] = (int32_t)json_integer_value(json_array_get(jids, k));
+        static const char *const keys[2] = {"decoded_special", "decoded"};
+        for (int skip = 0; skip < 2; skip++) {
+            json_t *want = json_object_get(c, keys[skip]);
+            char *got = NULL;
+            size_t len = 0;
+            int rc = tok_decode(t, ids, n, skip, &got, &len);
+            if (rc != TOK_OK || len != json_string_length(want) ||
+                memcmp(got, json_string_value(want), len) != 0) {
+                if (!bad++) {
+                    char g[256] = "", w[256];
+                    if (got)
+                        escape(got, len, g, sizeof g);
+                    escape(json_string_value(want), json_string_length(want), w, sizeof w);
+                    snprintf(first, sizeof first, "case %zu skip %d: \"%s\", expected \"%s\"", i,
+                             skip, g, w);
+                }
+            }
+            free(got);
+        }
+    }
+    cr_expect_eq(bad, 0, "%zu WordPiece decodes differ from HF tokenizers; first: %s", bad, first);
+    printf("tokenizer_unigram: WordPiece decode of %zu cases equal to HF tokenizers\n",
+           json_array_size(cases) - bad / 2);
+    json_decref(cases);
+    tok_free(t);
+}
