@@ -2,15 +2,19 @@
 #   make tsan-http   the server built with SANITIZE=thread (build-san-thread/),
 #                    and the bad clients of the catalogue that exercise the
 #                    connection watch thread, the cancel of a parked request
-#                    and its resume against it; any report fails the run
+#                    and its resume against it, the drain's linger, idle
+#                    connections evicted at max_connections and the framing
+#                    checks; any report fails the run
 #                    (tests/e2e/conftest.py checks every server's log).
 # The disconnect-while-queued test itself is left out: its slow batches take
 # minutes under TSan; test_clients_racing_their_answers races the same paths.
-TSAN_HTTP_TESTS := catalogue and (racing or slowloris or max_connections or pipelined \
-                   or chunked or received_in_full)
+TSAN_HTTP_TESTS := (catalogue and (racing or slowloris or max_connections or pipelined \
+                   or chunked or received_in_full)) or test_connections \
+                   or ambiguous_framing_directly
 
 .PHONY: tsan-http
 tsan-http:
 	@$(MAKE) --no-print-directory SANITIZE=thread build-san-thread/attnserve
-	@TSAN_OPTIONS=halt_on_error=0 tests/e2e/run.sh build-san-thread/attnserve \
+	@TSAN_OPTIONS=halt_on_error=0 ATTNSERVE_E2E_READY_TIMEOUT_S=300 \
+		tests/e2e/run.sh build-san-thread/attnserve \
 		-k "$(TSAN_HTTP_TESTS)"

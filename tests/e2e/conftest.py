@@ -79,7 +79,11 @@ class Server:
 
     # Start-up self-tests every backend before /ready (issue 7): about a second
     # of CPU, several under the sanitizers on a busy machine.
-    def wait_ready(self, timeout=30):
+    def wait_ready(self, timeout=None):
+        # ATTNSERVE_E2E_READY_TIMEOUT_S: a ThreadSanitizer build self-tests for
+        # over a minute on a loaded two-core machine (make tsan-http sets it).
+        if timeout is None:
+            timeout = float(os.environ.get("ATTNSERVE_E2E_READY_TIMEOUT_S", "30"))
         end = time.time() + timeout
         while time.time() < end:
             if self.proc.poll() is not None:

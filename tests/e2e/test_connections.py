@@ -18,7 +18,7 @@ import requests
 
 from conftest import wait_for
 
-LINGER_MS = 1500
+LINGER_MS = 6000  # long enough for the checks below even under TSan on a loaded machine
 
 
 def raw(method, path, body=b""):
