@@ -192,14 +192,15 @@ typedef void (*tile_fn)(const tile_args *t);
     static void tile_##mr##_##nv(const tile_args *t) {                                             \
         tile(mr, nv, t);                                                                           \
     }
+/* One specialisation per tile shape, so every loop bound in tile() is a
+ * constant and the accumulators stay in registers. */
+// clang-format off
 #define TILE_ROW(mr) TILE_FN(mr, 1) TILE_FN(mr, 2) TILE_FN(mr, 3) TILE_FN(mr, 4)
-TILE_ROW(1)
-TILE_ROW(2)
-TILE_ROW(3) TILE_ROW(4) TILE_ROW(5) TILE_ROW(6)
-#define TILE_REF(mr)                                                                               \
-    { tile_##mr##_1, tile_##mr##_2, tile_##mr##_3, tile_##mr##_4 }
-    static const tile_fn tiles[MR][NV] = {TILE_REF(1), TILE_REF(2), TILE_REF(3),
-                                          TILE_REF(4), TILE_REF(5), TILE_REF(6)};
+TILE_ROW(1) TILE_ROW(2) TILE_ROW(3) TILE_ROW(4) TILE_ROW(5) TILE_ROW(6)
+#define TILE_REF(mr) {tile_##mr##_1, tile_##mr##_2, tile_##mr##_3, tile_##mr##_4}
+static const tile_fn tiles[MR][NV] = {TILE_REF(1), TILE_REF(2), TILE_REF(3),
+                                      TILE_REF(4), TILE_REF(5), TILE_REF(6)};
+// clang-format on
 
 typedef struct run_ctx {
     const gemm_bf16_weights *w;
