@@ -845,7 +845,9 @@ static int early_answer(http_request *req) {
 static bool answer_too_large_now(http_request *req) {
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(req->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-    json_t *err = srv_error_body(SRV_ETOOLARGE, req->pending_msg);
+    json_t *err = req->errors == HTTP_ERRORS_TEI
+                      ? srv_error_body_tei(SRV_ETOOLARGE, req->pending_msg)
+                      : srv_error_body(SRV_ETOOLARGE, req->pending_msg);
     char *body = err ? json_dumps(err, JSON_COMPACT) : NULL;
     json_decref(err);
     if (!ci || !body) {

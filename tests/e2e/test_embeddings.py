@@ -270,7 +270,6 @@ BAD_TYPES = [
     ("/v1/embeddings", {"input": "a", "temperature": 1}),
     ("/v1/embeddings", {}),
     ("/embed", {"inputs": [["a"]]}),
-    ("/embed", {"inputs": [101, 102]}),
     ("/embed", {"inputs": "a", "normalize": "yes"}),
     ("/embed", {"inputs": "a", "truncate": 1}),
     ("/embed", {"input": "a"}),
@@ -287,7 +286,8 @@ def test_400_wrong_types(server, path, body):
 @pytest.mark.parametrize("path,field", [("/v1/embeddings", "input"), ("/embed", "inputs"),
                                         ("/tokenize", "inputs")])
 def test_400_empty_inputs(server, path, field):
-    for value in ("", [], ["ok", ""]):
+    # TEI embeds an empty string as [CLS] [SEP]; only an empty list is refused.
+    for value in ([],) if path == "/embed" else ("", [], ["ok", ""]):
         err = assert_error(post(server, path, {field: value}), 400)
         assert "empty" in err["message"]
     if path == "/v1/embeddings":
