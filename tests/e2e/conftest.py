@@ -310,7 +310,7 @@ def assert_error(r, status, etype=None):
             assert body["error_type"] == TEI_TYPES.get(etype, "Validation"), body
         return {"message": body["error"], "type": body["error_type"], "code": status}
     err = r.json()["error"]
-    assert set(err) == {"message", "type", "code"}
+    assert set(err) == {"message", "type", "param", "code"}
     assert err["code"] == status and err["message"]
     if etype:
         assert err["type"] == etype
