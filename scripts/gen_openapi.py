@@ -245,16 +245,15 @@ SCHEMAS = {
                                  "embedding": {"type": "array", "items": {
                                      "type": "array", "items": {"type": "number"}}}}}},
     # ---- Infinity ----
+    "Model": {
+        "type": "object", "required": ["id", "object", "created", "owned_by"],
+        "properties": {"id": {"type": "string"}, "object": {"const": "model"},
+                       "created": {"type": "integer"}, "owned_by": {"type": "string"}},
+    },
     "ModelList": {
         "type": "object", "required": ["object", "data"],
-        "properties": {
-            "object": {"const": "list"},
-            "data": {"type": "array", "items": {
-                "type": "object", "required": ["id", "object", "created", "owned_by"],
-                "properties": {"id": {"type": "string"}, "object": {"const": "model"},
-                               "created": {"type": "integer"},
-                               "owned_by": {"type": "string"}}}},
-        },
+        "properties": {"object": {"const": "list"},
+                       "data": {"type": "array", "items": ref("Model")}},
     },
 }
 
@@ -313,6 +312,15 @@ PATHS = {
     "/v1/embeddings": post("OpenAI embeddings.", ref("OpenAIEmbeddingRequest"),
                            ref("OpenAIEmbeddingResponse"), tag="OpenAI",
                            op="openai_embeddings"),
+    "/v1/models": get("OpenAI: the served model and its aliases (model_aliases).",
+                      dict({"200": json_body(ref("ModelList"))}, **errors(OPENAI_ERROR, 401)),
+                      tag="OpenAI", op="openai_models"),
+    "/v1/models/{id}": {"get": dict(
+        get("OpenAI: one model; a name neither served nor an alias is 404 model_not_found.",
+            dict({"200": json_body(ref("Model"))}, **errors(OPENAI_ERROR, 401, 404)),
+            tag="OpenAI", op="openai_model")["get"],
+        parameters=[{"name": "id", "in": "path", "required": True,
+                     "schema": {"type": "string"}}])},
     # Text Embeddings Inference
     "/embed": post("TEI: pooled embeddings.", ref("TeiEmbedRequest"), ref("TeiEmbedResponse"),
                    TEI_ERROR, tag=TEI_TAG, op="embed"),

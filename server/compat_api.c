@@ -191,9 +191,9 @@ size_t compat_decode(const compat_api *c, const int32_t *ids, size_t n, bool ski
 
 /* ---- texts and ids to token ids -------------------------------------------------------- */
 
-/* The longest input the model takes, special tokens included. */
+/* The longest text input, special tokens included: max_seq_length. */
 static int32_t max_len(const compat_api *c) {
-    return c->eapi->model->max_positions;
+    return embed_max_seq_length(c->eapi);
 }
 
 /* The prompt's text for prompt_name (a string, null or absent), as TEI: a
@@ -220,12 +220,11 @@ typedef struct text_opts {
     bool left; /* cut from the start of the text */
 } text_opts;
 
-/* One text as a JSON array of its ids: [CLS] ... [SEP], cut to the model's
- * maximum on the side asked for (the special tokens stay), or refused when
- * longer and truncation is off. */
+/* One text as a JSON array of its ids: [CLS] ... [SEP], cut to
+ * max_seq_length on the side asked for (the special tokens stay), as
+ * sentence-transformers does, or refused when longer and truncation is off. */
 static json_t *text_ids(const compat_api *c, size_t i, const char *text, size_t len,
                         const text_opts *o, refusal *r) {
-    const tok_tokenizer *tok = c->eapi->tok;
     const int32_t max = max_len(c);
     char *joined = NULL;
     if (o->prompt && *o->prompt) {
@@ -239,60 +238,33 @@ static json_t *text_ids(const compat_api *c, size_t i, const char *text, size_t 
         text = joined;
         len += pl;
     }
-    /* A first pass within the maximum tells the full length; a text longer
-     * than it is encoded again in full only to cut it on the left. */
-    int32_t cap = max;
-    int32_t *ids = membudget_malloc((size_t)cap * sizeof *ids);
-    tok_span *sp = membudget_malloc((size_t)cap * sizeof *sp);
+    int32_t *ids = membudget_malloc((size_t)max * sizeof *ids);
+    int32_t n = 0, n_full = 0;
+    size_t error_at = 0;
+    int rc = ids ? embed_tokenize(c->eapi, text, len, o->truncate,
+                                  o->left ? EMBED_TRUNCATE_LEFT : EMBED_TRUNCATE_RIGHT, ids, &n,
+                                  &n_full, &error_at)
+                 : TOK_ENOMEM;
     json_t *out = NULL;
-    tok_output to = {.ids = ids, .offsets = sp, .capacity = cap};
-    int rc = ids && sp ? tok_encode(tok, text, len, 1, &to) : TOK_ENOMEM;
-    if (rc == TOK_OK && to.n_full > max && !o->truncate) {
+    if (rc == TOK_ETOOLONG)
         refuse(r, SRV_EINVALID,
-               "input %zu has %d tokens; the model takes at most %d and truncation is off", i,
-               (int)to.n_full, (int)max);
-        goto done;
-    }
-    if (rc == TOK_OK && to.n_full > max && o->left) {
-        cap = to.n_full;
-        membudget_free(ids);
-        membudget_free(sp);
-        ids = membudget_malloc((size_t)cap * sizeof *ids);
-        sp = membudget_malloc((size_t)cap * sizeof *sp);
-        to = (tok_output){.ids = ids, .offsets = sp, .capacity = cap};
-        rc = ids && sp ? tok_encode(tok, text, len, 0, &to) : TOK_ENOMEM;
-        if (rc == TOK_OK) {
-            /* Leading specials (empty spans) stay, then the last pieces, then
-             * the trailing specials. */
-            int32_t head = 0;
-            while (head < to.n && sp[head].start == sp[head].end)
-                head++;
-            int32_t tail = tok_num_special(tok) - head;
-            int32_t keep = max - head - tail;
-            memmove(ids + head, ids + to.n - tail - keep, (size_t)(keep + tail) * sizeof *ids);
-            to.n = max;
-        }
-    }
-    if (rc == TOK_EUTF8) {
-        refuse(r, SRV_EBADREQUEST, "input %zu is not valid UTF-8 (byte %zu)", i, to.error_at);
-        goto done;
-    }
-    if (rc != TOK_OK) {
+               "input %zu has %d tokens; the model takes at most %d (max_seq_length) and "
+               "truncation is off",
+               i, (int)n_full, (int)max);
+    else if (rc == TOK_EUTF8)
+        refuse(r, SRV_EBADREQUEST, "input %zu is not valid UTF-8 (byte %zu)", i, error_at);
+    else if (rc != TOK_OK)
         refuse(r, rc == TOK_ENOMEM ? SRV_EMEMORY : SRV_EINTERNAL, "tokenizer: %s",
                tok_strerror(rc));
-        goto done;
-    }
-    out = json_array();
-    for (int32_t k = 0; out && k < to.n; k++)
-        if (json_array_append_new(out, json_integer(ids[k])) != 0) {
-            json_decref(out);
-            out = NULL;
-        }
-    if (!out)
+    else if ((out = json_array()))
+        for (int32_t k = 0; out && k < n; k++)
+            if (json_array_append_new(out, json_integer(ids[k])) != 0) {
+                json_decref(out);
+                out = NULL;
+            }
+    if (rc == TOK_OK && !out)
         refuse(r, SRV_EMEMORY, "out of memory");
-done:
     membudget_free(ids);
-    membudget_free(sp);
     membudget_free(joined);
     return out;
 }
@@ -387,14 +359,11 @@ static int tei_text_opts(const compat_api *c, json_t *truncate, json_t *directio
                          json_t *prompt_name, text_opts *o, refusal *r) {
     if (want_bool(truncate, "truncate", c->eapi->truncate, &o->truncate, r) != SRV_OK)
         return r->err;
-    o->left = false;
-    if (direction && !json_is_null(direction)) {
-        const char *d = json_is_string(direction) ? json_string_value(direction) : "";
-        if (strcmp(d, "left") == 0 || strcmp(d, "Left") == 0)
-            o->left = true;
-        else if (strcmp(d, "right") != 0 && strcmp(d, "Right") != 0)
-            return refuse(r, SRV_EBADREQUEST, "truncation_direction must be \"left\" or \"right\"");
-    }
+    embed_truncation dir = EMBED_TRUNCATE_RIGHT;
+    if (embed_truncation_parse(direction, &dir) != 0)
+        return refuse(r, SRV_EBADREQUEST,
+                      "truncation_direction must be \"Right\" or \"Left\" (or in lower case)");
+    o->left = dir == EMBED_TRUNCATE_LEFT;
     return prompt_text(c, prompt_name, &o->prompt, r);
 }
 

@@ -15,6 +15,10 @@
  * embed_api_resumed answers. */
 int embed_api_openai(http_request *req, void *ctx);
 int embed_api_resumed(http_request *req, void *ctx);
+/* GET /v1/models and GET /v1/models/{id}: the served model and its aliases
+ * (model_aliases) in OpenAI's shapes; another id is 404 model_not_found. */
+int embed_api_models(http_request *req, void *ctx);
+int embed_api_model(http_request *req, void *ctx);
 
 /* What every embeddings route's answer carries about how job ran: queue and
  * compute time, the attention backend, the engine and its precision

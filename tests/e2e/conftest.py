@@ -285,11 +285,37 @@ def post_attention(server, body, timeout=60, session=None, **kw):
                   timeout=timeout)
 
 
+# Routes that imitate Text Embeddings Inference answer errors in its shape,
+# {"error": message, "error_type": type}; /tokenize does when the body is
+# TEI's (llama.cpp's `content` gets the OpenAI shape).
+TEI_PATHS = {"/", "/embed", "/embed_all", "/invocations", "/similarity", "/decode", "/tokenize",
+             "/ping"}
+# Each of our error types as TEI's error_type names it (server/errors.c).
+TEI_TYPES = {"overloaded_error": "Overloaded", "unavailable_error": "Unhealthy",
+             "timeout_error": "Backend", "internal_error": "Backend"}
+
+
+def tei_shaped(r):
+    path = requests.utils.urlparse(r.request.url).path
+    body = r.request.body or b""
+    body = body.encode() if isinstance(body, str) else body
+    return path in TEI_PATHS and not (path == "/tokenize" and b'"content"' in body)
+
+
 def assert_error(r, status, etype=None):
+    """The error answer of status, in the shape of the API the route
+    imitates; returns {"message", "type", "code"} whichever the shape."""
     assert r.status_code == status, (r.status_code, r.text)
     assert r.headers["Content-Type"] == "application/json"
+    if tei_shaped(r):
+        body = r.json()
+        assert set(body) == {"error", "error_type"}, body
+        assert body["error"]
+        if etype:
+            assert body["error_type"] == TEI_TYPES.get(etype, "Validation"), body
+        return {"message": body["error"], "type": body["error_type"], "code": status}
     err = r.json()["error"]
-    assert set(err) == {"message", "type", "code"}
+    assert set(err) == {"message", "type", "param", "code"}
     assert err["code"] == status and err["message"]
     if etype:
         assert err["type"] == etype

@@ -58,7 +58,7 @@ def many(n):
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    s = Server(str(tmp_path_factory.mktemp("clients")), backend="fused")
+    s = Server(str(tmp_path_factory.mktemp("clients")), backend="fused", model_aliases=ALIAS)
     yield s
     s.check_clean_exit(s.stop())
 
