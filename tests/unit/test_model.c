@@ -272,6 +272,7 @@ Test(model, bf16_refused_below_avx512) {
     cr_assert_eq(rc, BERT_EUNSUPPORTED, "%s", err);
     cr_assert_null(m);
     cr_assert_not_null(strstr(err, "AVX512_BF16"), "%s", err);
+}
 
 /* The main sets are cut at the model's max_seq_length (256), as a default
  * sentence-transformers call is; the inputs longer than that, at the full
