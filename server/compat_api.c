@@ -248,9 +248,8 @@ static json_t *text_ids(const compat_api *c, size_t i, const char *text, size_t 
     json_t *out = NULL;
     if (rc == TOK_ETOOLONG)
         refuse(r, SRV_EINVALID,
-               "input %zu has %d tokens; the model takes at most %d (max_seq_length) and "
-               "truncation is off",
-               i, (int)n_full, (int)max);
+               "input %zu has %d tokens; max_seq_length is %d and truncation is off", i,
+               (int)n_full, (int)max);
     else if (rc == TOK_EUTF8)
         refuse(r, SRV_EBADREQUEST, "input %zu is not valid UTF-8 (byte %zu)", i, error_at);
     else if (rc != TOK_OK)
@@ -361,8 +360,8 @@ static int tei_text_opts(const compat_api *c, json_t *truncate, json_t *directio
         return r->err;
     embed_truncation dir = EMBED_TRUNCATE_RIGHT;
     if (embed_truncation_parse(direction, &dir) != 0)
-        return refuse(r, SRV_EBADREQUEST,
-                      "truncation_direction must be \"Right\" or \"Left\" (or in lower case)");
+        return refuse(r, json_is_string(direction) ? SRV_EINVALID : SRV_EBADREQUEST,
+                      "truncation_direction must be \"Left\" or \"Right\"");
     o->left = dir == EMBED_TRUNCATE_LEFT;
     return prompt_text(c, prompt_name, &o->prompt, r);
 }

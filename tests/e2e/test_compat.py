@@ -137,7 +137,8 @@ def test_truncation_direction(server, hf_tokenizer):
     right = ok(post(server, "/embed", {"inputs": long}))[0]
     assert cosine(left, right) < 0.99
     tei_error(post(server, "/embed", {"inputs": long, "truncate": False}), 422)
-    tei_error(post(server, "/embed", {"inputs": "x", "truncation_direction": "up"}), 400)
+    tei_error(post(server, "/embed", {"inputs": "x", "truncation_direction": "up"}), 422)
+    tei_error(post(server, "/embed", {"inputs": "x", "truncation_direction": 1}), 400)
 
 
 def test_prompts_from_the_model_configuration(tmp_path, start_server):
