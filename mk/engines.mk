@@ -16,13 +16,13 @@ ENGINE_PLUGINS := $(BUILD)/engines/cpu-avx512.so
 ENGINE_TEST_PLUGINS := $(patsubst tests/engines/%.c,$(BUILD)/test-engines/%.so,$(wildcard tests/engines/*.c))
 
 PLUGIN_CFLAGS := $(CFLAGS) -fPIC -fvisibility=hidden
-# The model and what it calls: the GEMM layer (kernels/gemm*.c, whichever
-# precisions this tree has), GELU, safetensors, the attention problem
-# helpers and CPUID. Attention backends are not in it: the core hands the
-# engine the backend in force.
+# The model and what it calls: every kernel (the GEMM layer in whichever
+# precisions this tree has, the attention backends the model's own
+# calibration or checks may use, the pool helpers, CPUID), GELU and
+# safetensors. The backend each forward runs is still the one the core
+# hands the engine; the plugin's copies stay private to it.
 CPU_AVX512_SRC := engines/cpu.c model/bert.c model/bert_config.c model/safetensors.c model/gelu.c \
-                  model/gelu_avx2.c model/gelu_avx512.c kernels/attention.c kernels/simd.c \
-                  $(wildcard kernels/gemm*.c)
+                  model/gelu_avx2.c model/gelu_avx512.c $(wildcard kernels/*.c)
 CPU_AVX512_OBJ := $(CPU_AVX512_SRC:%.c=$(BUILD)/obj-plugin/cpu-avx512/%.o)
 
 $(BUILD)/obj-plugin/cpu-avx512/%.o: %.c $(BUILD)/flags
