@@ -55,11 +55,16 @@ typedef struct bert_config {
     float layer_norm_eps;
     bert_pooling pooling; /* from the sentence-transformers Pooling module */
     int normalize;        /* 1 when a Normalize module follows pooling */
+    /* Where sentence-transformers truncates: sentence_bert_config.json's
+     * max_seq_length (1..max_positions; a larger one is cut to
+     * max_positions, as a longer sequence could not run), max_positions when
+     * the file or the key is absent. */
+    int max_seq_length;
 } bert_config;
 
-/* Reads config.json, modules.json and the Pooling module's config.json from
- * dir. Anything outside what forward computes (another architecture or
- * activation, another pooling mode, extra modules such as Dense) is
+/* Reads config.json, modules.json, the Pooling module's config.json and,
+ * when present, sentence_bert_config.json from dir. Anything outside what forward computes (another
+ * architecture or activation, another pooling mode, extra modules such as Dense) is
  * BERT_EUNSUPPORTED; a missing file BERT_EIO; a malformed one BERT_EFORMAT. */
 int bert_config_load(const char *dir, bert_config *cfg, char *err, size_t err_len);
 

@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 const char *bert_strerror(int err) {
     switch (err) {
@@ -212,10 +213,38 @@ static int read_modules(const char *dir, bert_config *c, char *err, size_t err_l
     return rc;
 }
 
+/* sentence_bert_config.json is optional (models saved without
+ * sentence-transformers lack it); when there, its max_seq_length must be a
+ * positive integer. */
+static int read_max_seq_length(const char *dir, bert_config *c, char *err, size_t err_len) {
+    c->max_seq_length = c->max_positions;
+    char path[4096];
+    if ((size_t)snprintf(path, sizeof path, "%s/sentence_bert_config.json", dir) >= sizeof path)
+        return fail(BERT_EIO, err, err_len, "%s/sentence_bert_config.json: path too long", dir);
+    if (access(path, F_OK) != 0)
+        return BERT_OK;
+    json_t *j;
+    int rc = load_json(dir, "sentence_bert_config.json", &j, err, err_len);
+    if (rc)
+        return rc;
+    const json_t *v = json_is_object(j) ? json_object_get(j, "max_seq_length") : NULL;
+    if (!json_is_object(j))
+        rc = fail(BERT_EFORMAT, err, err_len, "%s: not a JSON object", path);
+    else if (v && !json_is_null(v) && (!json_is_integer(v) || json_integer_value(v) < 1))
+        rc = fail(BERT_EFORMAT, err, err_len, "%s: \"max_seq_length\" must be a positive integer",
+                  path);
+    else if (json_is_integer(v) && json_integer_value(v) < c->max_positions)
+        c->max_seq_length = (int)json_integer_value(v);
+    json_decref(j);
+    return rc;
+}
+
 int bert_config_load(const char *dir, bert_config *cfg, char *err, size_t err_len) {
     memset(cfg, 0, sizeof *cfg);
     int rc = read_hyperparameters(dir, cfg, err, err_len);
     if (!rc)
         rc = read_modules(dir, cfg, err, err_len);
+    if (!rc)
+        rc = read_max_seq_length(dir, cfg, err, err_len);
     return rc;
 }

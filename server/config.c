@@ -168,10 +168,23 @@ static const setting settings[] = {
            "dropped and counted."),
     STRING(model, "models/all-MiniLM-L6-v2", check_nonempty, "a non-empty path", RESTART,
            "Model directory (config.json, tokenizer, safetensors weights)."),
-    INT(max_inputs_per_request, 256, 1, 65536, RELOAD,
-        "Most inputs in one embeddings request; more get 422."),
+    INT(max_inputs_per_request, 2048, 1, 65536, RELOAD,
+        "Most inputs in one embeddings request (OpenAI's limit by default); more get 422. "
+        "A request larger than a batch runs in pieces of one batch each, queued one at a "
+        "time so that other requests are not held back."),
     BOOL(truncate, true, RESTART,
-         "Cut inputs longer than the model's maximum length instead of refusing them."),
+         "Cut inputs longer than max_seq_length instead of refusing them."),
+    INT(max_seq_length, 0, 0, 1 << 20, RESTART,
+        "Tokens per input, special tokens included, where truncation cuts (as "
+        "sentence-transformers does). 0: the model's sentence_bert_config.json (256 for "
+        "all-MiniLM-L6-v2), or its max_position_embeddings without that file; at most "
+        "max_position_embeddings."),
+    STRING(model_aliases, "", NULL, "comma-separated names, or empty", RESTART,
+           "Names /v1/embeddings accepts in `model` besides the served model's (its directory's "
+           "last component), e.g. sentence-transformers/all-MiniLM-L6-v2; listed by /v1/models. "
+           "Another name is OpenAI's 404 model_not_found."),
+    BOOL(accept_any_model, false, RESTART,
+         "Accept any `model` in /v1/embeddings and echo it back, as TEI does."),
     STRING(api_key_file, "", NULL, "a file path, or \"\" for none", RELOAD,
            "File of API keys, one per line ('#' comments); with $ATTNSERVE_API_KEY. "
            "No keys: no authentication. SIGHUP re-reads it."),

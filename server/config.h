@@ -63,7 +63,10 @@ typedef struct config {
     /* ---- model and inputs ---- */
     char *model;                    /* model directory */
     int64_t max_inputs_per_request; /* embeddings inputs per request */
-    bool truncate;                  /* cut inputs to the model's max length */
+    bool truncate;                  /* cut inputs to max_seq_length */
+    int64_t max_seq_length;         /* tokens per input; 0: the model's sentence_bert_config */
+    char *model_aliases;            /* other names /v1/embeddings accepts for the model */
+    bool accept_any_model;          /* /v1/embeddings accepts any model name (as TEI) */
 
     /* ---- access ---- */
     char *api_key_file;       /* path of the key file; "" = none */

@@ -5,6 +5,7 @@
 #include "embed_api.h"
 
 #include <stdio.h>
+#include <string.h>
 
 #include "errors.h"
 #include "membudget.h"
@@ -16,14 +17,13 @@ static int handle(http_request *req, embed_api *api, embed_route route) {
     json_t *root = http_body_json(req, &answered);
     if (!root)
         return answered;
-    int err = SRV_OK;
-    char msg[256];
-    embed_job *job = embed_api_decode(api, route, root, &err, msg, sizeof msg);
+    embed_refusal r;
+    embed_job *job = embed_api_decode_refusal(api, route, root, &r);
     http_body_json_free(req, root);
     if (!job && membudget_refused()) /* the job did not fit the request-memory budget */
         return http_reply_error(req, membudget_error(), "%s", membudget_message());
     if (!job)
-        return http_reply_error(req, err, "%s", msg);
+        return http_reply_error_at(req, r.err, r.param, r.code, "%s", r.msg);
 
     return job_submit(req, &job->base, api->sched, atomic_load(&api->request_timeout_ms),
                       embed_job_release);
@@ -50,6 +50,9 @@ int embed_api_resumed(http_request *req, void *ctx) {
     if (!job->base.ran)
         return http_reply_error(req, SRV_EINTERNAL, "the batch did not run this request");
     const int C = api->model->hidden_size;
+    /* The job is this request's too: a refusal while encoding is a 413 when
+     * job and answer together could never fit. */
+    membudget_note_held(embed_job_bytes(job));
     json_t *out = embed_encode(job, C);
     if (!out && membudget_refused())
         return http_reply_error(req, membudget_error(), "%s", membudget_message());
@@ -75,6 +78,61 @@ int embed_api_tokenize(http_request *req, void *ctx) {
     return http_reply_json(req, 200, out);
 }
 
+/* ---- GET /v1/models, GET /v1/models/{id} (OpenAI) ------------------------------------ */
+
+static json_t *model_object(const embed_api *api, const char *id, size_t len) {
+    return json_pack("{s:s%, s:s, s:I, s:s}", "id", id, len, "object", "model", "created",
+                     (json_int_t)api->created, "owned_by", "attnserve");
+}
+
+/* The served model and each alias, as OpenAI lists models. */
+static json_t *models_list(const embed_api *api) {
+    json_t *data = json_array();
+    if (!data || json_array_append_new(
+                     data, model_object(api, api->model_name, strlen(api->model_name))) != 0) {
+        json_decref(data);
+        return NULL;
+    }
+    for (const char *a = api->model_aliases; a && *a;) {
+        const char *end = strchr(a, ',');
+        size_t n = end ? (size_t)(end - a) : strlen(a);
+        while (n && *a == ' ')
+            a++, n--;
+        size_t m = n;
+        while (m && a[m - 1] == ' ')
+            m--;
+        if (m && json_array_append_new(data, model_object(api, a, m)) != 0) {
+            json_decref(data);
+            return NULL;
+        }
+        a = end ? end + 1 : a + n;
+    }
+    return json_pack("{s:s, s:o}", "object", "list", "data", data);
+}
+
+int embed_api_models(http_request *req, void *ctx) {
+    json_t *out = models_list(ctx);
+    if (!out && membudget_refused())
+        return http_reply_error(req, membudget_error(), "%s", membudget_message());
+    if (!out)
+        return http_reply_error(req, SRV_EINTERNAL, "out of memory");
+    return http_reply_json(req, 200, out);
+}
+
+int embed_api_model(http_request *req, void *ctx) {
+    const embed_api *api = ctx;
+    const char *id = strrchr(http_path(req), '/') + 1; /* the route ends in a slash and a star */
+    if (!embed_model_known(api, id, strlen(id)))
+        return http_reply_error_at(req, SRV_ENOTFOUND, "model", "model_not_found",
+                                   "The model `%.100s` does not exist", id);
+    json_t *out = model_object(api, id, strlen(id));
+    if (!out && membudget_refused())
+        return http_reply_error(req, membudget_error(), "%s", membudget_message());
+    if (!out)
+        return http_reply_error(req, SRV_EINTERNAL, "out of memory");
+    return http_reply_json(req, 200, out);
+}
+
 int embed_api_register(embed_api *api, batch_runner *runner, routes *t) {
     const batch_kind kind = {.name = "embed",
                              .run = embed_service_run_batch,
@@ -86,6 +144,8 @@ int embed_api_register(embed_api *api, batch_runner *runner, routes *t) {
         {"POST", "/v1/embeddings", true, HTTP_AUTH_KEY, embed_api_openai, embed_api_resumed, api},
         {"POST", "/embed", true, HTTP_AUTH_KEY, embed_api_tei, embed_api_resumed, api},
         {"POST", "/tokenize", true, HTTP_AUTH_KEY, embed_api_tokenize, NULL, api},
+        {"GET", "/v1/models", false, HTTP_AUTH_KEY, embed_api_models, NULL, api},
+        {"GET", "/v1/models/*", false, HTTP_AUTH_KEY, embed_api_model, NULL, api},
     };
     for (size_t i = 0; i < sizeof mine / sizeof mine[0]; i++)
         if (routes_add(t, mine[i]) != 0)

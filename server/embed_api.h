@@ -17,6 +17,10 @@ int embed_api_openai(http_request *req, void *ctx);
 int embed_api_tei(http_request *req, void *ctx);
 int embed_api_resumed(http_request *req, void *ctx);
 int embed_api_tokenize(http_request *req, void *ctx);
+/* GET /v1/models and GET /v1/models/{id}: the served model and its aliases
+ * (model_aliases) in OpenAI's shapes; another id is 404 model_not_found. */
+int embed_api_models(http_request *req, void *ctx);
+int embed_api_model(http_request *req, void *ctx);
 
 /* Registers the embeddings service as a kind with runner (api->kind is set)
  * and the routes above in t. api->svc must be set. Returns 0, or -1 when a

@@ -31,10 +31,7 @@ void embed_job_release(void *p) {
 
 /* ---- decoding ----------------------------------------------------------------- */
 
-typedef struct refusal {
-    int err;
-    char msg[256];
-} refusal;
+typedef embed_refusal refusal;
 
 static int refuse(refusal *r, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int refuse(refusal *r, int err, const char *fmt, ...) {
@@ -107,27 +104,88 @@ static int reserve(embed_job *job, size_t have, size_t more, refusal *r) {
     return SRV_OK;
 }
 
+int32_t embed_max_seq_length(const embed_api *api) {
+    if (api->max_seq_length > 0)
+        return api->max_seq_length;
+    return api->model->max_seq_length > 0 ? api->model->max_seq_length : api->model->max_positions;
+}
+
+int embed_truncation_parse(const json_t *v, embed_truncation *out) {
+    *out = EMBED_TRUNCATE_RIGHT;
+    if (!v || json_is_null(v))
+        return 0;
+    const char *s = json_string_value(v);
+    if (s && (strcmp(s, "Right") == 0 || strcmp(s, "right") == 0))
+        return 0;
+    if (s && (strcmp(s, "Left") == 0 || strcmp(s, "left") == 0)) {
+        *out = EMBED_TRUNCATE_LEFT;
+        return 0;
+    }
+    return -1;
+}
+
+int embed_tokenize(const embed_api *api, const char *text, size_t len, bool truncate,
+                   embed_truncation dir, int32_t *ids, int32_t *n, int32_t *n_full,
+                   size_t *error_at) {
+    const int32_t max = embed_max_seq_length(api);
+    /* Right, or an input that fits: the tokenizer keeps the first pieces. */
+    tok_output o = {.ids = ids, .capacity = max};
+    int rc = tok_encode(api->tok, text, len, truncate && dir == EMBED_TRUNCATE_RIGHT, &o);
+    *n = o.n;
+    *n_full = o.n_full;
+    *error_at = o.error_at;
+    if (rc != TOK_ETOOLONG || !truncate)
+        return rc;
+    /* Left: the whole input, then its special tokens (empty spans) around
+     * the last pieces that fit, as Hugging Face tokenizers do with
+     * truncation_side "left": the cut happens before the post-processor
+     * adds [CLS] and [SEP]. */
+    tok_output all = {.capacity = o.n_full};
+    all.ids = membudget_malloc((size_t)all.capacity * sizeof *all.ids);
+    all.offsets = membudget_malloc((size_t)all.capacity * sizeof *all.offsets);
+    rc = all.ids && all.offsets ? tok_encode(api->tok, text, len, 0, &all) : TOK_ENOMEM;
+    if (rc == TOK_OK) {
+        int32_t lead = 0, trail = 0;
+        while (lead < all.n && all.offsets[lead].start == all.offsets[lead].end)
+            lead++;
+        while (trail < all.n - lead &&
+               all.offsets[all.n - 1 - trail].start == all.offsets[all.n - 1 - trail].end)
+            trail++;
+        const int32_t keep = max - lead - trail; /* >= 1: max exceeds the specials */
+        memcpy(ids, all.ids, (size_t)lead * sizeof *ids);
+        memcpy(ids + lead, all.ids + all.n - trail - keep, (size_t)(keep + trail) * sizeof *ids);
+        *n = max;
+    }
+    membudget_free(all.ids);
+    membudget_free(all.offsets);
+    return rc;
+}
+
 static int tokenize_text(const embed_api *api, embed_job *job, int32_t i, json_t *text,
-                         bool truncate, refusal *r) {
+                         bool truncate, embed_truncation dir, refusal *r) {
     const size_t len = json_string_length(text);
-    const int32_t max_len = api->model->max_positions;
+    const int32_t max_len = embed_max_seq_length(api);
     if (len == 0)
         return refuse(r, SRV_EBADREQUEST, "input %d is an empty string", (int)i);
     int rc = reserve(job, (size_t)job->cu[i], (size_t)max_len, r);
     if (rc != SRV_OK)
         return rc;
-    tok_output o = {.ids = job->ids + job->cu[i], .capacity = max_len};
-    rc = tok_encode(api->tok, json_string_value(text), len, truncate, &o);
+    int32_t n = 0, n_full = 0;
+    size_t error_at = 0;
+    rc = embed_tokenize(api, json_string_value(text), len, truncate, dir, job->ids + job->cu[i], &n,
+                        &n_full, &error_at);
     if (rc == TOK_EUTF8)
         return refuse(r, SRV_EBADREQUEST, "input %d is not valid UTF-8 (byte %zu)", (int)i,
-                      o.error_at);
+                      error_at);
     if (rc == TOK_ETOOLONG)
         return refuse(r, SRV_EINVALID,
-                      "input %d has %d tokens; the model takes at most %d and truncation is off",
-                      (int)i, (int)o.n_full, (int)max_len);
+                      "input %d has %d tokens; max_seq_length is %d and truncation is off", (int)i,
+                      (int)n_full, (int)max_len);
+    if (rc == TOK_ENOMEM)
+        return refuse(r, SRV_EINTERNAL, "out of memory");
     if (rc != TOK_OK)
         return refuse(r, SRV_EINTERNAL, "tokenizer: %s", tok_strerror(rc));
-    job->cu[i + 1] = job->cu[i] + o.n;
+    job->cu[i + 1] = job->cu[i] + n;
     return SRV_OK;
 }
 
@@ -149,10 +207,15 @@ static int take_ids(const embed_api *api, embed_job *job, int32_t i, json_t *arr
             return refuse(r, SRV_EBADREQUEST, "input %d, token %zu is not an integer id", (int)i,
                           k);
         json_int_t id = json_integer_value(x);
+        /* LangChain's OpenAIEmbeddings sends tiktoken ids (cl100k, about
+         * 100k of them) unless check_embedding_ctx_length is false: ids past
+         * this vocabulary are the sign, and no BERT model can read them. */
         if (id < 0 || id >= vocab)
             return refuse(r, SRV_EINVALID,
-                          "input %d, token %zu: id %lld outside the vocabulary "
-                          "[0, %d)",
+                          "input %d, token %zu: id %lld outside the vocabulary [0, %d) of this "
+                          "model's tokenizer; token ids must come from this model's tokenizer "
+                          "(tiktoken ids, as LangChain's OpenAIEmbeddings sends by default, are "
+                          "not: set check_embedding_ctx_length=False to send text)",
                           (int)i, k, (long long)id, (int)vocab);
         job->ids[job->cu[i] + (int32_t)k] = (int32_t)id;
     }
@@ -163,10 +226,12 @@ static int take_ids(const embed_api *api, embed_job *job, int32_t i, json_t *arr
 /* A new job with every input of `in` tokenized (or taken as ids), checked
  * against the limits, and its output allocated. */
 static embed_job *make_job(const embed_api *api, const char *field, json_t *in, bool allow_ids,
-                           bool truncate, refusal *r) {
+                           bool truncate, embed_truncation dir, refusal *r) {
     int kind = IN_TEXTS;
     int32_t n = 0;
     json_t *list = NULL;
+    /* Every refusal from here on is about the inputs. */
+    r->param = field;
     if (classify(api, field, in, allow_ids, &kind, &n, &list, r) != SRV_OK)
         return NULL;
     embed_job *job = membudget_calloc(1, sizeof *job);
@@ -179,29 +244,34 @@ static embed_job *make_job(const embed_api *api, const char *field, json_t *in, 
     for (int32_t i = 0; i < n; i++) {
         json_t *x = list ? json_array_get(list, (size_t)i) : in;
         int rc = kind == IN_IDS ? take_ids(api, job, i, x, r)
-                                : tokenize_text(api, job, i, x, truncate, r);
+                                : tokenize_text(api, job, i, x, truncate, dir, r);
         if (rc != SRV_OK) {
             embed_job_release(job);
             return NULL;
         }
     }
-    const int32_t tokens = job->cu[n];
-    if (tokens > api->max_batch_tokens || n > api->max_batch_requests) {
-        refuse(r, SRV_EINVALID,
-               "request has %d inputs and %d tokens; a batch holds at most %d inputs "
-               "(max_batch_requests) and %d tokens (max_batch_tokens)",
-               (int)n, (int)tokens, (int)api->max_batch_requests, (int)api->max_batch_tokens);
-        embed_job_release(job);
-        return NULL;
-    }
+    /* Any number of inputs up to max_inputs_per_request: the job runs in
+     * pieces of one batch each (job.h); an input larger than a batch can
+     * never run. */
+    for (int32_t i = 0; i < n; i++)
+        if (job->cu[i + 1] - job->cu[i] > api->max_batch_tokens) {
+            refuse(r, SRV_EINVALID,
+                   "input %d has %d tokens; a batch holds at most %d (max_batch_tokens)", (int)i,
+                   (int)(job->cu[i + 1] - job->cu[i]), (int)api->max_batch_tokens);
+            embed_job_release(job);
+            return NULL;
+        }
+    job->out_dim = api->model->hidden_size;
     job->out = membudget_malloc((size_t)n * (size_t)api->model->hidden_size * sizeof *job->out);
     if (!job->out) {
         embed_job_release(job);
         refuse(r, SRV_EINTERNAL, "out of memory");
         return NULL;
     }
+    r->param = NULL;
     job->base.kind = api->kind;
-    sched_req_init(&job->base.sreq, tokens, n, 0, NULL);
+    job->base.n_items = n;
+    job->base.items_cu = job->cu;
     return job;
 }
 
@@ -234,7 +304,13 @@ static embed_job *decode_openai(const embed_api *api, json_t *root, refusal *r) 
             format = value;
         else if (strcmp(key, "dimensions") == 0)
             dims = value;
-        else if (strcmp(key, "user") != 0) {
+        else if (strcmp(key, "user") == 0) {
+            if (!json_is_null(value) && !json_is_string(value)) {
+                refuse(r, SRV_EBADREQUEST, "user must be a string");
+                r->param = "user";
+                return NULL;
+            }
+        } else {
             refuse(r, SRV_EBADREQUEST,
                    "unknown field \"%.64s\" (expected input, model, encoding_format, dimensions, "
                    "user)",
@@ -242,37 +318,59 @@ static embed_job *decode_openai(const embed_api *api, json_t *root, refusal *r) 
             return NULL;
         }
     }
+    /* null is absent, for every optional field (OpenAI's clients send it). */
+    model = json_is_null(model) ? NULL : model;
+    format = json_is_null(format) ? NULL : format;
+    dims = json_is_null(dims) ? NULL : dims;
     if (model && !json_is_string(model)) {
         refuse(r, SRV_EBADREQUEST, "model must be a string");
+        r->param = "model";
+        return NULL;
+    }
+    if (model && !api->accept_any_model &&
+        !embed_model_known(api, json_string_value(model), json_string_length(model))) {
+        refuse(r, SRV_ENOTFOUND,
+               "The model `%.100s` does not exist; this service serves `%s`%s%s (GET /v1/models)",
+               json_string_value(model), api->model_name,
+               api->model_aliases && api->model_aliases[0] ? " also named " : "",
+               api->model_aliases ? api->model_aliases : "");
+        r->param = "model";
+        r->code = "model_not_found";
         return NULL;
     }
     bool base64 = false;
     if (format && !json_is_string(format)) {
         refuse(r, SRV_EBADREQUEST, "encoding_format must be a string");
+        r->param = "encoding_format";
         return NULL;
     }
     if (format) {
         base64 = string_is(format, "base64");
         if (!base64 && !string_is(format, "float")) {
             refuse(r, SRV_EINVALID, "encoding_format must be \"float\" or \"base64\"");
+            r->param = "encoding_format";
             return NULL;
         }
     }
     const int C = api->model->hidden_size;
     if (dims && !json_is_integer(dims)) {
         refuse(r, SRV_EBADREQUEST, "dimensions must be an integer");
+        r->param = "dimensions";
         return NULL;
     }
     if (dims && (json_integer_value(dims) < 1 || json_integer_value(dims) > C)) {
         refuse(r, SRV_EINVALID, "dimensions is %lld; this model allows 1..%d",
                (long long)json_integer_value(dims), C);
+        r->param = "dimensions";
         return NULL;
     }
-    embed_job *job = make_job(api, "input", input, true, api->truncate, r);
+    embed_job *job = make_job(api, "input", input, true, api->truncate, EMBED_TRUNCATE_RIGHT, r);
     if (!job)
         return NULL;
     job->api = API_OPENAI;
-    job->normalize = api->model->normalize;
+    /* Unit vectors whatever the model's modules say, as OpenAI's (and TEI's
+     * /v1/embeddings) are: clients compare them by dot product. */
+    job->normalize = true;
     job->base64 = base64;
     job->dimensions = dims ? (int)json_integer_value(dims) : 0;
     /* A copy, charged to the budget: the request's tree is freed next. */
@@ -288,7 +386,7 @@ static embed_job *decode_openai(const embed_api *api, json_t *root, refusal *r) 
 
 /* POST /embed */
 static embed_job *decode_tei(const embed_api *api, json_t *root, refusal *r) {
-    json_t *inputs = NULL, *normalize = NULL, *truncate = NULL;
+    json_t *inputs = NULL, *normalize = NULL, *truncate = NULL, *direction = NULL;
     const char *key;
     json_t *value;
     json_object_foreach(root, key, value) {
@@ -298,17 +396,27 @@ static embed_job *decode_tei(const embed_api *api, json_t *root, refusal *r) {
             normalize = value;
         else if (strcmp(key, "truncate") == 0)
             truncate = value;
+        else if (strcmp(key, "truncation_direction") == 0)
+            direction = value;
         else {
             refuse(r, SRV_EBADREQUEST,
-                   "unknown field \"%.64s\" (expected inputs, normalize, truncate)", key);
+                   "unknown field \"%.64s\" (expected inputs, normalize, truncate, "
+                   "truncation_direction)",
+                   key);
             return NULL;
         }
     }
     bool norm = true, trunc = api->truncate;
+    embed_truncation dir = EMBED_TRUNCATE_RIGHT;
     if (want_bool(normalize, "normalize", &norm, r) != SRV_OK ||
         want_bool(truncate, "truncate", &trunc, r) != SRV_OK)
         return NULL;
-    embed_job *job = make_job(api, "inputs", inputs, false, trunc, r);
+    if (embed_truncation_parse(direction, &dir) != 0) {
+        refuse(r, json_is_string(direction) ? SRV_EINVALID : SRV_EBADREQUEST,
+               "truncation_direction must be \"Left\" or \"Right\"");
+        return NULL;
+    }
+    embed_job *job = make_job(api, "inputs", inputs, false, trunc, dir, r);
     if (!job)
         return NULL;
     job->api = API_TEI;
@@ -397,6 +505,32 @@ static json_t *encode_tei(const embed_job *job, int C) {
 
 /* ---- the codec's entry points ------------------------------------------------------- */
 
+bool embed_model_known(const embed_api *api, const char *name, size_t len) {
+    if (strlen(api->model_name) == len && memcmp(api->model_name, name, len) == 0)
+        return true;
+    for (const char *a = api->model_aliases; a && *a;) {
+        const char *end = strchr(a, ',');
+        size_t n = end ? (size_t)(end - a) : strlen(a);
+        /* Spaces around a name are not part of it. */
+        const char *b = a;
+        size_t m = n;
+        while (m && *b == ' ')
+            b++, m--;
+        while (m && b[m - 1] == ' ')
+            m--;
+        if (m && m == len && memcmp(b, name, len) == 0)
+            return true;
+        a = end ? end + 1 : a + n;
+    }
+    return false;
+}
+
+embed_job *embed_api_decode_refusal(const embed_api *api, embed_route route, json_t *root,
+                                    embed_refusal *r) {
+    *r = (embed_refusal){0};
+    return route == EMBED_ROUTE_OPENAI ? decode_openai(api, root, r) : decode_tei(api, root, r);
+}
+
 embed_job *embed_api_decode(const embed_api *api, embed_route route, json_t *root, int *err,
                             char *msg, size_t msg_len) {
     refusal r = {0};
@@ -405,6 +539,13 @@ embed_job *embed_api_decode(const embed_api *api, embed_route route, json_t *roo
     *err = job ? SRV_OK : r.err;
     snprintf(msg, msg_len, "%s", job ? "" : r.msg);
     return job;
+}
+
+size_t embed_job_bytes(const embed_job *job) {
+    const size_t C = job->out ? (size_t)job->out_dim : 0;
+    return membudget_cost(sizeof *job) + membudget_cost(((size_t)job->n + 1) * sizeof *job->cu) +
+           membudget_cost(job->ids_cap * sizeof *job->ids) +
+           (job->out ? membudget_cost((size_t)job->n * C * sizeof *job->out) : 0);
 }
 
 void embed_job_free(embed_job *job) {

@@ -47,6 +47,10 @@ typedef struct embed_api {
     int32_t max_batch_tokens;               /* the start-time ceiling */
     int32_t max_batch_requests;             /* likewise */
     bool truncate;                          /* the default of /embed's truncate */
+    int32_t max_seq_length;                 /* where text is cut; 0: the model's */
+    const char *model_aliases;              /* comma-separated other names of the model */
+    bool accept_any_model;                  /* /v1/embeddings: any `model` (as TEI) */
+    int64_t created;                        /* /v1/models' "created": start, Unix seconds */
     _Atomic int64_t max_inputs_per_request; /* reloadable */
     _Atomic int64_t request_timeout_ms;     /* reloadable */
 } embed_api;
@@ -64,6 +68,25 @@ typedef struct embed_job embed_job;
 embed_job *embed_api_decode(const embed_api *api, embed_route route, json_t *root, int *err,
                             char *msg, size_t msg_len);
 void embed_job_free(embed_job *job);
+
+/* Why a request was refused: the SRV_E* code, a message, and for OpenAI's
+ * error body the request field at fault and a string code (each NULL when
+ * none applies; static strings). */
+typedef struct embed_refusal {
+    int err;
+    char msg[256];
+    const char *param;
+    const char *code;
+} embed_refusal;
+
+/* embed_api_decode with the whole refusal. */
+embed_job *embed_api_decode_refusal(const embed_api *api, embed_route route, json_t *root,
+                                    embed_refusal *r);
+
+/* Whether name[0, len) is the served model's name or one of its aliases. */
+bool embed_model_known(const embed_api *api, const char *name, size_t len);
+/* What job holds of the request-memory budget. */
+size_t embed_job_bytes(const embed_job *job);
 /* embed_job_free for job_submit and http_set_user (job is an embed_job). */
 void embed_job_release(void *job);
 
@@ -75,6 +98,32 @@ int32_t embed_job_inputs(const embed_job *job, const int32_t **cu, const int32_t
  * array of token arrays, or NULL with the SRV_E* code in *err and a message
  * in msg. */
 json_t *embed_api_tokens(const embed_api *api, json_t *root, int *err, char *msg, size_t msg_len);
+
+/* ---- truncation, as sentence-transformers does it ---------------------------------- */
+
+/* Which end of a long input truncation cuts (TEI's truncation_direction). */
+typedef enum embed_truncation { EMBED_TRUNCATE_RIGHT, EMBED_TRUNCATE_LEFT } embed_truncation;
+
+/* TEI's truncation_direction value: "Right" or "Left" (TEI's spelling) or
+ * the same in lower case; NULL (absent) or JSON null is Right. Returns 0, or
+ * -1 for anything else. */
+int embed_truncation_parse(const json_t *v, embed_truncation *out);
+
+/* The most tokens of one text input, special tokens included: the
+ * max_seq_length setting, or the model's (sentence_bert_config.json). */
+int32_t embed_max_seq_length(const embed_api *api);
+
+/* Tokenizes text[0, len) as sentence-transformers does for this model:
+ * [CLS] pieces [SEP], at most embed_max_seq_length(api) tokens. A longer
+ * input is cut on side dir when truncate (the special tokens stay), and is
+ * TOK_ETOOLONG otherwise. ids holds embed_max_seq_length(api) ints. Returns
+ * a TOK_* code, with *n (tokens written), *n_full (tokens of the whole
+ * input) and, on TOK_EUTF8, *error_at. Cutting on the left tokenizes the
+ * whole input first, into arrays charged to the request-memory budget
+ * (TOK_ENOMEM when it refuses them). */
+int embed_tokenize(const embed_api *api, const char *text, size_t len, bool truncate,
+                   embed_truncation dir, int32_t *ids, int32_t *n, int32_t *n_full,
+                   size_t *error_at);
 
 /* The answer's shape. */
 enum { API_OPENAI, API_TEI };
@@ -88,6 +137,7 @@ struct embed_job {
     int32_t *ids;   /* (cu[n]) */
     size_t ids_cap; /* ints allocated for ids */
     float *out;     /* (n, C) pooled vectors, raw until run_batch */
+    int out_dim;    /* C */
     bool normalize; /* run_batch L2-normalises each vector */
     int dimensions; /* OpenAI: keep the first this many (0: all) */
     bool base64;    /* OpenAI encoding_format */

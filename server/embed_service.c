@@ -99,21 +99,24 @@ int embed_service_run_batch(const sched_batch *b, void *ctx) {
     embed_service *svc = ctx;
     int32_t B = 0, T = 0;
     svc->cu[0] = 0;
+    /* Each job contributes its piece: inputs [first, first + count). */
     for (int32_t i = 0; i < b->n_reqs; i++) {
         embed_job *job = job_of(b->reqs[i]);
-        const int32_t tokens = job->cu[job->n];
+        const int32_t first = job->base.first, n = job->base.count;
+        const int32_t *cu = job->cu + first;
+        const int32_t tokens = cu[n] - cu[0];
         /* The scheduler's limits keep every batch within the buffers; a
          * request that would not fit is a bug, answered 500 rather than
          * overrun. */
-        if (T + tokens > svc->max_tokens || B + job->n > svc->max_seqs) {
+        if (T + tokens > svc->max_tokens || B + n > svc->max_seqs) {
             job->base.err = SRV_EINTERNAL;
             snprintf(job->base.why, sizeof job->base.why, "batch exceeds the model buffers");
             continue;
         }
-        memcpy(svc->ids + T, job->ids, (size_t)tokens * sizeof *svc->ids);
-        for (int32_t k = 0; k < job->n; k++)
-            svc->cu[B + k + 1] = T + job->cu[k + 1];
-        B += job->n;
+        memcpy(svc->ids + T, job->ids + cu[0], (size_t)tokens * sizeof *svc->ids);
+        for (int32_t k = 0; k < n; k++)
+            svc->cu[B + k + 1] = T + cu[k + 1] - cu[0];
+        B += n;
         T += tokens;
     }
     char why[256] = "";
@@ -147,13 +150,15 @@ int embed_service_run_batch(const sched_batch *b, void *ctx) {
             snprintf(job->base.why, sizeof job->base.why, "model forward failed: %s", why);
             continue;
         }
-        memcpy(job->out, svc->out + (size_t)seq * C, (size_t)job->n * C * sizeof *job->out);
-        seq += job->n;
+        const int32_t first = job->base.first, n = job->base.count;
+        float *out = job->out + (size_t)first * C;
+        memcpy(out, svc->out + (size_t)seq * C, (size_t)n * C * sizeof *out);
+        seq += n;
         if (job->normalize)
-            for (int32_t k = 0; k < job->n; k++)
-                bert_l2_normalize(job->out + (size_t)k * C, (int)C);
+            for (int32_t k = 0; k < n; k++)
+                bert_l2_normalize(out + (size_t)k * C, (int)C);
         job->base.ran = backend;
-        metrics_embeddings((uint64_t)job->n, (uint64_t)job->cu[job->n]);
+        metrics_embeddings((uint64_t)n, (uint64_t)(job->cu[first + n] - job->cu[first]));
     }
     return 0;
 }

@@ -28,8 +28,13 @@ unsigned srv_error_status(int err) {
     return find(err)->status;
 }
 
-json_t *srv_error_body(int err, const char *message) {
+json_t *srv_error_body_at(int err, const char *message, const char *param, const char *code) {
     const srv_error_entry *e = find(err);
-    return json_pack("{s:{s:s, s:s, s:I}}", "error", "message", message ? message : e->message,
-                     "type", e->type, "code", (json_int_t)e->status);
+    return json_pack("{s:{s:s, s:s, s:o, s:o}}", "error", "message", message ? message : e->message,
+                     "type", e->type, "param", param ? json_string(param) : json_null(), "code",
+                     code ? json_string(code) : json_integer((json_int_t)e->status));
+}
+
+json_t *srv_error_body(int err, const char *message) {
+    return srv_error_body_at(err, message, NULL, NULL);
 }

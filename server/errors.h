@@ -2,10 +2,13 @@
  *
  * Each entry gives a negative code, the HTTP status it maps to, the error
  * "type" clients can branch on, and a default message. One function,
- * srv_error_body(), builds every error body, so all of them share the shape
- *   {"error": {"message": "...", "type": "...", "code": 422}}
- * where "code" repeats the HTTP status (as OpenAI-style APIs do: clients
- * that only see the body still know what happened). */
+ * srv_error_body(), builds every error body, so all of them share OpenAI's
+ * shape
+ *   {"error": {"message": "...", "type": "...", "param": null, "code": 422}}
+ * where "param" names the request field at fault (null when none is) and
+ * "code" repeats the HTTP status (clients that only see the body still know
+ * what happened), or is OpenAI's string code where one applies
+ * ("model_not_found"). */
 #ifndef ATTN_ERRORS_H
 #define ATTN_ERRORS_H
 
@@ -39,8 +42,10 @@ enum {
 /* HTTP status of err; 500 for a code not in the list. */
 unsigned srv_error_status(int err);
 
-/* {"error": {"message", "type", "code"}}: message NULL means the default.
- * Returns a new reference, NULL only when out of memory. */
+/* {"error": {"message", "type", "param", "code"}}: message NULL means the
+ * default, param NULL is null, code NULL is the HTTP status. Returns a new
+ * reference, NULL only when out of memory. */
 json_t *srv_error_body(int err, const char *message);
+json_t *srv_error_body_at(int err, const char *message, const char *param, const char *code);
 
 #endif

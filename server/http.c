@@ -282,14 +282,32 @@ int http_reply_text(http_request *req, unsigned status, const char *content_type
     return resp ? queue(req, status, resp, len) : HTTP_FAIL;
 }
 
+static int reply_error(http_request *req, int err, const char *param, const char *code,
+                       const char *fmt, va_list ap) __attribute__((format(printf, 5, 0)));
+
 int http_reply_error(http_request *req, int err, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = reply_error(req, err, NULL, NULL, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+int http_reply_error_at(http_request *req, int err, const char *param, const char *code,
+                        const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = reply_error(req, err, param, code, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+static int reply_error(http_request *req, int err, const char *param, const char *code,
+                       const char *fmt, va_list ap) {
     char msg[512];
     const char *text = NULL;
     if (fmt) {
-        va_list ap;
-        va_start(ap, fmt);
         vsnprintf(msg, sizeof msg, fmt, ap);
-        va_end(ap);
         /* Messages may quote client input (parser errors do): keep them
          * printable ASCII so they are valid JSON strings and safe to log. */
         for (char *p = msg; *p; p++)
@@ -300,7 +318,7 @@ int http_reply_error(http_request *req, int err, const char *fmt, ...) {
     /* Error bodies are small and bounded (counted per connection): never
      * refused, so a request the budget refuses still gets its answer. */
     int scope = membudget_suspend();
-    json_t *body = srv_error_body(err, text);
+    json_t *body = srv_error_body_at(err, text, param, code);
     char *dumped = body ? json_dumps(body, JSON_COMPACT) : NULL;
     json_decref(body);
     membudget_resume(scope);
@@ -592,13 +610,22 @@ static bool method_matches(const char *route_method, const char *method) {
            (strcmp(route_method, "GET") == 0 && strcmp(method, "HEAD") == 0);
 }
 
+/* Exact, or for a route ending in a slash and a star its prefix and one
+ * non-empty segment after it (a resource id such as /v1/models/{id}). */
+static bool path_matches(const char *route, const char *url) {
+    const size_t n = strlen(route);
+    if (n >= 2 && route[n - 1] == '*' && route[n - 2] == '/')
+        return strncmp(route, url, n - 1) == 0 && url[n - 1] && !strchr(url + n - 1, '/');
+    return strcmp(route, url) == 0;
+}
+
 /* Finds the route; on a path known under other methods, fills req->allow. */
 static const http_route *find_route(http_request *req, const char *url, const char *method) {
     const http_server *srv = req->srv;
     req->allow[0] = '\0';
     for (size_t i = 0; i < srv->nroutes; i++) {
         const http_route *r = &srv->routes[i];
-        if (strcmp(r->path, url) != 0)
+        if (!path_matches(r->path, url))
             continue;
         req->slot = srv->route_slot[i];
         if (method_matches(r->method, method))
@@ -954,6 +981,10 @@ bool http_draining(const http_request *req) {
 const char *http_body(const http_request *req, size_t *len) {
     *len = req->len;
     return req->body ? req->body : "";
+}
+
+const char *http_path(const http_request *req) {
+    return req->path;
 }
 
 void http_set_user(http_request *req, void *user, void (*free_fn)(void *)) {

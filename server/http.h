@@ -47,8 +47,10 @@ typedef int (*http_handler_fn)(http_request *req, void *ctx);
 
 typedef struct http_route {
     const char *method; /* "GET" (also answers HEAD) or "POST" */
-    const char *path;   /* exact match */
-    bool json_body;     /* the body must be application/json */
+    /* Exact match, or a path ending in a slash and a star: that prefix and
+     * one further non-empty segment (a resource id). */
+    const char *path;
+    bool json_body; /* the body must be application/json */
     http_auth auth;
     http_handler_fn handler; /* the body is complete when it runs */
     http_handler_fn resumed; /* after http_resume; NULL for routes that never park */
@@ -111,6 +113,10 @@ bool http_draining(const http_request *req);
 double http_age_ms(const http_request *req);
 const char *http_body(const http_request *req, size_t *len);
 
+/* The request's path (without the query): how a route whose path ends in a
+ * slash and a star tells which resource was asked for. */
+const char *http_path(const http_request *req);
+
 /* Parses the body as one JSON object, with nesting limited to
  * HTTP_JSON_MAX_DEPTH and duplicate keys refused. String values may hold
  * U+0000 (json_string_length, not strlen, gives their length). NULL, with the 400
@@ -147,6 +153,10 @@ int http_reply_text(http_request *req, unsigned status, const char *content_type
 /* err is an SRV_E* code; fmt NULL means the default message. */
 int http_reply_error(http_request *req, int err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* The same with the body's "param" (the request field at fault) and "code"
+ * (a string code such as "model_not_found"); either may be NULL. */
+int http_reply_error_at(http_request *req, int err, const char *param, const char *code,
+                        const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 
 /* Parks the request: MHD stops reading the connection until http_resume.
  * Call before handing the request to another thread, then return

@@ -10,21 +10,75 @@ static double ns_to_ms(uint64_t ns) {
 }
 
 double job_queue_ms(const job *j) {
-    return ns_to_ms(j->sreq.start_ns - j->sreq.enqueue_ns);
+    return ns_to_ms(j->queue_ns);
 }
 
 double job_compute_ms(const job *j) {
-    return ns_to_ms(j->sreq.end_ns - j->sreq.start_ns);
+    return ns_to_ms(j->compute_ns);
 }
 
-/* Loop thread: the result is in the job (or the request never ran). */
+/* Sets sreq's counts for the next piece from j->first: consecutive inputs
+ * while they fit lim (at least one). Only the caller's fields of sreq are
+ * written: the watch thread may be cancelling it at the same time. */
+static void make_piece(job *j, const sched_limits *lim) {
+    const int32_t *cu = j->items_cu;
+    int32_t end = j->first;
+    int64_t tokens = 0;
+    while (end < j->n_items && end - j->first < lim->max_batch_requests) {
+        const int32_t t = cu[end + 1] - cu[end];
+        if (end > j->first && tokens + t > lim->max_batch_tokens)
+            break;
+        tokens += t;
+        end++;
+    }
+    j->count = end - j->first;
+    j->sreq.n_tokens = (int32_t)tokens;
+    j->sreq.n_seqs = j->count;
+}
+
+static void job_done(sched_req *sreq, int status);
+
+/* Loop thread, in the done callback of a piece that ran: queues the next
+ * one. Returns SCHED_OK when it is queued (the job goes on), or why not. */
+static int queue_next_piece(job *j) {
+    if (atomic_load(&j->closed))
+        return SCHED_ECANCELED;
+    j->first += j->count;
+    sched_limits lim;
+    sched_get_limits(j->sched, &lim);
+    make_piece(j, &lim);
+    j->sreq.deadline_ns = j->deadline_ns;
+    j->sreq.done = job_done;
+    int rc = sched_submit_continuation(j->sched, &j->sreq);
+    /* A close after the check above may have set the cancel flag before the
+     * submit cleared it: cancel again (the piece then never runs). */
+    if (rc == SCHED_OK && atomic_load(&j->closed))
+        sched_cancel(j->sched, &j->sreq);
+    return rc;
+}
+
+/* Loop thread: a piece is done (or never ran). */
 static void job_done(sched_req *sreq, int status) {
     job *j = SCHED_CONTAINER_OF(sreq, job, sreq);
+    j->queue_ns += sreq->start_ns - sreq->enqueue_ns;
+    j->compute_ns += sreq->end_ns - sreq->start_ns;
+    if (status == SCHED_OK && j->err == SRV_OK && j->items_cu && j->first + j->count < j->n_items) {
+        int rc = queue_next_piece(j);
+        if (rc == SCHED_OK)
+            return;
+        status = rc;
+    }
     if (status == SCHED_EDEADLINE) {
         j->err = SRV_ETIMEOUT;
-        snprintf(j->why, sizeof j->why, "request timed out after %.0f ms in the queue",
-                 ns_to_ms(sreq->start_ns - sreq->enqueue_ns));
-    } else if (status == SCHED_ESHUTDOWN || status == SCHED_ECANCELED) {
+        if (j->first > 0)
+            snprintf(j->why, sizeof j->why,
+                     "request timed out (request_timeout_ms) with %d of its %d inputs computed",
+                     (int)j->first, (int)j->n_items);
+        else
+            snprintf(j->why, sizeof j->why, "request timed out after %.0f ms in the queue",
+                     ns_to_ms(sreq->start_ns - sreq->enqueue_ns));
+    } else if (status == SCHED_ESHUTDOWN || status == SCHED_ECANCELED ||
+               status == SCHED_EDRAINING) {
         j->err = SRV_EUNAVAILABLE;
         snprintf(j->why, sizeof j->why, "%s", sched_strerror(status));
     } else if (status != SCHED_OK) {
@@ -37,9 +91,11 @@ static void job_done(sched_req *sreq, int status) {
 
 /* http.c's watch thread: the client closed while the job was parked. The
  * job is valid memory here (it is freed only after http_resume, which waits
- * for the watch), and a job already in a batch or done ignores the cancel. */
+ * for the watch); a piece already in a batch or done ignores the cancel,
+ * and no piece is queued after it. */
 static void job_client_closed(void *arg) {
     job *j = arg;
+    atomic_store(&j->closed, true);
     sched_cancel(j->sched, &j->sreq);
 }
 
@@ -65,7 +121,29 @@ int job_submit(http_request *req, job *j, sched *s, int64_t timeout_ms, void (*f
      * reading its body gets a deadline long past (0 would mean none), so the
      * scheduler answers it 504 at once. */
     double left_ms = (double)timeout_ms - http_age_ms(req);
-    j->sreq.deadline_ns = left_ms > 0 ? sched_now_ns() + (uint64_t)(left_ms * 1e6) : 1;
+    j->deadline_ns = left_ms > 0 ? sched_now_ns() + (uint64_t)(left_ms * 1e6) : 1;
+    j->sreq.deadline_ns = j->deadline_ns;
+    if (j->items_cu) {
+        sched_limits lim;
+        sched_get_limits(s, &lim);
+        /* Every piece holds at least one input: one that alone exceeds a
+         * batch can never run. */
+        for (int32_t i = 0; i < j->n_items; i++) {
+            const int32_t t = j->items_cu[i + 1] - j->items_cu[i];
+            if (t > lim.max_batch_tokens) {
+                free_fn(j);
+                return http_reply_error(req, SRV_EINVALID,
+                                        "input %d has %d tokens; a batch holds at most %d "
+                                        "(max_batch_tokens)",
+                                        (int)i, (int)t, (int)lim.max_batch_tokens);
+            }
+        }
+        j->first = 0;
+        make_piece(j, &lim);
+    } else {
+        j->first = 0;
+        j->count = j->sreq.n_seqs;
+    }
     int rc = sched_submit(s, &j->sreq);
     if (rc != SCHED_OK) {
         free_fn(j);

@@ -68,9 +68,11 @@ typedef struct app {
     const char *simd;
     tp_pool *pool;
     tok_tokenizer *tok;
-    bert_config mcfg;     /* the model's config.json, read before the engine loads it */
-    srv_engine *engine;   /* the engine (owns the weights) and the backend in force */
-    char model_name[256]; /* the model directory's last component */
+    bert_config mcfg;       /* the model's config.json, read before the engine loads it */
+    srv_engine *engine;     /* the engine (owns the weights) and the backend in force */
+    char model_name[256];   /* the model directory's last component */
+    int32_t max_seq_length; /* where truncation cuts: the setting, or the model's */
+    char *model_aliases;    /* model_aliases as at start */
     attn_service *svc;
     /* The backend the setting names, resolved for the configured shapes
      * whatever its self-test said (NULL when it cannot run them); the one
@@ -240,11 +242,15 @@ static size_t worst_case_bytes(const app *a) {
 
 static json_t *model_json(const app *a) {
     const bert_config *m = engine_model(srv_engine_instance(a->engine));
-    return json_pack("{s:s, s:s, s:b, s:i, s:i, s:i, s:i, s:i, s:i, s:s, s:b, s:b}", "name",
-                     a->model_name, "path", a->cfg.model, "loaded", 1, "hidden_size",
+    /* max_length: what the position embeddings allow (token-id inputs may
+     * be that long); max_seq_length: where text inputs are truncated, and
+     * max_seq_length_model the model's own (sentence_bert_config.json). */
+    return json_pack("{s:s, s:s, s:b, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:s, s:b, s:b}",
+                     "name", a->model_name, "path", a->cfg.model, "loaded", 1, "hidden_size",
                      m->hidden_size, "layers", m->num_layers, "heads", m->num_heads,
                      "intermediate_size", m->intermediate_size, "vocab_size", m->vocab_size,
-                     "max_length", m->max_positions, "pooling",
+                     "max_length", m->max_positions, "max_seq_length", a->max_seq_length,
+                     "max_seq_length_model", m->max_seq_length, "pooling",
                      m->pooling == BERT_POOL_CLS ? "cls" : "mean", "normalize", m->normalize,
                      "truncate", a->cfg.truncate);
 }
@@ -573,6 +579,19 @@ static int load_model(app *a) {
                   LOG_KV("model_max_length", m->max_positions), LOG_KV("model", c->model));
         return CONFIG_EXIT_INVALID;
     }
+    /* Truncation as sentence-transformers does it: at the model's
+     * max_seq_length unless the setting overrides it, never beyond what the
+     * position embeddings allow. */
+    if (c->max_seq_length > m->max_positions ||
+        (c->max_seq_length && c->max_seq_length <= tok_num_special(a->tok))) {
+        log_error("max_seq_length must leave room for a token beside the special tokens and be "
+                  "at most the model's max_position_embeddings",
+                  LOG_KV("max_seq_length", c->max_seq_length),
+                  LOG_KV("special_tokens", tok_num_special(a->tok)),
+                  LOG_KV("max_position_embeddings", m->max_positions), LOG_KV("model", c->model));
+        return CONFIG_EXIT_INVALID;
+    }
+    a->max_seq_length = c->max_seq_length ? (int32_t)c->max_seq_length : m->max_seq_length;
     /* The directory's last component names the model: "models/x/" is "x". */
     snprintf(a->model_name, sizeof a->model_name, "%s", c->model);
     for (size_t n = strlen(a->model_name); n > 1 && a->model_name[n - 1] == '/'; n--)
@@ -704,6 +723,15 @@ static int start(app *a) {
     a->eapi.max_batch_tokens = (int32_t)c->max_batch_tokens;
     a->eapi.max_batch_requests = (int32_t)c->max_batch_requests;
     a->eapi.truncate = c->truncate;
+    a->eapi.max_seq_length = a->max_seq_length;
+    /* A copy: a reload replaces cfg's strings (this setting needs a restart). */
+    if (!(a->model_aliases = strdup(c->model_aliases))) {
+        log_error("out of memory");
+        return 1;
+    }
+    a->eapi.model_aliases = a->model_aliases;
+    a->eapi.accept_any_model = c->accept_any_model;
+    a->eapi.created = (int64_t)time(NULL);
     atomic_store(&a->eapi.max_inputs_per_request, c->max_inputs_per_request);
     atomic_store(&a->eapi.request_timeout_ms, c->request_timeout_ms);
     return 0;
@@ -879,6 +907,7 @@ static void stop(app *a) {
     tp_destroy(a->pool);
     tok_free(a->tok);
     config_free(&a->cfg);
+    free(a->model_aliases);
     pthread_mutex_destroy(&a->cfg_mu);
     pthread_mutex_destroy(&a->backend_mu);
 }

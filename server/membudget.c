@@ -136,6 +136,11 @@ static size_t cost_of(size_t n) {
     return membudget_cost(n + sizeof(block_header));
 }
 
+void membudget_note_held(size_t n) {
+    if (tl_active)
+        tl_held += n;
+}
+
 bool membudget_charge(size_t n) {
     if (!tl_active)
         return true;

@@ -88,6 +88,12 @@ const char *membudget_message(void);
  * them; true without charging when no scope is open. membudget_uncharge
  * gives them back, from any thread. */
 bool membudget_charge(size_t n);
+
+/* Counts n bytes this request already holds, charged in an earlier scope
+ * (its job, allocated before it was parked), as its own in this thread's
+ * scope, so that a refusal here tells "needs more than the budget" (413)
+ * from "the budget is held by others" (503). Charges nothing. */
+void membudget_note_held(size_t n);
 /* Whether this thread's scope charges now (entered, not suspended, and a
  * budget installed). */
 bool membudget_charging(void);

@@ -385,7 +385,12 @@ static void service(sched *s) {
         complete_batch(s, done_batch, run_status);
     complete_drops(s, &drops);
 
-    bool idle = !s->running && !s->queue.head;
+    /* A done callback may have queued a continuation (in the inbox until
+     * the next pass, which its wake-up brings): not idle yet. */
+    pthread_mutex_lock(&s->mu);
+    const bool inbox_empty = !s->inbox.head;
+    pthread_mutex_unlock(&s->mu);
+    bool idle = !s->running && !s->queue.head && inbox_empty;
     if (draining && idle && !s->drain_reported)
         report_drained(s);
     if (stopping && idle) {
@@ -586,19 +591,24 @@ void sched_destroy(sched *s) {
 
 /* ---- requests ------------------------------------------------------------------------ */
 
-int sched_submit(sched *s, sched_req *req) {
+/* A continuation is the next part of work already accepted: neither a
+ * drain nor a full queue refuses it (refusing would lose an accepted
+ * request), and it is checked against the ceilings the buffers are sized
+ * for, as a request queued before a reload lowered the limits is. */
+static int submit(sched *s, sched_req *req, bool continuation) {
     if (!s || !req || !req->done || req->n_tokens < 1 || req->n_seqs < 1)
         return SCHED_EINVAL;
     pthread_mutex_lock(&s->mu);
     int rc = SCHED_OK;
+    const int32_t max_tokens = continuation ? s->cap_tokens : s->limits.max_batch_tokens;
+    const int32_t max_seqs = continuation ? s->cap_seqs : s->limits.max_batch_requests;
     if (s->stopping)
         rc = SCHED_ESHUTDOWN;
-    else if (s->draining)
+    else if (s->draining && !continuation)
         rc = SCHED_EDRAINING;
-    else if (req->n_tokens > s->limits.max_batch_tokens ||
-             req->n_seqs > s->limits.max_batch_requests)
+    else if (req->n_tokens > max_tokens || req->n_seqs > max_seqs)
         rc = SCHED_ETOOBIG;
-    else if (read_count(&s->depth) >= s->limits.max_queue)
+    else if (read_count(&s->depth) >= s->limits.max_queue && !continuation)
         rc = SCHED_EFULL;
     if (rc == SCHED_OK) {
         req->status = SCHED_OK;
@@ -624,6 +634,20 @@ int sched_submit(sched *s, sched_req *req) {
         break;
     }
     return rc;
+}
+
+int sched_submit(sched *s, sched_req *req) {
+    return submit(s, req, false);
+}
+
+int sched_submit_continuation(sched *s, sched_req *req) {
+    return submit(s, req, true);
+}
+
+void sched_get_limits(sched *s, sched_limits *out) {
+    pthread_mutex_lock(&s->mu);
+    *out = s->limits;
+    pthread_mutex_unlock(&s->mu);
 }
 
 int sched_cancel(sched *s, sched_req *req) {

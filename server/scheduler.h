@@ -61,7 +61,8 @@ const char *sched_errname(int err);
 /* ---- requests -----------------------------------------------------------------
  * One scheduler request is one HTTP request, which may hold several inputs
  * (sequences). It is accounted as n_tokens (the sum over its sequences) and
- * n_seqs. A request is never split across batches. */
+ * n_seqs. A request is never split across batches by the scheduler; a
+ * caller splits a larger one into parts (sched_submit_continuation). */
 typedef struct sched_req sched_req;
 
 /* Called exactly once per accepted request, on the loop thread, with status
@@ -186,6 +187,16 @@ void sched_destroy(sched *s);
  *   SCHED_ESHUTDOWN  sched_destroy has begun
  * A deadline already past is accepted and completes with SCHED_EDEADLINE. */
 int sched_submit(sched *s, sched_req *req);
+
+/* Queues req as the next part of a request already accepted (a request
+ * split over several batches submits its parts one after another from its
+ * done callback): as sched_submit, except that neither a drain nor a full
+ * queue refuses it, and its counts are checked against the sched_create
+ * ceilings rather than the limits in force. */
+int sched_submit_continuation(sched *s, sched_req *req);
+
+/* The limits in force (a reload may change them at any time). */
+void sched_get_limits(sched *s, sched_limits *out);
 
 /* Asks that req be dropped if it has not yet joined a batch (the HTTP layer
  * calls it when the client went away). It only holds the scheduler's lock

@@ -284,7 +284,7 @@ def assert_error(r, status, etype=None):
     assert r.status_code == status, (r.status_code, r.text)
     assert r.headers["Content-Type"] == "application/json"
     err = r.json()["error"]
-    assert set(err) == {"message", "type", "code"}
+    assert set(err) == {"message", "type", "param", "code"}
     assert err["code"] == status and err["message"]
     if etype:
         assert err["type"] == etype

@@ -161,7 +161,7 @@ def assert_raw_error(status, headers, body, want, etype=None):
     assert status == want, (status, body)
     assert headers["content-type"] == "application/json"
     err = json.loads(body)["error"]
-    assert set(err) == {"message", "type", "code"} and err["code"] == want and err["message"]
+    assert set(err) == {"message", "type", "param", "code"} and err["code"] == want and err["message"]
     if etype:
         assert err["type"] == etype
     return err
@@ -410,14 +410,15 @@ def test_empty_input(server, path, key):
 
 def test_one_10mb_string(server, own_server):
     text = ("lorem ipsum dolor sit amet " * 400000)[:10 << 20]
-    # Truncation on (the default): the first 512 tokens are embedded.
+    # Truncation on (the default): the first 256 tokens (the model's
+    # max_seq_length) are embedded.
     r = post(server, "/v1/embeddings", {"input": text})
     assert r.status_code == 200, r.text
-    assert r.json()["usage"]["total_tokens"] == 512
+    assert r.json()["usage"]["total_tokens"] == 256
     assert len(r.json()["data"][0]["embedding"]) == DIM
     r = post(server, "/embed", {"inputs": text, "truncate": False})
     err = assert_error(r, 422, "invalid_value_error")
-    assert "512" in err["message"]
+    assert "256" in err["message"]
     # Under the default 4 MiB limit the same body is too large.
     small = own_server(max_body_bytes=4 << 20)
     assert_error(post(small, "/v1/embeddings", {"input": text}), 413, "request_too_large_error")

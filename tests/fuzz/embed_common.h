@@ -46,8 +46,9 @@ static inline void fuzz_check_refusal(int err, const char *msg) {
 
 /* Body bytes through http_json_parse and embed_api_decode for route; a
  * decoded job must hold what the scheduler and the model may be handed:
- * 1..max_batch_requests inputs, each of 1..max_positions tokens, at most
- * max_batch_tokens in all, every id in the vocabulary. */
+ * 1..max_inputs_per_request inputs (a job larger than a batch runs in
+ * pieces), each of 1..max_positions tokens and at most max_batch_tokens,
+ * every id in the vocabulary. */
 static inline int fuzz_embed_decode(const uint8_t *data, size_t size, embed_route route) {
     const embed_api *api = fuzz_embed_api();
     char why[256] = "";
@@ -66,13 +67,13 @@ static inline int fuzz_embed_decode(const uint8_t *data, size_t size, embed_rout
     }
     const int32_t *cu, *ids;
     int32_t n = embed_job_inputs(job, &cu, &ids);
-    FUZZ_CHECK(n >= 1 && n <= api->max_batch_requests, "%d inputs", n);
+    FUZZ_CHECK(n >= 1 && n <= atomic_load(&api->max_inputs_per_request), "%d inputs", n);
     FUZZ_CHECK(cu[0] == 0, "cu[0] = %d", cu[0]);
     for (int32_t i = 0; i < n; i++) {
         int32_t len = cu[i + 1] - cu[i];
-        FUZZ_CHECK(len >= 1 && len <= api->model->max_positions, "input %d has %d tokens", i, len);
+        FUZZ_CHECK(len >= 1 && len <= api->model->max_positions && len <= api->max_batch_tokens,
+                   "input %d has %d tokens", i, len);
     }
-    FUZZ_CHECK(cu[n] <= api->max_batch_tokens, "%d tokens", cu[n]);
     for (int32_t k = 0; k < cu[n]; k++)
         FUZZ_CHECK(ids[k] >= 0 && ids[k] < api->model->vocab_size, "id %d at %d", ids[k], k);
     embed_job_free(job);

@@ -7,12 +7,19 @@ Face tokenizer produced (so the C forward test does not depend on the C
 tokenizer) and the pooled, normalised embedding. A second, smaller set runs the
 same weights with CLS pooling and no Normalize module, to check those paths.
 
-Sequences are truncated at 512 tokens (the model's position limit, which is what
-the service does), not at the 256 of the model's sentence_bert_config.json.
+The main sets are what a default sentence-transformers call gives: sequences
+truncated at the model's max_seq_length (256, from sentence_bert_config.json),
+as the service does by default. Two more sets keep the cases that truncation
+changes: "long_512", the inputs over 256 tokens at max_seq_length 512 (the
+model's position limit: the service with max_seq_length=512, and the forward
+at full length), and "long_left", the same inputs truncated on the left
+(tokenizer truncation_side "left": TEI's truncation_direction Left).
 
 Usage (versions used are recorded in the output):
     python3 -m venv /tmp/stvenv
     /tmp/stvenv/bin/pip install torch sentence-transformers
+    (the committed file: torch 2.5.1, transformers 4.46.3, sentence-transformers
+    3.3.1; a newer transformers needs a newer torch)
     /tmp/stvenv/bin/python tests/golden/make_golden.py models/all-MiniLM-L6-v2
 """
 import json
@@ -26,7 +33,7 @@ import torch
 import transformers
 from sentence_transformers import SentenceTransformer, models
 
-MAX_TOKENS = 512
+FULL_TOKENS = 512  # max_position_embeddings
 
 LOREM = (
     "The committee met on Tuesday to review the quarterly budget, and after a long "
@@ -104,7 +111,7 @@ CORPUS = [
     "math: ∑ x² ≤ ∞, α → β, √2 ≈ 1.414",
     "control\u0000chars\u0007here\u001b[0m and zero\u200bwidth",
     "full‐width ＡＢＣ １２３ and ligature ﬁ",
-    # long: over 256 tokens, and over the 512-token limit (truncated)
+    # long: over 256 tokens (truncated by default), and over the 512-token limit
     long_text(120),
     long_text(230),
     long_text(300),
@@ -127,7 +134,7 @@ CLS_CORPUS = [
 
 
 def run(model, texts):
-    model.max_seq_length = MAX_TOKENS
+    """Embeds texts with model as it is set (max_seq_length, truncation side)."""
     features = model.tokenize(texts)
     ids = [
         [int(t) for t, m in zip(row, mask) if m]
@@ -136,7 +143,7 @@ def run(model, texts):
     emb = model.encode(texts, batch_size=16, convert_to_numpy=True, normalize_embeddings=False)
     out = []
     for text, row, vec in zip(texts, ids, emb):
-        assert len(row) <= MAX_TOKENS
+        assert len(row) <= model.max_seq_length
         out.append({
             "text": text,
             "ids": row,
@@ -150,17 +157,21 @@ def main():
     torch.manual_seed(0)
     torch.set_num_threads(max(1, torch.get_num_threads()))
 
+    # A default call: max_seq_length from sentence_bert_config.json.
     full = SentenceTransformer(model_dir, device="cpu")
     modules = [type(m).__name__ for m in full]
     assert modules == ["Transformer", "Pooling", "Normalize"], modules
+    max_tokens = full.max_seq_length
+    assert max_tokens == 256, max_tokens
 
-    transformer = models.Transformer(model_dir, max_seq_length=MAX_TOKENS)
+    transformer = models.Transformer(model_dir, max_seq_length=max_tokens)
     dim = full.get_sentence_embedding_dimension()
     cls = SentenceTransformer(modules=[transformer, models.Pooling(dim, "cls")], device="cpu")
 
     golden = {
         "model": "sentence-transformers/all-MiniLM-L6-v2",
-        "max_tokens": MAX_TOKENS,
+        "max_tokens": max_tokens,
+        "full_tokens": FULL_TOKENS,
         "made_by": "tests/golden/make_golden.py",
         "versions": {
             "python": platform.python_version(),
@@ -173,9 +184,20 @@ def main():
         "mean_normalized": run(full, CORPUS),
         "cls_raw": run(cls, CLS_CORPUS),
     }
+    # The inputs truncation cuts, at the model's full length and cut on the left.
+    full_ids = full.tokenizer(CORPUS, truncation=False)["input_ids"]
+    long = [t for t, ids in zip(CORPUS, full_ids) if len(ids) > max_tokens]
+    full.max_seq_length = FULL_TOKENS
+    golden["long_512"] = run(full, long)
+    full.max_seq_length = max_tokens
+    full.tokenizer.truncation_side = "left"
+    golden["long_left"] = run(full, long)
+    full.tokenizer.truncation_side = "right"
+
     lengths = [len(x["ids"]) for x in golden["mean_normalized"]]
     print(f"{len(lengths)} inputs, tokens min {min(lengths)} max {max(lengths)}, "
-          f"> 256: {sum(n > 256 for n in lengths)}, = 512: {sum(n == 512 for n in lengths)}",
+          f"= {max_tokens}: {sum(n == max_tokens for n in lengths)}; "
+          f"{len(long)} long inputs also at {FULL_TOKENS} and cut on the left",
           file=sys.stderr)
     with open("tests/golden/embeddings.json", "w", encoding="utf-8") as f:
         json.dump(golden, f, ensure_ascii=False, separators=(",", ":"))

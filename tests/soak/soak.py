@@ -148,7 +148,7 @@ def check_error(r, status):
     expect(r.status_code == status, "want %d, got %d: %s" % (status, r.status_code, r.text[:200]))
     expect(r.headers.get("Content-Type") == "application/json", "error content type")
     err = r.json()["error"]
-    expect(set(err) == {"message", "type", "code"} and err["code"] == status and err["message"],
+    expect(set(err) == {"message", "type", "param", "code"} and err["code"] == status and err["message"],
            "error shape: %r" % err)
 
 

@@ -183,6 +183,7 @@ Test(model, reads_the_minilm_description) {
     cr_assert_eq(c.num_heads, 12);
     cr_assert_eq(c.intermediate_size, 1536);
     cr_assert_eq(c.max_positions, 512);
+    cr_assert_eq(c.max_seq_length, 256); /* sentence_bert_config.json */
     cr_assert_eq(c.pooling, BERT_POOL_MEAN);
     cr_assert_eq(c.normalize, 1);
     cr_assert_float_eq(c.layer_norm_eps, 1e-12f, 1e-18);
@@ -194,6 +195,15 @@ Test(model, golden_naive) {
 
 Test(model, golden_fused) {
     check_golden(MODEL_DIR, "mean_normalized", "fused");
+}
+
+/* The main sets are cut at the model's max_seq_length (256), as a default
+ * sentence-transformers call is; the inputs longer than that, at the full
+ * 512 positions (the max_seq_length setting raised), and cut on the left. */
+Test(model, golden_512_tokens_and_left_truncation) {
+    check_golden(MODEL_DIR, "long_512", "naive");
+    check_golden(MODEL_DIR, "long_512", "fused");
+    check_golden(MODEL_DIR, "long_left", "fused");
 }
 
 /* The narrower instruction-set paths (GELU and the fused kernel), which the

@@ -520,6 +520,36 @@ Test(scheduler, drain_with_work_in_flight) {
     expect_accounted();
 }
 
+/* The next piece of a request already accepted (a request split over
+ * batches): neither a full queue nor a drain refuses it, the create-time
+ * ceilings still do, and the drain waits for it. */
+Test(scheduler, continuation_passes_a_full_queue_and_a_drain) {
+    start(limits(1000, 4, 0, 1), true);
+    block();
+    cr_assert_eq(submit(1, 2, 1, 0), SCHED_OK);
+    cr_expect_eq(submit(2, 2, 1, 0), SCHED_EFULL);
+    sched_req_init(&H->reqs[2].req, 2, 1, 0, on_done);
+    cr_expect_eq(sched_submit_continuation(H->s, &H->reqs[2].req), SCHED_OK);
+    cr_assert_eq(sched_drain(H->s, on_drained, H), SCHED_OK);
+    cr_expect_eq(submit(3, 2, 1, 0), SCHED_EDRAINING);
+    sched_req_init(&H->reqs[4].req, 2, 1, 0, on_done);
+    cr_expect_eq(sched_submit_continuation(H->s, &H->reqs[4].req), SCHED_OK);
+    sched_req_init(&H->reqs[5].req, 2, 5, 0, on_done);
+    cr_expect_eq(sched_submit_continuation(H->s, &H->reqs[5].req), SCHED_ETOOBIG);
+    open_gate();
+    cr_expect_eq(sched_wait_drained(H->s, WAIT_MS), SCHED_OK);
+    lock(H);
+    cr_expect_eq(H->completions, 4);
+    unlock(H);
+    expect_all_done(0, 3, SCHED_OK);
+    cr_expect_eq(H->reqs[4].status, SCHED_OK);
+    cr_expect_eq(H->reqs[3].done_calls, 0);
+    cr_expect_eq(H->reqs[5].done_calls, 0);
+    sched_limits lim;
+    sched_get_limits(H->s, &lim);
+    cr_expect_eq(lim.max_queue, 1u);
+}
+
 Test(scheduler, drain_when_idle) {
     start(limits(1000, 4, 0, 64), false);
     cr_assert_eq(sched_drain(H->s, on_drained, H), SCHED_OK);
