@@ -53,13 +53,21 @@ typedef struct bert_config {
     int intermediate_size; /* F */
     int max_positions;     /* P: the longest sequence forward accepts */
     int type_vocab_size;   /* token types; forward always uses type 0 */
+    /* Where positions start in the position table, which has
+     * max_positions + position_offset rows. BERT: 0, and position_pad_id -1.
+     * RoBERTa and XLM-RoBERTa number tokens from padding_idx + 1 and give a
+     * token whose id is the padding id (position_pad_id) the position
+     * padding_idx itself, as HF's create_position_ids_from_input_ids does. */
+    int position_offset;
+    int position_pad_id;
     float layer_norm_eps;
     bert_pooling pooling; /* from the sentence-transformers Pooling module */
     int normalize;        /* 1 when a Normalize module follows pooling */
 } bert_config;
 
 /* Reads config.json, modules.json and the Pooling module's config.json from
- * dir. Anything outside what forward computes (another architecture or
+ * dir. model_type "bert", "roberta" or "xlm-roberta" (the same encoder with
+ * the position numbering above). Anything outside what forward computes (another architecture or
  * activation, another pooling mode, extra modules such as Dense) is
  * BERT_EUNSUPPORTED; a missing file BERT_EIO; a malformed one BERT_EFORMAT. */
 int bert_config_load(const char *dir, bert_config *cfg, char *err, size_t err_len);
