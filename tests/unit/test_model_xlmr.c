@@ -212,3 +212,139 @@ Test(xlmr, tokenizer_gives_the_golden_ids) {
     tok_free(t);
     xgolden_free(&g);
 }
+
+/* ---- variants of the directory ------------------------------------------------ */
+
+static char tmpdir[64];
+
+/* A copy of the tiny model whose files can be replaced. */
+static void make_variant(void) {
+    char cmd[512];
+    strcpy(tmpdir, "/tmp/attn-xlmr-XXXXXX");
+    cr_assert_not_null(mkdtemp(tmpdir));
+    snprintf(cmd, sizeof cmd, "cp -r %s/. %s/", XLMR_DIR, tmpdir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+static void remove_variant(void) {
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+static void edit_json(const char *rel, const char *key, const char *value) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", tmpdir, rel);
+    json_t *j = json_load_file(path, 0, NULL);
+    cr_assert_not_null(j, "%s", path);
+    if (value) {
+        json_t *v = json_loads(value, JSON_DECODE_ANY, NULL);
+        cr_assert_not_null(v, "%s", value);
+        json_object_set_new(j, key, v);
+    } else {
+        json_object_del(j, key);
+    }
+    cr_assert_eq(json_dump_file(j, path, 0), 0);
+    json_decref(j);
+}
+
+static void expect_config_error(int code, const char *want) {
+    bert_config c;
+    char err[512] = "";
+    int rc = bert_config_load(tmpdir, &c, err, sizeof err);
+    cr_assert_eq(rc, code, "got %s (%s), wanted %s", bert_strerror(rc), err, bert_strerror(code));
+    cr_assert_not_null(strstr(err, want), "message '%s' lacks '%s'", err, want);
+}
+
+Test(xlmr, needs_the_padding_index, .init = make_variant, .fini = remove_variant) {
+    edit_json("config.json", "pad_token_id", NULL);
+    expect_config_error(BERT_EFORMAT, "pad_token_id");
+}
+
+Test(xlmr, refuses_a_table_with_no_position_after_the_padding_index, .init = make_variant,
+     .fini = remove_variant) {
+    edit_json("config.json", "max_position_embeddings", "2");
+    expect_config_error(BERT_EFORMAT, "leaves no position");
+}
+
+Test(xlmr, refuses_other_pooling_modes, .init = make_variant, .fini = remove_variant) {
+    edit_json("1_Pooling/config.json", "pooling_mode", "\"max\"");
+    expect_config_error(BERT_EUNSUPPORTED, "pooling_mode max");
+    edit_json("1_Pooling/config.json", "pooling_mode", "[\"mean\", \"max\"]");
+    expect_config_error(BERT_EUNSUPPORTED, "pooling_mode");
+}
+
+/* "roberta" is the same computation; a checkpoint saved from a task head
+ * names every tensor under "roberta.": the tensors are renamed in place of
+ * the file (the safetensors header is JSON, offsets count from the data) and
+ * the vectors must not move at all. */
+Test(xlmr, reads_roberta_prefixed_weights, .init = make_variant, .fini = remove_variant) {
+    edit_json("config.json", "model_type", "\"roberta\"");
+    char path[512];
+    snprintf(path, sizeof path, "%s/model.safetensors", tmpdir);
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f);
+    uint64_t hlen = 0;
+    cr_assert_eq(fread(&hlen, 8, 1, f), 1);
+    cr_assert_lt(hlen, 1u << 20);
+    char *hdr = malloc(hlen + 1);
+    cr_assert_eq(fread(hdr, 1, hlen, f), hlen);
+    hdr[hlen] = 0;
+    fseek(f, 0, SEEK_END);
+    const long data_len = ftell(f) - 8 - (long)hlen;
+    char *data = malloc((size_t)data_len);
+    fseek(f, 8 + (long)hlen, SEEK_SET);
+    cr_assert_eq(fread(data, 1, (size_t)data_len, f), (size_t)data_len);
+    fclose(f);
+    json_t *in = json_loads(hdr, 0, NULL), *out = json_object();
+    cr_assert_not_null(in);
+    const char *key;
+    json_t *v;
+    json_object_foreach(in, key, v) {
+        char name[256];
+        snprintf(name, sizeof name, "%s%s", strcmp(key, "__metadata__") ? "roberta." : "", key);
+        json_object_set(out, name, v);
+    }
+    char *text = json_dumps(out, JSON_COMPACT);
+    const uint64_t olen = strlen(text);
+    f = fopen(path, "wb");
+    cr_assert_not_null(f);
+    fwrite(&olen, 8, 1, f);
+    fwrite(text, 1, olen, f);
+    fwrite(data, 1, (size_t)data_len, f);
+    fclose(f);
+    free(text);
+    free(data);
+    free(hdr);
+    json_decref(in);
+    json_decref(out);
+
+    bert_model *a = NULL, *b = NULL;
+    char err[512] = "";
+    cr_assert_eq(bert_load(XLMR_DIR, &a, err, sizeof err), BERT_OK, "%s", err);
+    cr_assert_eq(bert_load(tmpdir, &b, err, sizeof err), BERT_OK, "%s", err);
+    xgolden g = xgolden_load();
+    const attn_backend *be = attn_backend_find("naive");
+    cr_assert_not_null(be);
+    tp_pool *pool = tp_create(1);
+    attn_parallel par = tp_parallel(pool);
+    const int C = g.dim;
+    float *va = malloc((size_t)C * sizeof *va), *vb = malloc((size_t)C * sizeof *vb);
+    for (int i = 0; i < g.n; i++) {
+        const int32_t cu[2] = {0, g.len[i]};
+        bert_workspace *wa = NULL, *wb = NULL;
+        cr_assert_eq(bert_workspace_create(a, g.len[i], 1, &be, 1, &wa, err, sizeof err), 0);
+        cr_assert_eq(bert_workspace_create(b, g.len[i], 1, &be, 1, &wb, err, sizeof err), 0);
+        cr_assert_eq(bert_forward(a, wa, be, &par, g.ids[i], cu, 1, va, err, sizeof err), 0);
+        cr_assert_eq(bert_forward(b, wb, be, &par, g.ids[i], cu, 1, vb, err, sizeof err), 0);
+        cr_expect_eq(memcmp(va, vb, (size_t)C * sizeof *va), 0, "input %d differs", i);
+        bert_workspace_free(wa);
+        bert_workspace_free(wb);
+    }
+    free(va);
+    free(vb);
+    tp_destroy(pool);
+    bert_free(a);
+    bert_free(b);
+    xgolden_free(&g);
+}
