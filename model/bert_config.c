@@ -3,7 +3,7 @@
  *
  * Only what forward computes is accepted; everything else is refused by name
  * at start, so a model is never served with silently different maths. */
-#include "bert.h"
+#include "bert_config.h"
 
 #include <errno.h>
 #include <jansson.h>
