@@ -58,7 +58,7 @@ struct bert_model {
     bert_plan plan;
     st_file *file;         /* the mapping most weights point into */
     const float *wte;      /* (V, C) word embeddings */
-    const float *wpe;      /* (P, C) position embeddings */
+    const float *wpe;      /* (P + position_offset, C) position embeddings */
     const float *wtt;      /* (C) token type 0 embedding */
     const float *emb_ln_w; /* (C) */
     const float *emb_ln_b; /* (C) */
@@ -71,7 +71,7 @@ struct bert_model {
     uint16_t *emb16;
     size_t emb16_count;
     const uint16_t *wte16; /* (V, C) */
-    const uint16_t *wpe16; /* (P, C) */
+    const uint16_t *wpe16; /* (P + position_offset, C) */
     size_t packed_bytes;   /* what the packed linear layers own */
 };
 
@@ -91,7 +91,7 @@ static int fail(int code, char *err, size_t err_len, const char *fmt, ...) {
 typedef struct loader {
     const st_file *file;
     const char *path;   /* of the safetensors file, for messages */
-    const char *prefix; /* "" or "bert." (checkpoints saved from a task head) */
+    const char *prefix; /* "", "bert." or "roberta." */
     float *arena;       /* NULL in the counting pass */
     size_t used;        /* floats reserved so far */
     int rc;             /* the BERT_E* code of the first failure */
@@ -238,7 +238,9 @@ static int bind_all(loader *ld, bert_model *m) {
     const int64_t C = c->hidden_size;
     const float *wtt; /* (type_vocab_size, C); forward uses row 0 */
     int rc = bind(ld, &m->wte, "embeddings.word_embeddings.weight", c->vocab_size, C);
-    rc = rc ? rc : bind(ld, &m->wpe, "embeddings.position_embeddings.weight", c->max_positions, C);
+    rc = rc ? rc
+            : bind(ld, &m->wpe, "embeddings.position_embeddings.weight",
+                   (int64_t)c->max_positions + c->position_offset, C);
     rc = rc ? rc : bind(ld, &wtt, "embeddings.token_type_embeddings.weight", c->type_vocab_size, C);
     rc = rc ? rc : bind(ld, &m->emb_ln_w, "embeddings.LayerNorm.weight", C, 0);
     rc = rc ? rc : bind(ld, &m->emb_ln_b, "embeddings.LayerNorm.bias", C, 0);
@@ -263,9 +265,19 @@ static int load_weights(bert_model *m, const char *dir, char *err, size_t err_le
         return fail(io ? BERT_EIO : BERT_EFORMAT, err, err_len, "%s", why);
     }
     loader ld = {.file = m->file, .path = path, .prefix = "", .err = err, .err_len = err_len};
-    if (!st_find(m->file, "embeddings.word_embeddings.weight") &&
-        st_find(m->file, "bert.embeddings.word_embeddings.weight"))
-        ld.prefix = "bert.";
+    /* Checkpoints saved from a task head name the encoder's tensors under
+     * the head's base model: "bert." or, for (XLM-)RoBERTa, "roberta.". */
+    static const char *const prefixes[] = {"bert.", "roberta."};
+    for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0] &&
+                       !st_find(m->file, "embeddings.word_embeddings.weight");
+         i++) {
+        char name[64];
+        snprintf(name, sizeof name, "%sembeddings.word_embeddings.weight", prefixes[i]);
+        if (st_find(m->file, name)) {
+            ld.prefix = prefixes[i];
+            break;
+        }
+    }
 
     if (bind_all(&ld, m) < 0)
         return ld.rc;
@@ -457,7 +469,7 @@ static float *take(float *dst, const float **src, size_t n) {
 static int compact_weights(bert_model *m, char *err, size_t err_len) {
     const bert_config *c = &m->cfg;
     const size_t C = (size_t)c->hidden_size, L = (size_t)c->num_layers;
-    const size_t V = (size_t)c->vocab_size, P = (size_t)c->max_positions;
+    const size_t V = (size_t)c->vocab_size, P = (size_t)c->max_positions + c->position_offset;
     const size_t nvec = (3 + 4 * L) * C;
     float *vec = aligned_alloc(64, (nvec * sizeof(float) + 63) / 64 * 64);
     uint16_t *emb = aligned_alloc(64, ((V + P) * C * sizeof(uint16_t) + 63) / 64 * 64);
@@ -850,13 +862,17 @@ static int check_batch(const bert_model *m, bert_workspace *ws, const int32_t *i
                         "sequence %d has %d tokens; the model takes at most %d", b, len,
                         c->max_positions);
         *max_len = len > *max_len ? len : *max_len;
+        /* BERT: 0, 1, 2, ... RoBERTa: offset, offset + 1, ... counting only
+         * tokens that are not the padding id, which itself sits at position
+         * padding_idx (create_position_ids_from_input_ids). */
+        int32_t next = c->position_offset;
         for (int32_t i = 0; i < len; i++) {
             const int32_t id = ids[cu[b] + i];
             if (id < 0 || id >= c->vocab_size)
                 return fail(BERT_EINPUT, err, err_len,
                             "sequence %d token %d: id %d outside the vocabulary [0, %d)", b, i, id,
                             c->vocab_size);
-            ws->pos[cu[b] + i] = i;
+            ws->pos[cu[b] + i] = id == c->position_pad_id ? id : next++;
         }
     }
     return BERT_OK;

@@ -21,58 +21,12 @@
 #include "kernels/gemm.h"
 #include "kernels/parallel.h"
 
-/* ---- errors ---------------------------------------------------------------
- * Negative codes, one list; bert_strerror() gives the category, and every
- * failing call also writes a specific message. BERT_EFORMAT and
- * BERT_EUNSUPPORTED are start-up errors (the service exits with status 2). */
-#define BERT_ERRORS(X)                                                                             \
-    X(BERT_OK, 0, "success")                                                                       \
-    X(BERT_EIO, -1, "cannot read a model file")                                                    \
-    X(BERT_EFORMAT, -2, "malformed model file")                                                    \
-    X(BERT_EUNSUPPORTED, -3, "model not supported")                                                \
-    X(BERT_ENOMEM, -4, "out of memory")                                                            \
-    X(BERT_EINPUT, -5, "invalid batch")                                                            \
-    X(BERT_EATTN, -6, "attention backend failed")
-
-enum {
-#define BERT_ERR_ENUM(name, code, msg) name = code,
-    BERT_ERRORS(BERT_ERR_ENUM)
-#undef BERT_ERR_ENUM
-};
-
-const char *bert_strerror(int err);
-
-/* ---- model description ----------------------------------------------------- */
-typedef enum bert_pooling { BERT_POOL_MEAN, BERT_POOL_CLS } bert_pooling;
-
-typedef struct bert_config {
-    int vocab_size;        /* V */
-    int hidden_size;       /* C */
-    int num_layers;        /* L */
-    int num_heads;         /* H; C % H == 0 */
-    int intermediate_size; /* F */
-    int max_positions;     /* P: the longest sequence forward accepts */
-    int type_vocab_size;   /* token types; forward always uses type 0 */
-    float layer_norm_eps;
-    bert_pooling pooling; /* from the sentence-transformers Pooling module */
-    int normalize;        /* 1 when a Normalize module follows pooling */
-    /* Where sentence-transformers truncates: sentence_bert_config.json's
-     * max_seq_length (1..max_positions; a larger one is cut to
-     * max_positions, as a longer sequence could not run), max_positions when
-     * the file or the key is absent. */
-    int max_seq_length;
-} bert_config;
-
-/* Reads config.json, modules.json, the Pooling module's config.json and,
- * when present, sentence_bert_config.json from dir. Anything outside what forward computes (another
- * architecture or activation, another pooling mode, extra modules such as Dense) is
- * BERT_EUNSUPPORTED; a missing file BERT_EIO; a malformed one BERT_EFORMAT. */
-int bert_config_load(const char *dir, bert_config *cfg, char *err, size_t err_len);
+#include "model/bert_config.h"
 
 /* ---- weights ----------------------------------------------------------------- */
 typedef struct bert_model bert_model;
 
-/* Loads the directory: config as above, then dir/model.safetensors. F16 and
+/* Loads the directory: config as bert_config_load, then dir/model.safetensors. F16 and
  * BF16 weights are converted to F32 at load; F32 weights are used in place
  * from the read-only mapping; Q, K and V projections are concatenated for
  * one fused GEMM. Sets OpenBLAS to one thread: parallelism comes from the

@@ -3,7 +3,7 @@
  *
  * Only what forward computes is accepted; everything else is refused by name
  * at start, so a model is never served with silently different maths. */
-#include "bert.h"
+#include "bert_config.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -80,10 +80,14 @@ static int read_hyperparameters(const char *dir, bert_config *c, char *err, size
     const char *act = json_string_value(json_object_get(j, "hidden_act"));
     const char *pos = json_string_value(json_object_get(j, "position_embedding_type"));
     const json_t *eps = json_object_get(j, "layer_norm_eps");
-    if (!type || strcmp(type, "bert") != 0)
+    /* RoBERTa and XLM-RoBERTa are BERT's encoder with another numbering of
+     * positions (see bert_config): HF's XLMRobertaModel is RobertaModel. */
+    const int roberta = type && (strcmp(type, "roberta") == 0 || strcmp(type, "xlm-roberta") == 0);
+    if (!type || (strcmp(type, "bert") != 0 && !roberta))
         rc = fail(BERT_EUNSUPPORTED, err, err_len,
-                  "%s: model_type \"%s\" is not supported (only \"bert\")", path,
-                  type ? type : "(missing)");
+                  "%s: model_type \"%s\" is not supported (only \"bert\", \"roberta\" or "
+                  "\"xlm-roberta\")",
+                  path, type ? type : "(missing)");
     else if (!act || strcmp(act, "gelu") != 0)
         rc = fail(BERT_EUNSUPPORTED, err, err_len,
                   "%s: hidden_act \"%s\" is not supported (only \"gelu\", the exact erf form)",
@@ -118,6 +122,23 @@ static int read_hyperparameters(const char *dir, bert_config *c, char *err, size
     for (size_t i = 0; !rc && i < sizeof ints / sizeof ints[0]; i++)
         rc = get_int(j, path, ints[i].key, ints[i].lo, ints[i].hi,
                      (int *)((char *)c + ints[i].field), err, err_len);
+    c->position_pad_id = -1;
+    if (!rc && roberta) {
+        /* padding_idx of the embeddings is config.pad_token_id; positions
+         * start after it, so the longest sequence is that many rows short of
+         * the table (514 rows serve 512 tokens in XLM-R). */
+        int pad = 0;
+        rc = get_int(j, path, "pad_token_id", 0, c->vocab_size - 1, &pad, err, err_len);
+        if (!rc && c->max_positions <= pad + 1)
+            rc = fail(BERT_EFORMAT, err, err_len,
+                      "%s: max_position_embeddings %d leaves no position after pad_token_id %d",
+                      path, c->max_positions, pad);
+        if (!rc) {
+            c->position_pad_id = pad;
+            c->position_offset = pad + 1;
+            c->max_positions -= c->position_offset;
+        }
+    }
     if (!rc && c->hidden_size % c->num_heads != 0)
         rc = fail(BERT_EFORMAT, err, err_len,
                   "%s: hidden_size %d is not a multiple of num_attention_heads %d", path,
@@ -127,7 +148,8 @@ static int read_hyperparameters(const char *dir, bert_config *c, char *err, size
 }
 
 /* The Pooling module's config: exactly one mode on, and it must be CLS or
- * mean. Modes are found by their "pooling_mode_" prefix so that a mode this
+ * mean (the boolean "pooling_mode_*" keys, or sentence-transformers 6's
+ * "pooling_mode"). Modes are found by their "pooling_mode_" prefix so that a mode this
  * code has never heard of is refused rather than ignored. */
 static int read_pooling(const char *dir, const char *sub, bert_config *c, char *err,
                         size_t err_len) {
@@ -153,7 +175,26 @@ static int read_pooling(const char *dir, const char *sub, bert_config *c, char *
             rc = fail(BERT_EUNSUPPORTED, err, err_len,
                       "%s/%s: %s is not supported (only mean_tokens or cls_token)", dir, name, key);
     }
+    /* sentence-transformers 6 writes one "pooling_mode" (a name, or a list
+     * of names when several are concatenated) instead of the boolean keys. */
+    const json_t *mode = json_object_get(j, "pooling_mode");
+    if (!rc && mode) {
+        if (json_is_array(mode) && json_array_size(mode) == 1)
+            mode = json_array_get(mode, 0);
+        const char *name_mode = json_string_value(mode);
+        on++;
+        if (name_mode && strcmp(name_mode, "mean") == 0)
+            c->pooling = BERT_POOL_MEAN;
+        else if (name_mode && strcmp(name_mode, "cls") == 0)
+            c->pooling = BERT_POOL_CLS;
+        else
+            rc = fail(BERT_EUNSUPPORTED, err, err_len,
+                      "%s/%s: pooling_mode %s is not supported (only \"mean\" or \"cls\")", dir,
+                      name, name_mode ? name_mode : "(a list or not a string)");
+    }
     const json_t *dim = json_object_get(j, "word_embedding_dimension");
+    if (!dim)
+        dim = json_object_get(j, "embedding_dimension");
     if (!rc && on != 1)
         rc = fail(BERT_EUNSUPPORTED, err, err_len,
                   "%s/%s: %d pooling modes are on; exactly one (mean or CLS) is supported", dir,

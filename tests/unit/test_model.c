@@ -549,8 +549,8 @@ static void expect_load_error(int code, const char *want) {
 }
 
 Test(model, refuses_other_architectures, .init = make_variant, .fini = remove_variant) {
-    set_config("model_type", "\"roberta\"");
-    expect_load_error(BERT_EUNSUPPORTED, "model_type \"roberta\"");
+    set_config("model_type", "\"deberta-v2\"");
+    expect_load_error(BERT_EUNSUPPORTED, "model_type \"deberta-v2\"");
 }
 
 Test(model, refuses_other_activations, .init = make_variant, .fini = remove_variant) {

@@ -1,0 +1,66 @@
+/* bert_config.h — what a sentence-transformers directory says about a
+ * BERT-family encoder, and the model's error codes: everything that needs no
+ * kernel, so the config reader (bert_config.c) stands apart from the
+ * encoder (bert.h, which includes this). */
+#ifndef MODEL_BERT_CONFIG_H
+#define MODEL_BERT_CONFIG_H
+
+#include <stddef.h>
+
+/* ---- errors ---------------------------------------------------------------
+ * Negative codes, one list; bert_strerror() gives the category, and every
+ * failing call also writes a specific message. BERT_EFORMAT and
+ * BERT_EUNSUPPORTED are start-up errors (the service exits with status 2). */
+#define BERT_ERRORS(X)                                                                             \
+    X(BERT_OK, 0, "success")                                                                       \
+    X(BERT_EIO, -1, "cannot read a model file")                                                    \
+    X(BERT_EFORMAT, -2, "malformed model file")                                                    \
+    X(BERT_EUNSUPPORTED, -3, "model not supported")                                                \
+    X(BERT_ENOMEM, -4, "out of memory")                                                            \
+    X(BERT_EINPUT, -5, "invalid batch")                                                            \
+    X(BERT_EATTN, -6, "attention backend failed")
+
+enum {
+#define BERT_ERR_ENUM(name, code, msg) name = code,
+    BERT_ERRORS(BERT_ERR_ENUM)
+#undef BERT_ERR_ENUM
+};
+
+const char *bert_strerror(int err);
+
+/* ---- model description ----------------------------------------------------- */
+typedef enum bert_pooling { BERT_POOL_MEAN, BERT_POOL_CLS } bert_pooling;
+
+typedef struct bert_config {
+    int vocab_size;        /* V */
+    int hidden_size;       /* C */
+    int num_layers;        /* L */
+    int num_heads;         /* H; C % H == 0 */
+    int intermediate_size; /* F */
+    int max_positions;     /* P: the longest sequence forward accepts */
+    int type_vocab_size;   /* token types; forward always uses type 0 */
+    /* Where positions start in the position table, which has
+     * max_positions + position_offset rows. BERT: 0, and position_pad_id -1.
+     * RoBERTa and XLM-RoBERTa number tokens from padding_idx + 1 and give a
+     * token whose id is the padding id (position_pad_id) the position
+     * padding_idx itself, as HF's create_position_ids_from_input_ids does. */
+    int position_offset;
+    int position_pad_id;
+    float layer_norm_eps;
+    bert_pooling pooling; /* from the sentence-transformers Pooling module */
+    int normalize;        /* 1 when a Normalize module follows pooling */
+    /* Where sentence-transformers truncates: sentence_bert_config.json's
+     * max_seq_length (1..max_positions; a larger one is cut to
+     * max_positions, as a longer sequence could not run), max_positions when
+     * the file or the key is absent. */
+    int max_seq_length;
+} bert_config;
+
+/* Reads config.json, modules.json, the Pooling module's config.json and,
+ * when present, sentence_bert_config.json from dir. model_type "bert", "roberta" or "xlm-roberta"
+ * (the same encoder with the position numbering above). Anything outside what forward computes
+ * (another architecture or activation, another pooling mode, extra modules such as Dense) is
+ * BERT_EUNSUPPORTED; a missing file BERT_EIO; a malformed one BERT_EFORMAT. */
+int bert_config_load(const char *dir, bert_config *cfg, char *err, size_t err_len);
+
+#endif

@@ -1,0 +1,87 @@
+"""An XLM-RoBERTa embedder served end to end.
+
+tests/golden/xlmr-tiny-model (a random-weight XLMRobertaModel with a real
+SentencePiece tokenizer, saved by sentence-transformers) and the vectors
+sentence-transformers computed with it (tests/golden/xlmr_embeddings.json),
+both made by tests/golden/make_xlmr_model.py. Texts go in as text, so the
+service's own tokenizer, the position numbering from the padding index and
+the forward are all checked; the floor is the unit test's (test_model_xlmr.c
+derives it)."""
+import json
+import math
+import os
+
+import pytest
+import requests
+
+from conftest import JSON, ROOT, Server
+
+XLMR_DIR = os.path.join(ROOT, "tests", "golden", "xlmr-tiny-model")
+MIN_COSINE = 1.0 - 1e-6
+
+with open(os.path.join(ROOT, "tests", "golden", "xlmr_embeddings.json"), encoding="utf-8") as f:
+    GOLDEN = json.load(f)
+CASES = GOLDEN["mean_normalized"]
+
+
+def cosine(a, b):
+    ab = sum(x * y for x, y in zip(a, b))
+    return ab / math.sqrt(sum(x * x for x in a) * sum(y * y for y in b))
+
+
+def post(server, path, body):
+    return requests.post(server.url(path), data=json.dumps(body), headers=JSON, timeout=60)
+
+
+def check(vectors, cases=CASES):
+    assert len(vectors) == len(cases)
+    worst = min(cosine(v, c["embedding"]) for v, c in zip(vectors, cases))
+    for v, c in zip(vectors, cases):
+        assert len(v) == 64
+        assert cosine(v, c["embedding"]) >= MIN_COSINE, c["text"][:40]
+    print("xlmr e2e: %d inputs, min cosine 1 - %.2g" % (len(cases), 1.0 - worst))
+
+
+@pytest.fixture(scope="module", params=["naive", "fused"])
+def server(tmp_path_factory, request):
+    s = Server(str(tmp_path_factory.mktemp("xlmr")), model=XLMR_DIR, backend=request.param)
+    yield s
+    s.check_clean_exit(s.stop())
+
+
+def test_openai_embeddings(server):
+    cases = [c for c in CASES if c["text"]]  # OpenAI refuses an empty string
+    r = post(server, "/v1/embeddings", {"input": [c["text"] for c in cases]})
+    assert r.status_code == 200, r.text
+    data = sorted(r.json()["data"], key=lambda d: d["index"])
+    check([d["embedding"] for d in data], cases)
+
+
+def test_tei_embed(server):
+    r = post(server, "/embed", {"inputs": [c["text"] for c in CASES], "truncate": True})
+    assert r.status_code == 200, r.text
+    check(r.json())
+
+
+def test_token_ids_in(server):
+    """Ids the Hugging Face tokenizer made, <pad> inside included, give the
+    same vectors: the positions come from the ids, as in HF."""
+    padded = [c for c in CASES if 1 in c["ids"]]
+    assert padded, "no golden input holds the padding id"
+    r = post(server, "/embed", {"inputs": [c["ids"] for c in padded]})
+    assert r.status_code == 200, r.text
+    for v, c in zip(r.json(), padded):
+        assert cosine(v, c["embedding"]) >= MIN_COSINE
+
+
+def test_the_length_limit_is_the_position_table_less_the_offset(server):
+    """130 position rows, padding index 1: 128 tokens fit, 129 do not."""
+    r = requests.get(server.url("/info"), timeout=10)
+    assert r.status_code == 200, r.text
+    assert r.json()["max_input_length"] == GOLDEN["max_tokens"] == 128
+    longest = max(CASES, key=lambda c: len(c["ids"]))
+    r = post(server, "/embed", {"inputs": longest["text"], "truncate": False})
+    assert 400 <= r.status_code < 500, r.text
+    r = post(server, "/embed", {"inputs": [longest["ids"]]})
+    assert r.status_code == 200, r.text
+    assert cosine(r.json()[0], longest["embedding"]) >= MIN_COSINE
