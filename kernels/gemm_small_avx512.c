@@ -33,6 +33,10 @@ static inline void block(const float *x, size_t ldx, const float *w, size_t ldw,
     int k = 0;
     for (; k + 16 <= K; k += 16) {
         const __m512 a = _mm512_loadu_ps(w0 + k), c = _mm512_loadu_ps(w1 + k);
+        /* The next two W rows, one cache line each per step, so they are
+         * in L1 when their block starts (W streams from L3 or memory). */
+        _mm_prefetch((const char *)(w1 + ldw + k), _MM_HINT_T0);
+        _mm_prefetch((const char *)(w1 + 2 * ldw + k), _MM_HINT_T0);
 #pragma GCC unroll 12
         for (int i = 0; i < MB; i++) {
             if (i < mb) {
