@@ -9,7 +9,16 @@
  * sgemm stays large; short ones by output columns, so a single short input
  * still uses every core and each core streams only its part of W. A
  * LayerNorm epilogue needs whole rows: with a column split it runs as a
- * second pass over the (then small, cache-resident) output. */
+ * second pass over the (then small, cache-resident) output.
+ *
+ * Few rows. sgemm copies all of W into its panel layout on every call; at
+ * M <= GEMM_SMALL_MAX_ROWS that copy costs more than the multiply (about two
+ * thirds of a batch-1 forward's GEMM time), so there gemm_small_f32_acc
+ * takes the sgemm's place, reading W as stored, on the same column blocks,
+ * after the same bias and residual initialisation and before the same
+ * epilogue: only the order of the K-term sums differs, which the fp32 bound
+ * allows for any order. Only on the AVX-512 path: elsewhere gemm_small has
+ * only a scalar loop, slower than the library. */
 #include "gemm.h"
 
 #include <cblas.h>
@@ -19,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gemm_small.h"
 #include "model/gelu.h"
 #include "simd.h"
 #if defined(__x86_64__) || defined(__i386__)
@@ -248,6 +258,7 @@ typedef struct fp32_ctx {
     size_t ntasks;
     int by_rows; /* 1: tasks are row blocks; 0: column blocks */
     int fold;    /* the residual is added while initialising y */
+    int small;   /* gemm_small_f32_acc instead of sgemm (column blocks only) */
 } fp32_ctx;
 
 static void block(int n, size_t ntasks, size_t i, int *lo, int *hi) {
@@ -286,9 +297,13 @@ static void fp32_task(void *arg, size_t task, int worker) {
         else
             memset(yr + c0, 0, (size_t)(c1 - c0) * sizeof(float));
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, c1 - c0, K, 1.0f,
-                c->x + (size_t)r0 * c->ldx, (int)c->ldx, c->w->w + (size_t)c0 * K, K, 1.0f,
-                c->y + (size_t)r0 * c->ldy + c0, (int)c->ldy);
+    if (c->small)
+        gemm_small_f32_acc(c->x + (size_t)r0 * c->ldx, c->ldx, c->w->w, (size_t)K,
+                           c->y + (size_t)r0 * c->ldy, c->ldy, r1 - r0, K, c0, c1);
+    else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, c1 - c0, K, 1.0f,
+                    c->x + (size_t)r0 * c->ldx, (int)c->ldx, c->w->w + (size_t)c0 * K, K, 1.0f,
+                    c->y + (size_t)r0 * c->ldy + c0, (int)c->ldy);
     gemm_epilogue_block(c->epi, c->y, c->ldy, r0, r1, c0, c1, c->fold);
     if (c->by_rows)
         gemm_epilogue_norm(c->epi, c->y, c->ldy, r0, r1, N);
@@ -307,6 +322,7 @@ static void fp32_run(const gemm_weights *w, const attn_parallel *par, const floa
     const size_t nt = (size_t)par->nthreads, N = (size_t)w->N;
     fp32_ctx c = {.w = w, .epi = epi, .x = x, .ldx = ldx, .y = y, .ldy = ldy, .M = M};
     c.by_rows = (size_t)M >= 64 * nt;
+    c.small = M <= GEMM_SMALL_MAX_ROWS && !c.by_rows && attn_simd_active() == ATTN_SIMD_AVX512;
     c.ntasks = c.by_rows ? nt : (N / 16 < nt ? (N + 15) / 16 : nt);
     if (c.ntasks < 1)
         c.ntasks = 1;

@@ -26,4 +26,11 @@
 void gemm_small_f32(const float *x, size_t ldx, const float *w, size_t ldw, const float *b,
                     float *y, size_t ldy, int M, int K, int n0, int n1);
 
+/* y[m][n] += Σ_k x[m][k] · w[n][k] for m < M, n in [n0, n1): sgemm's
+ * beta = 1, so a caller that puts the bias (and a residual) into y first
+ * gets them added exactly as gemm.c's library path adds them. y must not
+ * alias x or w. */
+void gemm_small_f32_acc(const float *x, size_t ldx, const float *w, size_t ldw, float *y,
+                        size_t ldy, int M, int K, int n0, int n1);
+
 #endif

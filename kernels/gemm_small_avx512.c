@@ -13,13 +13,15 @@
 #include <immintrin.h>
 
 void gemm_small_f32_avx512(const float *x, size_t ldx, const float *w, size_t ldw, const float *b,
-                           float *y, size_t ldy, int M, int K, int n0, int n1);
+                           float *y, size_t ldy, int M, int K, int n0, int n1, int accumulate);
 
 enum { MB = 12 }; /* x rows per block: 2 × MB accumulators + 2 W vectors in 32 zmm */
 
-/* Rows [m0, m0 + mb) of x against W rows n and n + 1 (nb = 1 or 2). */
+/* Rows [m0, m0 + mb) of x against W rows n and n + 1 (nb = 1 or 2); each sum
+ * is added to the bias, or with accumulate to what y holds. */
 static inline void block(const float *x, size_t ldx, const float *w, size_t ldw, const float *b,
-                         float *y, size_t ldy, int m0, int mb, int K, int n, int nb) {
+                         float *y, size_t ldy, int m0, int mb, int K, int n, int nb,
+                         int accumulate) {
     __m512 acc0[MB], acc1[MB];
     /* Unrolled in full so the accumulators live in registers. */
 #pragma GCC unroll 12
@@ -31,6 +33,10 @@ static inline void block(const float *x, size_t ldx, const float *w, size_t ldw,
     int k = 0;
     for (; k + 16 <= K; k += 16) {
         const __m512 a = _mm512_loadu_ps(w0 + k), c = _mm512_loadu_ps(w1 + k);
+        /* The next two W rows, one cache line each per step, so they are
+         * in L1 when their block starts (W streams from L3 or memory). */
+        _mm_prefetch((const char *)(w1 + ldw + k), _MM_HINT_T0);
+        _mm_prefetch((const char *)(w1 + 2 * ldw + k), _MM_HINT_T0);
 #pragma GCC unroll 12
         for (int i = 0; i < MB; i++) {
             if (i < mb) {
@@ -58,22 +64,22 @@ static inline void block(const float *x, size_t ldx, const float *w, size_t ldw,
         if (i >= mb)
             break;
         float *yi = y + (size_t)(m0 + i) * ldy + n;
-        yi[0] = b0 + _mm512_reduce_add_ps(acc0[i]);
+        yi[0] = (accumulate ? yi[0] : b0) + _mm512_reduce_add_ps(acc0[i]);
         if (nb > 1)
-            yi[1] = b1 + _mm512_reduce_add_ps(acc1[i]);
+            yi[1] = (accumulate ? yi[1] : b1) + _mm512_reduce_add_ps(acc1[i]);
     }
 }
 
 void gemm_small_f32_avx512(const float *x, size_t ldx, const float *w, size_t ldw, const float *b,
-                           float *y, size_t ldy, int M, int K, int n0, int n1) {
+                           float *y, size_t ldy, int M, int K, int n0, int n1, int accumulate) {
     for (int m0 = 0; m0 < M; m0 += MB) {
         const int mb = M - m0 < MB ? M - m0 : MB;
         for (int n = n0; n < n1; n += 2) {
             const int nb = n1 - n < 2 ? n1 - n : 2;
             if (mb == MB)
-                block(x, ldx, w, ldw, b, y, ldy, m0, MB, K, n, nb); /* unrolled by the compiler */
+                block(x, ldx, w, ldw, b, y, ldy, m0, MB, K, n, nb, accumulate); /* unrolled */
             else
-                block(x, ldx, w, ldw, b, y, ldy, m0, mb, K, n, nb);
+                block(x, ldx, w, ldw, b, y, ldy, m0, mb, K, n, nb, accumulate);
         }
     }
 }

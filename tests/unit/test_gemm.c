@@ -8,7 +8,11 @@
  * 4e-7; after LayerNorm an error e in the inputs moves each output by at most
  * 2·e·rstd·|γ| (the value and the mean each off by e), plus fp32 rounding
  * of the normalised value. A precision this CPU lacks is reported as
- * skipped, with the reason, and its checks count as nothing. */
+ * skipped, with the reason, and its checks count as nothing.
+ *
+ * fp32 runs gemm_small_f32 instead of the library at up to
+ * GEMM_SMALL_MAX_ROWS rows (on the AVX-512 path): the shapes include 1, 12
+ * and 32 rows (small) and 33 (the library), each with every epilogue. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -16,6 +20,7 @@
 #include <string.h>
 
 #include "kernels/gemm.h"
+#include "kernels/gemm_small.h"
 #include "kernels/simd.h"
 #include "kernels/threadpool.h"
 
@@ -151,9 +156,10 @@ static void sweep(gemm_precision p) {
     const attn_parallel pooled = tp_parallel(pool);
     /* The model's shapes (C = 384, F = 1536) at a short and a tall batch,
      * and odd ones that leave partial tiles everywhere. */
-    static const int shapes[][3] = {{12, 1152, 384},  {12, 384, 1536}, {300, 1536, 384},
-                                    {300, 384, 1536}, {1, 1, 1},       {7, 33, 17},
-                                    {130, 50, 100},   {129, 31, 385}};
+    static const int shapes[][3] = {
+        {12, 1152, 384}, {12, 384, 1536}, {300, 1536, 384}, {300, 384, 1536}, {1, 1, 1},
+        {7, 33, 17},     {130, 50, 100},  {129, 31, 385},   {1, 384, 384},    {1, 1536, 384},
+        {32, 384, 1536}, {32, 1152, 384}, {33, 384, 1536},  {33, 1536, 384},  {32, 50, 100}};
     const attn_parallel *pars[] = {&attn_parallel_serial, &pooled};
     double worst = 0, vs_fp32 = 0;
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
@@ -184,6 +190,44 @@ Test(gemm, fp32_within_its_bound) {
 
 Test(gemm, bf16_within_its_bound) {
     sweep(GEMM_BF16);
+}
+
+/* At up to GEMM_SMALL_MAX_ROWS rows the fp32 path is gemm_small_f32 on the
+ * AVX-512 path: bit for bit what the kernel gives alone (each output is one
+ * dot product whatever the column split, plus the bias), so the sweep above
+ * did check the small kernel under every epilogue, not the library. */
+Test(gemm, fp32_few_rows_run_gemm_small) {
+    if (attn_simd_active() != ATTN_SIMD_AVX512) {
+        fprintf(stderr, "gemm fp32 few rows: not tested: the AVX-512 path is not active\n");
+        cr_skip_test("gemm_small is wired in on the AVX-512 path only");
+    }
+    tp_pool *pool = tp_create(2);
+    cr_assert_not_null(pool);
+    const attn_parallel pooled = tp_parallel(pool);
+    static const int rows[] = {1, 12, 32};
+    const int N = 1152, K = 384;
+    float *w = rnd_array((size_t)N * K, 7u, 0.1f), *b = rnd_array((size_t)N, 8u, 0.5f);
+    float *x = rnd_array((size_t)GEMM_SMALL_MAX_ROWS * K, 9u, 1.0f);
+    float *y = malloc((size_t)GEMM_SMALL_MAX_ROWS * N * sizeof *y);
+    float *want = malloc((size_t)GEMM_SMALL_MAX_ROWS * N * sizeof *want);
+    cr_assert(y && want);
+    char err[256] = "";
+    gemm_weights *pw;
+    cr_assert_eq(gemm_pack(GEMM_FP32, w, b, N, K, &pw, err, sizeof err), 0, "%s", err);
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        const int M = rows[i];
+        gemm_small_f32(x, (size_t)K, w, (size_t)K, b, want, (size_t)N, M, K, 0, N);
+        gemm_run(pw, &pooled, x, (size_t)K, y, (size_t)N, M, NULL, NULL);
+        cr_expect_eq(memcmp(y, want, (size_t)M * N * sizeof *y), 0,
+                     "M = %d: gemm_run's fp32 path is not gemm_small_f32", M);
+    }
+    gemm_free(pw);
+    free(w);
+    free(b);
+    free(x);
+    free(y);
+    free(want);
+    tp_destroy(pool);
 }
 
 /* The start-up check a service runs before offering a precision. */
