@@ -322,6 +322,23 @@ def assert_error(r, status, etype=None):
     return err
 
 
+def assert_raw_error(status, headers, body, want, etype=None, path=None):
+    """As assert_error, for an answer read off a raw socket from path."""
+    assert status == want, (status, body)
+    assert headers["content-type"] == "application/json"
+    if path in TEI_PATHS:
+        tei = json.loads(body)
+        assert set(tei) == {"error", "error_type"} and tei["error"], tei
+        if etype:
+            assert tei["error_type"] == TEI_TYPES.get(etype, "Validation")
+        return {"message": tei["error"], "type": tei["error_type"], "code": want}
+    err = json.loads(body)["error"]
+    assert set(err) == {"message", "type", "param", "code"} and err["code"] == want and err["message"]
+    if etype:
+        assert err["type"] == etype
+    return err
+
+
 def wait_for(cond, timeout=10, what="condition"):
     end = time.time() + timeout
     while time.time() < end:

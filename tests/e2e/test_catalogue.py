@@ -18,7 +18,8 @@ import time
 import pytest
 import requests
 
-from conftest import (BIN, JSON, TEI_PATHS, TEI_TYPES, Server, as_base64, assert_error,
+from conftest import (BIN, JSON, Server, as_base64, assert_error,
+                      assert_raw_error,
                       attention_case, parse_metrics, post_attention, slow_body, to_base64,
                       wait_for)
 
@@ -156,23 +157,6 @@ def read_response(f):
         headers[k.strip().lower()] = v.strip()
     body = f.read(int(headers["content-length"]))
     return status, headers, body
-
-
-def assert_raw_error(status, headers, body, want, etype=None, path=None):
-    """As assert_error, for an answer read off a raw socket from path."""
-    assert status == want, (status, body)
-    assert headers["content-type"] == "application/json"
-    if path in TEI_PATHS:
-        tei = json.loads(body)
-        assert set(tei) == {"error", "error_type"} and tei["error"], tei
-        if etype:
-            assert tei["error_type"] == TEI_TYPES.get(etype, "Validation")
-        return {"message": tei["error"], "type": tei["error_type"], "code": want}
-    err = json.loads(body)["error"]
-    assert set(err) == {"message", "type", "param", "code"} and err["code"] == want and err["message"]
-    if etype:
-        assert err["type"] == etype
-    return err
 
 
 def closed_by_peer(sock, timeout):
