@@ -90,6 +90,9 @@ def parse_args():
     p.add_argument("--accuracy", action="store_true",
                    help="also print each peer's lowest and mean cosine against fp32 "
                         "sentence-transformers over every input, one at a time")
+    p.add_argument("--attnserve-embeddings",
+                   help="with --accuracy: also compare the embeddings `bench_embed "
+                        "--dump-embeddings` wrote, one line per precision and length")
     p.add_argument("--setup-only", action="store_true",
                    help="make the venv and install the packages, then exit")
     return p.parse_args()
@@ -216,7 +219,10 @@ def int8_graph(model_dir, venv):
 
         pre = src[:-len(".onnx")] + "-pre.onnx"
         print(f"peers: quantising {src} to {path} (quantize_dynamic, QInt8)", file=sys.stderr)
-        quant_pre_process(src, pre)
+        # The symbolic shape pass fails on the exported BERT graph ("Incomplete
+        # symbolic shape inference"); ONNX's own shape inference and ORT's
+        # graph optimisation still run, which is what the pre-processing buys.
+        quant_pre_process(src, pre, skip_symbolic_shape=True)
         quantize_dynamic(pre, path + ".tmp", weight_type=QuantType.QInt8)
         os.replace(path + ".tmp", path)
     return path
@@ -289,9 +295,23 @@ def main():
     # Accuracy of every peer on every input of every set, one input at a time
     # (no padding in play), against sentence-transformers in fp32.
     ref = make_pytorch(a.model, a.threads)[0] if a.accuracy else None
+    dumped = []
+    if a.accuracy and a.attnserve_embeddings:
+        dumped = [json.loads(line) for line in open(a.attnserve_embeddings) if line.strip()]
     for s in sets if a.accuracy else []:
         want = np.asarray(ref(s["texts"]), dtype=np.float64)
         want /= np.linalg.norm(want, axis=1, keepdims=True)
+        for d in dumped:
+            if d["tokens"] != s["tokens"]:
+                continue
+            got = np.asarray(d["embeddings"], dtype=np.float64)
+            got /= np.linalg.norm(got, axis=1, keepdims=True)
+            cos = (got * want[:len(got)]).sum(1)
+            print(json.dumps({"kind": "accuracy", "backend": "attnserve",
+                              "precision": d["precision"], "input": s["name"],
+                              "tokens_per_input": s["tokens"], "n": len(cos),
+                              "min_cosine": float(cos.min()), "mean_cosine": float(cos.mean())}),
+                  flush=True)
         for name, enc in encoders.items():
             got = np.concatenate([np.asarray(enc([t]), dtype=np.float64) for t in s["texts"]])
             got /= np.linalg.norm(got, axis=1, keepdims=True)
