@@ -121,6 +121,9 @@ def accuracy_table(acc, engines, lengths, names):
         cells = []
         for e, _ in engines:
             r = acc.get((e, t))
+            if r is None and e == "pytorch":
+                cells.append("(the reference)")
+                continue
             cells.append("–" if r is None else
                          f"{r['min_cosine']:.6f} / {r['mean_cosine']:.6f}")
         print(f"| {names[t]} ({t}) | " + " | ".join(cells) + " |")
