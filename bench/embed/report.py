@@ -152,7 +152,9 @@ def ratio_cell(cases, acc, eng, peer, need, floor, t, b):
             ok, why = False, f", cosine {cos['min_cosine']:.5f} < {floor}"
     label = {True: "met", False: "NOT met", None: "?"}[ok]
     vs = f" vs {dict(ENGINES)[pname]}" if pname else ""
-    return f"{r:.2f}×{vs} ({label}{why})", ok, r
+    # Two decimals unless they would round a miss up to the target.
+    shown = f"{r:.3f}" if r < need and round(r, 2) >= need else f"{r:.2f}"
+    return f"{shown}×{vs} ({label}{why})", ok, r
 
 
 def targets_table(cases, acc, lengths, batches, names):
@@ -211,7 +213,7 @@ def chart_matplotlib(cases, acc, path, note):
             xs = [j + (i - (len(engines) - 1) / 2) * width for j in range(len(batches))]
             a = acc.get((e, t))
             if a:
-                label = f"{label} (min cos {a['min_cosine']:.4f})"
+                label = f"{label} (min cos {a['min_cosine']:.5f})"
             ax.bar(xs, ys, width, label=label, color=colors[i % len(colors)],
                    hatch="//" if e.startswith("attnserve") else None, edgecolor="white")
         ax.set_xticks(range(len(batches)))
