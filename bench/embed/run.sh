@@ -3,8 +3,9 @@
 #
 # Builds bench_embed next to BIN (its directory is the build directory), then,
 # for each input length and batch size in turn, times attnserve in process
-# (bench_embed) and right after it the peers (peers.py: ONNX Runtime and
-# sentence-transformers/PyTorch) on the same generated inputs with the same
+# (bench_embed, every precision) and right after it the peers (peers.py: ONNX
+# Runtime fp32 and int8, OpenVINO fp32 and bf16, sentence-transformers/PyTorch)
+# on the same generated inputs with the same
 # thread count, so that every ratio comes from one run under the same load. Prints the side-by-side table and writes
 # bench/embed_throughput.png. Last, the same inputs through the server's
 # POST /v1/embeddings under concurrent load (http.sh; HTTP=0 skips it).
