@@ -196,8 +196,11 @@ run:
 	@$(MAKE) --no-print-directory model $(BIN)
 	$(BIN) --config config/attnserve.json --model=$(MODEL_DIR) $(RUN_ARGS)
 
+# Then fused against PyTorch's scaled_dot_product_attention, shape by shape
+# (bench/attention/vs_torch.py; TORCH_ARGS e.g. "--shapes 8x512 --dims 64").
 bench-attention: $(BUILD)/bench_attention
 	$(BUILD)/bench_attention $(BENCH_ARGS)
+	python3 bench/attention/vs_torch.py --bin $(BUILD)/bench_attention $(TORCH_ARGS)
 
 # The bf16 GEMM against oneDNN, libxsmm and OpenBLAS (bench/README.md); the
 # machine's OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE would force slow kernels.

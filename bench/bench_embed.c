@@ -32,11 +32,17 @@
  *   bench_embed [--json] [--model DIR] [--backends fused,naive] [--threads N[,1]]
  *               [--lengths 12,64,256] [--batches 1,8,32,128] [--reps 5] [--budget 8]
  *               [--precisions fp32,bf16] [--no-gemm] [--dump-inputs FILE]
+ *               [--dump-embeddings FILE]
  *
  * --threads 0 means every online core (the default). --budget caps the
  * seconds of timed reps in one case (at least 3 reps run when reps >= 3).
  * --dump-inputs writes the generated texts, one JSON object per length, for
- * the peer benchmarks (bench/embed/peers.py), and exits. */
+ * the peer benchmarks (bench/embed/peers.py), and exits. --dump-embeddings
+ * writes, for every precision and length, the embeddings of all the
+ * --batches maximum inputs (the first backend, one packed forward: every
+ * precision quantises per token or per weight channel, so an input's
+ * embedding does not depend on its batch), one JSON object per line, and
+ * exits; peers.py --accuracy compares them with fp32 sentence-transformers. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,7 +65,7 @@
 
 typedef struct {
     int json, gemm;
-    const char *model_dir, *dump_path;
+    const char *model_dir, *dump_path, *embed_path;
     const char *backends[MAX_LIST];
     int nbackends;
     const char *precisions[MAX_LIST];
@@ -78,7 +84,7 @@ static void usage(const char *argv0) {
     fprintf(stderr,
             "usage: %s [--json] [--model DIR] [--backends fused,naive] [--threads N[,1]] "
             "[--lengths 12,64,256] [--batches 1,8,32,128] [--reps 5] [--budget 8] "
-            "[--precisions fp32,bf16] [--no-gemm] [--dump-inputs FILE]\n",
+            "[--precisions fp32,bf16] [--no-gemm] [--dump-inputs FILE] [--dump-embeddings FILE]\n",
             argv0);
     exit(2);
 }
@@ -136,6 +142,8 @@ static void parse_opts(int argc, char **argv, bench_opts *o) {
             o->model_dir = v;
         else if (strcmp(a, "--dump-inputs") == 0)
             o->dump_path = v;
+        else if (strcmp(a, "--dump-embeddings") == 0)
+            o->embed_path = v;
         else if (strcmp(a, "--backends") == 0)
             o->nbackends = split_list(v, o->backends);
         else if (strcmp(a, "--precisions") == 0)
@@ -532,6 +540,28 @@ static case_result run_case(pipeline *p, const attn_backend *be, tp_pool *pool,
     return r;
 }
 
+/* One forward of the first n texts of set through p, then one JSON object:
+ * {"kind": "embeddings", "precision", "tokens", "embeddings": [[...], ...]}. */
+static int dump_embeddings(FILE *f, pipeline *p, const attn_backend *be, tp_pool *pool,
+                           const input_set *set, int n, gemm_precision prec, int dim) {
+    attn_parallel par = tp_parallel(pool);
+    double tok_s = 0.0;
+    if (run_once(p, be, &par, set, n, &tok_s) != 0)
+        return -1;
+    fprintf(f,
+            "{\"kind\": \"embeddings\", \"precision\": \"%s\", \"tokens\": %d, "
+            "\"embeddings\": [",
+            gemm_precision_name(prec), set->tokens);
+    for (int i = 0; i < n; i++) {
+        fprintf(f, "%s[", i ? ", " : "");
+        for (int c = 0; c < dim; c++)
+            fprintf(f, "%s%.9g", c ? ", " : "", (double)p->out[(size_t)i * dim + c]);
+        fprintf(f, "]");
+    }
+    fprintf(f, "]}\n");
+    return ferror(f) ? -1 : 0;
+}
+
 /* ---- main ------------------------------------------------------------------------------- */
 
 static void print_header(void) {
@@ -613,6 +643,23 @@ int main(int argc, char **argv) {
     }
     if (!nprec) {
         fprintf(stderr, "no precision this CPU can run\n");
+        goto done;
+    }
+
+    if (o.embed_path) {
+        FILE *f = fopen(o.embed_path, "w");
+        if (!f || !(pools[0] = tp_create(o.threads[0]))) {
+            perror(o.embed_path);
+            if (f)
+                fclose(f);
+            goto done;
+        }
+        int rc = 0;
+        for (int pi = 0; pi < nprec && !rc; pi++)
+            for (int s = 0; s < o.nlengths && !rc; s++)
+                rc = dump_embeddings(f, &pipes[pi], backends[0], pools[0], &sets[s], max_batch,
+                                     precs[pi], cfg->hidden_size);
+        status = fclose(f) == 0 && rc == 0 ? 0 : 1;
         goto done;
     }
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """peers.py — the embedding engines a user would otherwise pick, timed on the
-same inputs as build/bench_embed: sentence-transformers (PyTorch, CPU) and
-ONNX Runtime (CPU) on the same model directory.
+same inputs as build/bench_embed: sentence-transformers (PyTorch, CPU), ONNX
+Runtime fp32 and its dynamic int8 (`quantize_dynamic`), and OpenVINO fp32 and
+bf16 (`INFERENCE_PRECISION_HINT`), all on the same model directory.
 
 Run with any Python 3: the first run makes a virtual environment (default
 ~/.cache/attnserve/bench-embed/venv, or $ATTNSERVE_BENCH_VENV), installs torch,
@@ -12,13 +13,21 @@ re-runs itself there. Exit status 3 means the packages could not be installed
 ONNX Runtime runs the model exported once with torch.onnx (input ids,
 attention mask and token types in; mean pooling and L2 normalisation inside
 the graph, as the sentence-transformers modules say), cached beside the venv,
-with graph optimisations ORT_ENABLE_ALL. Both peers tokenize with the model's
+with graph optimisations ORT_ENABLE_ALL; its int8 peer is that graph after
+`quant_pre_process` and `quantize_dynamic` (QInt8 weights, per-tensor dynamic
+activations: ONNX Runtime's default, what its documentation shows a user).
+OpenVINO compiles the same ONNX graph for the CPU with the LATENCY hint and
+the thread count given, once with INFERENCE_PRECISION_HINT f32 and once bf16.
+Every peer reports its accuracy too: the lowest and mean cosine of its
+embeddings of every input against sentence-transformers in fp32 (the
+reference the golden tests use). Every peer tokenizes with the model's
 tokenizer.json (Hugging Face `tokenizers`) inside the timed region, as
 attnserve does. A case is one warm-up run, then the median of the reps, with
 the same --reps/--budget rule as bench_embed. One JSON object per line.
 
     python3 bench/embed/peers.py --inputs FILE --model DIR [--threads 2]
-        [--batches 1,8,32,128] [--reps 5] [--budget 8] [--peers onnxruntime,pytorch]
+        [--batches 1,8,32,128] [--reps 5] [--budget 8]
+        [--peers onnxruntime,onnxruntime-int8,openvino,openvino-bf16,pytorch] [--accuracy]
 
 FILE is what `bench_embed --dump-inputs FILE` writes.
 """
@@ -30,8 +39,10 @@ import subprocess
 import sys
 import time
 
-PACKAGES = ["torch", "sentence-transformers", "onnx", "onnxscript", "onnxruntime", "matplotlib"]
-IMPORTS = ["torch", "sentence_transformers", "onnx", "onnxruntime", "matplotlib"]
+PACKAGES = ["torch", "sentence-transformers", "onnx", "onnxscript", "onnxruntime", "openvino",
+            "matplotlib"]
+IMPORTS = ["torch", "sentence_transformers", "onnx", "onnxruntime", "openvino", "matplotlib"]
+ALL_PEERS = "onnxruntime,onnxruntime-int8,openvino,openvino-bf16,pytorch"
 
 
 def default_venv():
@@ -74,8 +85,14 @@ def parse_args():
     p.add_argument("--batches", default="1,8,32,128")
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--budget", type=float, default=8.0)
-    p.add_argument("--peers", default="onnxruntime,pytorch")
+    p.add_argument("--peers", default=ALL_PEERS)
     p.add_argument("--venv", default=default_venv())
+    p.add_argument("--accuracy", action="store_true",
+                   help="also print each peer's lowest and mean cosine against fp32 "
+                        "sentence-transformers over every input, one at a time")
+    p.add_argument("--attnserve-embeddings",
+                   help="with --accuracy: also compare the embeddings `bench_embed "
+                        "--dump-embeddings` wrote, one line per precision and length")
     p.add_argument("--setup-only", action="store_true",
                    help="make the venv and install the packages, then exit")
     return p.parse_args()
@@ -162,32 +179,91 @@ def make_pytorch(model_dir, threads):
     return encode, f"torch {torch.__version__}, {torch.get_num_threads()} threads"
 
 
-def make_onnxruntime(model_dir, threads, venv):
-    import numpy as np
-    import onnxruntime as ort
+def padded_tokenizer(model_dir):
+    """The model's own tokenizer.json, padding each batch to its longest input
+    (what a user of these runtimes does)."""
     from tokenizers import Tokenizer
 
+    tok = Tokenizer.from_file(os.path.join(model_dir, "tokenizer.json"))
+    tok.no_truncation()
+    tok.enable_padding(pad_id=0, pad_token="[PAD]")
+    return tok
+
+
+def feeds(tok, texts):
+    import numpy as np
+
+    enc = tok.encode_batch(texts)
+    ids = np.array([e.ids for e in enc], dtype=np.int64)
+    mask = np.array([e.attention_mask for e in enc], dtype=np.int64)
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+
+
+def fp32_graph(model_dir, venv):
     path = onnx_path(model_dir, venv)
     if not os.path.exists(path):
         print(f"peers: exporting {model_dir} to {path}", file=sys.stderr)
         export_onnx(model_dir, path)
+    return path
+
+
+def int8_graph(model_dir, venv):
+    """ONNX Runtime's documented dynamic quantisation of the fp32 graph, after
+    its pre-processing pass (shape inference and graph optimisation), cached
+    beside it."""
+    src = fp32_graph(model_dir, venv)
+    path = src[:-len(".onnx")] + "-int8.onnx"
+    if not os.path.exists(path):
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+        from onnxruntime.quantization.shape_inference import quant_pre_process
+
+        pre = src[:-len(".onnx")] + "-pre.onnx"
+        print(f"peers: quantising {src} to {path} (quantize_dynamic, QInt8)", file=sys.stderr)
+        # The symbolic shape pass fails on the exported BERT graph ("Incomplete
+        # symbolic shape inference"); ONNX's own shape inference and ORT's
+        # graph optimisation still run, which is what the pre-processing buys.
+        quant_pre_process(src, pre, skip_symbolic_shape=True)
+        quantize_dynamic(pre, path + ".tmp", weight_type=QuantType.QInt8)
+        os.replace(path + ".tmp", path)
+    return path
+
+
+def make_onnxruntime(model_dir, threads, venv, int8=False):
+    import onnxruntime as ort
+
+    path = int8_graph(model_dir, venv) if int8 else fp32_graph(model_dir, venv)
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
-    tok = Tokenizer.from_file(os.path.join(model_dir, "tokenizer.json"))
-    tok.no_truncation()
-    tok.enable_padding(pad_id=0, pad_token="[PAD]")
+    tok = padded_tokenizer(model_dir)
 
     def encode(texts):
-        enc = tok.encode_batch(texts)
-        ids = np.array([e.ids for e in enc], dtype=np.int64)
-        mask = np.array([e.attention_mask for e in enc], dtype=np.int64)
-        return sess.run(None, {"input_ids": ids, "attention_mask": mask,
-                               "token_type_ids": np.zeros_like(ids)})[0]
-    return encode, f"onnxruntime {ort.__version__}, {threads} intra-op threads"
+        return sess.run(None, feeds(tok, texts))[0]
+    kind = "dynamic int8 (quantize_dynamic QInt8)" if int8 else "fp32"
+    return encode, f"onnxruntime {ort.__version__} {kind}, {threads} intra-op threads"
+
+
+def make_openvino(model_dir, threads, venv, precision):
+    """OpenVINO on the CPU, compiled as a performance-minded user would: the
+    LATENCY hint (one stream, every thread on one request), the thread count
+    pinned, and the inference precision asked for explicitly."""
+    import openvino as ov
+
+    core = ov.Core()
+    model = core.read_model(fp32_graph(model_dir, venv))
+    compiled = core.compile_model(model, "CPU", {
+        "PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": threads,
+        "INFERENCE_PRECISION_HINT": precision})
+    got = compiled.get_property("INFERENCE_PRECISION_HINT")
+    request = compiled.create_infer_request()
+    tok = padded_tokenizer(model_dir)
+
+    def encode(texts):
+        return request.infer(feeds(tok, texts))[0].copy()
+    return encode, f"openvino {ov.get_version()}, inference precision {got}, {threads} threads"
 
 
 def main():
@@ -205,19 +281,47 @@ def main():
     import numpy as np
 
     sets = [json.loads(line) for line in open(a.inputs) if line.strip()]
-    batches = [int(b) for b in a.batches.split(",")]
+    batches = [int(b) for b in a.batches.split(",") if b]
     makers = {"pytorch": lambda: make_pytorch(a.model, a.threads),
-              "onnxruntime": lambda: make_onnxruntime(a.model, a.threads, a.venv)}
+              "onnxruntime": lambda: make_onnxruntime(a.model, a.threads, a.venv),
+              "onnxruntime-int8": lambda: make_onnxruntime(a.model, a.threads, a.venv, True),
+              "openvino": lambda: make_openvino(a.model, a.threads, a.venv, "f32"),
+              "openvino-bf16": lambda: make_openvino(a.model, a.threads, a.venv, "bf16")}
     encoders = {}
     for name in a.peers.split(","):
         encoders[name], desc = makers[name]()
         print(json.dumps({"kind": "peer", "backend": name, "version": desc}), flush=True)
 
-    # The peers must compute the same embeddings, or the comparison means nothing.
-    if len(encoders) > 1:
-        vecs = [np.asarray(enc(sets[0]["texts"][:4])) for enc in encoders.values()]
-        cos = float(min((vecs[0] * v).sum(1).min() for v in vecs[1:]))
-        print(json.dumps({"kind": "agreement", "min_cosine": round(cos, 6)}), flush=True)
+    # Accuracy of every peer on every input of every set, one input at a time
+    # (no padding in play), against sentence-transformers in fp32.
+    ref = make_pytorch(a.model, a.threads)[0] if a.accuracy else None
+    dumped = []
+    if a.accuracy and a.attnserve_embeddings:
+        dumped = [json.loads(line) for line in open(a.attnserve_embeddings) if line.strip()]
+    for s in sets if a.accuracy else []:
+        want = np.asarray(ref(s["texts"]), dtype=np.float64)
+        want /= np.linalg.norm(want, axis=1, keepdims=True)
+        for d in dumped:
+            if d["tokens"] != s["tokens"]:
+                continue
+            got = np.asarray(d["embeddings"], dtype=np.float64)
+            got /= np.linalg.norm(got, axis=1, keepdims=True)
+            cos = (got * want[:len(got)]).sum(1)
+            print(json.dumps({"kind": "accuracy", "backend": "attnserve",
+                              "precision": d["precision"], "input": s["name"],
+                              "tokens_per_input": s["tokens"], "n": len(cos),
+                              "min_cosine": float(cos.min()), "mean_cosine": float(cos.mean())}),
+                  flush=True)
+        for name, enc in encoders.items():
+            if name == "pytorch":  # the reference itself: cosine 1 by construction
+                continue
+            got = np.concatenate([np.asarray(enc([t]), dtype=np.float64) for t in s["texts"]])
+            got /= np.linalg.norm(got, axis=1, keepdims=True)
+            cos = (got * want).sum(1)
+            print(json.dumps({"kind": "accuracy", "backend": name, "input": s["name"],
+                              "tokens_per_input": s["tokens"], "n": len(cos),
+                              "min_cosine": float(cos.min()), "mean_cosine": float(cos.mean())}),
+                  flush=True)
 
     for s in sets:
         for b in batches:

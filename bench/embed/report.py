@@ -1,13 +1,23 @@
 #!/usr/bin/env python3
-"""report.py — the side-by-side table and chart of make bench-embed.
+"""report.py — the tables and chart of make bench-embed.
 
-Reads the JSON lines of bench_embed (attnserve) and peers.py, prints a
-Markdown table of inputs/s per input length and batch size — attnserve fused
-and naive, ONNX Runtime, PyTorch, and fused's ratio to each peer — then the
-GEMM figures, and writes a grouped bar chart (matplotlib if importable, else
-gnuplot if installed, else no chart, said so).
+Reads the JSON lines of bench_embed (attnserve, one engine per precision) and
+peers.py (timings and accuracy), and prints in Markdown, all from one run:
+inputs/s of every engine per input length and batch size; the accuracy of
+every engine (lowest and mean cosine of each input's embedding against fp32
+sentence-transformers); and the ratios the targets are stated in, each marked
+met or not met:
 
-    report.py [--chart PNG] [--note TEXT] attnserve.jsonl [peers.jsonl]
+- attnserve fp32 >= 1.1x the best fp32 peer (ONNX Runtime, OpenVINO f32, PyTorch);
+- attnserve bf16 >= 1.2x OpenVINO bf16, with a lowest cosine >= 0.9999;
+- attnserve int8 >= 1.0x ONNX Runtime dynamic int8, with a lowest cosine >= 0.99.
+
+A cell meets a target only when the throughput ratio and the accuracy floor
+both hold (the floor is checked on that cell's input length). Also writes a
+grouped bar chart (matplotlib if importable, else gnuplot if installed, else
+no chart, said so).
+
+    report.py [--chart PNG] [--note TEXT] attnserve.jsonl [peers.jsonl] [accuracy.jsonl]
 """
 import argparse
 import json
@@ -17,136 +27,212 @@ import subprocess
 import sys
 import tempfile
 
-ENGINES = [("fused", "attnserve fused"), ("naive", "attnserve naive"),
-           ("onnxruntime", "ONNX Runtime"), ("pytorch", "PyTorch (sentence-transformers)")]
+ENGINES = [("attnserve-fp32", "attnserve fp32"), ("attnserve-bf16", "attnserve bf16"),
+           ("attnserve-int8", "attnserve int8"), ("onnxruntime", "ORT fp32"),
+           ("openvino", "OpenVINO fp32"), ("pytorch", "PyTorch fp32"),
+           ("openvino-bf16", "OpenVINO bf16"), ("onnxruntime-int8", "ORT int8 (dynamic)")]
+FP32_PEERS = ["onnxruntime", "openvino", "pytorch"]
+# (attnserve engine, its peer or None for the best fp32 peer, ratio, lowest-cosine floor)
+TARGETS = [("attnserve-fp32", None, 1.1, None),
+           ("attnserve-bf16", "openvino-bf16", 1.2, 0.9999),
+           ("attnserve-int8", "onnxruntime-int8", 1.0, 0.99)]
+
+
+def engine_key(r):
+    """attnserve's rows are named by precision (and backend when not fused)."""
+    if "precision" in r and r["backend"] not in dict(ENGINES) and r["backend"] != "attnserve":
+        b = "" if r["backend"] == "fused" else r["backend"] + "-"
+        return f"attnserve-{b}{r['precision']}"
+    if r["backend"] == "attnserve":
+        return f"attnserve-{r['precision']}"
+    return r["backend"]
 
 
 def load(paths):
-    cases, meta = {}, []
+    cases, acc, meta = {}, {}, []
     for path in paths:
         if not os.path.exists(path):
             continue
         for line in open(path):
-            if not line.strip():
+            # bench_embed says "precision X: skipped: ..." in plain text.
+            if not line.startswith("{"):
+                if line.strip():
+                    meta.append({"kind": "text", "text": line.strip()})
                 continue
             r = json.loads(line)
             if r.get("kind") == "case":
-                cases[(r["backend"], r["tokens_per_input"], r["batch"])] = r
+                cases[(engine_key(r), r["tokens_per_input"], r["batch"])] = r
+            elif r.get("kind") == "accuracy":
+                acc[(engine_key(r), r["tokens_per_input"])] = r
             else:
                 meta.append(r)
-    return cases, meta
+    return cases, acc, meta
 
 
 def fmt(v):
     return "–" if v is None else (f"{v:.0f}" if v >= 100 else f"{v:.1f}")
 
 
-def ratio(a, b):
-    return "–" if a is None or b is None else f"{a / b:.2f}×"
+def present(cases, acc):
+    have = {k[0] for k in cases} | {k[0] for k in acc}
+    return [(e, n) for e, n in ENGINES if e in have]
 
 
-def table(cases, meta):
-    lengths = sorted({k[1] for k in cases})
-    batches = sorted({k[2] for k in cases})
-    ips = {k: r["inputs_per_s"] for k, r in cases.items()}
-    names = {k[1]: r["input"] for k, r in cases.items()}
+def header(meta):
     peaks = [m for m in meta if m.get("kind") == "peak"]
     if peaks:
         wall = [m["peak_gflops"] for m in peaks]
-        cpu = [m.get("peak_gflops_cpu", 0) for m in peaks]
         print(f"- FP32 FMA peak ({peaks[0]['simd']}, {peaks[0]['threads']} threads), measured "
-              f"{len(peaks)} times, before each cell: {min(wall):.1f} to {max(wall):.1f} GFLOP/s "
-              f"wall clock, {min(cpu):.1f} to {max(cpu):.1f} per CPU-second x threads")
+              f"{len(peaks)} times, before each cell: {min(wall):.1f} to {max(wall):.1f} GFLOP/s")
     for line in dict.fromkeys(f"- {m['backend']}: {m['version']}" for m in meta
                               if m.get("kind") == "peer"):
         print(line)
-    cos = [m["min_cosine"] for m in meta if m.get("kind") == "agreement"]
-    if cos:
-        print(f"- the peers' embeddings agree: min cosine {min(cos)} (4 inputs per check)")
+    for line in dict.fromkeys(f"- attnserve: {m['text']}" for m in meta
+                              if m.get("kind") == "text"):
+        print(line)
     print()
-    print("| input | batch | " + " | ".join(n for _, n in ENGINES) +
-          " | fused / ORT | fused / PyTorch | cpu% fused / ORT / PyTorch |")
-    print("|---|---:|" + "---:|" * (len(ENGINES) + 3))
+
+
+def throughput_table(cases, engines, lengths, batches, names):
+    print("Inputs/s (median of the reps; tokenization included for every engine):")
+    print()
+    print("| input | batch | " + " | ".join(n for _, n in engines) + " |")
+    print("|---|---:|" + "---:|" * len(engines))
     for t in lengths:
         for b in batches:
-            v = {e: ips.get((e, t, b)) for e, _ in ENGINES}
-            cpu = "/".join(f"{cases[(e, t, b)]['cpu_pct']:.0f}" if (e, t, b) in cases else "–"
-                           for e in ("fused", "onnxruntime", "pytorch"))
-            print(f"| {names[t]} ({t}) | {b} | " + " | ".join(fmt(v[e]) for e, _ in ENGINES) +
-                  f" | {ratio(v['fused'], v['onnxruntime'])} | {ratio(v['fused'], v['pytorch'])}"
-                  f" | {cpu} |")
+            print(f"| {names[t]} ({t}) | {b} | " +
+                  " | ".join(fmt(cases[(e, t, b)]["inputs_per_s"]) if (e, t, b) in cases
+                             else "–" for e, _ in engines) + " |")
     print()
-    print("GEMM (standalone sgemm on the model's shapes, same pool split as bert.c), "
-          "attnserve fused:")
+
+
+def accuracy_table(acc, engines, lengths, names):
+    if not acc:
+        print("No accuracy figures (they need the peers' fp32 sentence-transformers).")
+        print()
+        return
+    n = max(r["n"] for r in acc.values())
+    print(f"Accuracy: lowest / mean cosine against fp32 sentence-transformers over the {n} "
+          "inputs of each length, each engine:")
     print()
-    print("| input | batch | tokens | GEMM GFLOP/s | % of FP32 peak | % of peak per CPU-second "
-          "| GEMM share of the forward | attention share | tokenizer share |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("| input | " + " | ".join(n for _, n in engines) + " |")
+    print("|---|" + "---:|" * len(engines))
+    for t in lengths:
+        cells = []
+        for e, _ in engines:
+            r = acc.get((e, t))
+            if r is None and e == "pytorch":
+                cells.append("(the reference)")
+                continue
+            cells.append("–" if r is None else
+                         f"{r['min_cosine']:.6f} / {r['mean_cosine']:.6f}")
+        print(f"| {names[t]} ({t}) | " + " | ".join(cells) + " |")
+    print()
+
+
+def ratio_cell(cases, acc, eng, peer, need, floor, t, b):
+    """Returns (text, met or None when unmeasured, ratio)."""
+    mine = cases.get((eng, t, b))
+    if peer is None:
+        best = [(cases[(p, t, b)]["inputs_per_s"], p) for p in FP32_PEERS if (p, t, b) in cases]
+        theirs, pname = max(best) if best else (None, None)
+    else:
+        theirs = cases[(peer, t, b)]["inputs_per_s"] if (peer, t, b) in cases else None
+        pname = None
+    if mine is None or theirs is None:
+        return "–", None, None
+    r = mine["inputs_per_s"] / theirs
+    ok = r >= need
+    cos = acc.get((eng, t))
+    why = ""
+    if floor is not None:
+        if cos is None:
+            ok, why = None, ", cosine not measured"
+        elif cos["min_cosine"] < floor:
+            ok, why = False, f", cosine {cos['min_cosine']:.5f} < {floor}"
+    label = {True: "met", False: "NOT met", None: "?"}[ok]
+    vs = f" vs {dict(ENGINES)[pname]}" if pname else ""
+    # Two decimals unless they would round a miss up to the target.
+    shown = f"{r:.3f}" if r < need and round(r, 2) >= need else f"{r:.2f}"
+    return f"{shown}×{vs} ({label}{why})", ok, r
+
+
+def targets_table(cases, acc, lengths, batches, names):
+    print("Targets (one ratio per cell, from the same run):")
+    print()
+    print("| input | batch | fp32 / best fp32 peer (≥ 1.1×) | bf16 / OpenVINO bf16 "
+          "(≥ 1.2×, cos ≥ 0.9999) | int8 / ORT int8 (≥ 1.0×, cos ≥ 0.99) |")
+    print("|---|---:|---|---|---|")
+    summary = {eng: [] for eng, *_ in TARGETS}
     for t in lengths:
         for b in batches:
-            r = cases.get(("fused", t, b))
-            if r and r.get("gemm_ms"):
-                print(f"| {names[t]} ({t}) | {b} | {t * b} | {r['gemm_gflops']:.1f} | "
-                      f"{r['gemm_pct_peak']:.0f}% | {r.get('gemm_pct_peak_cpu', 0):.0f}% | "
-                      f"{r['gemm_pct']:.0f}% | {r['attn_pct']:.0f}% | {r['tok_pct']:.1f}% |")
-    summary(cases, lengths, batches)
-
-
-def summary(cases, lengths, batches):
-    """The issue's two targets, as measured in this run."""
-    big = [(t, b) for t in lengths for b in batches if b >= 32]
-    r_ort = [cases[("fused", t, b)]["inputs_per_s"] / cases[("onnxruntime", t, b)]["inputs_per_s"]
-             for t, b in big if ("fused", t, b) in cases and ("onnxruntime", t, b) in cases]
+            cells = []
+            for eng, peer, need, floor in TARGETS:
+                text, ok, r = ratio_cell(cases, acc, eng, peer, need, floor, t, b)
+                cells.append(text)
+                if r is not None:
+                    summary[eng].append((ok, r, t, b))
+            print(f"| {names[t]} ({t}) | {b} | " + " | ".join(cells) + " |")
     print()
-    if r_ort:
-        print(f"Target 1 (batch >= 32: attnserve fused >= ONNX Runtime): fused / ORT from "
-              f"{min(r_ort):.2f}x to {max(r_ort):.2f}x -> "
-              f"{'met' if min(r_ort) >= 1.0 else 'not met'} on all {len(r_ort)} cases")
-    # Per CPU-second: the wall-clock peak and GEMM are measured seconds apart,
-    # so on a shared machine their wall ratio can even pass 100%.
-    g = [cases[("fused", t, b)]["gemm_pct_peak_cpu"] for t, b in big
-         if cases.get(("fused", t, b), {}).get("gemm_ms")]
-    if g:
-        print(f"Target 2 (batch >= 32: GEMM >= 60% of FP32 peak, per CPU-second): {min(g):.0f}% "
-              f"to {max(g):.0f}% -> {'met' if min(g) >= 60 else 'not met'}")
+    for eng, peer, need, floor in TARGETS:
+        got = summary[eng]
+        if not got:
+            print(f"- {eng}: not measured")
+            continue
+        met = sum(1 for ok, *_ in got if ok)
+        lo = min(got, key=lambda g: g[1])
+        hi = max(got, key=lambda g: g[1])
+        vs = dict(ENGINES)[peer] if peer else "the best fp32 peer"
+        print(f"- {eng} / {vs} ≥ {need}×"
+              + (f", lowest cosine ≥ {floor}" if floor else "")
+              + f": met in {met} of {len(got)} cells; ratio {lo[1]:.2f}× ({lo[2]} tokens × "
+              f"{lo[3]}) to {hi[1]:.2f}× ({hi[2]} × {hi[3]})")
+    print()
 
 
-def series(cases):
+def axes_of(cases):
     lengths = sorted({k[1] for k in cases})
     batches = sorted({k[2] for k in cases})
     names = {k[1]: r["input"] for k, r in cases.items()}
-    present = [(e, n) for e, n in ENGINES if any(k[0] == e for k in cases)]
-    return lengths, batches, names, present
+    return lengths, batches, names
 
 
-def chart_matplotlib(cases, path, note):
+def chart_matplotlib(cases, acc, path, note):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    lengths, batches, names, present = series(cases)
-    fig, axes = plt.subplots(1, len(lengths), figsize=(5 * len(lengths), 4.5), squeeze=False)
-    width = 0.8 / len(present)
+    lengths, batches, names = axes_of(cases)
+    engines = [(e, n) for e, n in present(cases, acc) if any(k[0] == e for k in cases)]
+    fig, axes = plt.subplots(1, len(lengths), figsize=(5.5 * len(lengths), 5), squeeze=False)
+    width = 0.8 / len(engines)
+    colors = plt.get_cmap("tab10").colors
     for ax, t in zip(axes[0], lengths):
-        for i, (e, label) in enumerate(present):
+        for i, (e, label) in enumerate(engines):
             ys = [cases[(e, t, b)]["inputs_per_s"] if (e, t, b) in cases else 0 for b in batches]
-            xs = [j + (i - (len(present) - 1) / 2) * width for j in range(len(batches))]
-            ax.bar(xs, ys, width, label=label)
+            xs = [j + (i - (len(engines) - 1) / 2) * width for j in range(len(batches))]
+            a = acc.get((e, t))
+            if a:
+                label = f"{label} (min cos {a['min_cosine']:.5f})"
+            ax.bar(xs, ys, width, label=label, color=colors[i % len(colors)],
+                   hatch="//" if e.startswith("attnserve") else None, edgecolor="white")
         ax.set_xticks(range(len(batches)))
         ax.set_xticklabels([str(b) for b in batches])
         ax.set_xlabel("batch size (inputs)")
+        ax.set_yscale("log")
         ax.set_title(f"{names[t]} inputs ({t} tokens)")
-        ax.grid(axis="y", alpha=0.3)
-    axes[0][0].set_ylabel("inputs/s (higher is better)")
-    axes[0][0].legend(fontsize=8)
-    fig.suptitle("all-MiniLM-L6-v2 embeddings, in-process throughput" + (f"\n{note}" if note else ""),
-                 fontsize=10)
+        ax.grid(axis="y", alpha=0.3, which="both")
+        ax.legend(fontsize=6.5, loc="lower right")
+    axes[0][0].set_ylabel("inputs/s, log scale (higher is better)")
+    fig.suptitle("all-MiniLM-L6-v2 embeddings, in-process throughput, every engine in one run"
+                 + (f"\n{note}" if note else ""), fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
 
-def chart_gnuplot(cases, path, note):
-    lengths, batches, names, present = series(cases)
+def chart_gnuplot(cases, acc, path, note):
+    lengths, batches, names = axes_of(cases)
+    engines = [(e, n) for e, n in present(cases, acc) if any(k[0] == e for k in cases)]
     with tempfile.TemporaryDirectory() as d:
         plots = []
         for t in lengths:
@@ -155,13 +241,13 @@ def chart_gnuplot(cases, path, note):
                 for b in batches:
                     f.write(f"{b} " + " ".join(str(cases[(e, t, b)]["inputs_per_s"])
                                                if (e, t, b) in cases else "0"
-                                               for e, _ in present) + "\n")
+                                               for e, _ in engines) + "\n")
             cols = ", ".join(f"'{data}' using {i + 2}:xtic(1) title '{n}'"
-                             for i, (_, n) in enumerate(present))
+                             for i, (_, n) in enumerate(engines))
             plots.append(f"set title '{names[t]} inputs ({t} tokens)'; plot {cols}")
-        script = (f"set terminal pngcairo size {500 * len(lengths)},450; set output '{path}';"
+        script = (f"set terminal pngcairo size {550 * len(lengths)},500; set output '{path}';"
                   "set style data histograms; set style fill solid; set key top left;"
-                  "set ylabel 'inputs/s'; set xlabel 'batch size';"
+                  "set logscale y; set ylabel 'inputs/s'; set xlabel 'batch size';"
                   f"set multiplot layout 1,{len(lengths)} title '{note}';" +
                   ";".join(plots) + "; unset multiplot")
         subprocess.run(["gnuplot", "-e", script], check=True)
@@ -173,22 +259,27 @@ def main():
     p.add_argument("--note", default="")
     p.add_argument("files", nargs="+")
     a = p.parse_args()
-    cases, meta = load(a.files)
+    cases, acc, meta = load(a.files)
     if not cases:
         print("no results", file=sys.stderr)
         return 1
     if a.note:
         print(f"- {a.note}")
-    table(cases, meta)
+    header(meta)
+    lengths, batches, names = axes_of(cases)
+    engines = present(cases, acc)
+    throughput_table(cases, engines, lengths, batches, names)
+    accuracy_table(acc, engines, lengths, names)
+    targets_table(cases, acc, lengths, batches, names)
     if a.chart:
         try:
-            chart_matplotlib(cases, a.chart, a.note)
+            chart_matplotlib(cases, acc, a.chart, a.note)
         except ImportError:
             if not shutil.which("gnuplot"):
-                print(f"\nno chart: neither matplotlib nor gnuplot is installed", file=sys.stderr)
+                print("no chart: neither matplotlib nor gnuplot is installed", file=sys.stderr)
                 return 0
-            chart_gnuplot(cases, a.chart, a.note)
-        print(f"\nchart: {a.chart}")
+            chart_gnuplot(cases, acc, a.chart, a.note)
+        print(f"chart: {a.chart}")
     return 0
 
 

@@ -3,8 +3,9 @@
 #
 # Builds bench_embed next to BIN (its directory is the build directory), then,
 # for each input length and batch size in turn, times attnserve in process
-# (bench_embed) and right after it the peers (peers.py: ONNX Runtime and
-# sentence-transformers/PyTorch) on the same generated inputs with the same
+# (bench_embed, every precision) and right after it the peers (peers.py: ONNX
+# Runtime fp32 and int8, OpenVINO fp32 and bf16, sentence-transformers/PyTorch)
+# on the same generated inputs with the same
 # thread count, so that every ratio comes from one run under the same load. Prints the side-by-side table and writes
 # bench/embed_throughput.png. Last, the same inputs through the server's
 # POST /v1/embeddings under concurrent load (http.sh; HTTP=0 skips it).
@@ -12,6 +13,11 @@
 #
 #   bench/embed/run.sh build/attnserve models/all-MiniLM-L6-v2
 #   THREADS=2 LENGTHS="12 64" BATCHES=1,32 REPS=3 PEERS=0 bench/embed/run.sh build/attnserve
+#   REPS=3 BUDGET=2 GEMM=0 HTTP=0 make bench-embed      (the short run bench/README.md records)
+#
+# PRECISIONS (default fp32,bf16,int8; one this CPU lacks is skipped, said so)
+# are timed in the same process, alternating case by case. GEMM=0 skips the
+# standalone GEMM timing of each case.
 #
 # OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are unset here, for the benchmark
 # only: these machines set them and they hold OpenBLAS to slower AVX2 kernels.
@@ -25,11 +31,14 @@ ROOT=$(realpath "$HERE/../..")
 BUILD=$(realpath "$(dirname "$BIN")")
 THREADS=${THREADS:-$(nproc)}
 LENGTHS=${LENGTHS:-"12 64 256"}
-BATCHES=${BATCHES:-1,8,32,128}
-BACKENDS=${BACKENDS:-fused,naive}
+BATCHES=${BATCHES:-1,32,128}
+BACKENDS=${BACKENDS:-fused}
+PRECISIONS=${PRECISIONS:-fp32,bf16,int8}
 REPS=${REPS:-5}
 BUDGET=${BUDGET:-8}
 PEERS=${PEERS:-1}
+GEMM_OPT=""
+[ "${GEMM:-1}" = 1 ] || GEMM_OPT=--no-gemm
 CHART=${CHART:-$ROOT/bench/embed_throughput.png}
 
 unset OPENBLAS_CORETYPE OPENBLAS_L2_SIZE
@@ -41,6 +50,7 @@ OUT=$BUILD/bench-embed
 mkdir -p "$OUT"
 : >"$OUT/attnserve.jsonl"
 : >"$OUT/peers.jsonl"
+: >"$OUT/accuracy.jsonl"
 rm -f "$OUT"/inputs-*.jsonl
 
 PY=""
@@ -59,12 +69,28 @@ MAX_BATCH=$(echo "$BATCHES" | tr , '\n' | sort -n | tail -1)
 for len in $LENGTHS; do
     "$BENCH" --model "$MODEL" --lengths "$len" --batches "$MAX_BATCH" --dump-inputs "$OUT/inputs-$len.jsonl"
 done
+# Accuracy, once per run: every attnserve precision's embeddings of every
+# input against fp32 sentence-transformers, beside the peers' own.
+if [ -n "$PY" ]; then
+    echo "bench-embed: accuracy of every engine against fp32 sentence-transformers (load $(load))" >&2
+    for len in $LENGTHS; do cat "$OUT/inputs-$len.jsonl"; done >"$OUT/inputs-all.jsonl"
+    "$BENCH" --model "$MODEL" --threads "$THREADS" --backends "${BACKENDS%%,*}" \
+        --precisions "$PRECISIONS" --lengths "$(echo $LENGTHS | tr ' ' ,)" --batches "$MAX_BATCH" \
+        --dump-embeddings "$OUT/embeddings.jsonl" >&2
+    "$PY" "$HERE/peers.py" --inputs "$OUT/inputs-all.jsonl" --model "$MODEL" --threads "$THREADS" \
+        --batches "" --accuracy --attnserve-embeddings "$OUT/embeddings.jsonl" \
+        >"$OUT/accuracy.jsonl" 2>"$OUT/accuracy.log" ||
+        { cat "$OUT/accuracy.log" >&2; echo "bench-embed: the accuracy check failed; tables without it" >&2; }
+else
+    echo "bench-embed: no accuracy column: it needs the peers' fp32 sentence-transformers" >&2
+fi
 # Each (length, batch) cell runs attnserve and then the peers back to back,
 # so a change in the machine's load lands on both sides of a ratio.
 for len in $LENGTHS; do
     for batch in $(echo "$BATCHES" | tr , ' '); do
         echo "bench-embed: $len-token inputs, batch $batch: attnserve ($BACKENDS)${PY:+, then peers} (load $(load))" >&2
         "$BENCH" --json --model "$MODEL" --threads "$THREADS" --backends "$BACKENDS" \
+            --precisions "$PRECISIONS" $GEMM_OPT \
             --lengths "$len" --batches "$batch" --reps "$REPS" --budget "$BUDGET" >>"$OUT/attnserve.jsonl"
         [ -n "$PY" ] || continue
         "$PY" "$HERE/peers.py" --inputs "$OUT/inputs-$len.jsonl" --model "$MODEL" \
@@ -78,7 +104,7 @@ END_LOAD=$(load)
 REPORT_PY=${PY:-python3}
 "$REPORT_PY" "$HERE/report.py" --chart "$CHART" \
     --note "load average (1, 5, 15 min) at start $START_LOAD, at end $END_LOAD" \
-    "$OUT/attnserve.jsonl" "$OUT/peers.jsonl"
+    "$OUT/attnserve.jsonl" "$OUT/peers.jsonl" "$OUT/accuracy.jsonl"
 
 # Through the server: POST /v1/embeddings under concurrent load (HTTP=0 skips).
 if [ "${HTTP:-1}" = 1 ]; then
