@@ -2,6 +2,7 @@
  * (see gemm_int8.h); the vpdpbusd kernels are in gemm_int8_avx512.c. */
 #include "gemm_int8_impl.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,7 +74,9 @@ int gemm_int8_pack_smoothed(const float *w, const float *bias, const float *smoo
         float mx = 0.0f;
         for (int k = 0; k < K; k++)
             mx = fmaxf(mx, fabsf(smooth ? wr[k] * smooth[k] : wr[k]));
-        const float s = mx / 127.0f, inv = s > 0.0f ? 127.0f / mx : 0.0f;
+        /* A row too small for its scale to be a normal float (or all zero)
+         * quantises to zeros with scale 0: 127/mx would overflow. */
+        const float s = mx / 127.0f, inv = s >= FLT_MIN ? 127.0f / mx : 0.0f;
         p->scale[n] = inv > 0.0f ? s : 0.0f;
         int32_t sum = 0;
         int8_t *panel = p->qw + (size_t)(n / GEMM_INT8_NR) * K4 * 64 + (n % GEMM_INT8_NR) * 4;

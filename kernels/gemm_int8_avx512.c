@@ -5,6 +5,7 @@
 #include "gemm_int8_impl.h"
 
 #if defined(__x86_64__) || defined(__i386__)
+#include <float.h>
 #include <immintrin.h>
 #include <string.h>
 
@@ -32,7 +33,7 @@ void gemm_int8_quantize_rows_avx512(const float *x, size_t ldx, int K, const flo
         const float mx = _mm512_reduce_max_ps(amax);
         /* A row of zeros (or one too small to scale) quantises to zeros with
          * scale 0, so it contributes exactly the bias. */
-        const float s = mx / 127.0f, inv = mx > 0.0f && s > 0.0f ? 127.0f / mx : 0.0f;
+        const float s = mx / 127.0f, inv = s >= FLT_MIN ? 127.0f / mx : 0.0f;
         sx[r] = inv > 0.0f ? s : 0.0f;
         const __m512 vinv = _mm512_set1_ps(inv);
         for (k = 0; k + 16 <= K; k += 16) {

@@ -215,6 +215,7 @@ tp_pool *tp_create(int nthreads) {
     if (nthreads > 1) {
         p->threads = calloc((size_t)nthreads - 1, sizeof *p->threads);
         if (!p->threads) {
+            p->nthreads = 1; /* no helper was started: none to join */
             tp_destroy(p);
             return NULL;
         }

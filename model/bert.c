@@ -395,10 +395,14 @@ static int calibrate(bert_model *m, const float *alpha, float *smooth, char *err
         for (int t = 0; t < CALIB_SEQS * len; t++) {
             r = r * 1664525u + 1013904223u;
             ids[t] = first + (int32_t)((r >> 8) % (uint32_t)(V - first));
+            /* Each sequence framed as the tokenizer frames it, whose first
+             * token carries the largest activations: BERT's [CLS] 101 and
+             * [SEP] 102, RoBERTa's and XLM-R's <s> 0 and </s> 2. */
+            const int roberta = m->cfg.position_offset > 0;
             if (V > 102 && t % len == 0)
-                ids[t] = 101;
+                ids[t] = roberta ? 0 : 101;
             else if (V > 102 && t % len == len - 1)
-                ids[t] = 102;
+                ids[t] = roberta ? 2 : 102;
         }
         memset(smooth, 0, sizeof(float) * (size_t)L * BERT_NLINEAR * S);
         ws->calib = smooth; /* forward fills it with the activation maxima */

@@ -34,6 +34,9 @@ int embed_api_openai(http_request *req, void *ctx) {
 }
 
 void embed_api_stamp(http_request *req, const embed_api *api, const embed_job *job) {
+    /* The job is this request's too: a refusal while any route encodes its
+     * answer is a 413 when job and answer together could never fit. */
+    membudget_note_held(embed_job_bytes(job));
     http_set_timing(req, job_queue_ms(&job->base), job_compute_ms(&job->base),
                     job->base.ran ? job->base.ran->name : NULL);
     if (job->base.ran)
@@ -50,9 +53,6 @@ int embed_api_resumed(http_request *req, void *ctx) {
     if (!job->base.ran)
         return http_reply_error(req, SRV_EINTERNAL, "the batch did not run this request");
     const int C = api->model->hidden_size;
-    /* The job is this request's too: a refusal while encoding is a 413 when
-     * job and answer together could never fit. */
-    membudget_note_held(embed_job_bytes(job));
     json_t *out = embed_encode(job, C);
     if (!out && membudget_refused())
         return http_reply_error(req, membudget_error(), "%s", membudget_message());

@@ -22,7 +22,9 @@ int embed_api_model(http_request *req, void *ctx);
 
 /* What every embeddings route's answer carries about how job ran: queue and
  * compute time, the attention backend, the engine and its precision
- * (x-queue-time-ms ... x-precision). Called by each route's resume. */
+ * (x-queue-time-ms ... x-precision). Also counts the job as this request's
+ * memory, so a budget refusal while encoding tells 413 from 503. Called
+ * first by each route's resume. */
 void embed_api_stamp(http_request *req, const embed_api *api, const embed_job *job);
 
 /* Registers the embeddings service as a kind with runner (api->kind is set)

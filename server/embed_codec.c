@@ -137,28 +137,36 @@ int embed_tokenize(const embed_api *api, const char *text, size_t len, bool trun
     *error_at = o.error_at;
     if (rc != TOK_ETOOLONG || !truncate)
         return rc;
-    /* Left: the whole input, then its special tokens (empty spans) around
-     * the last pieces that fit, as Hugging Face tokenizers do with
-     * truncation_side "left": the cut happens before the post-processor
-     * adds [CLS] and [SEP]. */
+    /* Left: the whole input, then its special tokens around the last pieces
+     * that fit, as Hugging Face tokenizers do with truncation_side "left":
+     * the cut happens before the post-processor adds [CLS] and [SEP]. The
+     * specials come from the tokenizer's own mask: an empty span is not one
+     * (trimmed byte-level offsets give whitespace pieces empty spans). */
     tok_output all = {.capacity = o.n_full};
     all.ids = membudget_malloc((size_t)all.capacity * sizeof *all.ids);
-    all.offsets = membudget_malloc((size_t)all.capacity * sizeof *all.offsets);
-    rc = all.ids && all.offsets ? tok_encode(api->tok, text, len, 0, &all) : TOK_ENOMEM;
+    all.special = membudget_malloc((size_t)all.capacity * sizeof *all.special);
+    rc = all.ids && all.special ? tok_encode(api->tok, text, len, 0, &all) : TOK_ENOMEM;
     if (rc == TOK_OK) {
         int32_t lead = 0, trail = 0;
-        while (lead < all.n && all.offsets[lead].start == all.offsets[lead].end)
+        while (lead < all.n && all.special[lead])
             lead++;
-        while (trail < all.n - lead &&
-               all.offsets[all.n - 1 - trail].start == all.offsets[all.n - 1 - trail].end)
+        while (trail < all.n - lead && all.special[all.n - 1 - trail])
             trail++;
-        const int32_t keep = max - lead - trail; /* >= 1: max exceeds the specials */
-        memcpy(ids, all.ids, (size_t)lead * sizeof *ids);
-        memcpy(ids + lead, all.ids + all.n - trail - keep, (size_t)(keep + trail) * sizeof *ids);
-        *n = max;
+        /* The post-processor adds tok_num_special() tokens, fewer than max
+         * (a max_seq_length below that is refused at start); anything else
+         * is a tokenizer this code does not understand, refused, never cut. */
+        const int32_t keep = max - lead - trail;
+        if (keep < 1 || keep > all.n - lead - trail) {
+            rc = TOK_EINVAL;
+        } else {
+            memcpy(ids, all.ids, (size_t)lead * sizeof *ids);
+            memcpy(ids + lead, all.ids + all.n - trail - keep,
+                   (size_t)(keep + trail) * sizeof *ids);
+            *n = max;
+        }
     }
     membudget_free(all.ids);
-    membudget_free(all.offsets);
+    membudget_free(all.special);
     return rc;
 }
 

@@ -33,9 +33,9 @@ static void log_registry(void) {
 
 /* ---- the start-up check of a reduced precision ---------------------------------------
  * A precision below fp32 is checked against the same engine in fp32 before
- * it serves: a fixed batch of pseudo-random token ids (four sequences,
- * 8 to 128 tokens, so short and long sequences and every layer are
- * covered) through both, and the lowest cosine between their pooled vectors
+ * it serves: fixed pseudo-random token ids (four sequences, 8 to 128
+ * tokens, so short and long sequences and every layer are covered) through
+ * both, and the lowest cosine between their pooled vectors
  * must reach the precision's floor. The floors are the accuracy each
  * precision is accepted at (README, Engines): bf16 0.9999, int8 0.99. One
  * that fails is refused (a named precision stops the start; `auto` moves on
@@ -59,44 +59,49 @@ static double cosine(const float *a, const float *b, int n) {
     return aa > 0 && bb > 0 ? ab / sqrt(aa * bb) : 0.0;
 }
 
-/* Runs the check batch on cand and on a small fp32 instance of the same
- * engine; returns 0 with the lowest cosine in *min_cos, or -1 with why. */
+/* Runs the check sequences on cand and on a small fp32 instance of the same
+ * engine, one sequence per forward and each cut to what the configuration
+ * allows (max_batch_tokens, max_batch_requests and the model's positions
+ * may all be below the check's sizes); returns 0 with the lowest cosine in
+ * *min_cos, or -1 with why. */
 static int precision_check(const engine_iface *iface, engine *cand, const srv_engine_options *o,
                            const attn_parallel *par, double *min_cos, char *why, size_t why_len) {
     const bert_config *c = engine_model(cand);
     const int C = c->hidden_size;
+    int32_t cap = engine_max_tokens(cand);
+    cap = cap < c->max_positions ? cap : c->max_positions;
     int32_t ids[CHECK_TOKENS], cu[CHECK_SEQS + 1] = {0};
     uint64_t x = 0x9e3779b97f4a7c15u;
     for (int b = 0; b < CHECK_SEQS; b++)
-        cu[b + 1] = cu[b] + check_lens[b];
-    for (int t = 0; t < CHECK_TOKENS; t++) {
+        cu[b + 1] = cu[b] + (check_lens[b] < cap ? check_lens[b] : cap);
+    for (int t = 0; t < cu[CHECK_SEQS]; t++) {
         x ^= x >> 12, x ^= x << 25, x ^= x >> 27;
         ids[t] = (int32_t)((x * 0x2545f4914f6cdd1du) >> 33) % c->vocab_size;
     }
     const engine_options ro = {.model_dir = o->model_dir,
                                .precision = GEMM_FP32,
-                               .max_tokens = CHECK_TOKENS,
-                               .max_seqs = CHECK_SEQS,
+                               .max_tokens = check_lens[CHECK_SEQS - 1],
+                               .max_seqs = 1,
                                .nthreads = tp_nthreads(o->pool),
                                .backends = o->backends,
                                .nbackends = o->nbackends};
     engine *ref = NULL;
-    float *out = malloc(2 * (size_t)CHECK_SEQS * (size_t)C * sizeof *out);
+    float *out = malloc(2 * (size_t)C * sizeof *out);
     int rc = out ? engine_create(iface, &ro, &ref, why, why_len) : ENGINE_ENOMEM;
-    if (rc == ENGINE_OK) {
-        engine_batch b = {.ids = ids, .cu_seqlens = cu, .batch = CHECK_SEQS, .out = out};
-        rc = engine_forward(cand, &b, o->backend, par, NULL, why, why_len);
-        b.out = out + (size_t)CHECK_SEQS * (size_t)C;
-        if (rc == ENGINE_OK)
-            rc = engine_forward(ref, &b, o->backend, par, NULL, why, why_len);
-    } else if (!out) {
+    if (!out)
         snprintf(why, why_len, "out of memory");
-    }
     *min_cos = 1.0;
     for (int s = 0; rc == ENGINE_OK && s < CHECK_SEQS; s++) {
-        const double cs =
-            cosine(out + (size_t)s * (size_t)C, out + (size_t)(CHECK_SEQS + s) * (size_t)C, C);
-        *min_cos = cs < *min_cos ? cs : *min_cos;
+        const int32_t one[2] = {0, cu[s + 1] - cu[s]};
+        engine_batch b = {.ids = ids + cu[s], .cu_seqlens = one, .batch = 1, .out = out};
+        rc = engine_forward(cand, &b, o->backend, par, NULL, why, why_len);
+        b.out = out + C;
+        if (rc == ENGINE_OK)
+            rc = engine_forward(ref, &b, o->backend, par, NULL, why, why_len);
+        if (rc == ENGINE_OK) {
+            const double cs = cosine(out, out + C, C);
+            *min_cos = cs < *min_cos ? cs : *min_cos;
+        }
     }
     engine_destroy(ref);
     free(out);

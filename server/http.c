@@ -25,6 +25,7 @@
 #include <strings.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -588,6 +589,11 @@ static bool evict_idle(http_server *srv) {
     for (unsigned i = 0; i < srv->used_hwm; i++) {
         conn_slot *c = &srv->conns[i];
         if (c->fd < 0 || c->busy || c->evicting || c->parked)
+            continue;
+        /* Bytes waiting in the kernel are the next request on a keep-alive
+         * connection, which MHD has not read yet: not idle. */
+        int pending = 0;
+        if (ioctl(c->fd, FIONREAD, &pending) == 0 && pending > 0)
             continue;
         if (!oldest || c->idle_since < oldest->idle_since)
             oldest = c;
