@@ -38,9 +38,10 @@ static inline const embed_api *fuzz_embed_api(void) {
     return &fuzz_api;
 }
 
-/* A refusal: a 400 or a 422, with a message. */
+/* A refusal: a 400, a 422, or OpenAI's 404 for a model this service does
+ * not serve, with a message. */
 static inline void fuzz_check_refusal(int err, const char *msg) {
-    FUZZ_CHECK((err == SRV_EBADREQUEST || err == SRV_EINVALID) && msg[0],
+    FUZZ_CHECK((err == SRV_EBADREQUEST || err == SRV_EINVALID || err == SRV_ENOTFOUND) && msg[0],
                "refused with err %d, message \"%s\"", err, msg);
 }
 
