@@ -118,7 +118,7 @@ const float *bert_workspace_hidden(const bert_workspace *ws);
  * PyTorch's F.normalize computes it. */
 void bert_l2_normalize(float *v, int n);
 
-/* ---- observation (issue 7 §2, §3) -------------------------------------------------- */
+/* ---- observation -------------------------------------------------- */
 
 /* Called right after layer `layer`'s attention forward, on the thread that
  * runs bert_forward, with the problem the backend just computed (Q, K, V

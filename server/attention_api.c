@@ -61,7 +61,7 @@ struct attn_service {
     attn_job **members;     /* (max_batch_requests): the group being run */
     void *ws;               /* kernel workspace, 64-byte aligned */
     size_t ws_bytes, total_bytes;
-    /* Shadow verification and trace (issue 7): compute thread only. */
+    /* Shadow verification and trace: compute thread only. */
     verifier *verify;
     bool sample;       /* this batch was drawn: capture its next group */
     uint64_t batch_id; /* of the running batch */

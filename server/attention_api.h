@@ -61,7 +61,7 @@ size_t attn_service_workspace_bytes(const attn_service *svc);
 int attn_service_run_batch(const sched_batch *b, void *ctx);
 int attn_service_trace(void *ctx, const sched_batch *part, char *buf, size_t cap, bool *verified);
 
-/* ---- shadow verification and trace (issue 7 §2, §3) ---- */
+/* ---- shadow verification and trace ---- */
 struct verifier;
 
 /* Batches sampled by v (may be NULL: off) have their first group's attention

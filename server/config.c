@@ -180,7 +180,7 @@ static const setting settings[] = {
     DOUBLE(verify_sample_rate, 0.001, 0.0, 1.0, RELOAD,
            "Fraction of batches whose attention (one layer, chosen at random) is recomputed "
            "in float64 on a checker thread and compared; 0 turns verification off."),
-    /* Shadow verification and trace (issue 7 §2, §3; server/verify.c). */
+    /* Shadow verification and trace (server/verify.c). */
     INT(verify_mismatch_threshold, 3, 1, 1024, RELOAD,
         "Mismatches within verify_window_s that switch the service to the next fallback "
         "backend."),
@@ -1104,7 +1104,7 @@ void config_print_help(FILE *out, const char *prog) {
             "       %s selftest [--config PATH] [--NAME=VALUE ...]\n"
             "       %s --help | --version\n\n"
             "An HTTP service for embeddings and attention.\n\n"
-            /* issue 7: the self-test command (server/backend_selftest.h) */
+            /* the self-test command (server/backend_selftest.h) */
             "selftest: reads the same settings and the model's config.json (not its weights),\n"
             "checks every backend on every SIMD path this CPU has against a float64 reference\n"
             "(the check the service runs at start), prints a table, and exits 0 when every\n"

@@ -24,7 +24,7 @@ struct embed_service {
     int32_t *cu;  /* (max_seqs + 1) */
     float *out;   /* (max_seqs, C) */
     size_t total_bytes;
-    /* Shadow verification and trace (issue 7): compute thread only. */
+    /* Shadow verification and trace: compute thread only. */
     verifier *verify;
     const attn_backend *tap_backend; /* the running batch's, for the tap */
     uint64_t tap_batch;

@@ -40,7 +40,7 @@ size_t embed_service_workspace_bytes(const embed_service *svc);
 int embed_service_run_batch(const sched_batch *b, void *ctx);
 int embed_service_trace(void *ctx, const sched_batch *part, char *buf, size_t cap, bool *verified);
 
-/* ---- shadow verification and trace (issue 7 §2, §3) ---- */
+/* ---- shadow verification and trace ---- */
 struct verifier;
 
 /* Batches sampled by v (may be NULL: off) have the attention of one layer,

@@ -83,7 +83,7 @@ typedef struct app {
     compat_api compat; /* TEI's, Infinity's and llama.cpp's routes */
     routes routes;     /* every module's, registered at start */
     _Atomic bool ready;
-    /* ---- shadow verification, fallback and trace (issue 7 §2, §3) ---- */
+    /* ---- shadow verification, fallback and trace ---- */
     verifier *verify;
     tracer *trace;
     pthread_mutex_t backend_mu; /* one backend decision at a time: reload or verification */
@@ -321,7 +321,7 @@ static json_t *info_json(app *a) {
         (json_int_t)c->max_inputs_per_request, "attention_max_heads", ATTN_API_MAX_HEADS,
         "attention_max_head_dim", ATTN_API_MAX_HEAD_DIM, "attention_row_floats",
         ATTN_API_ROW_FLOATS, "memory", memory_json(a), "model", model_json(a));
-    /* Safety net (issue 7): the self-test of every backend, whether the
+    /* Safety net: the self-test of every backend, whether the
      * backend in force is a fallback for the configured one (after a failed
      * self-test or a verification trip), and verification's state. */
     if (info &&
@@ -446,7 +446,7 @@ static const attn_backend *choose_backend(const app *a) {
     return NULL;
 }
 
-/* ---- shadow verification: switching to a fallback (issue 7 §2) --------------------- */
+/* ---- shadow verification: switching to a fallback --------------------- */
 
 /* The first of c's fallback_backends that can run the configured shapes,
  * passed its self-test on this machine and is not `failing`; NULL if none. */
@@ -730,7 +730,7 @@ static int start(app *a) {
         log_error("cannot register the routes (a route taken twice or the table full)");
         return 1;
     }
-    if ((rc = start_verification(a)) != 0) /* issue 7 §2, §3 */
+    if ((rc = start_verification(a)) != 0) /**/
         return rc;
     metrics_set_workspace_bytes(workspace_bytes(a));
     metrics_set_backend(backend);

@@ -488,7 +488,7 @@ static void render_process(FILE *f) {
     fprintf(f, "process_start_time_seconds %lld\n", (long long)M.start_time);
 }
 
-/* ---- shadow verification, fallback and GFLOP/s (issue 7 §2, §3) ------------------
+/* ---- shadow verification, fallback and GFLOP/s ------------------
  * Kept apart from the slots above so that the self-test half's metrics merge
  * beside it without touching it. */
 
@@ -659,7 +659,7 @@ char *metrics_render(size_t *len) {
     render_kernels(f);
     render_engine(f);
     render_safety(f);
-    render_verify(f); /* issue 7 §2, §3 */
+    render_verify(f);
     render_process(f);
     if (fclose(f) != 0) {
         free(text);

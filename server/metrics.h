@@ -70,7 +70,7 @@ void metrics_set_ready(int ready);
 struct membudget;
 void metrics_set_memory(size_t worst_case_bytes, const struct membudget *budget);
 
-/* ---- safety net: start-up self-test and fallback (issue 7) ----
+/* ---- safety net: start-up self-test and fallback ----
  * One backend's self-test on the SIMD path it runs (simd: its simd_path()
  * string, which outlives the process); set at start, before serving. */
 void metrics_set_selftest(const attn_backend *backend, const char *simd, int passed,
@@ -82,7 +82,7 @@ void metrics_set_fallback_active(int active);
  * are rendered; may be NULL. */
 void metrics_set_scheduler(sched *s);
 
-/* ---- shadow verification and fallback (issue 7 §2, §3; server/verify.c) ----
+/* ---- shadow verification and fallback (server/verify.c) ----
  * attnserve_verify_batches_total{backend}, attnserve_verify_mismatches_total
  * {backend}, attnserve_verify_skipped_total, the histograms
  * attnserve_verify_max_error_over_bound and attnserve_verify_mean_abs_error,
