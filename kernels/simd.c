@@ -27,8 +27,12 @@ static attn_simd detect_x86(void) {
     if (!os_ymm || __get_cpuid_max(0, NULL) < 7)
         return ATTN_SIMD_PORTABLE;
     __cpuid_count(7, 0, a, b, c, d);
-    int has_avx2 = (b >> 5) & 1, has_avx512f = (b >> 16) & 1;
-    if (has_avx512f && has_avx2 && has_fma && os_zmm)
+    int has_avx2 = (b >> 5) & 1;
+    /* The AVX-512 kernels are compiled with -mavx512f/dq/bw/vl, so the
+     * compiler may emit any of the four: a CPU with the foundation alone
+     * (Knights Landing) would fault on the first masked byte move. */
+    int has_avx512 = ((b >> 16) & 1) && ((b >> 17) & 1) && ((b >> 30) & 1) && ((b >> 31) & 1);
+    if (has_avx512 && has_avx2 && has_fma && os_zmm)
         return ATTN_SIMD_AVX512;
     if (has_avx2 && has_fma)
         return ATTN_SIMD_AVX2;
