@@ -67,7 +67,13 @@ class Server:
         self.proc = subprocess.Popen([BIN, "--config", self.config_path], stdout=self.log,
                                      stderr=subprocess.STDOUT, env=child_env)
         self.base = "http://127.0.0.1:%d" % self.settings["port"]
-        self.wait_ready()
+        try:
+            self.wait_ready()
+        except BaseException:
+            # A server that never became ready is no test's to stop: without
+            # this it outlives the run, holding its port and two cores.
+            self.stop()
+            raise
 
     def write_config(self):
         with open(self.config_path + ".tmp", "w") as f:
