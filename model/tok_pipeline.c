@@ -20,6 +20,7 @@
 
 #include "model/tok_impl.h"
 #include "model/tok_tables.h"
+#include "model/unicode_norm.h"
 #include "model/unicode_tables.h"
 
 #define UG_MAX_STAGES  8 /* normalizers, pre-tokenizers or decoders in one Sequence */
@@ -66,7 +67,7 @@ static bool is_ws(uint32_t cp) {
 
 /* ---- normalizers -------------------------------------------------------- */
 
-enum { N_PRECOMPILED, N_STRIP, N_REPLACE, N_LOWERCASE };
+enum { N_PRECOMPILED, N_STRIP, N_REPLACE, N_LOWERCASE, N_NFD, N_NFKD, N_NFC, N_NFKC };
 enum { PAT_LITERAL, PAT_SPACES2 };
 
 typedef struct normalizer {
@@ -331,6 +332,175 @@ static int norm_lowercase(const nstr *in, nstr *out) {
             return rc;
     }
     return TOK_OK;
+}
+
+/* NFD, NFKD, NFC, NFKC as the library's crate computes them, with its
+ * alignment changes: each character's decomposition comes out with change 0
+ * for its first character and 1 (inserted) for the others; runs of
+ * non-starters are then sorted by combining class, stably, the changes
+ * travelling with their characters; composition gives the composite the
+ * change a + b - 1 of its two parts. The result goes through the same
+ * transformation as Precompiled's, so every character keeps the input bytes
+ * the library gives it. */
+#define HANGUL_S 0xAC00u
+#define HANGUL_L 0x1100u
+#define HANGUL_V 0x1161u
+#define HANGUL_T 0x11A7u
+#define HANGUL_N (21u * 28u)
+
+static int decompose_char(tvec *d, uint32_t cp, bool compat) {
+    uint32_t hangul[3];
+    const uint32_t *seq = &cp;
+    size_t n = 1;
+    if (cp >= HANGUL_S && cp < HANGUL_S + 19u * HANGUL_N) {
+        uint32_t s = cp - HANGUL_S;
+        hangul[0] = HANGUL_L + s / HANGUL_N;
+        hangul[1] = HANGUL_V + (s % HANGUL_N) / 28u;
+        hangul[2] = HANGUL_T + s % 28u;
+        seq = hangul;
+        n = s % 28u ? 3 : 2;
+    } else if (cp >= 0x80) {
+        const uni_norm_map *m =
+            compat ? uni_norm_find(uni_norm_compat, uni_norm_n_compat, cp) : NULL;
+        if (!m)
+            m = uni_norm_find(uni_norm_canonical, uni_norm_n_canonical, cp);
+        if (m)
+            seq = uni_norm_pool + m->at, n = m->len;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (tvec_push(d, seq[i], i ? 1 : 0))
+            return TOK_ENOMEM;
+    return TOK_OK;
+}
+
+/* Stable sort of v[0, n) by combining class: insertion for the short runs
+ * text has, counting (linear) for long ones, so a body of marks stays
+ * linear. scratch holds n entries. */
+static void sort_marks(tchange *v, size_t n, tchange *scratch) {
+    if (n <= 8) {
+        for (size_t i = 1; i < n; i++) {
+            tchange x = v[i];
+            uint8_t cx = uni_norm_ccc(x.cp);
+            size_t j = i;
+            while (j > 0 && uni_norm_ccc(v[j - 1].cp) > cx) {
+                v[j] = v[j - 1];
+                j--;
+            }
+            v[j] = x;
+        }
+        return;
+    }
+    size_t count[257] = {0};
+    for (size_t i = 0; i < n; i++)
+        count[uni_norm_ccc(v[i].cp) + 1]++;
+    for (size_t c = 1; c < 257; c++)
+        count[c] += count[c - 1];
+    for (size_t i = 0; i < n; i++)
+        scratch[count[uni_norm_ccc(v[i].cp)]++] = v[i];
+    memcpy(v, scratch, n * sizeof *v);
+}
+
+static uint32_t compose(uint32_t a, uint32_t b) {
+    if (a >= HANGUL_L && a < HANGUL_L + 19u && b >= HANGUL_V && b < HANGUL_V + 21u)
+        return HANGUL_S + (a - HANGUL_L) * HANGUL_N + (b - HANGUL_V) * 28u;
+    if (a >= HANGUL_S && a < HANGUL_S + 19u * HANGUL_N && (a - HANGUL_S) % 28u == 0 &&
+        b > HANGUL_T && b < HANGUL_T + 28u)
+        return a + (b - HANGUL_T);
+    return uni_norm_compose_pair(a, b);
+}
+
+/* The crate's recomposition: a starter (the composee) absorbs each later
+ * character it composes with that no character of a class as high or
+ * higher, or a starter, blocks; the others wait in held and come out after
+ * it. */
+static int recompose(const tvec *d, tvec *out, tvec *held) {
+    out->n = held->n = 0;
+    bool have = false;
+    tchange k = {0, 0};
+    int last = -1; /* class of the last held character, -1 none */
+    for (size_t i = 0; i < d->n; i++) {
+        tchange ch = d->v[i];
+        int cc = uni_norm_ccc(ch.cp);
+        if (!have) {
+            if (cc != 0) {
+                if (tvec_push(out, ch.cp, ch.change))
+                    return TOK_ENOMEM;
+            } else {
+                k = ch, have = true;
+            }
+            continue;
+        }
+        if (last >= cc) {
+            if (cc == 0) {
+                if (tvec_push(out, k.cp, k.change))
+                    return TOK_ENOMEM;
+                for (size_t j = 0; j < held->n; j++)
+                    if (tvec_push(out, held->v[j].cp, held->v[j].change))
+                        return TOK_ENOMEM;
+                held->n = 0;
+                last = -1;
+                k = ch;
+                continue;
+            }
+            if (tvec_push(held, ch.cp, ch.change))
+                return TOK_ENOMEM;
+            last = cc;
+            continue;
+        }
+        uint32_t r = compose(k.cp, ch.cp);
+        if (r) {
+            k = (tchange){r, k.change + ch.change - 1};
+            continue;
+        }
+        if (last < 0 && cc == 0) {
+            if (tvec_push(out, k.cp, k.change))
+                return TOK_ENOMEM;
+            k = ch;
+            continue;
+        }
+        if (tvec_push(held, ch.cp, ch.change))
+            return TOK_ENOMEM;
+        last = cc;
+    }
+    if (have && tvec_push(out, k.cp, k.change))
+        return TOK_ENOMEM;
+    for (size_t j = 0; j < held->n; j++)
+        if (tvec_push(out, held->v[j].cp, held->v[j].change))
+            return TOK_ENOMEM;
+    return TOK_OK;
+}
+
+/* d and held are scratch: the decomposition and, for sorting and
+ * recomposition, the characters waiting. */
+static int norm_unicode(int kind, const nstr *in, nstr *out, tvec *tr, tvec *d, tvec *held,
+                        uint32_t seg) {
+    bool compat = kind == N_NFKD || kind == N_NFKC;
+    bool comp = kind == N_NFC || kind == N_NFKC;
+    tvec *dec = comp ? d : tr;
+    dec->n = 0;
+    for (size_t i = 0; i < in->n; i++)
+        if (decompose_char(dec, in->c[i].cp, compat))
+            return TOK_ENOMEM;
+    for (size_t i = 0; i < dec->n;) {
+        if (uni_norm_ccc(dec->v[i].cp) == 0) {
+            i++;
+            continue;
+        }
+        size_t j = i;
+        while (j < dec->n && uni_norm_ccc(dec->v[j].cp) != 0)
+            j++;
+        if (j - i > 8) {
+            held->n = 0;
+            for (size_t x = i; x < j; x++)
+                if (tvec_push(held, 0, 0))
+                    return TOK_ENOMEM;
+        }
+        sort_marks(dec->v + i, j - i, held->v);
+        i = j;
+    }
+    if (comp && recompose(d, tr, held))
+        return TOK_ENOMEM;
+    return apply_transform(in, tr, 0, seg, out);
 }
 
 /* ---- pre-tokenizers ----------------------------------------------------- */
@@ -801,6 +971,14 @@ static int load_normalizer(ug_model *m, json_t *nz, const char *file, char *err,
         n->right = json_is_true(json_object_get(nz, "strip_right"));
     } else if (type && strcmp(type, "Lowercase") == 0) {
         n->kind = N_LOWERCASE;
+    } else if (type && strcmp(type, "NFD") == 0) {
+        n->kind = N_NFD;
+    } else if (type && strcmp(type, "NFKD") == 0) {
+        n->kind = N_NFKD;
+    } else if (type && strcmp(type, "NFC") == 0) {
+        n->kind = N_NFC;
+    } else if (type && strcmp(type, "NFKC") == 0) {
+        n->kind = N_NFKC;
     } else if (type && strcmp(type, "Replace") == 0) {
         json_t *pat = json_object_get(nz, "pattern");
         json_t *lit = json_object_get(pat, "String"), *re = json_object_get(pat, "Regex");
@@ -1354,6 +1532,7 @@ typedef struct enc {
     nstr a, b;    /* normalizer double buffer */
     words w1, w2; /* pre-tokenizer double buffer */
     tvec tr;
+    tvec td, th;       /* NFC/NFD/NFKC/NFKD scratch: decomposition, held marks */
     char *bytes;       /* the UTF-8 of one word */
     uint32_t *char_of; /* [byte] index of the word's character holding it */
     lattice_node *lat;
@@ -1670,8 +1849,11 @@ static int encode_segment(enc *e, const char *text, uint32_t from, uint32_t to) 
         case N_REPLACE:
             rc = norm_replace(nz, &e->a, &e->b);
             break;
-        default:
+        case N_LOWERCASE:
             rc = norm_lowercase(&e->a, &e->b);
+            break;
+        default:
+            rc = norm_unicode(nz->kind, &e->a, &e->b, &e->tr, &e->td, &e->th, from);
             break;
         }
         if (rc)
@@ -1797,6 +1979,8 @@ static int ug_encode(const void *mp, const char *text, size_t len, int truncate,
     free(e.w2.from);
     free(e.w2.to);
     free(e.tr.v);
+    free(e.td.v);
+    free(e.th.v);
     free(e.bytes);
     free(e.char_of);
     free(e.lat);

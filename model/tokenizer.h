@@ -5,7 +5,8 @@
  *   WordPiece  BERT family (BertNormalizer + BertPreTokenizer + WordPiece), or
  *              vocab.txt when there is no tokenizer.json;
  *   Unigram    SentencePiece models (XLM-RoBERTa, multilingual-e5, bge-m3):
- *              normalizers Precompiled, Replace, Strip, Lowercase, Sequence;
+ *              normalizers Precompiled, NFC, NFD, NFKC, NFKD, Replace, Strip,
+ *              Lowercase, Sequence;
  *              pre-tokenizers Metaspace, WhitespaceSplit, Sequence;
  *              post-processors TemplateProcessing, RobertaProcessing,
  *              BertProcessing; decoders Metaspace, ByteFallback, Fuse, Strip,
@@ -93,11 +94,13 @@ typedef struct tok_output {
  * bytes per input byte). Unigram and BPE normalize the text between two
  * added tokens whole, as the library does (tok_pipeline.c): with N the
  * normalized characters of that text and W those of its longest word, at
- * most 176 N + 200 W bytes (four arrays of 12-byte characters and the word
- * bounds, each grown by doubling; the word's bytes, lattice or merge queue).
- * N is at most len times the normalizers' growth (a charsmap rule's longest
- * right side, 3 for Lowercase, a Replace's content) times 2 for Metaspace or
- * 8 for ByteLevel; for ordinary text N is about len and W is small.
+ * most 208 N + 200 W bytes (four arrays of 12-byte characters, the word
+ * bounds and three of 8-byte changes, each grown by doubling; the word's
+ * bytes, lattice or merge queue). N is at most len times the normalizers'
+ * growth (a charsmap rule's longest right side, 3 for Lowercase, a Replace's
+ * content, 6 characters per input byte for NFKC/NFKD (U+FDFA, 3 bytes, is 18
+ * characters), 1.5 for NFC/NFD) times 2 for Metaspace or 8 for ByteLevel; for
+ * ordinary text N is about len and W is small.
  * Time is linear in len: the whole input is read even when truncating, to
  * give n_full. Thread-safe on a shared tokenizer. On error, ids and offsets
  * are unspecified. */

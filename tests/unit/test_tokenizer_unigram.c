@@ -181,8 +181,12 @@ Test(tokenizer_unigram, golden_decode) {
 
 /* Other layouts of the same model (make_unigram_cases.py, variants()): the
  * older hub layout, prepend_scheme "first" with Lowercase/Replace/Strip and
- * RobertaProcessing, and byte fallback with a Llama-style decoder chain. */
-static const char *const variants[] = {"legacy", "first", "bytefallback"};
+ * RobertaProcessing, and byte fallback with a Llama-style decoder chain;
+ * and (make_normalizer_cases.py) the Unicode normalizers in place of the
+ * charsmap: NFKC with the converter's Replace, NFC, NFD with Lowercase,
+ * NFKD with Strip. */
+static const char *const variants[] = {"legacy", "first", "bytefallback", "nfkc",
+                                       "nfc",    "nfd",   "nfkd"};
 
 Test(tokenizer_unigram, golden_variants) {
     for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
@@ -319,7 +323,7 @@ Test(tokenizer_unigram, refused_by_name) {
     expect_refused("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}",
                    "only with the ByteLevel pre-tokenizer");
     expect_refused("{\"model\": {\"type\": \"WordLevel\"}}", "model type WordLevel");
-    expect_refused("{" UG_MODEL ", \"normalizer\": {\"type\": \"NFKC\"}}", "normalizer NFKC");
+    expect_refused("{" UG_MODEL ", \"normalizer\": {\"type\": \"Nmt\"}}", "normalizer Nmt");
     expect_refused("{" UG_MODEL ", \"normalizer\": {\"type\": \"Replace\", \"pattern\": "
                    "{\"Regex\": \"[0-9]+\"}, \"content\": \"\"}}",
                    "pattern [0-9]+ is not supported");
