@@ -17,6 +17,8 @@
 #include <string.h>
 
 #include <jansson.h>
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
 
 #include "model/tok_impl.h"
 #include "model/tok_tables.h"
@@ -505,7 +507,8 @@ static int norm_unicode(int kind, const nstr *in, nstr *out, tvec *tr, tvec *d, 
 
 /* ---- pre-tokenizers ----------------------------------------------------- */
 
-enum { P_WHITESPACE_SPLIT, P_METASPACE, P_BYTE_LEVEL };
+enum { P_WHITESPACE_SPLIT, P_METASPACE, P_BYTE_LEVEL, P_SPLIT };
+enum { SPLIT_REMOVED, SPLIT_ISOLATED, SPLIT_MERGED_PREVIOUS, SPLIT_MERGED_NEXT, SPLIT_CONTIGUOUS };
 enum { PREPEND_ALWAYS, PREPEND_FIRST, PREPEND_NEVER };
 
 typedef struct pretok {
@@ -514,6 +517,10 @@ typedef struct pretok {
     int prepend;
     bool split;
     bool add_prefix_space; /* ByteLevel */
+    bool use_regex;        /* ByteLevel: GPT-2's pattern cuts the words first */
+    pcre2_code *re;        /* Split: the pattern (a String one as a literal) */
+    int behavior;          /* Split: SPLIT_* */
+    bool invert;           /* Split: the pieces between matches are the matches */
 } pretok;
 
 /* Words as [from, to) ranges of one nstr. */
@@ -681,7 +688,7 @@ static int pre_byte_level(const pretok *p, const words *in, words *out) {
             n++;
         }
         for (size_t i = 0; i < n;) {
-            size_t m = gpt2_match(c, n, i), start = out->s.n;
+            size_t m = p->use_regex ? gpt2_match(c, n, i) : n - i, start = out->s.n;
             for (size_t k = i; k < i + m; k++) {
                 char b[4];
                 size_t nb = tok_utf8_put(b, c[k].cp);
@@ -714,6 +721,173 @@ typedef struct decoder {
     size_t start, stop;
     char *pat, *with; /* Replace (a string pattern) */
 } decoder;
+
+/* Split: the library's NormalizedString::split over the matches of the
+ * pattern (Oniguruma in the library, PCRE2 here, both in UTF mode with
+ * Unicode classes): the word is cut into the matches and the text between
+ * them, each flagged as a match (flipped by invert), and the behavior then
+ * drops, keeps or merges them. Empty pieces are dropped. */
+typedef struct split_piece {
+    uint32_t start, end; /* bytes of the word's UTF-8 */
+    bool match;
+} split_piece;
+
+typedef struct pieces {
+    split_piece *v;
+    size_t n, cap;
+} pieces;
+
+static int pieces_push(pieces *ps, uint32_t start, uint32_t end, bool match) {
+    if (ps->n == ps->cap) {
+        size_t cap = ps->cap ? 2 * ps->cap : 32;
+        split_piece *v = realloc(ps->v, cap * sizeof *v);
+        if (!v)
+            return TOK_ENOMEM;
+        ps->v = v;
+        ps->cap = cap;
+    }
+    ps->v[ps->n++] = (split_piece){start, end, match};
+    return TOK_OK;
+}
+
+/* The library's find_matches: the matches left to right with the text
+ * between them, every byte covered once. As Oniguruma's iterator, an empty
+ * match right where the previous match ended is skipped by one character. */
+static int split_find(const pretok *p, const char *s, size_t n, pcre2_match_data *md,
+                      pcre2_match_context *mc, pieces *ps) {
+    ps->n = 0;
+    if (n == 0)
+        return pieces_push(ps, 0, 0, p->invert);
+    size_t prev = 0, at = 0, last_end = SIZE_MAX;
+    while (at <= n) {
+        int rc = pcre2_match(p->re, (PCRE2_SPTR)s, n, at, PCRE2_NO_UTF_CHECK, md, mc);
+        if (rc == PCRE2_ERROR_NOMATCH)
+            break;
+        if (rc < 0)
+            return TOK_ENOMEM; /* the heap or match limit: see split_limits */
+        const PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
+        size_t ms = ov[0], me = ov[1];
+        if (ms == me && last_end == me) {
+            size_t k = 1;
+            while (at + k < n && ((uint8_t)s[at + k] & 0xC0) == 0x80)
+                k++;
+            at += k;
+            continue;
+        }
+        if (prev != ms && pieces_push(ps, (uint32_t)prev, (uint32_t)ms, p->invert))
+            return TOK_ENOMEM;
+        if (pieces_push(ps, (uint32_t)ms, (uint32_t)me, !p->invert))
+            return TOK_ENOMEM;
+        prev = me;
+        at = last_end = me;
+    }
+    if (prev != n && pieces_push(ps, (uint32_t)prev, (uint32_t)n, p->invert))
+        return TOK_ENOMEM;
+    return TOK_OK;
+}
+
+/* The behavior, in place: the kept pieces in order, match set on the ones
+ * to remove. */
+static void split_behave(int behavior, pieces *ps) {
+    size_t k = 0;
+    bool prev = false;
+    switch (behavior) {
+    case SPLIT_REMOVED:
+        return;
+    case SPLIT_ISOLATED:
+        for (size_t i = 0; i < ps->n; i++)
+            ps->v[i].match = false;
+        return;
+    case SPLIT_CONTIGUOUS:
+        for (size_t i = 0; i < ps->n; i++) {
+            bool m = ps->v[i].match;
+            if (m == prev && k > 0)
+                ps->v[k - 1].end = ps->v[i].end;
+            else
+                ps->v[k++] = (split_piece){ps->v[i].start, ps->v[i].end, false};
+            prev = m;
+        }
+        break;
+    case SPLIT_MERGED_PREVIOUS:
+        for (size_t i = 0; i < ps->n; i++) {
+            bool m = ps->v[i].match;
+            if (m && !prev && k > 0)
+                ps->v[k - 1].end = ps->v[i].end;
+            else
+                ps->v[k++] = (split_piece){ps->v[i].start, ps->v[i].end, false};
+            prev = m;
+        }
+        break;
+    default: /* SPLIT_MERGED_NEXT: the same from the end */
+        k = ps->n;
+        for (size_t i = ps->n; i-- > 0;) {
+            bool m = ps->v[i].match;
+            if (m && !prev && k < ps->n)
+                ps->v[k].start = ps->v[i].start;
+            else
+                ps->v[--k] = (split_piece){ps->v[i].start, ps->v[i].end, false};
+            prev = m;
+        }
+        memmove(ps->v, ps->v + k, (ps->n - k) * sizeof *ps->v);
+        k = ps->n - k;
+        break;
+    }
+    ps->n = k;
+}
+
+/* PCRE2's own memory during a match is capped (its backtracking frames), so
+ * a pathological pattern fails the request instead of growing unbounded. */
+#define SPLIT_HEAP_LIMIT_KIB 1024
+
+static int pre_split(const pretok *p, const words *in, words *out) {
+    out->s.n = 0;
+    out->n = 0;
+    size_t longest = 0;
+    for (size_t w = 0; w < in->n; w++)
+        if (in->to[w] - in->from[w] > longest)
+            longest = in->to[w] - in->from[w];
+    char *buf = malloc(4 * longest + 1);
+    pcre2_match_data *md = pcre2_match_data_create_from_pattern(p->re, NULL);
+    pcre2_match_context *mc = pcre2_match_context_create(NULL);
+    pieces ps = {0};
+    int rc = buf && md && mc ? TOK_OK : TOK_ENOMEM;
+    if (!rc)
+        pcre2_set_heap_limit(mc, SPLIT_HEAP_LIMIT_KIB);
+    for (size_t w = 0; w < in->n && !rc; w++) {
+        const nchar *c = in->s.c + in->from[w];
+        size_t n = in->to[w] - in->from[w], bl = 0;
+        for (size_t i = 0; i < n; i++)
+            bl += tok_utf8_put(buf + bl, c[i].cp);
+        rc = split_find(p, buf, bl, md, mc, &ps);
+        if (rc)
+            break;
+        split_behave(p->behavior, &ps);
+        /* Byte offsets back to characters: the pieces are in order. */
+        size_t ci = 0, bi = 0;
+        for (size_t k = 0; k < ps.n && !rc; k++) {
+            while (bi < ps.v[k].start) {
+                char tmp[4];
+                bi += tok_utf8_put(tmp, c[ci++].cp);
+            }
+            size_t start = out->s.n;
+            while (bi < ps.v[k].end && !rc) {
+                char tmp[4];
+                bi += tok_utf8_put(tmp, c[ci].cp);
+                rc = nstr_push(&out->s, c[ci].cp, c[ci].start, c[ci].end);
+                ci++;
+            }
+            if (!rc && !ps.v[k].match)
+                rc = words_add(out, start, out->s.n);
+            else if (!rc)
+                out->s.n = start; /* removed */
+        }
+    }
+    free(ps.v);
+    free(buf);
+    pcre2_match_context_free(mc);
+    pcre2_match_data_free(md);
+    return rc;
+}
 
 /* ---- the model ---------------------------------------------------------- */
 
@@ -1041,6 +1215,58 @@ static int load_replacement(json_t *o, uint32_t *cp) {
     return 0;
 }
 
+static const char *const split_behaviors[] = {"Removed", "Isolated", "MergedWithPrevious",
+                                              "MergedWithNext", "Contiguous"};
+
+/* Split: a String pattern is matched literally (the library escapes it into
+ * a regex), a Regex one in UTF mode with Unicode properties for \p{..}, \w,
+ * \d, \s and \b, as Oniguruma reads them. */
+static int load_split(pretok *p, json_t *pt, const char *file, char *err, size_t err_len) {
+    json_t *pat = json_object_get(pt, "pattern");
+    json_t *lit = json_object_get(pat, "String"), *re = json_object_get(pat, "Regex");
+    const char *behavior = json_string_value(json_object_get(pt, "behavior"));
+    p->kind = P_SPLIT;
+    p->invert = json_is_true(json_object_get(pt, "invert"));
+    p->behavior = -1;
+    for (int i = 0; behavior && i < (int)(sizeof split_behaviors / sizeof *split_behaviors); i++)
+        if (strcmp(behavior, split_behaviors[i]) == 0)
+            p->behavior = i;
+    json_t *src = json_is_string(lit) ? lit : re;
+    if (p->behavior < 0 || !json_is_string(src)) {
+        set_err(err, err_len, "%s: bad Split pre-tokenizer (pattern String or Regex, behavior %s)",
+                file, behavior ? behavior : "missing");
+        return TOK_ELOAD;
+    }
+    /* Escapes whose meaning differs between the engines: Oniguruma's \w
+     * (and so \b) holds the marks and Join_Control that PCRE2's does not,
+     * and its \h is a hex digit, PCRE2's a horizontal space. */
+    const char *rs = json_string_value(src);
+    for (size_t i = 0; src == re && i + 1 < json_string_length(src); i++) {
+        if (rs[i] != '\\')
+            continue;
+        if (rs[i + 1] && strchr("wWbBhH", rs[i + 1])) {
+            set_err(err, err_len,
+                    "%s: Split pattern %s: \\%c is not supported (its Oniguruma meaning differs)",
+                    file, rs, rs[i + 1]);
+            return TOK_ELOAD;
+        }
+        i++;
+    }
+    int code;
+    PCRE2_SIZE at;
+    uint32_t opts = PCRE2_UTF | (src == lit ? PCRE2_LITERAL : PCRE2_UCP | PCRE2_MULTILINE);
+    p->re = pcre2_compile((PCRE2_SPTR)json_string_value(src), json_string_length(src), opts, &code,
+                          &at, NULL);
+    if (!p->re) {
+        PCRE2_UCHAR msg[160];
+        pcre2_get_error_message(code, msg, sizeof msg);
+        set_err(err, err_len, "%s: Split pattern %s: %s at offset %zu", file,
+                json_string_value(src), (const char *)msg, (size_t)at);
+        return TOK_ELOAD;
+    }
+    return TOK_OK;
+}
+
 static int load_pretok(ug_model *m, json_t *pt, const char *file, char *err, size_t err_len) {
     if (!pt || json_is_null(pt))
         return TOK_OK;
@@ -1072,13 +1298,13 @@ static int load_pretok(ug_model *m, json_t *pt, const char *file, char *err, siz
         }
     } else if (type && strcmp(type, "ByteLevel") == 0) {
         json_t *re = json_object_get(pt, "use_regex");
-        if (re && !json_is_true(re)) {
-            set_err(err, err_len, "%s: ByteLevel pre-tokenizer without use_regex is not supported",
-                    file);
-            return TOK_ELOAD;
-        }
         p->kind = P_BYTE_LEVEL;
+        p->use_regex = !re || json_is_true(re);
         p->add_prefix_space = json_is_true(json_object_get(pt, "add_prefix_space"));
+    } else if (type && strcmp(type, "Split") == 0) {
+        int rc = load_split(p, pt, file, err, err_len);
+        if (rc)
+            return rc;
     } else {
         set_err(err, err_len, "%s: pre_tokenizer %s is not supported", file, type ? type : "?");
         return TOK_ELOAD;
@@ -1285,6 +1511,8 @@ static void ug_free(void *p) {
         free(m->norms[i].pat);
         free(m->norms[i].with);
     }
+    for (int i = 0; i < m->n_pres; i++)
+        pcre2_code_free(m->pres[i].re);
     for (int i = 0; i < m->n_decs; i++) {
         free(m->decs[i].pat);
         free(m->decs[i].with);
@@ -1875,6 +2103,7 @@ static int encode_segment(enc *e, const char *text, uint32_t from, uint32_t to) 
     for (int i = 0; i < m->n_pres; i++) {
         const pretok *p = &m->pres[i];
         int rc = p->kind == P_WHITESPACE_SPLIT ? pre_whitespace_split(in, out)
+                 : p->kind == P_SPLIT          ? pre_split(p, in, out)
                  : p->kind == P_METASPACE      ? pre_metaspace(p, in, out)
                                                : pre_byte_level(p, in, out);
         if (rc)

@@ -7,7 +7,8 @@
  *   Unigram    SentencePiece models (XLM-RoBERTa, multilingual-e5, bge-m3):
  *              normalizers Precompiled, NFC, NFD, NFKC, NFKD, Replace, Strip,
  *              Lowercase, Sequence;
- *              pre-tokenizers Metaspace, WhitespaceSplit, Sequence;
+ *              pre-tokenizers Metaspace, WhitespaceSplit, Split (String or
+ *              Regex, PCRE2 for Oniguruma), ByteLevel, Sequence;
  *              post-processors TemplateProcessing, RobertaProcessing,
  *              BertProcessing; decoders Metaspace, ByteFallback, Fuse, Strip,
  *              Replace, Sequence.
@@ -100,7 +101,9 @@ typedef struct tok_output {
  * growth (a charsmap rule's longest right side, 3 for Lowercase, a Replace's
  * content, 6 characters per input byte for NFKC/NFKD (U+FDFA, 3 bytes, is 18
  * characters), 1.5 for NFC/NFD) times 2 for Metaspace or 8 for ByteLevel; for
- * ordinary text N is about len and W is small.
+ * ordinary text N is about len and W is small. A Split pre-tokenizer adds
+ * 52 bytes per character of the longest word it cuts (at most N: its UTF-8
+ * and the pieces) and PCRE2's match frames, capped at 1 MiB per match.
  * Time is linear in len: the whole input is read even when truncating, to
  * give n_full. Thread-safe on a shared tokenizer. On error, ids and offsets
  * are unspecified. */

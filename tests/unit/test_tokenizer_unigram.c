@@ -205,6 +205,31 @@ Test(tokenizer_unigram, golden_variants) {
     }
 }
 
+/* The Split pre-tokenizer (make_split_cases.py): every behavior, String and
+ * Regex patterns, invert, empty matches and line anchors before Metaspace on
+ * the Unigram model; the GPT-2, Llama-3 and o200k patterns before ByteLevel
+ * on the byte-level BPE. */
+static const char *const splits[] = {"removed",    "isolated", "previous", "next",
+                                     "contiguous", "invert",   "empty",    "anchors",
+                                     "literal",    "gpt2",     "llama3",   "o200k"};
+
+Test(tokenizer_unigram, golden_split) {
+    for (size_t v = 0; v < sizeof splits / sizeof splits[0]; v++) {
+        char dir[256], file[300], err[512] = "";
+        snprintf(dir, sizeof dir, "tests/golden/split-%s", splits[v]);
+        snprintf(file, sizeof file, "%s/cases.json", dir);
+        tok_tokenizer *t = NULL;
+        cr_assert_eq(tok_load(&t, dir, err, sizeof err), TOK_OK, "%s: %s", dir, err);
+        json_t *cases = load_cases_from(file, 400);
+        size_t ok = check_cases(t, cases, CHECK_IDS | CHECK_OFFSETS | CHECK_DECODE, dir);
+        printf("tokenizer_unigram: split-%s: ids, offsets and decode of %zu cases equal to HF "
+               "tokenizers\n",
+               splits[v], ok);
+        json_decref(cases);
+        tok_free(t);
+    }
+}
+
 /* A byte-level BPE in RoBERTa's layout, trained by `tokenizers` on the same
  * text (tests/golden/roberta-tiny): ByteLevel pre-tokenizer and decoder,
  * RobertaProcessing with trim_offsets, <mask> added past the vocabulary. */
@@ -331,7 +356,13 @@ Test(tokenizer_unigram, refused_by_name) {
                    "pre_tokenizer CharDelimiterSplit");
     expect_refused("{" UG_MODEL ", \"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": "
                    "{\"Regex\": \"x\"}}}",
-                   "pre_tokenizer Split");
+                   "bad Split pre-tokenizer");
+    expect_refused("{" UG_MODEL ", \"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": "
+                   "{\"Regex\": \"[\\\\d\\\\w]+\"}, \"behavior\": \"Isolated\"}}",
+                   "\\w is not supported");
+    expect_refused("{" UG_MODEL ", \"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": "
+                   "{\"Regex\": \"(x\"}, \"behavior\": \"Isolated\"}}",
+                   "missing closing parenthesis");
     expect_refused("{" UG_MODEL ", \"post_processor\": {\"type\": \"ByteLevel\"}}",
                    "post_processor ByteLevel");
     expect_refused("{" UG_MODEL ", \"decoder\": {\"type\": \"CTC\"}}", "decoder CTC");
