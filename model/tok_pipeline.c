@@ -53,7 +53,7 @@ typedef struct nstr {
 static int nstr_push(nstr *s, uint32_t cp, uint32_t start, uint32_t end) {
     if (s->n == s->cap) {
         size_t cap = s->cap ? 2 * s->cap : 64;
-        nchar *c = realloc(s->c, cap * sizeof *c);
+        nchar *c = tok_scratch_realloc(s->c, cap * sizeof *c);
         if (!c)
             return TOK_ENOMEM;
         s->c = c;
@@ -142,7 +142,7 @@ typedef struct tvec {
 static int tvec_push(tvec *t, uint32_t cp, int32_t change) {
     if (t->n == t->cap) {
         size_t cap = t->cap ? 2 * t->cap : 64;
-        tchange *v = realloc(t->v, cap * sizeof *v);
+        tchange *v = tok_scratch_realloc(t->v, cap * sizeof *v);
         if (!v)
             return TOK_ENOMEM;
         t->v = v;
@@ -535,11 +535,11 @@ static int words_add(words *w, size_t from, size_t to) {
         return TOK_OK; /* the library drops empty splits */
     if (w->n == w->cap) {
         size_t cap = w->cap ? 2 * w->cap : 32;
-        size_t *f = realloc(w->from, cap * sizeof *f);
+        size_t *f = tok_scratch_realloc(w->from, cap * sizeof *f);
         if (!f)
             return TOK_ENOMEM;
         w->from = f;
-        size_t *t = realloc(w->to, cap * sizeof *t);
+        size_t *t = tok_scratch_realloc(w->to, cap * sizeof *t);
         if (!t)
             return TOK_ENOMEM;
         w->to = t;
@@ -679,7 +679,7 @@ static int pre_byte_level(const pretok *p, const words *in, words *out) {
         /* The prefix space takes the place of the first character's bytes. */
         nchar *tmp = NULL;
         if (p->add_prefix_space && c[0].cp != ' ') {
-            tmp = malloc((n + 1) * sizeof *tmp);
+            tmp = tok_scratch_realloc(NULL, (n + 1) * sizeof *tmp);
             if (!tmp)
                 return TOK_ENOMEM;
             tmp[0] = (nchar){' ', c[0].start, c[0].end};
@@ -694,17 +694,17 @@ static int pre_byte_level(const pretok *p, const words *in, words *out) {
                 size_t nb = tok_utf8_put(b, c[k].cp);
                 for (size_t q = 0; q < nb; q++)
                     if (nstr_push(&out->s, byte_char((uint8_t)b[q]), c[k].start, c[k].end)) {
-                        free(tmp);
+                        tok_scratch_free(tmp);
                         return TOK_ENOMEM;
                     }
             }
             if (words_add(out, start, out->s.n)) {
-                free(tmp);
+                tok_scratch_free(tmp);
                 return TOK_ENOMEM;
             }
             i += m;
         }
-        free(tmp);
+        tok_scratch_free(tmp);
     }
     return TOK_OK;
 }
@@ -740,7 +740,7 @@ typedef struct pieces {
 static int pieces_push(pieces *ps, uint32_t start, uint32_t end, bool match) {
     if (ps->n == ps->cap) {
         size_t cap = ps->cap ? 2 * ps->cap : 32;
-        split_piece *v = realloc(ps->v, cap * sizeof *v);
+        split_piece *v = tok_scratch_realloc(ps->v, cap * sizeof *v);
         if (!v)
             return TOK_ENOMEM;
         ps->v = v;
@@ -839,6 +839,18 @@ static void split_behave(int behavior, pieces *ps) {
  * a pathological pattern fails the request instead of growing unbounded. */
 #define SPLIT_HEAP_LIMIT_KIB 1024
 
+/* PCRE2's match data and backtracking frames come from the same scratch
+ * allocator as the rest of an encode. */
+static void *split_malloc(size_t n, void *data) {
+    (void)data;
+    return tok_scratch_realloc(NULL, n);
+}
+
+static void split_free(void *p, void *data) {
+    (void)data;
+    tok_scratch_free(p);
+}
+
 static int pre_split(const pretok *p, const words *in, words *out) {
     out->s.n = 0;
     out->n = 0;
@@ -846,9 +858,10 @@ static int pre_split(const pretok *p, const words *in, words *out) {
     for (size_t w = 0; w < in->n; w++)
         if (in->to[w] - in->from[w] > longest)
             longest = in->to[w] - in->from[w];
-    char *buf = malloc(4 * longest + 1);
-    pcre2_match_data *md = pcre2_match_data_create_from_pattern(p->re, NULL);
-    pcre2_match_context *mc = pcre2_match_context_create(NULL);
+    char *buf = tok_scratch_realloc(NULL, 4 * longest + 1);
+    pcre2_general_context *gc = pcre2_general_context_create(split_malloc, split_free, NULL);
+    pcre2_match_data *md = gc ? pcre2_match_data_create_from_pattern(p->re, gc) : NULL;
+    pcre2_match_context *mc = gc ? pcre2_match_context_create(gc) : NULL;
     pieces ps = {0};
     int rc = buf && md && mc ? TOK_OK : TOK_ENOMEM;
     if (!rc)
@@ -882,10 +895,11 @@ static int pre_split(const pretok *p, const words *in, words *out) {
                 out->s.n = start; /* removed */
         }
     }
-    free(ps.v);
-    free(buf);
+    tok_scratch_free(ps.v);
+    tok_scratch_free(buf);
     pcre2_match_context_free(mc);
     pcre2_match_data_free(md);
+    pcre2_general_context_free(gc);
     return rc;
 }
 
@@ -1820,13 +1834,13 @@ static int grow_word(enc *e, size_t bytes) {
     if (bytes <= e->word_cap)
         return TOK_OK;
     size_t cap = bytes < 256 ? 256 : bytes * 2;
-    char *b = realloc(e->bytes, cap);
+    char *b = tok_scratch_realloc(e->bytes, cap);
     if (b)
         e->bytes = b;
-    uint32_t *c = realloc(e->char_of, cap * sizeof *c);
+    uint32_t *c = tok_scratch_realloc(e->char_of, cap * sizeof *c);
     if (c)
         e->char_of = c;
-    lattice_node *l = realloc(e->lat, (cap + 1) * sizeof *l);
+    lattice_node *l = tok_scratch_realloc(e->lat, (cap + 1) * sizeof *l);
     if (l)
         e->lat = l;
     if (!b || !c || !l)
@@ -1919,7 +1933,7 @@ static int encode_word(enc *e, const nchar *chars, size_t n) {
     size_t npieces = 0;
     for (size_t at = len; at > 0; at = (size_t)lat[at].from)
         npieces++;
-    size_t *ends = malloc((npieces + 1) * sizeof *ends);
+    size_t *ends = tok_scratch_realloc(NULL, (npieces + 1) * sizeof *ends);
     if (!ends)
         return TOK_ENOMEM;
     size_t k = npieces;
@@ -1940,7 +1954,7 @@ static int encode_word(enc *e, const nchar *chars, size_t n) {
         from = to;
         i++;
     }
-    free(ends);
+    tok_scratch_free(ends);
     return TOK_OK;
 }
 
@@ -2006,11 +2020,11 @@ static void push_pair(const ug_model *m, const bpe_sym *sy, int32_t pos, bpe_mer
  * symbol and adds at most two entries, so the queue holds under 3n. */
 static int encode_word_bpe(enc *e, const nchar *chars, size_t n) {
     const ug_model *m = e->m;
-    bpe_sym *sy = malloc(n * sizeof *sy);
-    bpe_merge *h = malloc((3 * n + 1) * sizeof *h);
+    bpe_sym *sy = tok_scratch_realloc(NULL, n * sizeof *sy);
+    bpe_merge *h = tok_scratch_realloc(NULL, (3 * n + 1) * sizeof *h);
     if (!sy || !h) {
-        free(sy);
-        free(h);
+        tok_scratch_free(sy);
+        tok_scratch_free(h);
         return TOK_ENOMEM;
     }
     for (size_t i = 0; i < n; i++) {
@@ -2045,8 +2059,8 @@ static int encode_word_bpe(enc *e, const nchar *chars, size_t n) {
         const char *tok = m->blob + m->at[sy[i].id];
         emit(e, sy[i].id, tok, m->len[sy[i].id], chars[sy[i].first].start, chars[sy[i].last].end);
     }
-    free(sy);
-    free(h);
+    tok_scratch_free(sy);
+    tok_scratch_free(h);
     return TOK_OK;
 }
 
@@ -2199,20 +2213,20 @@ static int ug_encode(const void *mp, const char *text, size_t len, int truncate,
             emit(&e, a->id, text + s, en - s, (uint32_t)s, (uint32_t)en);
         at = floor = en;
     }
-    free(e.a.c);
-    free(e.b.c);
-    free(e.w1.s.c);
-    free(e.w1.from);
-    free(e.w1.to);
-    free(e.w2.s.c);
-    free(e.w2.from);
-    free(e.w2.to);
-    free(e.tr.v);
-    free(e.td.v);
-    free(e.th.v);
-    free(e.bytes);
-    free(e.char_of);
-    free(e.lat);
+    tok_scratch_free(e.a.c);
+    tok_scratch_free(e.b.c);
+    tok_scratch_free(e.w1.s.c);
+    tok_scratch_free(e.w1.from);
+    tok_scratch_free(e.w1.to);
+    tok_scratch_free(e.w2.s.c);
+    tok_scratch_free(e.w2.from);
+    tok_scratch_free(e.w2.to);
+    tok_scratch_free(e.tr.v);
+    tok_scratch_free(e.td.v);
+    tok_scratch_free(e.th.v);
+    tok_scratch_free(e.bytes);
+    tok_scratch_free(e.char_of);
+    tok_scratch_free(e.lat);
     if (rc)
         return rc;
     int32_t kept = e.pieces < e.body_cap ? e.pieces : e.body_cap;

@@ -109,6 +109,14 @@ typedef struct tok_output {
  * are unspecified. */
 int tok_encode(const tok_tokenizer *t, const char *text, size_t len, int truncate, tok_output *out);
 
+/* Where tok_encode takes its scratch from (Unigram and BPE: the normalized
+ * text, the words, the lattice or merge queue, PCRE2's match frames): realloc
+ * and free unless set. The service points it at its request-memory budget,
+ * so a refused block fails that encode with TOK_ENOMEM instead of being
+ * allocated outside the bound. Set it before any tok_encode runs; blocks
+ * never outlive one tok_encode call. realloc_fn(NULL, n) must allocate. */
+void tok_set_alloc_funcs(void *(*realloc_fn)(void *, size_t), void (*free_fn)(void *));
+
 /* Token ids back to text, as the tokenizer's decoder does (Hugging Face
  * `decode`): skip_special drops the special added tokens (<s>, [CLS], ...).
  * On TOK_OK *text is a malloc'd NUL-terminated string of *len bytes that the
