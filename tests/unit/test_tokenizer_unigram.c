@@ -7,6 +7,7 @@
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -289,6 +290,74 @@ Test(tokenizer_unigram, specials_and_vocabulary) {
     cr_expect_eq(tok_decode(t, bad, 2, 1, &text, &len), TOK_EINVAL);
     cr_expect_null(text);
     tok_free(t);
+}
+
+/* An allocator for tok_set_alloc_funcs that counts what is live and refuses
+ * past a limit, as the service's budget does. */
+static size_t scratch_live, scratch_limit, scratch_peak;
+static long scratch_blocks;
+
+static void *limited_realloc(void *p, size_t n) {
+    size_t old = p ? ((size_t *)p)[-2] : 0;
+    if (scratch_live - old + n > scratch_limit)
+        return NULL;
+    size_t *h = realloc(p ? (size_t *)p - 2 : NULL, n + 2 * sizeof(size_t));
+    if (!h)
+        return NULL;
+    scratch_blocks += p ? 0 : 1;
+    scratch_live = scratch_live - old + n;
+    scratch_peak = scratch_live > scratch_peak ? scratch_live : scratch_peak;
+    h[0] = n;
+    return h + 2;
+}
+
+static void limited_free(void *p) {
+    if (!p)
+        return;
+    scratch_live -= ((size_t *)p)[-2];
+    scratch_blocks--;
+    free((size_t *)p - 2);
+}
+
+/* tok_encode's scratch, normalizer, Split and PCRE2's frames included, comes
+ * from the allocator set, within the bound model/tokenizer.h states, and a
+ * refusal fails the encode cleanly with everything given back. */
+Test(tokenizer_unigram, scratch_from_the_allocator_set) {
+    const char *dirs[] = {"tests/golden/xlmr-tiny", "tests/golden/unigram-nfkc",
+                          "tests/golden/split-o200k"};
+    size_t len = 60000;
+    char *text = malloc(len);
+    cr_assert_not_null(text);
+    for (size_t i = 0; i < len; i++)
+        text[i] = "word, a\n"[i % 8];
+    int32_t ids[128];
+    for (size_t d = 0; d < sizeof dirs / sizeof dirs[0]; d++) {
+        char err[512] = "";
+        tok_tokenizer *t = NULL;
+        cr_assert_eq(tok_load(&t, dirs[d], err, sizeof err), TOK_OK, "%s", err);
+        tok_set_alloc_funcs(limited_realloc, limited_free);
+        scratch_limit = SIZE_MAX;
+        scratch_peak = 0;
+        tok_output o = {.ids = ids, .capacity = 128};
+        cr_expect_eq(tok_encode(t, text, len, 1, &o), TOK_OK, "%s", dirs[d]);
+        cr_expect_eq(scratch_live, 0, "%s: %zu bytes left", dirs[d], scratch_live);
+        cr_expect_eq(scratch_blocks, 0);
+        /* No ByteLevel, growth 2 (Metaspace): N <= 2 len; plus Split's 52 N
+         * and PCRE2's frames (1 MiB) where there is one. */
+        cr_expect(scratch_peak > len && scratch_peak <= 260 * 2 * len + (1u << 20),
+                  "%s: peak %zu for %zu bytes", dirs[d], scratch_peak, len);
+        size_t peak = scratch_peak;
+        scratch_limit = peak / 2;
+        cr_expect_eq(tok_encode(t, text, len, 1, &o), TOK_ENOMEM, "%s", dirs[d]);
+        cr_expect_eq(scratch_live, 0, "%s: %zu bytes left after a refusal", dirs[d], scratch_live);
+        cr_expect_eq(scratch_blocks, 0);
+        tok_set_alloc_funcs(NULL, NULL);
+        printf(
+            "tokenizer_unigram: %s: %zu bytes of text, scratch peak %zu from the allocator set\n",
+            dirs[d], len, peak);
+        tok_free(t);
+    }
+    free(text);
 }
 
 Test(tokenizer_unigram, truncation_and_errors) {
