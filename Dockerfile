@@ -58,7 +58,7 @@ RUN case "$MODEL" in \
     esac
 
 # ---- runtime: only the shared libraries the binary links ---------------------
-# Today libmicrohttpd12, libjansson4, libuv1, libc6 and the pthread OpenBLAS
+# Today libmicrohttpd12, libjansson4, libuv1, libpcre2-8-0, libc6 and the pthread OpenBLAS
 # (libopenblas0-pthread) that the Makefile pins with a RUNPATH.
 FROM ${DEBIAN_IMAGE} AS runtime
 COPY --from=build /out/usr/share/attnserve/runtime-packages /usr/share/attnserve/runtime-packages

@@ -21,7 +21,7 @@ comma   := ,
 SANITIZE ?=
 BUILD   ?= $(if $(SANITIZE),build-san-$(subst $(comma),-,$(SANITIZE)),build)
 
-PKGS    := libmicrohttpd jansson libuv
+PKGS    := libmicrohttpd jansson libuv libpcre2-8
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)

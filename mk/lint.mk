@@ -4,10 +4,10 @@
 #                      reasons, in tests/lint/cppcheck.supp
 #   make format-check  clang-format --dry-run -Werror with the committed
 #                      .clang-format on every C source and header
-# model/unicode_tables.c and model/tok_tables.c are generated
-# (scripts/gen_unicode_tables.py, scripts/gen_tok_tables.py) and checked by
+# model/unicode_tables.c, model/unicode_norm.c and model/tok_tables.c are generated
+# (scripts/gen_unicode_tables.py, gen_unicode_norm.py, gen_tok_tables.py) and checked by
 # neither: they are data, laid out by their generators.
-GENERATED_SRC := model/unicode_tables.c model/tok_tables.c
+GENERATED_SRC := model/unicode_tables.c model/tok_tables.c model/unicode_norm.c
 LINT_SRC := $(filter-out $(GENERATED_SRC),$(LIB_SRC)) server/main.c
 FORMAT_SRC := $(LINT_SRC) $(UNIT_SRC) $(BENCH_SRC) $(wildcard tests/fuzz/*.c) \
               $(filter-out model/unicode_tables.h,$(wildcard */*.h tests/*/*.h))

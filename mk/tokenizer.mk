@@ -4,8 +4,10 @@
 #                            with transformers (tests/golden/xlmr-tiny) and
 #                            write the Hugging Face `tokenizers` goldens
 #                            (unigram_cases.json, unigram-*/, roberta-tiny/,
-#                            wordpiece_decode.json); then regenerate
-#                            model/tok_tables.c
+#                            wordpiece_decode.json, the Unicode normalizer
+#                            variants unigram-nf*/, the Split layouts
+#                            split-*/); then regenerate
+#                            model/tok_tables.c and model/unicode_norm.c
 #
 # The results are committed, so `make test` needs none of these packages; the
 # virtualenv (scripts/tok-venv.sh, build/venv-tok) is made on first use.
@@ -18,5 +20,8 @@ tokenizer-goldens: model
 	@scripts/tok-venv.sh $(TOK_VENV) >/dev/null
 	$(TOK_VENV)/bin/python tests/golden/make_unigram_tokenizer.py
 	$(TOK_VENV)/bin/python tests/golden/make_unigram_cases.py
+	$(TOK_VENV)/bin/python tests/golden/make_normalizer_cases.py
+	$(TOK_VENV)/bin/python tests/golden/make_split_cases.py
 	$(TOK_VENV)/bin/python tests/golden/make_wordpiece_decode.py $(MODEL_DIR)
 	$(TOK_VENV)/bin/python scripts/gen_tok_tables.py > model/tok_tables.c
+	$(TOK_VENV)/bin/python scripts/gen_unicode_norm.py > model/unicode_norm.c

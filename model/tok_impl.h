@@ -36,6 +36,10 @@ int tok_pipeline_load(void **impl, const char *file, char *err, size_t err_len);
 extern const tok_ops tok_unigram_ops;
 extern const tok_ops tok_bpe_ops;
 
+/* tok_encode's scratch, through the functions of tok_set_alloc_funcs. */
+void *tok_scratch_realloc(void *p, size_t n);
+void tok_scratch_free(void *p);
+
 /* Strictly valid UTF-8: the length of the character at p[0, n) and *cp, or 0
  * (overlong forms, surrogates, above U+10FFFF, cut sequences). */
 static inline size_t tok_utf8_get(const uint8_t *p, size_t n, uint32_t *cp) {

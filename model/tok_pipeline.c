@@ -17,9 +17,12 @@
 #include <string.h>
 
 #include <jansson.h>
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
 
 #include "model/tok_impl.h"
 #include "model/tok_tables.h"
+#include "model/unicode_norm.h"
 #include "model/unicode_tables.h"
 
 #define UG_MAX_STAGES  8 /* normalizers, pre-tokenizers or decoders in one Sequence */
@@ -50,7 +53,7 @@ typedef struct nstr {
 static int nstr_push(nstr *s, uint32_t cp, uint32_t start, uint32_t end) {
     if (s->n == s->cap) {
         size_t cap = s->cap ? 2 * s->cap : 64;
-        nchar *c = realloc(s->c, cap * sizeof *c);
+        nchar *c = tok_scratch_realloc(s->c, cap * sizeof *c);
         if (!c)
             return TOK_ENOMEM;
         s->c = c;
@@ -66,7 +69,7 @@ static bool is_ws(uint32_t cp) {
 
 /* ---- normalizers -------------------------------------------------------- */
 
-enum { N_PRECOMPILED, N_STRIP, N_REPLACE, N_LOWERCASE };
+enum { N_PRECOMPILED, N_STRIP, N_REPLACE, N_LOWERCASE, N_NFD, N_NFKD, N_NFC, N_NFKC };
 enum { PAT_LITERAL, PAT_SPACES2 };
 
 typedef struct normalizer {
@@ -139,7 +142,7 @@ typedef struct tvec {
 static int tvec_push(tvec *t, uint32_t cp, int32_t change) {
     if (t->n == t->cap) {
         size_t cap = t->cap ? 2 * t->cap : 64;
-        tchange *v = realloc(t->v, cap * sizeof *v);
+        tchange *v = tok_scratch_realloc(t->v, cap * sizeof *v);
         if (!v)
             return TOK_ENOMEM;
         t->v = v;
@@ -333,9 +336,179 @@ static int norm_lowercase(const nstr *in, nstr *out) {
     return TOK_OK;
 }
 
+/* NFD, NFKD, NFC, NFKC as the library's crate computes them, with its
+ * alignment changes: each character's decomposition comes out with change 0
+ * for its first character and 1 (inserted) for the others; runs of
+ * non-starters are then sorted by combining class, stably, the changes
+ * travelling with their characters; composition gives the composite the
+ * change a + b - 1 of its two parts. The result goes through the same
+ * transformation as Precompiled's, so every character keeps the input bytes
+ * the library gives it. */
+#define HANGUL_S 0xAC00u
+#define HANGUL_L 0x1100u
+#define HANGUL_V 0x1161u
+#define HANGUL_T 0x11A7u
+#define HANGUL_N (21u * 28u)
+
+static int decompose_char(tvec *d, uint32_t cp, bool compat) {
+    uint32_t hangul[3];
+    const uint32_t *seq = &cp;
+    size_t n = 1;
+    if (cp >= HANGUL_S && cp < HANGUL_S + 19u * HANGUL_N) {
+        uint32_t s = cp - HANGUL_S;
+        hangul[0] = HANGUL_L + s / HANGUL_N;
+        hangul[1] = HANGUL_V + (s % HANGUL_N) / 28u;
+        hangul[2] = HANGUL_T + s % 28u;
+        seq = hangul;
+        n = s % 28u ? 3 : 2;
+    } else if (cp >= 0x80) {
+        const uni_norm_map *m =
+            compat ? uni_norm_find(uni_norm_compat, uni_norm_n_compat, cp) : NULL;
+        if (!m)
+            m = uni_norm_find(uni_norm_canonical, uni_norm_n_canonical, cp);
+        if (m)
+            seq = uni_norm_pool + m->at, n = m->len;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (tvec_push(d, seq[i], i ? 1 : 0))
+            return TOK_ENOMEM;
+    return TOK_OK;
+}
+
+/* Stable sort of v[0, n) by combining class: insertion for the short runs
+ * text has, counting (linear) for long ones, so a body of marks stays
+ * linear. scratch holds n entries. */
+static void sort_marks(tchange *v, size_t n, tchange *scratch) {
+    if (n <= 8) {
+        for (size_t i = 1; i < n; i++) {
+            tchange x = v[i];
+            uint8_t cx = uni_norm_ccc(x.cp);
+            size_t j = i;
+            while (j > 0 && uni_norm_ccc(v[j - 1].cp) > cx) {
+                v[j] = v[j - 1];
+                j--;
+            }
+            v[j] = x;
+        }
+        return;
+    }
+    size_t count[257] = {0};
+    for (size_t i = 0; i < n; i++)
+        count[uni_norm_ccc(v[i].cp) + 1]++;
+    for (size_t c = 1; c < 257; c++)
+        count[c] += count[c - 1];
+    for (size_t i = 0; i < n; i++)
+        scratch[count[uni_norm_ccc(v[i].cp)]++] = v[i];
+    memcpy(v, scratch, n * sizeof *v);
+}
+
+static uint32_t compose(uint32_t a, uint32_t b) {
+    if (a >= HANGUL_L && a < HANGUL_L + 19u && b >= HANGUL_V && b < HANGUL_V + 21u)
+        return HANGUL_S + (a - HANGUL_L) * HANGUL_N + (b - HANGUL_V) * 28u;
+    if (a >= HANGUL_S && a < HANGUL_S + 19u * HANGUL_N && (a - HANGUL_S) % 28u == 0 &&
+        b > HANGUL_T && b < HANGUL_T + 28u)
+        return a + (b - HANGUL_T);
+    return uni_norm_compose_pair(a, b);
+}
+
+/* The crate's recomposition: a starter (the composee) absorbs each later
+ * character it composes with that no character of a class as high or
+ * higher, or a starter, blocks; the others wait in held and come out after
+ * it. */
+static int recompose(const tvec *d, tvec *out, tvec *held) {
+    out->n = held->n = 0;
+    bool have = false;
+    tchange k = {0, 0};
+    int last = -1; /* class of the last held character, -1 none */
+    for (size_t i = 0; i < d->n; i++) {
+        tchange ch = d->v[i];
+        int cc = uni_norm_ccc(ch.cp);
+        if (!have) {
+            if (cc != 0) {
+                if (tvec_push(out, ch.cp, ch.change))
+                    return TOK_ENOMEM;
+            } else {
+                k = ch, have = true;
+            }
+            continue;
+        }
+        if (last >= cc) {
+            if (cc == 0) {
+                if (tvec_push(out, k.cp, k.change))
+                    return TOK_ENOMEM;
+                for (size_t j = 0; j < held->n; j++)
+                    if (tvec_push(out, held->v[j].cp, held->v[j].change))
+                        return TOK_ENOMEM;
+                held->n = 0;
+                last = -1;
+                k = ch;
+                continue;
+            }
+            if (tvec_push(held, ch.cp, ch.change))
+                return TOK_ENOMEM;
+            last = cc;
+            continue;
+        }
+        uint32_t r = compose(k.cp, ch.cp);
+        if (r) {
+            k = (tchange){r, k.change + ch.change - 1};
+            continue;
+        }
+        if (last < 0 && cc == 0) {
+            if (tvec_push(out, k.cp, k.change))
+                return TOK_ENOMEM;
+            k = ch;
+            continue;
+        }
+        if (tvec_push(held, ch.cp, ch.change))
+            return TOK_ENOMEM;
+        last = cc;
+    }
+    if (have && tvec_push(out, k.cp, k.change))
+        return TOK_ENOMEM;
+    for (size_t j = 0; j < held->n; j++)
+        if (tvec_push(out, held->v[j].cp, held->v[j].change))
+            return TOK_ENOMEM;
+    return TOK_OK;
+}
+
+/* d and held are scratch: the decomposition and, for sorting and
+ * recomposition, the characters waiting. */
+static int norm_unicode(int kind, const nstr *in, nstr *out, tvec *tr, tvec *d, tvec *held,
+                        uint32_t seg) {
+    bool compat = kind == N_NFKD || kind == N_NFKC;
+    bool comp = kind == N_NFC || kind == N_NFKC;
+    tvec *dec = comp ? d : tr;
+    dec->n = 0;
+    for (size_t i = 0; i < in->n; i++)
+        if (decompose_char(dec, in->c[i].cp, compat))
+            return TOK_ENOMEM;
+    for (size_t i = 0; i < dec->n;) {
+        if (uni_norm_ccc(dec->v[i].cp) == 0) {
+            i++;
+            continue;
+        }
+        size_t j = i;
+        while (j < dec->n && uni_norm_ccc(dec->v[j].cp) != 0)
+            j++;
+        if (j - i > 8) {
+            held->n = 0;
+            for (size_t x = i; x < j; x++)
+                if (tvec_push(held, 0, 0))
+                    return TOK_ENOMEM;
+        }
+        sort_marks(dec->v + i, j - i, held->v);
+        i = j;
+    }
+    if (comp && recompose(d, tr, held))
+        return TOK_ENOMEM;
+    return apply_transform(in, tr, 0, seg, out);
+}
+
 /* ---- pre-tokenizers ----------------------------------------------------- */
 
-enum { P_WHITESPACE_SPLIT, P_METASPACE, P_BYTE_LEVEL };
+enum { P_WHITESPACE_SPLIT, P_METASPACE, P_BYTE_LEVEL, P_SPLIT };
+enum { SPLIT_REMOVED, SPLIT_ISOLATED, SPLIT_MERGED_PREVIOUS, SPLIT_MERGED_NEXT, SPLIT_CONTIGUOUS };
 enum { PREPEND_ALWAYS, PREPEND_FIRST, PREPEND_NEVER };
 
 typedef struct pretok {
@@ -344,6 +517,10 @@ typedef struct pretok {
     int prepend;
     bool split;
     bool add_prefix_space; /* ByteLevel */
+    bool use_regex;        /* ByteLevel: GPT-2's pattern cuts the words first */
+    pcre2_code *re;        /* Split: the pattern (a String one as a literal) */
+    int behavior;          /* Split: SPLIT_* */
+    bool invert;           /* Split: the pieces between matches are the matches */
 } pretok;
 
 /* Words as [from, to) ranges of one nstr. */
@@ -358,11 +535,11 @@ static int words_add(words *w, size_t from, size_t to) {
         return TOK_OK; /* the library drops empty splits */
     if (w->n == w->cap) {
         size_t cap = w->cap ? 2 * w->cap : 32;
-        size_t *f = realloc(w->from, cap * sizeof *f);
+        size_t *f = tok_scratch_realloc(w->from, cap * sizeof *f);
         if (!f)
             return TOK_ENOMEM;
         w->from = f;
-        size_t *t = realloc(w->to, cap * sizeof *t);
+        size_t *t = tok_scratch_realloc(w->to, cap * sizeof *t);
         if (!t)
             return TOK_ENOMEM;
         w->to = t;
@@ -502,7 +679,7 @@ static int pre_byte_level(const pretok *p, const words *in, words *out) {
         /* The prefix space takes the place of the first character's bytes. */
         nchar *tmp = NULL;
         if (p->add_prefix_space && c[0].cp != ' ') {
-            tmp = malloc((n + 1) * sizeof *tmp);
+            tmp = tok_scratch_realloc(NULL, (n + 1) * sizeof *tmp);
             if (!tmp)
                 return TOK_ENOMEM;
             tmp[0] = (nchar){' ', c[0].start, c[0].end};
@@ -511,23 +688,23 @@ static int pre_byte_level(const pretok *p, const words *in, words *out) {
             n++;
         }
         for (size_t i = 0; i < n;) {
-            size_t m = gpt2_match(c, n, i), start = out->s.n;
+            size_t m = p->use_regex ? gpt2_match(c, n, i) : n - i, start = out->s.n;
             for (size_t k = i; k < i + m; k++) {
                 char b[4];
                 size_t nb = tok_utf8_put(b, c[k].cp);
                 for (size_t q = 0; q < nb; q++)
                     if (nstr_push(&out->s, byte_char((uint8_t)b[q]), c[k].start, c[k].end)) {
-                        free(tmp);
+                        tok_scratch_free(tmp);
                         return TOK_ENOMEM;
                     }
             }
             if (words_add(out, start, out->s.n)) {
-                free(tmp);
+                tok_scratch_free(tmp);
                 return TOK_ENOMEM;
             }
             i += m;
         }
-        free(tmp);
+        tok_scratch_free(tmp);
     }
     return TOK_OK;
 }
@@ -544,6 +721,187 @@ typedef struct decoder {
     size_t start, stop;
     char *pat, *with; /* Replace (a string pattern) */
 } decoder;
+
+/* Split: the library's NormalizedString::split over the matches of the
+ * pattern (Oniguruma in the library, PCRE2 here, both in UTF mode with
+ * Unicode classes): the word is cut into the matches and the text between
+ * them, each flagged as a match (flipped by invert), and the behavior then
+ * drops, keeps or merges them. Empty pieces are dropped. */
+typedef struct split_piece {
+    uint32_t start, end; /* bytes of the word's UTF-8 */
+    bool match;
+} split_piece;
+
+typedef struct pieces {
+    split_piece *v;
+    size_t n, cap;
+} pieces;
+
+static int pieces_push(pieces *ps, uint32_t start, uint32_t end, bool match) {
+    if (ps->n == ps->cap) {
+        size_t cap = ps->cap ? 2 * ps->cap : 32;
+        split_piece *v = tok_scratch_realloc(ps->v, cap * sizeof *v);
+        if (!v)
+            return TOK_ENOMEM;
+        ps->v = v;
+        ps->cap = cap;
+    }
+    ps->v[ps->n++] = (split_piece){start, end, match};
+    return TOK_OK;
+}
+
+/* The library's find_matches: the matches left to right with the text
+ * between them, every byte covered once. As Oniguruma's iterator, an empty
+ * match right where the previous match ended is skipped by one character. */
+static int split_find(const pretok *p, const char *s, size_t n, pcre2_match_data *md,
+                      pcre2_match_context *mc, pieces *ps) {
+    ps->n = 0;
+    if (n == 0)
+        return pieces_push(ps, 0, 0, p->invert);
+    size_t prev = 0, at = 0, last_end = SIZE_MAX;
+    while (at <= n) {
+        int rc = pcre2_match(p->re, (PCRE2_SPTR)s, n, at, PCRE2_NO_UTF_CHECK, md, mc);
+        if (rc == PCRE2_ERROR_NOMATCH)
+            break;
+        if (rc < 0)
+            return TOK_ENOMEM; /* the heap or match limit: see split_limits */
+        const PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
+        size_t ms = ov[0], me = ov[1];
+        if (ms == me && last_end == me) {
+            size_t k = 1;
+            while (at + k < n && ((uint8_t)s[at + k] & 0xC0) == 0x80)
+                k++;
+            at += k;
+            continue;
+        }
+        if (prev != ms && pieces_push(ps, (uint32_t)prev, (uint32_t)ms, p->invert))
+            return TOK_ENOMEM;
+        if (pieces_push(ps, (uint32_t)ms, (uint32_t)me, !p->invert))
+            return TOK_ENOMEM;
+        prev = me;
+        at = last_end = me;
+    }
+    if (prev != n && pieces_push(ps, (uint32_t)prev, (uint32_t)n, p->invert))
+        return TOK_ENOMEM;
+    return TOK_OK;
+}
+
+/* The behavior, in place: the kept pieces in order, match set on the ones
+ * to remove. */
+static void split_behave(int behavior, pieces *ps) {
+    size_t k = 0;
+    bool prev = false;
+    switch (behavior) {
+    case SPLIT_REMOVED:
+        return;
+    case SPLIT_ISOLATED:
+        for (size_t i = 0; i < ps->n; i++)
+            ps->v[i].match = false;
+        return;
+    case SPLIT_CONTIGUOUS:
+        for (size_t i = 0; i < ps->n; i++) {
+            bool m = ps->v[i].match;
+            if (m == prev && k > 0)
+                ps->v[k - 1].end = ps->v[i].end;
+            else
+                ps->v[k++] = (split_piece){ps->v[i].start, ps->v[i].end, false};
+            prev = m;
+        }
+        break;
+    case SPLIT_MERGED_PREVIOUS:
+        for (size_t i = 0; i < ps->n; i++) {
+            bool m = ps->v[i].match;
+            if (m && !prev && k > 0)
+                ps->v[k - 1].end = ps->v[i].end;
+            else
+                ps->v[k++] = (split_piece){ps->v[i].start, ps->v[i].end, false};
+            prev = m;
+        }
+        break;
+    default: /* SPLIT_MERGED_NEXT: the same from the end */
+        k = ps->n;
+        for (size_t i = ps->n; i-- > 0;) {
+            bool m = ps->v[i].match;
+            if (m && !prev && k < ps->n)
+                ps->v[k].start = ps->v[i].start;
+            else
+                ps->v[--k] = (split_piece){ps->v[i].start, ps->v[i].end, false};
+            prev = m;
+        }
+        memmove(ps->v, ps->v + k, (ps->n - k) * sizeof *ps->v);
+        k = ps->n - k;
+        break;
+    }
+    ps->n = k;
+}
+
+/* PCRE2's own memory during a match is capped (its backtracking frames), so
+ * a pathological pattern fails the request instead of growing unbounded. */
+#define SPLIT_HEAP_LIMIT_KIB 1024
+
+/* PCRE2's match data and backtracking frames come from the same scratch
+ * allocator as the rest of an encode. */
+static void *split_malloc(size_t n, void *data) {
+    (void)data;
+    return tok_scratch_realloc(NULL, n);
+}
+
+static void split_free(void *p, void *data) {
+    (void)data;
+    tok_scratch_free(p);
+}
+
+static int pre_split(const pretok *p, const words *in, words *out) {
+    out->s.n = 0;
+    out->n = 0;
+    size_t longest = 0;
+    for (size_t w = 0; w < in->n; w++)
+        if (in->to[w] - in->from[w] > longest)
+            longest = in->to[w] - in->from[w];
+    char *buf = tok_scratch_realloc(NULL, 4 * longest + 1);
+    pcre2_general_context *gc = pcre2_general_context_create(split_malloc, split_free, NULL);
+    pcre2_match_data *md = gc ? pcre2_match_data_create_from_pattern(p->re, gc) : NULL;
+    pcre2_match_context *mc = gc ? pcre2_match_context_create(gc) : NULL;
+    pieces ps = {0};
+    int rc = buf && md && mc ? TOK_OK : TOK_ENOMEM;
+    if (!rc)
+        pcre2_set_heap_limit(mc, SPLIT_HEAP_LIMIT_KIB);
+    for (size_t w = 0; w < in->n && !rc; w++) {
+        const nchar *c = in->s.c + in->from[w];
+        size_t n = in->to[w] - in->from[w], bl = 0;
+        for (size_t i = 0; i < n; i++)
+            bl += tok_utf8_put(buf + bl, c[i].cp);
+        rc = split_find(p, buf, bl, md, mc, &ps);
+        if (rc)
+            break;
+        split_behave(p->behavior, &ps);
+        /* Byte offsets back to characters: the pieces are in order. */
+        size_t ci = 0, bi = 0;
+        for (size_t k = 0; k < ps.n && !rc; k++) {
+            while (bi < ps.v[k].start) {
+                char tmp[4];
+                bi += tok_utf8_put(tmp, c[ci++].cp);
+            }
+            size_t start = out->s.n;
+            while (bi < ps.v[k].end && !rc) {
+                char tmp[4];
+                bi += tok_utf8_put(tmp, c[ci].cp);
+                rc = nstr_push(&out->s, c[ci].cp, c[ci].start, c[ci].end);
+                ci++;
+            }
+            if (!rc && !ps.v[k].match)
+                rc = words_add(out, start, out->s.n);
+            else if (!rc)
+                out->s.n = start; /* removed */
+        }
+    }
+    tok_scratch_free(ps.v);
+    tok_scratch_free(buf);
+    pcre2_match_context_free(mc);
+    pcre2_match_data_free(md);
+    pcre2_general_context_free(gc);
+    return rc;
+}
 
 /* ---- the model ---------------------------------------------------------- */
 
@@ -801,6 +1159,14 @@ static int load_normalizer(ug_model *m, json_t *nz, const char *file, char *err,
         n->right = json_is_true(json_object_get(nz, "strip_right"));
     } else if (type && strcmp(type, "Lowercase") == 0) {
         n->kind = N_LOWERCASE;
+    } else if (type && strcmp(type, "NFD") == 0) {
+        n->kind = N_NFD;
+    } else if (type && strcmp(type, "NFKD") == 0) {
+        n->kind = N_NFKD;
+    } else if (type && strcmp(type, "NFC") == 0) {
+        n->kind = N_NFC;
+    } else if (type && strcmp(type, "NFKC") == 0) {
+        n->kind = N_NFKC;
     } else if (type && strcmp(type, "Replace") == 0) {
         json_t *pat = json_object_get(nz, "pattern");
         json_t *lit = json_object_get(pat, "String"), *re = json_object_get(pat, "Regex");
@@ -863,6 +1229,58 @@ static int load_replacement(json_t *o, uint32_t *cp) {
     return 0;
 }
 
+static const char *const split_behaviors[] = {"Removed", "Isolated", "MergedWithPrevious",
+                                              "MergedWithNext", "Contiguous"};
+
+/* Split: a String pattern is matched literally (the library escapes it into
+ * a regex), a Regex one in UTF mode with Unicode properties for \p{..}, \w,
+ * \d, \s and \b, as Oniguruma reads them. */
+static int load_split(pretok *p, json_t *pt, const char *file, char *err, size_t err_len) {
+    json_t *pat = json_object_get(pt, "pattern");
+    json_t *lit = json_object_get(pat, "String"), *re = json_object_get(pat, "Regex");
+    const char *behavior = json_string_value(json_object_get(pt, "behavior"));
+    p->kind = P_SPLIT;
+    p->invert = json_is_true(json_object_get(pt, "invert"));
+    p->behavior = -1;
+    for (int i = 0; behavior && i < (int)(sizeof split_behaviors / sizeof *split_behaviors); i++)
+        if (strcmp(behavior, split_behaviors[i]) == 0)
+            p->behavior = i;
+    json_t *src = json_is_string(lit) ? lit : re;
+    if (p->behavior < 0 || !json_is_string(src)) {
+        set_err(err, err_len, "%s: bad Split pre-tokenizer (pattern String or Regex, behavior %s)",
+                file, behavior ? behavior : "missing");
+        return TOK_ELOAD;
+    }
+    /* Escapes whose meaning differs between the engines: Oniguruma's \w
+     * (and so \b) holds the marks and Join_Control that PCRE2's does not,
+     * and its \h is a hex digit, PCRE2's a horizontal space. */
+    const char *rs = json_string_value(src);
+    for (size_t i = 0; src == re && i + 1 < json_string_length(src); i++) {
+        if (rs[i] != '\\')
+            continue;
+        if (rs[i + 1] && strchr("wWbBhH", rs[i + 1])) {
+            set_err(err, err_len,
+                    "%s: Split pattern %s: \\%c is not supported (its Oniguruma meaning differs)",
+                    file, rs, rs[i + 1]);
+            return TOK_ELOAD;
+        }
+        i++;
+    }
+    int code;
+    PCRE2_SIZE at;
+    uint32_t opts = PCRE2_UTF | (src == lit ? PCRE2_LITERAL : PCRE2_UCP | PCRE2_MULTILINE);
+    p->re = pcre2_compile((PCRE2_SPTR)json_string_value(src), json_string_length(src), opts, &code,
+                          &at, NULL);
+    if (!p->re) {
+        PCRE2_UCHAR msg[160];
+        pcre2_get_error_message(code, msg, sizeof msg);
+        set_err(err, err_len, "%s: Split pattern %s: %s at offset %zu", file,
+                json_string_value(src), (const char *)msg, (size_t)at);
+        return TOK_ELOAD;
+    }
+    return TOK_OK;
+}
+
 static int load_pretok(ug_model *m, json_t *pt, const char *file, char *err, size_t err_len) {
     if (!pt || json_is_null(pt))
         return TOK_OK;
@@ -894,13 +1312,13 @@ static int load_pretok(ug_model *m, json_t *pt, const char *file, char *err, siz
         }
     } else if (type && strcmp(type, "ByteLevel") == 0) {
         json_t *re = json_object_get(pt, "use_regex");
-        if (re && !json_is_true(re)) {
-            set_err(err, err_len, "%s: ByteLevel pre-tokenizer without use_regex is not supported",
-                    file);
-            return TOK_ELOAD;
-        }
         p->kind = P_BYTE_LEVEL;
+        p->use_regex = !re || json_is_true(re);
         p->add_prefix_space = json_is_true(json_object_get(pt, "add_prefix_space"));
+    } else if (type && strcmp(type, "Split") == 0) {
+        int rc = load_split(p, pt, file, err, err_len);
+        if (rc)
+            return rc;
     } else {
         set_err(err, err_len, "%s: pre_tokenizer %s is not supported", file, type ? type : "?");
         return TOK_ELOAD;
@@ -1107,6 +1525,8 @@ static void ug_free(void *p) {
         free(m->norms[i].pat);
         free(m->norms[i].with);
     }
+    for (int i = 0; i < m->n_pres; i++)
+        pcre2_code_free(m->pres[i].re);
     for (int i = 0; i < m->n_decs; i++) {
         free(m->decs[i].pat);
         free(m->decs[i].with);
@@ -1354,6 +1774,7 @@ typedef struct enc {
     nstr a, b;    /* normalizer double buffer */
     words w1, w2; /* pre-tokenizer double buffer */
     tvec tr;
+    tvec td, th;       /* NFC/NFD/NFKC/NFKD scratch: decomposition, held marks */
     char *bytes;       /* the UTF-8 of one word */
     uint32_t *char_of; /* [byte] index of the word's character holding it */
     lattice_node *lat;
@@ -1413,13 +1834,13 @@ static int grow_word(enc *e, size_t bytes) {
     if (bytes <= e->word_cap)
         return TOK_OK;
     size_t cap = bytes < 256 ? 256 : bytes * 2;
-    char *b = realloc(e->bytes, cap);
+    char *b = tok_scratch_realloc(e->bytes, cap);
     if (b)
         e->bytes = b;
-    uint32_t *c = realloc(e->char_of, cap * sizeof *c);
+    uint32_t *c = tok_scratch_realloc(e->char_of, cap * sizeof *c);
     if (c)
         e->char_of = c;
-    lattice_node *l = realloc(e->lat, (cap + 1) * sizeof *l);
+    lattice_node *l = tok_scratch_realloc(e->lat, (cap + 1) * sizeof *l);
     if (l)
         e->lat = l;
     if (!b || !c || !l)
@@ -1512,7 +1933,7 @@ static int encode_word(enc *e, const nchar *chars, size_t n) {
     size_t npieces = 0;
     for (size_t at = len; at > 0; at = (size_t)lat[at].from)
         npieces++;
-    size_t *ends = malloc((npieces + 1) * sizeof *ends);
+    size_t *ends = tok_scratch_realloc(NULL, (npieces + 1) * sizeof *ends);
     if (!ends)
         return TOK_ENOMEM;
     size_t k = npieces;
@@ -1533,7 +1954,7 @@ static int encode_word(enc *e, const nchar *chars, size_t n) {
         from = to;
         i++;
     }
-    free(ends);
+    tok_scratch_free(ends);
     return TOK_OK;
 }
 
@@ -1599,11 +2020,11 @@ static void push_pair(const ug_model *m, const bpe_sym *sy, int32_t pos, bpe_mer
  * symbol and adds at most two entries, so the queue holds under 3n. */
 static int encode_word_bpe(enc *e, const nchar *chars, size_t n) {
     const ug_model *m = e->m;
-    bpe_sym *sy = malloc(n * sizeof *sy);
-    bpe_merge *h = malloc((3 * n + 1) * sizeof *h);
+    bpe_sym *sy = tok_scratch_realloc(NULL, n * sizeof *sy);
+    bpe_merge *h = tok_scratch_realloc(NULL, (3 * n + 1) * sizeof *h);
     if (!sy || !h) {
-        free(sy);
-        free(h);
+        tok_scratch_free(sy);
+        tok_scratch_free(h);
         return TOK_ENOMEM;
     }
     for (size_t i = 0; i < n; i++) {
@@ -1638,8 +2059,8 @@ static int encode_word_bpe(enc *e, const nchar *chars, size_t n) {
         const char *tok = m->blob + m->at[sy[i].id];
         emit(e, sy[i].id, tok, m->len[sy[i].id], chars[sy[i].first].start, chars[sy[i].last].end);
     }
-    free(sy);
-    free(h);
+    tok_scratch_free(sy);
+    tok_scratch_free(h);
     return TOK_OK;
 }
 
@@ -1670,8 +2091,11 @@ static int encode_segment(enc *e, const char *text, uint32_t from, uint32_t to) 
         case N_REPLACE:
             rc = norm_replace(nz, &e->a, &e->b);
             break;
-        default:
+        case N_LOWERCASE:
             rc = norm_lowercase(&e->a, &e->b);
+            break;
+        default:
+            rc = norm_unicode(nz->kind, &e->a, &e->b, &e->tr, &e->td, &e->th, from);
             break;
         }
         if (rc)
@@ -1693,6 +2117,7 @@ static int encode_segment(enc *e, const char *text, uint32_t from, uint32_t to) 
     for (int i = 0; i < m->n_pres; i++) {
         const pretok *p = &m->pres[i];
         int rc = p->kind == P_WHITESPACE_SPLIT ? pre_whitespace_split(in, out)
+                 : p->kind == P_SPLIT          ? pre_split(p, in, out)
                  : p->kind == P_METASPACE      ? pre_metaspace(p, in, out)
                                                : pre_byte_level(p, in, out);
         if (rc)
@@ -1788,18 +2213,20 @@ static int ug_encode(const void *mp, const char *text, size_t len, int truncate,
             emit(&e, a->id, text + s, en - s, (uint32_t)s, (uint32_t)en);
         at = floor = en;
     }
-    free(e.a.c);
-    free(e.b.c);
-    free(e.w1.s.c);
-    free(e.w1.from);
-    free(e.w1.to);
-    free(e.w2.s.c);
-    free(e.w2.from);
-    free(e.w2.to);
-    free(e.tr.v);
-    free(e.bytes);
-    free(e.char_of);
-    free(e.lat);
+    tok_scratch_free(e.a.c);
+    tok_scratch_free(e.b.c);
+    tok_scratch_free(e.w1.s.c);
+    tok_scratch_free(e.w1.from);
+    tok_scratch_free(e.w1.to);
+    tok_scratch_free(e.w2.s.c);
+    tok_scratch_free(e.w2.from);
+    tok_scratch_free(e.w2.to);
+    tok_scratch_free(e.tr.v);
+    tok_scratch_free(e.td.v);
+    tok_scratch_free(e.th.v);
+    tok_scratch_free(e.bytes);
+    tok_scratch_free(e.char_of);
+    tok_scratch_free(e.lat);
     if (rc)
         return rc;
     int32_t kept = e.pieces < e.body_cap ? e.pieces : e.body_cap;

@@ -27,6 +27,22 @@ const char *tok_strerror(int err) {
     return "unknown tokenizer error";
 }
 
+static void *(*scratch_realloc)(void *, size_t) = realloc;
+static void (*scratch_free)(void *) = free;
+
+void tok_set_alloc_funcs(void *(*realloc_fn)(void *, size_t), void (*free_fn)(void *)) {
+    scratch_realloc = realloc_fn ? realloc_fn : realloc;
+    scratch_free = free_fn ? free_fn : free;
+}
+
+void *tok_scratch_realloc(void *p, size_t n) {
+    return scratch_realloc(p, n);
+}
+
+void tok_scratch_free(void *p) {
+    scratch_free(p);
+}
+
 /* The model families tokenizer.json may name, and their loaders. A type that
  * is not here (WordLevel, ...) is refused by name at load. */
 typedef struct tok_family {

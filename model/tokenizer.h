@@ -5,8 +5,10 @@
  *   WordPiece  BERT family (BertNormalizer + BertPreTokenizer + WordPiece), or
  *              vocab.txt when there is no tokenizer.json;
  *   Unigram    SentencePiece models (XLM-RoBERTa, multilingual-e5, bge-m3):
- *              normalizers Precompiled, Replace, Strip, Lowercase, Sequence;
- *              pre-tokenizers Metaspace, WhitespaceSplit, Sequence;
+ *              normalizers Precompiled, NFC, NFD, NFKC, NFKD, Replace, Strip,
+ *              Lowercase, Sequence;
+ *              pre-tokenizers Metaspace, WhitespaceSplit, Split (String or
+ *              Regex, PCRE2 for Oniguruma), ByteLevel, Sequence;
  *              post-processors TemplateProcessing, RobertaProcessing,
  *              BertProcessing; decoders Metaspace, ByteFallback, Fuse, Strip,
  *              Replace, Sequence.
@@ -93,15 +95,27 @@ typedef struct tok_output {
  * bytes per input byte). Unigram and BPE normalize the text between two
  * added tokens whole, as the library does (tok_pipeline.c): with N the
  * normalized characters of that text and W those of its longest word, at
- * most 176 N + 200 W bytes (four arrays of 12-byte characters and the word
- * bounds, each grown by doubling; the word's bytes, lattice or merge queue).
- * N is at most len times the normalizers' growth (a charsmap rule's longest
- * right side, 3 for Lowercase, a Replace's content) times 2 for Metaspace or
- * 8 for ByteLevel; for ordinary text N is about len and W is small.
+ * most 208 N + 200 W bytes (four arrays of 12-byte characters, the word
+ * bounds and three of 8-byte changes, each grown by doubling; the word's
+ * bytes, lattice or merge queue). N is at most len times the normalizers'
+ * growth (a charsmap rule's longest right side, 3 for Lowercase, a Replace's
+ * content, 6 characters per input byte for NFKC/NFKD (U+FDFA, 3 bytes, is 18
+ * characters), 1.5 for NFC/NFD) times 2 for Metaspace or 8 for ByteLevel; for
+ * ordinary text N is about len and W is small. A Split pre-tokenizer adds
+ * 52 bytes per character of the longest word it cuts (at most N: its UTF-8
+ * and the pieces) and PCRE2's match frames, capped at 1 MiB per match.
  * Time is linear in len: the whole input is read even when truncating, to
  * give n_full. Thread-safe on a shared tokenizer. On error, ids and offsets
  * are unspecified. */
 int tok_encode(const tok_tokenizer *t, const char *text, size_t len, int truncate, tok_output *out);
+
+/* Where tok_encode takes its scratch from (Unigram and BPE: the normalized
+ * text, the words, the lattice or merge queue, PCRE2's match frames): realloc
+ * and free unless set. The service points it at its request-memory budget,
+ * so a refused block fails that encode with TOK_ENOMEM instead of being
+ * allocated outside the bound. Set it before any tok_encode runs; blocks
+ * never outlive one tok_encode call. realloc_fn(NULL, n) must allocate. */
+void tok_set_alloc_funcs(void *(*realloc_fn)(void *, size_t), void (*free_fn)(void *));
 
 /* Token ids back to text, as the tokenizer's decoder does (Hugging Face
  * `decode`): skip_special drops the special added tokens (<s>, [CLS], ...).

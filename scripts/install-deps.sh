@@ -6,7 +6,7 @@
 set -eu
 
 PACKAGES="build-essential pkg-config
-libmicrohttpd-dev libjansson-dev libuv1-dev libopenblas-dev
+libmicrohttpd-dev libjansson-dev libuv1-dev libopenblas-dev libpcre2-dev
 curl ca-certificates
 libcriterion-dev
 clang libclang-rt-14-dev valgrind linux-perf

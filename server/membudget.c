@@ -8,6 +8,7 @@
 #include <jansson.h>
 
 #include "errors.h"
+#include "model/tokenizer.h"
 
 /* ---- the budget --------------------------------------------------------------------- */
 
@@ -71,6 +72,7 @@ static _Thread_local int tl_refused;
 void membudget_install(membudget *b) {
     installed = b;
     json_set_alloc_funcs(membudget_malloc, membudget_free);
+    tok_set_alloc_funcs(membudget_realloc, membudget_free);
 }
 
 membudget *membudget_installed(void) {

@@ -14,7 +14,9 @@
  * was charged, so a block is released exactly whatever thread frees it. It
  * charges the budget of the calling thread's scope (membudget_enter), and
  * nothing outside a scope; jansson is pointed at it (membudget_install), so
- * every JSON value and every json_dumps() text a handler makes is counted.
+ * every JSON value and every json_dumps() text a handler makes is counted,
+ * and so is the tokenizer's scratch (tok_set_alloc_funcs), whose size grows
+ * with the input it normalizes.
  * Consequence: once installed, text from json_dumps() must be freed with
  * membudget_free(), never free(). */
 #ifndef ATTN_MEMBUDGET_H

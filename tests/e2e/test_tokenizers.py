@@ -77,10 +77,12 @@ def with_piece(key, value):
 REFUSED = {
     "wordlevel_model": (json.dumps({"model": {"type": "WordLevel", "vocab": {}}}),
                   "model type WordLevel is not supported"),
-    "nfkc": (with_piece("normalizer", {"type": "NFKC"}), "normalizer NFKC is not supported"),
-    "split": (with_piece("pre_tokenizer", {"type": "Split", "pattern": {"Regex": "\\d"},
-                                           "behavior": "Isolated", "invert": False}),
-              "pre_tokenizer Split is not supported"),
+    "nmt": (with_piece("normalizer", {"type": "Nmt"}), "normalizer Nmt is not supported"),
+    # Oniguruma's \w holds marks that PCRE2's does not: refused, not approximated.
+    "split_word_class": (with_piece("pre_tokenizer", {"type": "Split",
+                                                      "pattern": {"Regex": "\\w+"},
+                                                      "behavior": "Isolated", "invert": False}),
+                         "\\w is not supported"),
     "decoder": (with_piece("decoder", {"type": "CTC"}), "decoder CTC is not supported"),
 }
 

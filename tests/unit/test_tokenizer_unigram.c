@@ -7,6 +7,7 @@
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -181,8 +182,12 @@ Test(tokenizer_unigram, golden_decode) {
 
 /* Other layouts of the same model (make_unigram_cases.py, variants()): the
  * older hub layout, prepend_scheme "first" with Lowercase/Replace/Strip and
- * RobertaProcessing, and byte fallback with a Llama-style decoder chain. */
-static const char *const variants[] = {"legacy", "first", "bytefallback"};
+ * RobertaProcessing, and byte fallback with a Llama-style decoder chain;
+ * and (make_normalizer_cases.py) the Unicode normalizers in place of the
+ * charsmap: NFKC with the converter's Replace, NFC, NFD with Lowercase,
+ * NFKD with Strip. */
+static const char *const variants[] = {"legacy", "first", "bytefallback", "nfkc",
+                                       "nfc",    "nfd",   "nfkd"};
 
 Test(tokenizer_unigram, golden_variants) {
     for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
@@ -196,6 +201,31 @@ Test(tokenizer_unigram, golden_variants) {
         printf("tokenizer_unigram: %s: ids, offsets and decode of %zu cases equal to HF "
                "tokenizers\n",
                variants[v], ok);
+        json_decref(cases);
+        tok_free(t);
+    }
+}
+
+/* The Split pre-tokenizer (make_split_cases.py): every behavior, String and
+ * Regex patterns, invert, empty matches and line anchors before Metaspace on
+ * the Unigram model; the GPT-2, Llama-3 and o200k patterns before ByteLevel
+ * on the byte-level BPE. */
+static const char *const splits[] = {"removed",    "isolated", "previous", "next",
+                                     "contiguous", "invert",   "empty",    "anchors",
+                                     "literal",    "gpt2",     "llama3",   "o200k"};
+
+Test(tokenizer_unigram, golden_split) {
+    for (size_t v = 0; v < sizeof splits / sizeof splits[0]; v++) {
+        char dir[256], file[300], err[512] = "";
+        snprintf(dir, sizeof dir, "tests/golden/split-%s", splits[v]);
+        snprintf(file, sizeof file, "%s/cases.json", dir);
+        tok_tokenizer *t = NULL;
+        cr_assert_eq(tok_load(&t, dir, err, sizeof err), TOK_OK, "%s: %s", dir, err);
+        json_t *cases = load_cases_from(file, 400);
+        size_t ok = check_cases(t, cases, CHECK_IDS | CHECK_OFFSETS | CHECK_DECODE, dir);
+        printf("tokenizer_unigram: split-%s: ids, offsets and decode of %zu cases equal to HF "
+               "tokenizers\n",
+               splits[v], ok);
         json_decref(cases);
         tok_free(t);
     }
@@ -262,6 +292,74 @@ Test(tokenizer_unigram, specials_and_vocabulary) {
     tok_free(t);
 }
 
+/* An allocator for tok_set_alloc_funcs that counts what is live and refuses
+ * past a limit, as the service's budget does. */
+static size_t scratch_live, scratch_limit, scratch_peak;
+static long scratch_blocks;
+
+static void *limited_realloc(void *p, size_t n) {
+    size_t old = p ? ((size_t *)p)[-2] : 0;
+    if (scratch_live - old + n > scratch_limit)
+        return NULL;
+    size_t *h = realloc(p ? (size_t *)p - 2 : NULL, n + 2 * sizeof(size_t));
+    if (!h)
+        return NULL;
+    scratch_blocks += p ? 0 : 1;
+    scratch_live = scratch_live - old + n;
+    scratch_peak = scratch_live > scratch_peak ? scratch_live : scratch_peak;
+    h[0] = n;
+    return h + 2;
+}
+
+static void limited_free(void *p) {
+    if (!p)
+        return;
+    scratch_live -= ((size_t *)p)[-2];
+    scratch_blocks--;
+    free((size_t *)p - 2);
+}
+
+/* tok_encode's scratch, normalizer, Split and PCRE2's frames included, comes
+ * from the allocator set, within the bound model/tokenizer.h states, and a
+ * refusal fails the encode cleanly with everything given back. */
+Test(tokenizer_unigram, scratch_from_the_allocator_set) {
+    const char *dirs[] = {"tests/golden/xlmr-tiny", "tests/golden/unigram-nfkc",
+                          "tests/golden/split-o200k"};
+    size_t len = 60000;
+    char *text = malloc(len);
+    cr_assert_not_null(text);
+    for (size_t i = 0; i < len; i++)
+        text[i] = "word, a\n"[i % 8];
+    int32_t ids[128];
+    for (size_t d = 0; d < sizeof dirs / sizeof dirs[0]; d++) {
+        char err[512] = "";
+        tok_tokenizer *t = NULL;
+        cr_assert_eq(tok_load(&t, dirs[d], err, sizeof err), TOK_OK, "%s", err);
+        tok_set_alloc_funcs(limited_realloc, limited_free);
+        scratch_limit = SIZE_MAX;
+        scratch_peak = 0;
+        tok_output o = {.ids = ids, .capacity = 128};
+        cr_expect_eq(tok_encode(t, text, len, 1, &o), TOK_OK, "%s", dirs[d]);
+        cr_expect_eq(scratch_live, 0, "%s: %zu bytes left", dirs[d], scratch_live);
+        cr_expect_eq(scratch_blocks, 0);
+        /* No ByteLevel, growth 2 (Metaspace): N <= 2 len; plus Split's 52 N
+         * and PCRE2's frames (1 MiB) where there is one. */
+        cr_expect(scratch_peak > len && scratch_peak <= 260 * 2 * len + (1u << 20),
+                  "%s: peak %zu for %zu bytes", dirs[d], scratch_peak, len);
+        size_t peak = scratch_peak;
+        scratch_limit = peak / 2;
+        cr_expect_eq(tok_encode(t, text, len, 1, &o), TOK_ENOMEM, "%s", dirs[d]);
+        cr_expect_eq(scratch_live, 0, "%s: %zu bytes left after a refusal", dirs[d], scratch_live);
+        cr_expect_eq(scratch_blocks, 0);
+        tok_set_alloc_funcs(NULL, NULL);
+        printf(
+            "tokenizer_unigram: %s: %zu bytes of text, scratch peak %zu from the allocator set\n",
+            dirs[d], len, peak);
+        tok_free(t);
+    }
+    free(text);
+}
+
 Test(tokenizer_unigram, truncation_and_errors) {
     tok_tokenizer *t = load_xlmr();
     const char *text = "Бързата кафява лисица прескача мързеливото куче.";
@@ -319,7 +417,7 @@ Test(tokenizer_unigram, refused_by_name) {
     expect_refused("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}",
                    "only with the ByteLevel pre-tokenizer");
     expect_refused("{\"model\": {\"type\": \"WordLevel\"}}", "model type WordLevel");
-    expect_refused("{" UG_MODEL ", \"normalizer\": {\"type\": \"NFKC\"}}", "normalizer NFKC");
+    expect_refused("{" UG_MODEL ", \"normalizer\": {\"type\": \"Nmt\"}}", "normalizer Nmt");
     expect_refused("{" UG_MODEL ", \"normalizer\": {\"type\": \"Replace\", \"pattern\": "
                    "{\"Regex\": \"[0-9]+\"}, \"content\": \"\"}}",
                    "pattern [0-9]+ is not supported");
@@ -327,7 +425,13 @@ Test(tokenizer_unigram, refused_by_name) {
                    "pre_tokenizer CharDelimiterSplit");
     expect_refused("{" UG_MODEL ", \"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": "
                    "{\"Regex\": \"x\"}}}",
-                   "pre_tokenizer Split");
+                   "bad Split pre-tokenizer");
+    expect_refused("{" UG_MODEL ", \"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": "
+                   "{\"Regex\": \"[\\\\d\\\\w]+\"}, \"behavior\": \"Isolated\"}}",
+                   "\\w is not supported");
+    expect_refused("{" UG_MODEL ", \"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": "
+                   "{\"Regex\": \"(x\"}, \"behavior\": \"Isolated\"}}",
+                   "missing closing parenthesis");
     expect_refused("{" UG_MODEL ", \"post_processor\": {\"type\": \"ByteLevel\"}}",
                    "post_processor ByteLevel");
     expect_refused("{" UG_MODEL ", \"decoder\": {\"type\": \"CTC\"}}", "decoder CTC");
