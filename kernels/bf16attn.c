@@ -54,7 +54,8 @@ static int bf16attn_forward(const attn_problem *p, void *workspace, size_t works
     int64_t ntasks = 0;
     for (int32_t b = 0; b < p->shape.batch; b++) {
         seq_task[b] = ntasks;
-        ntasks += (int64_t)p->shape.heads * fused_nblocks(p->cu_seqlens[b + 1] - p->cu_seqlens[b]);
+        ntasks +=
+            (int64_t)p->shape.heads * bf16attn_nblocks(p->cu_seqlens[b + 1] - p->cu_seqlens[b]);
     }
     seq_task[p->shape.batch] = ntasks;
     const size_t table = round64(((size_t)p->shape.batch + 1) * sizeof(int64_t));

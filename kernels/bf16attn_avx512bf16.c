@@ -16,7 +16,7 @@
  * reference.h counts that rounding once, as a relative error of each weight.
  *
  * Conversion is per tile: a key and a value tile are converted once per task
- * and used by its four row groups, queries once per task. The workspace
+ * and used by its BR/16 row groups, queries once per task. The workspace
  * stays a few tiles per worker, whatever the sequence lengths.
  *
  * Compiled with AVX512-BF16 flags; reached only after the backend has found
@@ -28,7 +28,7 @@
 #include <math.h>
 #include <string.h>
 
-enum { VL = BF16ATTN_VL, KT = BF16ATTN_KT, BR = FUSED_BR, NG = FUSED_BR / BF16ATTN_VL };
+enum { VL = BF16ATTN_VL, KT = BF16ATTN_KT, BR = BF16ATTN_BR, NG = BF16ATTN_BR / BF16ATTN_VL };
 /* Output columns per P·V step: 16 accumulators, the 8 probability pair
  * vectors and the rescale factor use 25 of the 32 zmm registers. */
 enum { PVC = 16 };
@@ -310,7 +310,7 @@ void bf16attn_task_avx512bf16(void *ctx, size_t task, int worker) {
     const fused_ctx *c = ctx;
     int32_t b, q0;
     int h;
-    fused_task_coords(c, task, &b, &h, &q0);
+    bf16attn_task_coords(c, task, &b, &h, &q0);
     const int32_t start = c->p->cu_seqlens[b], len = c->p->cu_seqlens[b + 1] - start;
     uint32_t *ws = (uint32_t *)c->ws + (size_t)worker * c->ws_floats;
     /* A constant head_dim lets the compiler unroll the pair loops. */
