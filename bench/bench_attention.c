@@ -7,12 +7,16 @@
  * other than naive, the speedup over naive on the same case. --json prints
  * one JSON object per line instead. A benchmark reports; it asserts nothing.
  *
+ * Where the CPU has AVX512_BF16 it also measures the vdpbf16ps peak the same
+ * way (kernels/peak_avx512bf16.c), and a bf16 backend's %peak columns are
+ * against that peak, its own ceiling, not the FP32 one.
+ *
  * Shared machines: the cpu% column is process CPU time / (wall time ×
  * threads) over the reps; below ~95% other processes took the cores, and
  * %peak(cpu) — GFLOP per CPU-second against the peak measured the same way —
  * shows what the kernel reaches on the cycles it actually got.
  *
- *   bench_attention [--json] [--backends naive,fused] [--threads 1,2]
+ *   bench_attention [--json] [--backends naive,fused,bf16] [--threads 1,2]
  *                   [--shapes 32x128,8x512,1x2048,1x8192c] [--dims 32,64]
  *                   [--heads 12] [--reps 5] [--budget 2] [--naive-max-gflop 60]
  *
@@ -58,7 +62,7 @@ typedef struct {
 
 static void usage(const char *argv0) {
     fprintf(stderr,
-            "usage: %s [--json] [--backends naive,fused] [--threads 1,N] "
+            "usage: %s [--json] [--backends naive,fused,bf16] [--threads 1,N] "
             "[--shapes 32x128,8x512,1x2048,1x8192c] [--dims 32,64] [--heads 12] "
             "[--reps 5] [--budget 2] [--naive-max-gflop 60]\n",
             argv0);
@@ -99,7 +103,7 @@ static int parse_shapes(char *s, bench_shape *out) {
 
 static void parse_opts(int argc, char **argv, bench_opts *o) {
     static char default_shapes[] = "32x128,8x512,1x2048,1x8192c", default_dims[] = "32,64",
-                default_backends[] = "naive,fused";
+                default_backends[] = "naive,fused,bf16";
     const int ncpu = (int)sysconf(_SC_NPROCESSORS_ONLN);
     *o = (bench_opts){.heads = 12, .reps = 5, .budget_s = 2.0, .naive_max_gflop = 60.0};
     o->nshapes = parse_shapes(default_shapes, o->shapes);
@@ -146,14 +150,19 @@ static void parse_opts(int argc, char **argv, bench_opts *o) {
 
 typedef struct {
     attn_simd path;
+    int bf16; /* the vdpbf16ps loop instead of the FMA loop of path */
     long iters;
 } peak_job;
+
+static double peak_loop(const peak_job *j, long iters) {
+    return j->bf16 ? attn_peak_bf16(iters) : attn_peak_fma(j->path, iters);
+}
 
 static void peak_task(void *ctx, size_t task, int worker) {
     (void)task;
     (void)worker;
     const peak_job *j = ctx;
-    attn_peak_fma(j->path, j->iters);
+    peak_loop(j, j->iters);
 }
 
 typedef struct {
@@ -163,20 +172,22 @@ typedef struct {
 /* Best of three runs: noise from other processes only ever lowers the rate.
  * On several threads the work is cut into many chunks so a worker that starts
  * late does not leave the others idle at the end. */
-static peak_rate measure_peak(tp_pool *pool, attn_simd path) {
+static peak_rate measure_peak(tp_pool *pool, attn_simd path, int bf16) {
     const int nt = tp_nthreads(pool);
     const size_t chunks = 16 * (size_t)nt;
     attn_parallel par = tp_parallel(pool);
-    peak_job job = {path, 1000};
+    peak_job job = {path, bf16, 1000};
+    if (peak_loop(&job, 1) == 0)
+        return (peak_rate){0.0, 0.0};
     /* Size the chunks to about 20 ms each. */
     for (;;) {
         double t0 = now_s();
-        attn_peak_fma(path, job.iters);
+        peak_loop(&job, job.iters);
         if (now_s() - t0 > 0.02 || job.iters > (1L << 40))
             break;
         job.iters *= 2;
     }
-    const double flops = attn_peak_fma(path, job.iters) * (double)chunks;
+    const double flops = peak_loop(&job, job.iters) * (double)chunks;
     peak_rate best = {0.0, 0.0};
     for (int r = 0; r < 3; r++) {
         const double t0 = now_s(), c0 = cpu_s();
@@ -257,28 +268,36 @@ int main(int argc, char **argv) {
     const attn_simd path = attn_simd_active();
 
     tp_pool *pools[MAX_LIST];
-    peak_rate peak[MAX_LIST];
+    peak_rate peak[MAX_LIST], peak_bf16[MAX_LIST];
     for (int t = 0; t < o.nthreads; t++) {
         pools[t] = tp_create(o.threads[t]);
         if (!pools[t]) {
             fprintf(stderr, "cannot start %d threads\n", o.threads[t]);
             return 1;
         }
-        peak[t] = measure_peak(pools[t], path);
+        peak[t] = measure_peak(pools[t], path, 0);
+        peak_bf16[t] = measure_peak(pools[t], path, 1);
         if (o.json)
-            printf("{\"peak_gflops\": %.1f, \"peak_gflops_cpu\": %.1f, \"threads\": %d, "
-                   "\"simd\": \"%s\"}\n",
-                   peak[t].wall, peak[t].cpu, o.threads[t], attn_simd_name(path));
-        else
+            printf("{\"peak_gflops\": %.1f, \"peak_gflops_cpu\": %.1f, \"bf16_peak_gflops\": "
+                   "%.1f, \"bf16_peak_gflops_cpu\": %.1f, \"threads\": %d, \"simd\": \"%s\"}\n",
+                   peak[t].wall, peak[t].cpu, peak_bf16[t].wall, peak_bf16[t].cpu, o.threads[t],
+                   attn_simd_name(path));
+        else {
             printf("FP32 FMA peak (%s, register-only loop, best of 3) on %d thread%s: "
                    "%.1f GFLOP/s wall, %.1f per CPU second\n",
                    attn_simd_name(path), o.threads[t], o.threads[t] > 1 ? "s" : "", peak[t].wall,
                    peak[t].cpu);
+            if (peak_bf16[t].wall > 0)
+                printf("BF16 vdpbf16ps peak (register-only loop, best of 3) on %d thread%s: "
+                       "%.1f GFLOP/s wall, %.1f per CPU second\n",
+                       o.threads[t], o.threads[t] > 1 ? "s" : "", peak_bf16[t].wall,
+                       peak_bf16[t].cpu);
+        }
     }
     if (!o.json)
-        printf("\n%-7s %-8s %-7s %3s %3s %6s %10s %8s %6s %5s %9s %9s %7s %4s\n", "backend", "simd",
-               "shape", "D", "thr", "causal", "ms", "GFLOP/s", "%peak", "cpu%", "%peak(cpu)",
-               "workspace", "xnaive", "reps");
+        printf("\n%-7s %-10s %-7s %3s %3s %6s %10s %8s %6s %5s %9s %9s %7s %4s\n", "backend",
+               "simd", "shape", "D", "thr", "causal", "ms", "GFLOP/s", "%peak", "cpu%",
+               "%peak(cpu)", "workspace", "xnaive", "reps");
 
     for (int s = 0; s < o.nshapes; s++)
         for (int di = 0; di < o.ndims; di++) {
@@ -332,8 +351,10 @@ int main(int argc, char **argv) {
                     }
                     if (strcmp(be->name, "naive") == 0)
                         naive_ms = r.ms;
-                    const double pct = 100.0 * r.gflops / peak[t].wall,
-                                 pct_cpu = 100.0 * r.gflops_cpu / peak[t].cpu;
+                    /* A bf16 backend against the vdpbf16ps peak, its ceiling. */
+                    const peak_rate pk = be->precision == ATTN_PREC_BF16 ? peak_bf16[t] : peak[t];
+                    const double pct = 100.0 * r.gflops / pk.wall,
+                                 pct_cpu = 100.0 * r.gflops_cpu / pk.cpu;
                     if (o.json) {
                         printf("{\"backend\": \"%s\", \"simd\": \"%s\", \"batch\": %d, "
                                "\"seq\": %d, \"heads\": %d, \"head_dim\": %d, \"causal\": %s, "
@@ -342,14 +363,14 @@ int main(int argc, char **argv) {
                                "\"pct_peak_cpu\": %.1f, \"workspace_bytes\": %zu, "
                                "\"reps\": %d}\n",
                                be->name, be->simd_path(), sh.batch, sh.seq, H, D,
-                               sh.causal ? "true" : "false", o.threads[t], r.ms, r.gflops,
-                               peak[t].wall, pct, 100.0 * r.cpu_frac, pct_cpu, r.ws_bytes, r.reps);
+                               sh.causal ? "true" : "false", o.threads[t], r.ms, r.gflops, pk.wall,
+                               pct, 100.0 * r.cpu_frac, pct_cpu, r.ws_bytes, r.reps);
                     } else {
                         char shape_s[32], speed[16] = "";
                         snprintf(shape_s, sizeof shape_s, "%dx%d", sh.batch, sh.seq);
                         if (naive_ms > 0 && strcmp(be->name, "naive") != 0)
                             snprintf(speed, sizeof speed, "%.1fx", naive_ms / r.ms);
-                        printf("%-7s %-8s %-7s %3d %3d %6s %10.3f %8.1f %5.1f%% %4.0f%% %9.1f%% "
+                        printf("%-7s %-10s %-7s %3d %3d %6s %10.3f %8.1f %5.1f%% %4.0f%% %9.1f%% "
                                "%9zu %7s %4d\n",
                                be->name, be->simd_path(), shape_s, D, o.threads[t],
                                sh.causal ? "yes" : "no", r.ms, r.gflops, pct, 100.0 * r.cpu_frac,

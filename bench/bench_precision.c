@@ -17,7 +17,10 @@
  *
  * Plans (each kind of linear layer: q = QKV, o = attention out, i = FFN in,
  * f = FFN out; 8 = int8, 3 = fp32): fp32, the int8 plan of bert_load_precision
- * and variants that keep the most sensitive GEMMs in fp32. */
+ * and variants that keep the most sensitive GEMMs in fp32; bf16 GEMMs with
+ * the fused (fp32) attention and with the bf16 attention backend, the
+ * choice of attention for the bf16 precision. Every plan runs the fused
+ * attention backend unless it names another. */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -35,24 +38,29 @@
 typedef struct {
     const char *name;
     bert_plan plan;
+    const char *attention; /* backend name; NULL: fused */
 } variant;
 
 #define I8  GEMM_INT8
 #define F32 GEMM_FP32
+#define B16 GEMM_BF16
 static const variant plans[] = {
-    {"fp32", {{F32, F32, F32, F32}, {0}}},
-    {"int8 all four", {{I8, I8, I8, I8}, {0}}},
-    {"int8, FFN out fp32", {{I8, I8, I8, F32}, {0}}},
-    {"int8, FFN in+out fp32", {{I8, I8, F32, F32}, {0}}},
-    {"int8, QKV fp32", {{F32, I8, I8, I8}, {0}}},
-    {"int8 smooth a=0.5", {{I8, I8, I8, I8}, {.5f, .5f, .5f, .5f}}},
-    {"int8 smooth a=0.4", {{I8, I8, I8, I8}, {.4f, .4f, .4f, .4f}}},
-    {"int8 smooth a=0.6", {{I8, I8, I8, I8}, {.6f, .6f, .6f, .6f}}},
-    {"int8 smooth .5, FFN out .3", {{I8, I8, I8, I8}, {.5f, .5f, .5f, .3f}}},
-    {"int8 smooth .5, FFN out .7", {{I8, I8, I8, I8}, {.5f, .5f, .5f, .7f}}},
-    {"int8 smooth .5, FFN out .85", {{I8, I8, I8, I8}, {.5f, .5f, .5f, .85f}}},
-    {"int8 smooth .5, FFN out fp32", {{I8, I8, I8, F32}, {.5f, .5f, .5f, 0}}},
-    {"int8 (bert_int8_plan)", {{I8, I8, I8, I8}, {0}}}, /* replaced in main */
+    {"fp32", {{F32, F32, F32, F32}, {0}}, NULL},
+    {"int8 all four", {{I8, I8, I8, I8}, {0}}, NULL},
+    {"int8, FFN out fp32", {{I8, I8, I8, F32}, {0}}, NULL},
+    {"int8, FFN in+out fp32", {{I8, I8, F32, F32}, {0}}, NULL},
+    {"int8, QKV fp32", {{F32, I8, I8, I8}, {0}}, NULL},
+    {"int8 smooth a=0.5", {{I8, I8, I8, I8}, {.5f, .5f, .5f, .5f}}, NULL},
+    {"int8 smooth a=0.4", {{I8, I8, I8, I8}, {.4f, .4f, .4f, .4f}}, NULL},
+    {"int8 smooth a=0.6", {{I8, I8, I8, I8}, {.6f, .6f, .6f, .6f}}, NULL},
+    {"int8 smooth .5, FFN out .3", {{I8, I8, I8, I8}, {.5f, .5f, .5f, .3f}}, NULL},
+    {"int8 smooth .5, FFN out .7", {{I8, I8, I8, I8}, {.5f, .5f, .5f, .7f}}, NULL},
+    {"int8 smooth .5, FFN out .85", {{I8, I8, I8, I8}, {.5f, .5f, .5f, .85f}}, NULL},
+    {"int8 smooth .5, FFN out fp32", {{I8, I8, I8, F32}, {.5f, .5f, .5f, 0}}, NULL},
+    {"bf16, fused attention", {{B16, B16, B16, B16}, {0}}, NULL},
+    {"bf16, bf16 attention", {{B16, B16, B16, B16}, {0}}, "bf16"},
+    {"fp32, bf16 attention", {{F32, F32, F32, F32}, {0}}, "bf16"},
+    {"int8 (bert_int8_plan)", {{I8, I8, I8, I8}, {0}}, NULL}, /* replaced in main */
 };
 #define NPLANS (int)(sizeof plans / sizeof plans[0])
 
@@ -133,18 +141,29 @@ int main(int argc, char **argv) {
         max_tokens = L * B > max_tokens ? L * B : max_tokens;
         s += used + (s[used] == ',');
     }
-    const attn_backend *be = attn_backend_find("fused");
     tp_pool *pool = tp_create(threads);
     attn_parallel par = tp_parallel(pool);
+    const attn_backend *be[MAX_PLANS];
     bert_model *m[MAX_PLANS] = {0};
     bert_workspace *ws[MAX_PLANS] = {0};
     const char *name[MAX_PLANS];
     int np = 0;
     for (int i = 0; i < NPLANS; i++) {
         char err[512];
+        be[np] = attn_backend_find(vs[i].attention ? vs[i].attention : "fused");
+        const attn_shape bounds = {.batch = 1024,
+                                   .total_tokens = max_tokens,
+                                   .max_seqlen = max_tokens,
+                                   .heads = 1,
+                                   .head_dim = 32};
+        if (!be[np] || be[np]->supports(&bounds, err, sizeof err) != ATTN_OK) {
+            printf("%-24s not run: attention %s: %s\n", vs[i].name, vs[i].attention,
+                   be[np] ? err : "unknown backend");
+            continue;
+        }
         if (bert_load_plan(dir, &vs[i].plan, &m[np], err, sizeof err) != BERT_OK ||
-            bert_workspace_create(m[np], max_tokens, threads, &be, 1, &ws[np], err, sizeof err) !=
-                BERT_OK) {
+            bert_workspace_create(m[np], max_tokens, threads, &be[np], 1, &ws[np], err,
+                                  sizeof err) != BERT_OK) {
             printf("%-24s not run: %s\n", vs[i].name, err);
             if (i == 0)
                 return 1;
@@ -161,7 +180,7 @@ int main(int argc, char **argv) {
     for (int k = 0; k < np; k++) {
         char err[256];
         float *o = out + (size_t)k * g.n * C;
-        if (bert_forward(m[k], ws[k], be, &par, g.ids, g.cu, g.n, o, err, sizeof err)) {
+        if (bert_forward(m[k], ws[k], be[k], &par, g.ids, g.cu, g.n, o, err, sizeof err)) {
             printf("forward failed: %s\n", err);
             return 1;
         }
@@ -207,7 +226,7 @@ int main(int argc, char **argv) {
                 const int k = timed[j];
                 char err[256];
                 const double t0 = now_s();
-                bert_forward(m[k], ws[k], be, &par, ids, cu, B, emb, err, sizeof err);
+                bert_forward(m[k], ws[k], be[k], &par, ids, cu, B, emb, err, sizeof err);
                 if (r > 0) /* round 0 warms up */
                     tm[k][r - 1] = now_s() - t0;
             }

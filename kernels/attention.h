@@ -72,6 +72,15 @@ int attn_problem_check(const attn_problem *p, char *why, size_t why_len);
 double attn_flops(const attn_problem *p);
 
 /* ---- the backend table ---------------------------------------------------- */
+
+/* What a backend rounds its inputs to, which picks its error bound in
+ * reference.h. Zero is float32, so a table that does not say is held to the
+ * float32 bound. */
+typedef enum attn_precision {
+    ATTN_PREC_FP32 = 0, /* float32 throughout */
+    ATTN_PREC_BF16 = 1, /* Q, K, V and probabilities rounded to bf16, fp32 sums */
+} attn_precision;
+
 typedef struct attn_backend {
     /* Name used in configuration, logs and metrics ("naive", "fused"). */
     const char *name;
@@ -103,6 +112,10 @@ typedef struct attn_backend {
     /* The instruction-set path forward uses on this machine now ("avx512",
      * "avx2", "portable"), for /info, metrics and logs. */
     const char *(*simd_path)(void);
+
+    /* The precision forward computes in: selects the error bound that the
+     * self-test and shadow verification hold it to. */
+    attn_precision precision;
 } attn_backend;
 
 /* ---- registry (registry.c) -------------------------------------------------- */

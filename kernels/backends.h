@@ -7,5 +7,6 @@
 
 extern const attn_backend attn_backend_naive;
 extern const attn_backend attn_backend_fused;
+extern const attn_backend attn_backend_bf16;
 
 #endif

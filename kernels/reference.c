@@ -11,6 +11,39 @@ double attn_error_bound(double vmax, int32_t nkeys, int head_dim, double smax) {
            DBL_MIN;
 }
 
+double attn_error_bound_bf16(double vmax, int32_t nkeys, int head_dim, double smax, double amax) {
+    const double ub = ATTN_BF16_UNIT_ROUNDOFF, u = FLT_EPSILON / 2.0;
+    const double du = (double)head_dim * u, gamma_d = du / (1.0 - du);
+    const double delta = (2.0 * ub + ub * ub + gamma_d) * amax;
+    /* Output and reference are both convex combinations of values within
+     * ±vmax, so the softmax term never needs to exceed 2·vmax. */
+    return vmax * (fmin(expm1(2.0 * delta), 2.0) + 2.0 * ub + ub * ub) +
+           attn_error_bound(vmax, nkeys, head_dim, smax);
+}
+
+double attn_error_bound_of(attn_precision prec, double vmax, int32_t nkeys, int head_dim,
+                           double smax, double amax) {
+    if (prec == ATTN_PREC_BF16)
+        return attn_error_bound_bf16(vmax, nkeys, head_dim, smax, amax);
+    return attn_error_bound(vmax, nkeys, head_dim, smax);
+}
+
+/* max_j scale·Σ_d |q[d]·k_j[d]| over the keys token t sees, for head h: the
+ * condition of the row's score dot products. */
+static double abs_dot_max(const attn_problem *p, int32_t start, int32_t nkeys, int32_t t, int h) {
+    const int D = p->shape.head_dim;
+    const float *qi = p->q + (size_t)t * p->q_stride + (size_t)h * D;
+    double amax = 0.0;
+    for (int32_t j = 0; j < nkeys; j++) {
+        const float *kj = p->k + (size_t)(start + j) * p->k_stride + (size_t)h * D;
+        double a = 0.0;
+        for (int d = 0; d < D; d++)
+            a += fabs((double)qi[d] * (double)kj[d]);
+        amax = fmax(amax, a * fabs((double)p->scale));
+    }
+    return amax;
+}
+
 double attn_reference_row(const attn_problem *p, int32_t seq, int32_t t, int h, double *ref,
                           double *vmax, double *scores) {
     const int D = p->shape.head_dim;
@@ -68,6 +101,11 @@ static int32_t seq_of(const attn_problem *p, int32_t t) {
 
 int64_t attn_check_rows(const attn_problem *p, const int32_t *rows, int32_t nrows, double *scratch,
                         attn_check *res) {
+    return attn_check_rows_as(p, ATTN_PREC_FP32, rows, nrows, scratch, res);
+}
+
+int64_t attn_check_rows_as(const attn_problem *p, attn_precision prec, const int32_t *rows,
+                           int32_t nrows, double *scratch, attn_check *res) {
     const int H = p->shape.heads, D = p->shape.head_dim;
     double *ref = scratch, *vmax = scratch + D, *scores = scratch + 2 * (size_t)D;
     int64_t bad = 0;
@@ -80,9 +118,10 @@ int64_t attn_check_rows(const attn_problem *p, const int32_t *rows, int32_t nrow
         const int32_t nkeys = p->shape.causal ? t - start + 1 : p->cu_seqlens[seq + 1] - start;
         for (int h = 0; h < H; h++) {
             const double smax = attn_reference_row(p, seq, t, h, ref, vmax, scores);
+            const double amax = prec == ATTN_PREC_BF16 ? abs_dot_max(p, start, nkeys, t, h) : 0.0;
             const float *out = p->out + (size_t)t * p->out_stride + (size_t)h * D;
             for (int d = 0; d < D; d++) {
-                const double bound = attn_error_bound(vmax[d], nkeys, D, smax);
+                const double bound = attn_error_bound_of(prec, vmax[d], nkeys, D, smax, amax);
                 const double err =
                     isfinite(out[d]) ? fabs((double)out[d] - ref[d]) : (double)INFINITY;
                 const double ratio = err / bound;

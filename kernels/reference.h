@@ -18,6 +18,34 @@
  * backends measured here stay within 0.07–0.31 of it (the unit tests' random
  * cases, and the self-test's cases where naive reaches 0.31).
  *
+ * The bf16 bound (backends with precision ATTN_PREC_BF16) is derived, not
+ * fitted, from the roundings such a backend makes: Q, K, V and the
+ * probabilities entering P·V rounded to bf16 (nearest even, unit roundoff
+ * ub = 2^-8), every sum in float32. For row i, head h, dim d:
+ *
+ *   score error   |ŝ_j − s_j| ≤ Δ = (2·ub + ub² + γ_D) · amax,
+ *                 amax = max_j scale·Σ_d |q_i[d]·k_j[d]|, γ_D = D·u/(1 − D·u):
+ *                 each product q·k carries (1+α)(1+β), |α|,|β| ≤ ub, and the
+ *                 float32 sum over D adds γ_D (products of two bf16 values
+ *                 are exact in float32);
+ *   softmax       scores off by at most Δ each move every weight p_j by a
+ *                 factor within e^(±2Δ), so |Σ (p̂_j − p_j)·v_j| ≤ expm1(2Δ)·vmax;
+ *   rounding      V and the probabilities entering P·V (the row sum adds them
+ *                 unrounded) add (1+ub)² − 1 = 2·ub + ub² relative to each term;
+ *
+ *     |out − ref| ≤ vmax · (min(expm1(2Δ), 2) + 2·ub + ub²) + the float32 bound above
+ *
+ * (the min: two convex combinations of values within ±vmax differ by at most
+ * 2·vmax; a non-finite output still fails)
+ * and the float32 bound covers exp2, the sums and the output's own rounding.
+ * It is a worst case, not a statistical estimate: every term holds for any
+ * input, so adversarial inputs (large logits, cancellation) cannot pass a
+ * correct kernel over it; the price is that it is loose where amax is large
+ * (at amax = 8, Δ ≈ 0.06 and the bound ≈ 0.13·vmax, while random inputs
+ * measure about 1 % of it). Inputs below 2^-126 are read as zero by
+ * vdpbf16ps; each such product is below 2^-126·max|k|, far under DBL_MIN
+ * relative terms here, and is not counted.
+ *
  * Nothing here allocates: callers pass scratch sized by attn_check_scratch. */
 #ifndef ATTN_REFERENCE_H
 #define ATTN_REFERENCE_H
@@ -32,6 +60,17 @@
 /* The bound for one element (see above); pass smax = 0 for cases built so
  * that float32 holds every score exactly. */
 double attn_error_bound(double vmax, int32_t nkeys, int head_dim, double smax);
+
+/* bf16's unit roundoff: 8 significant bits, round to nearest. */
+#define ATTN_BF16_UNIT_ROUNDOFF (1.0 / 256.0)
+
+/* The bf16 bound for one element (see above): amax is the row's largest
+ * scale·Σ_d |q[d]·k_j[d]| over the keys it sees. */
+double attn_error_bound_bf16(double vmax, int32_t nkeys, int head_dim, double smax, double amax);
+
+/* The bound of precision prec (amax is ignored for float32). */
+double attn_error_bound_of(attn_precision prec, double vmax, int32_t nkeys, int head_dim,
+                           double smax, double amax);
 
 /* Float64 attention of token t (a global token index, within sequence seq)
  * for head h: ref[D] receives the output, vmax[D] the per-dimension bound
@@ -58,9 +97,15 @@ size_t attn_check_scratch(const attn_shape *shape);
 
 /* Compares p->out on the given query rows (global token indices, each in
  * [0, T), any order, repeats allowed), every head and dimension, with the
- * float64 reference of p's inputs. Adds to *res (zero it first to start a new
- * check). Returns the number of elements past the bound in this call. */
+ * float64 reference of p's inputs, by the float32 bound. Adds to *res (zero
+ * it first to start a new check). Returns the number of elements past the
+ * bound in this call. */
 int64_t attn_check_rows(const attn_problem *p, const int32_t *rows, int32_t nrows, double *scratch,
                         attn_check *res);
+
+/* The same by the bound of precision prec: what the self-test and shadow
+ * verification call with the backend's own precision. */
+int64_t attn_check_rows_as(const attn_problem *p, attn_precision prec, const int32_t *rows,
+                           int32_t nrows, double *scratch, attn_check *res);
 
 #endif

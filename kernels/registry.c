@@ -10,10 +10,11 @@
 static const attn_backend *all[ATTN_MAX_BACKENDS + 1] = {
     &attn_backend_naive,
     &attn_backend_fused,
+    &attn_backend_bf16,
     NULL,
 };
-static size_t n_all = 2;
-static char names[ATTN_MAX_BACKENDS * 32 + 8] = "naive, fused, auto";
+static size_t n_all = 3;
+static char names[ATTN_MAX_BACKENDS * 32 + 8] = "naive, fused, bf16, auto";
 
 const attn_backend *const *attn_backends(void) {
     return all;

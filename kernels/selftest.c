@@ -272,6 +272,7 @@ typedef struct check_ctx {
     const attn_problem *p;
     const buffers *bf;
     int32_t nrows;
+    attn_precision prec; /* the backend's: which bound of reference.h applies */
 } check_ctx;
 
 static void check_task(void *arg, size_t task, int worker) {
@@ -280,8 +281,8 @@ static void check_task(void *arg, size_t task, int worker) {
     const int32_t n = c->nrows - lo < CHECK_CHUNK ? c->nrows - lo : CHECK_CHUNK;
     attn_check *part = &c->bf->partial[task];
     memset(part, 0, sizeof *part);
-    attn_check_rows(c->p, c->bf->rows + lo, n,
-                    c->bf->scratch + (size_t)worker * c->bf->scratch_each, part);
+    attn_check_rows_as(c->p, c->prec, c->bf->rows + lo, n,
+                       c->bf->scratch + (size_t)worker * c->bf->scratch_each, part);
 }
 
 static void merge_check(attn_check *into, const attn_check *part) {
@@ -301,10 +302,10 @@ static void merge_check(attn_check *into, const attn_check *part) {
     into->max_ratio = fmax(into->max_ratio, part->max_ratio);
 }
 
-static void check_parallel(const attn_problem *p, const buffers *bf, int32_t nrows,
-                           const attn_parallel *par, attn_check *res) {
+static void check_parallel(const attn_problem *p, attn_precision prec, const buffers *bf,
+                           int32_t nrows, const attn_parallel *par, attn_check *res) {
     const size_t ntasks = ((size_t)nrows + CHECK_CHUNK - 1) / CHECK_CHUNK;
-    check_ctx c = {.p = p, .bf = bf, .nrows = nrows};
+    check_ctx c = {.p = p, .bf = bf, .nrows = nrows, .prec = prec};
     par->parallel_for(par->impl, ntasks, check_task, &c);
     for (size_t i = 0; i < ntasks; i++)
         merge_check(res, &bf->partial[i]);
@@ -330,7 +331,7 @@ static void run_case(const attn_backend *b, const case_plan *c, int index, const
         return;
     }
     cr->rows_checked = sample_rows(c, bf->rows);
-    check_parallel(&p, bf, cr->rows_checked, par, &cr->check);
+    check_parallel(&p, b->precision, bf, cr->rows_checked, par, &cr->check);
     cr->passed = cr->check.bad == 0 && cr->check.elements > 0;
     if (!cr->passed) {
         const attn_check *k = &cr->check;

@@ -209,7 +209,7 @@ static void check_slot(verifier *v, verify_evidence *ev) {
         p.out = v->out + (size_t)i * row;
         const int64_t before = ev->check.bad;
         const double worst = ev->check.max_ratio;
-        attn_check_rows(&p, &v->rows[i], 1, v->scratch, &ev->check);
+        attn_check_rows_as(&p, v->backend->precision, &v->rows[i], 1, v->scratch, &ev->check);
         worst_row =
             ev->check.bad > before && (before == 0 || ev->check.max_ratio > worst) ? i : worst_row;
     }

@@ -1,17 +1,22 @@
 #!/usr/bin/env python3
 """vs_torch.py — attnserve's fused attention against PyTorch's
-scaled_dot_product_attention on the same shapes (make bench-attention).
+scaled_dot_product_attention on the same shapes (make bench-attention), and
+its bf16 backend against SDPA in bf16.
 
-For each shape and head dimension in turn, runs bench_attention (fused only,
-fp32) and right after it torch.nn.functional.scaled_dot_product_attention in
-fp32 on the CPU with the same thread count, so that the load of a shared
-machine lands on both sides of each ratio. PyTorch gets its natural layout,
+For each shape and head dimension in turn, runs bench_attention (fused, and
+bf16 where the CPU offers it) and right after it
+torch.nn.functional.scaled_dot_product_attention on the CPU with the same
+thread count, in fp32 and, beside the bf16 backend, on bf16 tensors, so that
+the load of a shared machine lands on both sides of each ratio. The bf16
+backend takes fp32 inputs and returns fp32 (it converts per tile, inside the
+timed call); SDPA bf16 gets tensors already in bf16, so its conversions are
+not timed. PyTorch gets its natural layout,
 (batch, heads, seq, head_dim) contiguous, and is_causal for causal shapes;
 it picks its own kernel (the CPU flash-attention one for fp32). The time is
 the median of the reps after one warm-up call, the same --reps/--budget rule
 as bench_attention. Prints a Markdown table with fused / sdpa and the target
-(fused >= 1.5x) marked met or not met; with --json, one JSON object per
-case instead.
+(fused >= 1.5x) marked met or not met, and bf16 / sdpa-bf16; with --json,
+one JSON object per case instead.
 
 Runs in the benchmark venv that bench/embed/peers.py makes (torch); when it
 does not exist, says so and exits 0 without a comparison.
@@ -49,12 +54,14 @@ def parse_args():
     return p.parse_args()
 
 
-def time_sdpa(batch, seq, causal, heads, dim, reps, budget):
+def time_sdpa(batch, seq, causal, heads, dim, reps, budget, dtype=None):
     import torch
     import torch.nn.functional as F
 
     g = torch.Generator().manual_seed(1)
     q, k, v = (torch.randn(batch, heads, seq, dim, generator=g) for _ in range(3))
+    if dtype is not None:
+        q, k, v = (x.to(dtype) for x in (q, k, v))
     with torch.inference_mode():
         F.scaled_dot_product_attention(q, k, v, is_causal=causal)
         times, wall = [], 0.0
@@ -86,22 +93,26 @@ def main():
     env.pop("OPENBLAS_L2_SIZE", None)
     rows = []
     if not a.json:
-        print(f"fused vs PyTorch {torch.__version__} scaled_dot_product_attention, fp32, "
-              f"{a.threads} threads, {a.heads} heads, interleaved shape by shape; load average "
-              f"at start {' '.join(open('/proc/loadavg').read().split()[:3])}")
+        print(f"fused vs PyTorch {torch.__version__} scaled_dot_product_attention, fp32 (and "
+              f"bf16 vs SDPA on bf16 tensors), {a.threads} threads, {a.heads} heads, interleaved "
+              f"shape by shape; load average at start "
+              f"{' '.join(open('/proc/loadavg').read().split()[:3])}")
         print()
-        print("| shape | head_dim | fused ms | sdpa ms | fused / sdpa | target ≥ 1.5× |")
-        print("|---|---:|---:|---:|---:|---|")
+        print("| shape | head_dim | fused ms | sdpa ms | fused / sdpa | target ≥ 1.5× "
+              "| bf16 ms | sdpa bf16 ms | bf16 / sdpa bf16 | bf16 / fused |")
+        print("|---|---:|---:|---:|---:|---|---:|---:|---:|---:|")
     for shape in a.shapes.split(","):
         causal = shape.endswith("c")
         batch, seq = (int(x) for x in shape.rstrip("c").split("x"))
         for dim in (int(d) for d in a.dims.split(",")):
             out = subprocess.run(
-                [a.bin, "--json", "--backends", "fused", "--shapes", shape, "--dims", str(dim),
+                [a.bin, "--json", "--backends", "fused,bf16", "--shapes", shape, "--dims", str(dim),
                  "--heads", str(a.heads), "--threads", str(a.threads), "--reps", str(a.reps),
                  "--budget", str(a.budget)], env=env, capture_output=True, text=True, check=True)
-            fused = [json.loads(line) for line in out.stdout.splitlines()
+            cases = [json.loads(line) for line in out.stdout.splitlines()
                      if line.startswith("{") and '"backend"' in line]
+            fused = [c for c in cases if c["backend"] == "fused"]
+            bf16 = [c for c in cases if c["backend"] == "bf16"]
             if not fused:
                 print(f"bench_attention printed no case for {shape} D={dim}", file=sys.stderr)
                 return 1
@@ -111,12 +122,23 @@ def main():
             row = {"shape": shape, "head_dim": dim, "heads": a.heads, "threads": a.threads,
                    "fused_ms": f_ms, "sdpa_ms": round(s_ms, 4), "ratio": round(r, 3),
                    "fused_cpu_pct": fused[0]["cpu_pct"], "sdpa_reps": n}
+            if bf16:
+                b_ms = bf16[0]["ms"]
+                sb_ms, _ = time_sdpa(batch, seq, causal, a.heads, dim, a.reps, a.budget,
+                                     torch.bfloat16)
+                row.update({"bf16_ms": b_ms, "sdpa_bf16_ms": round(sb_ms, 4),
+                            "bf16_ratio": round(sb_ms / b_ms, 3),
+                            "bf16_over_fused": round(f_ms / b_ms, 3),
+                            "bf16_pct_peak": bf16[0]["pct_peak"]})
             rows.append(row)
             if a.json:
                 print(json.dumps(row), flush=True)
             else:
+                tail = (f"{row['bf16_ms']:.3f} | {row['sdpa_bf16_ms']:.3f} | "
+                        f"{row['bf16_ratio']:.2f}× | {row['bf16_over_fused']:.2f}× |"
+                        if bf16 else "— | — | — | — |")
                 print(f"| {shape} | {dim} | {f_ms:.3f} | {s_ms:.3f} | {r:.2f}× | "
-                      f"{'met' if r >= TARGET else 'NOT met'} |", flush=True)
+                      f"{'met' if r >= TARGET else 'NOT met'} | {tail}", flush=True)
     if not a.json and rows:
         met = sum(1 for r in rows if r["ratio"] >= TARGET)
         lo = min(rows, key=lambda r: r["ratio"])
@@ -124,6 +146,14 @@ def main():
         print(f"fused ≥ {TARGET}× sdpa: met on {met} of {len(rows)} shapes; lowest "
               f"{lo['ratio']:.2f}× at {lo['shape']} D={lo['head_dim']}; load average at end "
               f"{' '.join(open('/proc/loadavg').read().split()[:3])}")
+        b = [r for r in rows if "bf16_ratio" in r]
+        if b:
+            print(f"bf16 / sdpa bf16: {min(r['bf16_ratio'] for r in b):.2f}× to "
+                  f"{max(r['bf16_ratio'] for r in b):.2f}×; bf16 / fused "
+                  f"{min(r['bf16_over_fused'] for r in b):.2f}× to "
+                  f"{max(r['bf16_over_fused'] for r in b):.2f}×")
+        else:
+            print("bf16: not offered on this CPU (no AVX512_BF16), not compared")
     return 0
 
 

@@ -25,6 +25,8 @@ MIN_COSINE = 0.99999
 # `attnserve selftest` runs every backend on every SIMD path: seconds under
 # the sanitizers on a busy machine.
 COMMAND_TIMEOUT_S = 300
+# The bf16 backend is self-tested too where the CPU offers it (AVX512_BF16).
+BF16 = {"bf16"} if "avx512_bf16" in open("/proc/cpuinfo").read().split() else set()
 
 
 @pytest.fixture
@@ -102,7 +104,7 @@ def test_faulty_backend_is_refused_at_start_and_fused_serves(faulty, start_serve
         assert 0 < good["max_abs_error"] < 1e-3 and good["ms"] > 0
 
     passed, ratio, fallback = metrics_selftest(s)
-    assert passed == {"naive": 1, "fused": 1, "faulty": 0}
+    assert passed == {"naive": 1, "fused": 1, "faulty": 0, **{b: 1 for b in BF16}}
     assert ratio["faulty"] > 1 and 0 < ratio["fused"] <= 1 and 0 < ratio["naive"] <= 1
     assert fallback == 1
 
@@ -146,11 +148,11 @@ def test_normal_binary_uses_the_configured_backend(start_server):
     inf = info(s)
     assert inf["backend"] == inf["backend_configured"] == "fused"
     assert inf["fallback_active"] is False
-    assert {e["backend"] for e in inf["selftest"]} == {"naive", "fused"}
+    assert {e["backend"] for e in inf["selftest"]} == {"naive", "fused"} | BF16
     assert all(e["passed"] for e in inf["selftest"])
     assert selftest_entry(inf, "fused")["simd"] == inf["simd"]
     passed, _, fallback = metrics_selftest(s)
-    assert passed == {"naive": 1, "fused": 1}
+    assert passed == {"naive": 1, "fused": 1, **{b: 1 for b in BF16}}
     assert fallback == 0
     assert "backend passed its self-test backend=fused" in s.log_text()
 
@@ -213,7 +215,7 @@ def run_selftest(binary, tmp_path, **settings):
 def test_selftest_command_passes_on_the_normal_binary(tmp_path):
     p, rows = run_selftest(conftest.BIN, tmp_path, backend="auto", fallback_backends="fused,naive")
     assert p.returncode == 0, p.stdout + p.stderr
-    assert {r["backend"] for r in rows} == {"naive", "fused"}
+    assert {r["backend"] for r in rows} == {"naive", "fused"} | BF16
     # naive has one path; fused one row per SIMD path the CPU has, portable first.
     assert [r["simd"] for r in rows if r["backend"] == "naive"] == ["portable"]
     fused = [r["simd"] for r in rows if r["backend"] == "fused"]

@@ -131,12 +131,16 @@ static void case_run(const attn_backend *backend, test_case *c, const attn_paral
                  attn_strerror(rc));
 }
 
-/* Runs every backend on every SIMD path this CPU has, each checked against
- * the reference. Returns the worst error/bound ratio seen. */
+/* Runs every float32 backend on every SIMD path this CPU has, each checked
+ * against the reference by the float32 bound. Reduced-precision backends have
+ * their own bound and tests (test_bf16attn.c). Returns the worst error/bound
+ * ratio seen. */
 static double case_all_backends(test_case *c, const attn_parallel *par, int exact_scores) {
     double worst = 0.0;
     char label[96];
     for (const attn_backend *const *b = attn_backends(); *b; b++) {
+        if ((*b)->precision != ATTN_PREC_FP32)
+            continue;
         for (int path = ATTN_SIMD_PORTABLE; path <= (int)attn_simd_detect(); path++) {
             cr_assert_eq(attn_simd_force((attn_simd)path), 0);
             if ((*b)->supports(&c->p.shape, NULL, 0) != ATTN_OK)
@@ -300,6 +304,8 @@ Test(attention, all_empty_batch, .init = pool_up, .fini = pool_down) {
     attn_problem p;
     attn_problem_dense(&p, s, cu, NULL, NULL, NULL, NULL);
     for (const attn_backend *const *b = attn_backends(); *b; b++) {
+        if ((*b)->supports(&s, NULL, 0) != ATTN_OK)
+            continue; /* a backend this CPU does not offer (bf16 without AVX512_BF16) */
         size_t ws = (*b)->workspace_size(&s, par.nthreads);
         void *w = ws ? aligned_alloc(64, (ws + 63) / 64 * 64) : NULL;
         cr_assert_eq((*b)->forward(&p, w, ws, &par), ATTN_OK, "%s", (*b)->name);
@@ -348,6 +354,8 @@ Test(attention, deterministic_across_threads, .init = pool_up, .fini = pool_down
     const size_t n = (size_t)c.p.shape.total_tokens * c.p.out_stride;
     float *first = malloc(n * sizeof(float));
     for (const attn_backend *const *b = attn_backends(); *b; b++) {
+        if ((*b)->supports(&c.p.shape, NULL, 0) != ATTN_OK)
+            continue;
         case_run(*b, &c, &attn_parallel_serial);
         memcpy(first, c.out, n * sizeof(float));
         for (int rep = 0; rep < 2; rep++) {
@@ -368,6 +376,8 @@ Test(attention, rejects_bad_problems, .init = pool_up, .fini = pool_down) {
     test_case c;
     case_make(&c, &r, lens, 2, 2, 32, 0, 1.0f, 0);
     for (const attn_backend *const *b = attn_backends(); *b; b++) {
+        if ((*b)->supports(&c.p.shape, NULL, 0) != ATTN_OK)
+            continue;
         const size_t ws = (*b)->workspace_size(&c.p.shape, par.nthreads);
         void *w = aligned_alloc(64, (ws + 64) / 64 * 64);
         attn_problem p = c.p;
@@ -422,7 +432,7 @@ Test(registry, register_refuses_bad_tables) {
     copy.forward = NULL;
     cr_assert_eq(attn_backend_register(&copy), ATTN_EINVAL);
     cr_assert_null(attn_backend_find("nofwd"));
-    cr_assert_str_eq(attn_backend_names(), "naive, fused, auto");
+    cr_assert_str_eq(attn_backend_names(), "naive, fused, bf16, auto");
 }
 
 Test(registry, unknown_name_lists_valid_ones) {
@@ -433,7 +443,7 @@ Test(registry, unknown_name_lists_valid_ones) {
     cr_assert_eq(attn_backend_select("flash", &s, &b, err, sizeof err), ATTN_EUNKNOWN);
     cr_assert_null(b);
     cr_assert_not_null(strstr(err, "flash"), "%s", err);
-    cr_assert_not_null(strstr(err, "naive, fused, auto"), "%s", err);
+    cr_assert_not_null(strstr(err, "naive, fused, bf16, auto"), "%s", err);
 }
 
 Test(registry, auto_picks_fastest_that_supports) {

@@ -236,8 +236,8 @@ Test(config, out_of_range_high_in_file) {
 
 Test(config, bad_enum_in_file) {
     write_file("b.json", "{\"backend\": \"cuda\"}");
-    expect_error(FRAGS("\"backend\"", "\"cuda\"", "one of naive, fused, auto"), "--config=b.json",
-                 NULL);
+    expect_error(FRAGS("\"backend\"", "\"cuda\"", "one of naive, fused, bf16, auto"),
+                 "--config=b.json", NULL);
 }
 
 Test(config, malformed_json) {
@@ -374,8 +374,9 @@ Test(config, flag_value_must_not_be_another_flag) {
 Test(config, flag_errors_name_the_flag) {
     expect_error(FRAGS("\"port\"", "\"65536\" from flag --port is out of range", "1..65535"),
                  "--port=65536", NULL);
-    expect_error(FRAGS("\"backend\"", "\"gpu\" from flag --backend", "one of naive, fused, auto"),
-                 "--backend", "gpu", NULL);
+    expect_error(
+        FRAGS("\"backend\"", "\"gpu\" from flag --backend", "one of naive, fused, bf16, auto"),
+        "--backend", "gpu", NULL);
     expect_error(FRAGS("from flag --max_wait_us is out of range"), "--max-wait-us=-1", NULL);
     expect_error(FRAGS("names \"naive\" twice"), "--fallback_backends=naive,fused,naive", NULL);
     expect_error(FRAGS("ends with a comma"), "--fallback_backends=naive,", NULL);
@@ -475,7 +476,7 @@ Test(config, help_lists_every_setting) {
     }
     cr_assert_not_null(strstr(text, "env ATTNSERVE_MAX_BATCH_TOKENS"));
     cr_assert_not_null(strstr(text, "default 16384; allowed: an integer in 1..1048576"));
-    cr_assert_not_null(strstr(text, "one of naive, fused, auto"));
+    cr_assert_not_null(strstr(text, "one of naive, fused, bf16, auto"));
     cr_assert_not_null(strstr(text, "reloadable on SIGHUP"));
     cr_assert_not_null(strstr(text, "needs a restart"));
     cr_assert_not_null(strstr(text, "default 0.001"));

@@ -67,6 +67,27 @@ Test(selftest, naive_and_fused_pass_on_every_simd_path, .timeout = 300) {
     tp_destroy(pool);
 }
 
+/* The bf16 backend passes by its own bound (reference.h's bf16 one), on the
+ * model's shapes and BERT-base's; where the CPU has no AVX512_BF16 it is
+ * refused before it runs, and the run says so. */
+Test(selftest, bf16_passes_by_its_own_bound, .timeout = 300) {
+    const attn_backend *b = attn_backend_find("bf16");
+    cr_assert_not_null(b);
+    const attn_shape s = {
+        .batch = 1, .total_tokens = 8, .max_seqlen = 8, .heads = 12, .head_dim = 32};
+    if (b->supports(&s, NULL, 0) != ATTN_OK) {
+        cr_log_warn("not run: this CPU has no AVX512_BF16, the bf16 backend is not offered");
+        return;
+    }
+    tp_pool *pool = tp_create(2);
+    cr_assert_not_null(pool);
+    const attn_parallel par = tp_parallel(pool);
+    const attn_selftest_spec base = {.heads = 12, .head_dim = 64, .max_seqlen = 512};
+    assert_passes(b, &minilm, &par);
+    assert_passes(b, &base, &par);
+    tp_destroy(pool);
+}
+
 /* Another model's shape (BERT-base: 12 heads of 64) and a model shorter than
  * the tile-edge lengths, whose cases are clipped to its length. */
 Test(selftest, other_model_shapes_pass, .timeout = 300) {

@@ -295,6 +295,36 @@ Test(verify, clean_output_of_every_backend_passes) {
     free(t);
 }
 
+/* Shadow verification holds each backend to the bound of its precision:
+ * bf16's clean output passes by the bf16 bound, and the same output passed
+ * off as a float32 backend's is a mismatch. */
+Test(verify, bf16_is_checked_by_its_own_bound) {
+    const attn_backend *b = attn_backend_find("bf16");
+    cr_assert_not_null(b);
+    const attn_shape s = {
+        .batch = 1, .total_tokens = 8, .max_seqlen = 8, .heads = 4, .head_dim = 32};
+    if (b->supports(&s, NULL, 0) != ATTN_OK) {
+        cr_log_warn("not run: this CPU has no AVX512_BF16, the bf16 backend is not offered");
+        return;
+    }
+    trip_log *t = trip_log_new();
+    verifier *v = make_verifier(t, 100);
+    uint64_t c, m, sk;
+    batch bt;
+    make_batch(&bt, "bf16", 5, 4, 32, true, 1, 700);
+    cr_assert(verify_capture(v, &bt.p, b, 0, 1));
+    counts(v, &c, &m, &sk);
+    cr_assert_eq(c, 1);
+    cr_assert_eq(m, 0, "bf16 output mismatched its own bound");
+    cr_assert(verify_capture(v, &bt.p, attn_backend_find("fused"), 0, 2));
+    counts(v, &c, &m, &sk);
+    cr_assert_eq(c, 2);
+    cr_assert_eq(m, 1, "bf16 output passed the float32 bound");
+    free_batch(&bt);
+    verify_destroy(v);
+    free(t);
+}
+
 /* Every time the threshold is reached within the window the callback runs;
  * a switch (the callback returns true) starts the window again, so a
  * fallback that is wrong too is switched away from in turn. */
