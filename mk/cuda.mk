@@ -82,3 +82,6 @@ cuda-lint:
 	    -I. -D__CPPCHECK__ -D_GNU_SOURCE $(CUDA_LINT_SRC)
 cuda-format-check:
 	clang-format --dry-run -Werror $(CUDA_LINT_SRC) $(wildcard engines/cuda/*.h)
+ifneq ($(wildcard $(NVCC)),)
+e2e: $(CUDA_PLUGIN)
+endif
