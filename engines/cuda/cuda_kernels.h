@@ -24,10 +24,10 @@ typedef struct cuda_attn_args {
     float scale;
 } cuda_attn_args;
 
-/* x[t] = LayerNorm(wte[ids[t]] + wpe[pos[t]] + wtt) over C, in act. */
-int cuda_embed_ln(int dtype, const int32_t *ids, const int32_t *pos, const void *wte,
-                  const void *wpe, const void *wtt, const float *ln_w, const float *ln_b, float eps,
-                  void *x, int32_t T, int32_t C, void *stream);
+/* x[t] = LayerNorm(wte[ids[t]] + wpe[pos[t]] + wtt[types[t]]) over C, in act. */
+int cuda_embed_ln(int dtype, const int32_t *ids, const int32_t *types, const int32_t *pos,
+                  const void *wte, const void *wpe, const void *wtt, const float *ln_w,
+                  const float *ln_b, float eps, void *x, int32_t T, int32_t C, void *stream);
 
 /* y[t] = LayerNorm(x[t]) over C, in act (x is the GEMM's output with the
  * bias and residual already added). */

@@ -43,7 +43,8 @@ int cuda_weight_layout_make(const bert_config *c, cuda_dtype dtype, cuda_weight_
                             char *err, size_t err_len) {
     memset(out, 0, sizeof *out);
     if (c->num_layers <= 0 || c->hidden_size <= 0 || c->intermediate_size <= 0 ||
-        c->vocab_size <= 0 || c->max_positions <= 0 || c->position_offset < 0) {
+        c->vocab_size <= 0 || c->max_positions <= 0 || c->position_offset < 0 ||
+        c->type_vocab_size <= 0) {
         snprintf(err, err_len, "model shape outside what the engine lays out");
         return -1;
     }
@@ -59,7 +60,7 @@ int cuda_weight_layout_make(const bert_config *c, cuda_dtype dtype, cuda_weight_
     size_t at = 0;
     out->wte = take(&at, (size_t)c->vocab_size * C, e);
     out->wpe = take(&at, ((size_t)c->max_positions + (size_t)c->position_offset) * C, e);
-    out->wtt = take(&at, C, e);
+    out->wtt = take(&at, (size_t)c->type_vocab_size * C, e);
     out->emb_ln_w = take(&at, C, f);
     out->emb_ln_b = take(&at, C, f);
     for (int l = 0; l < c->num_layers; l++) {
@@ -118,6 +119,7 @@ int cuda_workspace_plan_make(const bert_config *c, cuda_dtype act, int32_t max_t
     const size_t e = cuda_dtype_size(act), i4 = sizeof(int32_t);
     size_t at = 0;
     out->ids = take(&at, T, i4);
+    out->types = take(&at, T, i4);
     out->pos = take(&at, T, i4);
     out->cu_seqlens = take(&at, B + 1, i4);
     out->tiles = take(&at, 2 * (size_t)out->max_tiles, i4);
@@ -180,6 +182,23 @@ int32_t cuda_attn_tiles(const int32_t *cu, int32_t batch, int32_t block_m, int32
         }
     }
     return n;
+}
+
+int cuda_stage_types(const int32_t *type_ids, int32_t T, int32_t type_vocab_size, int32_t *dst,
+                     char *err, size_t err_len) {
+    if (!type_ids) {
+        memset(dst, 0, (size_t)T * sizeof *dst);
+        return 0;
+    }
+    for (int32_t t = 0; t < T; t++) {
+        if (type_ids[t] < 0 || type_ids[t] >= type_vocab_size) {
+            snprintf(err, err_len, "token %d has type %d; the model has types 0..%d", t,
+                     type_ids[t], type_vocab_size - 1);
+            return -1;
+        }
+        dst[t] = type_ids[t];
+    }
+    return 0;
 }
 
 void cuda_positions(const bert_config *c, const int32_t *ids, const int32_t *cu, int32_t batch,

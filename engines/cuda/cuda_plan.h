@@ -53,7 +53,7 @@ typedef struct cuda_weight_layout {
     cuda_dtype dtype;
     size_t wte;                 /* (V, C) */
     size_t wpe;                 /* (P + position_offset, C) */
-    size_t wtt;                 /* (C): row 0 of the token type table */
+    size_t wtt;                 /* (type_vocab_size, C): the token type table */
     size_t emb_ln_w, emb_ln_b;  /* fp32 (C) */
     cuda_layer_offsets *layers; /* [L], owned */
     int nlayers;
@@ -70,16 +70,16 @@ void cuda_weight_layout_free(cuda_weight_layout *w);
 typedef struct cuda_workspace_plan {
     int32_t max_tokens, max_seqs, max_tiles;
     /* Device, bytes from the start of the workspace. */
-    size_t ids, pos;   /* int32 (T_max) each */
-    size_t cu_seqlens; /* int32 (B_max + 1) */
-    size_t tiles;      /* int32 2·max_tiles: (sequence, first query row) */
-    size_t x;          /* act (T_max, C): residual stream */
-    size_t qkv;        /* act (T_max, 3C) */
-    size_t att;        /* act (T_max, C): attention output */
-    size_t tmp;        /* act (T_max, C): GEMM output before LayerNorm */
-    size_t ffn;        /* act (T_max, F) */
-    size_t pooled;     /* fp32 (B_max, C) */
-    size_t lt_ws;      /* cuBLASLt's scratch */
+    size_t ids, types, pos; /* int32 (T_max) each */
+    size_t cu_seqlens;      /* int32 (B_max + 1) */
+    size_t tiles;           /* int32 2·max_tiles: (sequence, first query row) */
+    size_t x;               /* act (T_max, C): residual stream */
+    size_t qkv;             /* act (T_max, 3C) */
+    size_t att;             /* act (T_max, C): attention output */
+    size_t tmp;             /* act (T_max, C): GEMM output before LayerNorm */
+    size_t ffn;             /* act (T_max, F) */
+    size_t pooled;          /* fp32 (B_max, C) */
+    size_t lt_ws;           /* cuBLASLt's scratch */
     size_t lt_ws_bytes;
     size_t device_bytes;
     /* Pinned host staging: ids, positions, cu_seqlens and tiles go up in one
@@ -111,6 +111,13 @@ int cuda_check_batch(const int32_t *cu_seqlens, int32_t batch, int32_t max_len, 
  * sequence. Returns the tile count, or -1 when more than max_tiles. */
 int32_t cuda_attn_tiles(const int32_t *cu_seqlens, int32_t batch, int32_t block_m, int32_t *tiles,
                         int32_t max_tiles);
+
+/* Stages the token types of a batch of T tokens into dst: type_ids, or 0
+ * for every token when type_ids is NULL (what the engine contract hands an
+ * embedder). Returns 0, or -1 naming the first type outside
+ * [0, type_vocab_size). */
+int cuda_stage_types(const int32_t *type_ids, int32_t T, int32_t type_vocab_size, int32_t *dst,
+                     char *err, size_t err_len);
 
 /* Position ids of every token as model/bert.c numbers them: BERT counts
  * from 0 in each sequence; RoBERTa and XLM-R from position_pad_id + 1, with

@@ -63,7 +63,7 @@ static void check_weights(cuda_dtype t) {
 #define ADD(o, b) (r[n++] = (region){(o), (b)}, payload += (b))
     ADD(w.wte, 30522 * C * e);
     ADD(w.wpe, 512 * C * e);
-    ADD(w.wtt, C * e);
+    ADD(w.wtt, 2 * C * e); /* type_vocab_size 2 */
     ADD(w.emb_ln_w, C * f);
     ADD(w.emb_ln_b, C * f);
     for (int l = 0; l < 6; l++) {
@@ -213,6 +213,20 @@ Test(cuda_plan, batch_checks) {
     cr_assert_eq(cuda_check_batch(ok, 2, 512, 8, 1, err, sizeof err), -1);
     const int32_t bad_start[] = {1, 3};
     cr_assert_eq(cuda_check_batch(bad_start, 1, 512, 8, 4, err, sizeof err), -1);
+}
+
+Test(cuda_plan, token_types_staged_or_zero) {
+    int32_t dst[4] = {7, 7, 7, 7};
+    char err[256];
+    cr_assert_eq(cuda_stage_types(NULL, 4, 2, dst, err, sizeof err), 0);
+    const int32_t zero[4] = {0};
+    cr_assert_arr_eq(dst, zero, sizeof zero);
+    const int32_t pair[4] = {0, 0, 1, 1};
+    cr_assert_eq(cuda_stage_types(pair, 4, 2, dst, err, sizeof err), 0);
+    cr_assert_arr_eq(dst, pair, sizeof pair);
+    const int32_t bad[4] = {0, 1, 2, 0};
+    cr_assert_eq(cuda_stage_types(bad, 4, 2, dst, err, sizeof err), -1);
+    cr_assert(strstr(err, "token 2 has type 2"), "%s", err);
 }
 
 Test(cuda_plan, positions_bert_and_roberta) {
