@@ -56,8 +56,9 @@ typedef struct cuda_ctx {
     cudaEvent_t *ev;
     int nev;
     bert_stage_ns stages;
-    /* Shadow verification (fp32 only, see cuda_set_attn_tap): layer
-     * `tap_layer`'s attention copied back, qkv then out, (T, 4C) floats. */
+    const char *lt_status; /* cuBLASLt's status name of the last failed call */
+                           /* Shadow verification (fp32 only, see cuda_set_attn_tap): layer
+                            * `tap_layer`'s attention copied back, qkv then out, (T, 4C) floats. */
     engine_attn_tap_fn tap;
     void *tap_ctx;
     int tap_layer;
@@ -424,7 +425,11 @@ static int shape_make(cuda_ctx *c, gemm_shape *s, int n, int k, int T, int beta1
     const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(c->lt, c->mm[beta1], s->a, s->b, s->d,
                                                              s->d, pref, 1, &s->algo, &found);
     cublasLtMatmulPreferenceDestroy(pref);
-    return st == CUBLAS_STATUS_SUCCESS && found > 0 ? 0 : -1;
+    if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
+        c->lt_status = st != CUBLAS_STATUS_SUCCESS ? cublasLtGetStatusName(st) : "no algorithm";
+        return -1;
+    }
+    return 0;
 }
 
 static void shape_free(gemm_shape *s) {
@@ -448,7 +453,11 @@ static int gemm(cuda_ctx *c, const gemm_shape *s, size_t w_off, size_t b_off, co
     const cublasStatus_t st = cublasLtMatmul(
         c->lt, c->mm[beta1], &alpha, c->w + w_off, s->a, x, s->b, &beta, beta1 ? resid : d, s->d, d,
         s->d, &s->algo.algo, c->ws + c->plan.lt_ws, c->plan.lt_ws_bytes, c->stream);
-    return st == CUBLAS_STATUS_SUCCESS ? 0 : -1;
+    if (st != CUBLAS_STATUS_SUCCESS) {
+        c->lt_status = cublasLtGetStatusName(st);
+        return -1;
+    }
+    return 0;
 }
 
 /* Copies the tapped layer's attention back as fp32 and hands it over. */
@@ -490,11 +499,14 @@ static uint64_t ev_ns(cudaEvent_t a, cudaEvent_t b) {
     return (uint64_t)((double)ms * 1e6);
 }
 
+/* On failure the message names the CUDA error, or cuBLASLt's status when a
+ * GEMM failed. */
 #define FWD(cond, what)                                                                            \
     do {                                                                                           \
+        c->lt_status = NULL;                                                                       \
         if (cond) {                                                                                \
             snprintf(err, err_len, "cuda: %s failed: %s", what,                                    \
-                     cudaGetErrorString(cudaGetLastError()));                                      \
+                     c->lt_status ? c->lt_status : cudaGetErrorString(cudaGetLastError()));        \
             rc = ENGINE_EFORWARD;                                                                  \
             goto done;                                                                             \
         }                                                                                          \

@@ -11,6 +11,10 @@
  *     CUBLAS_COMPUTE_32F, no TF32);
  *   bf16 against the CPU fp32 engine: 0.9999, the service's start-up floor
  *     for bf16 (server/engine.c), which the engine must meet to be served.
+ * A model directory other than models/all-MiniLM-L6-v2 (a copy converted to
+ * fp16 to travel to an offline GPU machine, say) is compared with the CPU
+ * engine on the same weights; PyTorch's vectors are then printed, not
+ * checked, since they were made from the original fp32 weights.
  * Throughput: batch 128 of 64-token sequences (synthetic ids, [CLS] .. [SEP]),
  * median of 10 forwards (3 for the CPU engine); printed, never asserted. */
 #include <jansson.h>
@@ -161,10 +165,14 @@ int main(int argc, char **argv) {
             lo_cpu = a < lo_cpu ? a : lo_cpu;
             lo_torch = b < lo_torch ? b : lo_torch;
         }
-        const int ok = lo_cpu >= floors[k] && (ps[k] != GEMM_FP32 || lo_torch >= floors[k]);
+        const int torch_checked = strcmp(model_dir, "models/all-MiniLM-L6-v2") == 0;
+        const int ok =
+            lo_cpu >= floors[k] && (ps[k] != GEMM_FP32 || !torch_checked || lo_torch >= floors[k]);
         failed += !ok;
-        printf("golden %s: lowest cosine vs cpu fp32 %.7f, vs PyTorch %.7f, floor %g  %s\n",
-               engine_precision_name(ps[k]), lo_cpu, lo_torch, floors[k], ok ? "ok" : "FAILED");
+        printf("golden %s: lowest cosine vs cpu fp32 %.7f, vs PyTorch %.7f%s, floor %g  %s\n",
+               engine_precision_name(ps[k]), lo_cpu, lo_torch,
+               torch_checked ? "" : " (not checked: other weights)", floors[k],
+               ok ? "ok" : "FAILED");
         engine_memory m;
         engine_memory_of(g, &m);
         printf("  memory: weights %zu B on the device, workspace %zu B (device + pinned)\n",
