@@ -7,6 +7,9 @@
 #   docker build --build-arg MODEL=bake -t attnserve:minilm .   # model inside the image
 #   docker run --rm -p 8080:8080 attnserve:minilm
 #
+#   docker build --target runtime-cuda --build-arg MODEL=bake -t attnserve:minilm-cuda .
+#   docker run --rm --gpus all -p 8080:8080 attnserve:minilm-cuda      # the GPU image
+#
 # MODEL=bake copies models/all-MiniLM-L6-v2 from the build context (fetch it
 # first with `make model`). Without it the image expects the model directory
 # mounted at /models/all-MiniLM-L6-v2 (ATTNSERVE_MODEL points there; set it to
@@ -22,6 +25,9 @@
 # drain_timeout_s (default 20 s). Give `docker stop -t` more than that.
 
 ARG DEBIAN_IMAGE=debian:bookworm-slim
+# The GPU image's bases (target runtime-cuda, below).
+ARG CUDA_DEVEL_IMAGE=nvidia/cuda:13.0.0-devel-ubuntu24.04
+ARG CUDA_RUNTIME_IMAGE=nvidia/cuda:13.0.0-runtime-ubuntu24.04
 
 # ---- build: the toolchain and -dev packages, from the project's own list ----
 FROM ${DEBIAN_IMAGE} AS build
@@ -56,6 +62,75 @@ RUN case "$MODEL" in \
           && rm -rf /out/models/all-MiniLM-L6-v2/.cache /out/models/all-MiniLM-L6-v2/*.partial.* ;; \
     *) echo "MODEL must be mount or bake, not '$MODEL'" >&2; exit 1 ;; \
     esac
+
+# ---- GPU image (--target runtime-cuda): the same service and the cuda engine ---
+# Built and run on NVIDIA's CUDA images rather than Debian: their runtime image
+# carries libcudart and libcublasLt, which the plugin links (rpath
+# /usr/local/cuda/lib64), and the driver comes from the host through the
+# NVIDIA container toolkit. Both stages are the same Ubuntu, so the runtime
+# packages are read from the binary exactly as for the Debian image. The
+# plugin is installed in plugin_dir; engine stays `auto`, which takes cuda
+# where a GPU is visible and the CPU engine where none is (set
+# ATTNSERVE_ENGINE=cuda to refuse to start without one, as deploy/k8s/gpu does).
+FROM ${CUDA_DEVEL_IMAGE} AS build-cuda
+WORKDIR /src
+# The build's packages only (install-deps.sh also installs Debian-only test
+# tools).
+RUN apt-get update -q \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+         build-essential pkg-config libmicrohttpd-dev libjansson-dev libuv1-dev libopenblas-dev \
+    && rm -rf /var/lib/apt/lists/*
+COPY . .
+RUN make -j"$(nproc)" build/attnserve cuda CUDA_HOME=/usr/local/cuda \
+    && install -D -m 0755 build/attnserve /out/usr/local/bin/attnserve \
+    && install -D -m 0644 build/gpu-engines/cuda.so /out/usr/lib/attnserve/engines/cuda.so \
+    && mkdir -p /out/usr/share/attnserve \
+    && deploy/docker/runtime-packages.sh build/attnserve > /out/usr/share/attnserve/runtime-packages \
+    && ldd build/attnserve | awk '$2 == "=>" { print $1, $3 }' | sort > /out/usr/share/attnserve/libraries \
+    && install -D -m 0755 deploy/docker/healthcheck.sh /out/usr/local/bin/attnserve-healthcheck \
+    && mkdir -p /out/etc/attnserve /out/models \
+    && if [ -f config/attnserve.json ]; then \
+           cp config/attnserve.json /out/etc/attnserve/attnserve.json; \
+       else \
+           echo '{}' > /out/etc/attnserve/attnserve.json; \
+       fi
+ARG MODEL=mount
+RUN case "$MODEL" in \
+    mount) ;; \
+    bake) test -s models/all-MiniLM-L6-v2/model.safetensors \
+              || { echo "MODEL=bake: models/all-MiniLM-L6-v2 is missing; run make model first" >&2; exit 1; }; \
+          cp -a models/all-MiniLM-L6-v2 /out/models/ \
+          && rm -rf /out/models/all-MiniLM-L6-v2/.cache /out/models/all-MiniLM-L6-v2/*.partial.* ;; \
+    *) echo "MODEL must be mount or bake, not '$MODEL'" >&2; exit 1 ;; \
+    esac
+
+FROM ${CUDA_RUNTIME_IMAGE} AS runtime-cuda
+COPY --from=build-cuda /out/usr/share/attnserve/runtime-packages /usr/share/attnserve/runtime-packages
+RUN apt-get update -q \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+         $(cat /usr/share/attnserve/runtime-packages) \
+    && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin \
+    && useradd --system --uid 10001 --user-group --no-create-home \
+         --home-dir /nonexistent --shell /usr/sbin/nologin attnserve
+COPY --from=build-cuda /out/ /
+# The core's libraries as in the build stage, and the plugin's CUDA libraries
+# resolved (the driver, libcuda, is the host's and absent at build time).
+RUN ldd /usr/local/bin/attnserve | awk '$2 == "=>" { print $1, $3 }' | sort > /tmp/libraries \
+    && diff -u /usr/share/attnserve/libraries /tmp/libraries \
+    && rm /tmp/libraries \
+    && ! ldd /usr/lib/attnserve/engines/cuda.so | grep 'not found' \
+    && /usr/local/bin/attnserve --version
+ENV ATTNSERVE_HOST=0.0.0.0 \
+    ATTNSERVE_MODEL=/models/all-MiniLM-L6-v2 \
+    ATTNSERVE_PLUGIN_DIR=/usr/lib/attnserve/engines
+USER 10001:10001
+WORKDIR /
+EXPOSE 8080
+HEALTHCHECK --interval=10s --timeout=5s --start-period=60s --retries=3 \
+    CMD ["/usr/local/bin/attnserve-healthcheck"]
+STOPSIGNAL SIGTERM
+ENTRYPOINT ["/usr/local/bin/attnserve"]
+CMD ["--config", "/etc/attnserve/attnserve.json"]
 
 # ---- runtime: only the shared libraries the binary links ---------------------
 # Today libmicrohttpd12, libjansson4, libuv1, libpcre2-8-0, libc6 and the pthread OpenBLAS

@@ -1,0 +1,61 @@
+/* cuda_kernels.h — the launchers of the CUDA engine's own kernels
+ * (kernels.cu), callable from C. Every launcher enqueues on the stream it is
+ * given, returns the launch's cudaError_t as an int (0: launched) and never
+ * synchronises. Element types follow cuda_plan.h's cuda_dtype: "act" is the
+ * activations' and weights' type, LayerNorm vectors and pooled vectors are
+ * fp32. Shapes use bert.h's letters. */
+#ifndef ENGINES_CUDA_KERNELS_H
+#define ENGINES_CUDA_KERNELS_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct cuda_attn_args {
+    const void *qkv;           /* act (T, 3C): [Q | K | V], head h at columns h·D */
+    void *out;                 /* act (T, C) */
+    const int32_t *cu_seqlens; /* device [B + 1] */
+    const int32_t *tiles;      /* device [2·ntiles] from cuda_attn_tiles */
+    int32_t ntiles;
+    int32_t batch; /* B */
+    int32_t heads, head_dim;
+    float scale;
+} cuda_attn_args;
+
+/* x[t] = LayerNorm(wte[ids[t]] + wpe[pos[t]] + wtt[types[t]]) over C, in act. */
+int cuda_embed_ln(int dtype, const int32_t *ids, const int32_t *types, const int32_t *pos,
+                  const void *wte, const void *wpe, const void *wtt, const float *ln_w,
+                  const float *ln_b, float eps, void *x, int32_t T, int32_t C, void *stream);
+
+/* y[t] = LayerNorm(x[t]) over C, in act (x is the GEMM's output with the
+ * bias and residual already added). */
+int cuda_layernorm(int dtype, const void *x, const float *w, const float *b, float eps, void *y,
+                   int32_t T, int32_t C, void *stream);
+
+/* In place: x = GELU(x), the exact erf form BERT uses. */
+int cuda_gelu(int dtype, void *x, int64_t n, void *stream);
+
+/* FlashAttention-2-style varlen attention on tensor cores (act fp16 or bf16;
+ * head_dim 32, 64 or 128): no padding, one thread block per (query tile,
+ * head), online softmax in fp32. */
+int cuda_flash_attention(int dtype, const cuda_attn_args *a, void *stream);
+/* The same problem in fp32 arithmetic, one warp per (token, head): the
+ * fp32 engine's attention and the reference of the GPU self-test. */
+int cuda_attention_ref(int dtype, const cuda_attn_args *a, int32_t T, void *stream);
+/* Dynamic shared memory the flash kernel needs for head_dim (0: unsupported),
+ * and the one-time opt-in above the default 48 KiB. */
+int cuda_flash_smem_bytes(int head_dim);
+int cuda_flash_prepare(void);
+
+/* pooled[b] = mean (or first token, cls != 0) of x over sequence b, then
+ * divided by its L2 norm unless raw: fp32 (B, C). */
+int cuda_pool(int dtype, const void *x, const int32_t *cu_seqlens, int32_t B, int32_t C, int cls,
+              int normalize, float *pooled, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,160 @@
+/* cuda_plan.h — the CUDA engine's host-side logic, in plain C.
+ *
+ * Everything the engine decides without a GPU lives here, so that it is
+ * compiled by the C compiler, linked into the unit tests and checked on
+ * machines that have no device: where each weight sits in the one device
+ * allocation made at load, how large the one workspace allocation is for the
+ * engine's bounds, how a packed varlen batch is cut into the attention
+ * kernel's query tiles, the position ids of every token, the refusal of
+ * models and machines the engine cannot serve, and the float conversions of
+ * the weights. engines/cuda/cuda_engine.c does the CUDA calls and nothing
+ * else that can be tested here.
+ *
+ * Shapes use bert.h's letters: T tokens, B sequences, C hidden size, H heads,
+ * D = C/H head size, F FFN size, V vocabulary, P positions, L layers. */
+#ifndef ENGINES_CUDA_PLAN_H
+#define ENGINES_CUDA_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/bert_config.h"
+
+/* Every device buffer starts on this boundary: cuBLASLt and the vector loads
+ * of the kernels (16 bytes) are satisfied, and so is any 128-byte
+ * transaction. */
+#define CUDA_PLAN_ALIGN 256u
+
+/* Attention kernel tiles: BLOCK_M query rows per thread block (four warps of
+ * 16 rows), keys consumed BLOCK_N at a time. */
+#define CUDA_ATTN_BLOCK_M 64
+#define CUDA_ATTN_BLOCK_N 64
+
+/* The element type of weights and activations on the device. Biases and
+ * activations share it (cuBLASLt's bias takes the output's type); the
+ * LayerNorm vectors are always fp32 (they are C floats per layer and the
+ * normalisation is computed in fp32). */
+typedef enum cuda_dtype { CUDA_DT_F32, CUDA_DT_F16, CUDA_DT_BF16 } cuda_dtype;
+
+size_t cuda_dtype_size(cuda_dtype t);
+const char *cuda_dtype_name(cuda_dtype t);
+
+/* ---- weights: one device allocation, offsets in bytes ------------------------ */
+typedef struct cuda_layer_offsets {
+    size_t qkv_w, qkv_b;         /* (3C, C) rows Q then K then V, (3C) */
+    size_t attn_o_w, attn_o_b;   /* (C, C), (C) */
+    size_t ln1_w, ln1_b;         /* fp32 (C) */
+    size_t ffn_in_w, ffn_in_b;   /* (F, C), (F) */
+    size_t ffn_out_w, ffn_out_b; /* (C, F), (C) */
+    size_t ln2_w, ln2_b;         /* fp32 (C) */
+} cuda_layer_offsets;
+
+typedef struct cuda_weight_layout {
+    cuda_dtype dtype;
+    size_t wte;                 /* (V, C) */
+    size_t wpe;                 /* (P + position_offset, C) */
+    size_t wtt;                 /* (type_vocab_size, C): the token type table */
+    size_t emb_ln_w, emb_ln_b;  /* fp32 (C) */
+    cuda_layer_offsets *layers; /* [L], owned */
+    int nlayers;
+    size_t bytes; /* the whole allocation */
+} cuda_weight_layout;
+
+/* Lays the model out in dtype. Returns 0, or -1 when out of host memory or
+ * the sizes overflow (message in err). */
+int cuda_weight_layout_make(const bert_config *c, cuda_dtype dtype, cuda_weight_layout *out,
+                            char *err, size_t err_len);
+void cuda_weight_layout_free(cuda_weight_layout *w);
+
+/* ---- the workspace: one device allocation and one pinned host buffer ---------- */
+typedef struct cuda_workspace_plan {
+    int32_t max_tokens, max_seqs, max_tiles;
+    /* Device, bytes from the start of the workspace. */
+    size_t ids, types, pos; /* int32 (T_max) each */
+    size_t cu_seqlens;      /* int32 (B_max + 1) */
+    size_t tiles;           /* int32 2·max_tiles: (sequence, first query row) */
+    size_t x;               /* act (T_max, C): residual stream */
+    size_t qkv;             /* act (T_max, 3C) */
+    size_t att;             /* act (T_max, C): attention output */
+    size_t tmp;             /* act (T_max, C): GEMM output before LayerNorm */
+    size_t ffn;             /* act (T_max, F) */
+    size_t pooled;          /* fp32 (B_max, C) */
+    size_t lt_ws;           /* cuBLASLt's scratch */
+    size_t lt_ws_bytes;
+    size_t device_bytes;
+    /* Pinned host staging: ids, positions, cu_seqlens and tiles go up in one
+     * copy (laid out as on the device, from ids to tiles), pooled comes
+     * back. */
+    size_t host_in_bytes; /* ids .. tiles end */
+    size_t host_bytes;    /* host_in_bytes + the pooled vectors */
+} cuda_workspace_plan;
+
+/* The workspace for batches of up to max_tokens tokens in max_seqs sequences
+ * (max_seqs <= 0: max_tokens). Returns 0, or -1 for bounds outside
+ * 1..INT32_MAX/4 or a size that overflows (message in err). */
+int cuda_workspace_plan_make(const bert_config *c, cuda_dtype act, int32_t max_tokens,
+                             int32_t max_seqs, cuda_workspace_plan *out, char *err, size_t err_len);
+
+/* Most query tiles any batch within the bounds can have: every sequence
+ * contributes ceil(len / BLOCK_M) tiles, at most T/BLOCK_M + B in all. */
+int32_t cuda_attn_max_tiles(int32_t max_tokens, int32_t max_seqs);
+
+/* ---- a batch ------------------------------------------------------------- */
+
+/* Checks cu_seqlens[0..batch] (starts at 0, each sequence 1..max_len tokens,
+ * total <= max_tokens, batch <= max_seqs). 0, or -1 with the reason. */
+int cuda_check_batch(const int32_t *cu_seqlens, int32_t batch, int32_t max_len, int32_t max_tokens,
+                     int32_t max_seqs, char *err, size_t err_len);
+
+/* Fills tiles[2·i], tiles[2·i + 1] with (sequence, first query row relative
+ * to the sequence) for each query tile of block_m rows, sequence by
+ * sequence. Returns the tile count, or -1 when more than max_tiles. */
+int32_t cuda_attn_tiles(const int32_t *cu_seqlens, int32_t batch, int32_t block_m, int32_t *tiles,
+                        int32_t max_tiles);
+
+/* Stages the token types of a batch of T tokens into dst: type_ids, or 0
+ * for every token when type_ids is NULL (what the engine contract hands an
+ * embedder). Returns 0, or -1 naming the first type outside
+ * [0, type_vocab_size). */
+int cuda_stage_types(const int32_t *type_ids, int32_t T, int32_t type_vocab_size, int32_t *dst,
+                     char *err, size_t err_len);
+
+/* Position ids of every token as model/bert.c numbers them: BERT counts
+ * from 0 in each sequence; RoBERTa and XLM-R from position_pad_id + 1, with
+ * a token equal to position_pad_id given position_pad_id itself. */
+void cuda_positions(const bert_config *c, const int32_t *ids, const int32_t *cu_seqlens,
+                    int32_t batch, int32_t *pos);
+
+/* ---- refusals -------------------------------------------------------------- */
+
+/* The score the engine gives a machine, from what cudaGetDeviceCount and
+ * cudaGetDeviceProperties said: err != 0 (the runtime's error, e.g. no
+ * driver) or count 0 is 0 with why naming the cause ("no CUDA device: " and
+ * the runtime's message); a device below compute capability 8.0 (no bf16
+ * tensor cores, which the attention kernel needs) is 0; otherwise 100, above
+ * every CPU engine, so `auto` takes the GPU wherever one can run. */
+int cuda_score_from(int err, const char *err_string, int count, int cc_major, int cc_minor,
+                    const char *device_name, char *why, size_t why_len);
+
+/* Whether dir/config.json names an architecture this engine does not run:
+ * a task head (any "*For*" but "*ForMaskedLM" and "*Model", whose encoders
+ * are the same) is refused, as the engine computes embeddings only. Returns
+ * 0 (servable or no architectures key) or -1 with the reason naming the
+ * architecture. An unreadable file is left to the config loader (0). */
+int cuda_refuse_architecture(const char *dir, char *why, size_t why_len);
+
+/* Head sizes the attention kernel is compiled for. */
+int cuda_head_dim_supported(int d);
+
+/* ---- conversions ------------------------------------------------------------ */
+/* Round to nearest even, as the device's __float2bfloat16_rn and
+ * __float2half_rn do; NaN stays NaN, overflow goes to infinity. */
+uint16_t cuda_f32_to_bf16(float f);
+uint16_t cuda_f32_to_f16(float f);
+float cuda_bf16_to_f32(uint16_t h);
+float cuda_f16_to_f32(uint16_t h);
+
+/* Stores n floats at dst in dtype. */
+void cuda_store(cuda_dtype t, void *dst, const float *src, size_t n);
+
+#endif

@@ -1,0 +1,371 @@
+/* test_cuda_plan.c — the CUDA engine's host-side logic (engines/cuda/
+ * cuda_plan.c), which runs on every machine, and the plugin's refusal where
+ * no GPU is.
+ *
+ * The plugin test loads $(BUILD)/gpu-engines/cuda.so, which `make cuda` builds
+ * (and the unit tests build wherever nvcc is, mk/cuda.mk). Where it was not
+ * built the test is reported skipped, never passed. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "engines/cuda/cuda_plan.h"
+#include "engines/engine.h"
+
+#ifndef ATTN_BUILD_DIR
+#define ATTN_BUILD_DIR "build"
+#endif
+#define CUDA_PLUGIN ATTN_BUILD_DIR "/gpu-engines/cuda.so"
+
+/* all-MiniLM-L6-v2's shape. */
+static bert_config minilm(void) {
+    return (bert_config){.vocab_size = 30522,
+                         .hidden_size = 384,
+                         .num_layers = 6,
+                         .num_heads = 12,
+                         .intermediate_size = 1536,
+                         .max_positions = 512,
+                         .type_vocab_size = 2,
+                         .position_offset = 0,
+                         .position_pad_id = -1,
+                         .layer_norm_eps = 1e-12f,
+                         .max_seq_length = 256};
+}
+
+typedef struct region {
+    size_t off, bytes;
+} region;
+
+/* Every region aligned, inside [0, total), and no two overlapping. */
+static void check_regions(const region *r, size_t n, size_t total) {
+    for (size_t i = 0; i < n; i++) {
+        cr_assert_eq(r[i].off % CUDA_PLAN_ALIGN, 0, "region %zu at %zu is not aligned", i,
+                     r[i].off);
+        cr_assert_leq(r[i].off + r[i].bytes, total, "region %zu ends past the allocation", i);
+        for (size_t j = 0; j < i; j++)
+            cr_assert(r[i].off >= r[j].off + r[j].bytes || r[j].off >= r[i].off + r[i].bytes,
+                      "regions %zu and %zu overlap", i, j);
+    }
+}
+
+static void check_weights(cuda_dtype t) {
+    const bert_config c = minilm();
+    cuda_weight_layout w;
+    char err[256];
+    cr_assert_eq(cuda_weight_layout_make(&c, t, &w, err, sizeof err), 0, "%s", err);
+    const size_t e = cuda_dtype_size(t), f = 4, C = 384, F = 1536;
+    region r[5 + 12 * 6];
+    size_t n = 0, payload = 0;
+#define ADD(o, b) (r[n++] = (region){(o), (b)}, payload += (b))
+    ADD(w.wte, 30522 * C * e);
+    ADD(w.wpe, 512 * C * e);
+    ADD(w.wtt, 2 * C * e); /* type_vocab_size 2 */
+    ADD(w.emb_ln_w, C * f);
+    ADD(w.emb_ln_b, C * f);
+    for (int l = 0; l < 6; l++) {
+        const cuda_layer_offsets *o = &w.layers[l];
+        ADD(o->qkv_w, 3 * C * C * e);
+        ADD(o->qkv_b, 3 * C * e);
+        ADD(o->attn_o_w, C * C * e);
+        ADD(o->attn_o_b, C * e);
+        ADD(o->ln1_w, C * f);
+        ADD(o->ln1_b, C * f);
+        ADD(o->ffn_in_w, F * C * e);
+        ADD(o->ffn_in_b, F * e);
+        ADD(o->ffn_out_w, C * F * e);
+        ADD(o->ffn_out_b, C * e);
+        ADD(o->ln2_w, C * f);
+        ADD(o->ln2_b, C * f);
+    }
+#undef ADD
+    check_regions(r, n, w.bytes);
+    /* Alignment costs at most one boundary per region. */
+    cr_assert_geq(w.bytes, payload);
+    cr_assert_leq(w.bytes, payload + n * CUDA_PLAN_ALIGN);
+    cuda_weight_layout_free(&w);
+}
+
+Test(cuda_plan, weight_layout_fp32_and_bf16) {
+    check_weights(CUDA_DT_F32);
+    check_weights(CUDA_DT_BF16);
+    const bert_config c = minilm();
+    cuda_weight_layout a, b;
+    char err[256];
+    cr_assert_eq(cuda_weight_layout_make(&c, CUDA_DT_F32, &a, err, sizeof err), 0);
+    cr_assert_eq(cuda_weight_layout_make(&c, CUDA_DT_BF16, &b, err, sizeof err), 0);
+    /* bf16 halves everything but the LayerNorm vectors (fp32, 4·C floats per
+     * layer and 2·C for the embeddings) and the alignment. */
+    const size_t ln = (6 * 4 + 2) * 384 * 4;
+    cr_assert_leq(b.bytes, (a.bytes - ln) / 2 + ln + 100 * CUDA_PLAN_ALIGN);
+    cr_assert_geq(b.bytes, (a.bytes - ln - 100 * CUDA_PLAN_ALIGN) / 2 + ln);
+    cuda_weight_layout_free(&a);
+    cuda_weight_layout_free(&b);
+}
+
+Test(cuda_plan, weight_layout_refuses_nonsense_shapes) {
+    bert_config c = minilm();
+    c.num_layers = 0;
+    cuda_weight_layout w;
+    char err[256] = "";
+    cr_assert_eq(cuda_weight_layout_make(&c, CUDA_DT_BF16, &w, err, sizeof err), -1);
+    cr_assert(err[0]);
+    c = minilm();
+    c.vocab_size = 1 << 30;
+    c.hidden_size = 1 << 30;
+    /* 2^60 elements of 4 bytes overflow size_t. */
+    cr_assert_eq(cuda_weight_layout_make(&c, CUDA_DT_F32, &w, err, sizeof err), -1);
+    cr_assert(strstr(err, "overflow"), "%s", err);
+}
+
+Test(cuda_plan, workspace_regions) {
+    const bert_config c = minilm();
+    cuda_workspace_plan p;
+    char err[256];
+    const int32_t T = 8192, B = 128;
+    cr_assert_eq(cuda_workspace_plan_make(&c, CUDA_DT_BF16, T, B, &p, err, sizeof err), 0, "%s",
+                 err);
+    cr_assert_eq(p.max_tiles, T / CUDA_ATTN_BLOCK_M + B);
+    const size_t e = 2, C = 384, F = 1536;
+    const region r[] = {
+        {p.ids, T * 4},
+        {p.pos, T * 4},
+        {p.cu_seqlens, (B + 1) * 4},
+        {p.tiles, 2 * (size_t)p.max_tiles * 4},
+        {p.x, T * C * e},
+        {p.qkv, T * 3 * C * e},
+        {p.att, T * C * e},
+        {p.tmp, T * C * e},
+        {p.ffn, T * F * e},
+        {p.pooled, B * C * 4},
+        {p.lt_ws, p.lt_ws_bytes},
+    };
+    check_regions(r, sizeof r / sizeof r[0], p.device_bytes);
+    /* The staged inputs are the workspace's prefix, so one copy moves them. */
+    cr_assert_eq(p.ids, 0);
+    cr_assert_geq(p.host_in_bytes, p.tiles + 2 * (size_t)p.max_tiles * 4);
+    cr_assert_leq(p.host_in_bytes, p.x);
+    cr_assert_eq(p.host_bytes, p.host_in_bytes + B * C * 4);
+    /* max_seqs 0 (or above max_tokens): as many sequences as tokens. */
+    cr_assert_eq(cuda_workspace_plan_make(&c, CUDA_DT_F32, 100, 0, &p, err, sizeof err), 0);
+    cr_assert_eq(p.max_seqs, 100);
+    cr_assert_eq(cuda_workspace_plan_make(&c, CUDA_DT_F32, 0, 1, &p, err, sizeof err), -1);
+    cr_assert(strstr(err, "max_tokens"), "%s", err);
+}
+
+/* Every batch within the bounds tiles into at most max_tiles tiles, and the
+ * tiles cover each query row of each sequence exactly once. */
+Test(cuda_plan, attention_tiles_cover_every_query_once) {
+    enum { TMAX = 700, BMAX = 40 };
+    const int32_t max_tiles = cuda_attn_max_tiles(TMAX, BMAX);
+    int32_t cu[BMAX + 1], tiles[2 * (TMAX / CUDA_ATTN_BLOCK_M + BMAX)];
+    unsigned seed = 12345;
+    for (int round = 0; round < 2000; round++) {
+        seed = seed * 1103515245u + 12345u;
+        const int32_t B = 1 + (int32_t)((seed >> 8) % BMAX);
+        /* Lengths that sum to at most TMAX, often just past a tile. */
+        cu[0] = 0;
+        int32_t budget = TMAX;
+        for (int32_t b = 0; b < B; b++) {
+            seed = seed * 1103515245u + 12345u;
+            int32_t len = 1 + (int32_t)((seed >> 8) % 200);
+            if (round % 3 == 0)
+                len = CUDA_ATTN_BLOCK_M + 1;
+            const int32_t left = budget - (B - 1 - b);
+            len = len > left ? left : len;
+            cu[b + 1] = cu[b] + len;
+            budget -= len;
+        }
+        const int32_t n = cuda_attn_tiles(cu, B, CUDA_ATTN_BLOCK_M, tiles, max_tiles);
+        cr_assert_geq(n, 1, "round %d: the bound %d was exceeded", round, max_tiles);
+        static unsigned char seen[TMAX];
+        memset(seen, 0, sizeof seen);
+        for (int32_t i = 0; i < n; i++) {
+            const int32_t b = tiles[2 * i], q0 = tiles[2 * i + 1];
+            cr_assert(b >= 0 && b < B);
+            const int32_t len = cu[b + 1] - cu[b];
+            cr_assert(q0 >= 0 && q0 < len && q0 % CUDA_ATTN_BLOCK_M == 0);
+            for (int32_t q = q0; q < q0 + CUDA_ATTN_BLOCK_M && q < len; q++)
+                seen[cu[b] + q]++;
+        }
+        for (int32_t t = 0; t < cu[B]; t++)
+            cr_assert_eq(seen[t], 1, "round %d: token %d covered %d times", round, t, seen[t]);
+    }
+    /* A list too small is refused, never overrun. */
+    const int32_t two[] = {0, 200};
+    cr_assert_eq(cuda_attn_tiles(two, 1, CUDA_ATTN_BLOCK_M, tiles, 2), -1);
+}
+
+Test(cuda_plan, batch_checks) {
+    char err[256];
+    const int32_t ok[] = {0, 3, 5};
+    cr_assert_eq(cuda_check_batch(ok, 2, 512, 8, 4, err, sizeof err), 0, "%s", err);
+    const int32_t empty_seq[] = {0, 3, 3};
+    cr_assert_eq(cuda_check_batch(empty_seq, 2, 512, 8, 4, err, sizeof err), -1);
+    cr_assert(strstr(err, "sequence 1 has 0 tokens"), "%s", err);
+    const int32_t too_long[] = {0, 600};
+    cr_assert_eq(cuda_check_batch(too_long, 1, 512, 1024, 4, err, sizeof err), -1);
+    cr_assert_eq(cuda_check_batch(ok, 2, 512, 4, 4, err, sizeof err), -1);
+    cr_assert(strstr(err, "workspace holds 4"), "%s", err);
+    cr_assert_eq(cuda_check_batch(ok, 2, 512, 8, 1, err, sizeof err), -1);
+    const int32_t bad_start[] = {1, 3};
+    cr_assert_eq(cuda_check_batch(bad_start, 1, 512, 8, 4, err, sizeof err), -1);
+}
+
+Test(cuda_plan, token_types_staged_or_zero) {
+    int32_t dst[4] = {7, 7, 7, 7};
+    char err[256];
+    cr_assert_eq(cuda_stage_types(NULL, 4, 2, dst, err, sizeof err), 0);
+    const int32_t zero[4] = {0};
+    cr_assert_arr_eq(dst, zero, sizeof zero);
+    const int32_t pair[4] = {0, 0, 1, 1};
+    cr_assert_eq(cuda_stage_types(pair, 4, 2, dst, err, sizeof err), 0);
+    cr_assert_arr_eq(dst, pair, sizeof pair);
+    const int32_t bad[4] = {0, 1, 2, 0};
+    cr_assert_eq(cuda_stage_types(bad, 4, 2, dst, err, sizeof err), -1);
+    cr_assert(strstr(err, "token 2 has type 2"), "%s", err);
+}
+
+Test(cuda_plan, positions_bert_and_roberta) {
+    bert_config c = minilm();
+    const int32_t ids[] = {101, 7, 102, 101, 8, 9, 102}, cu[] = {0, 3, 7};
+    int32_t pos[7];
+    cuda_positions(&c, ids, cu, 2, pos);
+    const int32_t bert[] = {0, 1, 2, 0, 1, 2, 3};
+    cr_assert_arr_eq(pos, bert, sizeof bert);
+    /* RoBERTa: from padding_idx + 1; the padding id itself sits at
+     * padding_idx. */
+    c.position_offset = 2;
+    c.position_pad_id = 1;
+    const int32_t rids[] = {0, 5, 1, 2}, rcu[] = {0, 4};
+    cuda_positions(&c, rids, rcu, 1, pos);
+    const int32_t roberta[] = {2, 3, 1, 4};
+    cr_assert_arr_eq(pos, roberta, sizeof roberta);
+}
+
+Test(cuda_plan, score_names_the_cause) {
+    char why[256];
+    cr_assert_eq(cuda_score_from(35, "CUDA driver version is insufficient for CUDA runtime version",
+                                 0, 0, 0, NULL, why, sizeof why),
+                 0);
+    cr_assert(strstr(why, "no CUDA device: CUDA driver version is insufficient"), "%s", why);
+    cr_assert_eq(cuda_score_from(0, NULL, 0, 0, 0, NULL, why, sizeof why), 0);
+    cr_assert(strstr(why, "no CUDA device"), "%s", why);
+    cr_assert_eq(cuda_score_from(0, NULL, 1, 7, 5, "Tesla T4", why, sizeof why), 0);
+    cr_assert(strstr(why, "Tesla T4 has compute capability 7.5"), "%s", why);
+    cr_assert_eq(cuda_score_from(0, NULL, 1, 9, 0, "NVIDIA H200", why, sizeof why), 100);
+    cr_assert_str_eq(why, "");
+}
+
+static void write_config(const char *dir, const char *json) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs(json, f);
+    fclose(f);
+}
+
+Test(cuda_plan, classifier_models_refused_by_architecture) {
+    char dir[] = "/tmp/cuda-plan-XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    char why[512] = "";
+    write_config(dir, "{\"architectures\": [\"BertForSequenceClassification\"]}");
+    cr_assert_eq(cuda_refuse_architecture(dir, why, sizeof why), -1);
+    cr_assert(strstr(why, "BertForSequenceClassification"), "%s", why);
+    write_config(dir, "{\"architectures\": [\"XLMRobertaForSequenceClassification\"]}");
+    cr_assert_eq(cuda_refuse_architecture(dir, why, sizeof why), -1);
+    write_config(dir, "{\"architectures\": [\"BertModel\"]}");
+    cr_assert_eq(cuda_refuse_architecture(dir, why, sizeof why), 0, "%s", why);
+    write_config(dir, "{\"architectures\": [\"BertForMaskedLM\"]}");
+    cr_assert_eq(cuda_refuse_architecture(dir, why, sizeof why), 0, "%s", why);
+    write_config(dir, "{\"model_type\": \"bert\"}");
+    cr_assert_eq(cuda_refuse_architecture(dir, why, sizeof why), 0, "%s", why);
+    char path[512];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    unlink(path);
+    rmdir(dir);
+    cr_assert(cuda_head_dim_supported(32) && cuda_head_dim_supported(64) &&
+              cuda_head_dim_supported(128));
+    cr_assert(!cuda_head_dim_supported(48) && !cuda_head_dim_supported(256));
+}
+
+/* The conversions against the compiler's own: _Float16 rounds to nearest
+ * even, and bf16 is checked against its definition (the upper half of the
+ * float, rounded to nearest even). */
+Test(cuda_plan, conversions_round_to_nearest_even) {
+    for (uint32_t h = 0; h < 0x10000u; h++) {
+        const float f = cuda_f16_to_f32((uint16_t)h);
+        if (isnan(f))
+            continue;
+        cr_assert_eq(cuda_f32_to_f16(f), h, "f16 %#x does not round-trip", h);
+        const _Float16 ref = (_Float16)f;
+        cr_assert_eq((float)ref, f, "f16 %#x decodes to %a", h, (double)f);
+        const float b = cuda_bf16_to_f32((uint16_t)h);
+        if (!isnan(b))
+            cr_assert_eq(cuda_f32_to_bf16(b), h, "bf16 %#x does not round-trip", h);
+    }
+    unsigned seed = 7;
+    for (int i = 0; i < 1000000; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        uint32_t u = seed;
+        float f;
+        memcpy(&f, &u, sizeof f);
+        if (isnan(f))
+            continue;
+        _Float16 ref = (_Float16)f;
+        uint16_t rh;
+        memcpy(&rh, &ref, sizeof rh);
+        cr_assert_eq(cuda_f32_to_f16(f), rh, "f16 of %a: %#x, the compiler's %#x", (double)f,
+                     cuda_f32_to_f16(f), rh);
+        /* bf16: the nearer of the two neighbours, ties to the even one. */
+        const uint16_t lo = (uint16_t)(u >> 16), hi = (uint16_t)(lo + 1);
+        if (isinf(cuda_bf16_to_f32(hi)) || isinf(f))
+            continue; /* the overflow to infinity is not a neighbour's distance */
+        const double dlo = fabs((double)cuda_bf16_to_f32(lo) - f);
+        const double dhi = fabs((double)cuda_bf16_to_f32(hi) - f);
+        const uint16_t got = cuda_f32_to_bf16(f);
+        if (dlo < dhi)
+            cr_assert_eq(got, lo, "bf16 of %a", (double)f);
+        else if (dhi < dlo)
+            cr_assert_eq(got, hi, "bf16 of %a", (double)f);
+        else
+            cr_assert_eq(got, (lo & 1) ? hi : lo, "bf16 tie of %a", (double)f);
+    }
+    cr_assert(isnan(cuda_bf16_to_f32(cuda_f32_to_bf16(NAN))));
+    cr_assert(isnan(cuda_f16_to_f32(cuda_f32_to_f16(NAN))));
+    cr_assert(isinf(cuda_f16_to_f32(cuda_f32_to_f16(70000.0f))));
+}
+
+/* The built plugin loads; with no usable GPU it is listed, refused, and the
+ * reason names the cause; asking for it by name fails with that reason. */
+Test(cuda_plugin, refused_without_a_device) {
+    struct stat st;
+    if (stat(CUDA_PLUGIN, &st) != 0)
+        cr_skip_test("%s was not built (no nvcc here; `make cuda` builds it): the refusal path "
+                     "was NOT checked",
+                     CUDA_PLUGIN);
+    char err[512] = "";
+    engine_registry_init(NULL, err, sizeof err);
+    const engine_entry *e = engine_registry_load(CUDA_PLUGIN);
+    cr_assert_str_eq(e->name, "cuda", "%s", e->reason);
+    cr_assert_not_null(e->iface, "the plugin did not load: %s", e->reason);
+    if (e->offered) {
+        /* A machine with a GPU: offered above every CPU engine. */
+        cr_assert_eq(e->score, 100);
+        return;
+    }
+    cr_assert(strstr(e->reason, "no CUDA device") || strstr(e->reason, "compute capability"), "%s",
+              e->reason);
+    const engine_iface *t = NULL;
+    gemm_precision p;
+    cr_assert_neq(engine_select("cuda", "bf16", &t, &p, err, sizeof err), ENGINE_OK);
+    cr_assert(strstr(err, "no CUDA device") || strstr(err, "compute capability"), "%s", err);
+    /* auto stays on a CPU engine. */
+    cr_assert_eq(engine_select("auto", "fp32", &t, &p, err, sizeof err), ENGINE_OK, "%s", err);
+    cr_assert_str_neq(t->name, "cuda");
+    cr_log_info("cuda plugin refused as expected: %s", e->reason);
+}
