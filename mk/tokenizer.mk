@@ -4,7 +4,8 @@
 #                            with transformers (tests/golden/xlmr-tiny) and
 #                            write the Hugging Face `tokenizers` goldens
 #                            (unigram_cases.json, unigram-*/, roberta-tiny/,
-#                            wordpiece_decode.json); then regenerate
+#                            wordpiece_decode.json, pair_cases.json with
+#                            pair-*/); then regenerate
 #                            model/tok_tables.c
 #
 # The results are committed, so `make test` needs none of these packages; the
@@ -19,4 +20,5 @@ tokenizer-goldens: model
 	$(TOK_VENV)/bin/python tests/golden/make_unigram_tokenizer.py
 	$(TOK_VENV)/bin/python tests/golden/make_unigram_cases.py
 	$(TOK_VENV)/bin/python tests/golden/make_wordpiece_decode.py $(MODEL_DIR)
+	$(TOK_VENV)/bin/python tests/golden/make_pair_cases.py $(MODEL_DIR)
 	$(TOK_VENV)/bin/python scripts/gen_tok_tables.py > model/tok_tables.c
