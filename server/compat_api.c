@@ -960,8 +960,15 @@ int compat_api_register(compat_api *c, routes *t) {
          OAI},
         {"POST", "/detokenize", true, HTTP_AUTH_KEY, llama_detokenize, NULL, c, OAI},
     };
-    for (size_t i = 0; i < sizeof mine / sizeof mine[0]; i++)
+    for (size_t i = 0; i < sizeof mine / sizeof mine[0]; i++) {
+        /* A classifier's / and /invocations are score_api's, as TEI routes
+         * them by the model's task. */
+        const bool dflt =
+            strcmp(mine[i].path, "/") == 0 || strcmp(mine[i].path, "/invocations") == 0;
+        if (dflt && c->eapi->classifier)
+            continue;
         if (routes_add(t, mine[i]) != 0)
             return -1;
+    }
     return 0;
 }

@@ -26,6 +26,7 @@ void embed_job_release(void *p) {
     membudget_free(job->ids);
     membudget_free(job->out);
     membudget_free(job->hidden);
+    membudget_free(job->type_ids);
     json_decref(job->model);
     membudget_free(job);
 }
@@ -239,6 +240,15 @@ static embed_job *make_job(const embed_api *api, const char *field, json_t *in, 
     int kind = IN_TEXTS;
     int32_t n = 0;
     json_t *list = NULL;
+    /* A classifier's output is its labels' logits, not a vector: as TEI,
+     * every embedding route refuses it (424). */
+    if (api->classifier) {
+        refuse(r, SRV_ETASK,
+               "Model is not an embedding model: `%s` is a classifier (use /rerank, /predict, "
+               "/classify or /v1/rerank)",
+               api->model_name);
+        return NULL;
+    }
     /* Every refusal from here on is about the inputs. */
     r->param = field;
     if (classify(api, field, in, allow_ids, &kind, &n, &list, r) != SRV_OK)
@@ -554,6 +564,7 @@ size_t embed_job_bytes(const embed_job *job) {
     const size_t C = job->out ? (size_t)job->out_dim : 0;
     return membudget_cost(sizeof *job) + membudget_cost(((size_t)job->n + 1) * sizeof *job->cu) +
            membudget_cost(job->ids_cap * sizeof *job->ids) +
+           (job->type_ids ? membudget_cost(job->ids_cap * sizeof *job->type_ids) : 0) +
            (job->out ? membudget_cost((size_t)job->n * C * sizeof *job->out) : 0);
 }
 

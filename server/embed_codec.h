@@ -53,6 +53,9 @@ typedef struct embed_api {
     int64_t created;                        /* /v1/models' "created": start, Unix seconds */
     _Atomic int64_t max_inputs_per_request; /* reloadable */
     _Atomic int64_t request_timeout_ms;     /* reloadable */
+    /* The served model classifies (score_api.h): every embedding request
+     * is refused, 424, as TEI refuses it. */
+    bool classifier;
 } embed_api;
 
 /* Decoding on its own: the routes call these, and tests/fuzz drives them
@@ -143,6 +146,9 @@ struct embed_job {
     bool base64;    /* OpenAI encoding_format */
     json_t *model;  /* OpenAI: the name to echo */
     float *hidden;  /* (cu[n], C) every token's last hidden state; NULL: not asked */
+    /* (ids_cap) each token's type id, beside ids; NULL: every token type 0
+     * (embeddings). score_api.h's pairs set it. */
+    int32_t *type_ids;
 };
 
 /* The answer for a finished job in its route's shape (C: the model's

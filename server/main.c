@@ -38,6 +38,7 @@
 #include "server/openapi.h"
 #include "server/routes.h"
 #include "server/scheduler.h"
+#include "server/score_api.h"
 #include "server/trace.h"
 #include "server/verify.h"
 
@@ -81,6 +82,7 @@ typedef struct app {
     attn_api api;
     embed_api eapi;
     compat_api compat; /* TEI's, Infinity's and llama.cpp's routes */
+    score_api score;   /* rerank and classification routes */
     routes routes;     /* every module's, registered at start */
     _Atomic bool ready;
     /* ---- shadow verification, fallback and trace ---- */
@@ -724,8 +726,10 @@ static int start(app *a) {
      * kinds run in this order within a batch. */
     a->api.svc = a->svc;
     a->eapi.svc = a->embed;
+    a->score.eapi = &a->eapi;
     if (register_ops(a) != 0 || attn_api_register(&a->api, a->runner, &a->routes) != 0 ||
         embed_api_register(&a->eapi, a->runner, &a->routes) != 0 ||
+        score_api_register(&a->score, a->embed, a->runner, &a->routes) != 0 ||
         openapi_register(&a->routes) != 0) {
         log_error("cannot register the routes (a route taken twice or the table full)");
         return 1;
@@ -764,6 +768,7 @@ static int start(app *a) {
     a->eapi.created = (int64_t)time(NULL);
     atomic_store(&a->eapi.max_inputs_per_request, c->max_inputs_per_request);
     atomic_store(&a->eapi.request_timeout_ms, c->request_timeout_ms);
+    a->score.max_length = embed_max_seq_length(&a->eapi);
     if (compat_api_init(&a->compat, &a->eapi, c->model, err, sizeof err) != 0) {
         log_error("cannot read the model's prompts", LOG_KV("error", err));
         return CONFIG_EXIT_INVALID;
