@@ -425,8 +425,7 @@ static score_job *decode_tei_rerank(const score_api *s, json_t *root, refusal *r
         return NULL;
     }
     bool raw, ret, trunc, left;
-    if (not_reranker(s, r) ||
-        want_bool(json_object_get(root, "raw_scores"), "raw_scores", false, &raw, r) ||
+    if (want_bool(json_object_get(root, "raw_scores"), "raw_scores", false, &raw, r) ||
         want_bool(json_object_get(root, "return_text"), "return_text", false, &ret, r) ||
         truncation(s, json_object_get(root, "truncate"),
                    json_object_get(root, "truncation_direction"), &trunc, &left, r))
@@ -435,6 +434,11 @@ static score_job *decode_tei_rerank(const score_api *s, json_t *root, refusal *r
     score_input *in = rerank_inputs(json_object_get(root, "query"), texts, "texts", false, &n, r);
     if (!in)
         return NULL;
+    /* The body first, then the model, as TEI checks them. */
+    if (not_reranker(s, r)) {
+        membudget_free(in);
+        return NULL;
+    }
     score_job *j = wrap(score_job_make(s, in, n, trunc, left, r), SHAPE_TEI_RERANK, r);
     membudget_free(in);
     if (j) {
@@ -461,13 +465,15 @@ static score_job *decode_rerank_cohere(const score_api *s, json_t *root, score_s
         (v1 && want_bool(json_object_get(root, "truncate"), "truncate", trunc, &trunc, r)) ||
         want_top_n(json_object_get(root, "top_n"), &top_n, r))
         return NULL;
-    if (not_reranker(s, r))
-        return NULL;
     int32_t n = 0;
     score_input *in =
         rerank_inputs(json_object_get(root, "query"), documents, "documents", v1, &n, r);
     if (!in)
         return NULL;
+    if (not_reranker(s, r)) {
+        membudget_free(in);
+        return NULL;
+    }
     score_job *j = wrap(score_job_make(s, in, n, trunc, false, r), shape, r);
     membudget_free(in);
     if (!j)
@@ -546,7 +552,7 @@ static const char *const PREDICT_KEYS[] = {"inputs", "raw_scores", "truncate",
 
 static score_job *decode_predict(const score_api *s, json_t *root, refusal *r) {
     bool raw, trunc, left, batch;
-    if (unknown_fields(root, PREDICT_KEYS, r) != SRV_OK || not_classifier(s, r) ||
+    if (unknown_fields(root, PREDICT_KEYS, r) != SRV_OK ||
         want_bool(json_object_get(root, "raw_scores"), "raw_scores", false, &raw, r) ||
         truncation(s, json_object_get(root, "truncate"),
                    json_object_get(root, "truncation_direction"), &trunc, &left, r))
@@ -555,6 +561,10 @@ static score_job *decode_predict(const score_api *s, json_t *root, refusal *r) {
     score_input *in = predict_inputs(json_object_get(root, "inputs"), &n, &batch, r);
     if (!in)
         return NULL;
+    if (not_classifier(s, r)) {
+        membudget_free(in);
+        return NULL;
+    }
     score_job *j = wrap(score_job_make(s, in, n, trunc, left, r), SHAPE_TEI_PREDICT, r);
     membudget_free(in);
     if (j) {
@@ -571,8 +581,7 @@ static score_job *decode_classify(const score_api *s, json_t *root, refusal *r) 
     json_t *input = json_object_get(root, "input");
     if (unknown_fields(root, CLASSIFY_KEYS, r) != SRV_OK ||
         check_model(s, json_object_get(root, "model"), r) ||
-        want_bool(json_object_get(root, "raw_scores"), "raw_scores", false, &raw, r) ||
-        not_classifier(s, r))
+        want_bool(json_object_get(root, "raw_scores"), "raw_scores", false, &raw, r))
         return NULL;
     if (!json_is_array(input) || json_array_size(input) == 0 ||
         json_array_size(input) > INT32_MAX) {
@@ -596,6 +605,10 @@ static score_job *decode_classify(const score_api *s, json_t *root, refusal *r) 
             return NULL;
         }
         in[i] = (score_input){.a = json_string_value(x), .alen = json_string_length(x)};
+    }
+    if (not_classifier(s, r)) {
+        membudget_free(in);
+        return NULL;
     }
     score_job *j = wrap(score_job_make(s, in, (int32_t)size, s->eapi->truncate, false, r),
                         SHAPE_INFINITY_CLASSIFY, r);
