@@ -240,13 +240,15 @@ static embed_job *make_job(const embed_api *api, const char *field, json_t *in, 
     int kind = IN_TEXTS;
     int32_t n = 0;
     json_t *list = NULL;
-    /* A classifier's output is its labels' logits, not a vector: as TEI,
-     * every embedding route refuses it (424). */
-    if (api->classifier) {
+    /* A classifier's forward answers logits, not a vector to embed with:
+     * every embedding route refuses it with TEI's status for a model that
+     * does not do the task (424). */
+    if (api->model->task != ENCODER_TASK_EMBED) {
         refuse(r, SRV_ETASK,
-               "Model is not an embedding model: `%s` is a classifier (use /rerank, /predict, "
-               "/classify or /v1/rerank)",
-               api->model_name);
+               "Model is not an embedding model: %s is a classifier (%s, %d labels); it answers "
+               "/predict, /rerank, /classify and /v1/rerank, not embeddings",
+               api->model_name ? api->model_name : "", api->model->architecture,
+               (int)api->model->num_labels);
         return NULL;
     }
     /* Every refusal from here on is about the inputs. */
@@ -280,8 +282,8 @@ static embed_job *make_job(const embed_api *api, const char *field, json_t *in, 
             embed_job_release(job);
             return NULL;
         }
-    job->out_dim = api->model->hidden_size;
-    job->out = membudget_malloc((size_t)n * (size_t)api->model->hidden_size * sizeof *job->out);
+    job->out_dim = api->model->output_dim;
+    job->out = membudget_malloc((size_t)n * (size_t)api->model->output_dim * sizeof *job->out);
     if (!job->out) {
         embed_job_release(job);
         refuse(r, SRV_EINTERNAL, "out of memory");
@@ -371,7 +373,7 @@ static embed_job *decode_openai(const embed_api *api, json_t *root, refusal *r) 
             return NULL;
         }
     }
-    const int C = api->model->hidden_size;
+    const int C = api->model->output_dim;
     if (dims && !json_is_integer(dims)) {
         refuse(r, SRV_EBADREQUEST, "dimensions must be an integer");
         r->param = "dimensions";

@@ -34,6 +34,7 @@
 #include "embed_service.h"
 #include "job.h"
 #include "model/bert.h"
+#include "model/encoder.h"
 #include "model/tokenizer.h"
 #include "scheduler.h"
 
@@ -42,7 +43,7 @@ typedef struct embed_api {
     sched *sched;
     int kind; /* the runner's id of the embeddings service */
     const tok_tokenizer *tok;
-    const bert_config *model;
+    const encoder_info *model;
     const char *model_name;                 /* echoed when a request names none */
     int32_t max_batch_tokens;               /* the start-time ceiling */
     int32_t max_batch_requests;             /* likewise */
@@ -53,9 +54,6 @@ typedef struct embed_api {
     int64_t created;                        /* /v1/models' "created": start, Unix seconds */
     _Atomic int64_t max_inputs_per_request; /* reloadable */
     _Atomic int64_t request_timeout_ms;     /* reloadable */
-    /* The served model classifies (score_api.h): every embedding request
-     * is refused, 424, as TEI refuses it. */
-    bool classifier;
 } embed_api;
 
 /* Decoding on its own: the routes call these, and tests/fuzz drives them

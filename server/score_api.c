@@ -139,6 +139,15 @@ static int tokenize(const score_api *s, embed_job *job, int32_t i, const score_i
         return refuse(r, SRV_EMEMORY, "out of memory");
     if (rc != TOK_OK)
         return refuse(r, SRV_EINTERNAL, "tokenizer: %s", tok_strerror(rc));
+    /* A pair template that types the second text 1 on a model with one
+     * token type (a tokenizer and model that do not belong together) would
+     * index past the model's type embeddings. */
+    for (int32_t k = 0; k < o.n; k++)
+        if (o.type_ids[k] < 0 || o.type_ids[k] >= s->type_vocab_size)
+            return refuse(r, SRV_EINVALID,
+                          "input %d: the tokenizer gives token type %d, but the model has %d "
+                          "token types (type_vocab_size)",
+                          (int)i, (int)o.type_ids[k], (int)s->type_vocab_size);
     job->cu[i + 1] = job->cu[i] + o.n;
     return SRV_OK;
 }
@@ -668,7 +677,11 @@ static json_t *answer_id(const char *prefix) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     const uint64_t a = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-    const uint64_t b = atomic_fetch_add(&counter, 1) * 0x9E3779B97F4A7C15ull ^ a;
+    /* splitmix64 of the time and a counter: two answers never share an id. */
+    uint64_t b = a + (atomic_fetch_add(&counter, 1) + 1) * 0x9E3779B97F4A7C15ull;
+    b = (b ^ (b >> 30)) * 0xBF58476D1CE4E5B9ull;
+    b = (b ^ (b >> 27)) * 0x94D049BB133111EBull;
+    b ^= b >> 31;
     char id[64];
     snprintf(id, sizeof id, "%s-%016llx%016llx", prefix, (unsigned long long)a,
              (unsigned long long)b);

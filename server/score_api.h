@@ -48,7 +48,8 @@ typedef struct score_api {
     bool classifier;
     int32_t num_labels;
     const char *const *labels;
-    int32_t max_length; /* tokens of a pair or text, special tokens included */
+    int32_t max_length;      /* tokens of a pair or text, special tokens included */
+    int32_t type_vocab_size; /* token type ids the model has: [0, this) */
 } score_api;
 
 /* Registers the "score" kind with runner (run on the embeddings service

@@ -39,7 +39,8 @@ static void setup(fixture *f, const char *dir, int32_t max_length) {
                        .classifier = true,
                        .num_labels = 1,
                        .labels = labels,
-                       .max_length = max_length};
+                       .max_length = max_length,
+                       .type_vocab_size = 2};
 }
 
 static score_input pair(const char *a, const char *b) {
