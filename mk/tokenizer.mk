@@ -6,8 +6,9 @@
 #                            (unigram_cases.json, unigram-*/, roberta-tiny/,
 #                            wordpiece_decode.json, the Unicode normalizer
 #                            variants unigram-nf*/, the Split layouts
-#                            split-*/); then regenerate
-#                            model/tok_tables.c and model/unicode_norm.c
+#                            split-*/, pair_cases.json with pair-*/); then
+#                            regenerate model/tok_tables.c and
+#                            model/unicode_norm.c
 #
 # The results are committed, so `make test` needs none of these packages; the
 # virtualenv (scripts/tok-venv.sh, build/venv-tok) is made on first use.
@@ -23,5 +24,6 @@ tokenizer-goldens: model
 	$(TOK_VENV)/bin/python tests/golden/make_normalizer_cases.py
 	$(TOK_VENV)/bin/python tests/golden/make_split_cases.py
 	$(TOK_VENV)/bin/python tests/golden/make_wordpiece_decode.py $(MODEL_DIR)
+	$(TOK_VENV)/bin/python tests/golden/make_pair_cases.py $(MODEL_DIR)
 	$(TOK_VENV)/bin/python scripts/gen_tok_tables.py > model/tok_tables.c
 	$(TOK_VENV)/bin/python scripts/gen_unicode_norm.py > model/unicode_norm.c

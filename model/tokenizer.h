@@ -31,7 +31,8 @@
     X(TOK_EUTF8, -2, "input is not valid UTF-8")                                                   \
     X(TOK_ETOOLONG, -3, "input has more tokens than the maximum")                                  \
     X(TOK_ENOMEM, -4, "out of memory")                                                             \
-    X(TOK_ELOAD, -5, "cannot load the tokenizer")
+    X(TOK_ELOAD, -5, "cannot load the tokenizer")                                                  \
+    X(TOK_ENOPAIR, -6, "the tokenizer has no template for a pair of texts")
 
 enum {
 #define TOK_ERR_ENUM(name, code, msg) name = code,
@@ -75,6 +76,9 @@ typedef struct tok_output {
                           added token written in the text, "<mask>", is 0).
                           Use it, not an empty span, to tell them: trimmed
                           offsets (BPE) can leave spaces with an empty span. */
+    int32_t *type_ids; /* [capacity], or NULL: each token's type (segment) id;
+                          tok_encode writes 0, tok_encode_pair what the
+                          pair template says */
     int32_t capacity;
     int32_t n;       /* out: ids written (after truncation) */
     int32_t n_full;  /* out: tokens the input has without truncation, specials included */
@@ -116,6 +120,46 @@ int tok_encode(const tok_tokenizer *t, const char *text, size_t len, int truncat
  * allocated outside the bound. Set it before any tok_encode runs; blocks
  * never outlive one tok_encode call. realloc_fn(NULL, n) must allocate. */
 void tok_set_alloc_funcs(void *(*realloc_fn)(void *, size_t), void (*free_fn)(void *));
+
+/* Which end of a sequence truncation cuts (Hugging Face's
+ * TruncationDirection). */
+typedef enum tok_truncation {
+    TOK_TRUNCATE_NONE = 0,  /* too long: TOK_ETOOLONG */
+    TOK_TRUNCATE_RIGHT = 1, /* keep the first pieces */
+    TOK_TRUNCATE_LEFT = 2,  /* keep the last pieces */
+} tok_truncation;
+
+/* Tokenizes the pair (a[0, alen), b[0, blen)) as Hugging Face `tokenizers`
+ * encodes a pair with add_special_tokens: each text is encoded on its own,
+ * without special tokens; the two are truncated together, strategy
+ * longest_first (the library's default), so that the pair with the pair
+ * template's special tokens fits out->capacity; then the post-processor's
+ * pair template puts them together:
+ *   BertProcessing      [CLS] a [SEP] b [SEP]      types 0..0 1..1
+ *   RobertaProcessing   <s> a </s> </s> b </s>     types all 0
+ *   TemplateProcessing  its "pair" template, type ids as it gives them
+ *   none                a b                        types 0..0 1..1
+ * (a directory with only vocab.txt is BERT's). offsets are bytes of the
+ * token's own text (a or b); special marks the template's tokens.
+ * longest_first: with n1 <= n2 the body lengths and m the room left by the
+ * specials, the shorter keeps min(n1, m / 2) when both must be cut, else
+ * all of it, and the longer the rest; trunc says which end of each is cut.
+ * TOK_TRUNCATE_NONE gives TOK_ETOOLONG (n_full set) when the pair does not
+ * fit. TOK_ENOPAIR: the tokenizer has no pair template (a TemplateProcessing
+ * without "pair"). TOK_EINVAL: capacity below the pair's special tokens.
+ * TOK_EUTF8: error_at counts bytes of a then b, so error_at >= alen is byte
+ * error_at - alen of b.
+ *
+ * Memory: besides tok_encode's, each text's tokens once, in scratch of 13
+ * bytes per token (ids, offsets, mask) freed before returning: at most
+ * 13 * (tokens of a + tokens of b) when cutting on the left, else about
+ * 13 * 2 * capacity. Thread-safe on a shared tokenizer. */
+int tok_encode_pair(const tok_tokenizer *t, const char *a, size_t alen, const char *b, size_t blen,
+                    tok_truncation trunc, tok_output *out);
+
+/* Number of special tokens the pair template adds (3 for BERT, 4 for
+ * RoBERTa), or -1 when the tokenizer has no pair template. */
+int32_t tok_num_special_pair(const tok_tokenizer *t);
 
 /* Token ids back to text, as the tokenizer's decoder does (Hugging Face
  * `decode`): skip_special drops the special added tokens (<s>, [CLS], ...).

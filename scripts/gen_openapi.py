@@ -244,6 +244,118 @@ SCHEMAS = {
                   "properties": {"index": {"type": "integer"},
                                  "embedding": {"type": "array", "items": {
                                      "type": "array", "items": {"type": "number"}}}}}},
+    # ---- rerank and classification (a served classifier) ----
+    "TeiRerankRequest": {
+        "type": "object", "required": ["query", "texts"],
+        "description": "TEI's body (`texts`). Infinity's and Cohere's (`documents`) is "
+                       "InfinityRerankRequest; a body with both is refused.",
+        "properties": {
+            "query": {"type": "string"},
+            "texts": {"type": "array", "items": {"type": "string"}, "minItems": 1},
+            "raw_scores": {"type": "boolean", "default": False,
+                           "description": "the logit; else its sigmoid"},
+            "return_text": {"type": "boolean", "default": False},
+            "truncate": {"type": ["boolean", "null"]},
+            "truncation_direction": ref("TruncationDirection"),
+        },
+    },
+    "TeiRank": {
+        "type": "object", "required": ["index", "score"],
+        "properties": {"index": {"type": "integer", "minimum": 0}, "score": {"type": "number"},
+                       "text": {"type": "string"}},
+    },
+    "TeiRerankResponse": {"type": "array", "items": ref("TeiRank"),
+                          "description": "best first"},
+    "TeiPredictRequest": {
+        "type": "object", "required": ["inputs"],
+        "properties": {
+            "inputs": {"oneOf": [
+                {"type": "string"},
+                {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 2},
+                {"type": "array", "minItems": 1, "items": {
+                    "type": "array", "items": {"type": "string"}, "minItems": 1,
+                    "maxItems": 2}}]},
+            "raw_scores": {"type": "boolean", "default": False,
+                           "description": "the logits; else softmax (sigmoid for one label)"},
+            "truncate": {"type": ["boolean", "null"]},
+            "truncation_direction": ref("TruncationDirection"),
+        },
+    },
+    "Prediction": {
+        "type": "object", "required": ["score", "label"],
+        "properties": {"score": {"type": "number"}, "label": {"type": "string"}},
+    },
+    "Predictions": {"type": "array", "items": ref("Prediction"), "description": "best first"},
+    "TeiPredictResponse": {"oneOf": [ref("Predictions"),
+                                     {"type": "array", "items": ref("Predictions")}]},
+    "Usage": {
+        "type": "object", "required": ["prompt_tokens", "total_tokens"],
+        "properties": {"prompt_tokens": {"type": "integer"}, "total_tokens": {"type": "integer"}},
+    },
+    "InfinityRerankRequest": {
+        "type": "object", "required": ["query", "documents"],
+        "properties": {
+            "query": {"type": "string"},
+            "documents": {"type": "array", "items": {"type": "string"}, "minItems": 1},
+            "return_documents": {"type": "boolean", "default": False},
+            "raw_scores": {"type": "boolean", "default": False},
+            "top_n": {"type": ["integer", "null"], "minimum": 1},
+            "model": {"type": ["string", "null"]},
+        },
+    },
+    "InfinityRerankResponse": {
+        "type": "object", "required": ["object", "results", "model", "usage", "id", "created"],
+        "properties": {
+            "object": {"const": "rerank"},
+            "results": {"type": "array", "items": {
+                "type": "object", "required": ["relevance_score", "index"],
+                "properties": {"relevance_score": {"type": "number"},
+                               "index": {"type": "integer"}, "document": {"type": "string"}}}},
+            "model": {"type": "string"}, "usage": ref("Usage"), "id": {"type": "string"},
+            "created": {"type": "integer"},
+        },
+    },
+    "InfinityClassifyRequest": {
+        "type": "object", "required": ["input"],
+        "properties": {"input": {"type": "array", "items": {"type": "string"}, "minItems": 1},
+                       "raw_scores": {"type": "boolean", "default": False},
+                       "model": {"type": ["string", "null"]}},
+    },
+    "InfinityClassifyResponse": {
+        "type": "object", "required": ["object", "data", "model", "usage", "id", "created"],
+        "properties": {"object": {"const": "classify"},
+                       "data": {"type": "array", "items": ref("Predictions")},
+                       "model": {"type": "string"}, "usage": ref("Usage"),
+                       "id": {"type": "string"}, "created": {"type": "integer"}},
+    },
+    "RerankRequest": {
+        "type": "object", "required": ["query", "documents"],
+        "description": "Cohere's, Jina's and vLLM's body.",
+        "properties": {
+            "model": {"type": ["string", "null"]},
+            "query": {"type": "string"},
+            "documents": {"type": "array", "minItems": 1, "items": {"oneOf": [
+                {"type": "string"},
+                {"type": "object", "required": ["text"], "properties": {"text": {"type": "string"}}}]}},
+            "top_n": {"type": ["integer", "null"], "minimum": 1},
+            "return_documents": {"type": "boolean", "default": True},
+            "truncate": {"type": ["boolean", "null"]},
+            "max_chunks_per_doc": {"description": "accepted and ignored"},
+            "rank_fields": {"description": "accepted and ignored"},
+            "user": {"description": "accepted and ignored"},
+        },
+    },
+    "RerankResponse": {
+        "type": "object", "required": ["id", "model", "results", "usage"],
+        "properties": {
+            "id": {"type": "string"}, "model": {"type": "string"}, "usage": ref("Usage"),
+            "results": {"type": "array", "items": {
+                "type": "object", "required": ["index", "relevance_score"],
+                "properties": {"index": {"type": "integer"}, "relevance_score": {"type": "number"},
+                               "document": {"type": "object", "required": ["text"],
+                                            "properties": {"text": {"type": "string"}}}}}},
+        },
+    },
     # ---- Infinity ----
     "Model": {
         "type": "object", "required": ["id", "object", "created", "owned_by"],
@@ -270,10 +382,16 @@ def errors(shape, *statuses):
 POST_ERRORS = (400, 401, 413, 415, 422, 429, 503, 504)
 
 
-def post(summary, request, response, error_shape=OPENAI_ERROR, tag="attnserve", op=None):
+# A route whose task the served model does not do (an embedding route on a
+# classifier, a rerank route on an embedder) answers 424, as TEI does.
+TASK_ERRORS = POST_ERRORS + (424,)
+
+
+def post(summary, request, response, error_shape=OPENAI_ERROR, tag="attnserve", op=None,
+         statuses=TASK_ERRORS):
     body = {"required": True, "content": {"application/json": {"schema": request}}}
     responses = {"200": json_body(response)}
-    responses.update(errors(error_shape, *POST_ERRORS))
+    responses.update(errors(error_shape, *statuses))
     return {"post": {"summary": summary, "operationId": op, "tags": [tag],
                      "requestBody": body, "responses": responses}}
 
@@ -308,7 +426,7 @@ PATHS = {
     "/docs": get("This document as a page (no resource from outside the service).",
                  {"200": HTML}, op="docs"),
     "/v1/attention": post("The attention operator on one sequence.", ref("AttentionRequest"),
-                          ref("AttentionResponse"), op="attention"),
+                          ref("AttentionResponse"), op="attention", statuses=POST_ERRORS),
     "/v1/embeddings": post("OpenAI embeddings.", ref("OpenAIEmbeddingRequest"),
                            ref("OpenAIEmbeddingResponse"), tag="OpenAI",
                            op="openai_embeddings"),
@@ -328,13 +446,37 @@ PATHS = {
         get("TEI: health (as /ready).",
             dict({"200": json_body(ref("Status"))}, **errors(TEI_ERROR, 503)), tag=TEI_TAG,
             op="root_health", error_shape=TEI_ERROR),
-        **post("TEI: the route of an embedding model, /embed.", ref("TeiEmbedRequest"),
-               ref("TeiEmbedResponse"), TEI_ERROR, tag=TEI_TAG, op="root_embed")),
+        **post("TEI: the route of the served model's task: /embed for an embedding model, "
+               "/rerank for a reranker (one label), /predict for another classifier.",
+               {"oneOf": [ref("TeiEmbedRequest"), ref("TeiRerankRequest"),
+                          ref("TeiPredictRequest")]},
+               {"oneOf": [ref("TeiEmbedResponse"), ref("TeiRerankResponse"),
+                          ref("TeiPredictResponse")]}, TEI_ERROR, tag=TEI_TAG, op="root_embed")),
     "/embed_all": post("TEI: every token's last hidden state, special tokens included.",
                        ref("TeiEmbedAllRequest"), ref("TeiEmbedAllResponse"), TEI_ERROR,
                        tag=TEI_TAG, op="embed_all"),
-    "/invocations": post("SageMaker: /embed.", ref("TeiEmbedRequest"), ref("TeiEmbedResponse"),
+    "/invocations": post("SageMaker: as POST /.",
+                         {"oneOf": [ref("TeiEmbedRequest"), ref("TeiRerankRequest"),
+                                    ref("TeiPredictRequest")]},
+                         {"oneOf": [ref("TeiEmbedResponse"), ref("TeiRerankResponse"),
+                                    ref("TeiPredictResponse")]},
                          TEI_ERROR, tag=TEI_TAG, op="invocations"),
+    "/rerank": {"post": {
+        "summary": "Rerank texts against a query with the served reranker (a classifier with "
+                   "one label): TEI's body (`texts`) answered and refused in TEI's shape, "
+                   "Infinity's (`documents`) in Infinity's.",
+        "operationId": "rerank", "tags": [TEI_TAG, "Infinity"],
+        "requestBody": {"required": True, "content": {"application/json": {"schema": {
+            "oneOf": [ref("TeiRerankRequest"), ref("InfinityRerankRequest")]}}}},
+        "responses": dict(
+            {"200": json_body({"oneOf": [ref("TeiRerankResponse"),
+                                         ref("InfinityRerankResponse")]})},
+            **{str(st): json_body({"oneOf": [ref(TEI_ERROR), ref(OPENAI_ERROR)]}, "error")
+               for st in TASK_ERRORS + ("default",)}),
+    }},
+    "/predict": post("TEI: the served classifier's labels for a text, a pair or a batch of "
+                     "either, best first.", ref("TeiPredictRequest"), ref("TeiPredictResponse"),
+                     TEI_ERROR, tag=TEI_TAG, op="predict"),
     "/ping": get("SageMaker: health (as /ready).",
                  dict({"200": json_body(ref("Status"))}, **errors(TEI_ERROR, 503)), tag=TEI_TAG,
                  op="ping", error_shape=TEI_ERROR),
@@ -359,6 +501,12 @@ PATHS = {
     "/embeddings": post("Infinity (and TEI): OpenAI embeddings.", ref("OpenAIEmbeddingRequest"),
                         ref("OpenAIEmbeddingResponse"), tag="Infinity",
                         op="infinity_embeddings"),
+    "/classify": post("Infinity: the served classifier's labels for each text, best first.",
+                      ref("InfinityClassifyRequest"), ref("InfinityClassifyResponse"),
+                      tag="Infinity", op="classify"),
+    "/v1/rerank": post("Cohere, Jina and vLLM: rerank documents against a query with the served "
+                       "reranker.", ref("RerankRequest"), ref("RerankResponse"), tag="OpenAI",
+                       op="v1_rerank"),
     "/models": get("Infinity: the model served.",
                    dict({"200": json_body(ref("ModelList"))}, **errors(OPENAI_ERROR, 401)),
                    tag="Infinity", op="infinity_models"),

@@ -26,6 +26,7 @@ void embed_job_release(void *p) {
     membudget_free(job->ids);
     membudget_free(job->out);
     membudget_free(job->hidden);
+    membudget_free(job->type_ids);
     json_decref(job->model);
     membudget_free(job);
 }
@@ -239,6 +240,17 @@ static embed_job *make_job(const embed_api *api, const char *field, json_t *in, 
     int kind = IN_TEXTS;
     int32_t n = 0;
     json_t *list = NULL;
+    /* A classifier's forward answers logits, not a vector to embed with:
+     * every embedding route refuses it with TEI's status for a model that
+     * does not do the task (424). */
+    if (api->model->task != ENCODER_TASK_EMBED) {
+        refuse(r, SRV_ETASK,
+               "Model is not an embedding model: %s is a classifier (%s, %d labels); it answers "
+               "/predict, /rerank, /classify and /v1/rerank, not embeddings",
+               api->model_name ? api->model_name : "", api->model->architecture,
+               (int)api->model->num_labels);
+        return NULL;
+    }
     /* Every refusal from here on is about the inputs. */
     r->param = field;
     if (classify(api, field, in, allow_ids, &kind, &n, &list, r) != SRV_OK)
@@ -270,8 +282,8 @@ static embed_job *make_job(const embed_api *api, const char *field, json_t *in, 
             embed_job_release(job);
             return NULL;
         }
-    job->out_dim = api->model->hidden_size;
-    job->out = membudget_malloc((size_t)n * (size_t)api->model->hidden_size * sizeof *job->out);
+    job->out_dim = api->model->output_dim;
+    job->out = membudget_malloc((size_t)n * (size_t)api->model->output_dim * sizeof *job->out);
     if (!job->out) {
         embed_job_release(job);
         refuse(r, SRV_EINTERNAL, "out of memory");
@@ -361,7 +373,7 @@ static embed_job *decode_openai(const embed_api *api, json_t *root, refusal *r) 
             return NULL;
         }
     }
-    const int C = api->model->hidden_size;
+    const int C = api->model->output_dim;
     if (dims && !json_is_integer(dims)) {
         refuse(r, SRV_EBADREQUEST, "dimensions must be an integer");
         r->param = "dimensions";
@@ -554,6 +566,7 @@ size_t embed_job_bytes(const embed_job *job) {
     const size_t C = job->out ? (size_t)job->out_dim : 0;
     return membudget_cost(sizeof *job) + membudget_cost(((size_t)job->n + 1) * sizeof *job->cu) +
            membudget_cost(job->ids_cap * sizeof *job->ids) +
+           (job->type_ids ? membudget_cost(job->ids_cap * sizeof *job->type_ids) : 0) +
            (job->out ? membudget_cost((size_t)job->n * C * sizeof *job->out) : 0);
 }
 

@@ -34,6 +34,7 @@
 #include "embed_service.h"
 #include "job.h"
 #include "model/bert.h"
+#include "model/encoder.h"
 #include "model/tokenizer.h"
 #include "scheduler.h"
 
@@ -42,7 +43,7 @@ typedef struct embed_api {
     sched *sched;
     int kind; /* the runner's id of the embeddings service */
     const tok_tokenizer *tok;
-    const bert_config *model;
+    const encoder_info *model;
     const char *model_name;                 /* echoed when a request names none */
     int32_t max_batch_tokens;               /* the start-time ceiling */
     int32_t max_batch_requests;             /* likewise */
@@ -143,6 +144,9 @@ struct embed_job {
     bool base64;    /* OpenAI encoding_format */
     json_t *model;  /* OpenAI: the name to echo */
     float *hidden;  /* (cu[n], C) every token's last hidden state; NULL: not asked */
+    /* (ids_cap) each token's type id, beside ids; NULL: every token type 0
+     * (embeddings). score_api.h's pairs set it. */
+    int32_t *type_ids;
 };
 
 /* The answer for a finished job in its route's shape (C: the model's

@@ -18,11 +18,12 @@ static double ns_ms(uint64_t ns) {
 
 struct embed_service {
     srv_engine *engine; /* runs the forward, with the attention backend in force */
-    int C, layers;
+    int C, H, layers;   /* floats per sequence out, per token hidden */
     int32_t max_tokens, max_seqs;
-    int32_t *ids; /* (max_tokens) the packed batch */
-    int32_t *cu;  /* (max_seqs + 1) */
-    float *out;   /* (max_seqs, C) */
+    int32_t *ids;   /* (max_tokens) the packed batch */
+    int32_t *cu;    /* (max_seqs + 1) */
+    int32_t *types; /* (max_tokens) the packed type ids, when a job of the batch has them */
+    float *out;     /* (max_seqs, C) */
     size_t total_bytes;
     /* Shadow verification and trace: compute thread only. */
     verifier *verify;
@@ -38,19 +39,24 @@ embed_service *embed_service_create(srv_engine *engine, int32_t max_batch_tokens
         snprintf(err, err_len, "out of memory");
         return NULL;
     }
-    const bert_config *m = engine_model(srv_engine_instance(engine));
+    const encoder_info *m = engine_model(srv_engine_instance(engine));
     svc->engine = engine;
-    svc->C = m->hidden_size;
+    svc->C = m->output_dim;
+    svc->H = m->hidden_size;
     svc->layers = m->num_layers;
     svc->max_tokens = max_batch_tokens;
     svc->max_seqs = max_batch_requests;
     svc->ids = malloc((size_t)max_batch_tokens * sizeof *svc->ids);
     svc->cu = malloc(((size_t)max_batch_requests + 1) * sizeof *svc->cu);
     svc->out = malloc((size_t)max_batch_requests * (size_t)svc->C * sizeof *svc->out);
+    /* Only a classifier is sent pairs, whose second text may be type 1. */
+    if (m->task == ENCODER_TASK_CLASSIFY)
+        svc->types = malloc((size_t)max_batch_tokens * sizeof *svc->types);
     svc->total_bytes = (size_t)max_batch_tokens * sizeof *svc->ids +
+                       (svc->types ? (size_t)max_batch_tokens * sizeof *svc->types : 0) +
                        ((size_t)max_batch_requests + 1) * sizeof *svc->cu +
                        (size_t)max_batch_requests * (size_t)svc->C * sizeof *svc->out;
-    if (!svc->ids || !svc->cu || !svc->out) {
+    if (!svc->ids || !svc->cu || !svc->out || (m->task == ENCODER_TASK_CLASSIFY && !svc->types)) {
         snprintf(err, err_len, "cannot allocate %zu bytes of batch buffers", svc->total_bytes);
         embed_service_destroy(svc);
         return NULL;
@@ -64,6 +70,7 @@ void embed_service_destroy(embed_service *svc) {
     free(svc->ids);
     free(svc->cu);
     free(svc->out);
+    free(svc->types);
     free(svc);
 }
 
@@ -98,6 +105,7 @@ static embed_job *job_of(const sched_req *req) {
 int embed_service_run_batch(const sched_batch *b, void *ctx) {
     embed_service *svc = ctx;
     int32_t B = 0, T = 0;
+    bool typed = false; /* a job of the batch has type ids */
     svc->cu[0] = 0;
     /* Each job contributes its piece: inputs [first, first + count). */
     for (int32_t i = 0; i < b->n_reqs; i++) {
@@ -114,6 +122,13 @@ int embed_service_run_batch(const sched_batch *b, void *ctx) {
             continue;
         }
         memcpy(svc->ids + T, job->ids + cu[0], (size_t)tokens * sizeof *svc->ids);
+        if (svc->types) {
+            if (job->type_ids)
+                memcpy(svc->types + T, job->type_ids + cu[0], (size_t)tokens * sizeof *svc->types);
+            else
+                memset(svc->types + T, 0, (size_t)tokens * sizeof *svc->types);
+            typed = typed || job->type_ids;
+        }
         for (int32_t k = 0; k < n; k++)
             svc->cu[B + k + 1] = T + cu[k + 1] - cu[0];
         B += n;
@@ -130,8 +145,12 @@ int embed_service_run_batch(const sched_batch *b, void *ctx) {
         hook = (engine_hook){
             .layer = verify_pick_layer(svc->verify, svc->layers), .fn = tap, .ctx = svc};
     }
-    const engine_batch eb = {
-        .ids = svc->ids, .cu_seqlens = svc->cu, .batch = B, .out = svc->out, .raw = 1};
+    const engine_batch eb = {.ids = svc->ids,
+                             .type_ids = typed ? svc->types : NULL,
+                             .cu_seqlens = svc->cu,
+                             .batch = B,
+                             .out = svc->out,
+                             .raw = 1};
     /* Backends switch between batches only (sched_call), so this is the one
      * the forward runs with; the tap names it. */
     const attn_backend *backend = srv_engine_backend(svc->engine);
@@ -139,7 +158,7 @@ int embed_service_run_batch(const sched_batch *b, void *ctx) {
     int rc = B ? srv_engine_forward(svc->engine, &eb, &hook, &backend, why, sizeof why) : ENGINE_OK;
     if (B && rc == ENGINE_OK)
         svc->last.stages = srv_engine_last_run(svc->engine)->stages;
-    const size_t C = (size_t)svc->C;
+    const size_t C = (size_t)svc->C, H = (size_t)svc->H;
     const float *hidden = rc == ENGINE_OK ? srv_engine_last_hidden(svc->engine) : NULL;
     int32_t seq = 0;
     for (int32_t i = 0; i < b->n_reqs; i++) {
@@ -163,8 +182,8 @@ int embed_service_run_batch(const sched_batch *b, void *ctx) {
         float *out = job->out + (size_t)first * C;
         memcpy(out, svc->out + (size_t)seq * C, (size_t)n * C * sizeof *out);
         if (job->hidden) /* this piece's tokens, where the batch packed them */
-            memcpy(job->hidden + (size_t)job->cu[first] * C, hidden + (size_t)svc->cu[seq] * C,
-                   (size_t)(job->cu[first + n] - job->cu[first]) * C * sizeof *job->hidden);
+            memcpy(job->hidden + (size_t)job->cu[first] * H, hidden + (size_t)svc->cu[seq] * H,
+                   (size_t)(job->cu[first + n] - job->cu[first]) * H * sizeof *job->hidden);
         seq += n;
         if (job->normalize)
             for (int32_t k = 0; k < n; k++)

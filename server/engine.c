@@ -66,8 +66,10 @@ static double cosine(const float *a, const float *b, int n) {
  * *min_cos, or -1 with why. */
 static int precision_check(const engine_iface *iface, engine *cand, const srv_engine_options *o,
                            const attn_parallel *par, double *min_cos, char *why, size_t why_len) {
-    const bert_config *c = engine_model(cand);
-    const int C = c->hidden_size;
+    const encoder_info *c = engine_model(cand);
+    /* An embedder's vectors or a classifier's logits: what the service
+     * answers with. */
+    const int C = c->output_dim;
     int32_t cap = engine_max_tokens(cand);
     cap = cap < c->max_positions ? cap : c->max_positions;
     int32_t ids[CHECK_TOKENS], cu[CHECK_SEQS + 1] = {0};

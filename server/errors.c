@@ -46,7 +46,7 @@ json_t *srv_error_body_tei(int err, const char *message) {
         type = "Overloaded";
     else if (err == SRV_EUNAVAILABLE)
         type = "Unhealthy";
-    else if (err == SRV_EINTERNAL || err == SRV_ETIMEOUT)
+    else if (err == SRV_EINTERNAL || err == SRV_ETIMEOUT || err == SRV_ETASK)
         type = "Backend";
     return json_pack("{s:s, s:s}", "error", message ? message : e->message, "error_type", type);
 }

@@ -30,7 +30,8 @@
     X(SRV_EINTERNAL, -11, 500, "internal_error", "internal error")                                 \
     X(SRV_EMEMORY, -12, 503, "overloaded_error",                                                   \
       "the request memory budget (max_request_memory_bytes) is held by other requests; retry "     \
-      "later")
+      "later")                                                                                     \
+    X(SRV_ETASK, -13, 424, "model_task_error", "the served model does not do this task")
 
 enum {
     SRV_OK = 0,
@@ -51,7 +52,8 @@ json_t *srv_error_body_at(int err, const char *message, const char *param, const
 /* The same error in Text Embeddings Inference's shape, {"error": message,
  * "error_type": type}, for the routes that imitate TEI. TEI's types are
  * Validation (the request), Overloaded (429, a full budget), Unhealthy (not
- * ready, draining), Backend (the model failed, a deadline passed) and Empty
+ * ready, draining), Backend (the model failed, a deadline passed, or the
+ * served model does not do what the route asks, 424) and Empty
  * (nothing to embed); the HTTP status stays srv_error_status(err). */
 json_t *srv_error_body_tei(int err, const char *message);
 

@@ -1,0 +1,913 @@
+/* score_api.c — rerank and classification routes (score_api.h): bodies
+ * decoded into jobs of pairs or texts with type ids, answered in the shape
+ * of the API each route imitates. Runs on the I/O thread; the forward runs
+ * in the embeddings service's batches as the "score" kind. */
+#include "score_api.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "embed_api.h"
+#include "errors.h"
+#include "membudget.h"
+
+typedef embed_refusal refusal;
+
+static int refuse(refusal *r, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int refuse(refusal *r, int err, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->msg, sizeof r->msg, fmt, ap);
+    va_end(ap);
+    r->err = err;
+    return err;
+}
+
+/* ---- scores --------------------------------------------------------------------------- */
+
+void score_activate(const float *logits, int32_t k, bool raw, float *out) {
+    if (raw || k < 1) {
+        memcpy(out, logits, (size_t)(k > 0 ? k : 0) * sizeof *out);
+        return;
+    }
+    if (k == 1) {
+        out[0] = (float)(1.0 / (1.0 + exp(-(double)logits[0])));
+        return;
+    }
+    /* Softmax, shifted by the largest logit so that exp never overflows. */
+    double max = logits[0], den = 0;
+    for (int32_t i = 1; i < k; i++)
+        max = logits[i] > max ? logits[i] : max;
+    for (int32_t i = 0; i < k; i++)
+        den += exp((double)logits[i] - max);
+    for (int32_t i = 0; i < k; i++)
+        out[i] = (float)(exp((double)logits[i] - max) / den);
+}
+
+/* ---- decoding --------------------------------------------------------------------------- */
+
+/* Room for `more` tokens after `have` in both ids and type_ids. */
+static int reserve(embed_job *job, size_t have, size_t more, refusal *r) {
+    if (have + more <= job->ids_cap && job->type_ids)
+        return SRV_OK;
+    size_t cap = job->ids_cap ? job->ids_cap : 256;
+    while (cap < have + more)
+        cap *= 2;
+    int32_t *ids = membudget_realloc(job->ids, cap * sizeof *ids);
+    if (ids)
+        job->ids = ids;
+    int32_t *types = ids ? membudget_realloc(job->type_ids, cap * sizeof *types) : NULL;
+    if (types)
+        job->type_ids = types;
+    if (!ids || !types)
+        return refuse(r, SRV_EMEMORY, "out of memory");
+    job->ids_cap = cap;
+    return SRV_OK;
+}
+
+/* One text cut on the left to o->capacity tokens: the whole text, then
+ * its special tokens around the last pieces that fit, as Hugging Face cuts
+ * before the post-processor adds them (the tokenizer's mask tells them). */
+static int encode_left(const tok_tokenizer *tok, const char *text, size_t len, tok_output *o) {
+    int rc = tok_encode(tok, text, len, 0, o);
+    if (rc != TOK_ETOOLONG)
+        return rc;
+    tok_output all = {.capacity = o->n_full};
+    all.ids = membudget_malloc((size_t)all.capacity * sizeof *all.ids);
+    all.special = membudget_malloc((size_t)all.capacity * sizeof *all.special);
+    rc = all.ids && all.special ? tok_encode(tok, text, len, 0, &all) : TOK_ENOMEM;
+    if (rc == TOK_OK) {
+        int32_t lead = 0, trail = 0;
+        while (lead < all.n && all.special[lead])
+            lead++;
+        while (trail < all.n - lead && all.special[all.n - 1 - trail])
+            trail++;
+        const int32_t keep = o->capacity - lead - trail;
+        if (keep < 0 || keep > all.n - lead - trail) {
+            rc = TOK_EINVAL;
+        } else {
+            memcpy(o->ids, all.ids, (size_t)lead * sizeof *o->ids);
+            memcpy(o->ids + lead, all.ids + all.n - trail - keep,
+                   (size_t)(keep + trail) * sizeof *o->ids);
+            o->n = o->capacity;
+            memset(o->type_ids, 0, (size_t)o->n * sizeof *o->type_ids);
+        }
+    }
+    membudget_free(all.ids);
+    membudget_free(all.special);
+    return rc;
+}
+
+static int tokenize(const score_api *s, embed_job *job, int32_t i, const score_input *in,
+                    bool truncate, bool left, refusal *r) {
+    const int32_t max = s->max_length;
+    int rc = reserve(job, (size_t)job->cu[i], (size_t)max, r);
+    if (rc != SRV_OK)
+        return rc;
+    tok_output o = {
+        .ids = job->ids + job->cu[i], .type_ids = job->type_ids + job->cu[i], .capacity = max};
+    const tok_truncation trunc = !truncate ? TOK_TRUNCATE_NONE
+                                 : left    ? TOK_TRUNCATE_LEFT
+                                           : TOK_TRUNCATE_RIGHT;
+    const tok_tokenizer *tok = s->eapi->tok;
+    if (in->b) {
+        rc = tok_encode_pair(tok, in->a, in->alen, in->b, in->blen, trunc, &o);
+    } else if (trunc == TOK_TRUNCATE_LEFT) {
+        rc = encode_left(tok, in->a, in->alen, &o);
+    } else {
+        rc = tok_encode(tok, in->a, in->alen, truncate, &o);
+    }
+    if (rc == TOK_EUTF8 && in->b && o.error_at >= in->alen)
+        return refuse(r, SRV_EBADREQUEST, "input %d: the second text is not valid UTF-8 (byte %zu)",
+                      (int)i, o.error_at - in->alen);
+    if (rc == TOK_EUTF8)
+        return refuse(r, SRV_EBADREQUEST, "input %d is not valid UTF-8 (byte %zu)", (int)i,
+                      o.error_at);
+    if (rc == TOK_ETOOLONG)
+        return refuse(r, SRV_EINVALID,
+                      "input %d has %d tokens; the model takes at most %d and truncation is off",
+                      (int)i, (int)o.n_full, (int)max);
+    if (rc == TOK_ENOPAIR)
+        return refuse(r, SRV_EINVALID,
+                      "the model's tokenizer has no template for a pair of texts (its "
+                      "post_processor has no \"pair\")");
+    if (rc == TOK_ENOMEM)
+        return refuse(r, SRV_EMEMORY, "out of memory");
+    if (rc != TOK_OK)
+        return refuse(r, SRV_EINTERNAL, "tokenizer: %s", tok_strerror(rc));
+    /* A pair template that types the second text 1 on a model with one
+     * token type (a tokenizer and model that do not belong together) would
+     * index past the model's type embeddings. */
+    for (int32_t k = 0; k < o.n; k++)
+        if (o.type_ids[k] < 0 || o.type_ids[k] >= s->type_vocab_size)
+            return refuse(r, SRV_EINVALID,
+                          "input %d: the tokenizer gives token type %d, but the model has %d "
+                          "token types (type_vocab_size)",
+                          (int)i, (int)o.type_ids[k], (int)s->type_vocab_size);
+    job->cu[i + 1] = job->cu[i] + o.n;
+    return SRV_OK;
+}
+
+embed_job *score_job_make(const score_api *s, const score_input *in, int32_t n, bool truncate,
+                          bool left, refusal *r) {
+    const embed_api *api = s->eapi;
+    const int64_t max_inputs = atomic_load(&api->max_inputs_per_request);
+    if (n < 1) {
+        refuse(r, SRV_EBADREQUEST, "nothing to score");
+        return NULL;
+    }
+    if ((int64_t)n > max_inputs) {
+        refuse(r, SRV_EINVALID, "the request has %d inputs; max_inputs_per_request is %lld", (int)n,
+               (long long)max_inputs);
+        return NULL;
+    }
+    embed_job *job = membudget_calloc(1, sizeof *job);
+    if (!job || !(job->cu = membudget_calloc((size_t)n + 1, sizeof *job->cu))) {
+        membudget_free(job);
+        refuse(r, SRV_EMEMORY, "out of memory");
+        return NULL;
+    }
+    job->n = n;
+    for (int32_t i = 0; i < n; i++)
+        if (tokenize(s, job, i, &in[i], truncate, left, r) != SRV_OK) {
+            embed_job_release(job);
+            return NULL;
+        }
+    /* Inputs run in pieces of one batch each (job.h); one larger than a
+     * batch never could. */
+    for (int32_t i = 0; i < n; i++)
+        if (job->cu[i + 1] - job->cu[i] > api->max_batch_tokens) {
+            refuse(r, SRV_EINVALID,
+                   "input %d has %d tokens; a batch holds at most %d (max_batch_tokens)", (int)i,
+                   (int)(job->cu[i + 1] - job->cu[i]), (int)api->max_batch_tokens);
+            embed_job_release(job);
+            return NULL;
+        }
+    job->out_dim = s->num_labels;
+    job->out = membudget_malloc((size_t)n * (size_t)s->num_labels * sizeof *job->out);
+    if (!job->out) {
+        embed_job_release(job);
+        refuse(r, SRV_EMEMORY, "out of memory");
+        return NULL;
+    }
+    job->base.kind = s->kind;
+    job->base.n_items = n;
+    job->base.items_cu = job->cu;
+    return job;
+}
+
+/* ---- the request's answer options, kept with its job ----------------------------------- */
+
+/* The answer's shape. */
+typedef enum score_shape {
+    SHAPE_TEI_RERANK,
+    SHAPE_TEI_PREDICT,
+    SHAPE_INFINITY_RERANK,
+    SHAPE_INFINITY_CLASSIFY,
+    SHAPE_V1_RERANK,
+} score_shape;
+
+typedef struct score_job {
+    embed_job e; /* first: what job_submit and the service see */
+    score_shape shape;
+    bool raw;
+    bool batch;        /* /predict: inputs was a batch (the answer is a list per input) */
+    int32_t top_n;     /* rerank: keep the best this many (0: all) */
+    json_t *documents; /* rerank with the texts returned: the request's, else NULL */
+    json_t *model;     /* the name to echo (Infinity, /v1/rerank) */
+} score_job;
+
+static void score_job_release(void *p) {
+    score_job *j = p;
+    if (!j)
+        return;
+    json_decref(j->documents);
+    json_decref(j->model);
+    embed_job_release(&j->e);
+}
+
+/* Moves job's arrays into a score_job (the answer options beside them). */
+static score_job *wrap(embed_job *job, score_shape shape, refusal *r) {
+    if (!job)
+        return NULL;
+    score_job *j = membudget_realloc(job, sizeof *j);
+    if (!j) {
+        embed_job_release(job);
+        refuse(r, SRV_EMEMORY, "out of memory");
+        return NULL;
+    }
+    memset((char *)j + sizeof j->e, 0, sizeof *j - sizeof j->e);
+    j->shape = shape;
+    return j;
+}
+
+/* ---- helpers ----------------------------------------------------------------------------- */
+
+static int want_bool(json_t *v, const char *name, bool def, bool *out, refusal *r) {
+    *out = def;
+    if (!v || json_is_null(v))
+        return SRV_OK;
+    if (!json_is_boolean(v))
+        return refuse(r, SRV_EBADREQUEST, "%s must be true or false", name);
+    *out = json_is_true(v);
+    return SRV_OK;
+}
+
+static int want_top_n(json_t *v, int32_t *out, refusal *r) {
+    *out = 0;
+    if (!v || json_is_null(v))
+        return SRV_OK;
+    if (!json_is_integer(v))
+        return refuse(r, SRV_EBADREQUEST, "top_n must be an integer");
+    if (json_integer_value(v) < 1)
+        return refuse(r, SRV_EINVALID, "top_n must be at least 1");
+    *out = json_integer_value(v) > INT32_MAX ? INT32_MAX : (int32_t)json_integer_value(v);
+    return SRV_OK;
+}
+
+/* The refusal of a model that is not a reranker, as TEI words it. */
+static bool not_reranker(const score_api *s, refusal *r) {
+    if (s->classifier && s->num_labels == 1)
+        return false;
+    if (s->classifier)
+        refuse(r, SRV_ETASK,
+               "model is not a re-ranker model: `%s` is a classifier with %d labels (use /predict "
+               "or /classify)",
+               s->eapi->model_name, (int)s->num_labels);
+    else
+        refuse(r, SRV_ETASK,
+               "model is not a re-ranker model: `%s` is an embedding model (use /embed or "
+               "/v1/embeddings)",
+               s->eapi->model_name);
+    return true;
+}
+
+static bool not_classifier(const score_api *s, refusal *r) {
+    if (s->classifier)
+        return false;
+    refuse(r, SRV_ETASK,
+           "Model is not a classifier model: `%s` is an embedding model (use /embed or "
+           "/v1/embeddings)",
+           s->eapi->model_name);
+    return true;
+}
+
+/* A `model` field: absent or null, or a name this service answers to. */
+static int check_model(const score_api *s, json_t *model, refusal *r) {
+    if (!model || json_is_null(model))
+        return SRV_OK;
+    r->param = "model";
+    if (!json_is_string(model))
+        return refuse(r, SRV_EBADREQUEST, "model must be a string");
+    const embed_api *api = s->eapi;
+    if (!api->accept_any_model &&
+        !embed_model_known(api, json_string_value(model), json_string_length(model))) {
+        r->code = "model_not_found";
+        return refuse(
+            r, SRV_ENOTFOUND,
+            "The model `%.100s` does not exist; this service serves `%s` (GET /v1/models)",
+            json_string_value(model), api->model_name);
+    }
+    r->param = NULL;
+    return SRV_OK;
+}
+
+/* The query and each document as pairs (query, document): documents is an
+ * array of strings, or with allow_objects of {"text": string} too. */
+static score_input *rerank_inputs(json_t *query, json_t *documents, const char *field,
+                                  bool allow_objects, int32_t *n, refusal *r) {
+    if (!json_is_string(query)) {
+        refuse(r, SRV_EBADREQUEST, query ? "query must be a string" : "missing field \"query\"");
+        return NULL;
+    }
+    if (!json_is_array(documents)) {
+        refuse(r, SRV_EBADREQUEST,
+               documents ? "%s must be an array of strings" : "missing field \"%s\"", field);
+        return NULL;
+    }
+    const size_t size = json_array_size(documents);
+    if (size == 0) {
+        refuse(r, SRV_EBADREQUEST, "`%s` cannot be empty", field);
+        return NULL;
+    }
+    if (size > INT32_MAX) {
+        refuse(r, SRV_EINVALID, "%s has too many entries", field);
+        return NULL;
+    }
+    score_input *in = membudget_calloc(size, sizeof *in);
+    if (!in) {
+        refuse(r, SRV_EMEMORY, "out of memory");
+        return NULL;
+    }
+    for (size_t i = 0; i < size; i++) {
+        json_t *d = json_array_get(documents, i);
+        if (allow_objects && json_is_object(d))
+            d = json_object_get(d, "text");
+        if (!json_is_string(d)) {
+            refuse(r, SRV_EBADREQUEST, "%s[%zu] must be a string%s", field, i,
+                   allow_objects ? " or {\"text\": string}" : "");
+            membudget_free(in);
+            return NULL;
+        }
+        in[i] = (score_input){.a = json_string_value(query),
+                              .alen = json_string_length(query),
+                              .b = json_string_value(d),
+                              .blen = json_string_length(d)};
+    }
+    *n = (int32_t)size;
+    return in;
+}
+
+/* The documents' texts, for an answer that returns them (a copy: the
+ * request's tree is freed before the answer). */
+static json_t *texts_of(json_t *documents, refusal *r) {
+    json_t *out = json_array();
+    for (size_t i = 0; out && i < json_array_size(documents); i++) {
+        json_t *d = json_array_get(documents, i);
+        d = json_is_object(d) ? json_object_get(d, "text") : d;
+        if (json_array_append_new(out, json_stringn(json_string_value(d), json_string_length(d)))) {
+            json_decref(out);
+            out = NULL;
+        }
+    }
+    if (!out)
+        refuse(r, SRV_EMEMORY, "out of memory");
+    return out;
+}
+
+static bool is_known(const char *key, const char *const *keys) {
+    for (; *keys; keys++)
+        if (strcmp(key, *keys) == 0)
+            return true;
+    return false;
+}
+
+/* An unknown member, refused with the list of those the route takes. */
+static int unknown_fields(json_t *root, const char *const *keys, refusal *r) {
+    const char *key;
+    json_t *value;
+    json_object_foreach(root, key, value) {
+        if (is_known(key, keys))
+            continue;
+        char list[256] = "";
+        size_t at = 0;
+        for (const char *const *k = keys; *k && at < sizeof list; k++)
+            at += (size_t)snprintf(list + at, sizeof list - at, "%s%s", k == keys ? "" : ", ", *k);
+        return refuse(r, SRV_EBADREQUEST, "unknown field \"%.64s\" (expected %s)", key, list);
+    }
+    return SRV_OK;
+}
+
+/* TEI's truncate (default: the truncate setting) and truncation_direction. */
+static int truncation(const score_api *s, json_t *truncate, json_t *direction, bool *trunc,
+                      bool *left, refusal *r) {
+    if (want_bool(truncate, "truncate", s->eapi->truncate, trunc, r) != SRV_OK)
+        return r->err;
+    embed_truncation dir = EMBED_TRUNCATE_RIGHT;
+    if (embed_truncation_parse(direction, &dir) != 0)
+        return refuse(r, json_is_string(direction) ? SRV_EINVALID : SRV_EBADREQUEST,
+                      "truncation_direction must be \"Left\" or \"Right\"");
+    *left = dir == EMBED_TRUNCATE_LEFT;
+    return SRV_OK;
+}
+
+/* ---- decoding each body -------------------------------------------------------------------- */
+
+static const char *const TEI_RERANK_KEYS[] = {
+    "query", "texts", "raw_scores", "return_text", "truncate", "truncation_direction", NULL};
+static const char *const INFINITY_RERANK_KEYS[] = {
+    "query", "documents", "return_documents", "raw_scores", "top_n", "model", NULL};
+static const char *const V1_RERANK_KEYS[] = {
+    "model",       "query",    "documents", "top_n", "return_documents", "max_chunks_per_doc",
+    "rank_fields", "truncate", "user",      NULL};
+
+static score_job *decode_tei_rerank(const score_api *s, json_t *root, refusal *r) {
+    if (unknown_fields(root, TEI_RERANK_KEYS, r) != SRV_OK)
+        return NULL;
+    json_t *texts = json_object_get(root, "texts");
+    if (json_is_array(texts) && json_array_size(texts) == 0) {
+        refuse(r, SRV_EBADREQUEST, "`texts` cannot be empty");
+        return NULL;
+    }
+    bool raw, ret, trunc, left;
+    if (want_bool(json_object_get(root, "raw_scores"), "raw_scores", false, &raw, r) ||
+        want_bool(json_object_get(root, "return_text"), "return_text", false, &ret, r) ||
+        truncation(s, json_object_get(root, "truncate"),
+                   json_object_get(root, "truncation_direction"), &trunc, &left, r))
+        return NULL;
+    int32_t n = 0;
+    score_input *in = rerank_inputs(json_object_get(root, "query"), texts, "texts", false, &n, r);
+    if (!in)
+        return NULL;
+    /* The body first, then the model, as TEI checks them. */
+    if (not_reranker(s, r)) {
+        membudget_free(in);
+        return NULL;
+    }
+    score_job *j = wrap(score_job_make(s, in, n, trunc, left, r), SHAPE_TEI_RERANK, r);
+    membudget_free(in);
+    if (j) {
+        j->raw = raw;
+        if (ret && !(j->documents = texts_of(texts, r))) {
+            score_job_release(j);
+            return NULL;
+        }
+    }
+    return j;
+}
+
+static score_job *decode_rerank_cohere(const score_api *s, json_t *root, score_shape shape,
+                                       refusal *r) {
+    const bool v1 = shape == SHAPE_V1_RERANK;
+    if (unknown_fields(root, v1 ? V1_RERANK_KEYS : INFINITY_RERANK_KEYS, r) != SRV_OK)
+        return NULL;
+    bool raw = false, ret = false, trunc = s->eapi->truncate;
+    int32_t top_n = 0;
+    json_t *documents = json_object_get(root, "documents");
+    if (check_model(s, json_object_get(root, "model"), r) ||
+        (!v1 && want_bool(json_object_get(root, "raw_scores"), "raw_scores", false, &raw, r)) ||
+        want_bool(json_object_get(root, "return_documents"), "return_documents", v1, &ret, r) ||
+        (v1 && want_bool(json_object_get(root, "truncate"), "truncate", trunc, &trunc, r)) ||
+        want_top_n(json_object_get(root, "top_n"), &top_n, r))
+        return NULL;
+    int32_t n = 0;
+    score_input *in =
+        rerank_inputs(json_object_get(root, "query"), documents, "documents", v1, &n, r);
+    if (!in)
+        return NULL;
+    if (not_reranker(s, r)) {
+        membudget_free(in);
+        return NULL;
+    }
+    score_job *j = wrap(score_job_make(s, in, n, trunc, false, r), shape, r);
+    membudget_free(in);
+    if (!j)
+        return NULL;
+    j->raw = raw;
+    j->top_n = top_n;
+    json_t *model = json_object_get(root, "model");
+    j->model = json_is_string(model)
+                   ? json_stringn(json_string_value(model), json_string_length(model))
+                   : json_string(s->eapi->model_name);
+    if (!j->model || (ret && !(j->documents = texts_of(documents, r)))) {
+        score_job_release(j);
+        refuse(r, SRV_EMEMORY, "out of memory");
+        return NULL;
+    }
+    return j;
+}
+
+/* TEI's /predict inputs: "text", ["a", "b"] (one pair), ["a"] (one text),
+ * or [[...], [...]] (a batch of texts and pairs). */
+static score_input *predict_inputs(json_t *inputs, int32_t *n, bool *batch, refusal *r) {
+    static const char *const shape =
+        "inputs must be a string, a pair of strings [string, string] or a batch of strings and "
+        "pairs [[string], [string, string], ...]";
+    *batch = false;
+    if (!inputs) {
+        refuse(r, SRV_EBADREQUEST, "missing field \"inputs\"");
+        return NULL;
+    }
+    const bool single = json_is_string(inputs) ||
+                        (json_is_array(inputs) && json_is_string(json_array_get(inputs, 0)));
+    if (!single && (!json_is_array(inputs) || json_array_size(inputs) == 0)) {
+        refuse(r, SRV_EBADREQUEST, "%s", shape);
+        return NULL;
+    }
+    const size_t size = single ? 1 : json_array_size(inputs);
+    if (size > INT32_MAX) {
+        refuse(r, SRV_EINVALID, "inputs has too many entries");
+        return NULL;
+    }
+    score_input *in = membudget_calloc(size, sizeof *in);
+    if (!in) {
+        refuse(r, SRV_EMEMORY, "out of memory");
+        return NULL;
+    }
+    for (size_t i = 0; i < size; i++) {
+        json_t *x = single ? inputs : json_array_get(inputs, i);
+        if (json_is_string(x)) {
+            in[i] = (score_input){.a = json_string_value(x), .alen = json_string_length(x)};
+            continue;
+        }
+        const size_t k = json_array_size(x);
+        json_t *a = json_array_get(x, 0), *b = json_array_get(x, 1);
+        if (!json_is_array(x) || k < 1 || k > 2 || !json_is_string(a) ||
+            (k == 2 && !json_is_string(b))) {
+            if (single)
+                refuse(r, SRV_EBADREQUEST, "%s", shape);
+            else
+                refuse(r, SRV_EBADREQUEST, "inputs[%zu]: %s", i, shape);
+            membudget_free(in);
+            return NULL;
+        }
+        in[i] = (score_input){.a = json_string_value(a), .alen = json_string_length(a)};
+        if (k == 2) {
+            in[i].b = json_string_value(b);
+            in[i].blen = json_string_length(b);
+        }
+    }
+    *n = (int32_t)size;
+    *batch = !single;
+    return in;
+}
+
+static const char *const PREDICT_KEYS[] = {"inputs", "raw_scores", "truncate",
+                                           "truncation_direction", NULL};
+
+static score_job *decode_predict(const score_api *s, json_t *root, refusal *r) {
+    bool raw, trunc, left, batch;
+    if (unknown_fields(root, PREDICT_KEYS, r) != SRV_OK ||
+        want_bool(json_object_get(root, "raw_scores"), "raw_scores", false, &raw, r) ||
+        truncation(s, json_object_get(root, "truncate"),
+                   json_object_get(root, "truncation_direction"), &trunc, &left, r))
+        return NULL;
+    int32_t n = 0;
+    score_input *in = predict_inputs(json_object_get(root, "inputs"), &n, &batch, r);
+    if (!in)
+        return NULL;
+    if (not_classifier(s, r)) {
+        membudget_free(in);
+        return NULL;
+    }
+    score_job *j = wrap(score_job_make(s, in, n, trunc, left, r), SHAPE_TEI_PREDICT, r);
+    membudget_free(in);
+    if (j) {
+        j->raw = raw;
+        j->batch = batch;
+    }
+    return j;
+}
+
+static const char *const CLASSIFY_KEYS[] = {"input", "model", "raw_scores", NULL};
+
+static score_job *decode_classify(const score_api *s, json_t *root, refusal *r) {
+    bool raw;
+    json_t *input = json_object_get(root, "input");
+    if (unknown_fields(root, CLASSIFY_KEYS, r) != SRV_OK ||
+        check_model(s, json_object_get(root, "model"), r) ||
+        want_bool(json_object_get(root, "raw_scores"), "raw_scores", false, &raw, r))
+        return NULL;
+    if (!json_is_array(input) || json_array_size(input) == 0 ||
+        json_array_size(input) > INT32_MAX) {
+        r->param = "input";
+        refuse(r, SRV_EBADREQUEST,
+               input ? "input must be a non-empty array of strings" : "missing field \"input\"");
+        return NULL;
+    }
+    const size_t size = json_array_size(input);
+    score_input *in = membudget_calloc(size, sizeof *in);
+    if (!in) {
+        refuse(r, SRV_EMEMORY, "out of memory");
+        return NULL;
+    }
+    for (size_t i = 0; i < size; i++) {
+        json_t *x = json_array_get(input, i);
+        if (!json_is_string(x)) {
+            r->param = "input";
+            refuse(r, SRV_EBADREQUEST, "input[%zu] must be a string", i);
+            membudget_free(in);
+            return NULL;
+        }
+        in[i] = (score_input){.a = json_string_value(x), .alen = json_string_length(x)};
+    }
+    if (not_classifier(s, r)) {
+        membudget_free(in);
+        return NULL;
+    }
+    score_job *j = wrap(score_job_make(s, in, (int32_t)size, s->eapi->truncate, false, r),
+                        SHAPE_INFINITY_CLASSIFY, r);
+    membudget_free(in);
+    if (!j)
+        return NULL;
+    j->raw = raw;
+    json_t *model = json_object_get(root, "model");
+    j->model = json_is_string(model)
+                   ? json_stringn(json_string_value(model), json_string_length(model))
+                   : json_string(s->eapi->model_name);
+    if (!j->model) {
+        score_job_release(j);
+        refuse(r, SRV_EMEMORY, "out of memory");
+        return NULL;
+    }
+    return j;
+}
+
+/* ---- answering ------------------------------------------------------------------------------- */
+
+typedef struct ranked {
+    int32_t index;
+    float score;
+} ranked;
+
+/* Best first. TEI sorts ascending (stable) and reverses, so equal scores
+ * come highest index first; Infinity and vLLM sort descending (stable),
+ * lowest index first. */
+static int by_score_tei(const void *pa, const void *pb) {
+    const ranked *a = pa, *b = pb;
+    if (a->score != b->score)
+        return a->score < b->score ? 1 : -1;
+    return a->index < b->index ? 1 : -1;
+}
+static int by_score(const void *pa, const void *pb) {
+    const ranked *a = pa, *b = pb;
+    if (a->score != b->score)
+        return a->score < b->score ? 1 : -1;
+    return a->index < b->index ? -1 : 1;
+}
+
+/* The tokens the job ran: its inputs' lengths. */
+static int64_t tokens_of(const embed_job *e) {
+    return e->cu[e->n] - e->cu[0];
+}
+
+static json_t *usage(const embed_job *e) {
+    const json_int_t t = (json_int_t)tokens_of(e);
+    return json_pack("{s:I, s:I}", "prompt_tokens", t, "total_tokens", t);
+}
+
+/* "<prefix>-" and 32 hex digits: an id for the answer, as Infinity and vLLM
+ * give one; unique enough to tell answers apart in logs, not a secret. */
+static json_t *answer_id(const char *prefix) {
+    static _Atomic uint64_t counter;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    const uint64_t a = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    /* splitmix64 of the time and a counter: two answers never share an id. */
+    uint64_t b = a + (atomic_fetch_add(&counter, 1) + 1) * 0x9E3779B97F4A7C15ull;
+    b = (b ^ (b >> 30)) * 0xBF58476D1CE4E5B9ull;
+    b = (b ^ (b >> 27)) * 0x94D049BB133111EBull;
+    b ^= b >> 31;
+    char id[64];
+    snprintf(id, sizeof id, "%s-%016llx%016llx", prefix, (unsigned long long)a,
+             (unsigned long long)b);
+    return json_string(id);
+}
+
+/* The rerank answers: scores best first, cut to top_n. */
+static json_t *rerank_answer(const score_job *j) {
+    const embed_job *e = &j->e;
+    const int32_t n = e->n;
+    ranked *rk = membudget_malloc((size_t)n * sizeof *rk);
+    if (!rk)
+        return NULL;
+    for (int32_t i = 0; i < n; i++) {
+        rk[i].index = i;
+        score_activate(e->out + i, 1, j->raw, &rk[i].score);
+    }
+    qsort(rk, (size_t)n, sizeof *rk, j->shape == SHAPE_TEI_RERANK ? by_score_tei : by_score);
+    const int32_t keep = j->top_n > 0 && j->top_n < n ? j->top_n : n;
+    json_t *list = json_array();
+    for (int32_t k = 0; list && k < keep; k++) {
+        json_t *doc = j->documents ? json_array_get(j->documents, (size_t)rk[k].index) : NULL;
+        json_t *item;
+        if (j->shape == SHAPE_TEI_RERANK)
+            item = json_pack("{s:i, s:f}", "index", (int)rk[k].index, "score", (double)rk[k].score);
+        else
+            item = json_pack("{s:i, s:f}", "index", (int)rk[k].index, "relevance_score",
+                             (double)rk[k].score);
+        if (item && doc) {
+            const char *key = j->shape == SHAPE_TEI_RERANK ? "text" : "document";
+            json_t *v =
+                j->shape == SHAPE_V1_RERANK ? json_pack("{s:O}", "text", doc) : json_incref(doc);
+            if (json_object_set_new(item, key, v) != 0) {
+                json_decref(item);
+                item = NULL;
+            }
+        }
+        if (json_array_append_new(list, item) != 0) {
+            json_decref(list);
+            list = NULL;
+        }
+    }
+    membudget_free(rk);
+    if (!list || j->shape == SHAPE_TEI_RERANK)
+        return list;
+    if (j->shape == SHAPE_INFINITY_RERANK)
+        return json_pack("{s:s, s:o, s:O, s:o, s:o, s:I}", "object", "rerank", "results", list,
+                         "model", j->model, "usage", usage(e), "id", answer_id("infinity"),
+                         "created", (json_int_t)time(NULL));
+    return json_pack("{s:o, s:O, s:o, s:o}", "id", answer_id("rerank"), "model", j->model,
+                     "results", list, "usage", usage(e));
+}
+
+/* One input's [{score, label}], best first. */
+static json_t *predictions(const score_api *s, const score_job *j, int32_t i) {
+    const int32_t k = s->num_labels;
+    ranked *rk = membudget_malloc((size_t)k * sizeof *rk);
+    float *sc = membudget_malloc((size_t)k * sizeof *sc);
+    json_t *list = rk && sc ? json_array() : NULL;
+    if (list) {
+        score_activate(j->e.out + (size_t)i * (size_t)k, k, j->raw, sc);
+        for (int32_t l = 0; l < k; l++)
+            rk[l] = (ranked){.index = l, .score = sc[l]};
+        qsort(rk, (size_t)k, sizeof *rk, j->shape == SHAPE_TEI_PREDICT ? by_score_tei : by_score);
+        for (int32_t l = 0; list && l < k; l++)
+            if (json_array_append_new(list, json_pack("{s:f, s:s}", "score", (double)rk[l].score,
+                                                      "label", s->labels[rk[l].index])) != 0) {
+                json_decref(list);
+                list = NULL;
+            }
+    }
+    membudget_free(rk);
+    membudget_free(sc);
+    return list;
+}
+
+static json_t *predict_answer(const score_api *s, const score_job *j) {
+    if (j->shape == SHAPE_TEI_PREDICT && !j->batch)
+        return predictions(s, j, 0);
+    json_t *all = json_array();
+    for (int32_t i = 0; all && i < j->e.n; i++)
+        if (json_array_append_new(all, predictions(s, j, i)) != 0) {
+            json_decref(all);
+            all = NULL;
+        }
+    if (!all || j->shape == SHAPE_TEI_PREDICT)
+        return all;
+    return json_pack("{s:s, s:o, s:O, s:o, s:o, s:I}", "object", "classify", "data", all, "model",
+                     j->model, "usage", usage(&j->e), "id", answer_id("infinity"), "created",
+                     (json_int_t)time(NULL));
+}
+
+/* ---- the routes ---------------------------------------------------------------------------------
+ */
+
+static int refused(http_request *req, const refusal *r) {
+    if (membudget_refused())
+        return http_reply_error(req, membudget_error(), "%s", membudget_message());
+    return http_reply_error_at(req, r->err ? r->err : SRV_EINTERNAL, r->param, r->code, "%s",
+                               r->msg);
+}
+
+typedef score_job *(*decode_fn)(const score_api *s, json_t *root, refusal *r);
+static score_job *decode_rerank_either(const score_api *s, json_t *root, refusal *r);
+
+static int handle(http_request *req, score_api *s, decode_fn decode) {
+    if (http_draining(req))
+        return http_reply_error(req, SRV_EUNAVAILABLE, "server is draining");
+    int answered = HTTP_FAIL;
+    json_t *root = http_body_json(req, &answered);
+    if (!root)
+        return answered;
+    refusal r = {0};
+    score_job *j = NULL;
+    /* /rerank answers Infinity's body, and its errors, in Infinity's shape. */
+    if (decode == decode_rerank_either && json_object_get(root, "documents") &&
+        !json_object_get(root, "texts"))
+        http_set_error_shape(req, HTTP_ERRORS_OPENAI);
+    if (!json_is_object(root))
+        refuse(&r, SRV_EBADREQUEST, "the body must be a JSON object");
+    else
+        j = decode(s, root, &r);
+    http_body_json_free(req, root);
+    if (!j)
+        return refused(req, &r);
+    return job_submit(req, &j->e.base, s->eapi->sched, atomic_load(&s->eapi->request_timeout_ms),
+                      score_job_release);
+}
+
+static int resumed(http_request *req, void *ctx) {
+    const score_api *s = ctx;
+    score_job *j = http_user(req);
+    embed_api_stamp(req, s->eapi, &j->e);
+    if (j->e.base.err != SRV_OK)
+        return http_reply_error(req, j->e.base.err, "%s", j->e.base.why);
+    if (!j->e.base.ran)
+        return http_reply_error(req, SRV_EINTERNAL, "the batch did not run this request");
+    for (size_t i = 0; i < (size_t)j->e.n * (size_t)s->num_labels; i++)
+        if (isnan(j->e.out[i]))
+            return http_reply_error(req, SRV_EINTERNAL, "score is NaN");
+    json_t *out = j->shape == SHAPE_TEI_PREDICT || j->shape == SHAPE_INFINITY_CLASSIFY
+                      ? predict_answer(s, j)
+                      : rerank_answer(j);
+    if (!out && membudget_refused())
+        return http_reply_error(req, membudget_error(), "%s", membudget_message());
+    if (!out)
+        return http_reply_error(req, SRV_EINTERNAL, "out of memory encoding the answer");
+    return http_reply_json(req, 200, out);
+}
+
+static int tei_predict(http_request *req, void *ctx) {
+    return handle(req, ctx, decode_predict);
+}
+
+static score_job *decode_v1(const score_api *s, json_t *root, refusal *r) {
+    return decode_rerank_cohere(s, root, SHAPE_V1_RERANK, r);
+}
+static score_job *decode_infinity(const score_api *s, json_t *root, refusal *r) {
+    return decode_rerank_cohere(s, root, SHAPE_INFINITY_RERANK, r);
+}
+
+/* POST /rerank: TEI's body has `texts`, Infinity's (Cohere's) `documents`;
+ * neither has the other's, so the body says which API is calling, and the
+ * answer and its errors take that API's shape. */
+static score_job *decode_rerank_either(const score_api *s, json_t *root, refusal *r) {
+    const bool tei = json_object_get(root, "texts") != NULL;
+    const bool inf = json_object_get(root, "documents") != NULL;
+    if (tei && inf) {
+        refuse(r, SRV_EBADREQUEST,
+               "the body has both `texts` (Text Embeddings Inference) and `documents` (Infinity, "
+               "Cohere): send one");
+        return NULL;
+    }
+    return inf ? decode_infinity(s, root, r) : decode_tei_rerank(s, root, r);
+}
+
+static int rerank_route(http_request *req, void *ctx) {
+    return handle(req, ctx, decode_rerank_either);
+}
+
+static int v1_rerank(http_request *req, void *ctx) {
+    return handle(req, ctx, decode_v1);
+}
+
+static int infinity_classify(http_request *req, void *ctx) {
+    return handle(req, ctx, decode_classify);
+}
+
+/* POST / and /invocations: TEI's route for the served model's task. */
+static int tei_default(http_request *req, void *ctx) {
+    const score_api *s = ctx;
+    return handle(req, ctx, s->num_labels == 1 ? decode_tei_rerank : decode_predict);
+}
+
+/* The trace line's "score" member (batch.h's batch_kind trace): what the
+ * part held. The forward's stages are the embed member's when both ran. */
+static int score_trace(void *ctx, const sched_batch *part, char *buf, size_t cap, bool *verified) {
+    (void)ctx;
+    *verified = false;
+    return snprintf(buf, cap, ",\"score\":{\"requests\":%d,\"sequences\":%d,\"tokens\":%d}",
+                    part->n_reqs, part->n_seqs, part->n_tokens);
+}
+
+int score_api_register(score_api *s, embed_service *svc, batch_runner *runner, routes *t) {
+    const batch_kind kind = {
+        .name = "score", .run = embed_service_run_batch, .trace = score_trace, .ctx = svc};
+    if ((s->kind = batch_runner_add_kind(runner, &kind)) < 0)
+        return -1;
+    const http_error_shape TEI = HTTP_ERRORS_TEI, OAI = HTTP_ERRORS_OPENAI;
+    const http_route mine[] = {
+        {"POST", "/rerank", true, HTTP_AUTH_KEY, rerank_route, resumed, s, TEI},
+        {"POST", "/predict", true, HTTP_AUTH_KEY, tei_predict, resumed, s, TEI},
+        {"POST", "/classify", true, HTTP_AUTH_KEY, infinity_classify, resumed, s, OAI},
+        {"POST", "/v1/rerank", true, HTTP_AUTH_KEY, v1_rerank, resumed, s, OAI},
+    };
+    for (size_t i = 0; i < sizeof mine / sizeof mine[0]; i++)
+        if (routes_add(t, mine[i]) != 0)
+            return -1;
+    if (!s->classifier)
+        return 0;
+    const http_route dflt[] = {
+        {"POST", "/", true, HTTP_AUTH_KEY, tei_default, resumed, s, TEI},
+        {"POST", "/invocations", true, HTTP_AUTH_KEY, tei_default, resumed, s, TEI},
+    };
+    for (size_t i = 0; i < sizeof dflt / sizeof dflt[0]; i++)
+        if (routes_add(t, dflt[i]) != 0)
+            return -1;
+    return 0;
+}

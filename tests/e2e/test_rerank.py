@@ -1,0 +1,303 @@
+"""Rerank and classification routes (server/score_api.h) end to end.
+
+On the default embedding model every scoring route refuses, in its own API's
+shape, with TEI's status (424), and the bodies are checked before that.
+
+On the tiny classifiers of tests/golden/make_task_models.py — xlmr-cls-tiny,
+a one-label XLM-R cross-encoder (a reranker), and bert-cls-tiny, a
+three-label BERT classifier whose pairs have type ids — the scores are
+compared with what sentence-transformers' CrossEncoder and transformers give
+on the same directories (tests/golden/rerank_scores.json, made by
+make_rerank_scores.py), on queries and documents in many scripts, some cut
+to the models' 64 tokens on either side. The floor, |score difference| <=
+1e-4, is the one test_task_models.c derives for the logits in fp32 (a
+sigmoid or softmax only shrinks differences: both are 1-Lipschitz or less in
+each logit).
+"""
+import json
+import math
+import os
+
+import pytest
+import requests
+
+from conftest import JSON, ROOT, Server
+
+MAX_DIFF = 1e-4
+
+with open(os.path.join(ROOT, "tests", "golden", "rerank_scores.json"), encoding="utf-8") as f:
+    GOLDEN = json.load(f)["models"]
+RERANKER = GOLDEN["xlmr-cls-tiny"]
+CLASSIFIER = GOLDEN["bert-cls-tiny"]
+
+
+def post(server, path, body):
+    return requests.post(server.url(path), data=json.dumps(body), headers=JSON, timeout=60)
+
+
+def tei_error(r, status):
+    assert r.status_code == status, r.text
+    body = r.json()
+    assert set(body) == {"error", "error_type"}, body
+    return body
+
+
+def openai_error(r, status):
+    assert r.status_code == status, r.text
+    body = r.json()
+    assert set(body) == {"error"} and "message" in body["error"], body
+    return body["error"]
+
+
+# ---- an embedding model: every scoring route refuses ------------------------------------------
+
+
+def test_tei_rerank_on_an_embedder_is_refused_as_tei_does(server):
+    body = tei_error(post(server, "/rerank", {"query": "q", "texts": ["a", "b"]}), 424)
+    assert body["error_type"] == "Backend"
+    assert body["error"].startswith("model is not a re-ranker model")
+
+
+def test_tei_predict_on_an_embedder_is_refused_as_tei_does(server):
+    body = tei_error(post(server, "/predict", {"inputs": "some text"}), 424)
+    assert body["error_type"] == "Backend"
+    assert body["error"].startswith("Model is not a classifier model")
+
+
+def test_infinity_rerank_on_an_embedder_answers_in_openai_shape(server):
+    err = openai_error(post(server, "/rerank", {"query": "q", "documents": ["a"]}), 424)
+    assert "not a re-ranker" in err["message"]
+
+
+def test_v1_rerank_and_classify_on_an_embedder(server):
+    err = openai_error(post(server, "/v1/rerank", {"query": "q", "documents": ["a"]}), 424)
+    assert "not a re-ranker" in err["message"]
+    err = openai_error(post(server, "/classify", {"input": ["a"]}), 424)
+    assert "not a classifier" in err["message"]
+
+
+def test_root_stays_embed_on_an_embedder(server):
+    r = post(server, "/", {"inputs": "hello"})
+    assert r.status_code == 200, r.text
+    assert len(r.json()[0]) == 384
+
+
+# ---- bodies are checked in each route's shape -------------------------------------------------
+
+
+@pytest.mark.parametrize("body, status, words", [
+    ({"query": "q", "texts": []}, 400, "`texts` cannot be empty"),
+    ({"query": "q", "texts": ["a"], "documents": ["b"]}, 400, "send one"),
+    ({"query": "q", "texts": ["a"], "top_n": 1}, 400, "unknown field \"top_n\""),
+    ({"query": "q", "texts": ["a"], "raw_scores": "yes"}, 400, "raw_scores must be true or false"),
+    ({"query": "q", "texts": ["a"], "truncation_direction": "Up"}, 422, "truncation_direction"),
+])
+def test_tei_rerank_bad_bodies(server, body, status, words):
+    err = tei_error(post(server, "/rerank", body), status)
+    assert words in err["error"], err
+
+
+@pytest.mark.parametrize("path, body, status, words", [
+    ("/rerank", {"query": "q", "documents": ["a"], "top_n": 0}, 422, "top_n"),
+    ("/rerank", {"query": "q", "documents": ["a"], "return_text": True}, 400, "unknown field"),
+    ("/v1/rerank", {"query": "q", "documents": ["a"], "model": "nope"}, 404, "does not exist"),
+    ("/v1/rerank", {"query": 1, "documents": ["a"]}, 400, "query must be a string"),
+    ("/v1/rerank", {"query": "q"}, 400, "missing field \"documents\""),
+    ("/classify", {"input": "a"}, 400, "non-empty array of strings"),
+    ("/classify", {"input": ["a"], "model": 3}, 400, "model must be a string"),
+])
+def test_openai_shaped_bad_bodies(server, path, body, status, words):
+    err = openai_error(post(server, path, body), status)
+    assert words in err["message"], err
+
+
+def test_predict_input_shapes_are_checked(server):
+    for inputs in (["a", "b", "c"], [["a", "b", "c"]], [], 3, [["a"], 3]):
+        err = tei_error(post(server, "/predict", {"inputs": inputs}), 400)
+        assert "inputs" in err["error"], (inputs, err)
+
+
+# ---- a reranker: scores against CrossEncoder ----------------------------------------------------
+
+
+def sigmoid(x):
+    return 1.0 / (1.0 + math.exp(-x))
+
+
+def softmax(v):
+    m = max(v)
+    e = [math.exp(x - m) for x in v]
+    return [x / sum(e) for x in e]
+
+
+@pytest.fixture(scope="module", params=["naive", "fused"])
+def reranker(tmp_path_factory, request):
+    s = Server(str(tmp_path_factory.mktemp("rerank")), model=os.path.join(ROOT, RERANKER["dir"]),
+               backend=request.param)
+    yield s
+    s.check_clean_exit(s.stop())
+
+
+@pytest.fixture(scope="module")
+def classifier(tmp_path_factory):
+    s = Server(str(tmp_path_factory.mktemp("classify")),
+               model=os.path.join(ROOT, CLASSIFIER["dir"]))
+    yield s
+    s.check_clean_exit(s.stop())
+
+
+def expect_sorted(scores):
+    assert all(a >= b for a, b in zip(scores, scores[1:])), scores
+
+
+def test_tei_rerank_matches_cross_encoder(reranker):
+    worst = 0.0
+    for case in RERANKER["queries"]:
+        r = post(reranker, "/rerank", {"query": case["query"], "texts": case["documents"],
+                                       "return_text": True})
+        assert r.status_code == 200, r.text
+        ranks = r.json()
+        assert sorted(x["index"] for x in ranks) == list(range(len(case["documents"])))
+        expect_sorted([x["score"] for x in ranks])
+        for x in ranks:
+            want = case["scores"][x["index"]][0]  # CrossEncoder's default: the sigmoid
+            worst = max(worst, abs(x["score"] - want))
+            assert x["text"] == case["documents"][x["index"]]
+        # raw_scores: the logits, and the same order.
+        r = post(reranker, "/rerank", {"query": case["query"], "texts": case["documents"],
+                                       "raw_scores": True})
+        raw = r.json()
+        assert [x["index"] for x in raw] == [x["index"] for x in ranks]
+        assert all("text" not in x for x in raw)
+        for x in raw:
+            worst = max(worst, abs(x["score"] - case["logits"][x["index"]][0]))
+    assert worst <= MAX_DIFF, worst
+    print("rerank e2e: worst |score - CrossEncoder| %.2g" % worst)
+
+
+def test_truncation_sides_and_refusal(reranker):
+    case = RERANKER["queries"][1]
+    long = [i for i, t in enumerate(case["tokens"]) if t == 64]
+    assert long, "the golden set has no pair cut to 64 tokens"
+    left = post(reranker, "/rerank", {"query": case["query"], "texts": case["documents"],
+                                      "raw_scores": True, "truncation_direction": "Left"}).json()
+    for x in left:
+        assert abs(x["score"] - case["logits_left"][x["index"]][0]) <= MAX_DIFF
+    r = post(reranker, "/rerank", {"query": case["query"], "texts": case["documents"],
+                                   "truncate": False})
+    err = tei_error(r, 422)
+    assert "truncation is off" in err["error"] and "input %d" % long[0] in err["error"], err
+
+
+def test_v1_and_infinity_rerank_shapes_and_top_n(reranker):
+    case = RERANKER["queries"][3]
+    docs = [{"text": d} if i % 2 else d for i, d in enumerate(case["documents"])]
+    r = post(reranker, "/v1/rerank", {"model": "xlmr-cls-tiny", "query": case["query"],
+                                      "documents": docs, "top_n": 3})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["model"] == "xlmr-cls-tiny" and body["id"].startswith("rerank-")
+    assert body["usage"]["total_tokens"] == sum(case["tokens"])
+    results = body["results"]
+    assert len(results) == 3
+    expect_sorted([x["relevance_score"] for x in results])
+    best = sorted(range(len(docs)), key=lambda i: -case["scores"][i][0])[:3]
+    assert [x["index"] for x in results] == best
+    for x in results:
+        assert abs(x["relevance_score"] - case["scores"][x["index"]][0]) <= MAX_DIFF
+        assert x["document"] == {"text": case["documents"][x["index"]]}
+    # Infinity's body on /rerank: its shape, documents as strings when asked.
+    r = post(reranker, "/rerank", {"query": case["query"], "documents": case["documents"],
+                                   "top_n": 2, "return_documents": True})
+    body = r.json()
+    assert body["object"] == "rerank" and body["id"].startswith("infinity-")
+    assert [x["index"] for x in body["results"]] == best[:2]
+    assert body["results"][0]["document"] == case["documents"][best[0]]
+    r = post(reranker, "/rerank", {"query": case["query"], "documents": case["documents"]})
+    assert all("document" not in x for x in r.json()["results"])
+    # return_documents false on /v1/rerank.
+    r = post(reranker, "/v1/rerank", {"query": case["query"], "documents": ["a", "b"],
+                                      "return_documents": False})
+    assert all("document" not in x for x in r.json()["results"])
+
+
+def test_root_is_rerank_and_embedding_routes_refuse(reranker):
+    case = RERANKER["queries"][0]
+    r = post(reranker, "/", {"query": case["query"], "texts": case["documents"][:3]})
+    assert r.status_code == 200, r.text
+    assert sorted(x["index"] for x in r.json()) == [0, 1, 2]
+    for path, body in (("/embed", {"inputs": "x"}), ("/", {"inputs": "x"})):
+        err = tei_error(post(reranker, path, body), 424 if path == "/embed" else 400)
+        assert err["error_type"] == ("Backend" if path == "/embed" else "Validation"), err
+    for path, body in (("/v1/embeddings", {"input": "x"}), ("/embeddings", {"input": "x"})):
+        err = openai_error(post(reranker, path, body), 424)
+        assert "not an embedding model" in err["message"], err
+    # A reranker answers /predict too (TEI), with its one label.
+    r = post(reranker, "/predict", {"inputs": [case["query"], case["documents"][0]]})
+    assert r.status_code == 200, r.text
+    [p] = r.json()
+    assert abs(p["score"] - case["scores"][0][0]) <= MAX_DIFF and p["label"] == "LABEL_0"
+
+
+def test_pairs_run_in_pieces_under_small_batches(start_server):
+    case = RERANKER["queries"][2]
+    s = start_server(model=os.path.join(ROOT, RERANKER["dir"]), max_batch_requests=3,
+                     max_inputs_per_request=len(case["documents"]))
+    r = post(s, "/rerank", {"query": case["query"], "texts": case["documents"],
+                            "raw_scores": True})
+    assert r.status_code == 200, r.text
+    for x in r.json():
+        assert abs(x["score"] - case["logits"][x["index"]][0]) <= MAX_DIFF
+    err = tei_error(post(s, "/rerank", {"query": "q", "texts": case["documents"] + ["x"]}), 422)
+    assert "max_inputs_per_request" in err["error"], err
+
+
+# ---- a classifier with token types ------------------------------------------------------------
+
+
+def test_predict_pairs_and_texts_match_transformers(classifier):
+    labels = CLASSIFIER["labels"]
+    worst = 0.0
+    for case in CLASSIFIER["queries"]:
+        inputs = [[case["query"], d] for d in case["documents"]]
+        for raw in (True, False):
+            r = post(classifier, "/predict", {"inputs": inputs, "raw_scores": raw})
+            assert r.status_code == 200, r.text
+            for preds, logit in zip(r.json(), case["logits"]):
+                assert sorted(p["label"] for p in preds) == sorted(labels)
+                expect_sorted([p["score"] for p in preds])
+                want = dict(zip(labels, logit if raw else softmax(logit)))
+                worst = max(worst, max(abs(p["score"] - want[p["label"]]) for p in preds))
+    texts = CLASSIFIER["texts"]
+    r = post(classifier, "/predict", {"inputs": [[t] for t in texts], "raw_scores": True})
+    for preds, logit in zip(r.json(), CLASSIFIER["text_logits"]):
+        want = dict(zip(labels, logit))
+        worst = max(worst, max(abs(p["score"] - want[p["label"]]) for p in preds))
+    assert worst <= MAX_DIFF, worst
+    print("predict e2e: worst |score - transformers| %.2g" % worst)
+
+
+def test_predict_single_shapes_and_infinity_classify(classifier):
+    labels = CLASSIFIER["labels"]
+    text, logit = CLASSIFIER["texts"][0], CLASSIFIER["text_logits"][0]
+    one = post(classifier, "/predict", {"inputs": text}).json()
+    assert isinstance(one, list) and isinstance(one[0], dict)
+    want = dict(zip(labels, softmax(logit)))
+    assert all(abs(p["score"] - want[p["label"]]) <= MAX_DIFF for p in one)
+    case = CLASSIFIER["queries"][0]
+    pair = post(classifier, "/predict", {"inputs": [case["query"], case["documents"][0]],
+                                         "raw_scores": True}).json()
+    want = dict(zip(labels, case["logits"][0]))
+    assert all(abs(p["score"] - want[p["label"]]) <= MAX_DIFF for p in pair)
+    r = post(classifier, "/classify", {"input": CLASSIFIER["texts"][:4], "model": "bert-cls-tiny"})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["object"] == "classify" and len(body["data"]) == 4
+    for preds, logit in zip(body["data"], CLASSIFIER["text_logits"][:4]):
+        want = dict(zip(labels, softmax(logit)))
+        assert all(abs(p["score"] - want[p["label"]]) <= MAX_DIFF for p in preds)
+    # / is /predict for a classifier of several labels; /rerank refuses it.
+    r = post(classifier, "/", {"inputs": text})
+    assert r.status_code == 200 and r.json()[0]["label"] in labels
+    err = tei_error(post(classifier, "/rerank", {"query": "q", "texts": ["a"]}), 424)
+    assert "3 labels" in err["error"]

@@ -1,0 +1,191 @@
+/* test_score.c — the rerank and classification codec (server/score_api.h)
+ * without a model: pairs and texts into jobs with type ids (compared with
+ * tok_encode_pair and tok_encode, whose goldens are test_tokenizer_pair.c's),
+ * truncation and the refusals, and the scores' activation (sigmoid,
+ * softmax) against a double-precision reference. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <string.h>
+
+#include "model/tokenizer.h"
+#include "server/errors.h"
+#include "server/score_api.h"
+
+static tok_tokenizer *load(const char *dir) {
+    char err[512] = "";
+    tok_tokenizer *t = NULL;
+    cr_assert_eq(tok_load(&t, dir, err, sizeof err), TOK_OK, "%s: %s", dir, err);
+    return t;
+}
+
+typedef struct fixture {
+    tok_tokenizer *tok;
+    embed_api eapi;
+    score_api s;
+} fixture;
+
+static void setup(fixture *f, const char *dir, int32_t max_length) {
+    memset(f, 0, sizeof *f);
+    f->tok = load(dir);
+    f->eapi.tok = f->tok;
+    f->eapi.model_name = "test";
+    f->eapi.max_batch_tokens = 4096;
+    f->eapi.max_batch_requests = 64;
+    f->eapi.truncate = true;
+    atomic_store(&f->eapi.max_inputs_per_request, 8);
+    static const char *const labels[] = {"LABEL_0"};
+    f->s = (score_api){.eapi = &f->eapi,
+                       .kind = 3,
+                       .classifier = true,
+                       .num_labels = 1,
+                       .labels = labels,
+                       .max_length = max_length,
+                       .type_vocab_size = 2};
+}
+
+static score_input pair(const char *a, const char *b) {
+    return (score_input){.a = a, .alen = strlen(a), .b = b, .blen = b ? strlen(b) : 0};
+}
+
+/* Each input of the job is what the tokenizer gives for it alone. */
+static void expect_same_as_tokenizer(const fixture *f, const embed_job *job, const score_input *in,
+                                     int32_t n, tok_truncation trunc) {
+    int32_t ids[512], types[512];
+    for (int32_t i = 0; i < n; i++) {
+        tok_output o = {.ids = ids, .type_ids = types, .capacity = f->s.max_length};
+        int rc = in[i].b
+                     ? tok_encode_pair(f->tok, in[i].a, in[i].alen, in[i].b, in[i].blen, trunc, &o)
+                     : tok_encode(f->tok, in[i].a, in[i].alen, trunc != TOK_TRUNCATE_NONE, &o);
+        cr_assert_eq(rc, TOK_OK);
+        const int32_t got = job->cu[i + 1] - job->cu[i];
+        cr_assert_eq(got, o.n, "input %d: %d tokens, the tokenizer gives %d", i, got, o.n);
+        for (int32_t k = 0; k < o.n; k++) {
+            cr_expect_eq(job->ids[job->cu[i] + k], ids[k], "input %d token %d", i, k);
+            cr_expect_eq(job->type_ids[job->cu[i] + k], types[k], "input %d token %d type", i, k);
+        }
+    }
+}
+
+Test(score, pairs_and_texts_become_one_job_with_type_ids) {
+    fixture f;
+    setup(&f, "tests/golden/pair-bert", 64); /* BertProcessing: the second text is type 1 */
+    const score_input in[] = {
+        pair("what is the capital of France?", "Paris is the capital of France."),
+        pair("Къде се обработват документите?", "Документите се обработват в София."),
+        pair("a lone text", NULL),
+        pair("检索系统如何排序？", "检索系统将查询与文档配对，并按相似度排序。"),
+    };
+    embed_refusal r = {0};
+    embed_job *job = score_job_make(&f.s, in, 4, true, false, &r);
+    cr_assert_not_null(job, "%s", r.msg);
+    cr_expect_eq(job->n, 4);
+    cr_expect_eq(job->out_dim, 1);
+    cr_expect_eq(job->base.kind, 3);
+    cr_expect_eq(job->base.n_items, 4);
+    expect_same_as_tokenizer(&f, job, in, 4, TOK_TRUNCATE_RIGHT);
+    /* The pair has type 1 tokens, the lone text none. */
+    int ones = 0;
+    for (int32_t k = job->cu[0]; k < job->cu[1]; k++)
+        ones += job->type_ids[k] == 1;
+    cr_expect_gt(ones, 0);
+    for (int32_t k = job->cu[2]; k < job->cu[3]; k++)
+        cr_expect_eq(job->type_ids[k], 0);
+    embed_job_release(job);
+    tok_free(f.tok);
+}
+
+Test(score, truncation_cuts_to_max_length_on_the_side_asked) {
+    fixture f;
+    setup(&f, "tests/golden/xlmr-tiny", 12);
+    const char *doc = "Embeddings map sentences to vectors. Embeddings map sentences to vectors.";
+    const score_input in[] = {pair("the query", doc), pair(doc, NULL)};
+    embed_refusal r = {0};
+    for (int left = 0; left < 2; left++) {
+        embed_job *job = score_job_make(&f.s, in, 2, true, left, &r);
+        cr_assert_not_null(job, "%s", r.msg);
+        cr_expect_eq(job->cu[1] - job->cu[0], 12);
+        cr_expect_eq(job->cu[2] - job->cu[1], 12);
+        expect_same_as_tokenizer(&f, job, in, 1, left ? TOK_TRUNCATE_LEFT : TOK_TRUNCATE_RIGHT);
+        embed_job_release(job);
+    }
+    /* Without truncation: refused, saying how long. */
+    cr_expect_null(score_job_make(&f.s, in, 2, false, false, &r));
+    cr_expect_eq(r.err, SRV_EINVALID);
+    cr_expect(strstr(r.msg, "truncation is off") != NULL, "%s", r.msg);
+    tok_free(f.tok);
+}
+
+Test(score, refusals) {
+    fixture f;
+    setup(&f, "tests/golden/xlmr-tiny", 64);
+    embed_refusal r = {0};
+    score_input many[9];
+    for (int i = 0; i < 9; i++)
+        many[i] = pair("q", "d");
+    /* More than max_inputs_per_request (8 here). */
+    cr_expect_null(score_job_make(&f.s, many, 9, true, false, &r));
+    cr_expect_eq(r.err, SRV_EINVALID);
+    cr_expect(strstr(r.msg, "max_inputs_per_request") != NULL, "%s", r.msg);
+    /* Invalid UTF-8, in the first text and in the second. */
+    score_input bad[] = {{.a = "ok", .alen = 2, .b = "x\xff", .blen = 2}};
+    memset(&r, 0, sizeof r);
+    cr_expect_null(score_job_make(&f.s, bad, 1, true, false, &r));
+    cr_expect_eq(r.err, SRV_EBADREQUEST);
+    cr_expect(strstr(r.msg, "second text") && strstr(r.msg, "byte 1"), "%s", r.msg);
+    bad[0] = (score_input){.a = "\xc3", .alen = 1, .b = "x", .blen = 1};
+    memset(&r, 0, sizeof r);
+    cr_expect_null(score_job_make(&f.s, bad, 1, true, false, &r));
+    cr_expect(strstr(r.msg, "input 0 is not valid UTF-8 (byte 0)"), "%s", r.msg);
+    /* An input larger than a batch can never run. */
+    f.eapi.max_batch_tokens = 5;
+    memset(&r, 0, sizeof r);
+    cr_expect_null(score_job_make(&f.s, many, 1, true, false, &r));
+    cr_expect(strstr(r.msg, "max_batch_tokens"), "%s", r.msg);
+    cr_expect_null(score_job_make(&f.s, many, 0, true, false, &r));
+    tok_free(f.tok);
+}
+
+static void reference(const float *x, int k, bool raw, double *out) {
+    if (raw) {
+        for (int i = 0; i < k; i++)
+            out[i] = x[i];
+        return;
+    }
+    if (k == 1) {
+        out[0] = 1.0 / (1.0 + exp(-(double)x[0]));
+        return;
+    }
+    long double den = 0;
+    for (int i = 0; i < k; i++)
+        den += expl((long double)x[i]);
+    for (int i = 0; i < k; i++)
+        out[i] = (double)(expl((long double)x[i]) / den);
+}
+
+Test(score, activation_matches_the_reference) {
+    const float cases[][4] = {{0.0f},
+                              {3.5f},
+                              {-7.25f},
+                              {1, 2, 3},
+                              {-1, 0.5f, 4, 2},
+                              {80, 79, -5, 0},
+                              {-60, -61, -59, -70}};
+    const int k[] = {1, 1, 1, 3, 4, 4, 4};
+    for (size_t c = 0; c < sizeof k / sizeof k[0]; c++)
+        for (int raw = 0; raw < 2; raw++) {
+            float got[4];
+            double want[4];
+            score_activate(cases[c], k[c], raw, got);
+            reference(cases[c], k[c], raw, want);
+            for (int i = 0; i < k[c]; i++)
+                cr_expect(fabs(got[i] - want[i]) <= 1e-7 + 1e-6 * fabs(want[i]),
+                          "case %zu raw %d label %d: %.9g, expected %.9g", c, raw, i, got[i],
+                          want[i]);
+        }
+    /* Logits far past exp's range stay finite: the softmax is shifted. */
+    const float big[] = {1000.0f, 999.0f};
+    float out[2];
+    score_activate(big, 2, false, out);
+    cr_expect(isfinite(out[0]) && isfinite(out[1]));
+    cr_expect(fabs(out[0] - 1.0 / (1.0 + exp(-1.0))) < 1e-6);
+}
