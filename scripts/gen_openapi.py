@@ -112,6 +112,7 @@ SCHEMAS = {
             "encoding_format": {"enum": ["float", "base64", None]},
             "dimensions": {"type": ["integer", "null"], "minimum": 1},
             "user": {"type": ["string", "null"]},
+            "chunking": ref("Chunking"),
         },
     },
     "OpenAIEmbedding": {
@@ -120,7 +121,11 @@ SCHEMAS = {
             "object": {"const": "embedding"},
             "index": {"type": "integer"},
             "embedding": {"oneOf": [{"type": "array", "items": {"type": "number"}},
-                                    {"type": "string", "contentEncoding": "base64"}]},
+                                    {"type": "string", "contentEncoding": "base64"},
+                                    {"type": "null", "description": "chunking with "
+                                     "document_vector \"none\""}]},
+            "chunks": {"type": "array", "items": ref("Chunk"),
+                       "description": "With `chunking`: the chunks of this input."},
         },
     },
     "OpenAIEmbeddingResponse": {
@@ -132,6 +137,39 @@ SCHEMAS = {
             "usage": {"type": "object", "required": ["prompt_tokens", "total_tokens"],
                       "properties": {"prompt_tokens": {"type": "integer"},
                                      "total_tokens": {"type": "integer"}}},
+        },
+    },
+    # ---- chunking: whole documents on /v1/embeddings, /embeddings and /embed ----
+    "Chunking": {
+        "type": ["object", "null"],
+        "description": "Cut each text input into chunks of at most max_tokens tokens (special "
+                       "tokens included), consecutive chunks sharing `overlap` tokens, cut at "
+                       "sentence, else whitespace, boundaries in the last quarter of a window. "
+                       "Every chunk is embedded as its own text sent alone would be. Texts "
+                       "only; a document has at most max_document_tokens tokens (413).",
+        "properties": {
+            "max_tokens": {"type": ["integer", "null"], "minimum": 1,
+                           "description": "Default and ceiling: max_seq_length."},
+            "overlap": {"type": ["integer", "null"], "minimum": 0, "default": 0,
+                        "description": "Below max_tokens minus the special tokens."},
+            "document_vector": {"enum": ["none", "mean", "token_weighted", None],
+                                "default": "mean",
+                                "description": "How the chunk vectors make the input's "
+                                               "`embedding`, normalised as the route "
+                                               "normalises; none: null."},
+        },
+    },
+    "Chunk": {
+        "type": "object", "required": ["index", "start", "stop", "tokens", "embedding"],
+        "properties": {
+            "index": {"type": "integer", "minimum": 0},
+            "start": {"type": "integer", "minimum": 0,
+                      "description": "Byte offset into the input as UTF-8 (as /tokenize)."},
+            "stop": {"type": "integer", "minimum": 0, "description": "Exclusive."},
+            "tokens": {"type": "integer", "minimum": 1,
+                       "description": "Tokens embedded, special tokens included."},
+            "embedding": {"oneOf": [{"type": "array", "items": {"type": "number"}},
+                                    {"type": "string", "contentEncoding": "base64"}]},
         },
     },
     # ---- TEI ----
@@ -155,6 +193,7 @@ SCHEMAS = {
                             "description": "A key of the model's config_sentence_transformers.json "
                                            "prompts; its text is prepended to every text."},
             "dimensions": {"type": ["integer", "null"], "minimum": 1},
+            "chunking": ref("Chunking"),
         },
     },
     "TeiEmbedAllRequest": {
@@ -168,8 +207,15 @@ SCHEMAS = {
     },
     "TeiEmbedAllResponse": {"type": "array", "items": {"type": "array", "items": {
         "type": "array", "items": {"type": "number"}}}},
-    "TeiEmbedResponse": {"type": "array",
-                         "items": {"type": "array", "items": {"type": "number"}}},
+    "TeiEmbedResponse": {"oneOf": [
+        {"type": "array", "items": {"type": "array", "items": {"type": "number"}}},
+        {"type": "array", "description": "With `chunking`: per input, its document vector "
+                                         "and its chunks.",
+         "items": {"type": "object", "required": ["embedding", "chunks"],
+                   "properties": {"embedding": {"type": ["array", "null"],
+                                                "items": {"type": "number"}},
+                                  "chunks": {"type": "array", "items": ref("Chunk")}}}},
+    ]},
     "TeiSimilarityRequest": {
         "type": "object", "required": ["inputs"],
         "properties": {

@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "embed_api.h"
+#include "embed_chunk.h"
 #include "errors.h"
 #include "job.h"
 #include "log.h"
@@ -420,6 +421,30 @@ static json_t *floats(const float *v, size_t n) {
 
 /* ---- TEI: /embed, /, /invocations ------------------------------------------------------- */
 
+/* /embed with "chunking" (embed_chunk.h): texts only, chunked whole. A prompt
+ * would sit before every chunk and shift its offsets; it is refused, the
+ * model's default one included, rather than dropped silently. */
+static embed_job *tei_chunk_job(const compat_api *c, json_t *inputs, json_t *chunking,
+                                const text_opts *o, bool normalize, refusal *r) {
+    if (o->prompt && *o->prompt) {
+        refuse(r, SRV_EINVALID,
+               "chunking does not apply a prompt (prompt_name, or the model's default prompt)");
+        return NULL;
+    }
+    embed_chunking ch;
+    embed_refusal er = {0};
+    embed_job *job = embed_chunking_parse(c->eapi, chunking, &ch, &er) == SRV_OK
+                         ? embed_chunk_job(c->eapi, "inputs", inputs, &ch, &er)
+                         : NULL;
+    if (!job) {
+        refuse(r, er.err, "%s", er.msg);
+        return NULL;
+    }
+    job->api = API_TEI;
+    job->normalize = normalize;
+    return job;
+}
+
 static int tei_embed(http_request *req, void *ctx) {
     compat_api *c = ctx;
     if (http_draining(req))
@@ -430,12 +455,14 @@ static int tei_embed(http_request *req, void *ctx) {
         return answered;
     refusal r = {0};
     json_t *inputs = NULL, *normalize = NULL, *truncate = NULL, *direction = NULL, *prompt = NULL,
-           *dims = NULL;
+           *dims = NULL, *chunking = NULL;
     const char *key;
     json_t *value;
     json_object_foreach(root, key, value) {
         if (strcmp(key, "inputs") == 0)
             inputs = value;
+        else if (strcmp(key, "chunking") == 0)
+            chunking = value;
         else if (strcmp(key, "normalize") == 0)
             normalize = value;
         else if (strcmp(key, "truncate") == 0)
@@ -449,7 +476,7 @@ static int tei_embed(http_request *req, void *ctx) {
         else if (!r.err)
             refuse(&r, SRV_EBADREQUEST,
                    "unknown field \"%.64s\" (expected inputs, normalize, truncate, "
-                   "truncation_direction, prompt_name, dimensions)",
+                   "truncation_direction, prompt_name, dimensions, chunking)",
                    key);
     }
     bool norm = true;
@@ -464,8 +491,14 @@ static int tei_embed(http_request *req, void *ctx) {
             refuse(&r, SRV_EINVALID, "dimensions is %lld; this model allows 1..%d",
                    (long long)json_integer_value(dims), C);
     }
-    json_t *list = r.err ? NULL : inputs_ids(c, inputs, &o, &r);
-    embed_job *job = list ? job_of_ids(c, list, norm, &r) : NULL;
+    embed_job *job = NULL;
+    if (chunking && !json_is_null(chunking)) {
+        if (!r.err)
+            job = tei_chunk_job(c, inputs, chunking, &o, norm, &r);
+    } else {
+        json_t *list = r.err ? NULL : inputs_ids(c, inputs, &o, &r);
+        job = list ? job_of_ids(c, list, norm, &r) : NULL;
+    }
     if (job && dims && json_is_integer(dims))
         job->dimensions = (int)json_integer_value(dims);
     http_body_json_free(req, root);
@@ -483,6 +516,8 @@ static int tei_embed_resumed(http_request *req, void *ctx) {
     if (!job)
         return answered;
     const size_t C = (size_t)c->eapi->model->output_dim;
+    if (job->doc_cu) /* chunking: an object per input */
+        return reply(req, embed_chunk_encode(job, (int)C));
     const size_t d = job->dimensions ? (size_t)job->dimensions : C;
     json_t *out = json_array();
     for (int32_t i = 0; out && i < job->n; i++) {

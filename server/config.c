@@ -198,6 +198,10 @@ static const setting settings[] = {
         "Most inputs in one embeddings request (OpenAI's limit by default); more get 422. "
         "A request larger than a batch runs in pieces of one batch each, queued one at a "
         "time so that other requests are not held back."),
+    INT(max_document_tokens, 524288, 1, 1 << 24, RELOAD,
+        "Most tokens (special tokens excluded) of one document sent with \"chunking\"; a "
+        "longer one gets 413 with both numbers. Its chunks run as inputs of the request, in "
+        "pieces of one batch each, and its arrays are charged to max_request_memory_bytes."),
     BOOL(truncate, true, RESTART,
          "Cut inputs longer than max_seq_length instead of refusing them."),
     INT(max_seq_length, 0, 0, 1 << 20, RESTART,

@@ -65,6 +65,7 @@ typedef struct config {
     /* ---- model and inputs ---- */
     char *model;                    /* model directory */
     int64_t max_inputs_per_request; /* embeddings inputs per request */
+    int64_t max_document_tokens;    /* tokens of one chunked document */
     bool truncate;                  /* cut inputs to max_seq_length */
     int64_t max_seq_length;         /* tokens per input; 0: the model's sentence_bert_config */
     char *model_aliases;            /* other names /v1/embeddings accepts for the model */

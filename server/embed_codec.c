@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "embed_chunk.h"
 #include "errors.h"
 #include "membudget.h"
 
@@ -27,6 +28,8 @@ void embed_job_release(void *p) {
     membudget_free(job->out);
     membudget_free(job->hidden);
     membudget_free(job->type_ids);
+    membudget_free(job->doc_cu);
+    membudget_free(job->spans);
     json_decref(job->model);
     membudget_free(job);
 }
@@ -313,12 +316,14 @@ static bool string_is(const json_t *s, const char *lit) {
 
 /* POST /v1/embeddings */
 static embed_job *decode_openai(const embed_api *api, json_t *root, refusal *r) {
-    json_t *input = NULL, *model = NULL, *format = NULL, *dims = NULL;
+    json_t *input = NULL, *model = NULL, *format = NULL, *dims = NULL, *chunking = NULL;
     const char *key;
     json_t *value;
     json_object_foreach(root, key, value) {
         if (strcmp(key, "input") == 0)
             input = value;
+        else if (strcmp(key, "chunking") == 0)
+            chunking = value;
         else if (strcmp(key, "model") == 0)
             model = value;
         else if (strcmp(key, "encoding_format") == 0)
@@ -334,7 +339,7 @@ static embed_job *decode_openai(const embed_api *api, json_t *root, refusal *r) 
         } else {
             refuse(r, SRV_EBADREQUEST,
                    "unknown field \"%.64s\" (expected input, model, encoding_format, dimensions, "
-                   "user)",
+                   "user, chunking)",
                    key);
             return NULL;
         }
@@ -385,7 +390,14 @@ static embed_job *decode_openai(const embed_api *api, json_t *root, refusal *r) 
         r->param = "dimensions";
         return NULL;
     }
-    embed_job *job = make_job(api, "input", input, true, api->truncate, EMBED_TRUNCATE_RIGHT, r);
+    embed_chunking ch;
+    if (chunking && !json_is_null(chunking) &&
+        embed_chunking_parse(api, chunking, &ch, r) != SRV_OK)
+        return NULL;
+    embed_job *job =
+        chunking && !json_is_null(chunking)
+            ? embed_chunk_job(api, "input", input, &ch, r)
+            : make_job(api, "input", input, true, api->truncate, EMBED_TRUNCATE_RIGHT, r);
     if (!job)
         return NULL;
     job->api = API_OPENAI;
@@ -407,12 +419,14 @@ static embed_job *decode_openai(const embed_api *api, json_t *root, refusal *r) 
 
 /* POST /embed */
 static embed_job *decode_tei(const embed_api *api, json_t *root, refusal *r) {
-    json_t *inputs = NULL, *normalize = NULL, *truncate = NULL, *direction = NULL;
+    json_t *inputs = NULL, *normalize = NULL, *truncate = NULL, *direction = NULL, *chunking = NULL;
     const char *key;
     json_t *value;
     json_object_foreach(root, key, value) {
         if (strcmp(key, "inputs") == 0)
             inputs = value;
+        else if (strcmp(key, "chunking") == 0)
+            chunking = value;
         else if (strcmp(key, "normalize") == 0)
             normalize = value;
         else if (strcmp(key, "truncate") == 0)
@@ -422,7 +436,7 @@ static embed_job *decode_tei(const embed_api *api, json_t *root, refusal *r) {
         else {
             refuse(r, SRV_EBADREQUEST,
                    "unknown field \"%.64s\" (expected inputs, normalize, truncate, "
-                   "truncation_direction)",
+                   "truncation_direction, chunking)",
                    key);
             return NULL;
         }
@@ -437,7 +451,13 @@ static embed_job *decode_tei(const embed_api *api, json_t *root, refusal *r) {
                "truncation_direction must be \"Left\" or \"Right\"");
         return NULL;
     }
-    embed_job *job = make_job(api, "inputs", inputs, false, trunc, dir, r);
+    embed_chunking ch;
+    if (chunking && !json_is_null(chunking) &&
+        embed_chunking_parse(api, chunking, &ch, r) != SRV_OK)
+        return NULL;
+    embed_job *job = chunking && !json_is_null(chunking)
+                         ? embed_chunk_job(api, "inputs", inputs, &ch, r)
+                         : make_job(api, "inputs", inputs, false, trunc, dir, r);
     if (!job)
         return NULL;
     job->api = API_TEI;
@@ -450,7 +470,7 @@ static embed_job *decode_tei(const embed_api *api, json_t *root, refusal *r) {
 static const char b64_chars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
 /* n floats as base64 of their little-endian bytes. */
-static json_t *floats_base64(const float *v, size_t n) {
+json_t *embed_floats_base64(const float *v, size_t n) {
     size_t bytes = n * 4, len = (bytes + 2) / 3 * 4;
     unsigned char *raw = membudget_malloc(bytes);
     char *text = membudget_malloc(len + 1);
@@ -497,7 +517,7 @@ static json_t *encode_openai(embed_job *job, int C) {
         /* A shortened vector is renormalised, as OpenAI's are. */
         if (d < (size_t)C)
             bert_l2_normalize(v, (int)d);
-        json_t *e = job->base64 ? floats_base64(v, d) : floats_array(v, d);
+        json_t *e = job->base64 ? embed_floats_base64(v, d) : floats_array(v, d);
         if (!e ||
             json_array_append_new(data, json_pack("{s:s, s:i, s:o}", "object", "embedding", "index",
                                                   (json_int_t)i, "embedding", e)) != 0) {
@@ -567,7 +587,10 @@ size_t embed_job_bytes(const embed_job *job) {
     return membudget_cost(sizeof *job) + membudget_cost(((size_t)job->n + 1) * sizeof *job->cu) +
            membudget_cost(job->ids_cap * sizeof *job->ids) +
            (job->type_ids ? membudget_cost(job->ids_cap * sizeof *job->type_ids) : 0) +
-           (job->out ? membudget_cost((size_t)job->n * C * sizeof *job->out) : 0);
+           (job->out ? membudget_cost((size_t)job->n * C * sizeof *job->out) : 0) +
+           (job->doc_cu ? membudget_cost(((size_t)job->n_docs + 1) * sizeof *job->doc_cu) +
+                              membudget_cost((size_t)job->n * 2 * sizeof *job->spans)
+                        : 0);
 }
 
 void embed_job_free(embed_job *job) {
@@ -680,5 +703,7 @@ json_t *embed_api_tokens(const embed_api *api, json_t *root, int *err, char *msg
 }
 
 json_t *embed_encode(embed_job *job, int C) {
+    if (job->doc_cu)
+        return embed_chunk_encode(job, C);
     return job->api == API_OPENAI ? encode_openai(job, C) : encode_tei(job, C);
 }

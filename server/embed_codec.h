@@ -54,6 +54,7 @@ typedef struct embed_api {
     int64_t created;                        /* /v1/models' "created": start, Unix seconds */
     _Atomic int64_t max_inputs_per_request; /* reloadable */
     _Atomic int64_t request_timeout_ms;     /* reloadable */
+    _Atomic int64_t max_document_tokens;    /* reloadable: chunking's bound */
 } embed_api;
 
 /* Decoding on its own: the routes call these, and tests/fuzz drives them
@@ -147,7 +148,17 @@ struct embed_job {
     /* (ids_cap) each token's type id, beside ids; NULL: every token type 0
      * (embeddings). score_api.h's pairs set it. */
     int32_t *type_ids;
+    /* Chunking (embed_chunk.h): each of the n inputs above is a chunk of one
+     * of n_docs documents; NULL doc_cu: the inputs are the request's own. */
+    int32_t n_docs;
+    int32_t *doc_cu; /* (n_docs + 1) the first chunk of each document */
+    uint32_t *spans; /* (2 n) each chunk's bytes [start, stop) in its document */
+    int doc_vector;  /* embed_doc_vector: how chunk vectors make a document's */
 };
+
+/* n floats as base64 of their little-endian bytes (OpenAI's
+ * encoding_format "base64"). */
+json_t *embed_floats_base64(const float *v, size_t n);
 
 /* The answer for a finished job in its route's shape (C: the model's
  * hidden size), or NULL when memory ran short. */

@@ -342,7 +342,11 @@ static json_t *info_json(app *a) {
          json_object_set_new(info, "selftest", backend_selftest_json()) ||
          json_object_set_new(info, "engine",
                              srv_engine_info(a->engine, c->engine, c->precision, c->plugin_dir)) ||
-         json_object_set_new(info, "verification", verification_json(a)) || tei_info(a, info))) {
+         json_object_set_new(info, "verification", verification_json(a)) ||
+         /* Chunking's bound beside the other request limits. */
+         json_object_set_new(json_object_get(info, "limits"), "max_document_tokens",
+                             json_integer((json_int_t)c->max_document_tokens)) ||
+         tei_info(a, info))) {
         json_decref(info);
         info = NULL;
     }
@@ -784,6 +788,7 @@ static int start(app *a) {
     a->eapi.accept_any_model = c->accept_any_model;
     a->eapi.created = (int64_t)time(NULL);
     atomic_store(&a->eapi.max_inputs_per_request, c->max_inputs_per_request);
+    atomic_store(&a->eapi.max_document_tokens, c->max_document_tokens);
     atomic_store(&a->eapi.request_timeout_ms, c->request_timeout_ms);
     a->score.max_length = embed_max_seq_length(&a->eapi);
     if (compat_api_init(&a->compat, &a->eapi, c->model, err, sizeof err) != 0) {
@@ -899,6 +904,7 @@ static void reload(app *a) {
     atomic_store(&a->api.request_timeout_ms, next.request_timeout_ms);
     atomic_store(&a->eapi.request_timeout_ms, next.request_timeout_ms);
     atomic_store(&a->eapi.max_inputs_per_request, next.max_inputs_per_request);
+    atomic_store(&a->eapi.max_document_tokens, next.max_document_tokens);
     if (http_set_api_keys(a->http, next.api_keys, next.n_api_keys) != 0)
         log_error("out of memory copying API keys; keeping the old ones");
     http_set_metrics_require_key(a->http, next.metrics_require_key);

@@ -35,13 +35,17 @@ static inline const embed_api *fuzz_embed_api(void) {
     fuzz_api.max_batch_requests = 64;
     fuzz_api.truncate = true;
     atomic_store(&fuzz_api.max_inputs_per_request, 256);
+    atomic_store(&fuzz_api.max_document_tokens, 4096);
     return &fuzz_api;
 }
 
-/* A refusal: a 400, a 422, or OpenAI's 404 for a model this service does
- * not serve, with a message. */
+/* A refusal: a 400, a 422, OpenAI's 404 for a model this service does not
+ * serve, or a 413 for a chunked document past max_document_tokens, with a
+ * message. */
 static inline void fuzz_check_refusal(int err, const char *msg) {
-    FUZZ_CHECK((err == SRV_EBADREQUEST || err == SRV_EINVALID || err == SRV_ENOTFOUND) && msg[0],
+    FUZZ_CHECK((err == SRV_EBADREQUEST || err == SRV_EINVALID || err == SRV_ENOTFOUND ||
+                err == SRV_ETOOLARGE) &&
+                   msg[0],
                "refused with err %d, message \"%s\"", err, msg);
 }
 
@@ -68,7 +72,14 @@ static inline int fuzz_embed_decode(const uint8_t *data, size_t size, embed_rout
     }
     const int32_t *cu, *ids;
     int32_t n = embed_job_inputs(job, &cu, &ids);
-    FUZZ_CHECK(n >= 1 && n <= atomic_load(&api->max_inputs_per_request), "%d inputs", n);
+    /* Chunked: the documents are the request's inputs, each of at least
+     * one chunk, the chunks in order within it. */
+    const int32_t docs = job->doc_cu ? job->n_docs : n;
+    FUZZ_CHECK(docs >= 1 && docs <= atomic_load(&api->max_inputs_per_request), "%d inputs", docs);
+    for (int32_t d = 0; job->doc_cu && d < docs; d++)
+        FUZZ_CHECK(job->doc_cu[d + 1] > job->doc_cu[d], "document %d has no chunk", d);
+    for (int32_t i = 0; job->doc_cu && i < n; i++)
+        FUZZ_CHECK(job->spans[2 * i] <= job->spans[2 * i + 1], "chunk %d: span", i);
     FUZZ_CHECK(cu[0] == 0, "cu[0] = %d", cu[0]);
     for (int32_t i = 0; i < n; i++) {
         int32_t len = cu[i + 1] - cu[i];
