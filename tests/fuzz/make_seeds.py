@@ -17,6 +17,7 @@ OUT = sys.argv[1]
 MODEL = sys.argv[2] if len(sys.argv) > 2 else "models/all-MiniLM-L6-v2"
 seeds = {t: [] for t in ("attention", "embeddings", "embed", "tokenize", "tokenizer",
                          "tokenizer_unigram", "tokenizer_bpe",
+                         "tokenizer_normalizers", "tokenizer_split",
                          "safetensors", "config")}
 
 
@@ -132,6 +133,24 @@ for target in ("tokenizer_unigram", "tokenizer_bpe"):
                 "  <mask>  <s></s>", "\r\n" * 20, "\ufb01\u0301" * 10, "a \u2003 b  c\t\td",
                 "it's we're they'll I'd 've", "x" * 400):
         add(target, b"\x0f" + (raw if isinstance(raw, bytes) else raw.encode()))
+
+# The normalizer and Split targets: their first byte picks the tokenizer
+# (4 normalizer variants, 12 Split ones), then the flags byte and the text,
+# from those variants' own chosen cases.
+for target, names in (("tokenizer_normalizers", ["nfkc", "nfc", "nfd", "nfkd"]),
+                      ("tokenizer_split", ["removed", "isolated", "previous", "next",
+                                           "contiguous", "invert", "empty", "anchors",
+                                           "literal", "gpt2", "llama3", "o200k"])):
+    for pick, name in enumerate(names):
+        d = ("tests/golden/unigram-" if target == "tokenizer_normalizers"
+             else "tests/golden/split-") + name
+        cases = json.load(open(d + "/cases.json"))["cases"]
+        for c in cases[:120]:
+            add(target, bytes([pick, 0x0F]) + c["text"].encode("utf-8", "surrogatepass"))
+        for raw in (b"caf\xe9", "\u0301" * 40 + "e", "\ufdfa" * 20, "\u1100\u1161\u11a8" * 9,
+                    "\r\n" * 20 + "x", "x" * 400):
+            add(target, bytes([pick, 0x05]) + (raw if isinstance(raw, bytes) else raw.encode()))
+
 
 # ---- safetensors: the real header with every dimension cut to <= 2 ----
 def st_file(header, data):

@@ -24,15 +24,21 @@
 
 static const tok_tokenizer *fuzz_tokenizer(void);
 
-static const tok_tokenizer *tokenizer_at(const char *dir) {
-    static tok_tokenizer *tok;
-    if (!tok) {
-        char err[512];
-        if (tok_load(&tok, dir, err, sizeof err) != TOK_OK) {
-            fprintf(stderr, "cannot load the tokenizer of %s: %s\n", dir, err);
-            exit(1);
-        }
+/* The tokenizer of dir, or exit: a target that cannot load one tests nothing. */
+static inline tok_tokenizer *fuzz_load(const char *dir) {
+    tok_tokenizer *tok = NULL;
+    char err[512];
+    if (tok_load(&tok, dir, err, sizeof err) != TOK_OK) {
+        fprintf(stderr, "cannot load the tokenizer of %s: %s\n", dir, err);
+        exit(1);
     }
+    return tok;
+}
+
+static inline const tok_tokenizer *tokenizer_at(const char *dir) {
+    static tok_tokenizer *tok;
+    if (!tok)
+        tok = fuzz_load(dir);
     return tok;
 }
 
