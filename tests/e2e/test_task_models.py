@@ -92,7 +92,9 @@ def test_tei_embed(embedder):
 def test_info_describes_the_modules(embedder):
     name, server = embedder
     want = GOLDEN["embedders"][name]
-    model = requests.get(server.url("/info"), timeout=10).json()["model"]
+    info = requests.get(server.url("/info"), timeout=10).json()
+    assert info["model_type"] == {"embedding": {"pooling": want["pooling"]}}
+    model = info["model"]
     assert model["task"] == "embed"
     assert model["output_dim"] == want["output_dim"]
     assert model["pooling"] == want["pooling"]
@@ -114,6 +116,22 @@ def test_classifier_info(classifier):
     assert model["output_dim"] == 3
     assert model["token_types"] is True
     assert model["problem_type"] == "single_label_classification"
+    # TEI's shape: a classifier with its label maps (a reranker has one label).
+    info = requests.get(classifier.url("/info"), timeout=10).json()
+    assert info["model_type"] == {"classifier": {
+        "id2label": {"0": "negative", "1": "neutral", "2": "positive"},
+        "label2id": {"negative": 0, "neutral": 1, "positive": 2}}}
+
+
+def test_cross_encoder_is_a_reranker_in_tei_info(tmp_path):
+    s = Server(str(tmp_path), model=os.path.join(GOLDEN_DIR, "xlmr-cls-tiny"))
+    try:
+        info = requests.get(s.url("/info"), timeout=10).json()
+        assert info["model_type"] == {"reranker": {"id2label": {"0": "LABEL_0"},
+                                                   "label2id": {"LABEL_0": 0}}}
+        assert info["model"]["task"] == "classify" and info["model"]["token_types"] is False
+    finally:
+        s.check_clean_exit(s.stop())
 
 
 @pytest.mark.parametrize("path,body", [
