@@ -68,7 +68,7 @@ typedef struct bert_config {
     int num_heads;         /* H; C % H == 0 */
     int intermediate_size; /* F */
     int max_positions;     /* P: the longest sequence forward accepts */
-    int type_vocab_size;   /* token types; forward always uses type 0 */
+    int type_vocab_size;   /* token types: type_ids in [0, type_vocab_size) */
     /* Where positions start in the position table, which has
      * max_positions + position_offset rows. BERT: 0, and position_pad_id -1.
      * RoBERTa and XLM-RoBERTa number tokens from padding_idx + 1 and give a

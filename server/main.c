@@ -278,14 +278,30 @@ static int tei_info(const app *a, json_t *info) {
     const char *dtype = !strcmp(prec, "bf16")   ? "bfloat16"
                         : !strcmp(prec, "int8") ? "int8"
                                                 : "float32";
+    /* TEI's model_type: {"embedding": {"pooling"}}, or for a classifier
+     * {"classifier" | "reranker": {"id2label", "label2id"}}, a reranker being
+     * a classifier with one label, as TEI decides. */
+    json_t *kind = NULL;
+    if (m->task == ENCODER_TASK_CLASSIFY) {
+        json_t *id2label = json_object(), *label2id = json_object();
+        for (int32_t i = 0; id2label && label2id && i < m->num_labels; i++) {
+            char key[16];
+            snprintf(key, sizeof key, "%d", (int)i);
+            json_object_set_new(id2label, key, json_string(m->labels[i]));
+            json_object_set_new(label2id, m->labels[i], json_integer(i));
+        }
+        kind = json_pack("{s:{s:o, s:o}}", m->num_labels == 1 ? "reranker" : "classifier",
+                         "id2label", id2label, "label2id", label2id);
+    } else
+        kind = json_pack("{s:{s:s}}", "embedding", "pooling", m->pooling);
     json_t *tei = json_pack(
-        "{s:s, s:s, s:n, s:s, s:{s:{s:s}}, s:I, s:i, s:I, s:I, s:I, s:b, s:i, s:n, s:n}",
-        "model_id", a->model_name, "served_model_name", a->model_name, "model_sha", "model_dtype",
-        dtype, "model_type", "embedding", "pooling", m->pooling, "max_concurrent_requests",
-        (json_int_t)c->max_queue, "max_input_length", a->max_seq_length, "max_batch_tokens",
-        (json_int_t)c->max_batch_tokens, "max_batch_requests", (json_int_t)c->max_batch_requests,
-        "max_client_batch_size", (json_int_t)c->max_inputs_per_request, "auto_truncate",
-        c->truncate, "tokenization_workers", 1, "sha", "docker_label");
+        "{s:s, s:s, s:n, s:s, s:o, s:I, s:i, s:I, s:I, s:I, s:b, s:i, s:n, s:n}", "model_id",
+        a->model_name, "served_model_name", a->model_name, "model_sha", "model_dtype", dtype,
+        "model_type", kind, "max_concurrent_requests", (json_int_t)c->max_queue, "max_input_length",
+        a->max_seq_length, "max_batch_tokens", (json_int_t)c->max_batch_tokens,
+        "max_batch_requests", (json_int_t)c->max_batch_requests, "max_client_batch_size",
+        (json_int_t)c->max_inputs_per_request, "auto_truncate", c->truncate, "tokenization_workers",
+        1, "sha", "docker_label");
     int rc = tei ? json_object_update_missing(info, tei) : -1;
     json_decref(tei);
     return rc;

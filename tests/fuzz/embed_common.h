@@ -8,14 +8,14 @@
 #include <stdatomic.h>
 
 #include "fuzz_util.h"
-#include "model/bert.h"
+#include "model/encoder.h"
 #include "model/tokenizer.h"
 #include "server/embed_api.h"
 #include "server/errors.h"
 #include "server/http.h"
 
 static embed_api fuzz_api;
-static bert_config fuzz_model;
+static encoder_desc *fuzz_model;
 
 static inline const embed_api *fuzz_embed_api(void) {
     if (fuzz_api.tok)
@@ -23,13 +23,13 @@ static inline const embed_api *fuzz_embed_api(void) {
     char err[512];
     tok_tokenizer *tok = NULL;
     if (tok_load(&tok, fuzz_model_dir(), err, sizeof err) != TOK_OK ||
-        bert_config_load(fuzz_model_dir(), &fuzz_model, err, sizeof err) != 0) {
+        encoder_describe(fuzz_model_dir(), &fuzz_model, err, sizeof err) != 0) {
         fprintf(stderr, "cannot load the model (run `make model` from the repository root): %s\n",
                 err);
         exit(1);
     }
     fuzz_api.tok = tok;
-    fuzz_api.model = &fuzz_model;
+    fuzz_api.model = encoder_desc_info(fuzz_model);
     fuzz_api.model_name = "all-MiniLM-L6-v2";
     fuzz_api.max_batch_tokens = 16384;
     fuzz_api.max_batch_requests = 64;

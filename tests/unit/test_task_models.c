@@ -35,6 +35,7 @@
 #include "kernels/attention.h"
 #include "kernels/threadpool.h"
 #include "model/encoder.h"
+#include "model/tokenizer.h"
 
 #define GOLDEN          "tests/golden/task_outputs.json"
 #define MIN_COSINE      (1.0 - 1e-6)
@@ -339,4 +340,31 @@ Test(task_models, engine_runs_a_classifier) {
     tp_destroy(pool);
     free(out);
     free_cases(&c);
+}
+
+/* The service's tokenizer on each embedder's directory gives the ids the
+ * golden was computed from (truncating at the model's 64 tokens), so the
+ * served vectors are the golden ones; the BERT vocabulary here was trained
+ * by `tokenizers` and laid out as BERT checkpoints ship it. */
+Test(task_models, tokenizer_gives_the_golden_ids) {
+    static const char *const names[] = {"st-dense-max-tiny", "st-meansqrt-tiny",
+                                        "st-lasttoken-tiny"};
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+        cases c = load_cases("embedders", names[k]);
+        tok_tokenizer *t = NULL;
+        char err[512] = "";
+        cr_assert_eq(tok_load(&t, c.dir, err, sizeof err), 0, "%s: %s", c.dir, err);
+        int32_t ids[64];
+        tok_output o = {.ids = ids, .capacity = 64};
+        const json_t *arr = json_object_get(c.model, "cases");
+        for (int i = 0; i < c.n; i++) {
+            const char *text = json_string_value(json_object_get(json_array_get(arr, i), "text"));
+            cr_assert_eq(tok_encode(t, text, strlen(text), 1, &o), 0, "%s input %d", names[k], i);
+            const int32_t len = c.cu[i + 1] - c.cu[i];
+            cr_expect(o.n == len && memcmp(ids, c.ids + c.cu[i], (size_t)len * sizeof *ids) == 0,
+                      "%s input %d: ids differ from the golden's", names[k], i);
+        }
+        tok_free(t);
+        free_cases(&c);
+    }
 }
