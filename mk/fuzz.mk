@@ -23,7 +23,7 @@ FUZZ_BUILD   := build-fuzz
 FUZZ_CC      ?= clang
 FUZZ_CFLAGS  ?= -O1 -g -fsanitize=fuzzer-no-link
 FUZZ_TARGETS := attention embeddings embed tokenize tokenizer tokenizer_unigram tokenizer_bpe \
-                tokenizer_normalizers tokenizer_split safetensors config
+                tokenizer_normalizers tokenizer_split tokenizer_pair safetensors config
 FUZZ_SECONDS ?= 30
 # libFuzzer flags for every run. A slow input is a finding (ten seconds is
 # far beyond any input here, even under ASan), and so is one allocation of

@@ -127,7 +127,7 @@ int embed_service_run_batch(const sched_batch *b, void *ctx) {
                 memcpy(svc->types + T, job->type_ids + cu[0], (size_t)tokens * sizeof *svc->types);
             else
                 memset(svc->types + T, 0, (size_t)tokens * sizeof *svc->types);
-            typed = typed || job->type_ids;
+            typed = typed || job->type_ids != NULL;
         }
         for (int32_t k = 0; k < n; k++)
             svc->cu[B + k + 1] = T + cu[k + 1] - cu[0];

@@ -7,8 +7,8 @@ mean_sqrt_len pooling + Dense, lasttoken pooling) go in as text, so the
 service's tokenizer, the forward and the modules are all checked against
 sentence-transformers, on the floor tests/unit/test_task_models.c derives.
 A classifier is served too: /info describes it, and the embedding routes
-refuse it in their own error shape (its logits are the rerank and predict
-routes' business; the unit test checks them through the engine)."""
+refuse it in their own error shape, 424 as TEI does (its logits are the
+rerank and predict routes' business: tests/e2e/test_rerank.py)."""
 import json
 import math
 import os
@@ -141,7 +141,8 @@ def test_cross_encoder_is_a_reranker_in_tei_info(tmp_path):
 ])
 def test_embedding_routes_refuse_a_classifier(classifier, path, body):
     r = post(classifier, path, body)
-    err = assert_error(r, 400)
+    # TEI's status for a model that does not do the route's task.
+    err = assert_error(r, 424)
     assert "is a classifier (BertForSequenceClassification, 3 labels)" in err["message"], err
     # The service keeps serving.
     assert requests.get(classifier.url("/health"), timeout=10).status_code == 200
