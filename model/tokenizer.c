@@ -319,9 +319,9 @@ typedef struct pair_text {
 } pair_text;
 
 static void pair_text_free(pair_text *x) {
-    free(x->ids);
-    free(x->offsets);
-    free(x->special);
+    scratch_free(x->ids);
+    scratch_free(x->offsets);
+    scratch_free(x->special);
     *x = (pair_text){0};
 }
 
@@ -336,9 +336,10 @@ static int pair_text_encode(const tok_tokenizer *t, const char *s, size_t len, i
         cap = cap > 0 ? cap : 1;
         if (cap > x->cap) {
             pair_text_free(x);
-            x->ids = malloc((size_t)cap * sizeof *x->ids);
-            x->offsets = malloc((size_t)cap * sizeof *x->offsets);
-            x->special = malloc((size_t)cap * sizeof *x->special);
+            /* From the request's budget, as tok_encode's own scratch. */
+            x->ids = scratch_realloc(NULL, (size_t)cap * sizeof *x->ids);
+            x->offsets = scratch_realloc(NULL, (size_t)cap * sizeof *x->offsets);
+            x->special = scratch_realloc(NULL, (size_t)cap * sizeof *x->special);
             if (!x->ids || !x->offsets || !x->special)
                 return TOK_ENOMEM;
             x->cap = cap;
