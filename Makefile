@@ -233,4 +233,6 @@ clean:
 # (fuzzing, soak, valgrind, ...); they use the variables above.
 include $(sort $(wildcard mk/*.mk))
 
--include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+# Plugin objects and the test plugins write their header dependencies too:
+# without them an edited engines/engine.h left a stale plugin behind.
+-include $(shell find $(BUILD)/obj $(BUILD)/obj-plugin $(BUILD)/test-engines -name '*.d' 2>/dev/null)
