@@ -1,4 +1,4 @@
-/* cpu.c — the CPU engine: model/bert.c's forward on the service's thread
+/* cpu.c — the CPU engine: model/encoder.h's forward on the service's thread
  * pool, with the attention backend in force as the swappable op inside.
  *
  * Built twice from this one file:
@@ -17,8 +17,8 @@
 #include <stdlib.h>
 
 typedef struct cpu_ctx {
-    bert_model *model;
-    bert_workspace *ws;
+    encoder *model;
+    encoder_workspace *ws;
 } cpu_ctx;
 
 static const char *cpu_precision_unsupported(gemm_precision p) {
@@ -32,15 +32,15 @@ static int cpu_init(const engine_options *opt, void **out, char *err, size_t err
         snprintf(err, err_len, "out of memory");
         return ENGINE_ENOMEM;
     }
-    int rc = bert_load_precision(opt->model_dir, opt->precision, &c->model, err, err_len);
+    int rc = encoder_load(opt->model_dir, opt->precision, &c->model, err, err_len);
     if (rc != BERT_OK) {
         free(c);
         return rc == BERT_ENOMEM ? ENGINE_ENOMEM : ENGINE_EMODEL;
     }
-    rc = bert_workspace_create(c->model, opt->max_tokens, opt->nthreads, opt->backends,
-                               opt->nbackends, &c->ws, err, err_len);
+    rc = encoder_workspace_create(c->model, opt->max_tokens, opt->nthreads, opt->backends,
+                                  opt->nbackends, &c->ws, err, err_len);
     if (rc != BERT_OK) {
-        bert_free(c->model);
+        encoder_free(c->model);
         free(c);
         return rc == BERT_ENOMEM ? ENGINE_ENOMEM : ENGINE_EUNSUPPORTED;
     }
@@ -52,25 +52,25 @@ static void cpu_free(void *ctx) {
     cpu_ctx *c = ctx;
     if (!c)
         return;
-    bert_workspace_free(c->ws);
-    bert_free(c->model);
+    encoder_workspace_free(c->ws);
+    encoder_free(c->model);
     free(c);
 }
 
-static const bert_config *cpu_model(void *ctx) {
-    return bert_get_config(((cpu_ctx *)ctx)->model);
+static const encoder_info *cpu_model(void *ctx) {
+    return encoder_get_info(((cpu_ctx *)ctx)->model);
 }
 
 static const float *cpu_hidden(void *ctx) {
-    return bert_workspace_hidden(((cpu_ctx *)ctx)->ws);
+    return encoder_workspace_hidden(((cpu_ctx *)ctx)->ws);
 }
 
 static int cpu_forward(void *ctx, const engine_batch *b, const attn_backend *attn,
                        const attn_parallel *par, char *err, size_t err_len) {
     cpu_ctx *c = ctx;
-    bert_workspace_set_raw(c->ws, b->raw);
-    int rc = bert_forward(c->model, c->ws, attn, par, b->ids, b->cu_seqlens, b->batch, b->out, err,
-                          err_len);
+    encoder_workspace_set_raw(c->ws, b->raw);
+    int rc = encoder_forward(c->model, c->ws, attn, par, b->ids, b->type_ids, b->cu_seqlens,
+                             b->batch, b->out, err, err_len);
     if (rc == BERT_OK)
         return ENGINE_OK;
     return rc == BERT_EINPUT ? ENGINE_EINPUT : ENGINE_EFORWARD;
@@ -78,18 +78,18 @@ static int cpu_forward(void *ctx, const engine_batch *b, const attn_backend *att
 
 static void cpu_memory(void *ctx, engine_memory *m) {
     cpu_ctx *c = ctx;
-    m->weights_owned = bert_owned_bytes(c->model);
-    m->weights_mapped = bert_mapped_bytes(c->model);
-    m->workspace = bert_workspace_bytes(c->ws);
+    m->weights_owned = encoder_owned_bytes(c->model);
+    m->weights_mapped = encoder_mapped_bytes(c->model);
+    m->workspace = encoder_workspace_bytes(c->ws);
 }
 
 static int cpu_set_attn_tap(void *ctx, int layer, engine_attn_tap_fn fn, void *fn_ctx) {
-    bert_workspace_set_attn_tap(((cpu_ctx *)ctx)->ws, layer, fn, fn_ctx);
+    encoder_workspace_set_attn_tap(((cpu_ctx *)ctx)->ws, layer, fn, fn_ctx);
     return 0;
 }
 
 static void cpu_stage_ns(void *ctx, bert_stage_ns *out) {
-    *out = *bert_workspace_stage_ns(((cpu_ctx *)ctx)->ws);
+    *out = *encoder_workspace_stage_ns(((cpu_ctx *)ctx)->ws);
 }
 
 #ifndef CPU_ENGINE_PLUGIN
@@ -101,7 +101,7 @@ static int cpu_score(char *why, size_t why_len) {
 }
 #define CPU_TABLE   engine_cpu
 #define CPU_NAME    "cpu"
-#define CPU_SUMMARY "model/bert.c on the thread pool, attention through the backend in force"
+#define CPU_SUMMARY "model/encoder.h on the thread pool, attention through the backend in force"
 #define CPU_SCORE   cpu_score
 #else
 int cpu_avx512_score(char *why, size_t why_len);

@@ -88,8 +88,11 @@ const char *engine_name(const engine *e) {
 gemm_precision engine_precision(const engine *e) {
     return e->precision;
 }
-const bert_config *engine_model(const engine *e) {
+const encoder_info *engine_model(const engine *e) {
     return e->iface->model(e->ctx);
+}
+int32_t engine_output_dim(const engine *e) {
+    return engine_model(e)->output_dim;
 }
 int32_t engine_max_tokens(const engine *e) {
     return e->max_tokens;
@@ -109,7 +112,7 @@ const engine_run *engine_last_run(const engine *e) {
     return &e->last;
 }
 
-double engine_flops(const bert_config *c, const int32_t *cu, int32_t batch, double *attn_flops) {
+double engine_flops(const encoder_info *c, const int32_t *cu, int32_t batch, double *attn_flops) {
     const double C = c->hidden_size, F = c->intermediate_size, L = c->num_layers;
     double gemm = 0, attn = 0;
     for (int32_t b = 0; b < batch; b++) {
@@ -125,7 +128,7 @@ double engine_flops(const bert_config *c, const int32_t *cu, int32_t batch, doub
 /* The batch against the instance's bounds and the model: checked here once,
  * so no engine repeats it and every engine refuses the same inputs with the
  * same words. */
-static int check(const engine *e, const bert_config *c, const engine_batch *b, char *err,
+static int check(const engine *e, const encoder_info *c, const engine_batch *b, char *err,
                  size_t err_len) {
     if (!b || !b->ids || !b->cu_seqlens || !b->out)
         return fail(ENGINE_EINPUT, err, err_len, "missing ids, cu_seqlens or output");
@@ -148,6 +151,10 @@ static int check(const engine *e, const bert_config *c, const engine_batch *b, c
             return fail(ENGINE_EINPUT, err, err_len,
                         "token %d: id %d outside the vocabulary [0, %d)", t, b->ids[t],
                         c->vocab_size);
+    for (int32_t t = 0; b->type_ids && t < cu[b->batch]; t++)
+        if (b->type_ids[t] < 0 || b->type_ids[t] >= c->type_vocab_size)
+            return fail(ENGINE_EINPUT, err, err_len, "token %d: token type %d outside [0, %d)", t,
+                        b->type_ids[t], c->type_vocab_size);
     return ENGINE_OK;
 }
 
@@ -159,7 +166,7 @@ static uint64_t now_ns(void) {
 
 int engine_forward(engine *e, const engine_batch *b, const attn_backend *attn,
                    const attn_parallel *par, const engine_hook *hook, char *err, size_t err_len) {
-    const bert_config *c = engine_model(e);
+    const encoder_info *c = engine_model(e);
     e->last = (engine_run){0};
     if (!attn || !par || par->nthreads < 1 || par->nthreads > e->nthreads)
         return fail(ENGINE_EINPUT, err, err_len,

@@ -1,7 +1,8 @@
 /* engine.h — the encoder's execution as a swappable part.
  *
  * An engine runs the whole encoder forward on a packed varlen batch (token
- * ids and cu_seqlens in, one pooled vector per sequence out), with its
+ * ids, token types and cu_seqlens in, one output per sequence out: an
+ * embedder's pooled vector or a classifier's logits), with its
  * weights resident where it computes and a workspace it sizes once at
  * start. Attention backends (kernels/attention.h) stay the swappable op
  * inside an engine: every forward is handed the backend in force.
@@ -32,11 +33,12 @@
 #include "kernels/gemm.h"
 #include "kernels/parallel.h"
 #include "model/bert.h"
+#include "model/encoder.h"
 
 /* Bumped whenever engine_iface, engine_options, engine_batch or
  * engine_plugin change in any way; a plugin built against another value is
  * refused. */
-#define ENGINE_API_VERSION 1
+#define ENGINE_API_VERSION 2
 
 /* The one symbol a plugin exports: `const engine_plugin attnserve_engine_plugin`. */
 #define ENGINE_PLUGIN_SYMBOL "attnserve_engine_plugin"
@@ -64,7 +66,7 @@ const char *engine_strerror(int err);
 
 /* Everything init needs, fixed for the instance's life. */
 typedef struct engine_options {
-    const char *model_dir; /* a sentence-transformers directory */
+    const char *model_dir; /* a model directory encoder_describe accepts */
     gemm_precision precision;
     int32_t max_tokens; /* most tokens of one batch: sizes the workspace */
     int32_t max_seqs;   /* most sequences of one batch */
@@ -76,11 +78,17 @@ typedef struct engine_options {
     size_t nbackends;
 } engine_options;
 
-/* One forward: sequence b is ids[cu_seqlens[b] .. cu_seqlens[b+1]); its
- * pooled vector goes to out[b * C .. b * C + C). raw != 0: without the
- * model's L2 normalisation (the caller normalises per request). */
+/* One forward: sequence b is ids[cu_seqlens[b] .. cu_seqlens[b+1]), its
+ * tokens' types packed alike in type_ids (NULL: every token type 0, as
+ * embedders and XLM-R take; a BERT cross-encoder gives a pair's second
+ * segment type 1). out[b * D .. b * D + D), D = engine_output_dim: an
+ * embedder's pooled (and Dense-projected) vector, or a classifier's raw
+ * logits (num_labels, no sigmoid or softmax). raw != 0: an embedder's
+ * vector without the model's L2 normalisation (the caller normalises per
+ * request); ignored for a classifier. */
 typedef struct engine_batch {
     const int32_t *ids;
+    const int32_t *type_ids;
     const int32_t *cu_seqlens; /* [batch + 1] */
     int32_t batch;
     float *out;
@@ -118,14 +126,16 @@ typedef struct engine_iface {
     /* REQUIRED. Loads the model in opt->precision with its weights where
      * the engine computes, and allocates the whole workspace for
      * opt's bounds. Returns ENGINE_OK and *ctx, or an ENGINE_E* code with a
-     * message. */
+     * message. An engine that cannot run the model's task or architecture
+     * (encoder_describe says which) refuses it with ENGINE_EUNSUPPORTED and
+     * a message naming the architecture. */
     int (*init)(const engine_options *opt, void **ctx, char *err, size_t err_len);
 
     /* REQUIRED. Frees everything init made. */
     void (*free)(void *ctx);
 
-    /* REQUIRED. The loaded model's shape (valid until free). */
-    const bert_config *(*model)(void *ctx);
+    /* REQUIRED. The loaded model's description (valid until free). */
+    const encoder_info *(*model)(void *ctx);
 
     /* REQUIRED. Runs b (already validated by engine_forward against the
      * bounds and the model) with attention through attn on par's workers.
@@ -169,7 +179,9 @@ void engine_destroy(engine *e);
 
 const char *engine_name(const engine *e);
 gemm_precision engine_precision(const engine *e);
-const bert_config *engine_model(const engine *e);
+const encoder_info *engine_model(const engine *e);
+/* Floats per sequence in engine_batch.out: engine_model(e)->output_dim. */
+int32_t engine_output_dim(const engine *e);
 void engine_memory_of(const engine *e, engine_memory *m);
 int32_t engine_max_tokens(const engine *e);
 
@@ -194,11 +206,12 @@ typedef struct engine_run {
 /* Floating-point operations of the encoder on a batch: per layer and token
  * 2·C·(3C + C + 2F) in the GEMMs, and 4·L²·C per sequence of length L in
  * attention (QKᵀ and PV over all heads). */
-double engine_flops(const bert_config *c, const int32_t *cu_seqlens, int32_t batch,
+double engine_flops(const encoder_info *c, const int32_t *cu_seqlens, int32_t batch,
                     double *attn_flops);
 
 /* Validates b once (sequence count and lengths, total against the bounds,
- * every id inside the vocabulary), installs hook (may be NULL) for this
+ * every id inside the vocabulary, every type id below the model's
+ * type_vocab_size), installs hook (may be NULL) for this
  * forward only, runs the engine, times it and counts its FLOPs
  * (engine_last_run). Returns ENGINE_OK, ENGINE_EINPUT (nothing ran) or
  * ENGINE_EFORWARD, with a message. One forward at a time per instance. */

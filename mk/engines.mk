@@ -21,7 +21,8 @@ PLUGIN_CFLAGS := $(CFLAGS) -fPIC -fvisibility=hidden
 # helpers and CPUID. Attention backends are not in it (the core hands the
 # engine the backend in force), but for the naive one and the serial pool
 # that int8's calibration forward runs at load.
-CPU_AVX512_SRC := engines/cpu.c model/bert.c model/bert_config.c model/safetensors.c model/gelu.c \
+CPU_AVX512_SRC := engines/cpu.c model/encoder.c model/bert.c model/bert_config.c model/safetensors.c \
+                  model/gelu.c \
                   model/gelu_avx2.c model/gelu_avx512.c kernels/attention.c kernels/simd.c \
                   kernels/naive.c kernels/threadpool.c \
                   $(wildcard kernels/gemm*.c)

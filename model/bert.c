@@ -59,7 +59,7 @@ struct bert_model {
     st_file *file;         /* the mapping most weights point into */
     const float *wte;      /* (V, C) word embeddings */
     const float *wpe;      /* (P + position_offset, C) position embeddings */
-    const float *wtt;      /* (C) token type 0 embedding */
+    const float *wtt;      /* (type_vocab_size, C) token type embeddings */
     const float *emb_ln_w; /* (C) */
     const float *emb_ln_b; /* (C) */
     bert_layer *layers;    /* [L] */
@@ -73,6 +73,17 @@ struct bert_model {
     const uint16_t *wte16; /* (V, C) */
     const uint16_t *wpe16; /* (P + position_offset, C) */
     size_t packed_bytes;   /* what the packed linear layers own */
+    /* The classifier head and the Dense modules, always fp32 and always
+     * owned (one allocation of extra_floats), as a reduced precision closes
+     * the mapping: they run once per sequence, not per token. */
+    float *extra;
+    size_t extra_floats;
+    const float *head_w1, *head_b1; /* (C, C), (C): pooler / classifier.dense */
+    const float *head_w2, *head_b2; /* (N, C), (N): classifier / classifier.out_proj */
+    struct {
+        const float *w, *b; /* (out, in), (out) or NULL without bias */
+    } dense[BERT_MAX_DENSE];
+    int scratch_dim; /* the widest vector pooling, Dense or a head produces */
 };
 
 static int fail(int code, char *err, size_t err_len, const char *fmt, ...) {
@@ -236,7 +247,7 @@ static int bind_layer(loader *ld, bert_layer *w, int l, const bert_config *c) {
 static int bind_all(loader *ld, bert_model *m) {
     const bert_config *c = &m->cfg;
     const int64_t C = c->hidden_size;
-    const float *wtt; /* (type_vocab_size, C); forward uses row 0 */
+    const float *wtt; /* (type_vocab_size, C) */
     int rc = bind(ld, &m->wte, "embeddings.word_embeddings.weight", c->vocab_size, C);
     rc = rc ? rc
             : bind(ld, &m->wpe, "embeddings.position_embeddings.weight",
@@ -252,6 +263,9 @@ static int bind_all(loader *ld, bert_model *m) {
             return -1;
     return 0;
 }
+
+static int load_extras(bert_model *m, const char *dir, const char *prefix, char *err,
+                       size_t err_len);
 
 static int load_weights(bert_model *m, const char *dir, char *err, size_t err_len) {
     char path[4096];
@@ -289,7 +303,111 @@ static int load_weights(bert_model *m, const char *dir, char *err, size_t err_le
     ld.arena = m->owned;
     ld.used = 0;
     bind_all(&ld, m);
+    return load_extras(m, dir, ld.prefix, err, err_len);
+}
+
+/* One fp32 tensor of the given shape (cols 0: a vector) copied into dst,
+ * or, with dst NULL, only checked. */
+static int copy_tensor(const st_file *f, const char *path, const char *name, int64_t rows,
+                       int64_t cols, float *dst, char *err, size_t err_len) {
+    loader ld = {.file = f, .path = path, .prefix = "", .err = err, .err_len = err_len};
+    const st_tensor *t = find(&ld, name, rows, cols);
+    if (!t)
+        return ld.rc;
+    if (dst)
+        convert(t, dst, (size_t)rows * (size_t)(cols ? cols : 1));
     return BERT_OK;
+}
+
+/* The classifier head's tensors (in model.safetensors, by HF's names) and
+ * each Dense module's (its own model.safetensors, "linear.weight" and
+ * "linear.bias"), in two passes as bind_all: counting with arena NULL, then
+ * copying. */
+static int bind_extras(bert_model *m, const char *dir, const char *prefix, float *arena,
+                       size_t *used, char *err, size_t err_len) {
+    const bert_config *c = &m->cfg;
+    const int64_t C = c->hidden_size, N = c->num_labels;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    *used = 0;
+#define TAKE(n)                                                                                    \
+    (arena ? arena + (*used += (size_t)(n)) - (size_t)(n) : (*used += (size_t)(n), NULL))
+    if (c->head != BERT_HEAD_NONE) {
+        char w1[96], b1[96];
+        const char *w2 =
+            c->head == BERT_HEAD_POOLER ? "classifier.weight" : "classifier.out_proj.weight";
+        const char *b2 =
+            c->head == BERT_HEAD_POOLER ? "classifier.bias" : "classifier.out_proj.bias";
+        if (c->head == BERT_HEAD_POOLER) {
+            snprintf(w1, sizeof w1, "%spooler.dense.weight", prefix);
+            snprintf(b1, sizeof b1, "%spooler.dense.bias", prefix);
+        } else {
+            snprintf(w1, sizeof w1, "classifier.dense.weight");
+            snprintf(b1, sizeof b1, "classifier.dense.bias");
+        }
+        float *p[4] = {TAKE(C * C), TAKE(C), TAKE(N * C), TAKE(N)};
+        int rc = copy_tensor(m->file, path, w1, C, C, p[0], err, err_len);
+        rc = rc ? rc : copy_tensor(m->file, path, b1, C, 0, p[1], err, err_len);
+        rc = rc ? rc : copy_tensor(m->file, path, w2, N, C, p[2], err, err_len);
+        rc = rc ? rc : copy_tensor(m->file, path, b2, N, 0, p[3], err, err_len);
+        if (rc)
+            return rc;
+        m->head_w1 = p[0];
+        m->head_b1 = p[1];
+        m->head_w2 = p[2];
+        m->head_b2 = p[3];
+    }
+    for (int i = 0; i < c->ndense; i++) {
+        const bert_dense *d = &c->dense[i];
+        char dpath[4096], why[512];
+        snprintf(dpath, sizeof dpath, "%s/%s/model.safetensors", dir, d->path);
+        st_file *f;
+        if (st_open(dpath, &f, why, sizeof why) < 0) {
+            char bin[4096];
+            snprintf(bin, sizeof bin, "%s/%s/pytorch_model.bin", dir, d->path);
+            FILE *pb = fopen(bin, "rb");
+            if (pb) {
+                fclose(pb);
+                return fail(BERT_EUNSUPPORTED, err, err_len,
+                            "%s: Dense weights in pytorch_model.bin are not supported; save the "
+                            "model again with sentence-transformers to get model.safetensors",
+                            bin);
+            }
+            return fail(strstr(why, "cannot open") ? BERT_EIO : BERT_EFORMAT, err, err_len, "%s",
+                        why);
+        }
+        float *w = TAKE((int64_t)d->out_features * d->in_features);
+        float *b = d->bias ? TAKE(d->out_features) : NULL;
+        int rc = copy_tensor(f, dpath, "linear.weight", d->out_features, d->in_features, w, err,
+                             err_len);
+        if (!rc && d->bias)
+            rc = copy_tensor(f, dpath, "linear.bias", d->out_features, 0, b, err, err_len);
+        st_close(f);
+        if (rc)
+            return rc;
+        m->dense[i].w = w;
+        m->dense[i].b = b;
+    }
+#undef TAKE
+    return BERT_OK;
+}
+
+static int load_extras(bert_model *m, const char *dir, const char *prefix, char *err,
+                       size_t err_len) {
+    const bert_config *c = &m->cfg;
+    m->scratch_dim = c->hidden_size > c->num_labels ? c->hidden_size : c->num_labels;
+    for (int i = 0; i < c->ndense; i++)
+        if (c->dense[i].out_features > m->scratch_dim)
+            m->scratch_dim = c->dense[i].out_features;
+    size_t n = 0;
+    int rc = bind_extras(m, dir, prefix, NULL, &n, err, err_len);
+    if (rc || n == 0)
+        return rc;
+    m->extra = malloc(n * sizeof(float));
+    if (!m->extra)
+        return fail(BERT_ENOMEM, err, err_len, "cannot allocate the head's weights");
+    m->extra_floats = n;
+    return bind_extras(m, dir, prefix, m->extra, &n, err, err_len);
 }
 
 struct bert_workspace {
@@ -304,7 +422,9 @@ struct bert_workspace {
     size_t attn_bytes;
     void *gemm_ws; /* [gemm_bytes] the linear layers' scratch, one GEMM at a time */
     size_t gemm_bytes;
-    void *mem; /* the one allocation everything above is carved from */
+    float *vec; /* (nthreads, 2, scratch_dim) each worker's vectors for pooling,
+                   Dense modules and the classifier head */
+    void *mem;  /* the one allocation everything above is carved from */
     size_t bytes;
     int raw; /* pool without normalising (bert_workspace_set_raw) */
     /* Observation (bert_workspace_set_attn_tap, bert_workspace_stage_ns). */
@@ -384,7 +504,7 @@ static int calibrate(bert_model *m, const float *alpha, float *smooth, char *err
     if (!rc)
         rc = bert_workspace_create(m, CALIB_SEQS * len, 1, &be, 1, &ws, err, err_len);
     int32_t ids[CALIB_SEQS * CALIB_LEN], cu[CALIB_SEQS + 1];
-    float *out = malloc(sizeof(float) * (size_t)CALIB_SEQS * C);
+    float *out = malloc(sizeof(float) * (size_t)CALIB_SEQS * (size_t)m->cfg.output_dim);
     if (!rc && !out)
         rc = fail(BERT_ENOMEM, err, err_len, "out of memory");
     if (!rc) {
@@ -474,7 +594,8 @@ static int compact_weights(bert_model *m, char *err, size_t err_len) {
     const bert_config *c = &m->cfg;
     const size_t C = (size_t)c->hidden_size, L = (size_t)c->num_layers;
     const size_t V = (size_t)c->vocab_size, P = (size_t)c->max_positions + c->position_offset;
-    const size_t nvec = (3 + 4 * L) * C;
+    const size_t TV = (size_t)c->type_vocab_size;
+    const size_t nvec = (2 + TV + 4 * L) * C;
     float *vec = aligned_alloc(64, (nvec * sizeof(float) + 63) / 64 * 64);
     uint16_t *emb = aligned_alloc(64, ((V + P) * C * sizeof(uint16_t) + 63) / 64 * 64);
     if (!vec || !emb) {
@@ -487,7 +608,7 @@ static int compact_weights(bert_model *m, char *err, size_t err_len) {
     for (size_t i = 0; i < P * C; i++)
         emb[V * C + i] = float_to_bf16(m->wpe[i]);
     float *v = vec;
-    v = take(v, &m->wtt, C);
+    v = take(v, &m->wtt, TV * C);
     v = take(v, &m->emb_ln_w, C);
     v = take(v, &m->emb_ln_b, C);
     for (size_t l = 0; l < L; l++) {
@@ -593,6 +714,7 @@ void bert_free(bert_model *m) {
     free(m->emb16);
     free(m->layers);
     free(m->owned);
+    free(m->extra);
     free(m);
 }
 
@@ -603,7 +725,8 @@ gemm_precision bert_precision(const bert_model *m) {
     return m->precision;
 }
 size_t bert_owned_bytes(const bert_model *m) {
-    return m->owned_floats * sizeof(float) + m->emb16_count * sizeof(uint16_t) + m->packed_bytes;
+    return m->owned_floats * sizeof(float) + m->emb16_count * sizeof(uint16_t) + m->packed_bytes +
+           m->extra_floats * sizeof(float);
 }
 size_t bert_mapped_bytes(const bert_model *m) {
     return m->file ? st_file_bytes(m->file) : 0;
@@ -670,6 +793,7 @@ int bert_workspace_create(const bert_model *m, int max_tokens, int nthreads,
         round64(T * shared * sizeof(float)), /* qkv + att, or ffn */
         round64(attn_bytes),
         round64(gemm_bytes),
+        round64((size_t)nthreads * 2 * (size_t)m->scratch_dim * sizeof(float)), /* vec */
     };
     size_t total = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
@@ -700,6 +824,8 @@ int bert_workspace_create(const bert_model *m, int max_tokens, int nthreads,
     p += sizes[3];
     ws->gemm_ws = gemm_bytes ? p : NULL;
     ws->gemm_bytes = gemm_bytes;
+    p += sizes[4];
+    ws->vec = (void *)p;
     ws->mem = mem;
     ws->bytes = total;
     ws->max_tokens = max_tokens;
@@ -766,13 +892,14 @@ static float bf16_to_float(uint16_t h) {
 
 typedef struct embed_ctx {
     const bert_model *m;
-    const int32_t *ids; /* (T) */
-    const int32_t *pos; /* (T) */
-    float *x;           /* (T, C) */
+    const int32_t *ids;   /* (T) */
+    const int32_t *types; /* (T) or NULL: all type 0 */
+    const int32_t *pos;   /* (T) */
+    float *x;             /* (T, C) */
     size_t T, ntasks;
 } embed_ctx;
 
-/* x[t] = LayerNorm(wte[id] + wtt[0] + wpe[pos]), summed in PyTorch's order. */
+/* x[t] = LayerNorm(wte[id] + wtt[type] + wpe[pos]), summed in PyTorch's order. */
 static void embed_task(void *arg, size_t task, int worker) {
     (void)worker;
     const embed_ctx *c = arg;
@@ -781,57 +908,109 @@ static void embed_task(void *arg, size_t task, int worker) {
     size_t t0, t1;
     block(c->T, c->ntasks, task, &t0, &t1);
     for (size_t t = t0; t < t1; t++) {
-        float *xt = c->x + t * C; /* (C) */
+        float *xt = c->x + t * C;                                            /* (C) */
+        const float *tt = m->wtt + (c->types ? (size_t)c->types[t] * C : 0); /* (C) */
         if (m->wte16) {
             const uint16_t *we = m->wte16 + (size_t)c->ids[t] * C; /* (C) */
             const uint16_t *pe = m->wpe16 + (size_t)c->pos[t] * C; /* (C) */
             for (int i = 0; i < C; i++)
-                xt[i] = (bf16_to_float(we[i]) + m->wtt[i]) + bf16_to_float(pe[i]);
+                xt[i] = (bf16_to_float(we[i]) + tt[i]) + bf16_to_float(pe[i]);
         } else {
             const float *we = m->wte + (size_t)c->ids[t] * C; /* (C) */
             const float *pe = m->wpe + (size_t)c->pos[t] * C; /* (C) */
             for (int i = 0; i < C; i++)
-                xt[i] = (we[i] + m->wtt[i]) + pe[i];
+                xt[i] = (we[i] + tt[i]) + pe[i];
         }
         gemm_layernorm_row(xt, xt, m->emb_ln_w, m->emb_ln_b, C, m->cfg.layer_norm_eps);
     }
 }
 
 typedef struct pool_ctx {
-    const bert_config *cfg;
+    const bert_model *m;
     int normalize;
     const float *x;    /* (T, C) */
     const int32_t *cu; /* (B + 1) */
-    float *out;        /* (B, C) */
+    float *vec;        /* (nthreads, 2, scratch_dim) */
+    float *out;        /* (B, output_dim) */
 } pool_ctx;
 
-/* One sequence: mean over its tokens (or its first, [CLS], token), then,
- * unless the workspace is raw, L2 normalisation (bert_l2_normalize). */
+/* y (n) = act(W x + b) with W (n, k) as PyTorch stores it, summed in double. */
+static void linear_vec(const float *w, const float *bias, const float *x, int k, int n, float *y,
+                       int tanh_act) {
+    for (int r = 0; r < n; r++) {
+        const float *wr = w + (size_t)r * k;
+        double acc = 0.0;
+        for (int i = 0; i < k; i++)
+            acc += (double)wr[i] * x[i];
+        float v = (float)acc + (bias ? bias[r] : 0.0f);
+        y[r] = tanh_act ? tanhf(v) : v;
+    }
+}
+
+/* One sequence into its pooled vector o (C): the mode of the Pooling
+ * module. */
+static void pool_seq(const bert_config *cfg, const float *xs, int32_t len, float *o) {
+    const int C = cfg->hidden_size;
+    if (cfg->pooling == BERT_POOL_CLS || cfg->pooling == BERT_POOL_LASTTOKEN) {
+        const int32_t t = cfg->pooling == BERT_POOL_CLS ? 0 : len - 1;
+        memcpy(o, xs + (size_t)t * C, (size_t)C * sizeof *o);
+        return;
+    }
+    if (cfg->pooling == BERT_POOL_MAX) {
+        memcpy(o, xs, (size_t)C * sizeof *o);
+        for (int32_t t = 1; t < len; t++)
+            for (int i = 0; i < C; i++)
+                o[i] = fmaxf(o[i], xs[(size_t)t * C + i]);
+        return;
+    }
+    /* Mean or mean over sqrt(len): sums in double, a slice of columns at a
+     * time, walking the tokens row by row so the reads stay contiguous. */
+    const double den = cfg->pooling == BERT_POOL_MEAN ? (double)len : sqrt((double)len);
+    enum { SLICE = 64 };
+    for (int i0 = 0; i0 < C; i0 += SLICE) {
+        const int n = C - i0 < SLICE ? C - i0 : SLICE;
+        double acc[SLICE] = {0};
+        for (int32_t t = 0; t < len; t++)
+            for (int i = 0; i < n; i++)
+                acc[i] += xs[(size_t)t * C + i0 + i];
+        for (int i = 0; i < n; i++)
+            o[i0 + i] = (float)(acc[i] / den);
+    }
+}
+
+/* One sequence: a classifier's logits from its first token, or an
+ * embedder's pooled vector through the Dense modules, then, unless the
+ * workspace is raw, L2 normalisation (bert_l2_normalize). */
 static void pool_task(void *arg, size_t b, int worker) {
-    (void)worker;
     const pool_ctx *c = arg;
-    const int C = c->cfg->hidden_size;
+    const bert_model *m = c->m;
+    const bert_config *cfg = &m->cfg;
+    const int C = cfg->hidden_size, D = cfg->output_dim;
     const int32_t start = c->cu[b], len = c->cu[b + 1] - start;
     const float *xs = c->x + (size_t)start * C; /* (len, C) the sequence's tokens */
-    float *o = c->out + b * (size_t)C;          /* (C) */
-    if (c->cfg->pooling == BERT_POOL_CLS)
-        memcpy(o, xs, (size_t)C * sizeof *o);
-    else {
-        /* Sums in double, a slice of columns at a time, walking the tokens
-         * row by row so the reads stay contiguous. */
-        enum { SLICE = 64 };
-        for (int i0 = 0; i0 < C; i0 += SLICE) {
-            const int n = C - i0 < SLICE ? C - i0 : SLICE;
-            double acc[SLICE] = {0};
-            for (int32_t t = 0; t < len; t++)
-                for (int i = 0; i < n; i++)
-                    acc[i] += xs[(size_t)t * C + i0 + i];
-            for (int i = 0; i < n; i++)
-                o[i0 + i] = (float)(acc[i] / len);
+    float *o = c->out + b * (size_t)D;          /* (D) */
+    float *v0 = c->vec + (size_t)worker * 2 * m->scratch_dim, *v1 = v0 + m->scratch_dim;
+    if (cfg->head != BERT_HEAD_NONE) {
+        linear_vec(m->head_w1, m->head_b1, xs, C, C, v0, 1);
+        linear_vec(m->head_w2, m->head_b2, v0, C, cfg->num_labels, o, 0);
+        return;
+    }
+    if (cfg->ndense == 0) {
+        pool_seq(cfg, xs, len, o);
+    } else {
+        pool_seq(cfg, xs, len, v0);
+        for (int i = 0; i < cfg->ndense; i++) {
+            const bert_dense *d = &cfg->dense[i];
+            float *y = i == cfg->ndense - 1 ? o : v1;
+            linear_vec(m->dense[i].w, m->dense[i].b, v0, d->in_features, d->out_features, y,
+                       d->act == BERT_ACT_TANH);
+            float *swap = v0;
+            v0 = v1;
+            v1 = swap;
         }
     }
     if (c->normalize)
-        bert_l2_normalize(o, C);
+        bert_l2_normalize(o, D);
 }
 
 void bert_l2_normalize(float *v, int n) {
@@ -848,7 +1027,8 @@ void bert_l2_normalize(float *v, int n) {
 
 /* Checks the batch and fills pos (T) with each token's position. */
 static int check_batch(const bert_model *m, bert_workspace *ws, const int32_t *ids,
-                       const int32_t *cu, int B, int32_t *max_len, char *err, size_t err_len) {
+                       const int32_t *types, const int32_t *cu, int B, int32_t *max_len, char *err,
+                       size_t err_len) {
     const bert_config *c = &m->cfg;
     if (!ids || !cu || B < 1)
         return fail(BERT_EINPUT, err, err_len, "empty batch or missing ids / cu_seqlens");
@@ -876,6 +1056,10 @@ static int check_batch(const bert_model *m, bert_workspace *ws, const int32_t *i
                 return fail(BERT_EINPUT, err, err_len,
                             "sequence %d token %d: id %d outside the vocabulary [0, %d)", b, i, id,
                             c->vocab_size);
+            if (types && (types[cu[b] + i] < 0 || types[cu[b] + i] >= c->type_vocab_size))
+                return fail(BERT_EINPUT, err, err_len,
+                            "sequence %d token %d: token type %d outside [0, %d)", b, i,
+                            types[cu[b] + i], c->type_vocab_size);
             ws->pos[cu[b] + i] = id == c->position_pad_id ? id : next++;
         }
     }
@@ -897,6 +1081,13 @@ static void calib_note(bert_workspace *ws, int layer, bert_linear which, const f
 int bert_forward(const bert_model *m, bert_workspace *ws, const attn_backend *attn,
                  const attn_parallel *par, const int32_t *ids, const int32_t *cu_seqlens, int batch,
                  float *out, char *err, size_t err_len) {
+    return bert_forward_types(m, ws, attn, par, ids, NULL, cu_seqlens, batch, out, err, err_len);
+}
+
+int bert_forward_types(const bert_model *m, bert_workspace *ws, const attn_backend *attn,
+                       const attn_parallel *par, const int32_t *ids, const int32_t *type_ids,
+                       const int32_t *cu_seqlens, int batch, float *out, char *err,
+                       size_t err_len) {
     const bert_config *cfg = &m->cfg;
     const int C = cfg->hidden_size, F = cfg->intermediate_size, H = cfg->num_heads;
     const float eps = cfg->layer_norm_eps;
@@ -905,7 +1096,7 @@ int bert_forward(const bert_model *m, bert_workspace *ws, const attn_backend *at
                     "missing backend, pool or output, or more threads than the workspace's %d",
                     ws->nthreads);
     int32_t max_len = 0;
-    int rc = check_batch(m, ws, ids, cu_seqlens, batch, &max_len, err, err_len);
+    int rc = check_batch(m, ws, ids, type_ids, cu_seqlens, batch, &max_len, err, err_len);
     if (rc)
         return rc;
     const int T = cu_seqlens[batch];
@@ -930,6 +1121,7 @@ int bert_forward(const bert_model *m, bert_workspace *ws, const attn_backend *at
 
     embed_ctx ec = {.m = m,
                     .ids = ids,
+                    .types = type_ids,
                     .pos = ws->pos,
                     .x = ws->x,
                     .T = (size_t)T,
@@ -967,10 +1159,11 @@ int bert_forward(const bert_model *m, bert_workspace *ws, const attn_backend *at
         STAGE(ffn);
     }
 
-    pool_ctx pc = {.cfg = cfg,
+    pool_ctx pc = {.m = m,
                    .normalize = cfg->normalize && !ws->raw,
                    .x = ws->x,
                    .cu = cu_seqlens,
+                   .vec = ws->vec,
                    .out = out};
     par->parallel_for(par->impl, (size_t)batch, pool_task, &pc);
     STAGE(pooling);

@@ -151,8 +151,8 @@ const bert_stage_ns *bert_workspace_stage_ns(const bert_workspace *ws);
 
 /* Encodes a packed batch: sequence b is ids[cu_seqlens[b] .. cu_seqlens[b+1])
  * (each 1..P tokens, [CLS] ... [SEP] as the tokenizer made them, total <= the
- * workspace's max_tokens) and writes its pooled (and, if the model says so,
- * L2-normalised) vector to out[b * C .. b * C + C). Attention runs through
+ * workspace's max_tokens) and writes its output, cfg.output_dim floats (see
+ * bert_forward_types), to out[b * output_dim ..). Attention runs through
  * attn, whose workspace must have been sized at bert_workspace_create;
  * par->nthreads must not exceed the nthreads given there. Allocates nothing.
  * Returns BERT_OK, BERT_EINPUT (bad batch) or BERT_EATTN, with a message.
@@ -161,5 +161,14 @@ const bert_stage_ns *bert_workspace_stage_ns(const bert_workspace *ws);
 int bert_forward(const bert_model *m, bert_workspace *ws, const attn_backend *attn,
                  const attn_parallel *par, const int32_t *ids, const int32_t *cu_seqlens, int batch,
                  float *out, char *err, size_t err_len);
+
+/* bert_forward with each token's type (packed as ids; NULL: every token
+ * type 0), each in [0, type_vocab_size): a BERT cross-encoder gives the
+ * second segment of a pair type 1. out holds cfg.output_dim floats per
+ * sequence: the pooled (and Dense-projected) vector, or a classifier's
+ * logits (num_labels, no sigmoid or softmax; raw is then moot). */
+int bert_forward_types(const bert_model *m, bert_workspace *ws, const attn_backend *attn,
+                       const attn_parallel *par, const int32_t *ids, const int32_t *type_ids,
+                       const int32_t *cu_seqlens, int batch, float *out, char *err, size_t err_len);
 
 #endif

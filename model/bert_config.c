@@ -64,6 +64,55 @@ static int get_int(const json_t *o, const char *path, const char *key, long lo, 
     return BERT_OK;
 }
 
+/* config.json "architectures": a *ForSequenceClassification head this
+ * encoder computes sets head and num_labels; another task head is refused
+ * by name. Base models ("BertModel", "XLMRobertaModel") and the pre-training
+ * heads sentence-transformers ignores ("BertForMaskedLM") are embedders. */
+static int read_head(const json_t *j, const char *path, const char *type, bert_config *c, char *err,
+                     size_t err_len) {
+    const json_t *archs = json_object_get(j, "architectures");
+    const char *arch = json_string_value(json_array_get(archs, 0));
+    if (archs && !json_is_null(archs) && (!json_is_array(archs) || json_array_size(archs) > 1))
+        return fail(BERT_EUNSUPPORTED, err, err_len,
+                    "%s: \"architectures\" must name one architecture", path);
+    if (arch && strlen(arch) >= sizeof c->architecture)
+        return fail(BERT_EUNSUPPORTED, err, err_len,
+                    "%s: architecture \"%.64s...\" is not supported", path, arch);
+    snprintf(c->architecture, sizeof c->architecture, "%s", arch ? arch : "");
+    c->head = BERT_HEAD_NONE;
+    if (!arch)
+        return BERT_OK;
+    const char *task = strstr(arch, "For");
+    if (!task || strcmp(task, "ForMaskedLM") == 0 || strcmp(task, "ForPreTraining") == 0)
+        return BERT_OK;
+    const int bert = strcmp(type, "bert") == 0;
+    if (strcmp(arch, "BertForSequenceClassification") == 0 && bert)
+        c->head = BERT_HEAD_POOLER;
+    else if ((strcmp(arch, "RobertaForSequenceClassification") == 0 ||
+              strcmp(arch, "XLMRobertaForSequenceClassification") == 0) &&
+             !bert)
+        c->head = BERT_HEAD_ROBERTA;
+    else
+        return fail(BERT_EUNSUPPORTED, err, err_len,
+                    "%s: architecture \"%s\" (model_type \"%s\") is not supported; supported "
+                    "heads: BertForSequenceClassification, RobertaForSequenceClassification, "
+                    "XLMRobertaForSequenceClassification, or a base model as an embedder",
+                    path, arch, type);
+    /* HF writes id2label and derives num_labels from it. */
+    const json_t *id2label = json_object_get(j, "id2label");
+    const json_t *n = json_object_get(j, "num_labels");
+    long labels = 2;
+    if (json_is_object(id2label))
+        labels = (long)json_object_size(id2label);
+    else if (json_is_integer(n))
+        labels = (long)json_integer_value(n);
+    if (labels < 1 || labels > BERT_MAX_LABELS)
+        return fail(BERT_EFORMAT, err, err_len, "%s: %ld labels; a classifier has 1 to %d", path,
+                    labels, BERT_MAX_LABELS);
+    c->num_labels = (int)labels;
+    return BERT_OK;
+}
+
 static int read_hyperparameters(const char *dir, bert_config *c, char *err, size_t err_len) {
     json_t *j;
     int rc = load_json(dir, "config.json", &j, err, err_len);
@@ -139,6 +188,8 @@ static int read_hyperparameters(const char *dir, bert_config *c, char *err, size
             c->max_positions -= c->position_offset;
         }
     }
+    if (!rc)
+        rc = read_head(j, path, type, c, err, err_len);
     if (!rc && c->hidden_size % c->num_heads != 0)
         rc = fail(BERT_EFORMAT, err, err_len,
                   "%s: hidden_size %d is not a multiple of num_attention_heads %d", path,
@@ -147,10 +198,26 @@ static int read_hyperparameters(const char *dir, bert_config *c, char *err, size
     return rc;
 }
 
-/* The Pooling module's config: exactly one mode on, and it must be CLS or
- * mean (the boolean "pooling_mode_*" keys, or sentence-transformers 6's
- * "pooling_mode"). Modes are found by their "pooling_mode_" prefix so that a mode this
- * code has never heard of is refused rather than ignored. */
+/* The pooling modes forward computes, by the boolean key older
+ * sentence-transformers write and by sentence-transformers 6's
+ * "pooling_mode" name. */
+static const struct {
+    const char *key, *name;
+    bert_pooling mode;
+} pool_modes[] = {
+    {"pooling_mode_mean_tokens", "mean", BERT_POOL_MEAN},
+    {"pooling_mode_cls_token", "cls", BERT_POOL_CLS},
+    {"pooling_mode_max_tokens", "max", BERT_POOL_MAX},
+    {"pooling_mode_mean_sqrt_len_tokens", "mean_sqrt_len_tokens", BERT_POOL_MEAN_SQRT_LEN},
+    {"pooling_mode_lasttoken", "lasttoken", BERT_POOL_LASTTOKEN},
+};
+#define POOL_SUPPORTED "mean, cls, max, mean_sqrt_len_tokens or lasttoken"
+
+/* The Pooling module's config: exactly one mode on, one of pool_modes (the
+ * boolean "pooling_mode_*" keys, or sentence-transformers 6's
+ * "pooling_mode"). Modes are found by their "pooling_mode_" prefix so that a
+ * mode this code has never heard of (weightedmean) is refused rather than
+ * ignored. */
 static int read_pooling(const char *dir, const char *sub, bert_config *c, char *err,
                         size_t err_len) {
     char name[2048];
@@ -167,13 +234,14 @@ static int read_pooling(const char *dir, const char *sub, bert_config *c, char *
         if (strncmp(key, "pooling_mode_", 13) != 0 || !json_is_true(v))
             continue;
         on++;
-        if (strcmp(key, "pooling_mode_mean_tokens") == 0)
-            c->pooling = BERT_POOL_MEAN;
-        else if (strcmp(key, "pooling_mode_cls_token") == 0)
-            c->pooling = BERT_POOL_CLS;
+        size_t i = 0;
+        while (i < sizeof pool_modes / sizeof pool_modes[0] && strcmp(key, pool_modes[i].key) != 0)
+            i++;
+        if (i < sizeof pool_modes / sizeof pool_modes[0])
+            c->pooling = pool_modes[i].mode;
         else
             rc = fail(BERT_EUNSUPPORTED, err, err_len,
-                      "%s/%s: %s is not supported (only mean_tokens or cls_token)", dir, name, key);
+                      "%s/%s: %s is not supported (only " POOL_SUPPORTED ")", dir, name, key);
     }
     /* sentence-transformers 6 writes one "pooling_mode" (a name, or a list
      * of names when several are concatenated) instead of the boolean keys. */
@@ -183,13 +251,15 @@ static int read_pooling(const char *dir, const char *sub, bert_config *c, char *
             mode = json_array_get(mode, 0);
         const char *name_mode = json_string_value(mode);
         on++;
-        if (name_mode && strcmp(name_mode, "mean") == 0)
-            c->pooling = BERT_POOL_MEAN;
-        else if (name_mode && strcmp(name_mode, "cls") == 0)
-            c->pooling = BERT_POOL_CLS;
+        size_t i = 0;
+        while (name_mode && i < sizeof pool_modes / sizeof pool_modes[0] &&
+               strcmp(name_mode, pool_modes[i].name) != 0)
+            i++;
+        if (name_mode && i < sizeof pool_modes / sizeof pool_modes[0])
+            c->pooling = pool_modes[i].mode;
         else
             rc = fail(BERT_EUNSUPPORTED, err, err_len,
-                      "%s/%s: pooling_mode %s is not supported (only \"mean\" or \"cls\")", dir,
+                      "%s/%s: pooling_mode %s is not supported (only " POOL_SUPPORTED ")", dir,
                       name, name_mode ? name_mode : "(a list or not a string)");
     }
     const json_t *dim = json_object_get(j, "word_embedding_dimension");
@@ -197,12 +267,55 @@ static int read_pooling(const char *dir, const char *sub, bert_config *c, char *
         dim = json_object_get(j, "embedding_dimension");
     if (!rc && on != 1)
         rc = fail(BERT_EUNSUPPORTED, err, err_len,
-                  "%s/%s: %d pooling modes are on; exactly one (mean or CLS) is supported", dir,
-                  name, on);
+                  "%s/%s: %d pooling modes are on; exactly one is supported", dir, name, on);
     else if (!rc && dim && (!json_is_integer(dim) || json_integer_value(dim) != c->hidden_size))
         rc = fail(BERT_EFORMAT, err, err_len,
                   "%s/%s: word_embedding_dimension differs from hidden_size %d", dir, name,
                   c->hidden_size);
+    else if (!rc && json_is_false(json_object_get(j, "include_prompt")))
+        rc = fail(BERT_EUNSUPPORTED, err, err_len,
+                  "%s/%s: include_prompt false (pooling without the prompt's tokens) is not "
+                  "supported",
+                  dir, name);
+    json_decref(j);
+    return rc;
+}
+
+/* A Dense module's config.json: in_features must be what the previous
+ * module gives (in), the activation Tanh or Identity as sentence-transformers
+ * saves it ("torch.nn.modules.activation.Tanh", "torch.nn.modules.linear.
+ * Identity"); any other activation is refused by name. */
+static int read_dense(const char *dir, const char *sub, int in, bert_dense *d, char *err,
+                      size_t err_len) {
+    char name[2048];
+    if ((size_t)snprintf(name, sizeof name, "%s/config.json", sub) >= sizeof name ||
+        strlen(sub) >= sizeof d->path)
+        return fail(BERT_EFORMAT, err, err_len, "%s/modules.json: Dense path too long", dir);
+    snprintf(d->path, sizeof d->path, "%s", sub);
+    json_t *j;
+    int rc = load_json(dir, name, &j, err, err_len);
+    if (rc)
+        return rc;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    rc = get_int(j, path, "in_features", 1, 1 << 16, &d->in_features, err, err_len);
+    if (!rc)
+        rc = get_int(j, path, "out_features", 1, 1 << 16, &d->out_features, err, err_len);
+    const json_t *bias = json_object_get(j, "bias");
+    const char *act = json_string_value(json_object_get(j, "activation_function"));
+    d->bias = !json_is_false(bias);
+    if (!rc && d->in_features != in)
+        rc = fail(BERT_EFORMAT, err, err_len, "%s: in_features %d, but the module before gives %d",
+                  path, d->in_features, in);
+    else if (!rc && (!act || strcmp(act, "torch.nn.modules.activation.Tanh") == 0))
+        d->act = BERT_ACT_TANH; /* sentence-transformers' default when the key is absent */
+    else if (!rc && strcmp(act, "torch.nn.modules.linear.Identity") == 0)
+        d->act = BERT_ACT_IDENTITY;
+    else if (!rc)
+        rc = fail(BERT_EUNSUPPORTED, err, err_len,
+                  "%s: activation_function \"%s\" is not supported (only "
+                  "torch.nn.modules.activation.Tanh or torch.nn.modules.linear.Identity)",
+                  path, act);
     json_decref(j);
     return rc;
 }
@@ -216,39 +329,58 @@ static const char *module_class(const char *type) {
     return strrchr(type, '.') + 1;
 }
 
-/* modules.json must be Transformer, Pooling and optionally Normalize, in
- * that order: the pipeline forward implements. */
+/* A module's directory from modules.json, checked to stay inside dir. */
+static const char *module_path(const json_t *mod) {
+    const char *p = json_string_value(json_object_get(mod, "path"));
+    return p && *p && !strstr(p, "..") && p[0] != '/' ? p : NULL;
+}
+
+/* modules.json must be Transformer, Pooling, up to BERT_MAX_DENSE Dense
+ * modules and optionally Normalize, in that order: the pipeline forward
+ * implements. */
 static int read_modules(const char *dir, bert_config *c, char *err, size_t err_len) {
     json_t *j;
     int rc = load_json(dir, "modules.json", &j, err, err_len);
     if (rc)
         return rc;
-    static const char *const expected[] = {"Transformer", "Pooling", "Normalize"};
-    size_t n = json_array_size(j);
-    if (!json_is_array(j) || n < 2 || n > 3)
+    const size_t n = json_array_size(j);
+    if (!json_is_array(j) || n < 2)
         rc = fail(BERT_EUNSUPPORTED, err, err_len,
-                  "%s/modules.json: expected the modules Transformer, Pooling and optionally "
-                  "Normalize",
+                  "%s/modules.json: expected the modules Transformer, Pooling, optionally Dense "
+                  "and Normalize",
                   dir);
-    const char *pooling_path = NULL;
+    c->ndense = 0;
+    c->normalize = 0;
+    c->output_dim = c->hidden_size;
     for (size_t i = 0; !rc && i < n; i++) {
         const json_t *mod = json_array_get(j, i);
         const char *type = json_string_value(json_object_get(mod, "type"));
         const char *cls = module_class(type);
-        if (!cls || strcmp(cls, expected[i]) != 0)
+        const char *sub = module_path(mod);
+        const char *want = i == 0 ? "Transformer" : i == 1 ? "Pooling" : NULL;
+        const int ok = cls && (want ? strcmp(cls, want) == 0
+                                    : (strcmp(cls, "Dense") == 0 && !c->normalize) ||
+                                          (strcmp(cls, "Normalize") == 0 && i == n - 1));
+        if (!ok)
             rc = fail(BERT_EUNSUPPORTED, err, err_len,
                       "%s/modules.json: module %zu is \"%s\"; supported: Transformer, Pooling, "
-                      "then optionally Normalize",
+                      "then optionally Dense modules, then optionally Normalize",
                       dir, i, type ? type : "(no type)");
+        else if ((i == 1 || strcmp(cls, "Dense") == 0) && !sub)
+            rc =
+                fail(BERT_EFORMAT, err, err_len, "%s/modules.json: bad path of module %zu", dir, i);
         else if (i == 1)
-            pooling_path = json_string_value(json_object_get(mod, "path"));
-    }
-    if (!rc && (!pooling_path || !*pooling_path || strstr(pooling_path, "..")))
-        rc = fail(BERT_EFORMAT, err, err_len, "%s/modules.json: bad path of the Pooling module",
-                  dir);
-    if (!rc) {
-        c->normalize = n == 3;
-        rc = read_pooling(dir, pooling_path, c, err, err_len);
+            rc = read_pooling(dir, sub, c, err, err_len);
+        else if (strcmp(cls, "Normalize") == 0)
+            c->normalize = 1;
+        else if (strcmp(cls, "Dense") == 0 && c->ndense == BERT_MAX_DENSE)
+            rc = fail(BERT_EUNSUPPORTED, err, err_len,
+                      "%s/modules.json: more than %d Dense modules", dir, BERT_MAX_DENSE);
+        else if (strcmp(cls, "Dense") == 0) {
+            bert_dense *d = &c->dense[c->ndense++];
+            rc = read_dense(dir, sub, c->output_dim, d, err, err_len);
+            c->output_dim = d->out_features;
+        }
     }
     json_decref(j);
     return rc;
@@ -283,7 +415,12 @@ static int read_max_seq_length(const char *dir, bert_config *c, char *err, size_
 int bert_config_load(const char *dir, bert_config *cfg, char *err, size_t err_len) {
     memset(cfg, 0, sizeof *cfg);
     int rc = read_hyperparameters(dir, cfg, err, err_len);
-    if (!rc)
+    if (!rc && cfg->head != BERT_HEAD_NONE) {
+        /* A classifier (a plain HF directory, as CrossEncoder saves it) reads
+         * its first token; no sentence-transformers modules apply. */
+        cfg->pooling = BERT_POOL_CLS;
+        cfg->output_dim = cfg->num_labels;
+    } else if (!rc)
         rc = read_modules(dir, cfg, err, err_len);
     if (!rc)
         rc = read_max_seq_length(dir, cfg, err, err_len);

@@ -29,7 +29,37 @@ enum {
 const char *bert_strerror(int err);
 
 /* ---- model description ----------------------------------------------------- */
-typedef enum bert_pooling { BERT_POOL_MEAN, BERT_POOL_CLS } bert_pooling;
+/* sentence-transformers' Pooling modes this encoder computes (one at a
+ * time; weightedmean and concatenated modes are refused). */
+typedef enum bert_pooling {
+    BERT_POOL_MEAN,
+    BERT_POOL_CLS,
+    BERT_POOL_MAX,           /* elementwise max over the tokens */
+    BERT_POOL_MEAN_SQRT_LEN, /* sum over the tokens / sqrt(tokens) */
+    BERT_POOL_LASTTOKEN      /* the sequence's last token */
+} bert_pooling;
+
+/* The task head on top of the encoder. Both classifier heads compute
+ * logits = W2 · tanh(W1 · h_first + b1) + b2 on the first token's hidden
+ * state, [CLS] or <s>; they differ in where HF stores W1 and W2. */
+typedef enum bert_head {
+    BERT_HEAD_NONE,    /* an embedder: pooling, Dense modules, Normalize */
+    BERT_HEAD_POOLER,  /* BertForSequenceClassification: bert.pooler.dense, classifier */
+    BERT_HEAD_ROBERTA, /* (XLM-)RobertaForSequenceClassification: classifier.dense,
+                          classifier.out_proj */
+} bert_head;
+
+/* A sentence-transformers Dense module: y = act(W x + b), W (out, in). */
+typedef enum bert_act { BERT_ACT_IDENTITY, BERT_ACT_TANH } bert_act;
+#define BERT_MAX_DENSE 4
+/* The most labels a classifier may have: id2label beyond this is refused. */
+#define BERT_MAX_LABELS 4096
+typedef struct bert_dense {
+    int in_features, out_features;
+    int bias;
+    bert_act act;
+    char path[256]; /* the module's directory, relative to the model's */
+} bert_dense;
 
 typedef struct bert_config {
     int vocab_size;        /* V */
@@ -49,6 +79,17 @@ typedef struct bert_config {
     float layer_norm_eps;
     bert_pooling pooling; /* from the sentence-transformers Pooling module */
     int normalize;        /* 1 when a Normalize module follows pooling */
+    int ndense;           /* Dense modules between pooling and Normalize, in order */
+    bert_dense dense[BERT_MAX_DENSE];
+    /* config.json "architectures"[0] ("" when absent) and, for a
+     * *ForSequenceClassification architecture, the head and its label count
+     * (the size of id2label; "num_labels" or HF's default 2 without it). */
+    char architecture[64];
+    bert_head head;
+    int num_labels;
+    /* Floats forward writes per sequence: num_labels for a classifier, the
+     * last Dense module's out_features, or hidden_size. */
+    int output_dim;
     /* Where sentence-transformers truncates: sentence_bert_config.json's
      * max_seq_length (1..max_positions; a larger one is cut to
      * max_positions, as a longer sequence could not run), max_positions when
@@ -56,11 +97,16 @@ typedef struct bert_config {
     int max_seq_length;
 } bert_config;
 
-/* Reads config.json, modules.json, the Pooling module's config.json and,
- * when present, sentence_bert_config.json from dir. model_type "bert", "roberta" or "xlm-roberta"
- * (the same encoder with the position numbering above). Anything outside what forward computes
- * (another architecture or activation, another pooling mode, extra modules such as Dense) is
- * BERT_EUNSUPPORTED; a missing file BERT_EIO; a malformed one BERT_EFORMAT. */
+/* Reads config.json and, for an embedder, modules.json, the Pooling and
+ * Dense modules' config.json and, when present, sentence_bert_config.json
+ * from dir. model_type "bert", "roberta" or "xlm-roberta" (the same encoder
+ * with the position numbering above). A directory whose architecture is
+ * BertForSequenceClassification, RobertaForSequenceClassification or
+ * XLMRobertaForSequenceClassification is a classifier and needs no
+ * modules.json. Anything outside what forward computes (another
+ * architecture, activation or head, another pooling mode, other modules) is
+ * BERT_EUNSUPPORTED naming it; a missing file BERT_EIO; a malformed one
+ * BERT_EFORMAT. */
 int bert_config_load(const char *dir, bert_config *cfg, char *err, size_t err_len);
 
 #endif

@@ -15,10 +15,9 @@
 #include "server/log.h"
 #include "server/metrics.h"
 
-attn_selftest_spec backend_selftest_spec(const bert_config *m) {
-    return (attn_selftest_spec){.heads = m->num_heads,
-                                .head_dim = m->hidden_size / m->num_heads,
-                                .max_seqlen = m->max_positions};
+attn_selftest_spec backend_selftest_spec(const encoder_info *m) {
+    return (attn_selftest_spec){
+        .heads = m->num_heads, .head_dim = m->head_dim, .max_seqlen = m->max_positions};
 }
 
 /* Whether b can run every shape in bounds; why says which it refuses. */
@@ -157,15 +156,17 @@ static bool verdict(FILE *out, const char *name, const attn_selftest_result *row
 
 static int run_command(const config *c, FILE *out) {
     char err[512];
-    bert_config m;
-    if (bert_config_load(c->model, &m, err, sizeof err) != BERT_OK) {
+    encoder_desc *desc = NULL;
+    if (encoder_describe(c->model, &desc, err, sizeof err) != BERT_OK) {
         fprintf(stderr, "attnserve selftest: cannot read the model in %s: %s\n", c->model, err);
         return CONFIG_EXIT_INVALID;
     }
-    const attn_selftest_spec spec = backend_selftest_spec(&m);
+    const encoder_info *m = encoder_desc_info(desc);
+    const attn_selftest_spec spec = backend_selftest_spec(m);
     const attn_shape bounds[2] = {
         attn_service_bounds((int32_t)c->max_batch_tokens, (int32_t)c->max_batch_requests),
-        bert_attn_shape(&m, (int)c->max_batch_tokens)};
+        encoder_attn_shape(m, (int)c->max_batch_tokens)};
+    encoder_desc_free(desc);
     int nthreads = c->threads > 0 ? (int)c->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     nthreads = nthreads > 0 ? nthreads : 1;
     tp_pool *pool = tp_create(nthreads);

@@ -13,11 +13,11 @@
 
 #include "kernels/attention.h"
 #include "kernels/selftest.h"
-#include "model/bert.h"
+#include "model/encoder.h"
 
 /* The self-test shaped around model m: its heads, head size and longest
  * input. */
-attn_selftest_spec backend_selftest_spec(const bert_config *m);
+attn_selftest_spec backend_selftest_spec(const encoder_info *m);
 
 /* Self-tests, on the SIMD path active now, every backend of the binary that
  * accepts every shape in bounds[0..nbounds), and keeps each result

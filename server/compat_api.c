@@ -454,7 +454,7 @@ static int tei_embed(http_request *req, void *ctx) {
     }
     bool norm = true;
     text_opts o = {0};
-    const int C = c->eapi->model->hidden_size;
+    const int C = c->eapi->model->output_dim;
     if (!r.err && want_bool(normalize, "normalize", true, &norm, &r) == SRV_OK &&
         tei_text_opts(c, truncate, direction, prompt, &o, &r) == SRV_OK && dims &&
         !json_is_null(dims)) {
@@ -482,7 +482,7 @@ static int tei_embed_resumed(http_request *req, void *ctx) {
     embed_job *job = finished(req, c, &answered);
     if (!job)
         return answered;
-    const size_t C = (size_t)c->eapi->model->hidden_size;
+    const size_t C = (size_t)c->eapi->model->output_dim;
     const size_t d = job->dimensions ? (size_t)job->dimensions : C;
     json_t *out = json_array();
     for (int32_t i = 0; out && i < job->n; i++) {
@@ -633,7 +633,7 @@ static int tei_similarity_resumed(http_request *req, void *ctx) {
     embed_job *job = finished(req, c, &answered);
     if (!job)
         return answered;
-    const size_t C = (size_t)c->eapi->model->hidden_size;
+    const size_t C = (size_t)c->eapi->model->output_dim;
     json_t *out = json_array();
     for (int32_t i = 1; out && i < job->n; i++) {
         double dot = 0;
@@ -914,7 +914,7 @@ static int llama_embedding_resumed(http_request *req, void *ctx) {
     embed_job *job = finished(req, c, &answered);
     if (!job)
         return answered;
-    const size_t C = (size_t)c->eapi->model->hidden_size;
+    const size_t C = (size_t)c->eapi->model->output_dim;
     json_t *out = json_array();
     for (int32_t i = 0; out && i < job->n; i++) {
         float *v = job->out + (size_t)i * C;

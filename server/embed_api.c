@@ -52,7 +52,7 @@ int embed_api_resumed(http_request *req, void *ctx) {
         return http_reply_error(req, job->base.err, "%s", job->base.why);
     if (!job->base.ran)
         return http_reply_error(req, SRV_EINTERNAL, "the batch did not run this request");
-    const int C = api->model->hidden_size;
+    const int C = api->model->output_dim;
     json_t *out = embed_encode(job, C);
     if (!out && membudget_refused())
         return http_reply_error(req, membudget_error(), "%s", membudget_message());

@@ -239,6 +239,15 @@ static embed_job *make_job(const embed_api *api, const char *field, json_t *in, 
     int kind = IN_TEXTS;
     int32_t n = 0;
     json_t *list = NULL;
+    /* A classifier's forward answers logits, not a vector to embed with. */
+    if (api->model->task != ENCODER_TASK_EMBED) {
+        refuse(r, SRV_EBADREQUEST,
+               "model %s is a classifier (%s, %d labels), not an embedding model: it answers "
+               "/predict, /rerank and /classify, not embeddings",
+               api->model_name ? api->model_name : "", api->model->architecture,
+               (int)api->model->num_labels);
+        return NULL;
+    }
     /* Every refusal from here on is about the inputs. */
     r->param = field;
     if (classify(api, field, in, allow_ids, &kind, &n, &list, r) != SRV_OK)
@@ -270,8 +279,8 @@ static embed_job *make_job(const embed_api *api, const char *field, json_t *in, 
             embed_job_release(job);
             return NULL;
         }
-    job->out_dim = api->model->hidden_size;
-    job->out = membudget_malloc((size_t)n * (size_t)api->model->hidden_size * sizeof *job->out);
+    job->out_dim = api->model->output_dim;
+    job->out = membudget_malloc((size_t)n * (size_t)api->model->output_dim * sizeof *job->out);
     if (!job->out) {
         embed_job_release(job);
         refuse(r, SRV_EINTERNAL, "out of memory");
@@ -361,7 +370,7 @@ static embed_job *decode_openai(const embed_api *api, json_t *root, refusal *r) 
             return NULL;
         }
     }
-    const int C = api->model->hidden_size;
+    const int C = api->model->output_dim;
     if (dims && !json_is_integer(dims)) {
         refuse(r, SRV_EBADREQUEST, "dimensions must be an integer");
         r->param = "dimensions";

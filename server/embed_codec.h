@@ -34,6 +34,7 @@
 #include "embed_service.h"
 #include "job.h"
 #include "model/bert.h"
+#include "model/encoder.h"
 #include "model/tokenizer.h"
 #include "scheduler.h"
 
@@ -42,7 +43,7 @@ typedef struct embed_api {
     sched *sched;
     int kind; /* the runner's id of the embeddings service */
     const tok_tokenizer *tok;
-    const bert_config *model;
+    const encoder_info *model;
     const char *model_name;                 /* echoed when a request names none */
     int32_t max_batch_tokens;               /* the start-time ceiling */
     int32_t max_batch_requests;             /* likewise */

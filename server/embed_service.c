@@ -18,7 +18,7 @@ static double ns_ms(uint64_t ns) {
 
 struct embed_service {
     srv_engine *engine; /* runs the forward, with the attention backend in force */
-    int C, layers;
+    int C, H, layers;   /* floats per sequence out, per token hidden */
     int32_t max_tokens, max_seqs;
     int32_t *ids; /* (max_tokens) the packed batch */
     int32_t *cu;  /* (max_seqs + 1) */
@@ -38,9 +38,10 @@ embed_service *embed_service_create(srv_engine *engine, int32_t max_batch_tokens
         snprintf(err, err_len, "out of memory");
         return NULL;
     }
-    const bert_config *m = engine_model(srv_engine_instance(engine));
+    const encoder_info *m = engine_model(srv_engine_instance(engine));
     svc->engine = engine;
-    svc->C = m->hidden_size;
+    svc->C = m->output_dim;
+    svc->H = m->hidden_size;
     svc->layers = m->num_layers;
     svc->max_tokens = max_batch_tokens;
     svc->max_seqs = max_batch_requests;
@@ -139,7 +140,7 @@ int embed_service_run_batch(const sched_batch *b, void *ctx) {
     int rc = B ? srv_engine_forward(svc->engine, &eb, &hook, &backend, why, sizeof why) : ENGINE_OK;
     if (B && rc == ENGINE_OK)
         svc->last.stages = srv_engine_last_run(svc->engine)->stages;
-    const size_t C = (size_t)svc->C;
+    const size_t C = (size_t)svc->C, H = (size_t)svc->H;
     const float *hidden = rc == ENGINE_OK ? srv_engine_last_hidden(svc->engine) : NULL;
     int32_t seq = 0;
     for (int32_t i = 0; i < b->n_reqs; i++) {
@@ -163,8 +164,8 @@ int embed_service_run_batch(const sched_batch *b, void *ctx) {
         float *out = job->out + (size_t)first * C;
         memcpy(out, svc->out + (size_t)seq * C, (size_t)n * C * sizeof *out);
         if (job->hidden) /* this piece's tokens, where the batch packed them */
-            memcpy(job->hidden + (size_t)job->cu[first] * C, hidden + (size_t)svc->cu[seq] * C,
-                   (size_t)(job->cu[first + n] - job->cu[first]) * C * sizeof *job->hidden);
+            memcpy(job->hidden + (size_t)job->cu[first] * H, hidden + (size_t)svc->cu[seq] * H,
+                   (size_t)(job->cu[first + n] - job->cu[first]) * H * sizeof *job->hidden);
         seq += n;
         if (job->normalize)
             for (int32_t k = 0; k < n; k++)

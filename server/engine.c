@@ -66,8 +66,15 @@ static double cosine(const float *a, const float *b, int n) {
  * *min_cos, or -1 with why. */
 static int precision_check(const engine_iface *iface, engine *cand, const srv_engine_options *o,
                            const attn_parallel *par, double *min_cos, char *why, size_t why_len) {
-    const bert_config *c = engine_model(cand);
-    const int C = c->hidden_size;
+    const encoder_info *c = engine_model(cand);
+    /* An embedder's vectors. A classifier's few logits make a poor cosine
+     * (one logit has cosine ±1 whatever its error), so for a classifier the
+     * first token's last hidden state is compared, what the head (fp32 in
+     * every precision) reads; an engine that does not expose hidden states
+     * is checked on its logits. */
+    const int by_hidden = c->task == ENCODER_TASK_CLASSIFY && engine_last_hidden(cand) != NULL;
+    const int C = by_hidden ? c->hidden_size : c->output_dim;
+    const size_t logits = (size_t)c->output_dim;
     int32_t cap = engine_max_tokens(cand);
     cap = cap < c->max_positions ? cap : c->max_positions;
     int32_t ids[CHECK_TOKENS], cu[CHECK_SEQS + 1] = {0};
@@ -86,18 +93,25 @@ static int precision_check(const engine_iface *iface, engine *cand, const srv_en
                                .backends = o->backends,
                                .nbackends = o->nbackends};
     engine *ref = NULL;
-    float *out = malloc(2 * (size_t)C * sizeof *out);
+    float *out = malloc((2 * (size_t)C + logits) * sizeof *out);
     int rc = out ? engine_create(iface, &ro, &ref, why, why_len) : ENGINE_ENOMEM;
     if (!out)
         snprintf(why, why_len, "out of memory");
     *min_cos = 1.0;
     for (int s = 0; rc == ENGINE_OK && s < CHECK_SEQS; s++) {
         const int32_t one[2] = {0, cu[s + 1] - cu[s]};
-        engine_batch b = {.ids = ids + cu[s], .cu_seqlens = one, .batch = 1, .out = out};
+        engine_batch b = {.ids = ids + cu[s],
+                          .cu_seqlens = one,
+                          .batch = 1,
+                          .out = by_hidden ? out + 2 * C : out};
         rc = engine_forward(cand, &b, o->backend, par, NULL, why, why_len);
-        b.out = out + C;
+        if (rc == ENGINE_OK && by_hidden)
+            memcpy(out, engine_last_hidden(cand), (size_t)C * sizeof *out);
+        b.out = by_hidden ? out + 2 * C : out + C;
         if (rc == ENGINE_OK)
             rc = engine_forward(ref, &b, o->backend, par, NULL, why, why_len);
+        if (rc == ENGINE_OK && by_hidden)
+            memcpy(out + C, engine_last_hidden(ref), (size_t)C * sizeof *out);
         if (rc == ENGINE_OK) {
             const double cs = cosine(out, out + C, C);
             *min_cos = cs < *min_cos ? cs : *min_cos;

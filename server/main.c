@@ -22,6 +22,7 @@
 #include "kernels/simd.h"
 #include "kernels/threadpool.h"
 #include "model/bert.h"
+#include "model/encoder.h"
 #include "model/tokenizer.h"
 #include "server/attention_api.h"
 #include "server/backend_selftest.h"
@@ -64,11 +65,12 @@ typedef struct app {
     const char *simd;
     tp_pool *pool;
     tok_tokenizer *tok;
-    bert_config mcfg;       /* the model's config.json, read before the engine loads it */
-    srv_engine *engine;     /* the engine (owns the weights) and the backend in force */
-    char model_name[256];   /* the model directory's last component */
-    int32_t max_seq_length; /* where truncation cuts: the setting, or the model's */
-    char *model_aliases;    /* model_aliases as at start */
+    encoder_desc *mdesc; /* the model directory's description, read before the engine loads it */
+    const encoder_info *mcfg; /* encoder_desc_info(mdesc) */
+    srv_engine *engine;       /* the engine (owns the weights) and the backend in force */
+    char model_name[256];     /* the model directory's last component */
+    int32_t max_seq_length;   /* where truncation cuts: the setting, or the model's */
+    char *model_aliases;      /* model_aliases as at start */
     attn_service *svc;
     /* The backend the setting names, resolved for the configured shapes
      * whatever its self-test said (NULL when it cannot run them); the one
@@ -241,18 +243,26 @@ static size_t worst_case_bytes(const app *a) {
 }
 
 static json_t *model_json(const app *a) {
-    const bert_config *m = engine_model(srv_engine_instance(a->engine));
+    const encoder_info *m = engine_model(srv_engine_instance(a->engine));
     /* max_length: what the position embeddings allow (token-id inputs may
      * be that long); max_seq_length: where text inputs are truncated, and
-     * max_seq_length_model the model's own (sentence_bert_config.json). */
-    return json_pack("{s:s, s:s, s:b, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:s, s:b, s:b}",
+     * max_seq_length_model the model's own (sentence_bert_config.json).
+     * task, architecture, output_dim and labels: what the model answers. */
+    json_t *labels = json_array();
+    for (int32_t i = 0; labels && i < m->num_labels; i++)
+        json_array_append_new(labels, json_string(m->labels[i]));
+    return json_pack("{s:s, s:s, s:b, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:s, s:b, s:b, s:s, "
+                     "s:s, s:s, s:i, s:i, s:o, s:s, s:b}",
                      "name", a->model_name, "path", a->cfg.model, "loaded", 1, "hidden_size",
                      m->hidden_size, "layers", m->num_layers, "heads", m->num_heads,
                      "intermediate_size", m->intermediate_size, "vocab_size", m->vocab_size,
                      "max_length", m->max_positions, "max_seq_length", a->max_seq_length,
-                     "max_seq_length_model", m->max_seq_length, "pooling",
-                     m->pooling == BERT_POOL_CLS ? "cls" : "mean", "normalize", m->normalize,
-                     "truncate", a->cfg.truncate);
+                     "max_seq_length_model", m->max_seq_length, "pooling", m->pooling, "normalize",
+                     m->normalize, "truncate", a->cfg.truncate, "task",
+                     m->task == ENCODER_TASK_CLASSIFY ? "classify" : "embed", "model_type",
+                     m->model_type, "architecture", m->architecture, "output_dim", m->output_dim,
+                     "dense_modules", m->dense_modules, "labels", labels, "problem_type",
+                     m->problem_type, "token_types", m->token_types);
 }
 
 /* Text Embeddings Inference's /info fields, beside ours, so TEI's clients
@@ -261,7 +271,7 @@ static json_t *model_json(const app *a) {
  * inputs; model_dtype names the precision the engine computes in. */
 static int tei_info(const app *a, json_t *info) {
     const config *c = &a->cfg;
-    const bert_config *m = engine_model(srv_engine_instance(a->engine));
+    const encoder_info *m = engine_model(srv_engine_instance(a->engine));
     const char *prec = srv_engine_precision(a->engine);
     const char *dtype = !strcmp(prec, "bf16")   ? "bfloat16"
                         : !strcmp(prec, "int8") ? "int8"
@@ -269,12 +279,11 @@ static int tei_info(const app *a, json_t *info) {
     json_t *tei = json_pack(
         "{s:s, s:s, s:n, s:s, s:{s:{s:s}}, s:I, s:i, s:I, s:I, s:I, s:b, s:i, s:n, s:n}",
         "model_id", a->model_name, "served_model_name", a->model_name, "model_sha", "model_dtype",
-        dtype, "model_type", "embedding", "pooling", m->pooling == BERT_POOL_CLS ? "cls" : "mean",
-        "max_concurrent_requests", (json_int_t)c->max_queue, "max_input_length", a->max_seq_length,
-        "max_batch_tokens", (json_int_t)c->max_batch_tokens, "max_batch_requests",
-        (json_int_t)c->max_batch_requests, "max_client_batch_size",
-        (json_int_t)c->max_inputs_per_request, "auto_truncate", c->truncate, "tokenization_workers",
-        1, "sha", "docker_label");
+        dtype, "model_type", "embedding", "pooling", m->pooling, "max_concurrent_requests",
+        (json_int_t)c->max_queue, "max_input_length", a->max_seq_length, "max_batch_tokens",
+        (json_int_t)c->max_batch_tokens, "max_batch_requests", (json_int_t)c->max_batch_requests,
+        "max_client_batch_size", (json_int_t)c->max_inputs_per_request, "auto_truncate",
+        c->truncate, "tokenization_workers", 1, "sha", "docker_label");
     int rc = tei ? json_object_update_missing(info, tei) : -1;
     json_decref(tei);
     return rc;
@@ -382,7 +391,7 @@ static attn_shape bounds_of(const config *c) {
 
 /* The model's attention bounds for the configured batch size. */
 static attn_shape model_bounds_of(const app *a, const config *c) {
-    return bert_attn_shape(&a->mcfg, (int)c->max_batch_tokens);
+    return encoder_attn_shape(a->mcfg, (int)c->max_batch_tokens);
 }
 
 /* Resolves a backend name for both the attention endpoint's bounds and the
@@ -527,9 +536,9 @@ static bool on_verify_trip(const verify_evidence *ev, void *ctx) {
  * bounds, whichever is larger. */
 static int start_verification(app *a) {
     const config *c = &a->cfg;
-    const bert_config *m = &a->mcfg;
+    const encoder_info *m = a->mcfg;
     const int64_t T = c->max_batch_tokens;
-    const int32_t C = m->hidden_size, D = m->hidden_size / m->num_heads;
+    const int32_t C = m->hidden_size, D = m->head_dim;
     const int32_t api_row = ATTN_API_MAX_HEADS * ATTN_API_MAX_HEAD_DIM;
     verify_options vo = {
         .max_tokens = (int32_t)T,
@@ -585,13 +594,14 @@ static int load_model(app *a) {
     }
     /* The shapes only: the engine loads the weights (start), once the
      * attention backends its workspace must serve are known from them. */
-    rc = bert_config_load(c->model, &a->mcfg, err, sizeof err);
+    rc = encoder_describe(c->model, &a->mdesc, err, sizeof err);
     if (rc != BERT_OK) {
         log_error("cannot load the model", LOG_KV("model", c->model),
                   LOG_KV("problem", bert_strerror(rc)), LOG_KV("error", err));
         return rc == BERT_ENOMEM ? 1 : CONFIG_EXIT_INVALID;
     }
-    const bert_config *m = &a->mcfg;
+    a->mcfg = encoder_desc_info(a->mdesc);
+    const encoder_info *m = a->mcfg;
     if (tok_vocab_size(a->tok) > m->vocab_size) {
         log_error("the tokenizer's vocabulary is larger than the model's",
                   LOG_KV("model", c->model), LOG_KV("tokenizer_vocab", tok_vocab_size(a->tok)),
@@ -677,7 +687,7 @@ static int start(app *a) {
     /* Every backend that could serve is self-tested on this machine before
      * /ready turns 200; one that fails is never used (choose_backend and
      * reload_backend go through select_backend). */
-    const attn_selftest_spec spec = backend_selftest_spec(&a->mcfg);
+    const attn_selftest_spec spec = backend_selftest_spec(a->mcfg);
     const attn_shape shapes[2] = {bounds_of(c), model_bounds_of(a, c)};
     const attn_parallel par = tp_parallel(a->pool);
     if (backend_selftest_start(&spec, shapes, 2, &par) != 0)
@@ -956,6 +966,7 @@ static void stop(app *a) {
     srv_engine_destroy(a->engine);
     tp_destroy(a->pool);
     tok_free(a->tok);
+    encoder_desc_free(a->mdesc);
     openapi_free();
     compat_api_free(&a->compat);
     config_free(&a->cfg);

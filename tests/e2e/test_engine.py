@@ -107,7 +107,7 @@ def test_default_is_the_builtin_cpu_engine_in_fp32(start_server):
     i = info(s)["engine"]
     assert i["name"] == "cpu" and i["precision"] == "fp32"
     assert i["engine_setting"] == "auto" and i["precision_setting"] == "fp32"
-    assert i["plugin_dir"] == "" and i["api_version"] == 1
+    assert i["plugin_dir"] == "" and i["api_version"] == 2
     assert i["precision_check"] == "fp32: the reference"
     assert [(e["name"], e["origin"], e["offered"]) for e in i["engines"]] == \
         [("cpu", "built-in", True)]
@@ -166,7 +166,7 @@ def test_broken_plugins_listed_with_reasons(start_server):
     assert set(by_name) == {"cpu", "no-cpu", "no_symbol", "old_api"}
     assert [n for n, e in by_name.items() if e["offered"]] == ["cpu"]
     assert "no symbol attnserve_engine_plugin" in by_name["no_symbol"]["reason"]
-    assert "engine API version 1001" in by_name["old_api"]["reason"]
+    assert "engine API version 1, this binary speaks version 2" in by_name["old_api"]["reason"]
     assert "scores 0 on this machine" in by_name["no-cpu"]["reason"]
     assert by_name["no-cpu"]["precisions"] == []
     log = s.log_text()

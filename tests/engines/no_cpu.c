@@ -22,7 +22,7 @@ static void release(void *ctx) {
     (void)ctx;
 }
 
-static const bert_config *model(void *ctx) {
+static const encoder_info *model(void *ctx) {
     (void)ctx;
     return NULL;
 }

@@ -565,19 +565,66 @@ Test(model, refuses_relative_positions, .init = make_variant, .fini = remove_var
 
 Test(model, refuses_other_pooling, .init = make_variant, .fini = remove_variant) {
     write_file("1_Pooling/config.json",
-               "{\"pooling_mode_max_tokens\": true, \"pooling_mode_mean_tokens\": false}");
-    expect_load_error(BERT_EUNSUPPORTED, "pooling_mode_max_tokens");
+               "{\"pooling_mode_weightedmean_tokens\": true, \"pooling_mode_mean_tokens\": false}");
+    expect_load_error(BERT_EUNSUPPORTED, "pooling_mode_weightedmean_tokens");
+    write_file("1_Pooling/config.json", "{\"pooling_mode\": \"weightedmean\"}");
+    expect_load_error(BERT_EUNSUPPORTED, "pooling_mode weightedmean");
     write_file("1_Pooling/config.json",
                "{\"pooling_mode_cls_token\": true, \"pooling_mode_mean_tokens\": true}");
     expect_load_error(BERT_EUNSUPPORTED, "2 pooling modes");
+    write_file("1_Pooling/config.json", "{\"pooling_mode\": \"mean\", \"include_prompt\": false}");
+    expect_load_error(BERT_EUNSUPPORTED, "include_prompt");
 }
 
-Test(model, refuses_extra_modules, .init = make_variant, .fini = remove_variant) {
+Test(model, refuses_other_modules, .init = make_variant, .fini = remove_variant) {
+    write_file("modules.json",
+               "[{\"path\":\"\",\"type\":\"sentence_transformers.models.Transformer\"},"
+               "{\"path\":\"1_Pooling\",\"type\":\"sentence_transformers.models.Pooling\"},"
+               "{\"path\":\"2_LayerNorm\",\"type\":\"sentence_transformers.models.LayerNorm\"}]");
+    expect_load_error(BERT_EUNSUPPORTED, "models.LayerNorm");
+    /* Normalize is last: a Dense after it is refused. */
+    write_file("modules.json",
+               "[{\"path\":\"\",\"type\":\"sentence_transformers.models.Transformer\"},"
+               "{\"path\":\"1_Pooling\",\"type\":\"sentence_transformers.models.Pooling\"},"
+               "{\"path\":\"2_Normalize\",\"type\":\"sentence_transformers.models.Normalize\"},"
+               "{\"path\":\"3_Dense\",\"type\":\"sentence_transformers.models.Dense\"}]");
+    expect_load_error(BERT_EUNSUPPORTED, "module 2");
+}
+
+Test(model, refuses_other_dense_modules, .init = make_variant, .fini = remove_variant) {
     write_file("modules.json",
                "[{\"path\":\"\",\"type\":\"sentence_transformers.models.Transformer\"},"
                "{\"path\":\"1_Pooling\",\"type\":\"sentence_transformers.models.Pooling\"},"
                "{\"path\":\"2_Dense\",\"type\":\"sentence_transformers.models.Dense\"}]");
-    expect_load_error(BERT_EUNSUPPORTED, "models.Dense");
+    expect_load_error(BERT_EIO, "2_Dense/config.json");
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/2_Dense", tmpdir);
+    cr_assert_eq(mkdir(dir, 0700), 0);
+    write_file("2_Dense/config.json",
+               "{\"in_features\": 384, \"out_features\": 8, \"bias\": true, "
+               "\"activation_function\": \"torch.nn.modules.activation.ReLU\"}");
+    expect_load_error(BERT_EUNSUPPORTED,
+                      "activation_function \"torch.nn.modules.activation.ReLU\"");
+    write_file("2_Dense/config.json",
+               "{\"in_features\": 100, \"out_features\": 8, \"bias\": true, "
+               "\"activation_function\": \"torch.nn.modules.activation.Tanh\"}");
+    expect_load_error(BERT_EFORMAT, "in_features 100");
+    /* The old layout's weights are refused by name. */
+    write_file("2_Dense/config.json",
+               "{\"in_features\": 384, \"out_features\": 8, \"bias\": true, "
+               "\"activation_function\": \"torch.nn.modules.linear.Identity\"}");
+    write_file("2_Dense/pytorch_model.bin", "not read");
+    expect_load_error(BERT_EUNSUPPORTED, "pytorch_model.bin");
+}
+
+Test(model, refuses_other_task_heads, .init = make_variant, .fini = remove_variant) {
+    set_config("architectures", "[\"BertForTokenClassification\"]");
+    expect_load_error(BERT_EUNSUPPORTED, "architecture \"BertForTokenClassification\"");
+    set_config("architectures", "[\"XLMRobertaForSequenceClassification\"]");
+    expect_load_error(BERT_EUNSUPPORTED, "model_type \"bert\"");
+    /* A classifier needs its head's weights. */
+    set_config("architectures", "[\"BertForSequenceClassification\"]");
+    expect_load_error(BERT_EFORMAT, "is missing");
 }
 
 Test(model, missing_and_malformed_files, .init = make_variant, .fini = remove_variant) {

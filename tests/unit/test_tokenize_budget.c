@@ -41,12 +41,12 @@ static json_t *tokens_in_scope(const embed_api *api, json_t *root, int *refused)
 Test(tokenize_budget, a_refusal_never_yields_an_answer) {
     char err[512] = "";
     tok_tokenizer *tok = NULL;
-    bert_config cfg;
+    encoder_desc *desc = NULL;
     cr_assert_eq(tok_load(&tok, model_dir(), err, sizeof err), TOK_OK,
                  "cannot load the tokenizer from %s (%s): run `make model`", model_dir(), err);
-    cr_assert_eq(bert_config_load(model_dir(), &cfg, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(encoder_describe(model_dir(), &desc, err, sizeof err), 0, "%s", err);
     embed_api api = {.tok = tok,
-                     .model = &cfg,
+                     .model = encoder_desc_info(desc),
                      .model_name = "test",
                      .max_batch_tokens = 16384,
                      .max_batch_requests = 64,
@@ -103,4 +103,5 @@ Test(tokenize_budget, a_refusal_never_yields_an_answer) {
     json_decref(want);
     json_decref(root);
     tok_free(tok);
+    encoder_desc_free(desc);
 }

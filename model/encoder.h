@@ -1,0 +1,124 @@
+/* encoder.h — the encoder interface between server/ and model/.
+ *
+ * What the service serves is an encoder family (a config reader, weights, a
+ * workspace and a forward) behind this one interface; the server and the
+ * engines see the model only through encoder_info and the encoder_*
+ * functions, never a family's own config. A new family is a table in
+ * encoder.c and its own files on the model side.
+ *
+ * Families today: "bert", which serves config.json model_type "bert",
+ * "roberta" and "xlm-roberta" (model/bert.h), as
+ *   - an embedder: a sentence-transformers directory (modules.json:
+ *     Transformer, Pooling, Dense modules, Normalize), out: the pooled
+ *     vector;
+ *   - a classifier: a plain HF directory whose config.json "architectures"
+ *     is BertForSequenceClassification, RobertaForSequenceClassification or
+ *     XLMRobertaForSequenceClassification (a sentence-transformers
+ *     CrossEncoder is one), out: the raw logits.
+ * Every call returns a BERT_* code of model/bert_config.h with a message. */
+#ifndef MODEL_ENCODER_H
+#define MODEL_ENCODER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/attention.h"
+#include "kernels/gemm.h"
+#include "kernels/parallel.h"
+#include "model/bert_config.h"
+
+typedef enum encoder_task { ENCODER_TASK_EMBED, ENCODER_TASK_CLASSIFY } encoder_task;
+
+/* The model the server serves, as the directory describes it. */
+typedef struct encoder_info {
+    const char *family;       /* "bert" */
+    const char *model_type;   /* config.json's: "bert", "roberta", "xlm-roberta" */
+    const char *architecture; /* config.json "architectures"[0], "" when absent */
+    encoder_task task;
+    /* Floats per sequence a forward writes: the pooled (and Dense-projected)
+     * vector of an embedder, the num_labels logits of a classifier. */
+    int32_t output_dim;
+    int32_t hidden_size;       /* per token: what the hidden states have */
+    int32_t num_labels;        /* a classifier's; 0 for an embedder */
+    const char *const *labels; /* [num_labels]: id2label in index order, "LABEL_i" when absent */
+    /* config.json "problem_type" ("single_label_classification",
+     * "multi_label_classification", "regression") or "" when absent: how
+     * the logits were trained to be read; forward never applies it. */
+    const char *problem_type;
+    bool token_types;        /* type_vocab_size > 1: a pair's second segment is type 1 */
+    int32_t type_vocab_size; /* token type ids are in [0, type_vocab_size) */
+    int32_t vocab_size;
+    int32_t num_layers, num_heads, head_dim, intermediate_size;
+    int32_t max_positions;  /* the longest sequence forward takes */
+    int32_t max_seq_length; /* where sentence-transformers truncates (<= max_positions) */
+    /* sentence-transformers' pooling mode name ("mean", "cls", "max",
+     * "mean_sqrt_len_tokens", "lasttoken"); a classifier reads its first
+     * token: "cls". */
+    const char *pooling;
+    bool normalize;        /* an embedder's Normalize module */
+    int32_t dense_modules; /* an embedder's Dense modules */
+} encoder_info;
+
+/* ---- the directory's description, without weights ------------------------------ */
+typedef struct encoder_desc encoder_desc;
+
+/* Reads what dir describes (config files only) and picks the family by
+ * config.json's model_type. Anything no family serves is BERT_EUNSUPPORTED
+ * naming it. */
+int encoder_describe(const char *dir, encoder_desc **out, char *err, size_t err_len);
+const encoder_info *encoder_desc_info(const encoder_desc *d);
+void encoder_desc_free(encoder_desc *d);
+
+/* The attention bounds of every batch of at most max_tokens tokens: what a
+ * backend's capability check and workspace sizing are asked about. */
+attn_shape encoder_attn_shape(const encoder_info *info, int max_tokens);
+
+/* ---- the loaded encoder -------------------------------------------------------- */
+typedef struct encoder encoder;
+
+/* Loads dir's weights with the linear layers in precision (kernels/gemm.h);
+ * a precision this CPU cannot run is BERT_EUNSUPPORTED. */
+int encoder_load(const char *dir, gemm_precision precision, encoder **out, char *err,
+                 size_t err_len);
+void encoder_free(encoder *e);
+/* Valid until encoder_free. */
+const encoder_info *encoder_get_info(const encoder *e);
+gemm_precision encoder_precision(const encoder *e);
+/* Bytes of weights allocated, and of the read-only file mapping. */
+size_t encoder_owned_bytes(const encoder *e);
+size_t encoder_mapped_bytes(const encoder *e);
+
+/* ---- workspace and forward ------------------------------------------------------ */
+typedef struct encoder_workspace encoder_workspace;
+
+/* Stage times of the last forward; the bert family's record. */
+typedef struct bert_stage_ns encoder_stage_ns;
+/* Called right after layer `layer`'s attention with the problem the
+ * backend just computed; must not modify it. */
+typedef void (*encoder_attn_tap_fn)(const attn_problem *p, int layer, void *ctx);
+
+/* Allocates, once, everything a forward of up to max_tokens tokens needs
+ * with nthreads workers and any of backends[0..nbackends). */
+int encoder_workspace_create(const encoder *e, int max_tokens, int nthreads,
+                             const attn_backend *const *backends, size_t nbackends,
+                             encoder_workspace **out, char *err, size_t err_len);
+void encoder_workspace_free(encoder_workspace *ws);
+size_t encoder_workspace_bytes(const encoder_workspace *ws);
+/* raw != 0: embedders' vectors without the Normalize module. */
+void encoder_workspace_set_raw(encoder_workspace *ws, int raw);
+/* (T, hidden_size) every token's last hidden state of the last forward. */
+const float *encoder_workspace_hidden(const encoder_workspace *ws);
+void encoder_workspace_set_attn_tap(encoder_workspace *ws, int layer, encoder_attn_tap_fn fn,
+                                    void *ctx);
+const encoder_stage_ns *encoder_workspace_stage_ns(const encoder_workspace *ws);
+
+/* Sequence b is ids[cu_seqlens[b] .. cu_seqlens[b+1]) with type_ids packed
+ * alike (NULL: all type 0); out[b * output_dim ..) gets its output
+ * (encoder_info.output_dim). Allocates nothing; one forward at a time per
+ * workspace. BERT_OK, BERT_EINPUT or BERT_EATTN. */
+int encoder_forward(const encoder *e, encoder_workspace *ws, const attn_backend *attn,
+                    const attn_parallel *par, const int32_t *ids, const int32_t *type_ids,
+                    const int32_t *cu_seqlens, int batch, float *out, char *err, size_t err_len);
+
+#endif
