@@ -233,4 +233,4 @@ clean:
 # (fuzzing, soak, valgrind, ...); they use the variables above.
 include $(sort $(wildcard mk/*.mk))
 
--include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD)/obj $(BUILD)/obj-plugin -name '*.d' 2>/dev/null)
