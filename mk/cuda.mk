@@ -4,33 +4,42 @@
 #       The kernels (kernels.cu) are compiled by nvcc for sm_80 and sm_90;
 #       the engine (cuda_engine.c, the only file calling the CUDA runtime and
 #       cuBLASLt), its host-side logic (cuda_plan.c) and the model files it
-#       reads with (config, safetensors) by the C compiler, position-
-#       independent with hidden visibility like the cpu-avx512 plugin. It
-#       links libcudart and libcublasLt from CUDA_HOME (rpath set), never the
-#       core: on a machine without the driver (libcuda.so) the plugin still
-#       loads, cudaGetDeviceCount fails and the engine scores 0 with
-#       "no CUDA device: <the runtime's reason>".
+#       reads with (the encoder interface, config, safetensors) by the C
+#       compiler, position-independent with hidden visibility like the
+#       cpu-avx512 plugin. model/encoder.c's family table names the CPU
+#       encoder's load and forward, so those come along (never called here)
+#       with what they call, each file with the core's per-file ISA flags,
+#       and OpenBLAS is linked. It links libcudart and libcublasLt from
+#       CUDA_HOME (rpath set), never the core: on a machine without the
+#       driver (libcuda.so) the plugin still loads, cudaGetDeviceCount fails
+#       and the engine scores 0 with "no CUDA device: <the runtime's reason>".
 #
 # Its own directory, apart from $(BUILD)/engines: the tests of the CPU
 # plugins count what that directory holds, and a service is pointed at the
 # GPU plugin on purpose (plugin_dir), or gets it in the GPU image.
 #
-# cuda_plan.c and cuda_arch.c are also compiled into the unit tests (tests/unit/
+# cuda_plan.c is also compiled into the unit tests (tests/unit/
 # test_cuda_plan.c), which run everywhere. Where nvcc is present the unit
 # tests also build the plugin and check that it loads and is refused (or,
-# on a GPU machine, offered); where it is absent that test says so and skips.
+# on a GPU machine, offered), and that its init refuses the models its
+# kernels cannot compute before any CUDA call; where nvcc is absent those
+# tests say so and skip.
 CUDA_HOME ?= /usr/local/cuda
 NVCC      ?= $(CUDA_HOME)/bin/nvcc
 CUDA_ARCHS ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
 NVCC_FLAGS ?= -O3 -std=c++17 -lineinfo
 CUDA_PLUGIN := $(BUILD)/gpu-engines/cuda.so
-CUDA_C_SRC := engines/cuda/cuda_engine.c engines/cuda/cuda_plan.c engines/cuda/cuda_arch.c model/bert_config.c model/safetensors.c
+CUDA_C_SRC := engines/cuda/cuda_engine.c engines/cuda/cuda_plan.c model/encoder.c \
+              model/bert.c model/bert_config.c model/safetensors.c model/gelu.c \
+              model/gelu_avx2.c model/gelu_avx512.c kernels/attention.c kernels/simd.c \
+              kernels/naive.c kernels/threadpool.c $(wildcard kernels/gemm*.c)
 CUDA_C_OBJ := $(CUDA_C_SRC:%.c=$(BUILD)/obj-plugin/cuda/%.o)
 CUDA_CU_OBJ := $(BUILD)/obj-plugin/cuda/engines/cuda/kernels.o
 
 $(BUILD)/obj-plugin/cuda/%.o: %.c $(BUILD)/flags
 	@mkdir -p $(@D)
-	$(CC) $(PLUGIN_CFLAGS) -I$(CUDA_HOME)/include -c $< -o $@
+	$(CC) $(PLUGIN_CFLAGS) $(if $(filter %_avx512.c,$<),$(AVX512_FLAGS)) $(if $(filter %_avx2.c,$<),$(AVX2_FLAGS)) $(if $(filter %_avx512bf16.c,$<),$(BF16_FLAGS)) $(if $(filter $(VNNI_SRC),$<),$(VNNI_FLAGS)) \
+	    -I$(CUDA_HOME)/include -c $< -o $@
 
 $(CUDA_CU_OBJ): engines/cuda/kernels.cu engines/cuda/cuda_kernels.h $(BUILD)/flags
 	@mkdir -p $(@D)
@@ -39,13 +48,13 @@ $(CUDA_CU_OBJ): engines/cuda/kernels.cu engines/cuda/cuda_kernels.h $(BUILD)/fla
 $(CUDA_PLUGIN): $(CUDA_C_OBJ) $(CUDA_CU_OBJ)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -shared -Wl,-z,defs -o $@ $^ -L$(CUDA_HOME)/lib64 \
-	    -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart -lstdc++ $(PKG_LIBS) -lm -pthread
+	    -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart -lstdc++ $(PKG_LIBS) $(BLAS_LIBS) -lm -pthread
 
 .PHONY: cuda
 cuda: $(CUDA_PLUGIN)
 
 # The host-side logic is tested on every machine.
-$(UNIT): $(BUILD)/obj/engines/cuda/cuda_plan.o $(BUILD)/obj/engines/cuda/cuda_arch.o
+$(UNIT): $(BUILD)/obj/engines/cuda/cuda_plan.o
 # The refusal (or, with a GPU, the offer) is tested wherever nvcc is.
 ifneq ($(wildcard $(NVCC)),)
 $(UNIT): | $(CUDA_PLUGIN)
@@ -71,7 +80,7 @@ gpu-checks: $(CUDA_PLUGIN) $(GPU_ATTN) $(GPU_ENGINE)
 
 # The static checks of the CUDA engine's C files and the GPU checks join
 # `make lint` and `make format-check` (kernels.cu is C++ and left to nvcc).
-CUDA_LINT_SRC := engines/cuda/cuda_engine.c engines/cuda/cuda_plan.c engines/cuda/cuda_arch.c \
+CUDA_LINT_SRC := engines/cuda/cuda_engine.c engines/cuda/cuda_plan.c \
                  tests/gpu/gpu_attn.c tests/gpu/gpu_engine.c
 .PHONY: cuda-lint cuda-format-check
 lint: cuda-lint

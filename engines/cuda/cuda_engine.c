@@ -19,7 +19,12 @@
  * then LayerNorm; pooling (and normalising); the pooled vectors come back in
  * one copy. cuBLASLt's GELU epilogue is the tanh approximation, not the erf
  * form BERT uses, hence GELU as a kernel of its own. Stage times come from
- * CUDA events; NVTX ranges name the stages for nsys. */
+ * CUDA events; NVTX ranges name the stages for nsys.
+ *
+ * What runs is the encoder and mean or first-token pooling: init refuses,
+ * from encoder_describe's description and before touching the device, a
+ * classifier, Dense modules and other pooling modes (cuda_refuse_model),
+ * so out always holds hidden_size floats per sequence, engine_output_dim. */
 #include "engines/engine.h"
 
 #include "cuda_kernels.h"
@@ -43,6 +48,7 @@ enum { G_QKV, G_OUT, G_FFN_IN, G_FFN_OUT, G_N };
 #define EV_PER_LAYER 4
 
 typedef struct cuda_ctx {
+    encoder_desc *desc; /* what the model slot answers */
     bert_config cfg;
     cuda_dtype dt;
     cuda_weight_layout wl;
@@ -250,6 +256,7 @@ static void cuda_free_ctx(void *ctx) {
     cudaFreeHost(c->host);
     cudaFreeHost(c->tap_f32);
     cuda_weight_layout_free(&c->wl);
+    encoder_desc_free(c->desc);
     free(c);
 }
 
@@ -269,16 +276,31 @@ static int cuda_init(const engine_options *opt, void **out, char *err, size_t er
         snprintf(err, err_len, "%s", cuda_precision_unsupported(opt->precision));
         return ENGINE_EUNSUPPORTED;
     }
-    if (cuda_refuse_architecture(opt->model_dir, err, err_len) < 0)
+    /* What the model is decides, before any CUDA call, whether the kernels
+     * compute it at all: refused here on every machine, device or not. */
+    encoder_desc *desc = NULL;
+    int rc = encoder_describe(opt->model_dir, &desc, err, err_len);
+    if (rc != BERT_OK)
+        return rc == BERT_EUNSUPPORTED ? ENGINE_EUNSUPPORTED
+               : rc == BERT_ENOMEM     ? ENGINE_ENOMEM
+                                       : ENGINE_EMODEL;
+    if (cuda_refuse_model(encoder_desc_info(desc), err, err_len) < 0) {
+        encoder_desc_free(desc);
         return ENGINE_EUNSUPPORTED;
+    }
     cuda_ctx *c = calloc(1, sizeof *c);
     if (!c) {
+        encoder_desc_free(desc);
         snprintf(err, err_len, "out of memory");
         return ENGINE_ENOMEM;
     }
+    c->desc = desc;
     c->tap_layer = -1;
-    int rc = bert_config_load(opt->model_dir, &c->cfg, err, err_len);
+    /* The family's own config: positions, LayerNorm eps and pooling, which
+     * encoder_info does not carry. */
+    rc = bert_config_load(opt->model_dir, &c->cfg, err, err_len);
     if (rc != BERT_OK) {
+        encoder_desc_free(desc);
         free(c);
         return rc == BERT_EUNSUPPORTED ? ENGINE_EUNSUPPORTED : ENGINE_EMODEL;
     }
@@ -286,6 +308,7 @@ static int cuda_init(const engine_options *opt, void **out, char *err, size_t er
     const int D = m->hidden_size / m->num_heads;
     if (m->hidden_size % m->num_heads || !cuda_head_dim_supported(D)) {
         snprintf(err, err_len, "head size %d: the cuda engine's attention takes 32, 64 or 128", D);
+        encoder_desc_free(desc);
         free(c);
         return ENGINE_EUNSUPPORTED;
     }
@@ -363,8 +386,8 @@ static int cuda_init(const engine_options *opt, void **out, char *err, size_t er
     return ENGINE_OK;
 }
 
-static const bert_config *cuda_model(void *ctx) {
-    return &((cuda_ctx *)ctx)->cfg;
+static const encoder_info *cuda_model(void *ctx) {
+    return encoder_desc_info(((cuda_ctx *)ctx)->desc);
 }
 
 static void cuda_memory(void *ctx, engine_memory *mem) {
@@ -540,9 +563,9 @@ static int cuda_forward(void *ctx, const engine_batch *bt, const attn_backend *a
     memcpy(h_ids, bt->ids, (size_t)T * sizeof *h_ids);
     memcpy(h_cu, bt->cu_seqlens, (size_t)(B + 1) * sizeof *h_cu);
     cuda_positions(m, bt->ids, bt->cu_seqlens, B, h_pos);
-    /* This contract's batch carries no token types: every token is type 0,
-     * as an embedder takes. A batch with types is staged here instead. */
-    if (cuda_stage_types(NULL, T, m->type_vocab_size, h_types, err, err_len) < 0) {
+    /* Token types as the batch gives them (NULL: all type 0, as embedders
+     * take); the whole type table is on the device either way. */
+    if (cuda_stage_types(bt->type_ids, T, m->type_vocab_size, h_types, err, err_len) < 0) {
         POP();
         return ENGINE_EINPUT;
     }

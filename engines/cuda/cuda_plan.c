@@ -1,7 +1,8 @@
 /* cuda_plan.c — the CUDA engine's host-side logic (see cuda_plan.h). No CUDA
  * header is included: this file builds and is tested on every machine, and
  * it needs nothing but libc, so the GPU checks (tests/gpu/) link it on a
- * bare GPU machine. The one function that reads JSON is in cuda_arch.c. */
+ * bare GPU machine. The model's description comes from model/encoder.c
+ * (encoder_describe), which the engine calls; only its result is read here. */
 #include "cuda_plan.h"
 
 #include <limits.h>
@@ -230,6 +231,38 @@ int cuda_score_from(int err, const char *err_string, int count, int cc_major, in
     }
     why[0] = '\0';
     return 100;
+}
+
+int cuda_refuse_model(const encoder_info *i, char *why, size_t why_len) {
+    if (i->task != ENCODER_TASK_EMBED) {
+        snprintf(why, why_len,
+                 "%s is a classifier (%d labels): the cuda engine computes embeddings only, "
+                 "not a classification head",
+                 i->architecture && i->architecture[0] ? i->architecture : "the model",
+                 (int)i->num_labels);
+        return -1;
+    }
+    if (i->dense_modules > 0) {
+        snprintf(why, why_len,
+                 "the model has %d Dense module(s) after pooling: the cuda engine does not run "
+                 "Dense modules",
+                 (int)i->dense_modules);
+        return -1;
+    }
+    const char *p = i->pooling ? i->pooling : "(none)";
+    if (strcmp(p, "mean") != 0 && strcmp(p, "cls") != 0) {
+        snprintf(why, why_len, "pooling \"%s\": the cuda engine pools by \"mean\" or \"cls\" only",
+                 p);
+        return -1;
+    }
+    if (i->output_dim != i->hidden_size) {
+        snprintf(why, why_len,
+                 "output of %d floats per sequence: the cuda engine writes the hidden size (%d)",
+                 (int)i->output_dim, (int)i->hidden_size);
+        return -1;
+    }
+    why[0] = '\0';
+    return 0;
 }
 
 int cuda_head_dim_supported(int d) {

@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "model/bert_config.h"
+#include "model/encoder.h"
 
 /* Every device buffer starts on this boundary: cuBLASLt and the vector loads
  * of the kernels (16 bytes) are satisfied, and so is any 128-byte
@@ -136,12 +137,15 @@ void cuda_positions(const bert_config *c, const int32_t *ids, const int32_t *cu_
 int cuda_score_from(int err, const char *err_string, int count, int cc_major, int cc_minor,
                     const char *device_name, char *why, size_t why_len);
 
-/* Whether dir/config.json names an architecture this engine does not run:
- * a task head (any "*For*" but "*ForMaskedLM" and "*Model", whose encoders
- * are the same) is refused, as the engine computes embeddings only. Returns
- * 0 (servable or no architectures key) or -1 with the reason naming the
- * architecture. An unreadable file is left to the config loader (0). */
-int cuda_refuse_architecture(const char *dir, char *why, size_t why_len);
+/* Whether the engine computes what info (encoder_describe's) describes:
+ * the kernels end at a mean or first-token pooled vector of hidden_size
+ * floats (then the Normalize module), so a classifier (its head would be
+ * skipped: refused naming the architecture), any Dense module (skipped:
+ * vectors of another size) and any other pooling mode (averaged instead)
+ * are refused rather than answered with other vectors. Returns 0, or -1
+ * with why naming what is refused. Called by init before any CUDA call, so
+ * it is reached, and tested, on machines without a device. */
+int cuda_refuse_model(const encoder_info *info, char *why, size_t why_len);
 
 /* Head sizes the attention kernel is compiled for. */
 int cuda_head_dim_supported(int d);

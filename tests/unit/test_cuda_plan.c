@@ -2,9 +2,10 @@
  * cuda_plan.c), which runs on every machine, and the plugin's refusal where
  * no GPU is.
  *
- * The plugin test loads $(BUILD)/gpu-engines/cuda.so, which `make cuda` builds
- * (and the unit tests build wherever nvcc is, mk/cuda.mk). Where it was not
- * built the test is reported skipped, never passed. */
+ * The plugin tests load $(BUILD)/gpu-engines/cuda.so, which `make cuda` builds
+ * (and the unit tests build wherever nvcc is, mk/cuda.mk), and run from the
+ * repository root (the model directories are relative to it). Where the
+ * plugin was not built they are reported skipped, never passed. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -260,37 +261,93 @@ Test(cuda_plan, score_names_the_cause) {
     cr_assert_str_eq(why, "");
 }
 
-static void write_config(const char *dir, const char *json) {
-    char path[512];
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f);
-    fputs(json, f);
-    fclose(f);
-}
+/* What the kernels compute is mean or first-token pooling of hidden_size
+ * floats, then Normalize: each other kind of model is refused on its own,
+ * naming what is refused. */
+Test(cuda_plan, models_refused_by_what_the_kernels_cannot_compute) {
+    const encoder_info ok = {.architecture = "BertModel",
+                             .task = ENCODER_TASK_EMBED,
+                             .output_dim = 384,
+                             .hidden_size = 384,
+                             .pooling = "mean",
+                             .normalize = true};
+    char why[512] = "x";
+    cr_assert_eq(cuda_refuse_model(&ok, why, sizeof why), 0, "%s", why);
+    encoder_info i = ok;
+    i.pooling = "cls";
+    cr_assert_eq(cuda_refuse_model(&i, why, sizeof why), 0, "%s", why);
 
-Test(cuda_plan, classifier_models_refused_by_architecture) {
-    char dir[] = "/tmp/cuda-plan-XXXXXX";
-    cr_assert_not_null(mkdtemp(dir));
-    char why[512] = "";
-    write_config(dir, "{\"architectures\": [\"BertForSequenceClassification\"]}");
-    cr_assert_eq(cuda_refuse_architecture(dir, why, sizeof why), -1);
-    cr_assert(strstr(why, "BertForSequenceClassification"), "%s", why);
-    write_config(dir, "{\"architectures\": [\"XLMRobertaForSequenceClassification\"]}");
-    cr_assert_eq(cuda_refuse_architecture(dir, why, sizeof why), -1);
-    write_config(dir, "{\"architectures\": [\"BertModel\"]}");
-    cr_assert_eq(cuda_refuse_architecture(dir, why, sizeof why), 0, "%s", why);
-    write_config(dir, "{\"architectures\": [\"BertForMaskedLM\"]}");
-    cr_assert_eq(cuda_refuse_architecture(dir, why, sizeof why), 0, "%s", why);
-    write_config(dir, "{\"model_type\": \"bert\"}");
-    cr_assert_eq(cuda_refuse_architecture(dir, why, sizeof why), 0, "%s", why);
-    char path[512];
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    unlink(path);
-    rmdir(dir);
+    i = ok;
+    i.architecture = "BertForSequenceClassification";
+    i.task = ENCODER_TASK_CLASSIFY;
+    i.num_labels = 3;
+    i.output_dim = 3;
+    i.pooling = "cls";
+    cr_assert_eq(cuda_refuse_model(&i, why, sizeof why), -1);
+    cr_assert(strstr(why, "BertForSequenceClassification") && strstr(why, "classifier"), "%s", why);
+    /* A classifier whose logits happen to be hidden_size wide is still one. */
+    i.num_labels = i.output_dim = 384;
+    cr_assert_eq(cuda_refuse_model(&i, why, sizeof why), -1);
+
+    i = ok;
+    i.dense_modules = 1;
+    i.output_dim = 256;
+    cr_assert_eq(cuda_refuse_model(&i, why, sizeof why), -1);
+    cr_assert(strstr(why, "Dense"), "%s", why);
+    i.output_dim = 384; /* a square Dense module still changes the vectors */
+    cr_assert_eq(cuda_refuse_model(&i, why, sizeof why), -1);
+    cr_assert(strstr(why, "Dense"), "%s", why);
+
+    static const char *const other[] = {"max", "mean_sqrt_len_tokens", "lasttoken", "weightedmean"};
+    for (size_t k = 0; k < sizeof other / sizeof other[0]; k++) {
+        i = ok;
+        i.pooling = other[k];
+        cr_assert_eq(cuda_refuse_model(&i, why, sizeof why), -1, "%s", other[k]);
+        cr_assert(strstr(why, other[k]) && strstr(why, "pooling"), "%s", why);
+    }
+    /* Whatever else makes the output another size than the hidden states. */
+    i = ok;
+    i.output_dim = 128;
+    cr_assert_eq(cuda_refuse_model(&i, why, sizeof why), -1);
+
     cr_assert(cuda_head_dim_supported(32) && cuda_head_dim_supported(64) &&
               cuda_head_dim_supported(128));
     cr_assert(!cuda_head_dim_supported(48) && !cuda_head_dim_supported(256));
+}
+
+/* The model directories the service serves, described by encoder_describe
+ * as the engine's init does: the refused ones are refused naming why, and
+ * the embedders with mean or cls pooling are kept. */
+typedef struct dir_case {
+    const char *dir;
+    const char *names; /* in the reason; NULL: accepted */
+} dir_case;
+
+static const dir_case model_dirs[] = {
+    {"models/all-MiniLM-L6-v2", NULL},
+    {"tests/golden/bert-cls-tiny", "BertForSequenceClassification"},
+    {"tests/golden/xlmr-cls-tiny", "XLMRobertaForSequenceClassification"},
+    {"tests/golden/st-dense-max-tiny", "Dense"},
+    {"tests/golden/st-meansqrt-tiny", "Dense"},
+    {"tests/golden/st-lasttoken-tiny", "\"lasttoken\""},
+};
+
+Test(cuda_plan, model_directories_refused_or_kept) {
+    for (size_t k = 0; k < sizeof model_dirs / sizeof model_dirs[0]; k++) {
+        const dir_case *d = &model_dirs[k];
+        char why[512] = "";
+        encoder_desc *desc = NULL;
+        cr_assert_eq(encoder_describe(d->dir, &desc, why, sizeof why), BERT_OK, "%s: %s", d->dir,
+                     why);
+        const int rc = cuda_refuse_model(encoder_desc_info(desc), why, sizeof why);
+        encoder_desc_free(desc);
+        if (!d->names) {
+            cr_assert_eq(rc, 0, "%s: %s", d->dir, why);
+            continue;
+        }
+        cr_assert_eq(rc, -1, "%s was not refused", d->dir);
+        cr_assert(strstr(why, d->names), "%s: %s", d->dir, why);
+    }
 }
 
 /* The conversions against the compiler's own: _Float16 rounds to nearest
@@ -368,4 +425,35 @@ Test(cuda_plugin, refused_without_a_device) {
     cr_assert_eq(engine_select("auto", "fp32", &t, &p, err, sizeof err), ENGINE_OK, "%s", err);
     cr_assert_str_neq(t->name, "cuda");
     cr_log_info("cuda plugin refused as expected: %s", e->reason);
+}
+
+/* init refuses the models the kernels cannot compute before any CUDA call,
+ * so the plugin's own refusal is checked here without a device: with
+ * ENGINE_EUNSUPPORTED and the reason, whatever the machine. */
+Test(cuda_plugin, init_refuses_models_it_cannot_compute) {
+    struct stat st;
+    if (stat(CUDA_PLUGIN, &st) != 0)
+        cr_skip_test("%s was not built (no nvcc here; `make cuda` builds it): the plugin's "
+                     "refusal of classifiers, Dense modules and other pooling was NOT checked",
+                     CUDA_PLUGIN);
+    char err[512] = "";
+    engine_registry_init(NULL, err, sizeof err);
+    const engine_entry *e = engine_registry_load(CUDA_PLUGIN);
+    cr_assert_not_null(e->iface, "the plugin did not load: %s", e->reason);
+    int refused = 0;
+    for (size_t k = 0; k < sizeof model_dirs / sizeof model_dirs[0]; k++) {
+        const dir_case *d = &model_dirs[k];
+        if (!d->names)
+            continue;
+        const engine_options o = {
+            .model_dir = d->dir, .precision = GEMM_BF16, .max_tokens = 256, .max_seqs = 8};
+        void *ctx = NULL;
+        err[0] = '\0';
+        const int rc = e->iface->init(&o, &ctx, err, sizeof err);
+        cr_assert_eq(rc, ENGINE_EUNSUPPORTED, "%s: %s (%s)", d->dir, engine_strerror(rc), err);
+        cr_assert_null(ctx);
+        cr_assert(strstr(err, d->names), "%s: %s", d->dir, err);
+        refused++;
+    }
+    cr_assert_eq(refused, 5);
 }
