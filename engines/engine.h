@@ -269,6 +269,13 @@ const engine_entry *engine_registry_find(const char *name);
 int engine_select(const char *engine_name, const char *precision, const engine_iface **out,
                   gemm_precision *out_precision, char *err, size_t err_len);
 
+/* engine "auto" once more, passing by the engines in skip[0, nskip): what
+ * the service tries next when the chosen engine cannot load this model (a
+ * GPU engine refusing a classifier head). */
+int engine_select_except(const char *precision, const engine_iface *const *skip, size_t nskip,
+                         const engine_iface **out, gemm_precision *out_precision, char *err,
+                         size_t err_len);
+
 /* Comma-separated offered names and "auto", for messages and --help. */
 void engine_names(char *buf, size_t len);
 

@@ -206,36 +206,51 @@ static int pick_precision(const engine_iface *t, const char *precision, gemm_pre
     return ENGINE_OK;
 }
 
+static bool tried(const engine_iface *t, const engine_iface *const *skip, size_t nskip) {
+    for (size_t i = 0; i < nskip; i++)
+        if (skip[i] == t)
+            return true;
+    return false;
+}
+
+int engine_select_except(const char *precision, const engine_iface *const *skip, size_t nskip,
+                         const engine_iface **out, gemm_precision *out_precision, char *err,
+                         size_t err_len) {
+    *out = NULL;
+    if (!precision)
+        precision = "auto";
+    /* The highest score that runs the precision asked; ties keep list
+     * order (built-in first). */
+    const engine_entry *best = NULL;
+    gemm_precision best_p = GEMM_FP32;
+    char why[256] = "no engine is offered";
+    for (size_t i = 0; i < n_entries; i++) {
+        gemm_precision p;
+        if (!entries[i].offered || tried(entries[i].iface, skip, nskip) ||
+            pick_precision(entries[i].iface, precision, &p, why, sizeof why) != ENGINE_OK)
+            continue;
+        if (!best || entries[i].score > best->score) {
+            best = &entries[i];
+            best_p = p;
+        }
+    }
+    if (!best) {
+        snprintf(err, err_len, "engine auto: no offered engine runs precision %s (%s)", precision,
+                 why);
+        return ENGINE_EUNSUPPORTED;
+    }
+    *out = best->iface;
+    *out_precision = best_p;
+    return ENGINE_OK;
+}
+
 int engine_select(const char *name, const char *precision, const engine_iface **out,
                   gemm_precision *out_precision, char *err, size_t err_len) {
     *out = NULL;
     if (!precision)
         precision = "auto";
-    if (!name || strcmp(name, "auto") == 0) {
-        /* The highest score that runs the precision asked; ties keep list
-         * order (built-in first). */
-        const engine_entry *best = NULL;
-        gemm_precision best_p = GEMM_FP32;
-        char why[256] = "no engine is offered";
-        for (size_t i = 0; i < n_entries; i++) {
-            gemm_precision p;
-            if (!entries[i].offered ||
-                pick_precision(entries[i].iface, precision, &p, why, sizeof why) != ENGINE_OK)
-                continue;
-            if (!best || entries[i].score > best->score) {
-                best = &entries[i];
-                best_p = p;
-            }
-        }
-        if (!best) {
-            snprintf(err, err_len, "engine auto: no offered engine runs precision %s (%s)",
-                     precision, why);
-            return ENGINE_EUNSUPPORTED;
-        }
-        *out = best->iface;
-        *out_precision = best_p;
-        return ENGINE_OK;
-    }
+    if (!name || strcmp(name, "auto") == 0)
+        return engine_select_except(precision, NULL, 0, out, out_precision, err, err_len);
     const engine_entry *e = engine_registry_find(name);
     if (!e) {
         char names[512];

@@ -160,6 +160,35 @@ static int create_checked(srv_engine *e, const engine_iface *iface, gemm_precisi
     return rc;
 }
 
+/* Creates iface's engine in *precision, or under `precision: auto` in the
+ * fastest precision from *precision down to fp32 that passes its check
+ * (*precision then says which). Returns create_checked's code for the last
+ * one tried; err says why. */
+static int create_precisions(srv_engine *e, const engine_iface *iface, gemm_precision *precision,
+                             const srv_engine_options *o, char *err, size_t err_len) {
+    static const gemm_precision by_speed[] = {GEMM_INT8, GEMM_BF16, GEMM_FP32};
+    const bool is_auto = !o->precision || strcmp(o->precision, "auto") == 0;
+    int rc = ENGINE_EUNSUPPORTED;
+    for (size_t i = 0; i < sizeof by_speed / sizeof by_speed[0]; i++) {
+        const gemm_precision p = by_speed[i];
+        if (p != *precision && !(is_auto && p < *precision))
+            continue;
+        if (p != *precision && engine_precision_unsupported(iface, p))
+            continue;
+        rc = create_checked(e, iface, p, o, err, err_len);
+        if (rc == ENGINE_OK) {
+            *precision = p;
+            break;
+        }
+        log_warn("precision refused", LOG_KV("engine", iface->name),
+                 LOG_KV("precision", engine_precision_name(p)),
+                 LOG_KV("problem", engine_strerror(rc)), LOG_KV("reason", err));
+        if (!is_auto || rc == ENGINE_ENOMEM || rc == ENGINE_EMODEL)
+            break;
+    }
+    return rc;
+}
+
 int srv_engine_create(const srv_engine_options *o, srv_engine **out) {
     char err[512];
     *out = NULL;
@@ -181,27 +210,28 @@ int srv_engine_create(const srv_engine_options *o, srv_engine **out) {
     }
     e->par = tp_parallel(o->pool);
     atomic_store(&e->backend, o->backend);
-    /* `auto` tries the precisions from the one engine_select chose (the
-     * fastest this engine runs here) down to fp32; a named one only itself. */
-    static const gemm_precision by_speed[] = {GEMM_INT8, GEMM_BF16, GEMM_FP32};
-    const bool is_auto = !o->precision || strcmp(o->precision, "auto") == 0;
-    int rc = ENGINE_EUNSUPPORTED;
-    for (size_t i = 0; i < sizeof by_speed / sizeof by_speed[0]; i++) {
-        const gemm_precision p = by_speed[i];
-        if (p != precision && !(is_auto && p < precision))
-            continue;
-        if (p != precision && engine_precision_unsupported(iface, p))
-            continue;
-        rc = create_checked(e, iface, p, o, err, sizeof err);
-        if (rc == ENGINE_OK) {
-            precision = p;
+    /* `engine: auto` moves on to the next engine when the chosen one cannot
+     * load this model (a GPU engine refuses a classifier head it has no
+     * kernel for): the CPU engine always can, so a model that runs here
+     * never stops the start because a faster engine is present. A named
+     * engine only ever tries itself. */
+    const bool engine_auto = !o->engine || strcmp(o->engine, "auto") == 0;
+    const engine_iface *skip[ENGINE_MAX];
+    size_t nskip = 0;
+    int rc;
+    for (;;) {
+        rc = create_precisions(e, iface, &precision, o, err, sizeof err);
+        if (rc != ENGINE_EUNSUPPORTED || !engine_auto || nskip == ENGINE_MAX)
             break;
-        }
-        log_warn("precision refused", LOG_KV("engine", iface->name),
-                 LOG_KV("precision", engine_precision_name(p)),
-                 LOG_KV("problem", engine_strerror(rc)), LOG_KV("reason", err));
-        if (!is_auto || rc == ENGINE_ENOMEM || rc == ENGINE_EMODEL)
+        skip[nskip++] = iface;
+        char next_err[512];
+        const engine_iface *next = NULL;
+        if (engine_select_except(o->precision, skip, nskip, &next, &precision, next_err,
+                                 sizeof next_err) != ENGINE_OK)
             break;
+        log_warn("engine cannot serve this model; auto tries the next",
+                 LOG_KV("engine", iface->name), LOG_KV("reason", err), LOG_KV("next", next->name));
+        iface = next;
     }
     if (rc != ENGINE_OK) {
         log_error("cannot start the engine", LOG_KV("engine", iface->name),

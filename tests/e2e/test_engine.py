@@ -163,8 +163,8 @@ def test_broken_plugins_listed_with_reasons(start_server):
     i = info(s)["engine"]
     assert i["name"] == "cpu"
     by_name = {e["name"]: e for e in i["engines"]}
-    assert set(by_name) == {"cpu", "no-cpu", "no_symbol", "old_api"}
-    assert [n for n, e in by_name.items() if e["offered"]] == ["cpu"]
+    assert set(by_name) == {"cpu", "no-cpu", "no_symbol", "old_api", "picky"}
+    assert sorted(n for n, e in by_name.items() if e["offered"]) == ["cpu", "picky"]
     assert "no symbol attnserve_engine_plugin" in by_name["no_symbol"]["reason"]
     assert "engine API version 1, this binary speaks version 2" in by_name["old_api"]["reason"]
     assert "scores 0 on this machine" in by_name["no-cpu"]["reason"]
@@ -172,6 +172,21 @@ def test_broken_plugins_listed_with_reasons(start_server):
     log = s.log_text()
     for name in ("no-cpu", "no_symbol", "old_api"):
         assert "engine refused engine=%s" % name in log
+
+
+def test_auto_moves_past_an_engine_that_refuses_the_model(start_server, tmp_path):
+    # picky scores above cpu and refuses every model at init, as a GPU
+    # engine refuses a classifier it has no kernel for: auto serves on cpu.
+    s = start_server(plugin_dir=broken_plugins())
+    assert info(s)["engine"]["name"] == "cpu"
+    assert_golden(s, "cpu")
+    log = s.log_text()
+    assert "engine cannot serve this model; auto tries the next engine=picky" in log, log
+    assert "picky: serves no model" in log
+    # Named, it is the only engine tried, and its reason stops the start.
+    p = run_bin(tmp_path, "--plugin_dir=" + broken_plugins(), "--engine=picky")
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert "picky: serves no model" in p.stdout + p.stderr
 
 
 def test_refused_engine_or_precision_stops_the_start(tmp_path):

@@ -82,7 +82,7 @@ Test(engine_registry, reduced_precision_refused_with_reason) {
 
 Test(engine_registry, bad_plugins_refused_with_reasons) {
     char err[256] = "";
-    cr_assert_eq(engine_registry_init(TEST_PLUGINS, err, sizeof err), 4, "%s", err);
+    cr_assert_eq(engine_registry_init(TEST_PLUGINS, err, sizeof err), 5, "%s", err);
     const engine_entry *no_sym = entry("no_symbol");
     cr_assert_not(no_sym->offered);
     cr_assert(strstr(no_sym->reason, "no symbol " ENGINE_PLUGIN_SYMBOL), "%s", no_sym->reason);
@@ -106,10 +106,20 @@ Test(engine_registry, bad_plugins_refused_with_reasons) {
     cr_assert_eq(engine_select("no-cpu", "fp32", &t, &p, err, sizeof err), ENGINE_EUNSUPPORTED);
     cr_assert(strstr(err, "not offered") && strstr(err, "needs an accelerator"), "%s", err);
     cr_assert_eq(engine_select("auto", "auto", &t, &p, err, sizeof err), ENGINE_OK, "%s", err);
+    cr_assert_eq(t, entry("picky")->iface, "auto takes the highest score offered");
+    /* What the service asks when that engine cannot load the model: the
+     * next one, never a refused one, and nothing once all are passed by. */
+    const engine_iface *skip[] = {t};
+    cr_assert_eq(engine_select_except("auto", skip, 1, &t, &p, err, sizeof err), ENGINE_OK, "%s",
+                 err);
     cr_assert_eq(t, &engine_cpu);
+    const engine_iface *all[] = {skip[0], &engine_cpu};
+    cr_assert_eq(engine_select_except("auto", all, 2, &t, &p, err, sizeof err),
+                 ENGINE_EUNSUPPORTED);
+    cr_assert_null(t);
     char names[128];
     engine_names(names, sizeof names);
-    cr_assert_str_eq(names, "cpu, auto");
+    cr_assert_str_eq(names, "cpu, picky, auto");
 }
 
 Test(engine_registry, missing_dir_keeps_builtins) {
