@@ -18,6 +18,7 @@
 
 #include "embed_api.h"
 #include "embed_chunk.h"
+#include "embed_offload.h"
 #include "errors.h"
 #include "job.h"
 #include "log.h"
@@ -445,14 +446,10 @@ static embed_job *tei_chunk_job(const compat_api *c, json_t *inputs, json_t *chu
     return job;
 }
 
-static int tei_embed(http_request *req, void *ctx) {
-    compat_api *c = ctx;
-    if (http_draining(req))
-        return http_reply_error(req, SRV_EUNAVAILABLE, "server is draining");
-    int answered;
-    json_t *root = body_of(req, &answered);
-    if (!root)
-        return answered;
+/* /embed's decoding of a parsed body (on the I/O thread, or off it for a
+ * large body: embed_offload.h). */
+static embed_job *tei_embed_decode(void *ctx, json_t *root, embed_refusal *er) {
+    const compat_api *c = ctx;
     refusal r = {0};
     json_t *inputs = NULL, *normalize = NULL, *truncate = NULL, *direction = NULL, *prompt = NULL,
            *dims = NULL, *chunking = NULL;
@@ -501,9 +498,31 @@ static int tei_embed(http_request *req, void *ctx) {
     }
     if (job && dims && json_is_integer(dims))
         job->dimensions = (int)json_integer_value(dims);
+    if (!job) {
+        er->err = r.err;
+        snprintf(er->msg, sizeof er->msg, "%s", r.msg);
+    }
+    return job;
+}
+
+static int tei_embed(http_request *req, void *ctx) {
+    compat_api *c = ctx;
+    if (http_draining(req))
+        return http_reply_error(req, SRV_EUNAVAILABLE, "server is draining");
+    int answered;
+    json_t *root = body_of(req, &answered);
+    if (!root)
+        return answered;
+    if (embed_offload_wanted(req))
+        return embed_offload(req, root, tei_embed_decode, c);
+    embed_refusal er = {0};
+    embed_job *job = tei_embed_decode(c, root, &er);
     http_body_json_free(req, root);
-    if (!job)
+    if (!job) {
+        refusal r = {.err = er.err};
+        snprintf(r.msg, sizeof r.msg, "%s", er.msg);
         return refused(req, &r);
+    }
     return submit(req, c, job);
 }
 
@@ -512,6 +531,8 @@ static int tei_embed(http_request *req, void *ctx) {
 static int tei_embed_resumed(http_request *req, void *ctx) {
     const compat_api *c = ctx;
     int answered;
+    if (embed_offload_resumed(req, c->eapi, &answered))
+        return answered;
     embed_job *job = finished(req, c, &answered);
     if (!job)
         return answered;

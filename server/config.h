@@ -66,6 +66,7 @@ typedef struct config {
     char *model;                    /* model directory */
     int64_t max_inputs_per_request; /* embeddings inputs per request */
     int64_t max_document_tokens;    /* tokens of one chunked document */
+    int64_t tokenize_offload_bytes; /* bodies tokenized off the I/O thread */
     bool truncate;                  /* cut inputs to max_seq_length */
     int64_t max_seq_length;         /* tokens per input; 0: the model's sentence_bert_config */
     char *model_aliases;            /* other names /v1/embeddings accepts for the model */

@@ -2,12 +2,14 @@
  * OpenAI; POST /embed and POST /tokenize, Text Embeddings Inference) accept
  * and answer: requests decoded into jobs, jobs encoded as answers.
  *
- * Texts are tokenized on the I/O thread, before submission: the scheduler
- * batches by token count, so the count must be known at submit, and the
- * tokenizer (millions of tokens per second) costs far less than the
- * forward pass it feeds. One request with n inputs is one scheduler
- * request of n sequences; the inputs of every embedding request in a batch
- * run through one packed bert_forward (varlen, no padding).
+ * Texts are tokenized before submission: the scheduler batches by token
+ * count, so the count must be known at submit, and the tokenizer (millions
+ * of tokens per second) costs far less than the forward pass it feeds. A
+ * small request is decoded on the I/O thread; one with a large body (a long
+ * document) on the tokenization thread (embed_offload.h). One request with
+ * n inputs is one scheduler request of n sequences; the inputs of every
+ * embedding request in a batch run through one packed bert_forward (varlen,
+ * no padding).
  *
  * Inputs. /v1/embeddings takes `input` as a string, an array of strings, an
  * array of token ids or an array of arrays of token ids. Token ids are
@@ -154,6 +156,9 @@ struct embed_job {
     int32_t *doc_cu; /* (n_docs + 1) the first chunk of each document */
     uint32_t *spans; /* (2 n) each chunk's bytes [start, stop) in its document */
     int doc_vector;  /* embed_doc_vector: how chunk vectors make a document's */
+    /* Non-NULL: this job only stands for a request whose decoding runs off
+     * the I/O thread (embed_offload.h); it is freed with the job. */
+    struct embed_offload_task *offload;
 };
 
 /* n floats as base64 of their little-endian bytes (OpenAI's

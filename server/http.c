@@ -1400,6 +1400,10 @@ json_t *http_body_json(http_request *req, int *answered) {
     return root;
 }
 
+size_t http_body_held(const http_request *req) {
+    return body_cost(req->cap) + req->json_charge;
+}
+
 void http_body_json_free(http_request *req, json_t *root) {
     json_decref(root);
     membudget_uncharge(req->json_charge);

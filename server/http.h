@@ -170,6 +170,10 @@ json_t *http_body_json(http_request *req, int *answered);
 /* Frees the tree http_body_json gave (NULL: none) and gives back its charge
  * to the request-memory budget; nothing taken from the tree may be kept. */
 void http_body_json_free(http_request *req, json_t *root);
+/* What the request holds of the request-memory budget for its body and its
+ * parse tree: the `held` of a budget scope opened for it on another thread
+ * (membudget_enter), so a refusal there is told apart as it is here. */
+size_t http_body_held(const http_request *req);
 
 /* http_body_json's parsing on its own, with no request (tests/fuzz drives
  * it with arbitrary bytes): the object, or NULL with the 400's message in

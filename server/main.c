@@ -30,6 +30,7 @@
 #include "server/compat_api.h"
 #include "server/config.h"
 #include "server/embed_api.h"
+#include "server/embed_offload.h"
 #include "server/engine.h"
 #include "server/errors.h"
 #include "server/http.h"
@@ -268,7 +269,8 @@ static json_t *model_json(const app *a) {
 }
 
 /* Text Embeddings Inference's /info fields, beside ours, so TEI's clients
- * read what they expect: one tokenizer runs per request on the I/O thread,
+ * read what they expect: requests are tokenized on the I/O thread, large
+ * ones on the one tokenization thread,
  * the model computes in float32, a request takes max_inputs_per_request
  * inputs; model_dtype names the precision the engine computes in. */
 static int tei_info(const app *a, json_t *info) {
@@ -805,6 +807,11 @@ static int start(app *a) {
     a->eapi.created = (int64_t)time(NULL);
     atomic_store(&a->eapi.max_inputs_per_request, c->max_inputs_per_request);
     atomic_store(&a->eapi.max_document_tokens, c->max_document_tokens);
+    embed_offload_set_threshold((size_t)c->tokenize_offload_bytes);
+    if (embed_offload_start() != 0) {
+        log_error("cannot start the tokenization thread");
+        return 1;
+    }
     atomic_store(&a->eapi.request_timeout_ms, c->request_timeout_ms);
     a->score.max_length = embed_max_seq_length(&a->eapi);
     if (compat_api_init(&a->compat, &a->eapi, c->model, err, sizeof err) != 0) {
@@ -921,6 +928,7 @@ static void reload(app *a) {
     atomic_store(&a->eapi.request_timeout_ms, next.request_timeout_ms);
     atomic_store(&a->eapi.max_inputs_per_request, next.max_inputs_per_request);
     atomic_store(&a->eapi.max_document_tokens, next.max_document_tokens);
+    embed_offload_set_threshold((size_t)next.tokenize_offload_bytes);
     if (http_set_api_keys(a->http, next.api_keys, next.n_api_keys) != 0)
         log_error("out of memory copying API keys; keeping the old ones");
     http_set_metrics_require_key(a->http, next.metrics_require_key);
@@ -989,6 +997,7 @@ static int drain(app *a, int sig) {
 /* ---- main ------------------------------------------------------------------------------ */
 
 static void stop(app *a) {
+    embed_offload_stop(); /* drained: no request waits for its tokenization */
     http_destroy(a->http);
     verify_stop(a->verify); /* its trip callback may call the scheduler */
     sched_destroy(a->sched);

@@ -22,6 +22,7 @@ Checked here, on the WordPiece model (all-MiniLM-L6-v2) and the Unigram one
 import json
 import math
 import os
+import socket
 import time
 
 import pytest
@@ -315,3 +316,63 @@ def test_memory_budget_bounds_a_document(start_server):
         assert "max_request_memory_bytes" in err["message"], err
     assert post(s, "/v1/embeddings", {"input": "still serving"}).status_code == 200
 
+
+# ---- tokenization off the I/O thread (server/embed_offload.h) ----------------------
+
+OFFLOAD_CASES = [
+    ("/v1/embeddings", {"input": ["hello world", ENGLISH * 3]}),
+    ("/v1/embeddings", {"input": ENGLISH * 6, "chunking": {"max_tokens": 40, "overlap": 4}}),
+    ("/embeddings", {"input": "an Infinity client", "dimensions": 32}),
+    ("/embed", {"inputs": [TSONGA, BULGARIAN], "normalize": False}),
+    ("/embed", {"inputs": TSONGA * 5, "chunking": {"max_tokens": 30},
+                "dimensions": 16}),
+    ("/embed", {"inputs": ""}),
+    # Refusals, in each route's shape.
+    ("/v1/embeddings", {"input": "x", "chunking": {"max_tokens": 1}}),
+    ("/v1/embeddings", {"input": ENGLISH * 40, "chunking": {}}),
+    ("/embed", {"inputs": ENGLISH * 40, "chunking": {}}),
+    ("/embed", {"inputs": "x", "truncate": "yes"}),
+    ("/v1/embeddings", {"input": [[1, 2, 99999999]]}),
+]
+
+
+def test_offloaded_decoding_answers_as_inline(start_server):
+    """tokenize_offload_bytes 0: every request is decoded on the tokenization
+    thread; the answers (vectors, chunks, errors and their shapes) are the
+    ones decoded on the I/O thread give."""
+    inline = start_server(tokenize_offload_bytes=1 << 30, max_document_tokens=1000)
+    offload = start_server(tokenize_offload_bytes=0, max_document_tokens=1000)
+    for path, body in OFFLOAD_CASES:
+        a, b = post(inline, path, body), post(offload, path, body)
+        assert a.status_code == b.status_code, (path, body, a.text[:200], b.text[:200])
+        ja, jb = a.json(), b.json()
+        if a.status_code != 200:
+            assert ja == jb, (path, ja, jb)
+            continue
+        flat = lambda x: x if not isinstance(x, dict) else x["data"]  # noqa: E731
+        assert json.dumps(flat(ja))[:200] == json.dumps(flat(jb))[:200]
+        assert len(json.dumps(ja)) == len(json.dumps(jb))
+    # The budget refuses as inline does: 413 when the request alone could
+    # never fit.
+    small = start_server(tokenize_offload_bytes=0, max_request_memory_bytes=1 << 20,
+                         max_body_bytes=256 << 10)
+    err = assert_error(post(small, "/embed", {"inputs": ENGLISH * 600,
+                                              "chunking": {"max_tokens": 32}}), 413)
+    assert "max_request_memory_bytes" in err["message"]
+
+
+def test_a_client_gone_during_tokenization(start_server):
+    """A client that closes while its document waits for (or is in) the
+    tokenization thread: nothing is computed for it and the server goes on."""
+    s = start_server(tokenize_offload_bytes=0)
+    body = json.dumps({"input": ENGLISH * 2000, "chunking": {"max_tokens": 64}}).encode()
+    b0 = s.metric("attnserve_embedding_inputs_total")
+    for _ in range(3):
+        with socket.create_connection(("127.0.0.1", s.settings["port"])) as c:
+            c.sendall(b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                      b"application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    r = post(s, "/v1/embeddings", {"input": "still serving"})
+    assert r.status_code == 200
+    # A document here is about 1600 chunks (some 100k tokens, 62 a chunk):
+    # the three closed requests together computed less than one of them.
+    assert s.metric("attnserve_embedding_inputs_total") - b0 < 1600
