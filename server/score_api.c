@@ -102,8 +102,53 @@ static int encode_left(const tok_tokenizer *tok, const char *text, size_t len, t
     return rc;
 }
 
+/* A request's pairs as their texts encoded alone (tok_pair_text_encode):
+ * the first text kept while the next pair has the same one (a rerank's
+ * query, encoded once per request, not once per document), the second
+ * text's scratch reused from pair to pair. */
+typedef struct pair_cache {
+    tok_pair_text a, b;
+    const char *a_text; /* what a holds, NULL: nothing */
+    size_t a_len;
+} pair_cache;
+
+static void pair_cache_free(pair_cache *c) {
+    tok_pair_text_free(&c->a);
+    tok_pair_text_free(&c->b);
+    *c = (pair_cache){0};
+}
+
+/* tok_encode_pair's answer for in, from the cache. */
+static int encode_pair(const tok_tokenizer *tok, pair_cache *c, const score_input *in,
+                       tok_truncation trunc, tok_output *o) {
+    o->n = o->n_full = 0;
+    o->error_at = 0;
+    const int32_t nsp = tok_num_special_pair(tok);
+    if (nsp < 0)
+        return TOK_ENOPAIR;
+    if (o->capacity < nsp)
+        return TOK_EINVAL;
+    const int32_t keep = tok_pair_keep(tok, o->capacity, trunc);
+    if (!c->a_text || c->a_text != in->a || c->a_len != in->alen) {
+        c->a_text = NULL;
+        int rc = tok_pair_text_encode(tok, in->a, in->alen, keep, &c->a);
+        if (rc != TOK_OK) {
+            o->error_at = c->a.error_at;
+            return rc;
+        }
+        c->a_text = in->a;
+        c->a_len = in->alen;
+    }
+    int rc = tok_pair_text_encode(tok, in->b, in->blen, keep, &c->b);
+    if (rc != TOK_OK) {
+        o->error_at = in->alen + c->b.error_at;
+        return rc;
+    }
+    return tok_pair_assemble(tok, &c->a, &c->b, trunc, o);
+}
+
 static int tokenize(const score_api *s, embed_job *job, int32_t i, const score_input *in,
-                    bool truncate, bool left, refusal *r) {
+                    bool truncate, bool left, pair_cache *cache, refusal *r) {
     const int32_t max = s->max_length;
     int rc = reserve(job, (size_t)job->cu[i], (size_t)max, r);
     if (rc != SRV_OK)
@@ -115,7 +160,7 @@ static int tokenize(const score_api *s, embed_job *job, int32_t i, const score_i
                                            : TOK_TRUNCATE_RIGHT;
     const tok_tokenizer *tok = s->eapi->tok;
     if (in->b) {
-        rc = tok_encode_pair(tok, in->a, in->alen, in->b, in->blen, trunc, &o);
+        rc = encode_pair(tok, cache, in, trunc, &o);
     } else if (trunc == TOK_TRUNCATE_LEFT) {
         rc = encode_left(tok, in->a, in->alen, &o);
     } else {
@@ -172,11 +217,14 @@ embed_job *score_job_make(const score_api *s, const score_input *in, int32_t n, 
         return NULL;
     }
     job->n = n;
+    pair_cache cache = {0};
     for (int32_t i = 0; i < n; i++)
-        if (tokenize(s, job, i, &in[i], truncate, left, r) != SRV_OK) {
+        if (tokenize(s, job, i, &in[i], truncate, left, &cache, r) != SRV_OK) {
+            pair_cache_free(&cache);
             embed_job_release(job);
             return NULL;
         }
+    pair_cache_free(&cache);
     /* Inputs run in pieces of one batch each (job.h); one larger than a
      * batch never could. */
     for (int32_t i = 0; i < n; i++)

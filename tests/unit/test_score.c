@@ -5,6 +5,7 @@
  * softmax) against a double-precision reference. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "model/tokenizer.h"
@@ -112,6 +113,69 @@ Test(score, truncation_cuts_to_max_length_on_the_side_asked) {
     cr_expect_null(score_job_make(&f.s, in, 2, false, false, &r));
     cr_expect_eq(r.err, SRV_EINVALID);
     cr_expect(strstr(r.msg, "truncation is off") != NULL, "%s", r.msg);
+    tok_free(f.tok);
+}
+
+/* Scratch bytes the tokenizer asks for: normalizing a text takes some
+ * hundred bytes a character (tokenizer.h), so a long text encoded once or
+ * once per pair tells apart. */
+static size_t scratch_bytes;
+static void *counting_realloc(void *p, size_t n) {
+    scratch_bytes += n;
+    return realloc(p, n);
+}
+
+static size_t scratch_bytes_for(const fixture *f, const score_input *in, int32_t n) {
+    tok_set_alloc_funcs(counting_realloc, free);
+    scratch_bytes = 0;
+    embed_refusal r = {0};
+    embed_job *job = score_job_make(&f->s, in, n, true, false, &r);
+    tok_set_alloc_funcs(NULL, NULL);
+    cr_assert_not_null(job, "%s", r.msg);
+    expect_same_as_tokenizer(f, job, in, n, TOK_TRUNCATE_RIGHT);
+    embed_job_release(job);
+    return scratch_bytes;
+}
+
+/* A rerank pairs one query with every document: the query is encoded once
+ * per request, not once per document (a long query times many documents
+ * held the thread that tokenizes for seconds), and each pair is still what
+ * tok_encode_pair gives, cut on either side. */
+Test(score, a_shared_query_is_encoded_once) {
+    fixture f;
+    setup(&f, "tests/golden/pair-bert", 24);
+    char query[4096] = "";
+    while (strlen(query) + 64 < sizeof query)
+        strcat(query, "which city is the capital of France and how large is it today? ");
+    const char *docs[] = {"Paris.",
+                          "Paris is the capital of France, with two million people.",
+                          "Lyon is a city in France.",
+                          "",
+                          "The capital of France is Paris, a city of two million.",
+                          "Berlin",
+                          "Madrid is the capital of Spain.",
+                          "Rome"};
+    score_input in[8];
+    for (int i = 0; i < 8; i++)
+        in[i] = pair(query, docs[i]);
+    const size_t one = scratch_bytes_for(&f, in, 1);
+    const size_t eight = scratch_bytes_for(&f, in, 8);
+    cr_expect_gt(one, 100 * strlen(query), "one pair took %zu scratch bytes", one);
+    /* The seven more documents are short: far less than the query again. */
+    cr_expect_lt(eight, one * 3 / 2, "8 pairs took %zu scratch bytes, one pair %zu", eight, one);
+    embed_refusal r = {0};
+    for (int left = 0; left < 2; left++) {
+        embed_job *job = score_job_make(&f.s, in, 8, true, left, &r);
+        cr_assert_not_null(job, "%s", r.msg);
+        expect_same_as_tokenizer(&f, job, in, 8, left ? TOK_TRUNCATE_LEFT : TOK_TRUNCATE_RIGHT);
+        embed_job_release(job);
+    }
+    /* A query that is not UTF-8 is refused as the first input's text. */
+    const char bad[] = {'o', 'k', (char)0xff, 0};
+    const score_input broken[] = {pair(bad, "x"), pair(bad, "y")};
+    cr_expect_null(score_job_make(&f.s, broken, 2, true, false, &r));
+    cr_expect_eq(r.err, SRV_EBADREQUEST);
+    cr_expect(strstr(r.msg, "input 0 is not valid UTF-8 (byte 2)") != NULL, "%s", r.msg);
     tok_free(f.tok);
 }
 
