@@ -17,6 +17,8 @@ each logit).
 import json
 import math
 import os
+import threading
+import time
 
 import pytest
 import requests
@@ -301,3 +303,67 @@ def test_predict_single_shapes_and_infinity_classify(classifier):
     assert r.status_code == 200 and r.json()[0]["label"] in labels
     err = tei_error(post(classifier, "/rerank", {"query": "q", "texts": ["a"]}), 424)
     assert "3 labels" in err["error"]
+
+
+# ---- tokenization off the I/O thread (server/embed_offload.h) ---------------------------------
+
+OFFLOAD_CASES = [
+    ("/rerank", {"query": "capital of France", "texts": ["Paris", "Berlin is big", ""],
+                 "return_text": True, "raw_scores": True}),
+    ("/rerank", {"query": "capital", "documents": ["Paris", "Rome"], "top_n": 1,
+                 "return_documents": True}),
+    ("/v1/rerank", {"query": "q " * 80, "documents": [{"text": "d " * 90}, "x"]}),
+    ("/predict", {"inputs": [["a question", "an answer"], ["a lone text"]]}),
+    ("/", {"query": "q", "texts": ["a", "b"], "truncation_direction": "Left"}),
+    # Refusals, in each route's shape.
+    ("/rerank", {"query": "q" * 400, "texts": ["d"], "truncate": False}),
+    ("/rerank", {"query": "q", "texts": []}),
+    ("/v1/rerank", {"query": 3, "documents": ["a"]}),
+    ("/classify", {"input": ["x"], "model": "not-served"}),
+    ("/rerank", {"query": "q", "texts": ["a"] * 9}),
+]
+
+
+def test_offloaded_scoring_answers_as_inline(start_server):
+    """tokenize_offload_bytes 0: every scoring request is decoded on the
+    tokenization thread; answers and refusals equal the inline ones."""
+    model = os.path.join(ROOT, RERANKER["dir"])
+    inline = start_server(model=model, tokenize_offload_bytes=1 << 30, max_inputs_per_request=8)
+    offload = start_server(model=model, tokenize_offload_bytes=0, max_inputs_per_request=8)
+    drop = ("id", "created")
+    for path, body in OFFLOAD_CASES:
+        a, b = post(inline, path, body), post(offload, path, body)
+        assert a.status_code == b.status_code, (path, body, a.text[:200], b.text[:200])
+        ja, jb = a.json(), b.json()
+        if isinstance(ja, dict):
+            ja = {k: v for k, v in ja.items() if k not in drop}
+            jb = {k: v for k, v in jb.items() if k not in drop}
+        assert ja == jb, (path, ja, jb)
+
+
+def test_health_answers_while_a_large_rerank_is_tokenized(start_server):
+    """A rerank whose query takes the tokenizer a second (4 MB, read whole to
+    count it, then refused: truncation is off) is tokenized off the I/O
+    thread: /health, sent while it is tokenized, is answered before it. An
+    order, not a time limit; inline, /health waits for the refusal."""
+    s = start_server(model=os.path.join(ROOT, RERANKER["dir"]), max_body_bytes=8 << 20,
+                     max_request_memory_bytes=1 << 30, request_timeout_ms=600000)
+    words = "the service users process documents and every client writes its own ".split()
+    query = " ".join(words[i % len(words)] + str(i % 97) for i in range(500000))[:4 << 20]
+    done = {}
+
+    def rerank():
+        r = post(s, "/rerank", {"query": query, "texts": ["a", "b"], "truncate": False})
+        done["status"], done["at"] = r.status_code, time.monotonic()
+
+    th = threading.Thread(target=rerank)
+    th.start()
+    time.sleep(0.15)  # the body (4 MB on loopback) is in, its tokenization under way
+    h = requests.get(s.url("/health"), timeout=600)
+    health_at = time.monotonic()
+    th.join()
+    assert h.status_code == 200
+    assert done["status"] == 422
+    assert health_at < done["at"], "/health was answered %.3f s after the rerank" % (
+        health_at - done["at"])
+    print("/health answered %.2f s before the rerank's refusal" % (done["at"] - health_at))
