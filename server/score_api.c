@@ -308,14 +308,16 @@ static int want_bool(json_t *v, const char *name, bool def, bool *out, refusal *
     return SRV_OK;
 }
 
-static int want_top_n(json_t *v, int32_t *out, refusal *r) {
+/* top_n: absent, null (all) or at least min; vLLM's /v1/rerank takes 0 for
+ * all (its default), Infinity refuses anything below 1. */
+static int want_top_n(json_t *v, int min, int32_t *out, refusal *r) {
     *out = 0;
     if (!v || json_is_null(v))
         return SRV_OK;
     if (!json_is_integer(v))
         return refuse(r, SRV_EBADREQUEST, "top_n must be an integer");
-    if (json_integer_value(v) < 1)
-        return refuse(r, SRV_EINVALID, "top_n must be at least 1");
+    if (json_integer_value(v) < min)
+        return refuse(r, SRV_EINVALID, "top_n must be at least %d", min);
     *out = json_integer_value(v) > INT32_MAX ? INT32_MAX : (int32_t)json_integer_value(v);
     return SRV_OK;
 }
@@ -523,7 +525,7 @@ static score_job *decode_rerank_cohere(const score_api *s, json_t *root, score_s
         (!v1 && want_bool(json_object_get(root, "raw_scores"), "raw_scores", false, &raw, r)) ||
         want_bool(json_object_get(root, "return_documents"), "return_documents", v1, &ret, r) ||
         (v1 && want_bool(json_object_get(root, "truncate"), "truncate", trunc, &trunc, r)) ||
-        want_top_n(json_object_get(root, "top_n"), &top_n, r))
+        want_top_n(json_object_get(root, "top_n"), v1 ? 0 : 1, &top_n, r))
         return NULL;
     int32_t n = 0;
     score_input *in =

@@ -367,3 +367,20 @@ def test_health_answers_while_a_large_rerank_is_tokenized(start_server):
     assert health_at < done["at"], "/health was answered %.3f s after the rerank" % (
         health_at - done["at"])
     print("/health answered %.2f s before the rerank's refusal" % (done["at"] - health_at))
+
+
+def test_top_n_zero_is_all_on_v1_and_refused_by_infinity(reranker):
+    """vLLM's /v1/rerank defaults top_n to 0, meaning every document;
+    Infinity's body keeps its rule, top_n at least 1."""
+    case = RERANKER["queries"][3]
+    r = post(reranker, "/v1/rerank", {"query": case["query"], "documents": case["documents"],
+                                      "top_n": 0})
+    assert r.status_code == 200, r.text
+    assert sorted(x["index"] for x in r.json()["results"]) == list(range(len(case["documents"])))
+    err = openai_error(post(reranker, "/rerank", {"query": case["query"],
+                                                  "documents": case["documents"], "top_n": 0}),
+                       422)
+    assert "top_n must be at least 1" in err["message"], err
+    err = openai_error(post(reranker, "/v1/rerank", {"query": "q", "documents": ["a"],
+                                                     "top_n": -1}), 422)
+    assert "top_n must be at least 0" in err["message"], err
