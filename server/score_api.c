@@ -51,6 +51,15 @@ void score_activate(const float *logits, int32_t k, bool raw, float *out) {
         out[i] = (float)(exp((double)logits[i] - max) / den);
 }
 
+void score_activate_labels(const float *logits, int32_t k, bool raw, bool per_label, float *out) {
+    if (raw || !per_label) {
+        score_activate(logits, k, raw, out);
+        return;
+    }
+    for (int32_t i = 0; i < k; i++)
+        score_activate(logits + i, 1, false, out + i);
+}
+
 /* ---- decoding --------------------------------------------------------------------------- */
 
 /* Room for `more` tokens after `have` in both ids and type_ids. */
@@ -788,6 +797,14 @@ static json_t *rerank_answer(const score_job *j) {
                      "results", list, "usage", usage(e));
 }
 
+/* Infinity's /classify scores a multi-label model (config.json problem_type
+ * multi_label_classification) with a sigmoid per label, as Hugging Face's
+ * text-classification pipeline does; TEI's /predict keeps TEI's rule (the
+ * softmax over several labels). */
+static bool per_label(const score_api *s, const score_job *j) {
+    return s->multi_label && j->shape == SHAPE_INFINITY_CLASSIFY;
+}
+
 /* One input's [{score, label}], best first. */
 static json_t *predictions(const score_api *s, const score_job *j, int32_t i) {
     const int32_t k = s->num_labels;
@@ -795,7 +812,7 @@ static json_t *predictions(const score_api *s, const score_job *j, int32_t i) {
     float *sc = membudget_malloc((size_t)k * sizeof *sc);
     json_t *list = rk && sc ? json_array() : NULL;
     if (list) {
-        score_activate(j->e.out + (size_t)i * (size_t)k, k, j->raw, sc);
+        score_activate_labels(j->e.out + (size_t)i * (size_t)k, k, j->raw, per_label(s, j), sc);
         for (int32_t l = 0; l < k; l++)
             rk[l] = (ranked){.index = l, .score = sc[l]};
         qsort(rk, (size_t)k, sizeof *rk, j->shape == SHAPE_TEI_PREDICT ? by_score_tei : by_score);

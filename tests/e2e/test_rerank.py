@@ -384,3 +384,57 @@ def test_top_n_zero_is_all_on_v1_and_refused_by_infinity(reranker):
     err = openai_error(post(reranker, "/v1/rerank", {"query": "q", "documents": ["a"],
                                                      "top_n": -1}), 422)
     assert "top_n must be at least 0" in err["message"], err
+
+
+# ---- model variants made from the tiny classifiers --------------------------------------------
+
+
+def model_copy(tmp_path, name, config=None, bias=None):
+    """A copy of a tiny model directory with config.json members replaced and
+    the classifier's output bias overwritten (float32 values)."""
+    import shutil
+    import struct
+    src = os.path.join(ROOT, GOLDEN[name]["dir"])
+    dst = str(tmp_path / (name + "-variant"))
+    shutil.copytree(src, dst)
+    if config:
+        path = os.path.join(dst, "config.json")
+        with open(path, encoding="utf-8") as f:
+            cfg = json.load(f)
+        cfg.update(config)
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(cfg, f)
+    if bias is not None:
+        path = os.path.join(dst, "model.safetensors")
+        with open(path, "rb") as f:
+            data = bytearray(f.read())
+        n = struct.unpack("<Q", data[:8])[0]
+        header = json.loads(data[8:8 + n])
+        key = "classifier.out_proj.bias" if "classifier.out_proj.bias" in header else \
+            "classifier.bias"
+        start, stop = header[key]["data_offsets"]
+        assert stop - start == 4 * len(bias)
+        data[8 + n + start:8 + n + stop] = struct.pack("<%df" % len(bias), *bias)
+        with open(path, "wb") as f:
+            f.write(data)
+    return dst
+
+
+def test_multi_label_classify_is_a_sigmoid_per_label(start_server, tmp_path):
+    """problem_type multi_label_classification: Infinity's /classify scores
+    each label with a sigmoid, as Hugging Face's pipeline does; TEI's
+    /predict keeps TEI's softmax."""
+    s = start_server(model=model_copy(tmp_path, "bert-cls-tiny",
+                                      config={"problem_type": "multi_label_classification"}))
+    labels = CLASSIFIER["labels"]
+    texts, logits = CLASSIFIER["texts"][:4], CLASSIFIER["text_logits"][:4]
+    r = post(s, "/classify", {"input": texts})
+    assert r.status_code == 200, r.text
+    for preds, logit in zip(r.json()["data"], logits):
+        want = dict(zip(labels, [sigmoid(x) for x in logit]))
+        assert all(abs(p["score"] - want[p["label"]]) <= MAX_DIFF for p in preds), (preds, want)
+        expect_sorted([p["score"] for p in preds])
+    for text, logit in zip(texts, logits):
+        want = dict(zip(labels, softmax(logit)))
+        preds = post(s, "/predict", {"inputs": text}).json()
+        assert all(abs(p["score"] - want[p["label"]]) <= MAX_DIFF for p in preds)
