@@ -60,6 +60,22 @@ void score_activate_labels(const float *logits, int32_t k, bool raw, bool per_la
         score_activate(logits + i, 1, false, out + i);
 }
 
+int32_t score_first_not_finite(const float *logits, int32_t n, int32_t k, bool raw,
+                               bool per_label) {
+    float *one = membudget_malloc((size_t)(k > 0 ? k : 1) * sizeof *one);
+    if (!one)
+        return -2;
+    int32_t bad = -1;
+    for (int32_t i = 0; i < n && bad < 0; i++) {
+        score_activate_labels(logits + (size_t)i * (size_t)k, k, raw, per_label, one);
+        for (int32_t l = 0; l < k; l++)
+            if (!isfinite(one[l]))
+                bad = i;
+    }
+    membudget_free(one);
+    return bad;
+}
+
 /* ---- decoding --------------------------------------------------------------------------- */
 
 /* Room for `more` tokens after `have` in both ids and type_ids. */
@@ -898,9 +914,18 @@ static int resumed(http_request *req, void *ctx) {
         return http_reply_error(req, j->e.base.err, "%s", j->e.base.why);
     if (!j->e.base.ran)
         return http_reply_error(req, SRV_EINTERNAL, "the batch did not run this request");
-    for (size_t i = 0; i < (size_t)j->e.n * (size_t)s->num_labels; i++)
-        if (isnan(j->e.out[i]))
-            return http_reply_error(req, SRV_EINTERNAL, "score is NaN");
+    /* An infinite logit, or a softmax over one, would make json_real fail
+     * (JSON has no infinity or NaN): the model's output is unusable, which
+     * TEI answers 424 (its Backend error). A rerank scores one logit. */
+    const bool rerank = j->shape != SHAPE_TEI_PREDICT && j->shape != SHAPE_INFINITY_CLASSIFY;
+    const int32_t bad =
+        score_first_not_finite(j->e.out, j->e.n, s->num_labels, j->raw, !rerank && per_label(s, j));
+    if (bad == -2 && membudget_refused())
+        return http_reply_error(req, membudget_error(), "%s", membudget_message());
+    if (bad == -2)
+        return http_reply_error(req, SRV_EINTERNAL, "out of memory checking the scores");
+    if (bad >= 0)
+        return http_reply_error(req, SRV_ETASK, "score is not finite (input %d)", (int)bad);
     json_t *out = j->shape == SHAPE_TEI_PREDICT || j->shape == SHAPE_INFINITY_CLASSIFY
                       ? predict_answer(s, j)
                       : rerank_answer(j);

@@ -420,6 +420,28 @@ def model_copy(tmp_path, name, config=None, bias=None):
     return dst
 
 
+def test_scores_that_are_not_finite_are_424_in_each_shape(start_server, tmp_path):
+    """An infinite logit makes the softmax NaN and the raw score infinite;
+    JSON carries neither: 424 (TEI's Backend error), in each route's shape.
+    The sigmoid of an infinite logit is 1, a finite score."""
+    inf = float("inf")
+    cls = start_server(model=model_copy(tmp_path, "bert-cls-tiny", bias=[inf, 0.0, 0.0]))
+    err = tei_error(post(cls, "/predict", {"inputs": "a text"}), 424)
+    assert err["error_type"] == "Backend" and "score is not finite" in err["error"], err
+    err = openai_error(post(cls, "/classify", {"input": ["a", "b"]}), 424)
+    assert "score is not finite (input 0)" in err["message"], err
+    err = tei_error(post(cls, "/predict", {"inputs": "a text", "raw_scores": True}), 424)
+    assert "score is not finite" in err["error"], err
+    rr = start_server(model=model_copy(tmp_path, "xlmr-cls-tiny", bias=[inf]))
+    r = post(rr, "/rerank", {"query": "q", "texts": ["a", "b"]})
+    assert r.status_code == 200 and all(x["score"] == 1.0 for x in r.json()), r.text
+    err = tei_error(post(rr, "/rerank", {"query": "q", "texts": ["a"], "raw_scores": True}), 424)
+    assert err["error_type"] == "Backend", err
+    r = post(rr, "/rerank", {"query": "q", "documents": ["a"], "raw_scores": True})
+    assert "score is not finite" in openai_error(r, 424)["message"]
+    assert requests.get(rr.url("/health"), timeout=10).status_code == 200  # still serving
+
+
 def test_multi_label_classify_is_a_sigmoid_per_label(start_server, tmp_path):
     """problem_type multi_label_classification: Infinity's /classify scores
     each label with a sigmoid, as Hugging Face's pipeline does; TEI's

@@ -253,3 +253,19 @@ Test(score, activation_matches_the_reference) {
     cr_expect(isfinite(out[0]) && isfinite(out[1]));
     cr_expect(fabs(out[0] - 1.0 / (1.0 + exp(-1.0))) < 1e-6);
 }
+
+/* Scores JSON cannot carry: an infinite raw logit, a softmax over one (NaN);
+ * the sigmoid of an infinite logit is 0 or 1, finite. */
+Test(score, scores_that_are_not_finite_are_found) {
+    const float inf = INFINITY;
+    const float three[] = {0.5f, 1.0f, -2.0f, inf, 0.0f, 1.0f};
+    cr_expect_eq(score_first_not_finite(three, 2, 3, false, false), 1);
+    cr_expect_eq(score_first_not_finite(three, 2, 3, true, false), 1);
+    cr_expect_eq(score_first_not_finite(three, 1, 3, false, false), -1);
+    /* A sigmoid per label: finite even for the infinite logit. */
+    cr_expect_eq(score_first_not_finite(three, 2, 3, false, true), -1);
+    const float one[] = {2.0f, -inf, inf, NAN};
+    cr_expect_eq(score_first_not_finite(one, 3, 1, false, false), -1);
+    cr_expect_eq(score_first_not_finite(one, 3, 1, true, false), 1);
+    cr_expect_eq(score_first_not_finite(one, 4, 1, false, false), 3);
+}
