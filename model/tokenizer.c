@@ -307,35 +307,26 @@ int tok_encode(const tok_tokenizer *t, const char *text, size_t len, int truncat
 
 /* ---- pairs ------------------------------------------------------------------ */
 
-/* One text of a pair, encoded alone: its pieces are body[0, n) of the
- * arrays; full is how many it has untruncated. */
-typedef struct pair_text {
-    int32_t *ids;
-    tok_span *offsets;
-    uint8_t *special;
-    int32_t cap;
-    int32_t lead, n, full;
-    size_t error_at;
-} pair_text;
-
-static void pair_text_free(pair_text *x) {
+void tok_pair_text_free(tok_pair_text *x) {
     scratch_free(x->ids);
     scratch_free(x->offsets);
     scratch_free(x->special);
-    *x = (pair_text){0};
+    *x = (tok_pair_text){0};
 }
 
-/* Encodes s alone, with room for at least keep pieces (all of them when
- * keep < 0), and finds the pieces between the single template's specials:
- * the special mask marks the template's tokens, never the text's own. */
-static int pair_text_encode(const tok_tokenizer *t, const char *s, size_t len, int32_t keep,
-                            pair_text *x) {
+/* Finds the pieces between the single template's specials: the special
+ * mask marks the template's tokens, never the text's own. */
+int tok_pair_text_encode(const tok_tokenizer *t, const char *s, size_t len, int32_t keep,
+                         tok_pair_text *x) {
+    if (!t || !x || (!s && len) || len > UINT32_MAX)
+        return TOK_EINVAL;
+    s = s ? s : "";
     for (int pass = 0; pass < 2; pass++) {
         const int32_t nsp = tok_num_special(t);
         int32_t cap = (keep < 0 ? x->full : keep) + nsp;
         cap = cap > 0 ? cap : 1;
         if (cap > x->cap) {
-            pair_text_free(x);
+            tok_pair_text_free(x);
             /* From the request's budget, as tok_encode's own scratch. */
             x->ids = scratch_realloc(NULL, (size_t)cap * sizeof *x->ids);
             x->offsets = scratch_realloc(NULL, (size_t)cap * sizeof *x->offsets);
@@ -386,10 +377,17 @@ static void longest_first(int32_t n1, int32_t n2, int32_t max, int32_t *k1, int3
     *k2 = *k2 < n2 ? *k2 : n2;
 }
 
-int tok_encode_pair(const tok_tokenizer *t, const char *a, size_t alen, const char *b, size_t blen,
-                    tok_truncation trunc, tok_output *out) {
-    if (!t || !out || !out->ids || (!a && alen) || (!b && blen) || alen > UINT32_MAX ||
-        blen > UINT32_MAX)
+int32_t tok_pair_keep(const tok_tokenizer *t, int32_t capacity, tok_truncation trunc) {
+    /* Cutting on the right needs only the first room pieces of each text,
+     * and so does refusing (the count of the rest is n_full); cutting on the
+     * left needs them all. */
+    const int32_t room = capacity - (t && t->pair.ok ? t->pair.n_special : 0);
+    return trunc == TOK_TRUNCATE_LEFT ? -1 : (room > 0 ? room : 0);
+}
+
+int tok_pair_assemble(const tok_tokenizer *t, const tok_pair_text *a, const tok_pair_text *b,
+                      tok_truncation trunc, tok_output *out) {
+    if (!t || !out || !out->ids || !a || !b)
         return TOK_EINVAL;
     out->n = out->n_full = 0;
     out->error_at = 0;
@@ -399,33 +397,18 @@ int tok_encode_pair(const tok_tokenizer *t, const char *a, size_t alen, const ch
     const int32_t room = out->capacity - pt->n_special;
     if (room < 0)
         return TOK_EINVAL;
-    /* Cutting on the right needs only the first room pieces of each text,
-     * and so does refusing (the count of the rest is n_full); cutting on the
-     * left needs them all. */
-    const int32_t keep = trunc == TOK_TRUNCATE_LEFT ? -1 : room;
-    pair_text x[2] = {{0}, {0}};
-    int rc = pair_text_encode(t, a ? a : "", alen, keep, &x[0]);
-    if (rc == TOK_EUTF8)
-        out->error_at = x[0].error_at;
-    if (!rc) {
-        rc = pair_text_encode(t, b ? b : "", blen, keep, &x[1]);
-        if (rc == TOK_EUTF8)
-            out->error_at = alen + x[1].error_at;
-    }
-    if (rc) {
-        pair_text_free(&x[0]);
-        pair_text_free(&x[1]);
-        return rc;
-    }
-    const int64_t full = (int64_t)x[0].full + x[1].full + pt->n_special;
+    const tok_pair_text *x[2] = {a, b};
+    /* Each text must hold the pieces this cut reads (tok_pair_keep). */
+    const int32_t want = tok_pair_keep(t, out->capacity, trunc);
+    for (int i = 0; i < 2; i++)
+        if (x[i]->n < (want < 0 || want > x[i]->full ? x[i]->full : want))
+            return TOK_EINVAL;
+    const int64_t full = (int64_t)a->full + b->full + pt->n_special;
     out->n_full = full > INT32_MAX ? INT32_MAX : (int32_t)full;
     int32_t k[2];
-    longest_first(x[0].full, x[1].full, room, &k[0], &k[1]);
-    if (trunc == TOK_TRUNCATE_NONE && full > out->capacity) {
-        pair_text_free(&x[0]);
-        pair_text_free(&x[1]);
+    longest_first(a->full, b->full, room, &k[0], &k[1]);
+    if (trunc == TOK_TRUNCATE_NONE && full > out->capacity)
         return TOK_ETOOLONG;
-    }
     int32_t at = 0;
     for (int i = 0; i < pt->n; i++) {
         const pair_piece *p = &pt->p[i];
@@ -440,7 +423,7 @@ int tok_encode_pair(const tok_tokenizer *t, const char *a, size_t alen, const ch
             at++;
             continue;
         }
-        const pair_text *s = &x[p->text];
+        const tok_pair_text *s = x[p->text];
         const int32_t from = s->lead + (trunc == TOK_TRUNCATE_LEFT ? s->full - k[p->text] : 0);
         for (int32_t j = 0; j < k[p->text]; j++, at++) {
             out->ids[at] = s->ids[from + j];
@@ -453,9 +436,35 @@ int tok_encode_pair(const tok_tokenizer *t, const char *a, size_t alen, const ch
         }
     }
     out->n = at;
-    pair_text_free(&x[0]);
-    pair_text_free(&x[1]);
     return TOK_OK;
+}
+
+int tok_encode_pair(const tok_tokenizer *t, const char *a, size_t alen, const char *b, size_t blen,
+                    tok_truncation trunc, tok_output *out) {
+    if (!t || !out || !out->ids || (!a && alen) || (!b && blen) || alen > UINT32_MAX ||
+        blen > UINT32_MAX)
+        return TOK_EINVAL;
+    out->n = out->n_full = 0;
+    out->error_at = 0;
+    if (!t->pair.ok)
+        return TOK_ENOPAIR;
+    if (out->capacity < t->pair.n_special)
+        return TOK_EINVAL;
+    const int32_t keep = tok_pair_keep(t, out->capacity, trunc);
+    tok_pair_text x[2] = {{0}, {0}};
+    int rc = tok_pair_text_encode(t, a, alen, keep, &x[0]);
+    if (rc == TOK_EUTF8)
+        out->error_at = x[0].error_at;
+    if (!rc) {
+        rc = tok_pair_text_encode(t, b, blen, keep, &x[1]);
+        if (rc == TOK_EUTF8)
+            out->error_at = alen + x[1].error_at;
+    }
+    if (!rc)
+        rc = tok_pair_assemble(t, &x[0], &x[1], trunc, out);
+    tok_pair_text_free(&x[0]);
+    tok_pair_text_free(&x[1]);
+    return rc;
 }
 
 int32_t tok_num_special_pair(const tok_tokenizer *t) {

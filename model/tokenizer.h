@@ -157,6 +157,35 @@ typedef enum tok_truncation {
 int tok_encode_pair(const tok_tokenizer *t, const char *a, size_t alen, const char *b, size_t blen,
                     tok_truncation trunc, tok_output *out);
 
+/* tok_encode_pair in two steps, so that a text paired with many others
+ * (a query with each document) is encoded once: each text alone with
+ * tok_pair_text_encode, then each pair put together with tok_pair_assemble,
+ * which reads the pieces and cuts them as tok_encode_pair does (same ids,
+ * types, offsets, n_full and errors). */
+typedef struct tok_pair_text {
+    int32_t *ids; /* the text's pieces are [lead, lead + n) of the arrays */
+    tok_span *offsets;
+    uint8_t *special;
+    int32_t cap;
+    int32_t lead, n, full; /* full: its pieces untruncated */
+    size_t error_at;       /* on TOK_EUTF8: the first invalid byte */
+} tok_pair_text;
+
+/* The pieces a text must keep for a pair of out capacity cut with trunc:
+ * the room the pair template leaves, or -1 (all) for TOK_TRUNCATE_LEFT. */
+int32_t tok_pair_keep(const tok_tokenizer *t, int32_t capacity, tok_truncation trunc);
+/* Encodes s alone into x (zeroed first; reusable), keeping at least keep
+ * pieces (all when keep < 0), in scratch from tok_set_alloc_funcs' allocator
+ * (13 bytes a piece kept); free with tok_pair_text_free. */
+int tok_pair_text_encode(const tok_tokenizer *t, const char *s, size_t len, int32_t keep,
+                         tok_pair_text *x);
+void tok_pair_text_free(tok_pair_text *x);
+/* The pair (a, b) encoded with tok_pair_text_encode(..., tok_pair_keep(t,
+ * out->capacity, trunc), ...) as tok_encode_pair gives it; TOK_EINVAL when
+ * either holds fewer pieces than that. Allocates nothing. */
+int tok_pair_assemble(const tok_tokenizer *t, const tok_pair_text *a, const tok_pair_text *b,
+                      tok_truncation trunc, tok_output *out);
+
 /* Number of special tokens the pair template adds (3 for BERT, 4 for
  * RoBERTa), or -1 when the tokenizer has no pair template. */
 int32_t tok_num_special_pair(const tok_tokenizer *t);

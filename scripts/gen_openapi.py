@@ -383,7 +383,8 @@ SCHEMAS = {
             "documents": {"type": "array", "minItems": 1, "items": {"oneOf": [
                 {"type": "string"},
                 {"type": "object", "required": ["text"], "properties": {"text": {"type": "string"}}}]}},
-            "top_n": {"type": ["integer", "null"], "minimum": 1},
+            "top_n": {"type": ["integer", "null"], "minimum": 0,
+                      "description": "the best this many; 0 or null: all (vLLM's default)"},
             "return_documents": {"type": "boolean", "default": True},
             "truncate": {"type": ["boolean", "null"]},
             "max_chunks_per_doc": {"description": "accepted and ignored"},

@@ -203,9 +203,10 @@ static const setting settings[] = {
         "longer one gets 413 with both numbers. Its chunks run as inputs of the request, in "
         "pieces of one batch each, and its arrays are charged to max_request_memory_bytes."),
     INT(tokenize_offload_bytes, 32768, 0, INT64_C(1) << 30, RELOAD,
-        "Embeddings requests with a larger body are tokenized on the tokenization thread "
-        "instead of the I/O thread, so a long document does not hold other clients (/health "
-        "included); smaller ones are tokenized inline, which is cheaper than the hand-off. "
+        "Embeddings and scoring requests with a larger body are tokenized on the tokenization "
+        "thread instead of the I/O thread, so a long document does not hold other clients "
+        "(/health included); smaller ones are tokenized inline, which is cheaper than the "
+        "hand-off. "
         "0: every request."),
     BOOL(truncate, true, RESTART,
          "Cut inputs longer than max_seq_length instead of refusing them."),

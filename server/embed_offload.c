@@ -16,7 +16,8 @@ struct embed_offload_task {
     json_t *root; /* the parsed body, freed by the thread once decoded */
     embed_decode_fn fn;
     void *ctx;
-    atomic_bool closed; /* the client went away: nothing to decode for */
+    void (*release)(void *job); /* frees what fn gives */
+    atomic_bool closed;         /* the client went away: nothing to decode for */
     /* Written by the thread before http_resume, read by the resumed handler. */
     embed_job *job;
     embed_refusal r;
@@ -47,7 +48,8 @@ bool embed_offload_wanted(http_request *req) {
 void embed_offload_task_free(struct embed_offload_task *t) {
     if (!t)
         return;
-    embed_job_release(t->job);
+    if (t->job)
+        t->release(t->job);
     membudget_free(t);
 }
 
@@ -121,6 +123,11 @@ static void client_closed(void *arg) {
 }
 
 int embed_offload(http_request *req, json_t *root, embed_decode_fn fn, void *ctx) {
+    return embed_offload_release(req, root, fn, ctx, embed_job_release);
+}
+
+int embed_offload_release(http_request *req, json_t *root, embed_decode_fn fn, void *ctx,
+                          void (*release)(void *job)) {
     /* A placeholder job carries the task as the request's user data, so the
      * route's resumed handler and the request's end find and free it. */
     embed_job *ph = membudget_calloc(1, sizeof *ph);
@@ -132,7 +139,8 @@ int embed_offload(http_request *req, json_t *root, embed_decode_fn fn, void *ctx
             return http_reply_error(req, membudget_error(), "%s", membudget_message());
         return http_reply_error(req, SRV_EINTERNAL, "out of memory");
     }
-    *t = (struct embed_offload_task){.req = req, .root = root, .fn = fn, .ctx = ctx};
+    *t = (struct embed_offload_task){
+        .req = req, .root = root, .fn = fn, .ctx = ctx, .release = release};
     ph->offload = t;
     http_set_user(req, ph, embed_job_release);
     http_park(req, client_closed, t);
@@ -162,10 +170,12 @@ bool embed_offload_resumed(http_request *req, const embed_api *api, int *answere
                                             t->r.code, "%s", t->r.msg);
         return true;
     }
-    /* The job takes the placeholder's place as the request's user data. */
+    /* The job takes the placeholder's place as the request's user data
+     * (the placeholder frees the task: its release is read first). */
+    void (*release)(void *) = t->release;
     http_set_user(req, NULL, NULL);
     embed_job_release(ph);
-    *answered = job_submit(req, &job->base, api->sched, atomic_load(&api->request_timeout_ms),
-                           embed_job_release);
+    *answered =
+        job_submit(req, &job->base, api->sched, atomic_load(&api->request_timeout_ms), release);
     return true;
 }

@@ -44,6 +44,11 @@ bool embed_offload_wanted(http_request *req);
  * then frees root (http_body_json_free) and resumes req. Returns what a
  * handler returns. */
 int embed_offload(http_request *req, json_t *root, embed_decode_fn fn, void *ctx);
+/* embed_offload for a route whose jobs hold more than an embed_job (the
+ * scoring routes' score_job, its first member one): release frees what fn
+ * gives, and is the submitted job's release. */
+int embed_offload_release(http_request *req, json_t *root, embed_decode_fn fn, void *ctx,
+                          void (*release)(void *job));
 
 /* In a route's resumed handler: when req was parked for its decoding, submits
  * the job (api's scheduler and deadline) or answers the refusal, sets

@@ -764,6 +764,8 @@ static int start(app *a) {
         a->score.classifier = m->task == ENCODER_TASK_CLASSIFY;
         a->score.num_labels = m->num_labels;
         a->score.labels = m->labels;
+        a->score.multi_label =
+            m->problem_type && strcmp(m->problem_type, "multi_label_classification") == 0;
         a->score.type_vocab_size = m->type_vocab_size > 0 ? m->type_vocab_size : 1;
     }
     if (register_ops(a) != 0 || attn_api_register(&a->api, a->runner, &a->routes) != 0 ||

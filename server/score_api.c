@@ -1,7 +1,9 @@
 /* score_api.c — rerank and classification routes (score_api.h): bodies
  * decoded into jobs of pairs or texts with type ids, answered in the shape
- * of the API each route imitates. Runs on the I/O thread; the forward runs
- * in the embeddings service's batches as the "score" kind. */
+ * of the API each route imitates. Decoding (tokenization) runs on the I/O
+ * thread, or for a large body on the tokenization thread (embed_offload.h);
+ * the forward runs in the embeddings service's batches as the "score"
+ * kind. */
 #include "score_api.h"
 
 #include <math.h>
@@ -12,6 +14,7 @@
 #include <time.h>
 
 #include "embed_api.h"
+#include "embed_offload.h"
 #include "errors.h"
 #include "membudget.h"
 
@@ -46,6 +49,31 @@ void score_activate(const float *logits, int32_t k, bool raw, float *out) {
         den += exp((double)logits[i] - max);
     for (int32_t i = 0; i < k; i++)
         out[i] = (float)(exp((double)logits[i] - max) / den);
+}
+
+void score_activate_labels(const float *logits, int32_t k, bool raw, bool per_label, float *out) {
+    if (raw || !per_label) {
+        score_activate(logits, k, raw, out);
+        return;
+    }
+    for (int32_t i = 0; i < k; i++)
+        score_activate(logits + i, 1, false, out + i);
+}
+
+int32_t score_first_not_finite(const float *logits, int32_t n, int32_t k, bool raw,
+                               bool per_label) {
+    float *one = membudget_malloc((size_t)(k > 0 ? k : 1) * sizeof *one);
+    if (!one)
+        return -2;
+    int32_t bad = -1;
+    for (int32_t i = 0; i < n && bad < 0; i++) {
+        score_activate_labels(logits + (size_t)i * (size_t)k, k, raw, per_label, one);
+        for (int32_t l = 0; l < k; l++)
+            if (!isfinite(one[l]))
+                bad = i;
+    }
+    membudget_free(one);
+    return bad;
 }
 
 /* ---- decoding --------------------------------------------------------------------------- */
@@ -102,8 +130,53 @@ static int encode_left(const tok_tokenizer *tok, const char *text, size_t len, t
     return rc;
 }
 
+/* A request's pairs as their texts encoded alone (tok_pair_text_encode):
+ * the first text kept while the next pair has the same one (a rerank's
+ * query, encoded once per request, not once per document), the second
+ * text's scratch reused from pair to pair. */
+typedef struct pair_cache {
+    tok_pair_text a, b;
+    const char *a_text; /* what a holds, NULL: nothing */
+    size_t a_len;
+} pair_cache;
+
+static void pair_cache_free(pair_cache *c) {
+    tok_pair_text_free(&c->a);
+    tok_pair_text_free(&c->b);
+    *c = (pair_cache){0};
+}
+
+/* tok_encode_pair's answer for in, from the cache. */
+static int encode_pair(const tok_tokenizer *tok, pair_cache *c, const score_input *in,
+                       tok_truncation trunc, tok_output *o) {
+    o->n = o->n_full = 0;
+    o->error_at = 0;
+    const int32_t nsp = tok_num_special_pair(tok);
+    if (nsp < 0)
+        return TOK_ENOPAIR;
+    if (o->capacity < nsp)
+        return TOK_EINVAL;
+    const int32_t keep = tok_pair_keep(tok, o->capacity, trunc);
+    if (!c->a_text || c->a_text != in->a || c->a_len != in->alen) {
+        c->a_text = NULL;
+        int rc = tok_pair_text_encode(tok, in->a, in->alen, keep, &c->a);
+        if (rc != TOK_OK) {
+            o->error_at = c->a.error_at;
+            return rc;
+        }
+        c->a_text = in->a;
+        c->a_len = in->alen;
+    }
+    int rc = tok_pair_text_encode(tok, in->b, in->blen, keep, &c->b);
+    if (rc != TOK_OK) {
+        o->error_at = in->alen + c->b.error_at;
+        return rc;
+    }
+    return tok_pair_assemble(tok, &c->a, &c->b, trunc, o);
+}
+
 static int tokenize(const score_api *s, embed_job *job, int32_t i, const score_input *in,
-                    bool truncate, bool left, refusal *r) {
+                    bool truncate, bool left, pair_cache *cache, refusal *r) {
     const int32_t max = s->max_length;
     int rc = reserve(job, (size_t)job->cu[i], (size_t)max, r);
     if (rc != SRV_OK)
@@ -115,7 +188,7 @@ static int tokenize(const score_api *s, embed_job *job, int32_t i, const score_i
                                            : TOK_TRUNCATE_RIGHT;
     const tok_tokenizer *tok = s->eapi->tok;
     if (in->b) {
-        rc = tok_encode_pair(tok, in->a, in->alen, in->b, in->blen, trunc, &o);
+        rc = encode_pair(tok, cache, in, trunc, &o);
     } else if (trunc == TOK_TRUNCATE_LEFT) {
         rc = encode_left(tok, in->a, in->alen, &o);
     } else {
@@ -172,11 +245,14 @@ embed_job *score_job_make(const score_api *s, const score_input *in, int32_t n, 
         return NULL;
     }
     job->n = n;
+    pair_cache cache = {0};
     for (int32_t i = 0; i < n; i++)
-        if (tokenize(s, job, i, &in[i], truncate, left, r) != SRV_OK) {
+        if (tokenize(s, job, i, &in[i], truncate, left, &cache, r) != SRV_OK) {
+            pair_cache_free(&cache);
             embed_job_release(job);
             return NULL;
         }
+    pair_cache_free(&cache);
     /* Inputs run in pieces of one batch each (job.h); one larger than a
      * batch never could. */
     for (int32_t i = 0; i < n; i++)
@@ -257,14 +333,16 @@ static int want_bool(json_t *v, const char *name, bool def, bool *out, refusal *
     return SRV_OK;
 }
 
-static int want_top_n(json_t *v, int32_t *out, refusal *r) {
+/* top_n: absent, null (all) or at least min; vLLM's /v1/rerank takes 0 for
+ * all (its default), Infinity refuses anything below 1. */
+static int want_top_n(json_t *v, int min, int32_t *out, refusal *r) {
     *out = 0;
     if (!v || json_is_null(v))
         return SRV_OK;
     if (!json_is_integer(v))
         return refuse(r, SRV_EBADREQUEST, "top_n must be an integer");
-    if (json_integer_value(v) < 1)
-        return refuse(r, SRV_EINVALID, "top_n must be at least 1");
+    if (json_integer_value(v) < min)
+        return refuse(r, SRV_EINVALID, "top_n must be at least %d", min);
     *out = json_integer_value(v) > INT32_MAX ? INT32_MAX : (int32_t)json_integer_value(v);
     return SRV_OK;
 }
@@ -472,7 +550,7 @@ static score_job *decode_rerank_cohere(const score_api *s, json_t *root, score_s
         (!v1 && want_bool(json_object_get(root, "raw_scores"), "raw_scores", false, &raw, r)) ||
         want_bool(json_object_get(root, "return_documents"), "return_documents", v1, &ret, r) ||
         (v1 && want_bool(json_object_get(root, "truncate"), "truncate", trunc, &trunc, r)) ||
-        want_top_n(json_object_get(root, "top_n"), &top_n, r))
+        want_top_n(json_object_get(root, "top_n"), v1 ? 0 : 1, &top_n, r))
         return NULL;
     int32_t n = 0;
     score_input *in =
@@ -735,6 +813,14 @@ static json_t *rerank_answer(const score_job *j) {
                      "results", list, "usage", usage(e));
 }
 
+/* Infinity's /classify scores a multi-label model (config.json problem_type
+ * multi_label_classification) with a sigmoid per label, as Hugging Face's
+ * text-classification pipeline does; TEI's /predict keeps TEI's rule (the
+ * softmax over several labels). */
+static bool per_label(const score_api *s, const score_job *j) {
+    return s->multi_label && j->shape == SHAPE_INFINITY_CLASSIFY;
+}
+
 /* One input's [{score, label}], best first. */
 static json_t *predictions(const score_api *s, const score_job *j, int32_t i) {
     const int32_t k = s->num_labels;
@@ -742,7 +828,7 @@ static json_t *predictions(const score_api *s, const score_job *j, int32_t i) {
     float *sc = membudget_malloc((size_t)k * sizeof *sc);
     json_t *list = rk && sc ? json_array() : NULL;
     if (list) {
-        score_activate(j->e.out + (size_t)i * (size_t)k, k, j->raw, sc);
+        score_activate_labels(j->e.out + (size_t)i * (size_t)k, k, j->raw, per_label(s, j), sc);
         for (int32_t l = 0; l < k; l++)
             rk[l] = (ranked){.index = l, .score = sc[l]};
         qsort(rk, (size_t)k, sizeof *rk, j->shape == SHAPE_TEI_PREDICT ? by_score_tei : by_score);
@@ -787,7 +873,11 @@ static int refused(http_request *req, const refusal *r) {
 typedef score_job *(*decode_fn)(const score_api *s, json_t *root, refusal *r);
 static score_job *decode_rerank_either(const score_api *s, json_t *root, refusal *r);
 
-static int handle(http_request *req, score_api *s, decode_fn decode) {
+/* A route's decoding, on the I/O thread (decode) or, for a body larger than
+ * tokenize_offload_bytes, on the tokenization thread (off, embed_offload.h):
+ * a rerank tokenizes every document and its query, which for long texts or
+ * many documents would hold every other client, /health included. */
+static int handle(http_request *req, score_api *s, decode_fn decode, embed_decode_fn off) {
     if (http_draining(req))
         return http_reply_error(req, SRV_EUNAVAILABLE, "server is draining");
     int answered = HTTP_FAIL;
@@ -802,6 +892,8 @@ static int handle(http_request *req, score_api *s, decode_fn decode) {
         http_set_error_shape(req, HTTP_ERRORS_OPENAI);
     if (!json_is_object(root))
         refuse(&r, SRV_EBADREQUEST, "the body must be a JSON object");
+    else if (embed_offload_wanted(req))
+        return embed_offload_release(req, root, off, s, score_job_release);
     else
         j = decode(s, root, &r);
     http_body_json_free(req, root);
@@ -813,15 +905,27 @@ static int handle(http_request *req, score_api *s, decode_fn decode) {
 
 static int resumed(http_request *req, void *ctx) {
     const score_api *s = ctx;
+    int answered;
+    if (embed_offload_resumed(req, s->eapi, &answered))
+        return answered;
     score_job *j = http_user(req);
     embed_api_stamp(req, s->eapi, &j->e);
     if (j->e.base.err != SRV_OK)
         return http_reply_error(req, j->e.base.err, "%s", j->e.base.why);
     if (!j->e.base.ran)
         return http_reply_error(req, SRV_EINTERNAL, "the batch did not run this request");
-    for (size_t i = 0; i < (size_t)j->e.n * (size_t)s->num_labels; i++)
-        if (isnan(j->e.out[i]))
-            return http_reply_error(req, SRV_EINTERNAL, "score is NaN");
+    /* An infinite logit, or a softmax over one, would make json_real fail
+     * (JSON has no infinity or NaN): the model's output is unusable, which
+     * TEI answers 424 (its Backend error). A rerank scores one logit. */
+    const bool rerank = j->shape != SHAPE_TEI_PREDICT && j->shape != SHAPE_INFINITY_CLASSIFY;
+    const int32_t bad =
+        score_first_not_finite(j->e.out, j->e.n, s->num_labels, j->raw, !rerank && per_label(s, j));
+    if (bad == -2 && membudget_refused())
+        return http_reply_error(req, membudget_error(), "%s", membudget_message());
+    if (bad == -2)
+        return http_reply_error(req, SRV_EINTERNAL, "out of memory checking the scores");
+    if (bad >= 0)
+        return http_reply_error(req, SRV_ETASK, "score is not finite (input %d)", (int)bad);
     json_t *out = j->shape == SHAPE_TEI_PREDICT || j->shape == SHAPE_INFINITY_CLASSIFY
                       ? predict_answer(s, j)
                       : rerank_answer(j);
@@ -832,8 +936,29 @@ static int resumed(http_request *req, void *ctx) {
     return http_reply_json(req, 200, out);
 }
 
+/* Each decoding as the tokenization thread calls it (embed_decode_fn): the
+ * score_job's first member is the embed_job that thread hands back. */
+static embed_job *as_embed(score_job *j) {
+    return j ? &j->e : NULL;
+}
+static embed_job *off_predict(void *ctx, json_t *root, refusal *r) {
+    return as_embed(decode_predict(ctx, root, r));
+}
+static embed_job *off_tei_rerank(void *ctx, json_t *root, refusal *r) {
+    return as_embed(decode_tei_rerank(ctx, root, r));
+}
+static embed_job *off_rerank_either(void *ctx, json_t *root, refusal *r) {
+    return as_embed(decode_rerank_either(ctx, root, r));
+}
+static embed_job *off_v1(void *ctx, json_t *root, refusal *r) {
+    return as_embed(decode_rerank_cohere(ctx, root, SHAPE_V1_RERANK, r));
+}
+static embed_job *off_classify(void *ctx, json_t *root, refusal *r) {
+    return as_embed(decode_classify(ctx, root, r));
+}
+
 static int tei_predict(http_request *req, void *ctx) {
-    return handle(req, ctx, decode_predict);
+    return handle(req, ctx, decode_predict, off_predict);
 }
 
 static score_job *decode_v1(const score_api *s, json_t *root, refusal *r) {
@@ -859,21 +984,23 @@ static score_job *decode_rerank_either(const score_api *s, json_t *root, refusal
 }
 
 static int rerank_route(http_request *req, void *ctx) {
-    return handle(req, ctx, decode_rerank_either);
+    return handle(req, ctx, decode_rerank_either, off_rerank_either);
 }
 
 static int v1_rerank(http_request *req, void *ctx) {
-    return handle(req, ctx, decode_v1);
+    return handle(req, ctx, decode_v1, off_v1);
 }
 
 static int infinity_classify(http_request *req, void *ctx) {
-    return handle(req, ctx, decode_classify);
+    return handle(req, ctx, decode_classify, off_classify);
 }
 
 /* POST / and /invocations: TEI's route for the served model's task. */
 static int tei_default(http_request *req, void *ctx) {
     const score_api *s = ctx;
-    return handle(req, ctx, s->num_labels == 1 ? decode_tei_rerank : decode_predict);
+    if (s->num_labels == 1)
+        return handle(req, ctx, decode_tei_rerank, off_tei_rerank);
+    return handle(req, ctx, decode_predict, off_predict);
 }
 
 /* The trace line's "score" member (batch.h's batch_kind trace): what the

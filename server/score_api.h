@@ -22,7 +22,9 @@
  *
  * Scores: the model's logits, or unless raw_scores, the sigmoid of the one
  * logit of a reranker and the softmax over the labels of a classifier (the
- * sigmoid when it has one label), as TEI computes them. A pair is tokenized
+ * sigmoid when it has one label), as TEI computes them; Infinity's /classify
+ * on a multi-label model, the sigmoid of each label. Scores that are not
+ * finite are answered 424 (TEI's Backend error), in the route's shape. A pair is tokenized
  * as the model's tokenizer encodes a pair (tok_encode_pair: type ids,
  * longest_first truncation to the model's maximum length).
  *
@@ -50,6 +52,7 @@ typedef struct score_api {
     const char *const *labels;
     int32_t max_length;      /* tokens of a pair or text, special tokens included */
     int32_t type_vocab_size; /* token type ids the model has: [0, this) */
+    bool multi_label;        /* config.json problem_type multi_label_classification */
 } score_api;
 
 /* Registers the "score" kind with runner (run on the embeddings service
@@ -77,5 +80,12 @@ embed_job *score_job_make(const score_api *s, const score_input *in, int32_t n, 
 /* The scores of logits[0, k): raw, or the sigmoid of a single logit, or the
  * softmax of several, written to out. */
 void score_activate(const float *logits, int32_t k, bool raw, float *out);
+/* score_activate, or with per_label (Infinity's /classify on a multi-label
+ * model) and not raw, the sigmoid of each logit. */
+void score_activate_labels(const float *logits, int32_t k, bool raw, bool per_label, float *out);
+/* The first of n inputs (k logits each) whose activated scores are not all
+ * finite (an infinite logit, a softmax over one: JSON cannot carry them),
+ * -1 when none, -2 when out of memory. */
+int32_t score_first_not_finite(const float *logits, int32_t n, int32_t k, bool raw, bool per_label);
 
 #endif

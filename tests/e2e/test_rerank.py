@@ -17,6 +17,8 @@ each logit).
 import json
 import math
 import os
+import threading
+import time
 
 import pytest
 import requests
@@ -301,3 +303,160 @@ def test_predict_single_shapes_and_infinity_classify(classifier):
     assert r.status_code == 200 and r.json()[0]["label"] in labels
     err = tei_error(post(classifier, "/rerank", {"query": "q", "texts": ["a"]}), 424)
     assert "3 labels" in err["error"]
+
+
+# ---- tokenization off the I/O thread (server/embed_offload.h) ---------------------------------
+
+OFFLOAD_CASES = [
+    ("/rerank", {"query": "capital of France", "texts": ["Paris", "Berlin is big", ""],
+                 "return_text": True, "raw_scores": True}),
+    ("/rerank", {"query": "capital", "documents": ["Paris", "Rome"], "top_n": 1,
+                 "return_documents": True}),
+    ("/v1/rerank", {"query": "q " * 80, "documents": [{"text": "d " * 90}, "x"]}),
+    ("/predict", {"inputs": [["a question", "an answer"], ["a lone text"]]}),
+    ("/", {"query": "q", "texts": ["a", "b"], "truncation_direction": "Left"}),
+    # Refusals, in each route's shape.
+    ("/rerank", {"query": "q" * 400, "texts": ["d"], "truncate": False}),
+    ("/rerank", {"query": "q", "texts": []}),
+    ("/v1/rerank", {"query": 3, "documents": ["a"]}),
+    ("/classify", {"input": ["x"], "model": "not-served"}),
+    ("/rerank", {"query": "q", "texts": ["a"] * 9}),
+]
+
+
+def test_offloaded_scoring_answers_as_inline(start_server):
+    """tokenize_offload_bytes 0: every scoring request is decoded on the
+    tokenization thread; answers and refusals equal the inline ones."""
+    model = os.path.join(ROOT, RERANKER["dir"])
+    inline = start_server(model=model, tokenize_offload_bytes=1 << 30, max_inputs_per_request=8)
+    offload = start_server(model=model, tokenize_offload_bytes=0, max_inputs_per_request=8)
+    drop = ("id", "created")
+    for path, body in OFFLOAD_CASES:
+        a, b = post(inline, path, body), post(offload, path, body)
+        assert a.status_code == b.status_code, (path, body, a.text[:200], b.text[:200])
+        ja, jb = a.json(), b.json()
+        if isinstance(ja, dict):
+            ja = {k: v for k, v in ja.items() if k not in drop}
+            jb = {k: v for k, v in jb.items() if k not in drop}
+        assert ja == jb, (path, ja, jb)
+
+
+def test_health_answers_while_a_large_rerank_is_tokenized(start_server):
+    """A rerank whose query takes the tokenizer a second (4 MB, read whole to
+    count it, then refused: truncation is off) is tokenized off the I/O
+    thread: /health, sent while it is tokenized, is answered before it. An
+    order, not a time limit; inline, /health waits for the refusal."""
+    s = start_server(model=os.path.join(ROOT, RERANKER["dir"]), max_body_bytes=8 << 20,
+                     max_request_memory_bytes=1 << 30, request_timeout_ms=600000)
+    words = "the service users process documents and every client writes its own ".split()
+    query = " ".join(words[i % len(words)] + str(i % 97) for i in range(500000))[:4 << 20]
+    done = {}
+
+    def rerank():
+        r = post(s, "/rerank", {"query": query, "texts": ["a", "b"], "truncate": False})
+        done["status"], done["at"] = r.status_code, time.monotonic()
+
+    th = threading.Thread(target=rerank)
+    th.start()
+    time.sleep(0.15)  # the body (4 MB on loopback) is in, its tokenization under way
+    h = requests.get(s.url("/health"), timeout=600)
+    health_at = time.monotonic()
+    th.join()
+    assert h.status_code == 200
+    assert done["status"] == 422
+    assert health_at < done["at"], "/health was answered %.3f s after the rerank" % (
+        health_at - done["at"])
+    print("/health answered %.2f s before the rerank's refusal" % (done["at"] - health_at))
+
+
+def test_top_n_zero_is_all_on_v1_and_refused_by_infinity(reranker):
+    """vLLM's /v1/rerank defaults top_n to 0, meaning every document;
+    Infinity's body keeps its rule, top_n at least 1."""
+    case = RERANKER["queries"][3]
+    r = post(reranker, "/v1/rerank", {"query": case["query"], "documents": case["documents"],
+                                      "top_n": 0})
+    assert r.status_code == 200, r.text
+    assert sorted(x["index"] for x in r.json()["results"]) == list(range(len(case["documents"])))
+    err = openai_error(post(reranker, "/rerank", {"query": case["query"],
+                                                  "documents": case["documents"], "top_n": 0}),
+                       422)
+    assert "top_n must be at least 1" in err["message"], err
+    err = openai_error(post(reranker, "/v1/rerank", {"query": "q", "documents": ["a"],
+                                                     "top_n": -1}), 422)
+    assert "top_n must be at least 0" in err["message"], err
+
+
+# ---- model variants made from the tiny classifiers --------------------------------------------
+
+
+def model_copy(tmp_path, name, config=None, bias=None):
+    """A copy of a tiny model directory with config.json members replaced and
+    the classifier's output bias overwritten (float32 values)."""
+    import shutil
+    import struct
+    src = os.path.join(ROOT, GOLDEN[name]["dir"])
+    dst = str(tmp_path / (name + "-variant"))
+    shutil.copytree(src, dst)
+    if config:
+        path = os.path.join(dst, "config.json")
+        with open(path, encoding="utf-8") as f:
+            cfg = json.load(f)
+        cfg.update(config)
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(cfg, f)
+    if bias is not None:
+        path = os.path.join(dst, "model.safetensors")
+        with open(path, "rb") as f:
+            data = bytearray(f.read())
+        n = struct.unpack("<Q", data[:8])[0]
+        header = json.loads(data[8:8 + n])
+        key = "classifier.out_proj.bias" if "classifier.out_proj.bias" in header else \
+            "classifier.bias"
+        start, stop = header[key]["data_offsets"]
+        assert stop - start == 4 * len(bias)
+        data[8 + n + start:8 + n + stop] = struct.pack("<%df" % len(bias), *bias)
+        with open(path, "wb") as f:
+            f.write(data)
+    return dst
+
+
+def test_scores_that_are_not_finite_are_424_in_each_shape(start_server, tmp_path):
+    """An infinite logit makes the softmax NaN and the raw score infinite;
+    JSON carries neither: 424 (TEI's Backend error), in each route's shape.
+    The sigmoid of an infinite logit is 1, a finite score."""
+    inf = float("inf")
+    cls = start_server(model=model_copy(tmp_path, "bert-cls-tiny", bias=[inf, 0.0, 0.0]))
+    err = tei_error(post(cls, "/predict", {"inputs": "a text"}), 424)
+    assert err["error_type"] == "Backend" and "score is not finite" in err["error"], err
+    err = openai_error(post(cls, "/classify", {"input": ["a", "b"]}), 424)
+    assert "score is not finite (input 0)" in err["message"], err
+    err = tei_error(post(cls, "/predict", {"inputs": "a text", "raw_scores": True}), 424)
+    assert "score is not finite" in err["error"], err
+    rr = start_server(model=model_copy(tmp_path, "xlmr-cls-tiny", bias=[inf]))
+    r = post(rr, "/rerank", {"query": "q", "texts": ["a", "b"]})
+    assert r.status_code == 200 and all(x["score"] == 1.0 for x in r.json()), r.text
+    err = tei_error(post(rr, "/rerank", {"query": "q", "texts": ["a"], "raw_scores": True}), 424)
+    assert err["error_type"] == "Backend", err
+    r = post(rr, "/rerank", {"query": "q", "documents": ["a"], "raw_scores": True})
+    assert "score is not finite" in openai_error(r, 424)["message"]
+    assert requests.get(rr.url("/health"), timeout=10).status_code == 200  # still serving
+
+
+def test_multi_label_classify_is_a_sigmoid_per_label(start_server, tmp_path):
+    """problem_type multi_label_classification: Infinity's /classify scores
+    each label with a sigmoid, as Hugging Face's pipeline does; TEI's
+    /predict keeps TEI's softmax."""
+    s = start_server(model=model_copy(tmp_path, "bert-cls-tiny",
+                                      config={"problem_type": "multi_label_classification"}))
+    labels = CLASSIFIER["labels"]
+    texts, logits = CLASSIFIER["texts"][:4], CLASSIFIER["text_logits"][:4]
+    r = post(s, "/classify", {"input": texts})
+    assert r.status_code == 200, r.text
+    for preds, logit in zip(r.json()["data"], logits):
+        want = dict(zip(labels, [sigmoid(x) for x in logit]))
+        assert all(abs(p["score"] - want[p["label"]]) <= MAX_DIFF for p in preds), (preds, want)
+        expect_sorted([p["score"] for p in preds])
+    for text, logit in zip(texts, logits):
+        want = dict(zip(labels, softmax(logit)))
+        preds = post(s, "/predict", {"inputs": text}).json()
+        assert all(abs(p["score"] - want[p["label"]]) <= MAX_DIFF for p in preds)

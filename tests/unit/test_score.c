@@ -5,6 +5,7 @@
  * softmax) against a double-precision reference. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "model/tokenizer.h"
@@ -115,6 +116,69 @@ Test(score, truncation_cuts_to_max_length_on_the_side_asked) {
     tok_free(f.tok);
 }
 
+/* Scratch bytes the tokenizer asks for: normalizing a text takes some
+ * hundred bytes a character (tokenizer.h), so a long text encoded once or
+ * once per pair tells apart. */
+static size_t scratch_bytes;
+static void *counting_realloc(void *p, size_t n) {
+    scratch_bytes += n;
+    return realloc(p, n);
+}
+
+static size_t scratch_bytes_for(const fixture *f, const score_input *in, int32_t n) {
+    tok_set_alloc_funcs(counting_realloc, free);
+    scratch_bytes = 0;
+    embed_refusal r = {0};
+    embed_job *job = score_job_make(&f->s, in, n, true, false, &r);
+    tok_set_alloc_funcs(NULL, NULL);
+    cr_assert_not_null(job, "%s", r.msg);
+    expect_same_as_tokenizer(f, job, in, n, TOK_TRUNCATE_RIGHT);
+    embed_job_release(job);
+    return scratch_bytes;
+}
+
+/* A rerank pairs one query with every document: the query is encoded once
+ * per request, not once per document (a long query times many documents
+ * held the thread that tokenizes for seconds), and each pair is still what
+ * tok_encode_pair gives, cut on either side. */
+Test(score, a_shared_query_is_encoded_once) {
+    fixture f;
+    setup(&f, "tests/golden/pair-bert", 24);
+    char query[4096] = "";
+    while (strlen(query) + 64 < sizeof query)
+        strcat(query, "which city is the capital of France and how large is it today? ");
+    const char *docs[] = {"Paris.",
+                          "Paris is the capital of France, with two million people.",
+                          "Lyon is a city in France.",
+                          "",
+                          "The capital of France is Paris, a city of two million.",
+                          "Berlin",
+                          "Madrid is the capital of Spain.",
+                          "Rome"};
+    score_input in[8];
+    for (int i = 0; i < 8; i++)
+        in[i] = pair(query, docs[i]);
+    const size_t one = scratch_bytes_for(&f, in, 1);
+    const size_t eight = scratch_bytes_for(&f, in, 8);
+    cr_expect_gt(one, 100 * strlen(query), "one pair took %zu scratch bytes", one);
+    /* The seven more documents are short: far less than the query again. */
+    cr_expect_lt(eight, one * 3 / 2, "8 pairs took %zu scratch bytes, one pair %zu", eight, one);
+    embed_refusal r = {0};
+    for (int left = 0; left < 2; left++) {
+        embed_job *job = score_job_make(&f.s, in, 8, true, left, &r);
+        cr_assert_not_null(job, "%s", r.msg);
+        expect_same_as_tokenizer(&f, job, in, 8, left ? TOK_TRUNCATE_LEFT : TOK_TRUNCATE_RIGHT);
+        embed_job_release(job);
+    }
+    /* A query that is not UTF-8 is refused as the first input's text. */
+    const char bad[] = {'o', 'k', (char)0xff, 0};
+    const score_input broken[] = {pair(bad, "x"), pair(bad, "y")};
+    cr_expect_null(score_job_make(&f.s, broken, 2, true, false, &r));
+    cr_expect_eq(r.err, SRV_EBADREQUEST);
+    cr_expect(strstr(r.msg, "input 0 is not valid UTF-8 (byte 2)") != NULL, "%s", r.msg);
+    tok_free(f.tok);
+}
+
 Test(score, refusals) {
     fixture f;
     setup(&f, "tests/golden/xlmr-tiny", 64);
@@ -188,4 +252,20 @@ Test(score, activation_matches_the_reference) {
     score_activate(big, 2, false, out);
     cr_expect(isfinite(out[0]) && isfinite(out[1]));
     cr_expect(fabs(out[0] - 1.0 / (1.0 + exp(-1.0))) < 1e-6);
+}
+
+/* Scores JSON cannot carry: an infinite raw logit, a softmax over one (NaN);
+ * the sigmoid of an infinite logit is 0 or 1, finite. */
+Test(score, scores_that_are_not_finite_are_found) {
+    const float inf = INFINITY;
+    const float three[] = {0.5f, 1.0f, -2.0f, inf, 0.0f, 1.0f};
+    cr_expect_eq(score_first_not_finite(three, 2, 3, false, false), 1);
+    cr_expect_eq(score_first_not_finite(three, 2, 3, true, false), 1);
+    cr_expect_eq(score_first_not_finite(three, 1, 3, false, false), -1);
+    /* A sigmoid per label: finite even for the infinite logit. */
+    cr_expect_eq(score_first_not_finite(three, 2, 3, false, true), -1);
+    const float one[] = {2.0f, -inf, inf, NAN};
+    cr_expect_eq(score_first_not_finite(one, 3, 1, false, false), -1);
+    cr_expect_eq(score_first_not_finite(one, 3, 1, true, false), 1);
+    cr_expect_eq(score_first_not_finite(one, 4, 1, false, false), 3);
 }
