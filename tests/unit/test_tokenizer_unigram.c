@@ -360,6 +360,53 @@ Test(tokenizer_unigram, scratch_from_the_allocator_set) {
     free(text);
 }
 
+/* WordPiece's scratch comes from the allocator set too, the combining-mark
+ * run included: a body of 10000 reorderable marks that strip_accents keeps
+ * (U+1D165, class 216, a spacing mark, so not dropped as Mn; U+0301 would be
+ * dropped at once and never wait in the run) is one run, whose arrays grow
+ * to 16384 12-byte characters each. The peak is within model/tokenizer.h's
+ * bound (72 bytes per input byte plus 28 m + 16 of word scratch), the answer
+ * equals the one made with malloc, and a refusal fails the encode with
+ * TOK_ENOMEM and everything given back. */
+Test(tokenizer_unigram, wordpiece_mark_run_from_the_allocator_set) {
+    enum { MARKS = 10000 };
+    size_t len = 1 + 4 * MARKS;
+    char *text = malloc(len);
+    cr_assert_not_null(text);
+    text[0] = 'a';
+    for (size_t i = 0; i < MARKS; i++)
+        memcpy(text + 1 + 4 * i, "\xf0\x9d\x85\xa5", 4); /* U+1D165 */
+    char err[512] = "";
+    tok_tokenizer *t = NULL;
+    cr_assert_eq(tok_load(&t, "tests/golden/bert-cls-tiny", err, sizeof err), TOK_OK, "%s", err);
+    int32_t want[16], ids[16];
+    tok_output w = {.ids = want, .capacity = 16};
+    cr_assert_eq(tok_encode(t, text, len, 1, &w), TOK_OK);
+
+    tok_set_alloc_funcs(limited_realloc, limited_free);
+    scratch_limit = SIZE_MAX;
+    scratch_peak = 0;
+    tok_output o = {.ids = ids, .capacity = 16};
+    cr_expect_eq(tok_encode(t, text, len, 1, &o), TOK_OK);
+    cr_expect_eq(scratch_live, 0, "%zu bytes left", scratch_live);
+    cr_expect_eq(scratch_blocks, 0);
+    cr_expect_eq(o.n, w.n);
+    cr_expect_arr_eq(ids, want, (size_t)w.n * sizeof *ids);
+    size_t peak = scratch_peak;
+    cr_expect(peak >= 2 * 16384 * 12 && peak <= 72 * len + 28 * 100 + 16,
+              "peak %zu for %zu bytes of marks", peak, len);
+    scratch_limit = peak / 2;
+    cr_expect_eq(tok_encode(t, text, len, 1, &o), TOK_ENOMEM);
+    cr_expect_eq(scratch_live, 0, "%zu bytes left after a refusal", scratch_live);
+    cr_expect_eq(scratch_blocks, 0);
+    tok_set_alloc_funcs(NULL, NULL);
+    printf("tokenizer_unigram: WordPiece, %d marks in one run: scratch peak %zu from the "
+           "allocator set\n",
+           MARKS, peak);
+    tok_free(t);
+    free(text);
+}
+
 Test(tokenizer_unigram, truncation_and_errors) {
     tok_tokenizer *t = load_xlmr();
     const char *text = "Бързата кафява лисица прескача мързеливото куче.";
