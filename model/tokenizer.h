@@ -32,7 +32,8 @@
     X(TOK_ETOOLONG, -3, "input has more tokens than the maximum")                                  \
     X(TOK_ENOMEM, -4, "out of memory")                                                             \
     X(TOK_ELOAD, -5, "cannot load the tokenizer")                                                  \
-    X(TOK_ENOPAIR, -6, "the tokenizer has no template for a pair of texts")
+    X(TOK_ENOPAIR, -6, "the tokenizer has no template for a pair of texts")                        \
+    X(TOK_ECOMPLEX, -7, "input too complex for the tokenizer's Split pattern")
 
 enum {
 #define TOK_ERR_ENUM(name, code, msg) name = code,
@@ -92,6 +93,9 @@ typedef struct tok_output {
  * so the caller can say how long the input is).
  * Invalid UTF-8 (overlong forms, surrogates, > U+10FFFF, cut sequences) gives
  * TOK_EUTF8 and error_at. capacity below tok_num_special() gives TOK_EINVAL.
+ * A Split pattern that backtracks past PCRE2's match or depth limit on this
+ * input gives TOK_ECOMPLEX (the input's fault: a client error); past its
+ * heap limit, TOK_ENOMEM.
  *
  * Memory, WordPiece: besides the caller's arrays, 28 m + 16 bytes of word
  * scratch (m = max_input_chars_per_word), plus, only for runs of reorderable

@@ -491,6 +491,66 @@ Test(tokenizer_unigram, refused_by_name) {
                    "not a SentencePiece charsmap");
 }
 
+/* Writes tokenizer.json in a fresh directory and loads it. */
+static tok_tokenizer *load_json(const char *json) {
+    char dir[] = "/tmp/attn-ug-XXXXXX", path[256], err[512] = "";
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs(json, f);
+    fclose(f);
+    tok_tokenizer *t = NULL;
+    int rc = tok_load(&t, dir, err, sizeof err);
+    unlink(path);
+    rmdir(dir);
+    cr_assert_eq(rc, TOK_OK, "%s", err);
+    return t;
+}
+
+/* A Split pattern that backtracks exponentially, (a+)+b on 30 a's then "cb",
+ * passes PCRE2's match limit: the input is refused as too complex
+ * (TOK_ECOMPLEX, which the routes answer with 422), not as out of memory
+ * (which they answer as the service's failure); a short run still matches. */
+Test(tokenizer_unigram, split_match_limit_is_not_out_of_memory) {
+    tok_tokenizer *t = load_json("{\"model\": {\"type\": \"Unigram\", \"unk_id\": 0, \"vocab\": "
+                                 "[[\"<unk>\", 0], [\"a\", -1], [\"b\", -1], [\"c\", -1]]}, "
+                                 "\"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": "
+                                 "{\"Regex\": \"(a+)+b\"}, \"behavior\": \"Isolated\"}}");
+    int32_t ids[64];
+    tok_output out = {.ids = ids, .capacity = 64};
+    const char *ok = "aaab";
+    cr_expect_eq(tok_encode(t, ok, strlen(ok), 0, &out), TOK_OK);
+    char text[40];
+    memset(text, 'a', 30);
+    memcpy(text + 30, "cb", 2);
+    cr_expect_eq(tok_encode(t, text, 32, 1, &out), TOK_ECOMPLEX);
+    cr_expect_str_eq(tok_strerror(TOK_ECOMPLEX),
+                     "input too complex for the tokenizer's Split pattern");
+    tok_free(t);
+}
+
+/* Split patterns see only LF as a line end, as Oniguruma's ^ and $ do,
+ * whatever newline PCRE2 was built with: "a$" cuts "a\nb" after the a but
+ * not "a\rb", which stays one word and so the one token "a\rb". */
+Test(tokenizer_unigram, split_newline_is_lf) {
+    tok_tokenizer *t =
+        load_json("{\"model\": {\"type\": \"Unigram\", \"unk_id\": 0, \"vocab\": [[\"<unk>\", 0], "
+                  "[\"a\", -5], [\"b\", -5], [\"\\r\", -5], [\"\\n\", -5], [\"a\\rb\", -1], "
+                  "[\"a\\nb\", -1]]}, "
+                  "\"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": \"a$\"}, "
+                  "\"behavior\": \"Isolated\"}}");
+    int32_t ids[16];
+    tok_output out = {.ids = ids, .capacity = 16};
+    cr_assert_eq(tok_encode(t, "a\rb", 3, 0, &out), TOK_OK);
+    cr_expect_eq(out.n, 1);
+    cr_expect_str_eq(tok_id_to_token(t, ids[0]), "a\rb");
+    cr_assert_eq(tok_encode(t, "a\nb", 3, 0, &out), TOK_OK);
+    cr_expect_gt(out.n, 1);
+    cr_expect_str_eq(tok_id_to_token(t, ids[0]), "a");
+    tok_free(t);
+}
+
 /* A hand-made model: byte fallback, the Viterbi choice, unk fusion. */
 Test(tokenizer_unigram, byte_fallback_and_unk) {
     char dir[] = "/tmp/attn-ug-XXXXXX", path[256], err[512] = "";
