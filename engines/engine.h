@@ -35,10 +35,24 @@
 #include "model/bert.h"
 #include "model/encoder.h"
 
-/* Bumped whenever engine_iface, engine_options, engine_batch or
- * engine_plugin change in any way; a plugin built against another value is
- * refused. */
+/* Bumped whenever anything a plugin is built against changes in any way:
+ * engine_iface, engine_options, engine_batch and engine_plugin, and the
+ * structs they hand over, encoder_info (model/encoder.h), bert_stage_ns
+ * (model/bert.h), attn_backend, attn_problem and attn_shape
+ * (kernels/attention.h) and attn_parallel (kernels/parallel.h). A plugin
+ * built against another value is refused. */
 #define ENGINE_API_VERSION 2
+
+/* The sizes the plugins of this version were built with (x86-64, the one
+ * target). A size change here means a layout plugins do not share: bump
+ * ENGINE_API_VERSION, then update the assert. (A change that keeps the size,
+ * a field renamed or reordered, needs the bump all the same.) */
+_Static_assert(sizeof(encoder_info) == 112, "encoder_info changed: bump ENGINE_API_VERSION");
+_Static_assert(sizeof(bert_stage_ns) == 64, "bert_stage_ns changed: bump ENGINE_API_VERSION");
+_Static_assert(sizeof(attn_backend) == 64, "attn_backend changed: bump ENGINE_API_VERSION");
+_Static_assert(sizeof(attn_problem) == 104, "attn_problem changed: bump ENGINE_API_VERSION");
+_Static_assert(sizeof(attn_shape) == 24, "attn_shape changed: bump ENGINE_API_VERSION");
+_Static_assert(sizeof(attn_parallel) == 24, "attn_parallel changed: bump ENGINE_API_VERSION");
 
 /* The one symbol a plugin exports: `const engine_plugin attnserve_engine_plugin`. */
 #define ENGINE_PLUGIN_SYMBOL "attnserve_engine_plugin"

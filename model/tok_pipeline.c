@@ -763,8 +763,17 @@ static int split_find(const pretok *p, const char *s, size_t n, pcre2_match_data
         int rc = pcre2_match(p->re, (PCRE2_SPTR)s, n, at, PCRE2_NO_UTF_CHECK, md, mc);
         if (rc == PCRE2_ERROR_NOMATCH)
             break;
+        /* Past SPLIT_HEAP_LIMIT_KIB, or a frame the allocator refused: out of
+         * memory, as any other refused scratch. Past the match or depth limit
+         * (the pattern backtracks more on this input than PCRE2 allows): the
+         * input's, not the service's. No other error is expected (the
+         * subject is UTF-8 built here, the arguments are ours). */
+        if (rc == PCRE2_ERROR_HEAPLIMIT || rc == PCRE2_ERROR_NOMEMORY)
+            return TOK_ENOMEM;
+        if (rc == PCRE2_ERROR_MATCHLIMIT || rc == PCRE2_ERROR_DEPTHLIMIT)
+            return TOK_ECOMPLEX;
         if (rc < 0)
-            return TOK_ENOMEM; /* the heap or match limit: see split_limits */
+            return TOK_EINVAL;
         const PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
         size_t ms = ov[0], me = ov[1];
         if (ms == me && last_end == me) {
@@ -1266,11 +1275,17 @@ static int load_split(pretok *p, json_t *pt, const char *file, char *err, size_t
         }
         i++;
     }
-    int code;
-    PCRE2_SIZE at;
+    int code = PCRE2_ERROR_NOMEMORY;
+    PCRE2_SIZE at = 0;
     uint32_t opts = PCRE2_UTF | (src == lit ? PCRE2_LITERAL : PCRE2_UCP | PCRE2_MULTILINE);
-    p->re = pcre2_compile((PCRE2_SPTR)json_string_value(src), json_string_length(src), opts, &code,
-                          &at, NULL);
+    /* Oniguruma's ^ and $ see only LF as a line end; PCRE2's default is the
+     * library build's choice (CR, CRLF, ANY... are all possible), so the
+     * convention is set here rather than inherited. */
+    pcre2_compile_context *cc = pcre2_compile_context_create(NULL);
+    if (cc && pcre2_set_newline(cc, PCRE2_NEWLINE_LF) == 0)
+        p->re = pcre2_compile((PCRE2_SPTR)json_string_value(src), json_string_length(src), opts,
+                              &code, &at, cc);
+    pcre2_compile_context_free(cc);
     if (!p->re) {
         PCRE2_UCHAR msg[160];
         pcre2_get_error_message(code, msg, sizeof msg);

@@ -743,19 +743,21 @@ static void flush_run(enc_state *s) {
 static int run_push(enc_state *s, norm_cp c) {
     if (s->run_len == s->run_cap) {
         /* Past the inline arrays both move to the heap together; only run
-         * holds anything to keep. */
+         * holds anything to keep. The run grows with the input (a body of
+         * marks is one run), so it comes from the scratch allocator that
+         * charges the request's budget, like every other encode scratch. */
         size_t cap = s->run_cap * 2;
-        norm_cp *run = malloc(cap * sizeof *run);
-        norm_cp *tmp = malloc(cap * sizeof *tmp);
+        norm_cp *run = tok_scratch_realloc(NULL, cap * sizeof *run);
+        norm_cp *tmp = tok_scratch_realloc(NULL, cap * sizeof *tmp);
         if (!run || !tmp) {
-            free(run);
-            free(tmp);
+            tok_scratch_free(run);
+            tok_scratch_free(tmp);
             return TOK_ENOMEM;
         }
         memcpy(run, s->run, s->run_len * sizeof *run);
         if (s->run != s->run_inline) {
-            free(s->run);
-            free(s->run_tmp);
+            tok_scratch_free(s->run);
+            tok_scratch_free(s->run_tmp);
         }
         s->run = run;
         s->run_tmp = tmp;
@@ -888,7 +890,7 @@ static int wp_encode(const wp_model *t, const char *text, size_t len, int trunca
     /* One allocation for the word scratch, sized by max_input_chars_per_word. */
     size_t bytes = (m + 1) * sizeof(word_char) + (m + 1) * sizeof(uint32_t) + m * sizeof(int32_t) +
                    m * sizeof(uint32_t) + 4 * m;
-    char *scratch = malloc(bytes);
+    char *scratch = tok_scratch_realloc(NULL, bytes);
     if (!scratch)
         return TOK_ENOMEM;
     s.chars = (word_char *)scratch;
@@ -899,10 +901,10 @@ static int wp_encode(const wp_model *t, const char *text, size_t len, int trunca
 
     int rc = encode_text(&s, text ? text : "", len);
     if (s.run != s.run_inline)
-        free(s.run);
+        tok_scratch_free(s.run);
     if (s.run_tmp != s.run_tmp_inline)
-        free(s.run_tmp);
-    free(scratch);
+        tok_scratch_free(s.run_tmp);
+    tok_scratch_free(scratch);
     if (rc)
         return rc;
 

@@ -32,7 +32,8 @@
     X(TOK_ETOOLONG, -3, "input has more tokens than the maximum")                                  \
     X(TOK_ENOMEM, -4, "out of memory")                                                             \
     X(TOK_ELOAD, -5, "cannot load the tokenizer")                                                  \
-    X(TOK_ENOPAIR, -6, "the tokenizer has no template for a pair of texts")
+    X(TOK_ENOPAIR, -6, "the tokenizer has no template for a pair of texts")                        \
+    X(TOK_ECOMPLEX, -7, "input too complex for the tokenizer's Split pattern")
 
 enum {
 #define TOK_ERR_ENUM(name, code, msg) name = code,
@@ -92,16 +93,20 @@ typedef struct tok_output {
  * so the caller can say how long the input is).
  * Invalid UTF-8 (overlong forms, surrogates, > U+10FFFF, cut sequences) gives
  * TOK_EUTF8 and error_at. capacity below tok_num_special() gives TOK_EINVAL.
+ * A Split pattern that backtracks past PCRE2's match or depth limit on this
+ * input gives TOK_ECOMPLEX (the input's fault: a client error); past its
+ * heap limit, TOK_ENOMEM.
  *
- * Memory, WordPiece: besides the caller's arrays, O(max_input_chars_per_word)
- * scratch, plus, only for runs of reorderable combining marks that
- * strip_accents keeps, 16 bytes per mark of the longest such run (at most 16
- * bytes per input byte). Unigram and BPE normalize the text between two
- * added tokens whole, as the library does (tok_pipeline.c): with N the
- * normalized characters of that text and W those of its longest word, at
- * most 208 N + 200 W bytes (four arrays of 12-byte characters, the word
- * bounds and three of 8-byte changes, each grown by doubling; the word's
- * bytes, lattice or merge queue). N is at most len times the normalizers'
+ * Memory, WordPiece: besides the caller's arrays, 28 m + 16 bytes of word
+ * scratch (m = max_input_chars_per_word), plus, only for runs of reorderable
+ * combining marks that strip_accents keeps, at most 72 bytes per mark of the
+ * longest such run (two arrays of 12-byte characters grown by doubling, old
+ * and new both live while one grows); NFD yields at most one mark per input
+ * byte (U+01D5 is 2 bytes and 2 marks), so at most 72 bytes per input byte. Unigram and BPE
+ * normalize the text between two added tokens whole, as the library does (tok_pipeline.c): with N
+ * the normalized characters of that text and W those of its longest word, at most 208 N + 200 W
+ * bytes (four arrays of 12-byte characters, the word bounds and three of 8-byte changes, each grown
+ * by doubling; the word's bytes, lattice or merge queue). N is at most len times the normalizers'
  * growth (a charsmap rule's longest right side, 3 for Lowercase, a Replace's
  * content, 6 characters per input byte for NFKC/NFKD (U+FDFA, 3 bytes, is 18
  * characters), 1.5 for NFC/NFD) times 2 for Metaspace or 8 for ByteLevel; for
@@ -114,7 +119,8 @@ typedef struct tok_output {
 int tok_encode(const tok_tokenizer *t, const char *text, size_t len, int truncate, tok_output *out);
 
 /* Where tok_encode takes its scratch from (Unigram and BPE: the normalized
- * text, the words, the lattice or merge queue, PCRE2's match frames): realloc
+ * text, the words, the lattice or merge queue, PCRE2's match frames;
+ * WordPiece: the word scratch and the combining-mark run; bounds above): realloc
  * and free unless set. The service points it at its request-memory budget,
  * so a refused block fails that encode with TOK_ENOMEM instead of being
  * allocated outside the bound. Set it before any tok_encode runs; blocks

@@ -148,7 +148,12 @@ def main():
     pool = []
 
     def pool_add(seq):
+        # model/unicode_norm.h stores a decomposition as a uint16_t offset
+        # into uni_norm_pool and a uint8_t length: a table that outgrew them
+        # would wrap silently in the C initializers, so refuse to write it.
         at = len(pool)
+        assert at + len(seq) <= 0xFFFF + 1, f"uni_norm_pool past uint16_t offsets ({at + len(seq)})"
+        assert len(seq) <= 0xFF, f"a decomposition of {len(seq)} code points past uint8_t length"
         pool.extend(seq)
         return at
 

@@ -254,6 +254,8 @@ static json_t *text_ids(const compat_api *c, size_t i, const char *text, size_t 
                (int)n_full, (int)max);
     else if (rc == TOK_EUTF8)
         refuse(r, SRV_EBADREQUEST, "input %zu is not valid UTF-8 (byte %zu)", i, error_at);
+    else if (rc == TOK_ECOMPLEX)
+        refuse(r, SRV_EINVALID, "input %zu: %s", i, tok_strerror(rc));
     else if (rc != TOK_OK)
         refuse(r, rc == TOK_ENOMEM ? SRV_EMEMORY : SRV_EINTERNAL, "tokenizer: %s",
                tok_strerror(rc));
@@ -854,6 +856,8 @@ static json_t *llama_tokens(const compat_api *c, json_t *root, refusal *r) {
     json_t *out = NULL;
     if (rc == TOK_EUTF8)
         refuse(r, SRV_EBADREQUEST, "content is not valid UTF-8 (byte %zu)", o.error_at);
+    else if (rc == TOK_ECOMPLEX)
+        refuse(r, SRV_EINVALID, "content: %s", tok_strerror(rc));
     else if (rc != TOK_OK)
         refuse(r, rc == TOK_ENOMEM ? SRV_EMEMORY : SRV_EINTERNAL, "tokenizer: %s",
                tok_strerror(rc));

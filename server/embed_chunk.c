@@ -270,6 +270,8 @@ static int tok_refusal(int rc, int32_t d, size_t error_at, embed_refusal *r) {
     if (rc == TOK_EUTF8)
         return refuse(r, SRV_EBADREQUEST, "input %d is not valid UTF-8 (byte %zu)", (int)d,
                       error_at);
+    if (rc == TOK_ECOMPLEX)
+        return refuse(r, SRV_EINVALID, "input %d: %s", (int)d, tok_strerror(rc));
     if (rc == TOK_ENOMEM)
         return refuse(r, SRV_EINTERNAL, "out of memory");
     return refuse(r, SRV_EINTERNAL, "tokenizer: %s", tok_strerror(rc));

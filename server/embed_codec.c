@@ -196,6 +196,8 @@ static int tokenize_text(const embed_api *api, embed_job *job, int32_t i, json_t
         return refuse(r, SRV_EINVALID,
                       "input %d has %d tokens; max_seq_length is %d and truncation is off", (int)i,
                       (int)n_full, (int)max_len);
+    if (rc == TOK_ECOMPLEX)
+        return refuse(r, SRV_EINVALID, "input %d: %s", (int)i, tok_strerror(rc));
     if (rc == TOK_ENOMEM)
         return refuse(r, SRV_EINTERNAL, "out of memory");
     if (rc != TOK_OK)
@@ -650,6 +652,8 @@ static json_t *tokenize_one(const embed_api *api, int32_t i, json_t *in, bool sp
     json_t *out = NULL;
     if (rc == TOK_EUTF8)
         refuse(r, SRV_EBADREQUEST, "input %d is not valid UTF-8 (byte %zu)", (int)i, o.error_at);
+    else if (rc == TOK_ECOMPLEX)
+        refuse(r, SRV_EINVALID, "input %d: %s", (int)i, tok_strerror(rc));
     else if (rc != TOK_OK)
         refuse(r, SRV_EINTERNAL, "tokenizer: %s", tok_strerror(rc));
     else if (!(out = json_array()))

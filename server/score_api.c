@@ -208,6 +208,8 @@ static int tokenize(const score_api *s, embed_job *job, int32_t i, const score_i
         return refuse(r, SRV_EINVALID,
                       "the model's tokenizer has no template for a pair of texts (its "
                       "post_processor has no \"pair\")");
+    if (rc == TOK_ECOMPLEX)
+        return refuse(r, SRV_EINVALID, "input %d: %s", (int)i, tok_strerror(rc));
     if (rc == TOK_ENOMEM)
         return refuse(r, SRV_EMEMORY, "out of memory");
     if (rc != TOK_OK)

@@ -1,5 +1,5 @@
-"""The Unigram/BPE tokenizer's scratch is charged to the request-memory
-budget (max_request_memory_bytes) end to end.
+"""The tokenizers' scratch (Unigram/BPE, and WordPiece's mark run below) is
+charged to the request-memory budget (max_request_memory_bytes) end to end.
 
 The pipeline normalizes the text between added tokens whole, as Hugging
 Face `tokenizers` does, with about 208 bytes of scratch per normalized
@@ -43,4 +43,27 @@ def test_a_large_input_is_refused_not_allocated(start_server):
                       timeout=60)
     assert r.status_code == 200, r.text[:300]
     assert len(r.json()[0]) == 64
+    assert srv.metric("attnserve_request_memory_bytes") == 0
+
+
+def test_a_wordpiece_run_of_marks_is_charged(start_server):
+    """WordPiece's combining-mark run is scratch of the same budget: a body
+    of 1,000,000 U+1D165 (a spacing mark of class 216 that strip_accents
+    keeps, so all of it waits in one run) grows the run's two arrays to a
+    million 12-byte characters each, about 38 MB while the last doubling
+    holds old and new: past a 32 MiB budget, so the 413, where an uncharged
+    run would have been answered. Served with the default WordPiece model
+    (uncased, so strip_accents)."""
+    srv = start_server(max_request_memory_bytes=BUDGET, max_body_bytes=2 * MAX_BODY)
+    marks = "a" + "\U0001D165" * 1000000  # 4 MB of UTF-8
+    body = json.dumps({"inputs": [marks], "truncate": True}, ensure_ascii=False).encode()
+    r = requests.post(srv.url("/embed"), data=body, headers=JSON, timeout=120)
+    assert r.status_code == 413, (r.status_code, r.text[:300])
+    assert "max_request_memory_bytes" in r.json()["error"]
+    assert srv.metric("attnserve_request_memory_bytes") == 0
+
+    # 20,000 marks need about 1.5 MB of run: answered, one [UNK] word.
+    small = json.dumps({"inputs": ["a" + "\U0001D165" * 20000]}, ensure_ascii=False).encode()
+    r = requests.post(srv.url("/embed"), data=small, headers=JSON, timeout=60)
+    assert r.status_code == 200, r.text[:300]
     assert srv.metric("attnserve_request_memory_bytes") == 0

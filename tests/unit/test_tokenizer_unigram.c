@@ -360,6 +360,53 @@ Test(tokenizer_unigram, scratch_from_the_allocator_set) {
     free(text);
 }
 
+/* WordPiece's scratch comes from the allocator set too, the combining-mark
+ * run included: a body of 10000 reorderable marks that strip_accents keeps
+ * (U+1D165, class 216, a spacing mark, so not dropped as Mn; U+0301 would be
+ * dropped at once and never wait in the run) is one run, whose arrays grow
+ * to 16384 12-byte characters each. The peak is within model/tokenizer.h's
+ * bound (72 bytes per input byte plus 28 m + 16 of word scratch), the answer
+ * equals the one made with malloc, and a refusal fails the encode with
+ * TOK_ENOMEM and everything given back. */
+Test(tokenizer_unigram, wordpiece_mark_run_from_the_allocator_set) {
+    enum { MARKS = 10000 };
+    size_t len = 1 + 4 * MARKS;
+    char *text = malloc(len);
+    cr_assert_not_null(text);
+    text[0] = 'a';
+    for (size_t i = 0; i < MARKS; i++)
+        memcpy(text + 1 + 4 * i, "\xf0\x9d\x85\xa5", 4); /* U+1D165 */
+    char err[512] = "";
+    tok_tokenizer *t = NULL;
+    cr_assert_eq(tok_load(&t, "tests/golden/bert-cls-tiny", err, sizeof err), TOK_OK, "%s", err);
+    int32_t want[16], ids[16];
+    tok_output w = {.ids = want, .capacity = 16};
+    cr_assert_eq(tok_encode(t, text, len, 1, &w), TOK_OK);
+
+    tok_set_alloc_funcs(limited_realloc, limited_free);
+    scratch_limit = SIZE_MAX;
+    scratch_peak = 0;
+    tok_output o = {.ids = ids, .capacity = 16};
+    cr_expect_eq(tok_encode(t, text, len, 1, &o), TOK_OK);
+    cr_expect_eq(scratch_live, 0, "%zu bytes left", scratch_live);
+    cr_expect_eq(scratch_blocks, 0);
+    cr_expect_eq(o.n, w.n);
+    cr_expect_arr_eq(ids, want, (size_t)w.n * sizeof *ids);
+    size_t peak = scratch_peak;
+    cr_expect(peak >= 2 * 16384 * 12 && peak <= 72 * len + 28 * 100 + 16,
+              "peak %zu for %zu bytes of marks", peak, len);
+    scratch_limit = peak / 2;
+    cr_expect_eq(tok_encode(t, text, len, 1, &o), TOK_ENOMEM);
+    cr_expect_eq(scratch_live, 0, "%zu bytes left after a refusal", scratch_live);
+    cr_expect_eq(scratch_blocks, 0);
+    tok_set_alloc_funcs(NULL, NULL);
+    printf("tokenizer_unigram: WordPiece, %d marks in one run: scratch peak %zu from the "
+           "allocator set\n",
+           MARKS, peak);
+    tok_free(t);
+    free(text);
+}
+
 Test(tokenizer_unigram, truncation_and_errors) {
     tok_tokenizer *t = load_xlmr();
     const char *text = "Бързата кафява лисица прескача мързеливото куче.";
@@ -442,6 +489,66 @@ Test(tokenizer_unigram, refused_by_name) {
     expect_refused("{" UG_MODEL ", \"normalizer\": {\"type\": \"Precompiled\", "
                    "\"precompiled_charsmap\": \"AAAA\"}}",
                    "not a SentencePiece charsmap");
+}
+
+/* Writes tokenizer.json in a fresh directory and loads it. */
+static tok_tokenizer *load_json(const char *json) {
+    char dir[] = "/tmp/attn-ug-XXXXXX", path[256], err[512] = "";
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs(json, f);
+    fclose(f);
+    tok_tokenizer *t = NULL;
+    int rc = tok_load(&t, dir, err, sizeof err);
+    unlink(path);
+    rmdir(dir);
+    cr_assert_eq(rc, TOK_OK, "%s", err);
+    return t;
+}
+
+/* A Split pattern that backtracks exponentially, (a+)+b on 30 a's then "cb",
+ * passes PCRE2's match limit: the input is refused as too complex
+ * (TOK_ECOMPLEX, which the routes answer with 422), not as out of memory
+ * (which they answer as the service's failure); a short run still matches. */
+Test(tokenizer_unigram, split_match_limit_is_not_out_of_memory) {
+    tok_tokenizer *t = load_json("{\"model\": {\"type\": \"Unigram\", \"unk_id\": 0, \"vocab\": "
+                                 "[[\"<unk>\", 0], [\"a\", -1], [\"b\", -1], [\"c\", -1]]}, "
+                                 "\"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": "
+                                 "{\"Regex\": \"(a+)+b\"}, \"behavior\": \"Isolated\"}}");
+    int32_t ids[64];
+    tok_output out = {.ids = ids, .capacity = 64};
+    const char *ok = "aaab";
+    cr_expect_eq(tok_encode(t, ok, strlen(ok), 0, &out), TOK_OK);
+    char text[40];
+    memset(text, 'a', 30);
+    memcpy(text + 30, "cb", 2);
+    cr_expect_eq(tok_encode(t, text, 32, 1, &out), TOK_ECOMPLEX);
+    cr_expect_str_eq(tok_strerror(TOK_ECOMPLEX),
+                     "input too complex for the tokenizer's Split pattern");
+    tok_free(t);
+}
+
+/* Split patterns see only LF as a line end, as Oniguruma's ^ and $ do,
+ * whatever newline PCRE2 was built with: "a$" cuts "a\nb" after the a but
+ * not "a\rb", which stays one word and so the one token "a\rb". */
+Test(tokenizer_unigram, split_newline_is_lf) {
+    tok_tokenizer *t =
+        load_json("{\"model\": {\"type\": \"Unigram\", \"unk_id\": 0, \"vocab\": [[\"<unk>\", 0], "
+                  "[\"a\", -5], [\"b\", -5], [\"\\r\", -5], [\"\\n\", -5], [\"a\\rb\", -1], "
+                  "[\"a\\nb\", -1]]}, "
+                  "\"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": \"a$\"}, "
+                  "\"behavior\": \"Isolated\"}}");
+    int32_t ids[16];
+    tok_output out = {.ids = ids, .capacity = 16};
+    cr_assert_eq(tok_encode(t, "a\rb", 3, 0, &out), TOK_OK);
+    cr_expect_eq(out.n, 1);
+    cr_expect_str_eq(tok_id_to_token(t, ids[0]), "a\rb");
+    cr_assert_eq(tok_encode(t, "a\nb", 3, 0, &out), TOK_OK);
+    cr_expect_gt(out.n, 1);
+    cr_expect_str_eq(tok_id_to_token(t, ids[0]), "a");
+    tok_free(t);
 }
 
 /* A hand-made model: byte fallback, the Viterbi choice, unk fusion. */
