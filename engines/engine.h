@@ -47,12 +47,14 @@
  * target). A size change here means a layout plugins do not share: bump
  * ENGINE_API_VERSION, then update the assert. (A change that keeps the size,
  * a field renamed or reordered, needs the bump all the same.) */
+#if UINTPTR_MAX == 0xffffffffffffffffu /* the sizes below are LP64's */
 _Static_assert(sizeof(encoder_info) == 112, "encoder_info changed: bump ENGINE_API_VERSION");
 _Static_assert(sizeof(bert_stage_ns) == 64, "bert_stage_ns changed: bump ENGINE_API_VERSION");
 _Static_assert(sizeof(attn_backend) == 64, "attn_backend changed: bump ENGINE_API_VERSION");
 _Static_assert(sizeof(attn_problem) == 104, "attn_problem changed: bump ENGINE_API_VERSION");
 _Static_assert(sizeof(attn_shape) == 24, "attn_shape changed: bump ENGINE_API_VERSION");
 _Static_assert(sizeof(attn_parallel) == 24, "attn_parallel changed: bump ENGINE_API_VERSION");
+#endif
 
 /* The one symbol a plugin exports: `const engine_plugin attnserve_engine_plugin`. */
 #define ENGINE_PLUGIN_SYMBOL "attnserve_engine_plugin"

@@ -10,7 +10,8 @@
 # minutes under TSan; test_clients_racing_their_answers races the same paths.
 TSAN_HTTP_TESTS := (catalogue and (racing or slowloris or max_connections or pipelined \
                    or chunked or received_in_full)) or test_connections \
-                   or ambiguous_framing_directly
+                   or ambiguous_framing_directly or offloaded \
+                   or client_gone_during_tokenization
 
 .PHONY: tsan-http
 tsan-http:
