@@ -4,7 +4,9 @@
 #                    connection watch thread, the cancel of a parked request
 #                    and its resume against it, the drain's linger, idle
 #                    connections evicted at max_connections and the framing
-#                    checks; any report fails the run
+#                    checks, and the tokenization thread (embed_offload.h)
+#                    taking large bodies and clients gone during it; any
+#                    report fails the run
 #                    (tests/e2e/conftest.py checks every server's log).
 # The disconnect-while-queued test itself is left out: its slow batches take
 # minutes under TSan; test_clients_racing_their_answers races the same paths.
