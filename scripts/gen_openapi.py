@@ -151,7 +151,9 @@ SCHEMAS = {
             "max_tokens": {"type": ["integer", "null"], "minimum": 1,
                            "description": "Default and ceiling: max_seq_length."},
             "overlap": {"type": ["integer", "null"], "minimum": 0, "default": 0,
-                        "description": "Below max_tokens minus the special tokens."},
+                        "description": "At most half of max_tokens minus the special "
+                                       "tokens (422 beyond); a request's chunks number at "
+                                       "most max_inputs_per_request (422 beyond)."},
             "document_vector": {"enum": ["none", "mean", "token_weighted", None],
                                 "default": "mean",
                                 "description": "How the chunk vectors make the input's "

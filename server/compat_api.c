@@ -427,13 +427,18 @@ static json_t *floats(const float *v, size_t n) {
  * model's default one included, rather than dropped silently. */
 static embed_job *tei_chunk_job(const compat_api *c, json_t *inputs, json_t *chunking,
                                 const text_opts *o, bool normalize, refusal *r) {
+    embed_refusal er = {0};
+    /* A classifier is refused before its chunking is read, as unchunked. */
+    if (embed_check_task(c->eapi, &er) != SRV_OK) {
+        refuse(r, er.err, "%s", er.msg);
+        return NULL;
+    }
     if (o->prompt && *o->prompt) {
         refuse(r, SRV_EINVALID,
                "chunking does not apply a prompt (prompt_name, or the model's default prompt)");
         return NULL;
     }
     embed_chunking ch;
-    embed_refusal er = {0};
     embed_job *job = embed_chunking_parse(c->eapi, chunking, &ch, &er) == SRV_OK
                          ? embed_chunk_job(c->eapi, "inputs", inputs, &ch, &er)
                          : NULL;

@@ -69,11 +69,17 @@ int embed_chunking_parse(const embed_api *api, const json_t *v, embed_chunking *
     const int32_t window = out->max_tokens - specials;
     if (want_int(ov, "overlap", 0, INT32_MAX, &out->overlap, r) != SRV_OK)
         return r->err;
-    if (out->overlap >= window)
+    /* At most half a window of overlap: a chunk ends in its window's last
+     * quarter (or at its end), so the next one starts at least a quarter of
+     * a window further on, and the forward runs at most about four times the
+     * document's tokens (twice when chunks end at full windows). A larger
+     * overlap advances a handful of tokens a chunk and multiplies the work
+     * by up to the window's length. */
+    if (out->overlap > window / 2)
         return refuse(r, SRV_EINVALID,
-                      "chunking.overlap is %d; it must be below max_tokens %d minus the %d "
-                      "special tokens, %d",
-                      (int)out->overlap, (int)out->max_tokens, (int)specials, (int)window);
+                      "chunking.overlap is %d; it must be at most half of max_tokens %d minus "
+                      "the %d special tokens, %d",
+                      (int)out->overlap, (int)out->max_tokens, (int)specials, (int)(window / 2));
     if (dv && !json_is_null(dv)) {
         const char *s = json_string_value(dv);
         if (s && strcmp(s, "none") == 0)
@@ -195,6 +201,7 @@ static int32_t next_start(const char *t, size_t len, const tok_span *sp, int32_t
 typedef struct builder {
     embed_job *job;
     int32_t cap_chunks; /* allocated: cu (cap + 1), spans (2 cap) */
+    int64_t max_chunks; /* max_inputs_per_request */
 } builder;
 
 static int grow_ids(embed_job *job, size_t need, embed_refusal *r) {
@@ -215,6 +222,17 @@ static int grow_ids(embed_job *job, size_t need, embed_refusal *r) {
 static int add_chunk(builder *b, const int32_t *ids, int32_t n, uint32_t start, uint32_t stop,
                      embed_refusal *r) {
     embed_job *job = b->job;
+    /* A request's chunks are its inputs: at most max_inputs_per_request of
+     * them, so a chunked request costs no more forward tokens than a plain
+     * one may (that many inputs of max_seq_length tokens), whatever the
+     * document's size and the overlap. */
+    if (job->n >= b->max_chunks)
+        return refuse(r, SRV_EINVALID,
+                      "the documents make more than %lld chunks (the next would end at byte "
+                      "%u of its document); chunks are inputs and max_inputs_per_request is "
+                      "%lld: ask for a larger chunking.max_tokens, a smaller overlap or fewer "
+                      "documents",
+                      (long long)b->max_chunks, (unsigned)stop, (long long)b->max_chunks);
     if (job->n == b->cap_chunks) {
         const int32_t cap = b->cap_chunks ? 2 * b->cap_chunks : 16;
         int32_t *cu = membudget_realloc(job->cu, ((size_t)cap + 1) * sizeof *cu);
@@ -352,6 +370,8 @@ done:
 
 embed_job *embed_chunk_job(const embed_api *api, const char *field, json_t *in,
                            const embed_chunking *c, embed_refusal *r) {
+    if (embed_check_task(api, r) != SRV_OK)
+        return NULL;
     r->param = field;
     size_t n_docs = 1;
     if (!in) {
@@ -384,7 +404,7 @@ embed_job *embed_chunk_job(const embed_api *api, const char *field, json_t *in,
     }
     embed_job *job = membudget_calloc(1, sizeof *job);
     int32_t *scratch = membudget_malloc((size_t)c->max_tokens * sizeof *scratch);
-    builder b = {.job = job};
+    builder b = {.job = job, .max_chunks = atomic_load(&api->max_inputs_per_request)};
     if (!job || !scratch || !(job->cu = membudget_calloc(1, sizeof *job->cu)) ||
         !(job->doc_cu = membudget_calloc(n_docs + 1, sizeof *job->doc_cu))) {
         refuse(r, SRV_EINTERNAL, "out of memory");

@@ -22,7 +22,10 @@
  * request's ids.
  *
  * Bounds. A document has at most max_document_tokens tokens (413 beyond,
- * with both numbers); every array is charged to the request-memory budget,
+ * with both numbers); overlap is at most half the window (so the forward
+ * runs at most about four times the document's tokens) and a request's
+ * chunks number at most max_inputs_per_request (422 beyond, with the
+ * numbers: chunks are the request's inputs); every array is charged to the request-memory budget,
  * which refuses with 413 (could never fit) or 503 (busy). */
 #ifndef ATTN_EMBED_CHUNK_H
 #define ATTN_EMBED_CHUNK_H
@@ -42,7 +45,7 @@ typedef enum embed_doc_vector {
 
 typedef struct embed_chunking {
     int32_t max_tokens; /* tokens of a chunk, special tokens included */
-    int32_t overlap;    /* tokens consecutive chunks share; < max_tokens - specials */
+    int32_t overlap;    /* tokens consecutive chunks share; <= (max_tokens - specials) / 2 */
     embed_doc_vector doc_vector;
 } embed_chunking;
 

@@ -238,6 +238,19 @@ static int take_ids(const embed_api *api, embed_job *job, int32_t i, json_t *arr
     return SRV_OK;
 }
 
+/* A classifier's forward answers logits, not a vector to embed with: every
+ * embedding route refuses it with TEI's status for a model that does not do
+ * the task (424). */
+int embed_check_task(const embed_api *api, refusal *r) {
+    if (api->model->task == ENCODER_TASK_EMBED)
+        return SRV_OK;
+    return refuse(r, SRV_ETASK,
+                  "Model is not an embedding model: %s is a classifier (%s, %d labels); it answers "
+                  "/predict, /rerank, /classify and /v1/rerank, not embeddings",
+                  api->model_name ? api->model_name : "", api->model->architecture,
+                  (int)api->model->num_labels);
+}
+
 /* A new job with every input of `in` tokenized (or taken as ids), checked
  * against the limits, and its output allocated. */
 static embed_job *make_job(const embed_api *api, const char *field, json_t *in, bool allow_ids,
@@ -245,17 +258,8 @@ static embed_job *make_job(const embed_api *api, const char *field, json_t *in, 
     int kind = IN_TEXTS;
     int32_t n = 0;
     json_t *list = NULL;
-    /* A classifier's forward answers logits, not a vector to embed with:
-     * every embedding route refuses it with TEI's status for a model that
-     * does not do the task (424). */
-    if (api->model->task != ENCODER_TASK_EMBED) {
-        refuse(r, SRV_ETASK,
-               "Model is not an embedding model: %s is a classifier (%s, %d labels); it answers "
-               "/predict, /rerank, /classify and /v1/rerank, not embeddings",
-               api->model_name ? api->model_name : "", api->model->architecture,
-               (int)api->model->num_labels);
+    if (embed_check_task(api, r) != SRV_OK)
         return NULL;
-    }
     /* Every refusal from here on is about the inputs. */
     r->param = field;
     if (classify(api, field, in, allow_ids, &kind, &n, &list, r) != SRV_OK)
@@ -392,6 +396,8 @@ static embed_job *decode_openai(const embed_api *api, json_t *root, refusal *r) 
         r->param = "dimensions";
         return NULL;
     }
+    if (embed_check_task(api, r) != SRV_OK)
+        return NULL;
     embed_chunking ch;
     if (chunking && !json_is_null(chunking) &&
         embed_chunking_parse(api, chunking, &ch, r) != SRV_OK)
@@ -453,6 +459,8 @@ static embed_job *decode_tei(const embed_api *api, json_t *root, refusal *r) {
                "truncation_direction must be \"Left\" or \"Right\"");
         return NULL;
     }
+    if (embed_check_task(api, r) != SRV_OK)
+        return NULL;
     embed_chunking ch;
     if (chunking && !json_is_null(chunking) &&
         embed_chunking_parse(api, chunking, &ch, r) != SRV_OK)

@@ -87,6 +87,12 @@ typedef struct embed_refusal {
 embed_job *embed_api_decode_refusal(const embed_api *api, embed_route route, json_t *root,
                                     embed_refusal *r);
 
+/* SRV_OK when the served model embeds; otherwise SRV_ETASK (TEI's 424 for a
+ * model that does not do the task) with the message in r. Every embedding
+ * route calls it before reading its inputs or its chunking, so a classifier
+ * is refused the same way whatever else the request asks. */
+int embed_check_task(const embed_api *api, embed_refusal *r);
+
 /* Whether name[0, len) is the served model's name or one of its aliases. */
 bool embed_model_known(const embed_api *api, const char *name, size_t len);
 /* What job holds of the request-memory budget. */

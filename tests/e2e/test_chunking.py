@@ -305,6 +305,60 @@ def test_bounds_and_errors(start_server):
     assert r.status_code == 200, r.text[:300]
 
 
+@pytest.mark.parametrize("name", ["bert-cls-tiny", "xlmr-cls-tiny"])
+def test_a_classifier_is_refused_chunked_or_not(start_server, name):
+    # A classifier's forward answers logits: every embedding route refuses it
+    # with 424, in its own shape, before it reads the chunking (so a chunking
+    # it would refuse changes nothing).
+    s = start_server(model=os.path.join(ROOT, "tests", "golden", name))
+    for path, key in (("/v1/embeddings", "input"), ("/embeddings", "input"),
+                      ("/embed", "inputs")):
+        for chunking in (None, {}, {"max_tokens": 16, "overlap": 2}, {"overlap": 10 ** 6}):
+            body = {key: "hello world"}
+            if chunking is not None:
+                body["chunking"] = chunking
+            err = assert_error(post(s, path, body), 424)
+            assert "not an embedding model" in err["message"], (path, chunking, err)
+    assert requests.get(s.url("/health"), timeout=10).status_code == 200
+
+
+@pytest.fixture(scope="module")
+def eight_inputs(tmp_path_factory):
+    s = Server(str(tmp_path_factory.mktemp("chunk-8")), max_inputs_per_request=8)
+    yield s
+    s.check_clean_exit(s.stop())
+
+
+def test_overlap_is_at_most_half_a_window(eight_inputs):
+    # max_tokens 34 less [CLS] and [SEP] is a window of 32: overlap 16 and no
+    # more, so that each chunk moves at least a quarter window on.
+    s = eight_inputs
+    for path, key in (("/v1/embeddings", "input"), ("/embed", "inputs")):
+        r = post(s, path, {key: ENGLISH, "chunking": {"max_tokens": 34, "overlap": 16}})
+        assert r.status_code == 200, r.text[:300]
+        err = assert_error(
+            post(s, path, {key: ENGLISH, "chunking": {"max_tokens": 34, "overlap": 17}}), 422)
+        assert "chunking.overlap is 17" in err["message"] and ", 16" in err["message"], err
+
+
+def test_chunks_number_at_most_max_inputs_per_request(eight_inputs):
+    # Chunks are inputs: at most max_inputs_per_request of them, counted over
+    # all the documents of the request, overlap or not.
+    s = eight_inputs
+    doc = ENGLISH * 10  # about 450 tokens, 15 windows of 32
+    for path, key in (("/v1/embeddings", "input"), ("/embed", "inputs")):
+        r = post(s, path, {key: ENGLISH * 2, "chunking": {"max_tokens": 34, "overlap": 8}})
+        assert r.status_code == 200, r.text[:300]
+        assert len(r.json()["data"][0]["chunks"] if key == "input" else r.json()[0]["chunks"]) <= 8
+        err = assert_error(post(s, path, {key: doc, "chunking": {"max_tokens": 34}}), 422)
+        assert "more than 8 chunks" in err["message"], err
+        assert "max_inputs_per_request is 8" in err["message"], err
+        err = assert_error(
+            post(s, path, {key: [ENGLISH * 2] * 4, "chunking": {"max_tokens": 34}}), 422)
+        assert "more than 8 chunks" in err["message"], err
+    assert post(s, "/embed", {"inputs": "still serving"}).status_code == 200
+
+
 def test_memory_budget_bounds_a_document(start_server):
     # 1 MiB of budget holds a 120 kB body and its parse, not the token
     # arrays of the whole document (13 bytes a token): 413, the request
