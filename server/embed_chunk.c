@@ -532,3 +532,116 @@ json_t *embed_chunk_encode(embed_job *job, int C) {
     return json_pack("{s:s, s:o, s:O, s:{s:I, s:I}}", "object", "list", "data", items, "model",
                      job->model, "usage", "prompt_tokens", tokens, "total_tokens", tokens);
 }
+
+/* ---- the streamed answer ------------------------------------------------------------------ */
+
+int embed_stream_parse(const json_t *v, bool chunked, bool *out, embed_refusal *r) {
+    *out = false;
+    if (!v || json_is_null(v))
+        return SRV_OK;
+    r->param = "stream";
+    if (!json_is_boolean(v))
+        return refuse(r, SRV_EBADREQUEST, "stream must be true or false");
+    if (json_is_true(v) && !chunked)
+        return refuse(r, SRV_EINVALID,
+                      "stream applies to chunked requests: add \"chunking\" (one line per "
+                      "chunk)");
+    *out = json_is_true(v);
+    r->param = NULL;
+    return SRV_OK;
+}
+
+/* Writes v as one NDJSON line; false when it cannot be sent. */
+static bool write_line(http_stream *st, json_t *v) {
+    char *text = v ? json_dumps(v, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
+    json_decref(v);
+    if (!text)
+        return false;
+    size_t n = strlen(text);
+    bool ok = http_stream_write(st, text, n) && http_stream_write(st, "\n", 1);
+    json_malloc_t jmalloc;
+    json_free_t jfree;
+    json_get_alloc_funcs(&jmalloc, &jfree);
+    jfree(text);
+    return ok;
+}
+
+void embed_chunk_stream_piece(job *j) {
+    embed_job *job = (embed_job *)j;
+    const int C = job->out_dim;
+    const size_t dim = job->dimensions ? (size_t)job->dimensions : (size_t)C;
+    /* A copy: a vector cut to dimensions is renormalised in place, and the
+     * document vector is made from the whole ones at the end. */
+    float *v = membudget_malloc((size_t)C * sizeof *v);
+    bool ok = v != NULL;
+    for (int32_t k = j->first; ok && k < j->first + j->count; k++) {
+        while (job->streamed_doc < job->n_docs - 1 && job->doc_cu[job->streamed_doc + 1] <= k)
+            job->streamed_doc++;
+        const int32_t d = job->streamed_doc;
+        memcpy(v, job->out + (size_t)k * (size_t)C, (size_t)C * sizeof *v);
+        json_t *e = vector(job, v, dim, C);
+        ok = e && write_line(j->stream,
+                             json_pack("{s:i, s:i, s:I, s:I, s:i, s:o}", "document", (json_int_t)d,
+                                       "index", (json_int_t)(k - job->doc_cu[d]), "start",
+                                       (json_int_t)job->spans[2 * k], "stop",
+                                       (json_int_t)job->spans[2 * k + 1], "tokens",
+                                       (json_int_t)(job->cu[k + 1] - job->cu[k]), "embedding", e));
+    }
+    membudget_free(v);
+    /* A line that cannot be sent: the client is gone or the budget is
+     * full; either way no further piece is worth computing. */
+    if (!ok && j->err == SRV_OK) {
+        j->err = SRV_EUNAVAILABLE;
+        snprintf(j->why, sizeof j->why, "the streamed answer could not be written");
+    }
+}
+
+void embed_chunk_stream_end(job *j) {
+    embed_job *job = (embed_job *)j;
+    if (j->err != SRV_OK) {
+        write_line(j->stream, json_pack("{s:{s:s, s:i}}", "error", "message", j->why, "code",
+                                        (json_int_t)srv_error_status(j->err)));
+        return;
+    }
+    const int C = job->out_dim;
+    const size_t dim = job->dimensions ? (size_t)job->dimensions : (size_t)C;
+    float *doc = membudget_malloc((size_t)C * sizeof *doc);
+    json_t *items = doc ? json_array() : NULL;
+    for (int32_t d = 0; items && d < job->n_docs; d++) {
+        json_t *vec = json_null();
+        if (job->doc_vector != EMBED_DOCVEC_NONE) {
+            embed_chunk_doc_vector(job, d, C, doc);
+            vec = vector(job, doc, dim, C);
+        }
+        json_t *item = vec ? json_pack("{s:i, s:o, s:i}", "index", (json_int_t)d, "embedding", vec,
+                                       "chunks", (json_int_t)(job->doc_cu[d + 1] - job->doc_cu[d]))
+                           : NULL;
+        if (!item || json_array_append_new(items, item) != 0) {
+            json_decref(items);
+            items = NULL;
+        }
+    }
+    membudget_free(doc);
+    const json_int_t tokens = job->cu[job->n];
+    json_t *last = NULL;
+    if (items && job->api == API_OPENAI)
+        last = json_pack("{s:s, s:o, s:O, s:{s:I, s:I}}", "object", "list", "data", items, "model",
+                         job->model, "usage", "prompt_tokens", tokens, "total_tokens", tokens);
+    else if (items)
+        last = json_pack("{s:o, s:{s:I, s:I}}", "data", items, "usage", "prompt_tokens", tokens,
+                         "total_tokens", tokens);
+    if (!write_line(j->stream, last)) {
+        j->err = SRV_EUNAVAILABLE;
+        snprintf(j->why, sizeof j->why, "the streamed answer could not be written");
+    }
+}
+
+int embed_submit(http_request *req, const embed_api *api, embed_job *job) {
+    const int64_t timeout_ms = atomic_load(&api->request_timeout_ms);
+    if (!job->stream)
+        return job_submit(req, &job->base, api->sched, timeout_ms, embed_job_release);
+    job->base.on_piece = embed_chunk_stream_piece;
+    job->base.on_end = embed_chunk_stream_end;
+    return job_submit_stream(req, &job->base, api->sched, timeout_ms, embed_job_release,
+                             "application/x-ndjson");
+}

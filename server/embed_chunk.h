@@ -74,4 +74,23 @@ void embed_chunk_doc_vector(const embed_job *job, int32_t d, int C, float *v);
  * ran short. */
 json_t *embed_chunk_encode(embed_job *job, int C);
 
+/* "stream": true on a chunked request (a boolean; true without chunking is
+ * refused). Returns SRV_OK, or the SRV_E* code with the message in r. */
+int embed_stream_parse(const json_t *v, bool chunked, bool *out, embed_refusal *r);
+
+/* A streamed chunked job's NDJSON (job_submit_stream's on_piece and on_end,
+ * on the scheduler's loop thread). Each piece writes one line per chunk it
+ * ran, in order: {"document", "index", "start", "stop", "tokens",
+ * "embedding"}, vectors as the unstreamed answer's. The end writes one line:
+ * {"data": [{"index", "embedding", "chunks"}], "usage": {"prompt_tokens",
+ * "total_tokens"}} (plus "object": "list" and "model" on OpenAI's routes)
+ * with each document's vector and chunk count, or on a failure
+ * {"error": {"message", "code"}} and the stream is cut. */
+void embed_chunk_stream_piece(job *j);
+void embed_chunk_stream_end(job *j);
+
+/* Submits a decoded job for req: streamed when job->stream (NDJSON,
+ * job_submit_stream), else parked until done (job_submit). */
+int embed_submit(http_request *req, const embed_api *api, embed_job *job);
+
 #endif

@@ -322,7 +322,8 @@ static bool string_is(const json_t *s, const char *lit) {
 
 /* POST /v1/embeddings */
 static embed_job *decode_openai(const embed_api *api, json_t *root, refusal *r) {
-    json_t *input = NULL, *model = NULL, *format = NULL, *dims = NULL, *chunking = NULL;
+    json_t *input = NULL, *model = NULL, *format = NULL, *dims = NULL, *chunking = NULL,
+           *stream = NULL;
     const char *key;
     json_t *value;
     json_object_foreach(root, key, value) {
@@ -330,6 +331,8 @@ static embed_job *decode_openai(const embed_api *api, json_t *root, refusal *r) 
             input = value;
         else if (strcmp(key, "chunking") == 0)
             chunking = value;
+        else if (strcmp(key, "stream") == 0)
+            stream = value;
         else if (strcmp(key, "model") == 0)
             model = value;
         else if (strcmp(key, "encoding_format") == 0)
@@ -345,7 +348,7 @@ static embed_job *decode_openai(const embed_api *api, json_t *root, refusal *r) 
         } else {
             refuse(r, SRV_EBADREQUEST,
                    "unknown field \"%.64s\" (expected input, model, encoding_format, dimensions, "
-                   "user, chunking)",
+                   "user, chunking, stream)",
                    key);
             return NULL;
         }
@@ -399,8 +402,11 @@ static embed_job *decode_openai(const embed_api *api, json_t *root, refusal *r) 
     if (embed_check_task(api, r) != SRV_OK)
         return NULL;
     embed_chunking ch;
+    bool streamed;
     if (chunking && !json_is_null(chunking) &&
         embed_chunking_parse(api, chunking, &ch, r) != SRV_OK)
+        return NULL;
+    if (embed_stream_parse(stream, chunking && !json_is_null(chunking), &streamed, r) != SRV_OK)
         return NULL;
     embed_job *job =
         chunking && !json_is_null(chunking)
@@ -408,6 +414,7 @@ static embed_job *decode_openai(const embed_api *api, json_t *root, refusal *r) 
             : make_job(api, "input", input, true, api->truncate, EMBED_TRUNCATE_RIGHT, r);
     if (!job)
         return NULL;
+    job->stream = streamed;
     job->api = API_OPENAI;
     /* Unit vectors whatever the model's modules say, as OpenAI's (and TEI's
      * /v1/embeddings) are: clients compare them by dot product. */

@@ -159,9 +159,11 @@ struct embed_job {
     /* Chunking (embed_chunk.h): each of the n inputs above is a chunk of one
      * of n_docs documents; NULL doc_cu: the inputs are the request's own. */
     int32_t n_docs;
-    int32_t *doc_cu; /* (n_docs + 1) the first chunk of each document */
-    uint32_t *spans; /* (2 n) each chunk's bytes [start, stop) in its document */
-    int doc_vector;  /* embed_doc_vector: how chunk vectors make a document's */
+    int32_t *doc_cu;      /* (n_docs + 1) the first chunk of each document */
+    uint32_t *spans;      /* (2 n) each chunk's bytes [start, stop) in its document */
+    int doc_vector;       /* embed_doc_vector: how chunk vectors make a document's */
+    bool stream;          /* "stream": true: NDJSON lines as the pieces complete */
+    int32_t streamed_doc; /* the document of the next chunk line */
     /* Non-NULL: this job only stands for a request whose decoding runs off
      * the I/O thread (embed_offload.h); it is freed with the job. */
     struct embed_offload_task *offload;

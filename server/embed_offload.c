@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "embed_chunk.h"
 #include "errors.h"
 #include "job.h"
 #include "membudget.h"
@@ -165,7 +166,6 @@ bool embed_offload_resumed(http_request *req, const embed_api *api, int *answere
     /* The job takes the placeholder's place as the request's user data. */
     http_set_user(req, NULL, NULL);
     embed_job_release(ph);
-    *answered = job_submit(req, &job->base, api->sched, atomic_load(&api->request_timeout_ms),
-                           embed_job_release);
+    *answered = embed_submit(req, api, job);
     return true;
 }
