@@ -488,7 +488,7 @@ static json_t *chunks_of(embed_job *job, int32_t d, size_t dim, int C) {
     for (int32_t k = job->doc_cu[d]; arr && k < job->doc_cu[d + 1]; k++) {
         json_t *e = vector(job, job->out + (size_t)k * (size_t)C, dim, C);
         json_t *chunk =
-            e ? json_pack("{s:i, s:I, s:I, s:i, s:o}", "index", (json_int_t)(k - job->doc_cu[d]),
+            e ? json_pack("{s:I, s:I, s:I, s:I, s:o}", "index", (json_int_t)(k - job->doc_cu[d]),
                           "start", (json_int_t)job->spans[2 * k], "stop",
                           (json_int_t)job->spans[2 * k + 1], "tokens",
                           (json_int_t)(job->cu[k + 1] - job->cu[k]), "embedding", e)
@@ -514,7 +514,7 @@ json_t *embed_chunk_encode(embed_job *job, int C) {
         json_t *chunks = vec ? chunks_of(job, d, dim, C) : NULL;
         json_t *item = NULL;
         if (chunks && job->api == API_OPENAI)
-            item = json_pack("{s:s, s:i, s:o, s:o}", "object", "embedding", "index", (json_int_t)d,
+            item = json_pack("{s:s, s:I, s:o, s:o}", "object", "embedding", "index", (json_int_t)d,
                              "embedding", vec, "chunks", chunks);
         else if (chunks)
             item = json_pack("{s:o, s:o}", "embedding", vec, "chunks", chunks);
@@ -581,7 +581,7 @@ void embed_chunk_stream_piece(job *j) {
         memcpy(v, job->out + (size_t)k * (size_t)C, (size_t)C * sizeof *v);
         json_t *e = vector(job, v, dim, C);
         ok = e && write_line(j->stream,
-                             json_pack("{s:i, s:i, s:I, s:I, s:i, s:o}", "document", (json_int_t)d,
+                             json_pack("{s:I, s:I, s:I, s:I, s:I, s:o}", "document", (json_int_t)d,
                                        "index", (json_int_t)(k - job->doc_cu[d]), "start",
                                        (json_int_t)job->spans[2 * k], "stop",
                                        (json_int_t)job->spans[2 * k + 1], "tokens",
@@ -599,7 +599,7 @@ void embed_chunk_stream_piece(job *j) {
 void embed_chunk_stream_end(job *j) {
     embed_job *job = (embed_job *)j;
     if (j->err != SRV_OK) {
-        write_line(j->stream, json_pack("{s:{s:s, s:i}}", "error", "message", j->why, "code",
+        write_line(j->stream, json_pack("{s:{s:s, s:I}}", "error", "message", j->why, "code",
                                         (json_int_t)srv_error_status(j->err)));
         return;
     }
@@ -613,7 +613,7 @@ void embed_chunk_stream_end(job *j) {
             embed_chunk_doc_vector(job, d, C, doc);
             vec = vector(job, doc, dim, C);
         }
-        json_t *item = vec ? json_pack("{s:i, s:o, s:i}", "index", (json_int_t)d, "embedding", vec,
+        json_t *item = vec ? json_pack("{s:I, s:o, s:I}", "index", (json_int_t)d, "embedding", vec,
                                        "chunks", (json_int_t)(job->doc_cu[d + 1] - job->doc_cu[d]))
                            : NULL;
         if (!item || json_array_append_new(items, item) != 0) {
