@@ -486,7 +486,8 @@ def test_stream_lines_come_before_the_last_batch_and_a_close_cancels(start_serve
     # line and closes: had lines waited for the last batch, every chunk would
     # have been computed before that first line could be read. Instead the
     # rest is cancelled (counted) and far fewer chunks are computed.
-    s = start_server(max_batch_requests=2)
+    # (A deadline far off: a sanitizer build computes them slowly.)
+    s = start_server(max_batch_requests=2, request_timeout_ms=600000)
     doc = ENGLISH * 200
     n_chunks = len(streamed(s, "/v1/embeddings", {"input": doc, "chunking": {"max_tokens": 64},
                                                   "stream": True})) - 1
