@@ -113,6 +113,12 @@ SCHEMAS = {
             "dimensions": {"type": ["integer", "null"], "minimum": 1},
             "user": {"type": ["string", "null"]},
             "chunking": ref("Chunking"),
+            "stream": {"type": ["boolean", "null"], "default": False,
+                       "description": "With chunking only (422 without): the answer is NDJSON "
+                                      "(application/x-ndjson), a StreamedChunk line per chunk "
+                                      "as its batch completes, then a StreamedEnd line (or a "
+                                      "StreamedError line, and the stream is cut). A client "
+                                      "that closes cancels the chunks not yet computed."},
         },
     },
     "OpenAIEmbedding": {
@@ -151,7 +157,9 @@ SCHEMAS = {
             "max_tokens": {"type": ["integer", "null"], "minimum": 1,
                            "description": "Default and ceiling: max_seq_length."},
             "overlap": {"type": ["integer", "null"], "minimum": 0, "default": 0,
-                        "description": "Below max_tokens minus the special tokens."},
+                        "description": "At most half of max_tokens minus the special "
+                                       "tokens (422 beyond); a request's chunks number at "
+                                       "most max_inputs_per_request (422 beyond)."},
             "document_vector": {"enum": ["none", "mean", "token_weighted", None],
                                 "default": "mean",
                                 "description": "How the chunk vectors make the input's "
@@ -171,6 +179,47 @@ SCHEMAS = {
             "embedding": {"oneOf": [{"type": "array", "items": {"type": "number"}},
                                     {"type": "string", "contentEncoding": "base64"}]},
         },
+    },
+    # ---- streamed chunking: NDJSON lines ----
+    "StreamedChunk": {
+        "type": "object",
+        "required": ["document", "index", "start", "stop", "tokens", "embedding"],
+        "description": "One chunk, as in the unstreamed answer's chunks, with its document.",
+        "properties": {
+            "document": {"type": "integer", "minimum": 0},
+            "index": {"type": "integer", "minimum": 0},
+            "start": {"type": "integer", "minimum": 0},
+            "stop": {"type": "integer", "minimum": 0},
+            "tokens": {"type": "integer", "minimum": 1},
+            "embedding": {"oneOf": [{"type": "array", "items": {"type": "number"}},
+                                    {"type": "string", "contentEncoding": "base64"}]},
+        },
+    },
+    "StreamedEnd": {
+        "type": "object", "required": ["data", "usage"],
+        "description": "The last line: each document's vector (null with document_vector "
+                       "none) and chunk count; object and model on the OpenAI route.",
+        "properties": {
+            "object": {"const": "list"},
+            "model": {"type": "string"},
+            "data": {"type": "array", "items": {
+                "type": "object", "required": ["index", "embedding", "chunks"],
+                "properties": {
+                    "index": {"type": "integer", "minimum": 0},
+                    "embedding": {"oneOf": [{"type": "array", "items": {"type": "number"}},
+                                            {"type": "string", "contentEncoding": "base64"},
+                                            {"type": "null"}]},
+                    "chunks": {"type": "integer", "minimum": 1}}}},
+            "usage": {"type": "object", "properties": {
+                "prompt_tokens": {"type": "integer"}, "total_tokens": {"type": "integer"}}},
+        },
+    },
+    "StreamedError": {
+        "type": "object", "required": ["error"],
+        "description": "A failure after the 200 was sent (a deadline, the memory budget): "
+                       "the last line, and the stream ends without its terminating chunk.",
+        "properties": {"error": {"type": "object", "required": ["message", "code"], "properties": {
+            "message": {"type": "string"}, "code": {"type": "integer"}}}},
     },
     # ---- TEI ----
     "TeiInput": {
@@ -194,6 +243,12 @@ SCHEMAS = {
                                            "prompts; its text is prepended to every text."},
             "dimensions": {"type": ["integer", "null"], "minimum": 1},
             "chunking": ref("Chunking"),
+            "stream": {"type": ["boolean", "null"], "default": False,
+                       "description": "With chunking only (422 without): the answer is NDJSON "
+                                      "(application/x-ndjson), a StreamedChunk line per chunk "
+                                      "as its batch completes, then a StreamedEnd line (or a "
+                                      "StreamedError line, and the stream is cut). A client "
+                                      "that closes cancels the chunks not yet computed."},
         },
     },
     "TeiEmbedAllRequest": {
@@ -435,9 +490,12 @@ TASK_ERRORS = POST_ERRORS + (424,)
 
 
 def post(summary, request, response, error_shape=OPENAI_ERROR, tag="attnserve", op=None,
-         statuses=TASK_ERRORS):
+         statuses=TASK_ERRORS, ndjson=False):
     body = {"required": True, "content": {"application/json": {"schema": request}}}
     responses = {"200": json_body(response)}
+    if ndjson:  # "stream": true: one JSON value a line
+        responses["200"]["content"]["application/x-ndjson"] = {"schema": {"oneOf": [
+            ref("StreamedChunk"), ref("StreamedEnd"), ref("StreamedError")]}}
     responses.update(errors(error_shape, *statuses))
     return {"post": {"summary": summary, "operationId": op, "tags": [tag],
                      "requestBody": body, "responses": responses}}
@@ -476,7 +534,7 @@ PATHS = {
                           ref("AttentionResponse"), op="attention", statuses=POST_ERRORS),
     "/v1/embeddings": post("OpenAI embeddings.", ref("OpenAIEmbeddingRequest"),
                            ref("OpenAIEmbeddingResponse"), tag="OpenAI",
-                           op="openai_embeddings"),
+                           op="openai_embeddings", ndjson=True),
     "/v1/models": get("OpenAI: the served model and its aliases (model_aliases).",
                       dict({"200": json_body(ref("ModelList"))}, **errors(OPENAI_ERROR, 401)),
                       tag="OpenAI", op="openai_models"),
@@ -488,7 +546,7 @@ PATHS = {
                      "schema": {"type": "string"}}])},
     # Text Embeddings Inference
     "/embed": post("TEI: pooled embeddings.", ref("TeiEmbedRequest"), ref("TeiEmbedResponse"),
-                   TEI_ERROR, tag=TEI_TAG, op="embed"),
+                   TEI_ERROR, tag=TEI_TAG, op="embed", ndjson=True),
     "/": dict(
         get("TEI: health (as /ready).",
             dict({"200": json_body(ref("Status"))}, **errors(TEI_ERROR, 503)), tag=TEI_TAG,
@@ -547,7 +605,7 @@ PATHS = {
     # Infinity
     "/embeddings": post("Infinity (and TEI): OpenAI embeddings.", ref("OpenAIEmbeddingRequest"),
                         ref("OpenAIEmbeddingResponse"), tag="Infinity",
-                        op="infinity_embeddings"),
+                        op="infinity_embeddings", ndjson=True),
     "/classify": post("Infinity: the served classifier's labels for each text, best first.",
                       ref("InfinityClassifyRequest"), ref("InfinityClassifyResponse"),
                       tag="Infinity", op="classify"),

@@ -385,8 +385,7 @@ static int refused(http_request *req, const refusal *r) {
 }
 
 static int submit(http_request *req, compat_api *c, embed_job *job) {
-    return job_submit(req, &job->base, c->eapi->sched, atomic_load(&c->eapi->request_timeout_ms),
-                      embed_job_release);
+    return embed_submit(req, c->eapi, job);
 }
 
 /* The finished job of a resumed request, or NULL with the error answered. */
@@ -429,13 +428,18 @@ static json_t *floats(const float *v, size_t n) {
  * model's default one included, rather than dropped silently. */
 static embed_job *tei_chunk_job(const compat_api *c, json_t *inputs, json_t *chunking,
                                 const text_opts *o, bool normalize, refusal *r) {
+    embed_refusal er = {0};
+    /* A classifier is refused before its chunking is read, as unchunked. */
+    if (embed_check_task(c->eapi, &er) != SRV_OK) {
+        refuse(r, er.err, "%s", er.msg);
+        return NULL;
+    }
     if (o->prompt && *o->prompt) {
         refuse(r, SRV_EINVALID,
                "chunking does not apply a prompt (prompt_name, or the model's default prompt)");
         return NULL;
     }
     embed_chunking ch;
-    embed_refusal er = {0};
     embed_job *job = embed_chunking_parse(c->eapi, chunking, &ch, &er) == SRV_OK
                          ? embed_chunk_job(c->eapi, "inputs", inputs, &ch, &er)
                          : NULL;
@@ -454,7 +458,7 @@ static embed_job *tei_embed_decode(void *ctx, json_t *root, embed_refusal *er) {
     const compat_api *c = ctx;
     refusal r = {0};
     json_t *inputs = NULL, *normalize = NULL, *truncate = NULL, *direction = NULL, *prompt = NULL,
-           *dims = NULL, *chunking = NULL;
+           *dims = NULL, *chunking = NULL, *stream = NULL;
     const char *key;
     json_t *value;
     json_object_foreach(root, key, value) {
@@ -462,6 +466,8 @@ static embed_job *tei_embed_decode(void *ctx, json_t *root, embed_refusal *er) {
             inputs = value;
         else if (strcmp(key, "chunking") == 0)
             chunking = value;
+        else if (strcmp(key, "stream") == 0)
+            stream = value;
         else if (strcmp(key, "normalize") == 0)
             normalize = value;
         else if (strcmp(key, "truncate") == 0)
@@ -475,7 +481,7 @@ static embed_job *tei_embed_decode(void *ctx, json_t *root, embed_refusal *er) {
         else if (!r.err)
             refuse(&r, SRV_EBADREQUEST,
                    "unknown field \"%.64s\" (expected inputs, normalize, truncate, "
-                   "truncation_direction, prompt_name, dimensions, chunking)",
+                   "truncation_direction, prompt_name, dimensions, chunking, stream)",
                    key);
     }
     bool norm = true;
@@ -491,9 +497,18 @@ static embed_job *tei_embed_decode(void *ctx, json_t *root, embed_refusal *er) {
                    (long long)json_integer_value(dims), C);
     }
     embed_job *job = NULL;
+    bool streamed = false;
+    if (!r.err) {
+        embed_refusal sr = {0};
+        if (embed_stream_parse(stream, chunking && !json_is_null(chunking), &streamed, &sr) !=
+            SRV_OK)
+            refuse(&r, sr.err, "%s", sr.msg);
+    }
     if (chunking && !json_is_null(chunking)) {
         if (!r.err)
             job = tei_chunk_job(c, inputs, chunking, &o, norm, &r);
+        if (job)
+            job->stream = streamed;
     } else {
         json_t *list = r.err ? NULL : inputs_ids(c, inputs, &o, &r);
         job = list ? job_of_ids(c, list, norm, &r) : NULL;

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "embed_chunk.h"
 #include "embed_offload.h"
 #include "errors.h"
 #include "membudget.h"
@@ -33,8 +34,7 @@ static int handle(http_request *req, embed_api *api, embed_route route) {
     if (!job)
         return http_reply_error_at(req, r.err, r.param, r.code, "%s", r.msg);
 
-    return job_submit(req, &job->base, api->sched, atomic_load(&api->request_timeout_ms),
-                      embed_job_release);
+    return embed_submit(req, api, job);
 }
 
 int embed_api_openai(http_request *req, void *ctx) {

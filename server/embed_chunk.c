@@ -69,11 +69,17 @@ int embed_chunking_parse(const embed_api *api, const json_t *v, embed_chunking *
     const int32_t window = out->max_tokens - specials;
     if (want_int(ov, "overlap", 0, INT32_MAX, &out->overlap, r) != SRV_OK)
         return r->err;
-    if (out->overlap >= window)
+    /* At most half a window of overlap: a chunk ends in its window's last
+     * quarter (or at its end), so the next one starts at least a quarter of
+     * a window further on, and the forward runs at most about four times the
+     * document's tokens (twice when chunks end at full windows). A larger
+     * overlap advances a handful of tokens a chunk and multiplies the work
+     * by up to the window's length. */
+    if (out->overlap > window / 2)
         return refuse(r, SRV_EINVALID,
-                      "chunking.overlap is %d; it must be below max_tokens %d minus the %d "
-                      "special tokens, %d",
-                      (int)out->overlap, (int)out->max_tokens, (int)specials, (int)window);
+                      "chunking.overlap is %d; it must be at most half of max_tokens %d minus "
+                      "the %d special tokens, %d",
+                      (int)out->overlap, (int)out->max_tokens, (int)specials, (int)(window / 2));
     if (dv && !json_is_null(dv)) {
         const char *s = json_string_value(dv);
         if (s && strcmp(s, "none") == 0)
@@ -195,6 +201,7 @@ static int32_t next_start(const char *t, size_t len, const tok_span *sp, int32_t
 typedef struct builder {
     embed_job *job;
     int32_t cap_chunks; /* allocated: cu (cap + 1), spans (2 cap) */
+    int64_t max_chunks; /* max_inputs_per_request */
 } builder;
 
 static int grow_ids(embed_job *job, size_t need, embed_refusal *r) {
@@ -215,6 +222,17 @@ static int grow_ids(embed_job *job, size_t need, embed_refusal *r) {
 static int add_chunk(builder *b, const int32_t *ids, int32_t n, uint32_t start, uint32_t stop,
                      embed_refusal *r) {
     embed_job *job = b->job;
+    /* A request's chunks are its inputs: at most max_inputs_per_request of
+     * them, so a chunked request costs no more forward tokens than a plain
+     * one may (that many inputs of max_seq_length tokens), whatever the
+     * document's size and the overlap. */
+    if (job->n >= b->max_chunks)
+        return refuse(r, SRV_EINVALID,
+                      "the documents make more than %lld chunks (the next would end at byte "
+                      "%u of its document); chunks are inputs and max_inputs_per_request is "
+                      "%lld: ask for a larger chunking.max_tokens, a smaller overlap or fewer "
+                      "documents",
+                      (long long)b->max_chunks, (unsigned)stop, (long long)b->max_chunks);
     if (job->n == b->cap_chunks) {
         const int32_t cap = b->cap_chunks ? 2 * b->cap_chunks : 16;
         int32_t *cu = membudget_realloc(job->cu, ((size_t)cap + 1) * sizeof *cu);
@@ -354,6 +372,8 @@ done:
 
 embed_job *embed_chunk_job(const embed_api *api, const char *field, json_t *in,
                            const embed_chunking *c, embed_refusal *r) {
+    if (embed_check_task(api, r) != SRV_OK)
+        return NULL;
     r->param = field;
     size_t n_docs = 1;
     if (!in) {
@@ -386,7 +406,7 @@ embed_job *embed_chunk_job(const embed_api *api, const char *field, json_t *in,
     }
     embed_job *job = membudget_calloc(1, sizeof *job);
     int32_t *scratch = membudget_malloc((size_t)c->max_tokens * sizeof *scratch);
-    builder b = {.job = job};
+    builder b = {.job = job, .max_chunks = atomic_load(&api->max_inputs_per_request)};
     if (!job || !scratch || !(job->cu = membudget_calloc(1, sizeof *job->cu)) ||
         !(job->doc_cu = membudget_calloc(n_docs + 1, sizeof *job->doc_cu))) {
         refuse(r, SRV_EINTERNAL, "out of memory");
@@ -470,7 +490,7 @@ static json_t *chunks_of(embed_job *job, int32_t d, size_t dim, int C) {
     for (int32_t k = job->doc_cu[d]; arr && k < job->doc_cu[d + 1]; k++) {
         json_t *e = vector(job, job->out + (size_t)k * (size_t)C, dim, C);
         json_t *chunk =
-            e ? json_pack("{s:i, s:I, s:I, s:i, s:o}", "index", (json_int_t)(k - job->doc_cu[d]),
+            e ? json_pack("{s:I, s:I, s:I, s:I, s:o}", "index", (json_int_t)(k - job->doc_cu[d]),
                           "start", (json_int_t)job->spans[2 * k], "stop",
                           (json_int_t)job->spans[2 * k + 1], "tokens",
                           (json_int_t)(job->cu[k + 1] - job->cu[k]), "embedding", e)
@@ -496,7 +516,7 @@ json_t *embed_chunk_encode(embed_job *job, int C) {
         json_t *chunks = vec ? chunks_of(job, d, dim, C) : NULL;
         json_t *item = NULL;
         if (chunks && job->api == API_OPENAI)
-            item = json_pack("{s:s, s:i, s:o, s:o}", "object", "embedding", "index", (json_int_t)d,
+            item = json_pack("{s:s, s:I, s:o, s:o}", "object", "embedding", "index", (json_int_t)d,
                              "embedding", vec, "chunks", chunks);
         else if (chunks)
             item = json_pack("{s:o, s:o}", "embedding", vec, "chunks", chunks);
@@ -513,4 +533,117 @@ json_t *embed_chunk_encode(embed_job *job, int C) {
     const json_int_t tokens = job->cu[job->n];
     return json_pack("{s:s, s:o, s:O, s:{s:I, s:I}}", "object", "list", "data", items, "model",
                      job->model, "usage", "prompt_tokens", tokens, "total_tokens", tokens);
+}
+
+/* ---- the streamed answer ------------------------------------------------------------------ */
+
+int embed_stream_parse(const json_t *v, bool chunked, bool *out, embed_refusal *r) {
+    *out = false;
+    if (!v || json_is_null(v))
+        return SRV_OK;
+    r->param = "stream";
+    if (!json_is_boolean(v))
+        return refuse(r, SRV_EBADREQUEST, "stream must be true or false");
+    if (json_is_true(v) && !chunked)
+        return refuse(r, SRV_EINVALID,
+                      "stream applies to chunked requests: add \"chunking\" (one line per "
+                      "chunk)");
+    *out = json_is_true(v);
+    r->param = NULL;
+    return SRV_OK;
+}
+
+/* Writes v as one NDJSON line; false when it cannot be sent. */
+static bool write_line(http_stream *st, json_t *v) {
+    char *text = v ? json_dumps(v, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
+    json_decref(v);
+    if (!text)
+        return false;
+    size_t n = strlen(text);
+    bool ok = http_stream_write(st, text, n) && http_stream_write(st, "\n", 1);
+    json_malloc_t jmalloc;
+    json_free_t jfree;
+    json_get_alloc_funcs(&jmalloc, &jfree);
+    jfree(text);
+    return ok;
+}
+
+void embed_chunk_stream_piece(job *j) {
+    embed_job *job = (embed_job *)j;
+    const int C = job->out_dim;
+    const size_t dim = job->dimensions ? (size_t)job->dimensions : (size_t)C;
+    /* A copy: a vector cut to dimensions is renormalised in place, and the
+     * document vector is made from the whole ones at the end. */
+    float *v = membudget_malloc((size_t)C * sizeof *v);
+    bool ok = v != NULL;
+    for (int32_t k = j->first; ok && k < j->first + j->count; k++) {
+        while (job->streamed_doc < job->n_docs - 1 && job->doc_cu[job->streamed_doc + 1] <= k)
+            job->streamed_doc++;
+        const int32_t d = job->streamed_doc;
+        memcpy(v, job->out + (size_t)k * (size_t)C, (size_t)C * sizeof *v);
+        json_t *e = vector(job, v, dim, C);
+        ok = e && write_line(j->stream,
+                             json_pack("{s:I, s:I, s:I, s:I, s:I, s:o}", "document", (json_int_t)d,
+                                       "index", (json_int_t)(k - job->doc_cu[d]), "start",
+                                       (json_int_t)job->spans[2 * k], "stop",
+                                       (json_int_t)job->spans[2 * k + 1], "tokens",
+                                       (json_int_t)(job->cu[k + 1] - job->cu[k]), "embedding", e));
+    }
+    membudget_free(v);
+    /* A line that cannot be sent: the client is gone or the budget is
+     * full; either way no further piece is worth computing. */
+    if (!ok && j->err == SRV_OK) {
+        j->err = SRV_EUNAVAILABLE;
+        snprintf(j->why, sizeof j->why, "the streamed answer could not be written");
+    }
+}
+
+void embed_chunk_stream_end(job *j) {
+    embed_job *job = (embed_job *)j;
+    if (j->err != SRV_OK) {
+        write_line(j->stream, json_pack("{s:{s:s, s:I}}", "error", "message", j->why, "code",
+                                        (json_int_t)srv_error_status(j->err)));
+        return;
+    }
+    const int C = job->out_dim;
+    const size_t dim = job->dimensions ? (size_t)job->dimensions : (size_t)C;
+    float *doc = membudget_malloc((size_t)C * sizeof *doc);
+    json_t *items = doc ? json_array() : NULL;
+    for (int32_t d = 0; items && d < job->n_docs; d++) {
+        json_t *vec = json_null();
+        if (job->doc_vector != EMBED_DOCVEC_NONE) {
+            embed_chunk_doc_vector(job, d, C, doc);
+            vec = vector(job, doc, dim, C);
+        }
+        json_t *item = vec ? json_pack("{s:I, s:o, s:I}", "index", (json_int_t)d, "embedding", vec,
+                                       "chunks", (json_int_t)(job->doc_cu[d + 1] - job->doc_cu[d]))
+                           : NULL;
+        if (!item || json_array_append_new(items, item) != 0) {
+            json_decref(items);
+            items = NULL;
+        }
+    }
+    membudget_free(doc);
+    const json_int_t tokens = job->cu[job->n];
+    json_t *last = NULL;
+    if (items && job->api == API_OPENAI)
+        last = json_pack("{s:s, s:o, s:O, s:{s:I, s:I}}", "object", "list", "data", items, "model",
+                         job->model, "usage", "prompt_tokens", tokens, "total_tokens", tokens);
+    else if (items)
+        last = json_pack("{s:o, s:{s:I, s:I}}", "data", items, "usage", "prompt_tokens", tokens,
+                         "total_tokens", tokens);
+    if (!write_line(j->stream, last)) {
+        j->err = SRV_EUNAVAILABLE;
+        snprintf(j->why, sizeof j->why, "the streamed answer could not be written");
+    }
+}
+
+int embed_submit(http_request *req, const embed_api *api, embed_job *job) {
+    const int64_t timeout_ms = atomic_load(&api->request_timeout_ms);
+    if (!job->stream)
+        return job_submit(req, &job->base, api->sched, timeout_ms, embed_job_release);
+    job->base.on_piece = embed_chunk_stream_piece;
+    job->base.on_end = embed_chunk_stream_end;
+    return job_submit_stream(req, &job->base, api->sched, timeout_ms, embed_job_release,
+                             "application/x-ndjson");
 }

@@ -22,7 +22,10 @@
  * request's ids.
  *
  * Bounds. A document has at most max_document_tokens tokens (413 beyond,
- * with both numbers); every array is charged to the request-memory budget,
+ * with both numbers); overlap is at most half the window (so the forward
+ * runs at most about four times the document's tokens) and a request's
+ * chunks number at most max_inputs_per_request (422 beyond, with the
+ * numbers: chunks are the request's inputs); every array is charged to the request-memory budget,
  * which refuses with 413 (could never fit) or 503 (busy). */
 #ifndef ATTN_EMBED_CHUNK_H
 #define ATTN_EMBED_CHUNK_H
@@ -42,7 +45,7 @@ typedef enum embed_doc_vector {
 
 typedef struct embed_chunking {
     int32_t max_tokens; /* tokens of a chunk, special tokens included */
-    int32_t overlap;    /* tokens consecutive chunks share; < max_tokens - specials */
+    int32_t overlap;    /* tokens consecutive chunks share; <= (max_tokens - specials) / 2 */
     embed_doc_vector doc_vector;
 } embed_chunking;
 
@@ -70,5 +73,24 @@ void embed_chunk_doc_vector(const embed_job *job, int32_t d, int C, float *v);
  * job->dimensions when set (renormalised when normalising). NULL when memory
  * ran short. */
 json_t *embed_chunk_encode(embed_job *job, int C);
+
+/* "stream": true on a chunked request (a boolean; true without chunking is
+ * refused). Returns SRV_OK, or the SRV_E* code with the message in r. */
+int embed_stream_parse(const json_t *v, bool chunked, bool *out, embed_refusal *r);
+
+/* A streamed chunked job's NDJSON (job_submit_stream's on_piece and on_end,
+ * on the scheduler's loop thread). Each piece writes one line per chunk it
+ * ran, in order: {"document", "index", "start", "stop", "tokens",
+ * "embedding"}, vectors as the unstreamed answer's. The end writes one line:
+ * {"data": [{"index", "embedding", "chunks"}], "usage": {"prompt_tokens",
+ * "total_tokens"}} (plus "object": "list" and "model" on OpenAI's routes)
+ * with each document's vector and chunk count, or on a failure
+ * {"error": {"message", "code"}} and the stream is cut. */
+void embed_chunk_stream_piece(job *j);
+void embed_chunk_stream_end(job *j);
+
+/* Submits a decoded job for req: streamed when job->stream (NDJSON,
+ * job_submit_stream), else parked until done (job_submit). */
+int embed_submit(http_request *req, const embed_api *api, embed_job *job);
 
 #endif

@@ -240,6 +240,19 @@ static int take_ids(const embed_api *api, embed_job *job, int32_t i, json_t *arr
     return SRV_OK;
 }
 
+/* A classifier's forward answers logits, not a vector to embed with: every
+ * embedding route refuses it with TEI's status for a model that does not do
+ * the task (424). */
+int embed_check_task(const embed_api *api, refusal *r) {
+    if (api->model->task == ENCODER_TASK_EMBED)
+        return SRV_OK;
+    return refuse(r, SRV_ETASK,
+                  "Model is not an embedding model: %s is a classifier (%s, %d labels); it answers "
+                  "/predict, /rerank, /classify and /v1/rerank, not embeddings",
+                  api->model_name ? api->model_name : "", api->model->architecture,
+                  (int)api->model->num_labels);
+}
+
 /* A new job with every input of `in` tokenized (or taken as ids), checked
  * against the limits, and its output allocated. */
 static embed_job *make_job(const embed_api *api, const char *field, json_t *in, bool allow_ids,
@@ -247,17 +260,8 @@ static embed_job *make_job(const embed_api *api, const char *field, json_t *in, 
     int kind = IN_TEXTS;
     int32_t n = 0;
     json_t *list = NULL;
-    /* A classifier's forward answers logits, not a vector to embed with:
-     * every embedding route refuses it with TEI's status for a model that
-     * does not do the task (424). */
-    if (api->model->task != ENCODER_TASK_EMBED) {
-        refuse(r, SRV_ETASK,
-               "Model is not an embedding model: %s is a classifier (%s, %d labels); it answers "
-               "/predict, /rerank, /classify and /v1/rerank, not embeddings",
-               api->model_name ? api->model_name : "", api->model->architecture,
-               (int)api->model->num_labels);
+    if (embed_check_task(api, r) != SRV_OK)
         return NULL;
-    }
     /* Every refusal from here on is about the inputs. */
     r->param = field;
     if (classify(api, field, in, allow_ids, &kind, &n, &list, r) != SRV_OK)
@@ -320,7 +324,8 @@ static bool string_is(const json_t *s, const char *lit) {
 
 /* POST /v1/embeddings */
 static embed_job *decode_openai(const embed_api *api, json_t *root, refusal *r) {
-    json_t *input = NULL, *model = NULL, *format = NULL, *dims = NULL, *chunking = NULL;
+    json_t *input = NULL, *model = NULL, *format = NULL, *dims = NULL, *chunking = NULL,
+           *stream = NULL;
     const char *key;
     json_t *value;
     json_object_foreach(root, key, value) {
@@ -328,6 +333,8 @@ static embed_job *decode_openai(const embed_api *api, json_t *root, refusal *r) 
             input = value;
         else if (strcmp(key, "chunking") == 0)
             chunking = value;
+        else if (strcmp(key, "stream") == 0)
+            stream = value;
         else if (strcmp(key, "model") == 0)
             model = value;
         else if (strcmp(key, "encoding_format") == 0)
@@ -343,7 +350,7 @@ static embed_job *decode_openai(const embed_api *api, json_t *root, refusal *r) 
         } else {
             refuse(r, SRV_EBADREQUEST,
                    "unknown field \"%.64s\" (expected input, model, encoding_format, dimensions, "
-                   "user, chunking)",
+                   "user, chunking, stream)",
                    key);
             return NULL;
         }
@@ -394,9 +401,14 @@ static embed_job *decode_openai(const embed_api *api, json_t *root, refusal *r) 
         r->param = "dimensions";
         return NULL;
     }
+    if (embed_check_task(api, r) != SRV_OK)
+        return NULL;
     embed_chunking ch;
+    bool streamed;
     if (chunking && !json_is_null(chunking) &&
         embed_chunking_parse(api, chunking, &ch, r) != SRV_OK)
+        return NULL;
+    if (embed_stream_parse(stream, chunking && !json_is_null(chunking), &streamed, r) != SRV_OK)
         return NULL;
     embed_job *job =
         chunking && !json_is_null(chunking)
@@ -404,6 +416,7 @@ static embed_job *decode_openai(const embed_api *api, json_t *root, refusal *r) 
             : make_job(api, "input", input, true, api->truncate, EMBED_TRUNCATE_RIGHT, r);
     if (!job)
         return NULL;
+    job->stream = streamed;
     job->api = API_OPENAI;
     /* Unit vectors whatever the model's modules say, as OpenAI's (and TEI's
      * /v1/embeddings) are: clients compare them by dot product. */
@@ -455,6 +468,8 @@ static embed_job *decode_tei(const embed_api *api, json_t *root, refusal *r) {
                "truncation_direction must be \"Left\" or \"Right\"");
         return NULL;
     }
+    if (embed_check_task(api, r) != SRV_OK)
+        return NULL;
     embed_chunking ch;
     if (chunking && !json_is_null(chunking) &&
         embed_chunking_parse(api, chunking, &ch, r) != SRV_OK)

@@ -87,6 +87,12 @@ typedef struct embed_refusal {
 embed_job *embed_api_decode_refusal(const embed_api *api, embed_route route, json_t *root,
                                     embed_refusal *r);
 
+/* SRV_OK when the served model embeds; otherwise SRV_ETASK (TEI's 424 for a
+ * model that does not do the task) with the message in r. Every embedding
+ * route calls it before reading its inputs or its chunking, so a classifier
+ * is refused the same way whatever else the request asks. */
+int embed_check_task(const embed_api *api, embed_refusal *r);
+
 /* Whether name[0, len) is the served model's name or one of its aliases. */
 bool embed_model_known(const embed_api *api, const char *name, size_t len);
 /* What job holds of the request-memory budget. */
@@ -153,9 +159,11 @@ struct embed_job {
     /* Chunking (embed_chunk.h): each of the n inputs above is a chunk of one
      * of n_docs documents; NULL doc_cu: the inputs are the request's own. */
     int32_t n_docs;
-    int32_t *doc_cu; /* (n_docs + 1) the first chunk of each document */
-    uint32_t *spans; /* (2 n) each chunk's bytes [start, stop) in its document */
-    int doc_vector;  /* embed_doc_vector: how chunk vectors make a document's */
+    int32_t *doc_cu;      /* (n_docs + 1) the first chunk of each document */
+    uint32_t *spans;      /* (2 n) each chunk's bytes [start, stop) in its document */
+    int doc_vector;       /* embed_doc_vector: how chunk vectors make a document's */
+    bool stream;          /* "stream": true: NDJSON lines as the pieces complete */
+    int32_t streamed_doc; /* the document of the next chunk line */
     /* Non-NULL: this job only stands for a request whose decoding runs off
      * the I/O thread (embed_offload.h); it is freed with the job. */
     struct embed_offload_task *offload;

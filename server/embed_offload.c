@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "embed_chunk.h"
 #include "errors.h"
 #include "job.h"
 #include "membudget.h"
@@ -175,7 +176,10 @@ bool embed_offload_resumed(http_request *req, const embed_api *api, int *answere
     void (*release)(void *) = t->release;
     http_set_user(req, NULL, NULL);
     embed_job_release(ph);
-    *answered =
-        job_submit(req, &job->base, api->sched, atomic_load(&api->request_timeout_ms), release);
+    if (release == embed_job_release) /* an embedding job: it may stream */
+        *answered = embed_submit(req, api, job);
+    else /* a scoring job: never streamed, freed by its own release */
+        *answered =
+            job_submit(req, &job->base, api->sched, atomic_load(&api->request_timeout_ms), release);
     return true;
 }

@@ -151,7 +151,10 @@ struct http_request {
 
     void *user;
     void (*user_free)(void *);
+    struct http_stream *stream; /* a streamed answer (http_stream_open); NULL: none */
 };
+
+static void stream_detach(struct http_stream *s);
 
 /* Counted per connection in the worst-case memory (main.c). */
 _Static_assert(sizeof(struct http_request) <= HTTP_REQUEST_STATE_BYTES,
@@ -1276,6 +1279,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
      * its headers to arrive, as the first one had. */
     request_deadline(req, true);
     connection_busy(req, false);
+    if (req->stream)
+        stream_detach(req->stream);
     if (req->user_free)
         req->user_free(req->user);
     free(req->body);
@@ -1421,6 +1426,192 @@ void http_park(http_request *req, void (*on_client_closed)(void *arg), void *arg
 void http_resume(http_request *req) {
     unwatch_parked(req);
     MHD_resume_connection(req->conn);
+}
+
+/* ---- streamed answers ---------------------------------------------------------
+ * Two parties hold a stream: the response (MHD frees it with the connection's
+ * request, stream_free_cb) and the producer (until http_stream_end); the
+ * last one frees it. mu guards the buffer, the flags and req (NULL once the
+ * request completed); the content reader suspends the connection under mu
+ * and a write resumes it under mu, so a resume always follows its suspend.
+ * cb_mu guards the client-closed callback alone: the watch calls it under
+ * conns_mu, which the reader takes under mu, so it cannot take mu. */
+struct http_stream {
+    pthread_mutex_t mu, cb_mu;
+    http_request *req;
+    struct MHD_Connection *conn;
+    char *buf;
+    size_t off, len, cap; /* bytes [off, len) of buf are still to send */
+    size_t charged;       /* of the request-memory budget, for buf */
+    bool suspended, ended, failed, gone;
+    int refs;
+    void (*closed_fn)(void *);
+    void *closed_arg;
+};
+
+static void stream_unref(http_stream *s) {
+    pthread_mutex_lock(&s->mu);
+    const bool last = --s->refs == 0;
+    pthread_mutex_unlock(&s->mu);
+    if (!last)
+        return;
+    membudget *b = membudget_installed();
+    if (b && s->charged)
+        membudget_release(b, s->charged);
+    free(s->buf);
+    pthread_mutex_destroy(&s->mu);
+    pthread_mutex_destroy(&s->cb_mu);
+    free(s);
+}
+
+/* The client went away: tells the producer, once, unless it has ended. */
+static void stream_client_closed(void *arg) {
+    http_stream *s = arg;
+    pthread_mutex_lock(&s->cb_mu);
+    void (*fn)(void *) = s->closed_fn;
+    s->closed_fn = NULL;
+    if (fn)
+        fn(s->closed_arg);
+    pthread_mutex_unlock(&s->cb_mu);
+}
+
+/* on_completed: the request is gone; the producer may still write. */
+static void stream_detach(http_stream *s) {
+    /* The producer hears of the close before its writes start failing. */
+    stream_client_closed(s);
+    pthread_mutex_lock(&s->mu);
+    s->req = NULL;
+    s->gone = true;
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Resumes the suspended connection (under s->mu). */
+static void stream_wake(http_stream *s) {
+    if (!s->suspended || !s->req)
+        return;
+    s->suspended = false;
+    unwatch_parked(s->req);
+    MHD_resume_connection(s->conn);
+}
+
+/* MHD's content reader (I/O thread). */
+static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
+    (void)pos;
+    http_stream *s = cls;
+    ssize_t n;
+    pthread_mutex_lock(&s->mu);
+    if (s->len > s->off) {
+        size_t k = s->len - s->off < max ? s->len - s->off : max;
+        memcpy(out, s->buf + s->off, k);
+        s->off += k;
+        if (s->off == s->len)
+            s->off = s->len = 0;
+        n = (ssize_t)k;
+    } else if (s->ended || !s->req || atomic_load(&s->req->client_gone)) {
+        n = s->ended && !s->failed ? MHD_CONTENT_READER_END_OF_STREAM
+                                   : MHD_CONTENT_READER_END_WITH_ERROR;
+    } else {
+        /* Nothing to send yet: wait, watched for the client closing. */
+        s->suspended = true;
+        MHD_suspend_connection(s->conn);
+        watch_parked(s->req);
+        n = 0;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
+static void stream_free_cb(void *cls) {
+    stream_unref(cls);
+}
+
+http_stream *http_stream_open(http_request *req, void (*on_client_closed)(void *arg), void *arg) {
+    http_stream *s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_mutex_init(&s->cb_mu, NULL);
+    s->req = req;
+    s->conn = req->conn;
+    s->refs = 2; /* the producer's, and the handler's until the response takes it */
+    s->closed_fn = on_client_closed;
+    s->closed_arg = arg;
+    return s;
+}
+
+void http_stream_discard(http_stream *s) {
+    stream_unref(s);
+    stream_unref(s);
+}
+
+int http_stream_queue(http_stream *s, const char *content_type) {
+    http_request *req = s->req;
+    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024,
+                                                                  stream_read, s, stream_free_cb);
+    if (!resp) {
+        pthread_mutex_lock(&s->mu);
+        s->gone = true;
+        pthread_mutex_unlock(&s->mu);
+        stream_client_closed(s); /* the work stops */
+        stream_unref(s);
+        return http_reply_error(req, SRV_EINTERNAL, "out of memory");
+    }
+    /* The handler's reference is the response's from here on. */
+    req->stream = s;
+    req->on_client_closed = stream_client_closed;
+    req->on_client_closed_arg = s;
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
+    /* The answer's length is unknown: its end is not where the connection's
+     * bytes say (wire_end stays 0 and a cut is counted as dropped). */
+    const int r = queue(req, 200, resp, 0);
+    req->wire_end = 0;
+    return r;
+}
+
+bool http_stream_write(http_stream *s, const char *data, size_t n) {
+    pthread_mutex_lock(&s->mu);
+    bool ok = !s->gone && !s->ended;
+    if (ok && s->len + n > s->cap) {
+        size_t cap = s->cap ? s->cap : 4096;
+        while (cap < s->len + n)
+            cap *= 2;
+        membudget *b = membudget_installed();
+        const size_t more = membudget_cost(cap) - (s->charged ? membudget_cost(s->cap) : 0);
+        char *buf = NULL;
+        if (!b || membudget_reserve(b, more)) {
+            buf = realloc(s->buf, cap);
+            if (!buf && b)
+                membudget_release(b, more);
+        }
+        if (buf) {
+            s->buf = buf;
+            s->cap = cap;
+            s->charged += b ? more : 0;
+        } else {
+            ok = false;
+            s->failed = true;
+        }
+    }
+    if (ok) {
+        memcpy(s->buf + s->len, data, n);
+        s->len += n;
+        stream_wake(s);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return ok;
+}
+
+void http_stream_end(http_stream *s, bool failed) {
+    /* From here on the producer's callback is never called. */
+    pthread_mutex_lock(&s->cb_mu);
+    s->closed_fn = NULL;
+    pthread_mutex_unlock(&s->cb_mu);
+    pthread_mutex_lock(&s->mu);
+    s->ended = true;
+    s->failed |= failed;
+    stream_wake(s);
+    pthread_mutex_unlock(&s->mu);
+    stream_unref(s);
 }
 
 /* ---- the server --------------------------------------------------------------- */

@@ -227,4 +227,35 @@ void http_park(http_request *req, void (*on_client_closed)(void *arg), void *arg
  * I/O thread and must answer. */
 void http_resume(http_request *req);
 
+/* ---- streamed answers ----
+ * A 200 whose body is written as it is produced (NDJSON lines, say), from any
+ * thread. http_stream_open (I/O thread, in a handler, before the work is
+ * handed on) makes the stream; http_stream_queue sends the headers, and the
+ * handler returns what it returned. The producer calls http_stream_write any
+ * number of times and http_stream_end once, its last use of the stream.
+ * Whenever everything written is sent and the stream has not ended, the
+ * connection is suspended (from libmicrohttpd's content reader) and watched
+ * for the client closing, as a parked request is; a write or the end resumes
+ * it. If the client goes away before the end (seen by the watch, or by a
+ * failed send), on_client_closed(arg) runs once, on some thread other than
+ * the producer's and never after http_stream_end has returned: it must be
+ * quick and call no http_* function (e.g. cancel the queued work). The
+ * bytes waiting to be sent are charged to the request-memory budget. */
+typedef struct http_stream http_stream;
+/* NULL when out of memory. */
+http_stream *http_stream_open(http_request *req, void (*on_client_closed)(void *arg), void *arg);
+/* Queues the 200 with content_type; returns what a handler returns. On
+ * failure the stream lives on for its producer, whose writes then go
+ * nowhere. */
+int http_stream_queue(http_stream *s, const char *content_type);
+/* Drops a stream never queued whose producer never started (a refusal
+ * between open and queue). */
+void http_stream_discard(http_stream *s);
+/* Appends n bytes; false when they will never be sent (the client is gone,
+ * or the budget refused them): the producer may stop early. */
+bool http_stream_write(http_stream *s, const char *data, size_t n);
+/* The producer's last call. failed: the answer is cut short (the connection
+ * closes once what was written is sent, so the client sees no clean end). */
+void http_stream_end(http_stream *s, bool failed);
+
 #endif

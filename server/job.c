@@ -41,8 +41,9 @@ static void job_done(sched_req *sreq, int status);
 /* Loop thread, in the done callback of a piece that ran: queues the next
  * one. Returns SCHED_OK when it is queued (the job goes on), or why not. */
 static int queue_next_piece(job *j) {
-    if (atomic_load(&j->closed))
-        return SCHED_ECANCELED;
+    /* Queued even after a close, then cancelled: the scheduler takes it out
+     * unrun and counts the cancel, as it counts a closed client's first
+     * piece. */
     j->first += j->count;
     sched_limits lim;
     sched_get_limits(j->sched, &lim);
@@ -50,8 +51,8 @@ static int queue_next_piece(job *j) {
     j->sreq.deadline_ns = j->deadline_ns;
     j->sreq.done = job_done;
     int rc = sched_submit_continuation(j->sched, &j->sreq);
-    /* A close after the check above may have set the cancel flag before the
-     * submit cleared it: cancel again (the piece then never runs). */
+    /* The submit clears the cancel flag a close may have set: cancel again
+     * (the piece then never runs). */
     if (rc == SCHED_OK && atomic_load(&j->closed))
         sched_cancel(j->sched, &j->sreq);
     return rc;
@@ -62,7 +63,13 @@ static void job_done(sched_req *sreq, int status) {
     job *j = SCHED_CONTAINER_OF(sreq, job, sreq);
     j->queue_ns += sreq->start_ns - sreq->enqueue_ns;
     j->compute_ns += sreq->end_ns - sreq->start_ns;
-    if (status == SCHED_OK && j->err == SRV_OK && j->items_cu && j->first + j->count < j->n_items) {
+    if (status == SCHED_OK && j->err == SRV_OK && j->on_piece)
+        j->on_piece(j);
+    /* After a close the next piece is still queued, to be cancelled and
+     * counted (a streamed piece's lines fail to write once the client is
+     * gone, which sets err). */
+    if (status == SCHED_OK && (j->err == SRV_OK || atomic_load(&j->closed)) && j->items_cu &&
+        j->first + j->count < j->n_items) {
         int rc = queue_next_piece(j);
         if (rc == SCHED_OK)
             return;
@@ -84,6 +91,12 @@ static void job_done(sched_req *sreq, int status) {
     } else if (status != SCHED_OK) {
         j->err = SRV_EINTERNAL;
         snprintf(j->why, sizeof j->why, "%s", sched_strerror(status));
+    }
+    if (j->stream) {
+        j->on_end(j);
+        http_stream_end(j->stream, j->err != SRV_OK);
+        j->free_fn(j);
+        return;
     }
     if (atomic_fetch_add(&j->gate, 1) == 1)
         http_resume(j->http);
@@ -113,7 +126,48 @@ static int submit_error(http_request *req, int rc) {
     }
 }
 
+/* What job_submit and job_submit_stream share: the deadline and the first
+ * piece set, the job submitted; or a refusal answered and j freed (returns
+ * what a handler returns, with *submitted false). */
+static int submit(http_request *req, job *j, sched *s, int64_t timeout_ms, void (*free_fn)(void *),
+                  bool *submitted);
+
 int job_submit(http_request *req, job *j, sched *s, int64_t timeout_ms, void (*free_fn)(void *)) {
+    bool submitted;
+    int r = submit(req, j, s, timeout_ms, free_fn, &submitted);
+    if (!submitted)
+        return r;
+    http_set_user(req, j, free_fn);
+    http_park(req, job_client_closed, j);
+    if (atomic_fetch_add(&j->gate, 1) == 1)
+        http_resume(req);
+    return HTTP_PARKED;
+}
+
+int job_submit_stream(http_request *req, job *j, sched *s, int64_t timeout_ms,
+                      void (*free_fn)(void *), const char *content_type) {
+    /* The stream exists before the job is submitted, so that its first
+     * piece may be written whenever it is done; its headers go once the
+     * submit is accepted. */
+    j->stream = http_stream_open(req, job_client_closed, j);
+    if (!j->stream) {
+        free_fn(j);
+        return http_reply_error(req, SRV_EINTERNAL, "out of memory");
+    }
+    j->free_fn = free_fn;
+    http_stream *st = j->stream;
+    bool submitted;
+    int r = submit(req, j, s, timeout_ms, free_fn, &submitted);
+    if (!submitted) {
+        http_stream_discard(st);
+        return r;
+    }
+    return http_stream_queue(st, content_type);
+}
+
+static int submit(http_request *req, job *j, sched *s, int64_t timeout_ms, void (*free_fn)(void *),
+                  bool *submitted) {
+    *submitted = false;
     j->http = req;
     j->sched = s;
     j->sreq.done = job_done;
@@ -149,9 +203,6 @@ int job_submit(http_request *req, job *j, sched *s, int64_t timeout_ms, void (*f
         free_fn(j);
         return submit_error(req, rc);
     }
-    http_set_user(req, j, free_fn);
-    http_park(req, job_client_closed, j);
-    if (atomic_fetch_add(&j->gate, 1) == 1)
-        http_resume(req);
-    return HTTP_PARKED;
+    *submitted = true;
+    return HTTP_DONE;
 }

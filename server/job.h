@@ -61,6 +61,14 @@ typedef struct job {
      * connection, the done callback once the last piece is done. The
      * second one resumes, so a resume never precedes the suspend. */
     atomic_int gate;
+
+    /* A streamed job (job_submit_stream): on the loop thread, on_piece after
+     * each piece ran (inputs [first, first + count)), then on_end once, with
+     * err set, after the last piece or the failure; then the job is freed. */
+    http_stream *stream;
+    void (*on_piece)(struct job *j);
+    void (*on_end)(struct job *j);
+    void (*free_fn)(void *);
 } job;
 
 /* Submits j (its kind and inputs filled: items_cu and n_items, or sreq's
@@ -70,6 +78,14 @@ typedef struct job {
  * req answered with the matching error. Returns what a route handler
  * returns. */
 int job_submit(http_request *req, job *j, sched *s, int64_t timeout_ms, void (*free_fn)(void *));
+
+/* job_submit for an answer streamed as it is computed: the 200 and its
+ * content_type are sent at once and the connection is never parked; the
+ * job's on_piece and on_end (set by the caller) write to j->stream. A
+ * client that closes cancels the piece queued and no more are queued (the
+ * scheduler counts the cancel). Refusals are answered as job_submit's. */
+int job_submit_stream(http_request *req, job *j, sched *s, int64_t timeout_ms,
+                      void (*free_fn)(void *), const char *content_type);
 
 /* Queue and compute time of a finished job over its pieces, in
  * milliseconds, for http_set_timing. */

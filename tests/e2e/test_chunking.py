@@ -305,6 +305,60 @@ def test_bounds_and_errors(start_server):
     assert r.status_code == 200, r.text[:300]
 
 
+@pytest.mark.parametrize("name", ["bert-cls-tiny", "xlmr-cls-tiny"])
+def test_a_classifier_is_refused_chunked_or_not(start_server, name):
+    # A classifier's forward answers logits: every embedding route refuses it
+    # with 424, in its own shape, before it reads the chunking (so a chunking
+    # it would refuse changes nothing).
+    s = start_server(model=os.path.join(ROOT, "tests", "golden", name))
+    for path, key in (("/v1/embeddings", "input"), ("/embeddings", "input"),
+                      ("/embed", "inputs")):
+        for chunking in (None, {}, {"max_tokens": 16, "overlap": 2}, {"overlap": 10 ** 6}):
+            body = {key: "hello world"}
+            if chunking is not None:
+                body["chunking"] = chunking
+            err = assert_error(post(s, path, body), 424)
+            assert "not an embedding model" in err["message"], (path, chunking, err)
+    assert requests.get(s.url("/health"), timeout=10).status_code == 200
+
+
+@pytest.fixture(scope="module")
+def eight_inputs(tmp_path_factory):
+    s = Server(str(tmp_path_factory.mktemp("chunk-8")), max_inputs_per_request=8)
+    yield s
+    s.check_clean_exit(s.stop())
+
+
+def test_overlap_is_at_most_half_a_window(eight_inputs):
+    # max_tokens 34 less [CLS] and [SEP] is a window of 32: overlap 16 and no
+    # more, so that each chunk moves at least a quarter window on.
+    s = eight_inputs
+    for path, key in (("/v1/embeddings", "input"), ("/embed", "inputs")):
+        r = post(s, path, {key: ENGLISH, "chunking": {"max_tokens": 34, "overlap": 16}})
+        assert r.status_code == 200, r.text[:300]
+        err = assert_error(
+            post(s, path, {key: ENGLISH, "chunking": {"max_tokens": 34, "overlap": 17}}), 422)
+        assert "chunking.overlap is 17" in err["message"] and ", 16" in err["message"], err
+
+
+def test_chunks_number_at_most_max_inputs_per_request(eight_inputs):
+    # Chunks are inputs: at most max_inputs_per_request of them, counted over
+    # all the documents of the request, overlap or not.
+    s = eight_inputs
+    doc = ENGLISH * 10  # about 450 tokens, 15 windows of 32
+    for path, key in (("/v1/embeddings", "input"), ("/embed", "inputs")):
+        r = post(s, path, {key: ENGLISH * 2, "chunking": {"max_tokens": 34, "overlap": 8}})
+        assert r.status_code == 200, r.text[:300]
+        assert len(r.json()["data"][0]["chunks"] if key == "input" else r.json()[0]["chunks"]) <= 8
+        err = assert_error(post(s, path, {key: doc, "chunking": {"max_tokens": 34}}), 422)
+        assert "more than 8 chunks" in err["message"], err
+        assert "max_inputs_per_request is 8" in err["message"], err
+        err = assert_error(
+            post(s, path, {key: [ENGLISH * 2] * 4, "chunking": {"max_tokens": 34}}), 422)
+        assert "more than 8 chunks" in err["message"], err
+    assert post(s, "/embed", {"inputs": "still serving"}).status_code == 200
+
+
 def test_memory_budget_bounds_a_document(start_server):
     # 1 MiB of budget holds a 120 kB body and its parse, not the token
     # arrays of the whole document (13 bytes a token): 413, the request
@@ -376,3 +430,95 @@ def test_a_client_gone_during_tokenization(start_server):
     # A document here is about 1600 chunks (some 100k tokens, 62 a chunk):
     # the three closed requests together computed less than one of them.
     assert s.metric("attnserve_embedding_inputs_total") - b0 < 1600
+
+
+# ---- streaming: "stream": true, NDJSON ----------------------------------------------------
+
+
+def streamed(server, path, body):
+    r = requests.post(server.url(path), data=json.dumps(body), headers=JSON, timeout=120,
+                      stream=True)
+    assert r.status_code == 200, r.text[:300]
+    assert r.headers["Content-Type"] == "application/x-ndjson"
+    return [json.loads(line) for line in r.iter_lines() if line]
+
+
+@pytest.mark.parametrize("path,key", [("/v1/embeddings", "input"), ("/embed", "inputs")])
+def test_stream_is_the_unstreamed_answer_line_by_line(minilm, path, key):
+    docs = [ENGLISH * 4, BULGARIAN * 2, "one window"]
+    body = {key: docs, "chunking": {"max_tokens": 40, "overlap": 6}}
+    whole = post(minilm, path, body)
+    assert whole.status_code == 200, whole.text[:300]
+    whole = whole.json()
+    items = whole["data"] if key == "input" else whole
+    lines = streamed(minilm, path, dict(body, stream=True))
+    *chunk_lines, last = lines
+    # One line per chunk, in order, then the documents' vectors and usage.
+    want = [(d, c) for d, item in enumerate(items) for c in item["chunks"]]
+    assert len(chunk_lines) == len(want) > 10
+    for line, (d, c) in zip(chunk_lines, want):
+        assert line["document"] == d
+        for k in ("index", "start", "stop", "tokens"):
+            assert line[k] == c[k], (line, c)
+        assert cosine(line["embedding"], c["embedding"]) >= MIN_COSINE
+    assert [x["index"] for x in last["data"]] == list(range(len(docs)))
+    for x, item in zip(last["data"], items):
+        assert x["chunks"] == len(item["chunks"])
+        assert cosine(x["embedding"], item["embedding"]) >= MIN_COSINE
+    if key == "input":
+        assert last["usage"] == whole["usage"] and last["model"] == whole["model"]
+    else:
+        assert last["usage"]["prompt_tokens"] == sum(c["tokens"] for _, c in want)
+
+
+def test_stream_needs_chunking_and_a_boolean(minilm):
+    for path, key in (("/v1/embeddings", "input"), ("/embed", "inputs")):
+        err = assert_error(post(minilm, path, {key: "text", "stream": True}), 422)
+        assert "chunking" in err["message"], err
+        assert_error(post(minilm, path, {key: "text", "chunking": {}, "stream": "yes"}), 400)
+        r = post(minilm, path, {key: "text", "stream": False})
+        assert r.status_code == 200, r.text[:300]
+
+
+def test_stream_lines_come_before_the_last_batch_and_a_close_cancels(start_server):
+    # Two 64-token chunks a batch: a document of some 140 chunks is some 70
+    # batches, one piece in the queue at a time. The client reads the first
+    # line and closes: had lines waited for the last batch, every chunk would
+    # have been computed before that first line could be read. Instead the
+    # rest is cancelled (counted) and far fewer chunks are computed.
+    # (A deadline far off: a sanitizer build computes them slowly.)
+    s = start_server(max_batch_requests=2, request_timeout_ms=600000)
+    doc = ENGLISH * 200
+    n_chunks = len(streamed(s, "/v1/embeddings", {"input": doc, "chunking": {"max_tokens": 64},
+                                                  "stream": True})) - 1
+    assert n_chunks > 100
+    b0 = s.metric("attnserve_embedding_inputs_total")
+    c0 = s.metric("attnserve_requests_cancelled_total")
+    d0 = s.metric("attnserve_requests_dropped_total", reason="client_closed")
+    body = json.dumps({"input": doc, "chunking": {"max_tokens": 64}, "stream": True}).encode()
+    with socket.create_connection(("127.0.0.1", s.settings["port"]), timeout=60) as c:
+        c.sendall(b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                  b"application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+        got, data = b"", b""
+        while b"\n" not in data:  # the first line, out of the chunked transfer coding
+            more = c.recv(65536)
+            assert more, got
+            got += more
+            head, _, rest = got.partition(b"\r\n\r\n")
+            data = b""
+            while b"\r\n" in rest:
+                size, _, tail = rest.partition(b"\r\n")
+                n = int(size, 16)
+                if len(tail) < n + 2:
+                    break
+                data, rest = data + tail[:n], tail[n + 2:]
+        assert head.startswith(b"HTTP/1.1 200"), head
+        first = json.loads(data.split(b"\n")[0])
+        assert first["document"] == 0 and first["index"] == 0
+    end = time.time() + 30
+    while time.time() < end and s.metric("attnserve_requests_cancelled_total") == c0:
+        time.sleep(0.05)
+    assert s.metric("attnserve_requests_cancelled_total") == c0 + 1
+    assert s.metric("attnserve_requests_dropped_total", reason="client_closed") == d0 + 1
+    assert s.metric("attnserve_embedding_inputs_total") - b0 < n_chunks
+    assert post(s, "/v1/embeddings", {"input": "still serving"}).status_code == 200
