@@ -191,7 +191,11 @@ def test_schemathesis_finds_nothing(server, tmp_path):
     cmd = [exe, "run", server.url("/openapi.json"),
            "--checks", "not_a_server_error,status_code_conformance,"
                        "content_type_conformance,response_schema_conformance",
-           "--max-examples", "25", "--workers", "2", "--request-timeout", "30",
+           # One worker: Debian 12's Python 3.11 raises "AST constructor
+           # recursion depth mismatch" when Hypothesis parses lambdas on two
+           # threads at once (a CPython bug fixed in later 3.11 releases), a
+           # crash of the fuzzer that says nothing about the server.
+           "--max-examples", "25", "--workers", "1", "--request-timeout", "30",
            "--seed", "1", "--suppress-health-check", "all",
            ]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=str(tmp_path))

@@ -10,8 +10,8 @@
  * (the runner itself never starts a thread, so forking is safe under TSan):
  * a crash, an assert or a TSan report (exit status 66 by default) fails that
  * test alone. A .timeout is scaled by TIMEOUT_SCALE, as TSan runs code 5-15x
- * slower. Ends with the line "N passed, N failed"; exits 1 if any test failed
- * or no test matched. */
+ * slower. Ends with the line "N passed, N failed, N skipped"; exits 1 if any
+ * test failed or no test matched. */
 #include <fnmatch.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -70,6 +70,21 @@ void cr_tsan_fail(int fatal, const char *file, int line, const char *expr, const
         _exit(1); /* like Criterion, the test ends here; its process goes with it */
     }
     __atomic_store_n(&expect_failed, 1, __ATOMIC_RELAXED);
+}
+
+/* The child's exit status for a test that skipped itself: the parent reports
+ * it as skipped, apart from passed and failed. */
+#define CR_TSAN_SKIPPED 77
+
+void cr_tsan_skip(const char *file, int line, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "  %s:%d: skipped: ", file, line);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    fflush(NULL);
+    _exit(CR_TSAN_SKIPPED);
 }
 
 void cr_tsan_log(const char *file, int line, const char *fmt, ...) {
@@ -145,7 +160,7 @@ int main(int argc, char **argv) {
     }
     qsort(tests, n_tests, sizeof *tests, by_name);
 
-    int passed = 0, failed = 0;
+    int passed = 0, failed = 0, skipped = 0;
     for (size_t i = 0; i < n_tests; i++) {
         const struct cr_tsan_test *t = tests[i];
         char name[256];
@@ -179,6 +194,11 @@ int main(int argc, char **argv) {
             printf("[PASS] %s (%.2f s)\n", name, dt);
             continue;
         }
+        if (WIFEXITED(st) && WEXITSTATUS(st) == CR_TSAN_SKIPPED) {
+            skipped++;
+            printf("[SKIP] %s (%.2f s)\n", name, dt);
+            continue;
+        }
         failed++;
         if (WIFSIGNALED(st) && WTERMSIG(st) == SIGALRM)
             printf("[FAIL] %s: timed out after %.0f s\n", name, timeout);
@@ -194,10 +214,10 @@ int main(int argc, char **argv) {
     }
     if (list)
         return passed ? 0 : 1;
-    printf("%d passed, %d failed\n", passed, failed);
+    printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
     free(filters);
     free(excludes);
-    if (passed + failed == 0)
+    if (passed + failed + skipped == 0)
         fprintf(stderr, "tsan-tests: no test matched\n");
-    return failed || passed + failed == 0 ? 1 : 0;
+    return failed || passed + failed + skipped == 0 ? 1 : 0;
 }

@@ -11,7 +11,8 @@
  * It implements exactly the subset those test files use: Test and TestSuite
  * with .init, .fini and .timeout; cr_assert/cr_expect and their _not, _eq,
  * _neq, _lt, _leq, _gt, _geq, _null, _not_null, _str_eq and _str_neq forms,
- * each with an optional printf-style message; and cr_log_info. Semantics
+ * each with an optional printf-style message; cr_log_info; and cr_skip_test,
+ * which ends the test reported as skipped, never as passed. Semantics
  * follow Criterion's: each test runs in its own forked process (runner.c),
  * suite init then test init before the body and test fini then suite fini
  * after it; a failed cr_assert ends the test, a failed cr_expect marks it
@@ -55,6 +56,8 @@ void cr_tsan_register_suite(const struct cr_tsan_suite *s);
  * zero-length format. */
 void cr_tsan_fail(int fatal, const char *file, int line, const char *expr, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
+_Noreturn void cr_tsan_skip(const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 void cr_tsan_log(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
@@ -123,6 +126,7 @@ static inline int cr_tsan_strcmp(const char *a, const char *b) {
 #define cr_assert_str_neq(...)  CR_TSAN_STR_(1, !=, __VA_ARGS__)
 #define cr_expect_str_neq(...)  CR_TSAN_STR_(0, !=, __VA_ARGS__)
 
-#define cr_log_info(...) cr_tsan_log(__FILE__, __LINE__, __VA_ARGS__)
+#define cr_log_info(...)  cr_tsan_log(__FILE__, __LINE__, __VA_ARGS__)
+#define cr_skip_test(...) cr_tsan_skip(__FILE__, __LINE__, __VA_ARGS__)
 
 #endif
