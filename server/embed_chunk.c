@@ -559,12 +559,20 @@ static bool write_line(http_stream *st, json_t *v) {
     json_decref(v);
     if (!text)
         return false;
+    /* One write for the line and its newline: written in two, a refusal of
+     * the second would run this line into the next one. */
     size_t n = strlen(text);
-    bool ok = http_stream_write(st, text, n) && http_stream_write(st, "\n", 1);
+    char *line = membudget_malloc(n + 1);
+    if (line) {
+        memcpy(line, text, n);
+        line[n] = '\n';
+    }
     json_malloc_t jmalloc;
     json_free_t jfree;
     json_get_alloc_funcs(&jmalloc, &jfree);
     jfree(text);
+    const bool ok = line && http_stream_write(st, line, n + 1);
+    membudget_free(line);
     return ok;
 }
 

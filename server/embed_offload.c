@@ -31,7 +31,8 @@ static struct {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     pthread_t thread;
-    bool started, stopping;
+    _Atomic bool started; /* read by the I/O thread, set by start and stop */
+    bool stopping;        /* under mu */
     struct embed_offload_task *head, *tail;
     _Atomic size_t threshold;
 } Q = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .threshold = 32768};
@@ -43,7 +44,7 @@ void embed_offload_set_threshold(size_t bytes) {
 bool embed_offload_wanted(http_request *req) {
     size_t n = 0;
     http_body(req, &n);
-    return Q.started && n > atomic_load(&Q.threshold);
+    return atomic_load(&Q.started) && n > atomic_load(&Q.threshold);
 }
 
 void embed_offload_task_free(struct embed_offload_task *t) {
@@ -97,24 +98,26 @@ static void *thread_main(void *arg) {
 }
 
 int embed_offload_start(void) {
-    if (Q.started)
+    if (atomic_load(&Q.started))
         return 0;
     Q.stopping = false;
     if (pthread_create(&Q.thread, NULL, thread_main, NULL) != 0)
         return -1;
-    Q.started = true;
+    atomic_store(&Q.started, true);
     return 0;
 }
 
 void embed_offload_stop(void) {
-    if (!Q.started)
+    if (!atomic_load(&Q.started))
         return;
+    /* From here large bodies decode inline; one already deciding to come
+     * here finds stopping set under mu and is refused. */
+    atomic_store(&Q.started, false);
     pthread_mutex_lock(&Q.mu);
     Q.stopping = true;
     pthread_cond_signal(&Q.cv);
     pthread_mutex_unlock(&Q.mu);
     pthread_join(Q.thread, NULL);
-    Q.started = false;
 }
 
 /* http.c's watch thread: the client closed while the request was parked. */
@@ -143,9 +146,22 @@ int embed_offload_release(http_request *req, json_t *root, embed_decode_fn fn, v
     *t = (struct embed_offload_task){
         .req = req, .root = root, .fn = fn, .ctx = ctx, .release = release};
     ph->offload = t;
+    pthread_mutex_lock(&Q.mu);
+    if (Q.stopping) {
+        /* The thread has stopped taking tasks, or is about to exit once
+         * its queue is empty: a task queued now would never run, and its
+         * suspended connection would outlive the daemon. */
+        pthread_mutex_unlock(&Q.mu);
+        embed_offload_task_free(t);
+        membudget_free(ph);
+        http_body_json_free(req, root);
+        return http_reply_error(req, SRV_EUNAVAILABLE, "the service is shutting down");
+    }
+    /* Parked before the task is visible to the thread, so its resume always
+     * follows the park (Q.mu before conns_mu; the watch's callback takes
+     * neither). */
     http_set_user(req, ph, embed_job_release);
     http_park(req, client_closed, t);
-    pthread_mutex_lock(&Q.mu);
     if (Q.tail)
         Q.tail->next = t;
     else
