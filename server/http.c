@@ -1475,7 +1475,8 @@ static void stream_client_closed(void *arg) {
     pthread_mutex_unlock(&s->cb_mu);
 }
 
-/* on_completed: the request is gone; the producer may still write. */
+/* on_completed: the request is gone (its reference with it); the producer
+ * may still write. */
 static void stream_detach(http_stream *s) {
     /* The producer hears of the close before its writes start failing. */
     stream_client_closed(s);
@@ -1483,6 +1484,7 @@ static void stream_detach(http_stream *s) {
     s->req = NULL;
     s->gone = true;
     pthread_mutex_unlock(&s->mu);
+    stream_unref(s);
 }
 
 /* Resumes the suspended connection (under s->mu). */
@@ -1556,7 +1558,13 @@ int http_stream_queue(http_stream *s, const char *content_type) {
         stream_unref(s);
         return http_reply_error(req, SRV_EINTERNAL, "out of memory");
     }
-    /* The handler's reference is the response's from here on. */
+    /* The handler's reference is the response's from here on, and the
+     * request takes one of its own, dropped in stream_detach: libmicrohttpd
+     * may destroy the response (a failed queue, a closed connection) before
+     * the request completes, and the producer may have ended by then. */
+    pthread_mutex_lock(&s->mu);
+    s->refs++;
+    pthread_mutex_unlock(&s->mu);
     req->stream = s;
     req->on_client_closed = stream_client_closed;
     req->on_client_closed_arg = s;
