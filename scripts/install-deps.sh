@@ -2,7 +2,9 @@
 # install-deps.sh — installs every Debian package that attnserve's build, tests
 # and service need. Idempotent: when everything is present it only checks.
 # libdnnl-dev and libxsmm-dev are for build/bench_gemm only (the bf16 GEMM is
-# compared with them; the service links neither).
+# compared with them; the service links neither). haproxy is for the tests:
+# make test sends its raw framing cases through it (without it they are not
+# run), and the cluster test balances over it.
 set -eu
 
 PACKAGES="build-essential pkg-config
@@ -11,7 +13,7 @@ curl ca-certificates
 libcriterion-dev
 clang libclang-rt-14-dev valgrind linux-perf
 cppcheck clang-format
-python3-pytest python3-requests python3-venv
+python3-pytest python3-requests python3-venv haproxy
 libdnnl-dev libxsmm-dev"
 
 missing=""

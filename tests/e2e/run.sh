@@ -21,4 +21,6 @@ if ! "$PY" -c 'import pytest, requests' 2>/dev/null; then
 fi
 PY=$("$HERE/venv.sh")
 cd "$HERE"
-ATTNSERVE_BIN="$BIN" exec "$PY" -m pytest -q -p no:cacheprovider "$@" "$HERE"
+# -rs: every skipped test's reason (each says NOT RUN and why) is in the
+# summary, so a check that could not run here shows in the output.
+ATTNSERVE_BIN="$BIN" exec "$PY" -m pytest -q -rs -p no:cacheprovider "$@" "$HERE"
