@@ -458,6 +458,46 @@ SCHEMAS = {
                                             "properties": {"text": {"type": "string"}}}}}},
         },
     },
+    "ScoreRequest": {
+        "type": "object", "required": ["text_1", "text_2"],
+        "description": "vLLM's body: text_1 and text_2 paired 1:1, 1:N (text_1 one text) or N:N.",
+        "properties": {
+            "model": {"type": ["string", "null"]},
+            "text_1": {"oneOf": [{"type": "string"},
+                                 {"type": "array", "minItems": 1, "items": {"type": "string"}}]},
+            "text_2": {"oneOf": [{"type": "string"},
+                                 {"type": "array", "minItems": 1, "items": {"type": "string"}}]},
+            "truncate_prompt_tokens": {
+                "type": ["integer", "null"], "minimum": -1,
+                "description": "null: longer pairs are refused; -1: cut to the model's maximum; "
+                               "k: cut to k tokens, special tokens included"},
+            "use_activation": {"type": ["boolean", "null"],
+                               "description": "false: the raw logit; default: its sigmoid"},
+            "activation": {"type": ["boolean", "null"], "description": "use_activation's "
+                           "deprecated name"},
+            "softmax": {"type": ["boolean", "null"], "description": "use_activation's "
+                        "deprecated name"},
+            "priority": {"type": ["integer", "null"], "description": "0 only"},
+            "mm_processor_kwargs": {"type": ["object", "null"],
+                                    "description": "accepted and ignored"},
+            "user": {"description": "accepted and ignored"},
+        },
+    },
+    "ScoreResponse": {
+        "type": "object", "required": ["id", "object", "created", "model", "data", "usage"],
+        "properties": {
+            "id": {"type": "string"}, "object": {"const": "list"},
+            "created": {"type": "integer"}, "model": {"type": "string"},
+            "data": {"type": "array", "items": {
+                "type": "object", "required": ["index", "object", "score"],
+                "properties": {"index": {"type": "integer"}, "object": {"const": "score"},
+                               "score": {"type": "number"}}}},
+            "usage": {"type": "object", "required": ["prompt_tokens", "total_tokens"],
+                      "properties": {"prompt_tokens": {"type": "integer"},
+                                     "total_tokens": {"type": "integer"},
+                                     "completion_tokens": {"type": "integer"}}},
+        },
+    },
     # ---- Infinity ----
     "Model": {
         "type": "object", "required": ["id", "object", "created", "owned_by"],
@@ -612,6 +652,13 @@ PATHS = {
     "/v1/rerank": post("Cohere, Jina and vLLM: rerank documents against a query with the served "
                        "reranker.", ref("RerankRequest"), ref("RerankResponse"), tag="OpenAI",
                        op="v1_rerank"),
+    "/v2/rerank": post("vLLM: /v1/rerank under its Cohere v2 path.", ref("RerankRequest"),
+                       ref("RerankResponse"), tag="OpenAI", op="v2_rerank"),
+    "/score": post("vLLM: the served reranker's score of each pair of text_1 and text_2, in "
+                   "input order.", ref("ScoreRequest"), ref("ScoreResponse"), tag="OpenAI",
+                   op="score"),
+    "/v1/score": post("vLLM: /score under its /v1 path.", ref("ScoreRequest"),
+                      ref("ScoreResponse"), tag="OpenAI", op="v1_score"),
     "/models": get("Infinity: the model served.",
                    dict({"200": json_body(ref("ModelList"))}, **errors(OPENAI_ERROR, 401)),
                    tag="Infinity", op="infinity_models"),

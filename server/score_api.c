@@ -176,8 +176,7 @@ static int encode_pair(const tok_tokenizer *tok, pair_cache *c, const score_inpu
 }
 
 static int tokenize(const score_api *s, embed_job *job, int32_t i, const score_input *in,
-                    bool truncate, bool left, pair_cache *cache, refusal *r) {
-    const int32_t max = s->max_length;
+                    bool truncate, bool left, int32_t max, pair_cache *cache, refusal *r) {
     int rc = reserve(job, (size_t)job->cu[i], (size_t)max, r);
     if (rc != SRV_OK)
         return rc;
@@ -228,8 +227,9 @@ static int tokenize(const score_api *s, embed_job *job, int32_t i, const score_i
 }
 
 embed_job *score_job_make(const score_api *s, const score_input *in, int32_t n, bool truncate,
-                          bool left, refusal *r) {
+                          bool left, int32_t limit, refusal *r) {
     const embed_api *api = s->eapi;
+    const int32_t max = limit > 0 && limit < s->max_length ? limit : s->max_length;
     const int64_t max_inputs = atomic_load(&api->max_inputs_per_request);
     if (n < 1) {
         refuse(r, SRV_EBADREQUEST, "nothing to score");
@@ -249,7 +249,7 @@ embed_job *score_job_make(const score_api *s, const score_input *in, int32_t n, 
     job->n = n;
     pair_cache cache = {0};
     for (int32_t i = 0; i < n; i++)
-        if (tokenize(s, job, i, &in[i], truncate, left, &cache, r) != SRV_OK) {
+        if (tokenize(s, job, i, &in[i], truncate, left, max, &cache, r) != SRV_OK) {
             pair_cache_free(&cache);
             embed_job_release(job);
             return NULL;
@@ -287,6 +287,7 @@ typedef enum score_shape {
     SHAPE_INFINITY_RERANK,
     SHAPE_INFINITY_CLASSIFY,
     SHAPE_V1_RERANK,
+    SHAPE_VLLM_SCORE,
 } score_shape;
 
 typedef struct score_job {
@@ -528,7 +529,7 @@ static score_job *decode_tei_rerank(const score_api *s, json_t *root, refusal *r
         membudget_free(in);
         return NULL;
     }
-    score_job *j = wrap(score_job_make(s, in, n, trunc, left, r), SHAPE_TEI_RERANK, r);
+    score_job *j = wrap(score_job_make(s, in, n, trunc, left, 0, r), SHAPE_TEI_RERANK, r);
     membudget_free(in);
     if (j) {
         j->raw = raw;
@@ -563,7 +564,7 @@ static score_job *decode_rerank_cohere(const score_api *s, json_t *root, score_s
         membudget_free(in);
         return NULL;
     }
-    score_job *j = wrap(score_job_make(s, in, n, trunc, false, r), shape, r);
+    score_job *j = wrap(score_job_make(s, in, n, trunc, false, 0, r), shape, r);
     membudget_free(in);
     if (!j)
         return NULL;
@@ -654,7 +655,7 @@ static score_job *decode_predict(const score_api *s, json_t *root, refusal *r) {
         membudget_free(in);
         return NULL;
     }
-    score_job *j = wrap(score_job_make(s, in, n, trunc, left, r), SHAPE_TEI_PREDICT, r);
+    score_job *j = wrap(score_job_make(s, in, n, trunc, left, 0, r), SHAPE_TEI_PREDICT, r);
     membudget_free(in);
     if (j) {
         j->raw = raw;
@@ -699,7 +700,7 @@ static score_job *decode_classify(const score_api *s, json_t *root, refusal *r) 
         membudget_free(in);
         return NULL;
     }
-    score_job *j = wrap(score_job_make(s, in, (int32_t)size, s->eapi->truncate, false, r),
+    score_job *j = wrap(score_job_make(s, in, (int32_t)size, s->eapi->truncate, false, 0, r),
                         SHAPE_INFINITY_CLASSIFY, r);
     membudget_free(in);
     if (!j)
@@ -723,6 +724,167 @@ typedef struct ranked {
     int32_t index;
     float score;
 } ranked;
+
+/* vLLM's text_1 or text_2: a string or a non-empty array of strings; its
+ * ScoreMultiModalParam (an object of content parts) is refused. */
+static int vllm_texts(json_t *v, const char *field, size_t *n, refusal *r) {
+    r->param = field;
+    if (!v || json_is_null(v))
+        return refuse(r, SRV_EBADREQUEST, "missing field \"%s\"", field);
+    if (json_is_object(v))
+        return refuse(r, SRV_EINVALID,
+                      "%s: multi-modal content is not supported; this service scores text", field);
+    if (json_is_string(v)) {
+        *n = 1;
+        r->param = NULL;
+        return SRV_OK;
+    }
+    if (!json_is_array(v))
+        return refuse(r, SRV_EBADREQUEST, "%s must be a string or an array of strings", field);
+    *n = json_array_size(v);
+    if (*n == 0)
+        return refuse(r, SRV_EBADREQUEST, "%s: at least one text must be given", field);
+    for (size_t i = 0; i < *n; i++)
+        if (!json_is_string(json_array_get(v, i)))
+            return refuse(r, SRV_EBADREQUEST, "%s[%zu] must be a string", field, i);
+    r->param = NULL;
+    return SRV_OK;
+}
+
+/* The i-th text of a string or an array of strings. */
+static json_t *vllm_text(json_t *v, size_t i) {
+    return json_is_string(v) ? v : json_array_get(v, i);
+}
+
+/* vLLM's activation flag under its three names, first set wins as vLLM
+ * reads them (softmax and activation are its deprecated spellings of
+ * use_activation); default on: the sigmoid of the logit. */
+static int vllm_activation(json_t *root, bool *raw, refusal *r) {
+    static const char *const names[] = {"softmax", "activation", "use_activation"};
+    *raw = false;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        json_t *v = json_object_get(root, names[i]);
+        if (!v || json_is_null(v))
+            continue;
+        bool on;
+        if (want_bool(v, names[i], true, &on, r) != SRV_OK)
+            return r->err;
+        *raw = !on;
+        return SRV_OK;
+    }
+    return SRV_OK;
+}
+
+/* vLLM's truncate_prompt_tokens: absent or null, no truncation (longer is
+ * refused); -1, the model's maximum; k, at most k tokens a pair, special
+ * tokens included, cut as the tokenizer's longest_first does. *limit 0
+ * means the model's maximum. */
+static int vllm_truncation(const score_api *s, json_t *v, bool *trunc, int32_t *limit, refusal *r) {
+    *trunc = false;
+    *limit = 0;
+    if (!v || json_is_null(v))
+        return SRV_OK;
+    r->param = "truncate_prompt_tokens";
+    if (!json_is_integer(v))
+        return refuse(r, SRV_EBADREQUEST, "truncate_prompt_tokens must be an integer");
+    const json_int_t k = json_integer_value(v);
+    /* The fewest tokens a pair can be cut to: its special tokens and one
+     * token of each text. */
+    const int32_t least = tok_num_special_pair(s->eapi->tok) + 2;
+    if (k == -1) {
+        *trunc = true;
+    } else if (k < least) {
+        return refuse(r, SRV_EINVALID,
+                      "truncate_prompt_tokens must be -1 or at least %d (a pair's special tokens "
+                      "and one token of each text)",
+                      (int)least);
+    } else if (k > s->max_length) {
+        return refuse(r, SRV_EINVALID,
+                      "truncate_prompt_tokens (%lld) is greater than the model's maximum length "
+                      "(%d)",
+                      (long long)k, (int)s->max_length);
+    } else {
+        *trunc = true;
+        *limit = (int32_t)k;
+    }
+    r->param = NULL;
+    return SRV_OK;
+}
+
+static const char *const VLLM_SCORE_KEYS[] = {
+    "model",   "text_1",     "text_2",         "truncate_prompt_tokens", "priority",
+    "softmax", "activation", "use_activation", "mm_processor_kwargs",    "user",
+    NULL};
+
+/* vLLM's /score: text_1 and text_2 paired 1:1, 1:N or N:N, each pair
+ * scored by the served cross-encoder, answered in input order. */
+static score_job *decode_vllm_score(const score_api *s, json_t *root, refusal *r) {
+    if (unknown_fields(root, VLLM_SCORE_KEYS, r) != SRV_OK)
+        return NULL;
+    json_t *t1 = json_object_get(root, "text_1"), *t2 = json_object_get(root, "text_2");
+    json_t *priority = json_object_get(root, "priority");
+    json_t *mm = json_object_get(root, "mm_processor_kwargs");
+    size_t n1 = 0, n2 = 0;
+    bool raw, trunc;
+    int32_t limit;
+    if (check_model(s, json_object_get(root, "model"), r) || vllm_texts(t1, "text_1", &n1, r) ||
+        vllm_texts(t2, "text_2", &n2, r) || vllm_activation(root, &raw, r) ||
+        vllm_truncation(s, json_object_get(root, "truncate_prompt_tokens"), &trunc, &limit, r))
+        return NULL;
+    if (priority && !json_is_null(priority) &&
+        (!json_is_integer(priority) || json_integer_value(priority) != 0)) {
+        r->param = "priority";
+        refuse(r, SRV_EBADREQUEST,
+               "priority must be 0: this service schedules in arrival order, as vLLM does "
+               "without priority scheduling");
+        return NULL;
+    }
+    /* The multi-modal processor's options: nothing to apply them to. */
+    if (mm && !json_is_null(mm) && !json_is_object(mm)) {
+        r->param = "mm_processor_kwargs";
+        refuse(r, SRV_EBADREQUEST, "mm_processor_kwargs must be an object");
+        return NULL;
+    }
+    if (n1 > 1 && n1 != n2) {
+        refuse(r, SRV_EBADREQUEST,
+               "text_1 has %zu texts and text_2 %zu: the lengths must be 1:1, 1:N or N:N", n1, n2);
+        return NULL;
+    }
+    if (n2 > INT32_MAX) {
+        refuse(r, SRV_EINVALID, "text_2 has too many entries");
+        return NULL;
+    }
+    if (not_reranker(s, r))
+        return NULL;
+    score_input *in = membudget_calloc(n2, sizeof *in);
+    if (!in) {
+        refuse(r, SRV_EMEMORY, "out of memory");
+        return NULL;
+    }
+    for (size_t i = 0; i < n2; i++) {
+        json_t *a = vllm_text(t1, n1 == 1 ? 0 : i), *b = vllm_text(t2, i);
+        in[i] = (score_input){.a = json_string_value(a),
+                              .alen = json_string_length(a),
+                              .b = json_string_value(b),
+                              .blen = json_string_length(b)};
+    }
+    score_job *j =
+        wrap(score_job_make(s, in, (int32_t)n2, trunc, false, limit, r), SHAPE_VLLM_SCORE, r);
+    membudget_free(in);
+    if (!j)
+        return NULL;
+    j->raw = raw;
+    json_t *model = json_object_get(root, "model");
+    j->model = json_is_string(model)
+                   ? json_stringn(json_string_value(model), json_string_length(model))
+                   : json_string(s->eapi->model_name);
+    if (!j->model) {
+        score_job_release(j);
+        refuse(r, SRV_EMEMORY, "out of memory");
+        return NULL;
+    }
+    return j;
+}
 
 /* Best first. TEI sorts ascending (stable) and reverses, so equal scores
  * come highest index first; Infinity and vLLM sort descending (stable),
@@ -813,6 +975,27 @@ static json_t *rerank_answer(const score_job *j) {
                          "created", (json_int_t)time(NULL));
     return json_pack("{s:o, s:O, s:o, s:o}", "id", answer_id("rerank"), "model", j->model,
                      "results", list, "usage", usage(e));
+}
+
+/* vLLM's /score answer: a score per pair, in input order. */
+static json_t *vllm_score_answer(const score_job *j) {
+    const embed_job *e = &j->e;
+    json_t *data = json_array();
+    for (int32_t i = 0; data && i < e->n; i++) {
+        float score;
+        score_activate(e->out + i, 1, j->raw, &score);
+        if (json_array_append_new(data, json_pack("{s:i, s:s, s:f}", "index", (int)i, "object",
+                                                  "score", "score", (double)score)) != 0) {
+            json_decref(data);
+            data = NULL;
+        }
+    }
+    if (!data)
+        return NULL;
+    const json_int_t t = (json_int_t)tokens_of(e);
+    return json_pack("{s:o, s:s, s:I, s:O, s:o, s:{s:I, s:I, s:i}}", "id", answer_id("score"),
+                     "object", "list", "created", (json_int_t)time(NULL), "model", j->model, "data",
+                     data, "usage", "prompt_tokens", t, "total_tokens", t, "completion_tokens", 0);
 }
 
 /* Infinity's /classify scores a multi-label model (config.json problem_type
@@ -930,7 +1113,8 @@ static int resumed(http_request *req, void *ctx) {
         return http_reply_error(req, SRV_ETASK, "score is not finite (input %d)", (int)bad);
     json_t *out = j->shape == SHAPE_TEI_PREDICT || j->shape == SHAPE_INFINITY_CLASSIFY
                       ? predict_answer(s, j)
-                      : rerank_answer(j);
+                  : j->shape == SHAPE_VLLM_SCORE ? vllm_score_answer(j)
+                                                 : rerank_answer(j);
     if (!out && membudget_refused())
         return http_reply_error(req, membudget_error(), "%s", membudget_message());
     if (!out)
@@ -957,6 +1141,9 @@ static embed_job *off_v1(void *ctx, json_t *root, refusal *r) {
 }
 static embed_job *off_classify(void *ctx, json_t *root, refusal *r) {
     return as_embed(decode_classify(ctx, root, r));
+}
+static embed_job *off_vllm_score(void *ctx, json_t *root, refusal *r) {
+    return as_embed(decode_vllm_score(ctx, root, r));
 }
 
 static int tei_predict(http_request *req, void *ctx) {
@@ -997,6 +1184,10 @@ static int infinity_classify(http_request *req, void *ctx) {
     return handle(req, ctx, decode_classify, off_classify);
 }
 
+static int vllm_score(http_request *req, void *ctx) {
+    return handle(req, ctx, decode_vllm_score, off_vllm_score);
+}
+
 /* POST / and /invocations: TEI's route for the served model's task. */
 static int tei_default(http_request *req, void *ctx) {
     const score_api *s = ctx;
@@ -1025,6 +1216,9 @@ int score_api_register(score_api *s, embed_service *svc, batch_runner *runner, r
         {"POST", "/predict", true, HTTP_AUTH_KEY, tei_predict, resumed, s, TEI},
         {"POST", "/classify", true, HTTP_AUTH_KEY, infinity_classify, resumed, s, OAI},
         {"POST", "/v1/rerank", true, HTTP_AUTH_KEY, v1_rerank, resumed, s, OAI},
+        {"POST", "/v2/rerank", true, HTTP_AUTH_KEY, v1_rerank, resumed, s, OAI},
+        {"POST", "/score", true, HTTP_AUTH_KEY, vllm_score, resumed, s, OAI},
+        {"POST", "/v1/score", true, HTTP_AUTH_KEY, vllm_score, resumed, s, OAI},
     };
     for (size_t i = 0; i < sizeof mine / sizeof mine[0]; i++)
         if (routes_add(t, mine[i]) != 0)

@@ -16,9 +16,14 @@
  *     [{relevance_score, index, document?}], model, usage, id, created};
  *     POST /classify {input: [texts], raw_scores, model} answers {object:
  *     "classify", data: [[{score, label}]], ...}. Errors in OpenAI's shape.
- *   Cohere / Jina / vLLM: POST /v1/rerank {model, query, documents (strings
- *     or {text}), top_n, return_documents} answers {id, model, results:
- *     [{index, relevance_score, document: {text}?}], usage}.
+ *   Cohere / Jina / vLLM: POST /v1/rerank (and vLLM's /v2/rerank) {model,
+ *     query, documents (strings or {text}), top_n, return_documents}
+ *     answers {id, model, results: [{index, relevance_score, document:
+ *     {text}?}], usage}.
+ *   vLLM: POST /score and /v1/score {model, text_1, text_2 (each a string
+ *     or an array: paired 1:1, 1:N or N:N), truncate_prompt_tokens,
+ *     use_activation} answers {id, object: "list", created, model, data:
+ *     [{index, object: "score", score}] in input order, usage}.
  *
  * Scores: the model's logits, or unless raw_scores, the sigmoid of the one
  * logit of a reranker and the softmax over the labels of a classifier (the
@@ -70,12 +75,12 @@ typedef struct score_input {
 } score_input;
 
 /* The job of n inputs, each tokenized (a pair with tok_encode_pair, a text
- * with tok_encode) to at most s->max_length tokens, cut on the left when
- * left, else the right, when truncate, else refused (SRV_EINVALID) when
- * longer; type ids kept; out sized for num_labels logits per input. NULL
- * with the refusal in r. */
+ * with tok_encode) to at most limit tokens (0: s->max_length; never more),
+ * cut on the left when left, else the right, when truncate, else refused
+ * (SRV_EINVALID) when longer; type ids kept; out sized for num_labels
+ * logits per input. NULL with the refusal in r. */
 embed_job *score_job_make(const score_api *s, const score_input *in, int32_t n, bool truncate,
-                          bool left, embed_refusal *r);
+                          bool left, int32_t limit, embed_refusal *r);
 
 /* The scores of logits[0, k): raw, or the sigmoid of a single logit, or the
  * softmax of several, written to out. */

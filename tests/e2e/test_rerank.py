@@ -76,6 +76,11 @@ def test_v1_rerank_and_classify_on_an_embedder(server):
     assert "not a re-ranker" in err["message"]
     err = openai_error(post(server, "/classify", {"input": ["a"]}), 424)
     assert "not a classifier" in err["message"]
+    for path, body in (("/v2/rerank", {"query": "q", "documents": ["a"]}),
+                       ("/score", {"text_1": "q", "text_2": ["a"]}),
+                       ("/v1/score", {"text_1": "q", "text_2": "a"})):
+        err = openai_error(post(server, path, body), 424)
+        assert "not a re-ranker" in err["message"], (path, err)
 
 
 def test_root_stays_embed_on_an_embedder(server):
@@ -107,6 +112,19 @@ def test_tei_rerank_bad_bodies(server, body, status, words):
     ("/v1/rerank", {"query": "q"}, 400, "missing field \"documents\""),
     ("/classify", {"input": "a"}, 400, "non-empty array of strings"),
     ("/classify", {"input": ["a"], "model": 3}, 400, "model must be a string"),
+    # vLLM's /score: the body is checked before the model's task.
+    ("/score", {"text_1": "q"}, 400, "missing field \"text_2\""),
+    ("/score", {"text_1": "q", "text_2": []}, 400, "text_2: at least one text"),
+    ("/score", {"text_1": ["a", "b"], "text_2": ["c", "d", "e"]}, 400, "1:1, 1:N or N:N"),
+    ("/score", {"text_1": "q", "text_2": [3]}, 400, "text_2[0] must be a string"),
+    ("/score", {"text_1": {"content": []}, "text_2": "a"}, 422, "multi-modal"),
+    ("/score", {"text_1": "q", "text_2": "a", "priority": 1}, 400, "priority must be 0"),
+    ("/score", {"text_1": "q", "text_2": "a", "use_activation": "no"}, 400,
+     "use_activation must be true or false"),
+    ("/score", {"text_1": "q", "text_2": "a", "truncate_prompt_tokens": "all"}, 400,
+     "truncate_prompt_tokens must be an integer"),
+    ("/score", {"text_1": "q", "text_2": "a", "queries": ["q"]}, 400, "unknown field"),
+    ("/v1/score", {"text_1": "q", "text_2": "a", "model": "nope"}, 404, "does not exist"),
 ])
 def test_openai_shaped_bad_bodies(server, path, body, status, words):
     err = openai_error(post(server, path, body), status)
@@ -223,6 +241,77 @@ def test_v1_and_infinity_rerank_shapes_and_top_n(reranker):
     assert all("document" not in x for x in r.json()["results"])
 
 
+def test_vllm_score_pairs_match_cross_encoder(reranker):
+    """vLLM's /score: 1:N, N:N, 1:1 and a one-text list broadcast all give
+    CrossEncoder's scores, in input order; -1 cuts to the model's maximum,
+    as the golden pairs were cut."""
+    case = RERANKER["queries"][0]
+    docs = case["documents"]
+    n = len(docs)
+    bodies = [{"text_1": case["query"], "text_2": docs},
+              {"text_1": [case["query"]] * n, "text_2": docs},
+              {"text_1": [case["query"]], "text_2": docs}]
+    worst = 0.0
+    for path in ("/score", "/v1/score"):
+        for body in bodies:
+            r = post(reranker, path, dict(body, truncate_prompt_tokens=-1))
+            assert r.status_code == 200, r.text
+            out = r.json()
+            assert out["object"] == "list" and out["id"].startswith("score-"), out
+            assert out["model"] == "xlmr-cls-tiny" and isinstance(out["created"], int)
+            assert out["usage"] == {"prompt_tokens": sum(case["tokens"]),
+                                    "total_tokens": sum(case["tokens"]),
+                                    "completion_tokens": 0}
+            assert [d["index"] for d in out["data"]] == list(range(n))
+            assert all(d["object"] == "score" for d in out["data"])
+            for d in out["data"]:
+                worst = max(worst, abs(d["score"] - case["scores"][d["index"]][0]))
+    # One pair as two strings; the raw logit under each of vLLM's names.
+    r = post(reranker, "/score", {"text_1": case["query"], "text_2": docs[7],
+                                  "model": "xlmr-cls-tiny"})
+    assert r.status_code == 200, r.text
+    [d] = r.json()["data"]
+    worst = max(worst, abs(d["score"] - case["scores"][7][0]))
+    for name in ("use_activation", "activation", "softmax"):
+        r = post(reranker, "/score", {"text_1": case["query"], "text_2": docs,
+                                      "truncate_prompt_tokens": -1, name: False})
+        assert r.status_code == 200, r.text
+        for d in r.json()["data"]:
+            worst = max(worst, abs(d["score"] - case["logits"][d["index"]][0]))
+    assert worst <= MAX_DIFF, worst
+    # /v2/rerank is /v1/rerank.
+    body = {"query": case["query"], "documents": docs[:4], "top_n": 2}
+    v1, v2 = post(reranker, "/v1/rerank", body).json(), post(reranker, "/v2/rerank", body).json()
+    assert v1["results"] == v2["results"] and v1["usage"] == v2["usage"]
+
+
+def test_vllm_score_truncation(reranker):
+    """truncate_prompt_tokens: absent, a pair longer than the model takes is
+    refused; k, every pair is cut to k tokens (usage says so) and one that
+    fits is scored as it was; past the model's maximum, or below a pair's
+    special tokens and one token of each text, refused."""
+    case = RERANKER["queries"][3]
+    short = [i for i, t in enumerate(case["tokens"]) if t <= 16]
+    assert short and max(case["tokens"]) == 64, case["tokens"]
+    err = openai_error(post(reranker, "/score", {"text_1": case["query"],
+                                                 "text_2": case["documents"]}), 422)
+    assert "truncation is off" in err["message"], err
+    r = post(reranker, "/score", {"text_1": case["query"], "text_2": case["documents"],
+                                  "truncate_prompt_tokens": 16})
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert out["usage"]["prompt_tokens"] == sum(min(t, 16) for t in case["tokens"]), out["usage"]
+    for i in short:
+        assert abs(out["data"][i]["score"] - case["scores"][i][0]) <= MAX_DIFF
+    long = [i for i, t in enumerate(case["tokens"]) if t > 16]
+    assert any(abs(out["data"][i]["score"] - case["scores"][i][0]) > 0 for i in long)
+    for k, words in ((65, "greater than the model's maximum length (64)"), (0, "at least"),
+                     (-2, "at least")):
+        err = openai_error(post(reranker, "/score", {"text_1": "q", "text_2": "a",
+                                                     "truncate_prompt_tokens": k}), 422)
+        assert words in err["message"], (k, err)
+
+
 def test_root_is_rerank_and_embedding_routes_refuse(reranker):
     case = RERANKER["queries"][0]
     r = post(reranker, "/", {"query": case["query"], "texts": case["documents"][:3]})
@@ -321,6 +410,9 @@ OFFLOAD_CASES = [
     ("/v1/rerank", {"query": 3, "documents": ["a"]}),
     ("/classify", {"input": ["x"], "model": "not-served"}),
     ("/rerank", {"query": "q", "texts": ["a"] * 9}),
+    ("/score", {"text_1": ["q " * 40, "p"], "text_2": ["d " * 50, "e"],
+                "truncate_prompt_tokens": 20}),
+    ("/v1/score", {"text_1": "q", "text_2": ["a", "b", "c"], "text_3": "x"}),
 ]
 
 

@@ -77,7 +77,7 @@ Test(score, pairs_and_texts_become_one_job_with_type_ids) {
         pair("检索系统如何排序？", "检索系统将查询与文档配对，并按相似度排序。"),
     };
     embed_refusal r = {0};
-    embed_job *job = score_job_make(&f.s, in, 4, true, false, &r);
+    embed_job *job = score_job_make(&f.s, in, 4, true, false, 0, &r);
     cr_assert_not_null(job, "%s", r.msg);
     cr_expect_eq(job->n, 4);
     cr_expect_eq(job->out_dim, 1);
@@ -102,7 +102,7 @@ Test(score, truncation_cuts_to_max_length_on_the_side_asked) {
     const score_input in[] = {pair("the query", doc), pair(doc, NULL)};
     embed_refusal r = {0};
     for (int left = 0; left < 2; left++) {
-        embed_job *job = score_job_make(&f.s, in, 2, true, left, &r);
+        embed_job *job = score_job_make(&f.s, in, 2, true, left, 0, &r);
         cr_assert_not_null(job, "%s", r.msg);
         cr_expect_eq(job->cu[1] - job->cu[0], 12);
         cr_expect_eq(job->cu[2] - job->cu[1], 12);
@@ -110,10 +110,37 @@ Test(score, truncation_cuts_to_max_length_on_the_side_asked) {
         embed_job_release(job);
     }
     /* Without truncation: refused, saying how long. */
-    cr_expect_null(score_job_make(&f.s, in, 2, false, false, &r));
+    cr_expect_null(score_job_make(&f.s, in, 2, false, false, 0, &r));
     cr_expect_eq(r.err, SRV_EINVALID);
     cr_expect(strstr(r.msg, "truncation is off") != NULL, "%s", r.msg);
     tok_free(f.tok);
+}
+
+/* A limit below the model's maximum cuts there (vLLM's
+ * truncate_prompt_tokens), as a model whose maximum it were would; one
+ * above it is the maximum. */
+Test(score, a_limit_cuts_below_the_maximum_and_never_above) {
+    fixture f;
+    setup(&f, "tests/golden/xlmr-tiny", 12);
+    const char *doc = "Embeddings map sentences to vectors. Embeddings map sentences to vectors.";
+    const score_input in[] = {pair("the query", doc), pair("a", "b")};
+    embed_refusal r = {0};
+    embed_job *job = score_job_make(&f.s, in, 2, true, false, 8, &r);
+    cr_assert_not_null(job, "%s", r.msg);
+    cr_expect_eq(job->cu[1] - job->cu[0], 8);
+    cr_expect_leq(job->cu[2] - job->cu[1], 8);
+    fixture g;
+    setup(&g, "tests/golden/xlmr-tiny", 8);
+    expect_same_as_tokenizer(&g, job, in, 2, TOK_TRUNCATE_RIGHT);
+    embed_job_release(job);
+    job = score_job_make(&f.s, in, 2, true, false, 1000, &r);
+    cr_assert_not_null(job, "%s", r.msg);
+    cr_expect_eq(job->cu[1] - job->cu[0], 12);
+    embed_job_release(job);
+    cr_expect_null(score_job_make(&f.s, in, 2, false, false, 8, &r));
+    cr_expect(strstr(r.msg, "at most 8") != NULL, "%s", r.msg);
+    tok_free(f.tok);
+    tok_free(g.tok);
 }
 
 /* Scratch bytes the tokenizer asks for: normalizing a text takes some
@@ -129,7 +156,7 @@ static size_t scratch_bytes_for(const fixture *f, const score_input *in, int32_t
     tok_set_alloc_funcs(counting_realloc, free);
     scratch_bytes = 0;
     embed_refusal r = {0};
-    embed_job *job = score_job_make(&f->s, in, n, true, false, &r);
+    embed_job *job = score_job_make(&f->s, in, n, true, false, 0, &r);
     tok_set_alloc_funcs(NULL, NULL);
     cr_assert_not_null(job, "%s", r.msg);
     expect_same_as_tokenizer(f, job, in, n, TOK_TRUNCATE_RIGHT);
@@ -165,7 +192,7 @@ Test(score, a_shared_query_is_encoded_once) {
     cr_expect_lt(eight, one * 3 / 2, "8 pairs took %zu scratch bytes, one pair %zu", eight, one);
     embed_refusal r = {0};
     for (int left = 0; left < 2; left++) {
-        embed_job *job = score_job_make(&f.s, in, 8, true, left, &r);
+        embed_job *job = score_job_make(&f.s, in, 8, true, left, 0, &r);
         cr_assert_not_null(job, "%s", r.msg);
         expect_same_as_tokenizer(&f, job, in, 8, left ? TOK_TRUNCATE_LEFT : TOK_TRUNCATE_RIGHT);
         embed_job_release(job);
@@ -173,7 +200,7 @@ Test(score, a_shared_query_is_encoded_once) {
     /* A query that is not UTF-8 is refused as the first input's text. */
     const char bad[] = {'o', 'k', (char)0xff, 0};
     const score_input broken[] = {pair(bad, "x"), pair(bad, "y")};
-    cr_expect_null(score_job_make(&f.s, broken, 2, true, false, &r));
+    cr_expect_null(score_job_make(&f.s, broken, 2, true, false, 0, &r));
     cr_expect_eq(r.err, SRV_EBADREQUEST);
     cr_expect(strstr(r.msg, "input 0 is not valid UTF-8 (byte 2)") != NULL, "%s", r.msg);
     tok_free(f.tok);
@@ -187,25 +214,25 @@ Test(score, refusals) {
     for (int i = 0; i < 9; i++)
         many[i] = pair("q", "d");
     /* More than max_inputs_per_request (8 here). */
-    cr_expect_null(score_job_make(&f.s, many, 9, true, false, &r));
+    cr_expect_null(score_job_make(&f.s, many, 9, true, false, 0, &r));
     cr_expect_eq(r.err, SRV_EINVALID);
     cr_expect(strstr(r.msg, "max_inputs_per_request") != NULL, "%s", r.msg);
     /* Invalid UTF-8, in the first text and in the second. */
     score_input bad[] = {{.a = "ok", .alen = 2, .b = "x\xff", .blen = 2}};
     memset(&r, 0, sizeof r);
-    cr_expect_null(score_job_make(&f.s, bad, 1, true, false, &r));
+    cr_expect_null(score_job_make(&f.s, bad, 1, true, false, 0, &r));
     cr_expect_eq(r.err, SRV_EBADREQUEST);
     cr_expect(strstr(r.msg, "second text") && strstr(r.msg, "byte 1"), "%s", r.msg);
     bad[0] = (score_input){.a = "\xc3", .alen = 1, .b = "x", .blen = 1};
     memset(&r, 0, sizeof r);
-    cr_expect_null(score_job_make(&f.s, bad, 1, true, false, &r));
+    cr_expect_null(score_job_make(&f.s, bad, 1, true, false, 0, &r));
     cr_expect(strstr(r.msg, "input 0 is not valid UTF-8 (byte 0)"), "%s", r.msg);
     /* An input larger than a batch can never run. */
     f.eapi.max_batch_tokens = 5;
     memset(&r, 0, sizeof r);
-    cr_expect_null(score_job_make(&f.s, many, 1, true, false, &r));
+    cr_expect_null(score_job_make(&f.s, many, 1, true, false, 0, &r));
     cr_expect(strstr(r.msg, "max_batch_tokens"), "%s", r.msg);
-    cr_expect_null(score_job_make(&f.s, many, 0, true, false, &r));
+    cr_expect_null(score_job_make(&f.s, many, 0, true, false, 0, &r));
     tok_free(f.tok);
 }
 
