@@ -159,6 +159,49 @@ def test_each_chunk_is_its_own_text_alone(minilm, path, overlap):
     assert len(vec) == 384
 
 
+def cpu_flags():
+    return open("/proc/cpuinfo").read().split()
+
+
+# Every engine, attention backend and precision the service offers (the
+# default, fp32 fused, is the minilm fixture's): chunking happens before the
+# engine, so each must give a chunk the vector of its text alone. The floor
+# is the same as fp32's: a reduced precision changes the numbers of a
+# forward, not their dependence on the batch a chunk lands in (bf16 and int8
+# GEMMs and attention are computed row by row, with the same kernels for a
+# chunk in a batch and alone).
+ENGINE_SETTINGS = [
+    ("naive", {"backend": "naive"}, None),
+    ("bf16-attention", {"backend": "bf16"}, "avx512_bf16"),
+    ("bf16", {"precision": "bf16", "backend": "fused"}, "avx512_bf16"),
+    ("int8", {"precision": "int8", "backend": "fused"}, "avx512_vnni"),
+    ("cpu-avx512", {"engine": "cpu-avx512", "backend": "fused"}, "avx512f"),
+]
+
+
+@pytest.mark.parametrize("name, settings, flag", ENGINE_SETTINGS,
+                         ids=[e[0] for e in ENGINE_SETTINGS])
+def test_each_chunk_is_its_own_text_alone_on_every_engine(start_server, name, settings, flag):
+    if flag and flag not in cpu_flags():
+        pytest.skip("NOT RUN: this CPU lacks %s, which %s needs" % (flag, name))
+    if settings.get("engine") == "cpu-avx512":
+        settings = dict(settings, plugin_dir=os.path.join(os.path.dirname(
+            os.environ["ATTNSERVE_BIN"]), "engines"))
+    s = start_server(**settings)
+    # The engine asked for is the one answering.
+    r = requests.post(s.url("/embed"), headers=JSON, data=json.dumps({"inputs": "x"}), timeout=30)
+    assert r.status_code == 200, r.text
+    want = {"x-engine": settings.get("engine", "cpu"),
+            "x-precision": settings.get("precision", "fp32"),
+            "x-attention-backend": settings["backend"]}
+    assert {k: r.headers.get(k) for k in want} == want
+    doc = ENGLISH * 6
+    for path in ("/v1/embeddings", "/embed"):
+        chunks, _ = chunked(s, path, doc, max_tokens=48, overlap=8)
+        assert len(chunks) >= 4
+        check_alone(s, path, chunks, check_layout(s, doc, chunks, 48, 8))
+
+
 def test_cut_at_sentences_when_one_is_in_reach(minilm):
     # No sentence here is longer than 24 tokens, the last quarter of a
     # 96-piece window: each chunk but the last ends with its sentence.
