@@ -469,8 +469,10 @@ SCHEMAS = {
                                  {"type": "array", "minItems": 1, "items": {"type": "string"}}]},
             "truncate_prompt_tokens": {
                 "type": ["integer", "null"], "minimum": -1,
-                "description": "null: longer pairs are refused; -1: cut to the model's maximum; "
-                               "k: cut to k tokens, special tokens included"},
+                "description": "null: longer pairs are refused (422); -1: cut to the model's "
+                               "maximum; k: cut to k tokens, special tokens included, at least "
+                               "the pair's special tokens and one token of each text and at "
+                               "most the model's maximum (else 422)"},
             "use_activation": {"type": ["boolean", "null"],
                                "description": "false: the raw logit; default: its sigmoid"},
             "activation": {"type": ["boolean", "null"], "description": "use_activation's "

@@ -1429,9 +1429,10 @@ void http_resume(http_request *req) {
 }
 
 /* ---- streamed answers ---------------------------------------------------------
- * Two parties hold a stream: the response (MHD frees it with the connection's
- * request, stream_free_cb) and the producer (until http_stream_end); the
- * last one frees it. mu guards the buffer, the flags and req (NULL once the
+ * Three parties hold a queued stream: the response (MHD frees it with the
+ * connection's request, stream_free_cb), the request (until on_completed's
+ * stream_detach) and the producer (until http_stream_end); the last one
+ * frees it. mu guards the buffer, the flags and req (NULL once the
  * request completed); the content reader suspends the connection under mu
  * and a write resumes it under mu, so a resume always follows its suspend.
  * cb_mu guards the client-closed callback alone: the watch calls it under

@@ -201,8 +201,8 @@ static int tokenize(const score_api *s, embed_job *job, int32_t i, const score_i
                       o.error_at);
     if (rc == TOK_ETOOLONG)
         return refuse(r, SRV_EINVALID,
-                      "input %d has %d tokens; the model takes at most %d and truncation is off",
-                      (int)i, (int)o.n_full, (int)max);
+                      "input %d has %d tokens; at most %d are taken and truncation is off", (int)i,
+                      (int)o.n_full, (int)max);
     if (rc == TOK_ENOPAIR)
         return refuse(r, SRV_EINVALID,
                       "the model's tokenizer has no template for a pair of texts (its "
@@ -767,8 +767,10 @@ static int vllm_activation(json_t *root, bool *raw, refusal *r) {
         if (!v || json_is_null(v))
             continue;
         bool on;
+        r->param = names[i];
         if (want_bool(v, names[i], true, &on, r) != SRV_OK)
             return r->err;
+        r->param = NULL;
         *raw = !on;
         return SRV_OK;
     }

@@ -278,6 +278,17 @@ def test_vllm_score_pairs_match_cross_encoder(reranker):
         assert r.status_code == 200, r.text
         for d in r.json()["data"]:
             worst = max(worst, abs(d["score"] - case["logits"][d["index"]][0]))
+    # N:N with a different query for each pair: each pair's own golden score.
+    pairs = [(q, i) for q in RERANKER["queries"] for i in range(len(q["documents"]))][::3]
+    r = post(reranker, "/score", {"text_1": [q["query"] for q, _ in pairs],
+                                  "text_2": [q["documents"][i] for q, i in pairs],
+                                  "truncate_prompt_tokens": -1})
+    assert r.status_code == 200, r.text
+    assert len({q["query"] for q, _ in pairs}) > 1
+    data = r.json()["data"]
+    assert len(data) == len(pairs)
+    for d, (q, i) in zip(data, pairs):
+        worst = max(worst, abs(d["score"] - q["scores"][i][0]))
     assert worst <= MAX_DIFF, worst
     # /v2/rerank is /v1/rerank.
     body = {"query": case["query"], "documents": docs[:4], "top_n": 2}
