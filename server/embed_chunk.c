@@ -503,16 +503,22 @@ static json_t *chunks_of(embed_job *job, int32_t d, size_t dim, int C) {
     return arr;
 }
 
+/* Document d's vector as the answer gives it (cut to dim), in doc's C
+ * floats of scratch; JSON null without a document vector; NULL when out of
+ * memory. */
+static json_t *doc_vector_json(embed_job *job, int32_t d, size_t dim, int C, float *doc) {
+    if (job->doc_vector == EMBED_DOCVEC_NONE)
+        return json_null();
+    embed_chunk_doc_vector(job, d, C, doc);
+    return vector(job, doc, dim, C);
+}
+
 json_t *embed_chunk_encode(embed_job *job, int C) {
     const size_t dim = job->dimensions ? (size_t)job->dimensions : (size_t)C;
     float *doc = membudget_malloc((size_t)C * sizeof *doc);
     json_t *items = doc ? json_array() : NULL;
     for (int32_t d = 0; items && d < job->n_docs; d++) {
-        json_t *vec = json_null();
-        if (job->doc_vector != EMBED_DOCVEC_NONE) {
-            embed_chunk_doc_vector(job, d, C, doc);
-            vec = vector(job, doc, dim, C);
-        }
+        json_t *vec = doc_vector_json(job, d, dim, C, doc);
         json_t *chunks = vec ? chunks_of(job, d, dim, C) : NULL;
         json_t *item = NULL;
         if (chunks && job->api == API_OPENAI)
@@ -618,11 +624,7 @@ void embed_chunk_stream_end(job *j) {
     float *doc = membudget_malloc((size_t)C * sizeof *doc);
     json_t *items = doc ? json_array() : NULL;
     for (int32_t d = 0; items && d < job->n_docs; d++) {
-        json_t *vec = json_null();
-        if (job->doc_vector != EMBED_DOCVEC_NONE) {
-            embed_chunk_doc_vector(job, d, C, doc);
-            vec = vector(job, doc, dim, C);
-        }
+        json_t *vec = doc_vector_json(job, d, dim, C, doc);
         json_t *item = vec ? json_pack("{s:I, s:o, s:I}", "index", (json_int_t)d, "embedding", vec,
                                        "chunks", (json_int_t)(job->doc_cu[d + 1] - job->doc_cu[d]))
                            : NULL;

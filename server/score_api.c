@@ -397,6 +397,15 @@ static int check_model(const score_api *s, json_t *model, refusal *r) {
     return SRV_OK;
 }
 
+/* The model name an answer echoes: the request's, else the served one (a
+ * copy: the request's tree is freed before the answer); NULL when out of
+ * memory. */
+static json_t *model_echo(const score_api *s, json_t *root) {
+    json_t *model = json_object_get(root, "model");
+    return json_is_string(model) ? json_stringn(json_string_value(model), json_string_length(model))
+                                 : json_string(s->eapi->model_name);
+}
+
 /* The query and each document as pairs (query, document): documents is an
  * array of strings, or with allow_objects of {"text": string} too. */
 static score_input *rerank_inputs(json_t *query, json_t *documents, const char *field,
@@ -570,10 +579,7 @@ static score_job *decode_rerank_cohere(const score_api *s, json_t *root, score_s
         return NULL;
     j->raw = raw;
     j->top_n = top_n;
-    json_t *model = json_object_get(root, "model");
-    j->model = json_is_string(model)
-                   ? json_stringn(json_string_value(model), json_string_length(model))
-                   : json_string(s->eapi->model_name);
+    j->model = model_echo(s, root);
     if (!j->model || (ret && !(j->documents = texts_of(documents, r)))) {
         score_job_release(j);
         refuse(r, SRV_EMEMORY, "out of memory");
@@ -706,10 +712,7 @@ static score_job *decode_classify(const score_api *s, json_t *root, refusal *r) 
     if (!j)
         return NULL;
     j->raw = raw;
-    json_t *model = json_object_get(root, "model");
-    j->model = json_is_string(model)
-                   ? json_stringn(json_string_value(model), json_string_length(model))
-                   : json_string(s->eapi->model_name);
+    j->model = model_echo(s, root);
     if (!j->model) {
         score_job_release(j);
         refuse(r, SRV_EMEMORY, "out of memory");
@@ -876,10 +879,7 @@ static score_job *decode_vllm_score(const score_api *s, json_t *root, refusal *r
     if (!j)
         return NULL;
     j->raw = raw;
-    json_t *model = json_object_get(root, "model");
-    j->model = json_is_string(model)
-                   ? json_stringn(json_string_value(model), json_string_length(model))
-                   : json_string(s->eapi->model_name);
+    j->model = model_echo(s, root);
     if (!j->model) {
         score_job_release(j);
         refuse(r, SRV_EMEMORY, "out of memory");

@@ -437,18 +437,26 @@ Test(tokenizer_unigram, truncation_and_errors) {
 
 /* Writes tokenizer.json in a fresh directory, loads it, and expects a refusal
  * whose message contains want. */
-static void expect_refused(const char *json, const char *want) {
-    char dir[] = "/tmp/attn-ug-XXXXXX", path[256], err[512] = "";
+/* Writes json as tokenizer.json in a fresh directory, loads it with
+ * tok_load and removes the directory; returns tok_load's code. */
+static int load_json_rc(const char *json, tok_tokenizer **t, char *err, size_t cap) {
+    char dir[] = "/tmp/attn-ug-XXXXXX", path[256];
     cr_assert_not_null(mkdtemp(dir));
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
     FILE *f = fopen(path, "w");
     cr_assert_not_null(f);
     fputs(json, f);
     fclose(f);
-    tok_tokenizer *t = (tok_tokenizer *)1;
-    int rc = tok_load(&t, dir, err, sizeof err);
+    int rc = tok_load(t, dir, err, cap);
     unlink(path);
     rmdir(dir);
+    return rc;
+}
+
+static void expect_refused(const char *json, const char *want) {
+    char err[512] = "";
+    tok_tokenizer *t = (tok_tokenizer *)1;
+    int rc = load_json_rc(json, &t, err, sizeof err);
     cr_expect_eq(rc, TOK_ELOAD, "loaded although %s should be refused", want);
     cr_expect_null(t);
     cr_expect(strstr(err, want), "message \"%s\" does not say \"%s\"", err, want);
@@ -493,17 +501,9 @@ Test(tokenizer_unigram, refused_by_name) {
 
 /* Writes tokenizer.json in a fresh directory and loads it. */
 static tok_tokenizer *load_json(const char *json) {
-    char dir[] = "/tmp/attn-ug-XXXXXX", path[256], err[512] = "";
-    cr_assert_not_null(mkdtemp(dir));
-    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f);
-    fputs(json, f);
-    fclose(f);
+    char err[512] = "";
     tok_tokenizer *t = NULL;
-    int rc = tok_load(&t, dir, err, sizeof err);
-    unlink(path);
-    rmdir(dir);
+    int rc = load_json_rc(json, &t, err, sizeof err);
     cr_assert_eq(rc, TOK_OK, "%s", err);
     return t;
 }
