@@ -28,6 +28,15 @@ def json_body(schema, description="OK"):
 OPENAI_ERROR = "Error"
 TEI_ERROR = "TeiError"
 
+# "stream", as both chunking embeddings bodies take it (OpenAI's, which Infinity's
+# route shares, and TEI's).
+STREAM = {"type": ["boolean", "null"], "default": False,
+          "description": "With chunking only (422 without): the answer is NDJSON "
+                         "(application/x-ndjson), a StreamedChunk line per chunk as its batch "
+                         "completes, then a StreamedEnd line (or a StreamedError line, and the "
+                         "stream is cut). A client that closes cancels the chunks not yet "
+                         "computed."}
+
 SCHEMAS = {
     # ---- errors ----
     "Error": {
@@ -113,12 +122,7 @@ SCHEMAS = {
             "dimensions": {"type": ["integer", "null"], "minimum": 1},
             "user": {"type": ["string", "null"]},
             "chunking": ref("Chunking"),
-            "stream": {"type": ["boolean", "null"], "default": False,
-                       "description": "With chunking only (422 without): the answer is NDJSON "
-                                      "(application/x-ndjson), a StreamedChunk line per chunk "
-                                      "as its batch completes, then a StreamedEnd line (or a "
-                                      "StreamedError line, and the stream is cut). A client "
-                                      "that closes cancels the chunks not yet computed."},
+            "stream": STREAM,
         },
     },
     "OpenAIEmbedding": {
@@ -243,12 +247,7 @@ SCHEMAS = {
                                            "prompts; its text is prepended to every text."},
             "dimensions": {"type": ["integer", "null"], "minimum": 1},
             "chunking": ref("Chunking"),
-            "stream": {"type": ["boolean", "null"], "default": False,
-                       "description": "With chunking only (422 without): the answer is NDJSON "
-                                      "(application/x-ndjson), a StreamedChunk line per chunk "
-                                      "as its batch completes, then a StreamedEnd line (or a "
-                                      "StreamedError line, and the stream is cut). A client "
-                                      "that closes cancels the chunks not yet computed."},
+            "stream": STREAM,
         },
     },
     "TeiEmbedAllRequest": {
