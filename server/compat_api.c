@@ -1014,10 +1014,9 @@ static int llama_embedding_resumed(http_request *req, void *ctx) {
 
 static json_t *infinity_model(const compat_api *c) {
     return json_pack("{s:s, s:s, s:I, s:s, s:s, s:[s], s:{}}", "id", c->eapi->model_name, "object",
-                     "model", "created", (json_int_t)c->created, "owned_by", "attnserve",
-                     "backend", "attnserve", "capabilities",
-                     c->eapi->model->task == ENCODER_TASK_CLASSIFY ? "classify" : "embed",
-                     "stats");
+                     "model", "created", (json_int_t)c->created, "owned_by", "attnserve", "backend",
+                     "attnserve", "capabilities",
+                     c->eapi->model->task == ENCODER_TASK_CLASSIFY ? "classify" : "embed", "stats");
 }
 
 /* Every served model, as Infinity lists them. */

@@ -522,8 +522,8 @@ static int model_option(config_model *all, size_t idx, const char *key, size_t k
                             "letters, digits and ._-/:@+",
                             m->name, (int)l, a);
             if (model_name_taken(all, idx + 1, a, l))
-                return fail(err, err_len, "model \"%s\": the name \"%.*s\" is taken twice",
-                            m->name, (int)l, a);
+                return fail(err, err_len, "model \"%s\": the name \"%.*s\" is taken twice", m->name,
+                            (int)l, a);
             if (out + l + 2 > sizeof m->aliases)
                 return fail(err, err_len, "model \"%s\": aliases are too long", m->name);
             if (out)
@@ -596,8 +596,7 @@ int config_models_parse(const char *text, config_model *out, size_t cap, size_t 
                         "digits and ._-/:@+",
                         (int)nlen, p);
         if (nlen >= sizeof m->name || plen >= sizeof m->path)
-            return fail(err, err_len, "model \"%.*s\": the name or path is too long", (int)nlen,
-                        p);
+            return fail(err, err_len, "model \"%.*s\": the name or path is too long", (int)nlen, p);
         memcpy(m->name, p, nlen);
         if (model_name_taken(out, *n, p, nlen))
             return fail(err, err_len, "model name \"%s\" is taken twice", m->name);
@@ -677,11 +676,9 @@ static int models_text_of_json(const json_t *arr, value *v, char *why, size_t wh
         if (!json_is_object(m) || !json_is_string(name) || !json_is_string(path))
             return fail(why, why_len,
                         "entry %zu is not an object with string \"name\" and \"path\"", i);
-        const char *sep = json_string_value(name)[strcspn(json_string_value(name), ",;=|")]
-                              ? "x"
-                              : json_string_value(path)[strcspn(json_string_value(path), ",;")]
-                                    ? "y"
-                                    : "";
+        const char *sep = json_string_value(name)[strcspn(json_string_value(name), ",;=|")] ? "x"
+                          : json_string_value(path)[strcspn(json_string_value(path), ",;")] ? "y"
+                                                                                            : "";
         if (*sep)
             return fail(why, why_len, "entry %zu: %s has one of the characters %s", i,
                         *sep == 'x' ? "name" : "path", *sep == 'x' ? ",;=|" : ",;");

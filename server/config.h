@@ -70,8 +70,8 @@ typedef struct config {
     bool truncate;                  /* cut inputs to max_seq_length */
     int64_t max_seq_length;         /* tokens per input; 0: the model's sentence_bert_config */
     char *model_aliases;            /* other names /v1/embeddings accepts for the model */
-    char *models; /* several models: config_models_parse's text; "" = the one `model` */
-    bool accept_any_model;          /* /v1/embeddings accepts any model name (as TEI) */
+    char *models;          /* several models: config_models_parse's text; "" = the one `model` */
+    bool accept_any_model; /* /v1/embeddings accepts any model name (as TEI) */
 
     /* ---- access ---- */
     char *api_key_file;       /* path of the key file; "" = none */

@@ -66,12 +66,12 @@
  * mix models: each model is a scheduler group), the HTTP server and the
  * attention backend in force are the process's. */
 typedef struct served_model {
-    char name[256];              /* what `model` names it by */
-    char *path;                  /* its directory */
-    char *aliases;               /* comma-separated other names */
-    bool truncate;               /* the default of truncation */
-    int64_t max_seq_setting;     /* max_seq_length as configured; 0: the model's */
-    char *engine_setting;        /* engine and precision as configured */
+    char name[256];          /* what `model` names it by */
+    char *path;              /* its directory */
+    char *aliases;           /* comma-separated other names */
+    bool truncate;           /* the default of truncation */
+    int64_t max_seq_setting; /* max_seq_length as configured; 0: the model's */
+    char *engine_setting;    /* engine and precision as configured */
     char *precision_setting;
     tok_tokenizer *tok;
     encoder_desc *mdesc; /* the model directory's description, read before the engine loads it */
@@ -108,7 +108,7 @@ typedef struct app {
     sched *sched;
     http_server *http;
     attn_api api;
-    routes routes;     /* every module's, registered at start */
+    routes routes; /* every module's, registered at start */
     _Atomic bool ready;
     /* ---- shadow verification, fallback and trace ---- */
     verifier *verify;
@@ -294,12 +294,12 @@ static json_t *model_json(const served_model *sm) {
         json_array_append_new(labels, json_string(m->labels[i]));
     return json_pack("{s:s, s:s, s:b, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:s, s:b, s:b, s:s, "
                      "s:s, s:s, s:i, s:i, s:o, s:s, s:b}",
-                     "name", sm->name, "path", sm->path, "loaded", 1, "hidden_size",
-                     m->hidden_size, "layers", m->num_layers, "heads", m->num_heads,
-                     "intermediate_size", m->intermediate_size, "vocab_size", m->vocab_size,
-                     "max_length", m->max_positions, "max_seq_length", sm->max_seq_length,
-                     "max_seq_length_model", m->max_seq_length, "pooling", m->pooling, "normalize",
-                     m->normalize, "truncate", sm->truncate, "task",
+                     "name", sm->name, "path", sm->path, "loaded", 1, "hidden_size", m->hidden_size,
+                     "layers", m->num_layers, "heads", m->num_heads, "intermediate_size",
+                     m->intermediate_size, "vocab_size", m->vocab_size, "max_length",
+                     m->max_positions, "max_seq_length", sm->max_seq_length, "max_seq_length_model",
+                     m->max_seq_length, "pooling", m->pooling, "normalize", m->normalize,
+                     "truncate", sm->truncate, "task",
                      m->task == ENCODER_TASK_CLASSIFY ? "classify" : "embed", "model_type",
                      m->model_type, "architecture", m->architecture, "output_dim", m->output_dim,
                      "dense_modules", m->dense_modules, "labels", labels, "problem_type",
@@ -337,12 +337,12 @@ static int tei_info(const app *a, json_t *info) {
         kind = json_pack("{s:{s:s}}", "embedding", "pooling", m->pooling);
     json_t *tei = json_pack(
         "{s:s, s:s, s:n, s:s, s:o, s:I, s:i, s:I, s:I, s:I, s:b, s:i, s:n, s:n}", "model_id",
-        sm->name, "served_model_name", sm->name, "model_sha", "model_dtype", dtype,
-        "model_type", kind, "max_concurrent_requests", (json_int_t)c->max_queue, "max_input_length",
+        sm->name, "served_model_name", sm->name, "model_sha", "model_dtype", dtype, "model_type",
+        kind, "max_concurrent_requests", (json_int_t)c->max_queue, "max_input_length",
         sm->max_seq_length, "max_batch_tokens", (json_int_t)c->max_batch_tokens,
         "max_batch_requests", (json_int_t)c->max_batch_requests, "max_client_batch_size",
-        (json_int_t)c->max_inputs_per_request, "auto_truncate", sm->truncate, "tokenization_workers",
-        1, "sha", "docker_label");
+        (json_int_t)c->max_inputs_per_request, "auto_truncate", sm->truncate,
+        "tokenization_workers", 1, "sha", "docker_label");
     int rc = tei ? json_object_update_missing(info, tei) : -1;
     json_decref(tei);
     return rc;
@@ -379,10 +379,10 @@ static json_t *models_json(const app *a) {
                 json_array_append_new(aliases, json_stringn(p, l));
             p += l + (p[l] == ',');
         }
-        json_t *extra = json_pack("{s:o, s:s, s:s, s:I, s:I}", "aliases", aliases, "engine",
-                                  srv_engine_name(sm->engine), "precision",
-                                  srv_engine_precision(sm->engine), "weights_bytes",
-                                  owned + mapped, "workspace_bytes", ws);
+        json_t *extra =
+            json_pack("{s:o, s:s, s:s, s:I, s:I}", "aliases", aliases, "engine",
+                      srv_engine_name(sm->engine), "precision", srv_engine_precision(sm->engine),
+                      "weights_bytes", owned + mapped, "workspace_bytes", ws);
         int rc = one && extra ? json_object_update_missing(one, extra) : -1;
         json_decref(extra);
         if (rc != 0)
@@ -793,7 +793,8 @@ static int configure_models(app *a) {
         sm->precision_setting =
             dup_or_null(list[i].precision[0] ? list[i].precision : c->precision, &oom);
         sm->truncate = list[i].truncate >= 0 ? list[i].truncate != 0 : c->truncate;
-        sm->max_seq_setting = list[i].max_seq_length >= 0 ? list[i].max_seq_length : c->max_seq_length;
+        sm->max_seq_setting =
+            list[i].max_seq_length >= 0 ? list[i].max_seq_length : c->max_seq_length;
         a->nm = i + 1;
     }
     if (oom) {
@@ -1008,9 +1009,11 @@ static int start(app *a) {
     metrics_set_workspace_bytes(workspace_bytes(a));
     metrics_set_backend(backend);
 
-    sched_config sc = {
-        .limits = limits_of(c), .run_batch = batch_run, .run_ctx = a->runner, .on_batch = on_batch,
-        .observer_ctx = a};
+    sched_config sc = {.limits = limits_of(c),
+                       .run_batch = batch_run,
+                       .run_ctx = a->runner,
+                       .on_batch = on_batch,
+                       .observer_ctx = a};
     rc = sched_create(&a->sched, &sc);
     if (rc != SCHED_OK) {
         log_error("cannot start the scheduler", LOG_KV("error", sched_strerror(rc)));
