@@ -74,14 +74,20 @@ SCHEMAS = {
     "Info": {
         "type": "object",
         "description": "The running configuration, limits, memory, the model, the self-test "
-                       "and verification state.",
-        "required": ["version", "backend", "limits", "memory", "model"],
+                       "and verification state. With several models (the models setting), "
+                       "model and TEI's fields describe the first, models lists every one, "
+                       "and memory sums their weights and workspaces.",
+        "required": ["version", "backend", "limits", "memory", "model", "models"],
         "properties": {
             "version": {"type": "string"},
             "backend": {"type": "string"},
             "limits": {"type": "object"},
             "memory": {"type": "object"},
             "model": {"type": "object"},
+            "models": {"type": "array", "items": {
+                "type": "object",
+                "description": "As model, with aliases, engine, precision, weights_bytes and "
+                               "workspace_bytes."}},
         },
     },
     # ---- attention ----
@@ -576,7 +582,8 @@ PATHS = {
     "/v1/embeddings": post("OpenAI embeddings.", ref("OpenAIEmbeddingRequest"),
                            ref("OpenAIEmbeddingResponse"), tag="OpenAI",
                            op="openai_embeddings", ndjson=True),
-    "/v1/models": get("OpenAI: the served model and its aliases (model_aliases).",
+    "/v1/models": get("OpenAI: every served model and its aliases (models, or model and "
+                      "model_aliases).",
                       dict({"200": json_body(ref("ModelList"))}, **errors(OPENAI_ERROR, 401)),
                       tag="OpenAI", op="openai_models"),
     "/v1/models/{id}": {"get": dict(

@@ -17,7 +17,8 @@
 #include "job.h"
 #include "scheduler.h"
 
-#define BATCH_MAX_KINDS 8
+/* /v1/attention's kind, then two (embed, score) per served model. */
+#define BATCH_MAX_KINDS 24
 
 typedef struct batch_kind {
     const char *name;

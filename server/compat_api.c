@@ -929,6 +929,11 @@ static int llama_embedding(http_request *req, void *ctx) {
     json_t *root = body_of(req, &answered);
     if (!root)
         return answered;
+    const int named = c->peers ? embed_model_named(c->eapi, root) : -1;
+    if (named >= 0 && c->peers[named] != c) {
+        c = c->peers[named];
+        http_set_ctx(req, c);
+    }
     refusal r = {0};
     json_t *content = json_object_get(root, "input");
     if (!content)
@@ -1007,12 +1012,24 @@ static int llama_embedding_resumed(http_request *req, void *ctx) {
 
 /* ---- Infinity: /models ------------------------------------------------------------------ */
 
+static json_t *infinity_model(const compat_api *c) {
+    return json_pack("{s:s, s:s, s:I, s:s, s:s, s:[s], s:{}}", "id", c->eapi->model_name, "object",
+                     "model", "created", (json_int_t)c->created, "owned_by", "attnserve", "backend",
+                     "attnserve", "capabilities",
+                     c->eapi->model->task == ENCODER_TASK_CLASSIFY ? "classify" : "embed", "stats");
+}
+
+/* Every served model, as Infinity lists them. */
 static int infinity_models(http_request *req, void *ctx) {
     const compat_api *c = ctx;
-    return reply(req, json_pack("{s:s, s:[{s:s, s:s, s:I, s:s, s:s, s:[s], s:{}}]}", "object",
-                                "list", "data", "id", c->eapi->model_name, "object", "model",
-                                "created", (json_int_t)c->created, "owned_by", "attnserve",
-                                "backend", "attnserve", "capabilities", "embed", "stats"));
+    json_t *data = json_array();
+    const size_t n = c->peers ? c->eapi->npeers : 1;
+    for (size_t i = 0; data && i < n; i++)
+        if (json_array_append_new(data, infinity_model(c->peers ? c->peers[i] : c)) != 0) {
+            json_decref(data);
+            data = NULL;
+        }
+    return reply(req, data ? json_pack("{s:s, s:o}", "object", "list", "data", data) : NULL);
 }
 
 /* ---- registration ---------------------------------------------------------------------- */
@@ -1040,7 +1057,7 @@ int compat_api_register(compat_api *c, routes *t) {
          * them by the model's task. */
         const bool dflt =
             strcmp(mine[i].path, "/") == 0 || strcmp(mine[i].path, "/invocations") == 0;
-        if (dflt && c->eapi->model->task != ENCODER_TASK_EMBED)
+        if (dflt && (c->eapi->model->task != ENCODER_TASK_EMBED || c->no_root))
             continue;
         if (routes_add(t, mine[i]) != 0)
             return -1;

@@ -35,6 +35,12 @@ typedef struct compat_api {
     int32_t *special;
     size_t nspecial;
     int64_t created; /* /models' `created`: when the model was loaded */
+    /* Several models: every model's compat_api in the configured order (as
+     * eapi->peers), so /models lists them all and a request naming a model
+     * is answered by that one; no_root: POST / and /invocations belong to
+     * another model's task. NULL / false: one model. */
+    struct compat_api *const *peers;
+    bool no_root;
 } compat_api;
 
 /* Reads the model directory's prompts and special tokens. Returns 0, or -1

@@ -95,6 +95,7 @@ static void backend_values_fill(void) {
 static int check_nonempty(const char *value, char *why, size_t why_len);
 static int check_backend_list(const char *value, char *why, size_t why_len);
 static int check_origins(const char *value, char *why, size_t why_len);
+static int check_models(const char *value, char *why, size_t why_len);
 
 /* Reloadable means the running service can adopt the value between batches.
  * Settings that size memory at start (batch shape, queue, bodies), bind
@@ -219,6 +220,19 @@ static const setting settings[] = {
            "Names /v1/embeddings accepts in `model` besides the served model's (its directory's "
            "last component), e.g. sentence-transformers/all-MiniLM-L6-v2; listed by /v1/models. "
            "Another name is OpenAI's 404 model_not_found."),
+    /* Restart only, as `model`: each model's weights, workspace and share
+     * of the worst-case memory are fixed at start. */
+    STRING(models, "", check_models,
+           "NAME=PATH[;key=value...],... or in the config file an array of objects; \"\" for "
+           "the one `model`",
+           RESTART,
+           "Several models in one process, e.g. minilm=models/a,rerank=models/b, or in the config "
+           "file [{\"name\": \"minilm\", \"path\": \"models/a\", \"aliases\": [...], "
+           "\"max_seq_length\": N, \"truncate\": B, \"engine\": E, \"precision\": P}, ...]; "
+           "on a flag, per-model choices follow the path as ;key=value (aliases separated by "
+           "'|'). Requests pick one by `model` (its name or an alias); routes without a model "
+           "field take the first model of their task. Empty: `model` with model_aliases, "
+           "max_seq_length and truncate."),
     BOOL(accept_any_model, false, RESTART,
          "Accept any `model` in /v1/embeddings and echo it back, as TEI does."),
     STRING(api_key_file, "", NULL, "a file path, or \"\" for none", RELOAD,
@@ -461,6 +475,271 @@ static int parse_text(const setting *s, const char *text, value *v, char *why, s
     return fail(why, why_len, "has an unknown type");
 }
 
+/* ---- the models setting -------------------------------------------------------- */
+
+/* A name or alias: what a JSON string holds plainly and the flag form can
+ * split without escapes. */
+static bool model_name_ok(const char *p, size_t len) {
+    if (len == 0)
+        return false;
+    for (size_t i = 0; i < len; i++)
+        if (!isalnum((unsigned char)p[i]) && !strchr("._-/:@+", p[i]))
+            return false;
+    return true;
+}
+
+static bool model_name_taken(const config_model *m, size_t n, const char *name, size_t len) {
+    for (size_t i = 0; i < n; i++) {
+        if (strlen(m[i].name) == len && memcmp(m[i].name, name, len) == 0)
+            return true;
+        for (const char *a = m[i].aliases; *a;) {
+            size_t l = strcspn(a, ",");
+            if (l == len && memcmp(a, name, len) == 0)
+                return true;
+            a += l + (a[l] == ',');
+        }
+    }
+    return false;
+}
+
+/* One ;key=value option of entry m. */
+static int model_option(config_model *all, size_t idx, const char *key, size_t klen,
+                        const char *val, size_t vlen, char *err, size_t err_len) {
+    config_model *m = &all[idx];
+    char v[1024];
+    if (vlen >= sizeof v)
+        return fail(err, err_len, "model \"%s\": %.*s is too long", m->name, (int)klen, key);
+    memcpy(v, val, vlen);
+    v[vlen] = '\0';
+#define KEY(k) (klen == sizeof(k) - 1 && memcmp(key, k, klen) == 0)
+    if (KEY("aliases")) {
+        size_t out = 0;
+        for (const char *a = v; *a;) {
+            size_t l = strcspn(a, "|");
+            if (!model_name_ok(a, l))
+                return fail(err, err_len,
+                            "model \"%s\": alias \"%.*s\" is empty or has a character other than "
+                            "letters, digits and ._-/:@+",
+                            m->name, (int)l, a);
+            if (model_name_taken(all, idx + 1, a, l))
+                return fail(err, err_len, "model \"%s\": the name \"%.*s\" is taken twice", m->name,
+                            (int)l, a);
+            if (out + l + 2 > sizeof m->aliases)
+                return fail(err, err_len, "model \"%s\": aliases are too long", m->name);
+            if (out)
+                m->aliases[out++] = ',';
+            memcpy(m->aliases + out, a, l);
+            m->aliases[out += l] = '\0';
+            a += l + (a[l] == '|');
+        }
+        return 0;
+    }
+    if (KEY("max_seq_length")) {
+        char *end;
+        errno = 0;
+        long long x = strtoll(v, &end, 10);
+        if (!*v || *end || errno || x < 0 || x > (1 << 20))
+            return fail(err, err_len,
+                        "model \"%s\": max_seq_length \"%s\" is not an integer in 0..1048576",
+                        m->name, v);
+        m->max_seq_length = x;
+        return 0;
+    }
+    if (KEY("truncate")) {
+        bool b;
+        if (parse_bool_text(v, &b) != 0)
+            return fail(err, err_len, "model \"%s\": truncate \"%s\" is not a boolean", m->name, v);
+        m->truncate = b;
+        return 0;
+    }
+    if (KEY("engine")) {
+        if (!*v || vlen >= sizeof m->engine)
+            return fail(err, err_len, "model \"%s\": engine \"%s\" is empty or too long", m->name,
+                        v);
+        memcpy(m->engine, v, vlen + 1);
+        return 0;
+    }
+    if (KEY("precision")) {
+        for (const char *const *p = precision_values; *p; p++)
+            if (strcmp(*p, v) == 0) {
+                memcpy(m->precision, *p, strlen(*p) + 1); /* "auto" or shorter */
+                return 0;
+            }
+        return fail(err, err_len,
+                    "model \"%s\": precision \"%s\" is not one of fp32, bf16, int8, auto", m->name,
+                    v);
+    }
+#undef KEY
+    return fail(err, err_len,
+                "model \"%s\": unknown key \"%.*s\" (name, path, aliases, max_seq_length, "
+                "truncate, engine, precision)",
+                m->name, (int)klen, key);
+}
+
+int config_models_parse(const char *text, config_model *out, size_t cap, size_t *n, char *err,
+                        size_t err_len) {
+    *n = 0;
+    for (const char *p = text; *p;) {
+        const size_t len = strcspn(p, ",");
+        if (*n == cap)
+            return fail(err, err_len, "more than %zu models", cap);
+        config_model *m = &out[*n];
+        *m = (config_model){.max_seq_length = -1, .truncate = -1};
+        const size_t head = strcspn(p, ",;");
+        const char *eq = memchr(p, '=', head);
+        if (!eq)
+            return fail(err, err_len, "\"%.*s\" is not NAME=PATH", (int)head, p);
+        const size_t nlen = (size_t)(eq - p), plen = head - nlen - 1;
+        if (!model_name_ok(p, nlen))
+            return fail(err, err_len,
+                        "model name \"%.*s\" is empty or has a character other than letters, "
+                        "digits and ._-/:@+",
+                        (int)nlen, p);
+        if (nlen >= sizeof m->name || plen >= sizeof m->path)
+            return fail(err, err_len, "model \"%.*s\": the name or path is too long", (int)nlen, p);
+        memcpy(m->name, p, nlen);
+        if (model_name_taken(out, *n, p, nlen))
+            return fail(err, err_len, "model name \"%s\" is taken twice", m->name);
+        memcpy(m->path, eq + 1, plen);
+        struct stat st;
+        if (plen == 0)
+            return fail(err, err_len, "model \"%s\": the path is empty", m->name);
+        if (stat(m->path, &st) != 0 || !S_ISDIR(st.st_mode))
+            return fail(err, err_len, "model \"%s\": path \"%s\" is not a directory", m->name,
+                        m->path);
+        for (const char *o = p + head; o < p + len;) {
+            o++; /* the ';' */
+            const size_t olen = strcspn(o, ",;");
+            const char *oeq = memchr(o, '=', olen);
+            if (!oeq)
+                return fail(err, err_len, "model \"%s\": \"%.*s\" is not key=value", m->name,
+                            (int)olen, o);
+            if (model_option(out, *n, o, (size_t)(oeq - o), oeq + 1, olen - (size_t)(oeq - o) - 1,
+                             err, err_len) != 0)
+                return -1;
+            o += olen;
+        }
+        ++*n;
+        p += len;
+        if (*p == ',' && *++p == '\0')
+            return fail(err, err_len, "ends with a comma");
+    }
+    return 0;
+}
+
+static int check_models(const char *value, char *why, size_t why_len) {
+    config_model scratch[CONFIG_MAX_MODELS];
+    size_t n;
+    return config_models_parse(value, scratch, CONFIG_MAX_MODELS, &n, why, why_len);
+}
+
+/* The text a JSON value of one model key stands for in the flag form, or
+ * -1 when its type is wrong. */
+static int model_value_text(const char *key, const json_t *v, char *buf, size_t len) {
+    if (strcmp(key, "aliases") == 0 && json_is_array(v)) {
+        size_t n = 0, i;
+        const json_t *a;
+        buf[0] = '\0';
+        json_array_foreach(v, i, a) {
+            if (!json_is_string(a))
+                return -1;
+            n += (size_t)snprintf(buf + n, n < len ? len - n : 0, "%s%s", i ? "|" : "",
+                                  json_string_value(a));
+        }
+        return n < len ? 0 : -1;
+    }
+    if (json_is_string(v)) {
+        const char *s = json_string_value(v);
+        size_t i = 0;
+        for (; s[i] && i + 1 < len; i++) /* the file's comma list is the flag's | list */
+            buf[i] = strcmp(key, "aliases") == 0 && s[i] == ',' ? '|' : s[i];
+        buf[i] = '\0';
+        return s[i] ? -1 : 0;
+    }
+    if (json_is_integer(v))
+        return snprintf(buf, len, "%lld", (long long)json_integer_value(v)) < (int)len ? 0 : -1;
+    if (json_is_boolean(v))
+        return snprintf(buf, len, "%s", json_is_true(v) ? "true" : "false"), 0;
+    return -1;
+}
+
+/* The config file's array of objects as the flag form's text. Config
+ * loading runs on one thread at a time (start, then SIGHUP on main), so
+ * one static buffer holds the text until it is stored. */
+static int models_text_of_json(const json_t *arr, value *v, char *why, size_t why_len) {
+    static char text[STRING_MAX + 1];
+    size_t n = 0, i;
+    const json_t *m;
+    text[0] = '\0';
+    json_array_foreach(arr, i, m) {
+        const json_t *name = json_object_get(m, "name"), *path = json_object_get(m, "path");
+        if (!json_is_object(m) || !json_is_string(name) || !json_is_string(path))
+            return fail(why, why_len,
+                        "entry %zu is not an object with string \"name\" and \"path\"", i);
+        const char *sep = json_string_value(name)[strcspn(json_string_value(name), ",;=|")] ? "x"
+                          : json_string_value(path)[strcspn(json_string_value(path), ",;")] ? "y"
+                                                                                            : "";
+        if (*sep)
+            return fail(why, why_len, "entry %zu: %s has one of the characters %s", i,
+                        *sep == 'x' ? "name" : "path", *sep == 'x' ? ",;=|" : ",;");
+        n += (size_t)snprintf(text + n, n < sizeof text ? sizeof text - n : 0, "%s%s=%s",
+                              i ? "," : "", json_string_value(name), json_string_value(path));
+        const char *key;
+        const json_t *val;
+        json_object_foreach((json_t *)m, key, val) {
+            if (!strcmp(key, "name") || !strcmp(key, "path"))
+                continue;
+            char vt[1024];
+            if (model_value_text(key, val, vt, sizeof vt) != 0 || strpbrk(vt, ",;"))
+                return fail(why, why_len, "entry %zu: \"%s\" has the wrong type or a , or ;", i,
+                            key);
+            n += (size_t)snprintf(text + n, n < sizeof text ? sizeof text - n : 0, ";%s=%s", key,
+                                  vt);
+        }
+    }
+    if (n >= sizeof text)
+        return fail(why, why_len, "is longer than %d bytes", STRING_MAX);
+    v->s = text;
+    return 0;
+}
+
+/* The setting's text as the config file's array of objects. */
+static json_t *models_json(const char *text) {
+    config_model m[CONFIG_MAX_MODELS];
+    size_t n = 0;
+    char why[256];
+    json_t *arr = json_array();
+    if (!arr || config_models_parse(text, m, CONFIG_MAX_MODELS, &n, why, sizeof why) != 0) {
+        json_decref(arr);
+        return json_string(text); /* validated when stored: only a vanished path gets here */
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *o = json_pack("{s:s, s:s}", "name", m[i].name, "path", m[i].path);
+        json_t *aliases = json_array();
+        for (const char *a = m[i].aliases; o && aliases && *a;) {
+            size_t l = strcspn(a, ",");
+            json_array_append_new(aliases, json_stringn(a, l));
+            a += l + (a[l] == ',');
+        }
+        if (o && m[i].aliases[0])
+            json_object_set(o, "aliases", aliases);
+        json_decref(aliases);
+        if (o && m[i].max_seq_length >= 0)
+            json_object_set_new(o, "max_seq_length", json_integer(m[i].max_seq_length));
+        if (o && m[i].truncate >= 0)
+            json_object_set_new(o, "truncate", json_boolean(m[i].truncate));
+        if (o && m[i].engine[0])
+            json_object_set_new(o, "engine", json_string(m[i].engine));
+        if (o && m[i].precision[0])
+            json_object_set_new(o, "precision", json_string(m[i].precision));
+        if (!o || json_array_append_new(arr, o) != 0) {
+            json_decref(arr);
+            return NULL;
+        }
+    }
+    return arr;
+}
+
 /* A value from the config file into v: JSON types must match exactly (an
  * integer setting does not take "8080" or 8080.5). */
 static int parse_json(const setting *s, const json_t *j, value *v, char *why, size_t why_len) {
@@ -482,6 +761,8 @@ static int parse_json(const setting *s, const json_t *j, value *v, char *why, si
         return 0;
     case T_STRING:
     case T_ENUM:
+        if (s->check == check_models && json_is_array(j))
+            return models_text_of_json(j, v, why, why_len);
         if (!json_is_string(j))
             return fail(why, why_len, "is not a JSON string");
         v->s = json_string_value(j);
@@ -1065,6 +1346,8 @@ static json_t *value_json(const config *cfg, const setting *s) {
         return json_boolean(*(const bool *)f);
     case T_STRING:
     case T_ENUM:
+        if (s->check == check_models)
+            return models_json(*(const char *const *)f);
         return json_string(*(const char *const *)f);
     }
     return NULL;

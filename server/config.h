@@ -70,7 +70,8 @@ typedef struct config {
     bool truncate;                  /* cut inputs to max_seq_length */
     int64_t max_seq_length;         /* tokens per input; 0: the model's sentence_bert_config */
     char *model_aliases;            /* other names /v1/embeddings accepts for the model */
-    bool accept_any_model;          /* /v1/embeddings accepts any model name (as TEI) */
+    char *models;          /* several models: config_models_parse's text; "" = the one `model` */
+    bool accept_any_model; /* /v1/embeddings accepts any model name (as TEI) */
 
     /* ---- access ---- */
     char *api_key_file;       /* path of the key file; "" = none */
@@ -89,6 +90,29 @@ typedef struct config {
     char **argv;
     bool config_explicit; /* the file was named by --config or $ATTNSERVE_CONFIG */
 } config;
+
+/* One entry of the `models` setting. Strings are "" and numbers -1 where
+ * the entry leaves the choice to the process-wide setting of that name. */
+#define CONFIG_MAX_MODELS 8
+typedef struct config_model {
+    char name[128];         /* what requests' `model` names it by */
+    char path[1024];        /* its directory */
+    char aliases[512];      /* comma-separated other names; "" none */
+    int64_t max_seq_length; /* -1: the max_seq_length setting */
+    int truncate;           /* -1: the truncate setting; else 0 or 1 */
+    char engine[64];        /* "": the engine setting */
+    char precision[8];      /* "": the precision setting */
+} config_model;
+
+/* Parses the `models` setting's text: entries separated by ',', each
+ * NAME=PATH followed by any of ;aliases=A|B ;max_seq_length=N
+ * ;truncate=true|false ;engine=E ;precision=P. In the config file the
+ * setting is also an array of objects with those keys (aliases an array or
+ * a comma-separated string), which config.c turns into this text. Names
+ * and aliases are unique over all entries; a path must be a directory.
+ * Returns 0 with *n entries in out[0, cap), or -1 with a message in err. */
+int config_models_parse(const char *text, config_model *out, size_t cap, size_t *n, char *err,
+                        size_t err_len);
 
 /* What main should do once config_load has succeeded. */
 typedef enum config_action {

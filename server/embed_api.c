@@ -24,6 +24,7 @@ static int handle(http_request *req, embed_api *api, embed_route route) {
     json_t *root = http_body_json(req, &answered);
     if (!root)
         return answered;
+    api = embed_api_route(req, api, root);
     if (route == EMBED_ROUTE_OPENAI && embed_offload_wanted(req))
         return embed_offload(req, root, decode_openai, api);
     embed_refusal r;
@@ -79,14 +80,10 @@ static json_t *model_object(const embed_api *api, const char *id, size_t len) {
                      (json_int_t)api->created, "owned_by", "attnserve");
 }
 
-/* The served model and each alias, as OpenAI lists models. */
-static json_t *models_list(const embed_api *api) {
-    json_t *data = json_array();
-    if (!data || json_array_append_new(
-                     data, model_object(api, api->model_name, strlen(api->model_name))) != 0) {
-        json_decref(data);
-        return NULL;
-    }
+/* One model's name and each alias appended to data; -1 when out of memory. */
+static int list_model(const embed_api *api, json_t *data) {
+    if (json_array_append_new(data, model_object(api, api->model_name, strlen(api->model_name))))
+        return -1;
     for (const char *a = api->model_aliases; a && *a;) {
         const char *end = strchr(a, ',');
         size_t n = end ? (size_t)(end - a) : strlen(a);
@@ -95,11 +92,24 @@ static json_t *models_list(const embed_api *api) {
         size_t m = n;
         while (m && a[m - 1] == ' ')
             m--;
-        if (m && json_array_append_new(data, model_object(api, a, m)) != 0) {
-            json_decref(data);
-            return NULL;
-        }
+        if (m && json_array_append_new(data, model_object(api, a, m)) != 0)
+            return -1;
         a = end ? end + 1 : a + n;
+    }
+    return 0;
+}
+
+/* Every served model and each alias, as OpenAI lists models. */
+static json_t *models_list(const embed_api *api) {
+    json_t *data = json_array();
+    int rc = data ? 0 : -1;
+    if (!api->peers)
+        rc = rc ? rc : list_model(api, data);
+    for (size_t i = 0; api->peers && i < api->npeers && rc == 0; i++)
+        rc = list_model(api->peers[i], data);
+    if (rc) {
+        json_decref(data);
+        return NULL;
     }
     return json_pack("{s:s, s:o}", "object", "list", "data", data);
 }
@@ -116,6 +126,9 @@ int embed_api_models(http_request *req, void *ctx) {
 int embed_api_model(http_request *req, void *ctx) {
     const embed_api *api = ctx;
     const char *id = strrchr(http_path(req), '/') + 1; /* the route ends in a slash and a star */
+    for (size_t i = 0; api->peers && i < api->npeers; i++)
+        if (embed_model_known(api->peers[i], id, strlen(id)))
+            api = api->peers[i];
     if (!embed_model_known(api, id, strlen(id)))
         return http_reply_error_at(req, SRV_ENOTFOUND, "model", "model_not_found",
                                    "The model `%.100s` does not exist", id);
@@ -127,12 +140,16 @@ int embed_api_model(http_request *req, void *ctx) {
     return http_reply_json(req, 200, out);
 }
 
-int embed_api_register(embed_api *api, batch_runner *runner, routes *t) {
+int embed_api_add_kind(embed_api *api, batch_runner *runner) {
     const batch_kind kind = {.name = "embed",
                              .run = embed_service_run_batch,
                              .trace = embed_service_trace,
                              .ctx = api->svc};
-    if ((api->kind = batch_runner_add_kind(runner, &kind)) < 0)
+    return (api->kind = batch_runner_add_kind(runner, &kind)) < 0 ? -1 : 0;
+}
+
+int embed_api_register(embed_api *api, batch_runner *runner, routes *t) {
+    if (embed_api_add_kind(api, runner) != 0)
         return -1;
     const http_route mine[] = {
         {"POST", "/v1/embeddings", true, HTTP_AUTH_KEY, embed_api_openai, embed_api_resumed, api,

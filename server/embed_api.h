@@ -32,4 +32,8 @@ void embed_api_stamp(http_request *req, const embed_api *api, const embed_job *j
  * table is full or a route is taken. */
 int embed_api_register(embed_api *api, batch_runner *runner, routes *t);
 
+/* Only the kind, for a model whose routes another model's embed_api
+ * registered (several models). Returns 0 or -1. */
+int embed_api_add_kind(embed_api *api, batch_runner *runner);
+
 #endif

@@ -440,6 +440,7 @@ embed_job *embed_chunk_job(const embed_api *api, const char *field, json_t *in,
     membudget_free(scratch);
     r->param = NULL;
     job->base.kind = api->kind;
+    job->base.sreq.group = api->group;
     job->base.n_items = job->n;
     job->base.items_cu = job->cu;
     return job;

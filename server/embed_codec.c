@@ -302,6 +302,7 @@ static embed_job *make_job(const embed_api *api, const char *field, json_t *in, 
     }
     r->param = NULL;
     job->base.kind = api->kind;
+    job->base.sreq.group = api->group;
     job->base.n_items = n;
     job->base.items_cu = job->cu;
     return job;
@@ -583,6 +584,24 @@ bool embed_model_known(const embed_api *api, const char *name, size_t len) {
         a = end ? end + 1 : a + n;
     }
     return false;
+}
+
+int embed_model_named(const embed_api *api, const json_t *root) {
+    const json_t *model = json_is_object(root) ? json_object_get(root, "model") : NULL;
+    if (!json_is_string(model))
+        return -1;
+    for (size_t i = 0; i < api->npeers; i++)
+        if (embed_model_known(api->peers[i], json_string_value(model), json_string_length(model)))
+            return (int)i;
+    return -1;
+}
+
+embed_api *embed_api_route(http_request *req, embed_api *api, const json_t *root) {
+    const int i = embed_model_named(api, root);
+    if (i < 0 || api->peers[i] == api)
+        return api;
+    http_set_ctx(req, api->peers[i]);
+    return api->peers[i];
 }
 
 embed_job *embed_api_decode_refusal(const embed_api *api, embed_route route, json_t *root,

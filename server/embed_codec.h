@@ -57,6 +57,14 @@ typedef struct embed_api {
     _Atomic int64_t max_inputs_per_request; /* reloadable */
     _Atomic int64_t request_timeout_ms;     /* reloadable */
     _Atomic int64_t max_document_tokens;    /* reloadable: chunking's bound */
+    /* Several models in one process: each has its own embed_api, and every
+     * one holds the list of all of them, in the configured order, so that a
+     * route registered once finds the model a request names. group is this
+     * model's index there and its jobs' scheduler group (their batches hold
+     * no other model's). peers NULL: the one model. */
+    uint32_t group;
+    struct embed_api *const *peers;
+    size_t npeers;
 } embed_api;
 
 /* Decoding on its own: the routes call these, and tests/fuzz drives them
@@ -95,6 +103,16 @@ int embed_check_task(const embed_api *api, embed_refusal *r);
 
 /* Whether name[0, len) is the served model's name or one of its aliases. */
 bool embed_model_known(const embed_api *api, const char *name, size_t len);
+
+/* The index in api->peers of the model root's `model` names (its name or
+ * an alias), or -1 when root names none, or none served (the route's own
+ * model then answers, and refuses an unknown name as it always has). */
+int embed_model_named(const embed_api *api, const json_t *root);
+
+/* Routes req to the model root names: returns that model's embed_api and
+ * makes it the context of req's resumed function (http_set_ctx), or api
+ * when root names no other served model. */
+embed_api *embed_api_route(http_request *req, embed_api *api, const json_t *root);
 /* What job holds of the request-memory budget. */
 size_t embed_job_bytes(const embed_job *job);
 /* embed_job_free for job_submit and http_set_user (job is an embed_job). */

@@ -151,6 +151,7 @@ struct http_request {
 
     void *user;
     void (*user_free)(void *);
+    void *ctx; /* http_set_ctx's: the route functions' context; NULL: the route's */
     struct http_stream *stream; /* a streamed answer (http_stream_open); NULL: none */
 };
 
@@ -1123,8 +1124,9 @@ static bool charge_body(http_request *req, size_t cap) {
  * once for the server, not once per connection. */
 static int run_charged(http_request *req, http_handler_fn fn) {
     http_server *srv = req->srv;
+    void *ctx = req->ctx ? req->ctx : req->route->ctx;
     if (req->route->auth == HTTP_AUTH_OPEN)
-        return fn(req, req->route->ctx);
+        return fn(req, ctx);
     if (req->route->auth == HTTP_AUTH_METRICS && !req->uncharged) {
         unsigned n = atomic_load(&srv->uncharged_answers);
         while (n < HTTP_UNCHARGED_ANSWERS &&
@@ -1133,9 +1135,9 @@ static int run_charged(http_request *req, http_handler_fn fn) {
         req->uncharged = n < HTTP_UNCHARGED_ANSWERS;
     }
     if (req->uncharged)
-        return fn(req, req->route->ctx);
+        return fn(req, ctx);
     membudget_enter(body_cost(req->cap));
-    int r = fn(req, req->route->ctx);
+    int r = fn(req, ctx);
     membudget_leave();
     return r;
 }
@@ -1319,6 +1321,10 @@ void http_set_user(http_request *req, void *user, void (*free_fn)(void *)) {
 
 void *http_user(const http_request *req) {
     return req->user;
+}
+
+void http_set_ctx(http_request *req, void *ctx) {
+    req->ctx = ctx;
 }
 
 void http_set_timing(http_request *req, double queue_ms, double inference_ms, const char *backend) {

@@ -188,6 +188,10 @@ void http_set_error_shape(http_request *req, http_error_shape shape);
  * completion callback, whatever happened. */
 void http_set_user(http_request *req, void *user, void (*free_fn)(void *));
 void *http_user(const http_request *req);
+/* Hands the request to another context: the route's resumed function gets
+ * ctx instead of the route's (a route registered once for several served
+ * models picks the model from the body, and its answer is that model's). */
+void http_set_ctx(http_request *req, void *ctx);
 
 /* Times and backend reported in the response headers and the log line. */
 void http_set_timing(http_request *req, double queue_ms, double inference_ms, const char *backend);

@@ -60,33 +60,55 @@
  * Socket buffers are the kernel's, not the process's. */
 #define CONNECTION_BYTES HTTP_CONNECTION_BYTES
 
+/* One served model: its directory, tokenizer, engine (which owns the
+ * weights), embeddings service and the API modules' state for it. Every
+ * model has its own; the compute pool, the scheduler (whose batches never
+ * mix models: each model is a scheduler group), the HTTP server and the
+ * attention backend in force are the process's. */
+typedef struct served_model {
+    char name[256];          /* what `model` names it by */
+    char *path;              /* its directory */
+    char *aliases;           /* comma-separated other names */
+    bool truncate;           /* the default of truncation */
+    int64_t max_seq_setting; /* max_seq_length as configured; 0: the model's */
+    char *engine_setting;    /* engine and precision as configured */
+    char *precision_setting;
+    tok_tokenizer *tok;
+    encoder_desc *mdesc; /* the model directory's description, read before the engine loads it */
+    const encoder_info *mcfg; /* encoder_desc_info(mdesc) */
+    srv_engine *engine;       /* the engine (owns the weights) and the backend in force */
+    int32_t max_seq_length;   /* where truncation cuts: the setting, or the model's */
+    embed_service *embed;
+    embed_api eapi;
+    compat_api compat; /* TEI's, Infinity's and llama.cpp's routes */
+    score_api score;   /* rerank and classification routes */
+} served_model;
+
 typedef struct app {
     pthread_mutex_t cfg_mu; /* /info reads cfg on the I/O thread while SIGHUP swaps it */
     config cfg;
     int nthreads;
     const char *simd;
     tp_pool *pool;
-    tok_tokenizer *tok;
-    encoder_desc *mdesc; /* the model directory's description, read before the engine loads it */
-    const encoder_info *mcfg; /* encoder_desc_info(mdesc) */
-    srv_engine *engine;       /* the engine (owns the weights) and the backend in force */
-    char model_name[256];     /* the model directory's last component */
-    int32_t max_seq_length;   /* where truncation cuts: the setting, or the model's */
-    char *model_aliases;      /* model_aliases as at start */
+    /* The models, in configured order (the `models` setting, else the one
+     * `model`); engine is the first's, whose backend in force is every
+     * model's and /v1/attention's. */
+    served_model m[CONFIG_MAX_MODELS];
+    size_t nm;
+    embed_api *eapis[CONFIG_MAX_MODELS]; /* each model's, for the modules' peers */
+    compat_api *compats[CONFIG_MAX_MODELS];
+    score_api *scores[CONFIG_MAX_MODELS];
+    srv_engine *engine;
     attn_service *svc;
     /* The backend the setting names, resolved for the configured shapes
      * whatever its self-test said (NULL when it cannot run them); the one
      * in force differs while a fallback is active. Guarded by cfg_mu. */
     const attn_backend *configured;
-    embed_service *embed;
     batch_runner *runner;
     sched *sched;
     http_server *http;
     attn_api api;
-    embed_api eapi;
-    compat_api compat; /* TEI's, Infinity's and llama.cpp's routes */
-    score_api score;   /* rerank and classification routes */
-    routes routes;     /* every module's, registered at start */
+    routes routes; /* every module's, registered at start */
     _Atomic bool ready;
     /* ---- shadow verification, fallback and trace ---- */
     verifier *verify;
@@ -132,10 +154,13 @@ static int handle_metrics(http_request *req, void *ctx) {
 }
 
 static size_t workspace_bytes(const app *a) {
-    engine_memory em;
-    engine_memory_of(srv_engine_instance(a->engine), &em);
-    return attn_service_workspace_bytes(a->svc) + embed_service_workspace_bytes(a->embed) +
-           em.workspace;
+    size_t total = attn_service_workspace_bytes(a->svc);
+    for (size_t i = 0; i < a->nm; i++) {
+        engine_memory em;
+        engine_memory_of(srv_engine_instance(a->m[i].engine), &em);
+        total += embed_service_workspace_bytes(a->m[i].embed) + em.workspace;
+    }
+    return total;
 }
 
 /* Resident memory now (/proc/self/statm), 0 if unknown. */
@@ -209,15 +234,28 @@ static size_t threads_bytes(void) {
  * idle connections with 3 KiB of headers and 4 KiB of a body in cost
  * 12.7 KiB each (4 KiB of it body, charged to the budget) against
  * CONNECTION_BYTES' 23. */
+/* One model's weights and workspace. */
+static void model_memory(const served_model *sm, json_int_t *owned, json_int_t *mapped,
+                         json_int_t *workspace) {
+    engine_memory em;
+    engine_memory_of(srv_engine_instance(sm->engine), &em);
+    *owned = (json_int_t)em.weights_owned;
+    *mapped = (json_int_t)em.weights_mapped;
+    *workspace = (json_int_t)(embed_service_workspace_bytes(sm->embed) + em.workspace);
+}
+
+/* Several models: each one's weights and workspace are summed (each
+ * engine owns its weights and a workspace sized for a whole batch). */
 static json_t *memory_json(const app *a) {
     const config *c = &a->cfg;
-    engine_memory em;
-    engine_memory_of(srv_engine_instance(a->engine), &em);
-    json_int_t owned = (json_int_t)em.weights_owned;
-    json_int_t mapped = (json_int_t)em.weights_mapped;
+    json_int_t owned = 0, mapped = 0, model_ws = 0;
+    for (size_t i = 0; i < a->nm; i++) {
+        json_int_t o, m, w;
+        model_memory(&a->m[i], &o, &m, &w);
+        owned += o, mapped += m, model_ws += w;
+    }
     json_int_t weights = owned + mapped;
     json_int_t attn_ws = (json_int_t)attn_service_workspace_bytes(a->svc);
-    json_int_t model_ws = (json_int_t)(embed_service_workspace_bytes(a->embed) + em.workspace);
     json_int_t workspace = attn_ws + model_ws;
     json_int_t conns =
         ((json_int_t)c->max_connections + 1) * CONNECTION_BYTES + HTTP_UNCHARGED_BYTES;
@@ -245,8 +283,8 @@ static size_t worst_case_bytes(const app *a) {
     return worst;
 }
 
-static json_t *model_json(const app *a) {
-    const encoder_info *m = engine_model(srv_engine_instance(a->engine));
+static json_t *model_json(const served_model *sm) {
+    const encoder_info *m = engine_model(srv_engine_instance(sm->engine));
     /* max_length: what the position embeddings allow (token-id inputs may
      * be that long); max_seq_length: where text inputs are truncated, and
      * max_seq_length_model the model's own (sentence_bert_config.json).
@@ -256,12 +294,12 @@ static json_t *model_json(const app *a) {
         json_array_append_new(labels, json_string(m->labels[i]));
     return json_pack("{s:s, s:s, s:b, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:s, s:b, s:b, s:s, "
                      "s:s, s:s, s:i, s:i, s:o, s:s, s:b}",
-                     "name", a->model_name, "path", a->cfg.model, "loaded", 1, "hidden_size",
-                     m->hidden_size, "layers", m->num_layers, "heads", m->num_heads,
-                     "intermediate_size", m->intermediate_size, "vocab_size", m->vocab_size,
-                     "max_length", m->max_positions, "max_seq_length", a->max_seq_length,
-                     "max_seq_length_model", m->max_seq_length, "pooling", m->pooling, "normalize",
-                     m->normalize, "truncate", a->cfg.truncate, "task",
+                     "name", sm->name, "path", sm->path, "loaded", 1, "hidden_size", m->hidden_size,
+                     "layers", m->num_layers, "heads", m->num_heads, "intermediate_size",
+                     m->intermediate_size, "vocab_size", m->vocab_size, "max_length",
+                     m->max_positions, "max_seq_length", sm->max_seq_length, "max_seq_length_model",
+                     m->max_seq_length, "pooling", m->pooling, "normalize", m->normalize,
+                     "truncate", sm->truncate, "task",
                      m->task == ENCODER_TASK_CLASSIFY ? "classify" : "embed", "model_type",
                      m->model_type, "architecture", m->architecture, "output_dim", m->output_dim,
                      "dense_modules", m->dense_modules, "labels", labels, "problem_type",
@@ -275,8 +313,9 @@ static json_t *model_json(const app *a) {
  * inputs; model_dtype names the precision the engine computes in. */
 static int tei_info(const app *a, json_t *info) {
     const config *c = &a->cfg;
-    const encoder_info *m = engine_model(srv_engine_instance(a->engine));
-    const char *prec = srv_engine_precision(a->engine);
+    const served_model *sm = &a->m[0];
+    const encoder_info *m = engine_model(srv_engine_instance(sm->engine));
+    const char *prec = srv_engine_precision(sm->engine);
     const char *dtype = !strcmp(prec, "bf16")   ? "bfloat16"
                         : !strcmp(prec, "int8") ? "int8"
                                                 : "float32";
@@ -298,12 +337,12 @@ static int tei_info(const app *a, json_t *info) {
         kind = json_pack("{s:{s:s}}", "embedding", "pooling", m->pooling);
     json_t *tei = json_pack(
         "{s:s, s:s, s:n, s:s, s:o, s:I, s:i, s:I, s:I, s:I, s:b, s:i, s:n, s:n}", "model_id",
-        a->model_name, "served_model_name", a->model_name, "model_sha", "model_dtype", dtype,
-        "model_type", kind, "max_concurrent_requests", (json_int_t)c->max_queue, "max_input_length",
-        a->max_seq_length, "max_batch_tokens", (json_int_t)c->max_batch_tokens,
+        sm->name, "served_model_name", sm->name, "model_sha", "model_dtype", dtype, "model_type",
+        kind, "max_concurrent_requests", (json_int_t)c->max_queue, "max_input_length",
+        sm->max_seq_length, "max_batch_tokens", (json_int_t)c->max_batch_tokens,
         "max_batch_requests", (json_int_t)c->max_batch_requests, "max_client_batch_size",
-        (json_int_t)c->max_inputs_per_request, "auto_truncate", c->truncate, "tokenization_workers",
-        1, "sha", "docker_label");
+        (json_int_t)c->max_inputs_per_request, "auto_truncate", sm->truncate,
+        "tokenization_workers", 1, "sha", "docker_label");
     int rc = tei ? json_object_update_missing(info, tei) : -1;
     json_decref(tei);
     return rc;
@@ -322,6 +361,38 @@ static json_t *verification_json(const app *a) {
         a->verify && verify_tripped(a->verify), "fallback_reason", a->fallback_reason, "checked",
         (json_int_t)checked, "mismatches", (json_int_t)mismatched, "skipped", (json_int_t)skipped,
         "trace_file", c->trace_file);
+}
+
+/* /info's "models": every served model as "model" describes the first,
+ * with its aliases, engine, precision and share of the memory. */
+static json_t *models_json(const app *a) {
+    json_t *list = json_array();
+    for (size_t i = 0; list && i < a->nm; i++) {
+        const served_model *sm = &a->m[i];
+        json_int_t owned, mapped, ws;
+        model_memory(sm, &owned, &mapped, &ws);
+        json_t *one = model_json(sm);
+        json_t *aliases = json_array();
+        for (const char *p = sm->aliases; aliases && p && *p;) {
+            size_t l = strcspn(p, ",");
+            if (l)
+                json_array_append_new(aliases, json_stringn(p, l));
+            p += l + (p[l] == ',');
+        }
+        json_t *extra =
+            json_pack("{s:o, s:s, s:s, s:I, s:I}", "aliases", aliases, "engine",
+                      srv_engine_name(sm->engine), "precision", srv_engine_precision(sm->engine),
+                      "weights_bytes", owned + mapped, "workspace_bytes", ws);
+        int rc = one && extra ? json_object_update_missing(one, extra) : -1;
+        json_decref(extra);
+        if (rc != 0)
+            json_decref(one);
+        if (rc != 0 || json_array_append_new(list, one) != 0) {
+            json_decref(list);
+            list = NULL;
+        }
+    }
+    return list;
 }
 
 static json_t *info_json(app *a) {
@@ -349,7 +420,7 @@ static json_t *info_json(app *a) {
         "drain_timeout_s", (json_int_t)c->drain_timeout_s, "max_inputs_per_request",
         (json_int_t)c->max_inputs_per_request, "attention_max_heads", ATTN_API_MAX_HEADS,
         "attention_max_head_dim", ATTN_API_MAX_HEAD_DIM, "attention_row_floats",
-        ATTN_API_ROW_FLOATS, "memory", memory_json(a), "model", model_json(a));
+        ATTN_API_ROW_FLOATS, "memory", memory_json(a), "model", model_json(&a->m[0]));
     /* Safety net: the self-test of every backend, whether the
      * backend in force is a fallback for the configured one (after a failed
      * self-test or a verification trip), and verification's state. */
@@ -361,6 +432,7 @@ static json_t *info_json(app *a) {
          json_object_set_new(info, "engine",
                              srv_engine_info(a->engine, c->engine, c->precision, c->plugin_dir)) ||
          json_object_set_new(info, "verification", verification_json(a)) ||
+         json_object_set_new(info, "models", models_json(a)) ||
          /* Chunking's bound beside the other request limits. */
          json_object_set_new(json_object_get(info, "limits"), "max_document_tokens",
                              json_integer((json_int_t)c->max_document_tokens)) ||
@@ -413,19 +485,34 @@ static attn_shape bounds_of(const config *c) {
     return attn_service_bounds((int32_t)c->max_batch_tokens, (int32_t)c->max_batch_requests);
 }
 
-/* The model's attention bounds for the configured batch size. */
-static attn_shape model_bounds_of(const app *a, const config *c) {
-    return encoder_attn_shape(a->mcfg, (int)c->max_batch_tokens);
+/* Model i's attention bounds for the configured batch size. */
+static attn_shape model_bounds_of(const app *a, size_t i, const config *c) {
+    return encoder_attn_shape(a->m[i].mcfg, (int)c->max_batch_tokens);
 }
 
-/* Resolves a backend name for both the attention endpoint's bounds and the
- * model's: a backend runs every batch, and a batch may hold both kinds. */
+/* Resolves a backend name for the attention endpoint's bounds and every
+ * model's: the backend in force runs every batch, whichever model's. */
 static int resolve_backend(const app *a, const config *c, const char *name,
                            const attn_backend **out, char *why, size_t why_len) {
-    attn_shape bounds = bounds_of(c), model = model_bounds_of(a, c);
+    attn_shape bounds = bounds_of(c);
     if (attn_backend_select(name, &bounds, out, why, why_len) != ATTN_OK)
         return -1;
-    return (*out)->supports(&model, why, why_len) == ATTN_OK ? 0 : -1;
+    for (size_t i = 0; i < a->nm; i++) {
+        attn_shape model = model_bounds_of(a, i, c);
+        if ((*out)->supports(&model, why, why_len) != ATTN_OK)
+            return -1;
+    }
+    return 0;
+}
+
+/* Switches every model's engine to backend, between batches. */
+static int set_backend(app *a, const attn_backend *backend) {
+    for (size_t i = 0; i < a->nm; i++) {
+        int rc = srv_engine_set_backend(a->m[i].engine, a->sched, backend);
+        if (rc != SCHED_OK)
+            return rc;
+    }
+    return SCHED_OK;
 }
 
 /* A backend that can run the configured shapes and passed its start-up
@@ -524,7 +611,7 @@ static bool on_verify_trip(const verify_evidence *ev, void *ctx) {
         pthread_mutex_unlock(&a->backend_mu);
         return false;
     }
-    int rc = srv_engine_set_backend(a->engine, a->sched, to);
+    int rc = set_backend(a, to);
     if (rc != SCHED_OK) {
         log_error("shadow verification: cannot switch backend",
                   LOG_KV("error", sched_strerror(rc)));
@@ -560,9 +647,12 @@ static bool on_verify_trip(const verify_evidence *ev, void *ctx) {
  * bounds, whichever is larger. */
 static int start_verification(app *a) {
     const config *c = &a->cfg;
-    const encoder_info *m = a->mcfg;
     const int64_t T = c->max_batch_tokens;
-    const int32_t C = m->hidden_size, D = m->head_dim;
+    int32_t C = 0, D = 0; /* the largest over the models */
+    for (size_t i = 0; i < a->nm; i++) {
+        C = a->m[i].mcfg->hidden_size > C ? a->m[i].mcfg->hidden_size : C;
+        D = a->m[i].mcfg->head_dim > D ? a->m[i].mcfg->head_dim : D;
+    }
     const int32_t api_row = ATTN_API_MAX_HEADS * ATTN_API_MAX_HEAD_DIM;
     verify_options vo = {
         .max_tokens = (int32_t)T,
@@ -587,7 +677,8 @@ static int start_verification(app *a) {
         return 1;
     }
     attn_service_set_verifier(a->svc, a->verify);
-    embed_service_set_verifier(a->embed, a->verify);
+    for (size_t i = 0; i < a->nm; i++)
+        embed_service_set_verifier(a->m[i].embed, a->verify);
     batch_runner_set_trace(a->runner, a->trace, backend_name, a);
     return 0;
 }
@@ -596,6 +687,7 @@ static void on_batch(const sched_batch *b, int run_status, void *ctx) {
     (void)run_status;
     (void)ctx;
     metrics_batch(b);
+    metrics_model_batch((int)b->group, b); /* the group is the model's index */
 }
 
 static sched_limits limits_of(const config *c) {
@@ -605,30 +697,29 @@ static sched_limits limits_of(const config *c) {
                           .max_queue = (uint32_t)c->max_queue};
 }
 
-/* The tokenizer and the weights, and the settings checked against them.
- * What the model directory or the settings get wrong is a start-up error
- * (status 2); only running out of memory is status 1. */
-static int load_model(app *a) {
-    const config *c = &a->cfg;
+/* The tokenizer and the model's shapes, and the settings checked against
+ * them. What the model directory or the settings get wrong is a start-up
+ * error (status 2); only running out of memory is status 1. */
+static int load_model(const config *c, served_model *sm) {
     char err[512];
-    int rc = tok_load(&a->tok, c->model, err, sizeof err);
+    int rc = tok_load(&sm->tok, sm->path, err, sizeof err);
     if (rc != TOK_OK) {
-        log_error("cannot load the tokenizer", LOG_KV("model", c->model), LOG_KV("error", err));
+        log_error("cannot load the tokenizer", LOG_KV("model", sm->path), LOG_KV("error", err));
         return rc == TOK_ENOMEM ? 1 : CONFIG_EXIT_INVALID;
     }
     /* The shapes only: the engine loads the weights (start), once the
      * attention backends its workspace must serve are known from them. */
-    rc = encoder_describe(c->model, &a->mdesc, err, sizeof err);
+    rc = encoder_describe(sm->path, &sm->mdesc, err, sizeof err);
     if (rc != BERT_OK) {
-        log_error("cannot load the model", LOG_KV("model", c->model),
+        log_error("cannot load the model", LOG_KV("model", sm->path),
                   LOG_KV("problem", bert_strerror(rc)), LOG_KV("error", err));
         return rc == BERT_ENOMEM ? 1 : CONFIG_EXIT_INVALID;
     }
-    a->mcfg = encoder_desc_info(a->mdesc);
-    const encoder_info *m = a->mcfg;
-    if (tok_vocab_size(a->tok) > m->vocab_size) {
+    sm->mcfg = encoder_desc_info(sm->mdesc);
+    const encoder_info *m = sm->mcfg;
+    if (tok_vocab_size(sm->tok) > m->vocab_size) {
         log_error("the tokenizer's vocabulary is larger than the model's",
-                  LOG_KV("model", c->model), LOG_KV("tokenizer_vocab", tok_vocab_size(a->tok)),
+                  LOG_KV("model", sm->path), LOG_KV("tokenizer_vocab", tok_vocab_size(sm->tok)),
                   LOG_KV("model_vocab", m->vocab_size));
         return CONFIG_EXIT_INVALID;
     }
@@ -638,43 +729,204 @@ static int load_model(app *a) {
     if (c->max_batch_tokens < m->max_positions) {
         log_error("max_batch_tokens is below the model's maximum input length; raise it",
                   LOG_KV("max_batch_tokens", c->max_batch_tokens),
-                  LOG_KV("model_max_length", m->max_positions), LOG_KV("model", c->model));
+                  LOG_KV("model_max_length", m->max_positions), LOG_KV("model", sm->path));
         return CONFIG_EXIT_INVALID;
     }
     /* Truncation as sentence-transformers does it: at the model's
      * max_seq_length unless the setting overrides it, never beyond what the
      * position embeddings allow. */
-    if (c->max_seq_length > m->max_positions ||
-        (c->max_seq_length && c->max_seq_length <= tok_num_special(a->tok))) {
+    if (sm->max_seq_setting > m->max_positions ||
+        (sm->max_seq_setting && sm->max_seq_setting <= tok_num_special(sm->tok))) {
         log_error("max_seq_length must leave room for a token beside the special tokens and be "
                   "at most the model's max_position_embeddings",
-                  LOG_KV("max_seq_length", c->max_seq_length),
-                  LOG_KV("special_tokens", tok_num_special(a->tok)),
-                  LOG_KV("max_position_embeddings", m->max_positions), LOG_KV("model", c->model));
+                  LOG_KV("max_seq_length", sm->max_seq_setting),
+                  LOG_KV("special_tokens", tok_num_special(sm->tok)),
+                  LOG_KV("max_position_embeddings", m->max_positions), LOG_KV("model", sm->path));
         return CONFIG_EXIT_INVALID;
     }
-    a->max_seq_length = c->max_seq_length ? (int32_t)c->max_seq_length : m->max_seq_length;
-    /* The directory's last component names the model: "models/x/" is "x". */
-    snprintf(a->model_name, sizeof a->model_name, "%s", c->model);
-    for (size_t n = strlen(a->model_name); n > 1 && a->model_name[n - 1] == '/'; n--)
-        a->model_name[n - 1] = '\0';
-    const char *slash = strrchr(a->model_name, '/');
-    if (slash && slash[1])
-        memmove(a->model_name, slash + 1, strlen(slash + 1) + 1);
-    log_info("model config read", LOG_KV("model", c->model), LOG_KV("hidden_size", m->hidden_size),
-             LOG_KV("layers", m->num_layers), LOG_KV("max_length", m->max_positions));
+    sm->max_seq_length = sm->max_seq_setting ? (int32_t)sm->max_seq_setting : m->max_seq_length;
+    log_info("model config read", LOG_KV("model", sm->path), LOG_KV("name", sm->name),
+             LOG_KV("hidden_size", m->hidden_size), LOG_KV("layers", m->num_layers),
+             LOG_KV("max_length", m->max_positions));
     return 0;
 }
 
-/* The built-in backends that can run the model's batches: the ones a
- * reload may select, so the model workspace holds scratch for each. */
-static size_t model_backends(const app *a, const attn_backend **out, size_t cap) {
-    attn_shape model = model_bounds_of(a, &a->cfg);
+static char *dup_or_null(const char *s, bool *oom) {
+    char *d = strdup(s);
+    *oom = *oom || !d;
+    return d;
+}
+
+/* The served models from the settings: the `models` list, or else the one
+ * `model` (named by its directory's last component, "models/x/" is "x")
+ * with model_aliases, max_seq_length and truncate. Copies, since a reload
+ * replaces cfg's strings (these settings need a restart). */
+static int configure_models(app *a) {
+    const config *c = &a->cfg;
+    config_model list[CONFIG_MAX_MODELS];
     size_t n = 0;
-    for (const attn_backend *const *b = attn_backends(); *b && n < cap; b++)
-        if ((*b)->supports(&model, NULL, 0) == ATTN_OK)
+    char err[512];
+    if (c->models[0] &&
+        config_models_parse(c->models, list, CONFIG_MAX_MODELS, &n, err, sizeof err) != 0) {
+        log_error("setting \"models\" is invalid", LOG_KV("error", err));
+        return CONFIG_EXIT_INVALID;
+    }
+    if (n == 0) {
+        list[0] = (config_model){.max_seq_length = c->max_seq_length, .truncate = c->truncate};
+        snprintf(list[0].path, sizeof list[0].path, "%s", c->model);
+        snprintf(list[0].name, sizeof list[0].name, "%s", c->model);
+        for (size_t k = strlen(list[0].name); k > 1 && list[0].name[k - 1] == '/'; k--)
+            list[0].name[k - 1] = '\0';
+        const char *slash = strrchr(list[0].name, '/');
+        if (slash && slash[1])
+            memmove(list[0].name, slash + 1, strlen(slash + 1) + 1);
+        snprintf(list[0].aliases, sizeof list[0].aliases, "%s", c->model_aliases);
+        n = 1;
+    }
+    bool oom = false;
+    for (size_t i = 0; i < n; i++) {
+        served_model *sm = &a->m[i];
+        snprintf(sm->name, sizeof sm->name, "%s", list[i].name);
+        sm->path = dup_or_null(list[i].path, &oom);
+        sm->aliases = dup_or_null(list[i].aliases, &oom);
+        sm->engine_setting = dup_or_null(list[i].engine[0] ? list[i].engine : c->engine, &oom);
+        sm->precision_setting =
+            dup_or_null(list[i].precision[0] ? list[i].precision : c->precision, &oom);
+        sm->truncate = list[i].truncate >= 0 ? list[i].truncate != 0 : c->truncate;
+        sm->max_seq_setting =
+            list[i].max_seq_length >= 0 ? list[i].max_seq_length : c->max_seq_length;
+        a->nm = i + 1;
+    }
+    if (oom) {
+        log_error("out of memory");
+        return 1;
+    }
+    return 0;
+}
+
+/* The built-in backends that can run every model's batches: the ones a
+ * reload may select, so each model workspace holds scratch for each. */
+static size_t model_backends(const app *a, const attn_backend **out, size_t cap) {
+    size_t n = 0;
+    for (const attn_backend *const *b = attn_backends(); *b && n < cap; b++) {
+        bool all = true;
+        for (size_t i = 0; i < a->nm && all; i++) {
+            attn_shape model = model_bounds_of(a, i, &a->cfg);
+            all = (*b)->supports(&model, NULL, 0) == ATTN_OK;
+        }
+        if (all)
             out[n++] = *b;
+    }
     return n;
+}
+
+/* Model sm's engine (its weights), embeddings service and API state. */
+static int start_model(app *a, served_model *sm, const attn_backend *backend,
+                       const attn_backend *const *usable, size_t nusable) {
+    const config *c = &a->cfg;
+    char err[256];
+    const srv_engine_options eo = {.engine = sm->engine_setting,
+                                   .precision = sm->precision_setting,
+                                   .plugin_dir = c->plugin_dir,
+                                   .model_dir = sm->path,
+                                   .max_tokens = (int32_t)c->max_batch_tokens,
+                                   .max_seqs = (int32_t)c->max_batch_requests,
+                                   .pool = a->pool,
+                                   .backends = usable,
+                                   .nbackends = nusable,
+                                   .backend = backend};
+    int rc = srv_engine_create(&eo, &sm->engine);
+    if (rc != 0)
+        return rc;
+    sm->embed = embed_service_create(sm->engine, (int32_t)c->max_batch_tokens,
+                                     (int32_t)c->max_batch_requests, err, sizeof err);
+    if (!sm->embed) {
+        log_error("cannot allocate the model workspace", LOG_KV("model", sm->name),
+                  LOG_KV("error", err));
+        return 1;
+    }
+    const size_t i = (size_t)(sm - a->m);
+    const encoder_info *m = engine_model(srv_engine_instance(sm->engine));
+    embed_api *e = &sm->eapi;
+    e->svc = sm->embed;
+    e->tok = sm->tok;
+    e->model = m;
+    e->model_name = sm->name;
+    e->max_batch_tokens = (int32_t)c->max_batch_tokens;
+    e->max_batch_requests = (int32_t)c->max_batch_requests;
+    e->truncate = sm->truncate;
+    e->max_seq_length = sm->max_seq_length;
+    e->model_aliases = sm->aliases;
+    e->accept_any_model = c->accept_any_model;
+    e->created = (int64_t)time(NULL);
+    atomic_store(&e->max_inputs_per_request, c->max_inputs_per_request);
+    atomic_store(&e->max_document_tokens, c->max_document_tokens);
+    atomic_store(&e->request_timeout_ms, c->request_timeout_ms);
+    e->group = (uint32_t)i;
+    score_api *s = &sm->score;
+    s->eapi = e;
+    s->classifier = m->task == ENCODER_TASK_CLASSIFY;
+    s->num_labels = m->num_labels;
+    s->labels = m->labels;
+    s->multi_label = m->problem_type && strcmp(m->problem_type, "multi_label_classification") == 0;
+    s->type_vocab_size = m->type_vocab_size > 0 ? m->type_vocab_size : 1;
+    s->max_length = embed_max_seq_length(e);
+    if (compat_api_init(&sm->compat, e, sm->path, err, sizeof err) != 0) {
+        log_error("cannot read the model's prompts", LOG_KV("model", sm->name),
+                  LOG_KV("error", err));
+        return CONFIG_EXIT_INVALID;
+    }
+    metrics_add_model(sm->name, s->classifier ? "classify" : "embed", srv_engine_name(sm->engine),
+                      srv_engine_precision(sm->engine));
+    a->eapis[i] = e;
+    a->compats[i] = &sm->compat;
+    a->scores[i] = &sm->score;
+    return 0;
+}
+
+/* The first model whose task is classify (with one label when reranker),
+ * or -1. */
+static int first_classifier(const app *a, bool reranker) {
+    for (size_t i = 0; i < a->nm; i++)
+        if (a->m[i].score.classifier && (!reranker || a->m[i].score.num_labels == 1))
+            return (int)i;
+    return -1;
+}
+
+/* Each model's kinds, and every route once: routes without a model field
+ * (TEI's) are the first embedder's or the first classifier's, POST / and
+ * /invocations the first model's task, as TEI serving that model routes
+ * them; a request naming a model is handed to it (the modules' peers). */
+static int register_models(app *a) {
+    int embedder = -1;
+    for (size_t i = 0; i < a->nm && embedder < 0; i++)
+        if (!a->m[i].score.classifier)
+            embedder = (int)i;
+    const int classifier = first_classifier(a, false), reranker = first_classifier(a, true);
+    const size_t e = embedder >= 0 ? (size_t)embedder : 0;
+    const size_t k = classifier >= 0 ? (size_t)classifier : 0;
+    for (size_t i = 0; i < a->nm; i++) {
+        served_model *sm = &a->m[i];
+        if (a->nm > 1) {
+            sm->eapi.peers = a->eapis;
+            sm->eapi.npeers = a->nm;
+            sm->compat.peers = a->compats;
+            sm->score.peers = a->scores;
+            sm->score.rerank = reranker >= 0 ? a->scores[reranker] : NULL;
+        }
+        sm->compat.no_root = i != e || a->m[0].score.classifier;
+        sm->score.no_root = i != k || !a->m[0].score.classifier;
+        int rc = i == e ? embed_api_register(&sm->eapi, a->runner, &a->routes)
+                        : embed_api_add_kind(&sm->eapi, a->runner);
+        if (rc == 0)
+            rc = i == k ? score_api_register(&sm->score, sm->embed, a->runner, &a->routes)
+                        : score_api_add_kind(&sm->score, sm->embed, a->runner);
+        if (rc == 0 && i == e)
+            rc = compat_api_register(&sm->compat, &a->routes);
+        if (rc != 0)
+            return -1;
+    }
+    return 0;
 }
 
 static int start(app *a) {
@@ -700,7 +952,9 @@ static int start(app *a) {
     membudget_init(&a->budget, (size_t)c->max_request_memory_bytes);
     a->base_bytes = resident_bytes();
 
-    int rc = load_model(a);
+    int rc = configure_models(a);
+    for (size_t i = 0; rc == 0 && i < a->nm; i++)
+        rc = load_model(c, &a->m[i]);
     if (rc != 0)
         return rc;
     if (!(a->pool = tp_create(a->nthreads))) {
@@ -711,10 +965,12 @@ static int start(app *a) {
     /* Every backend that could serve is self-tested on this machine before
      * /ready turns 200; one that fails is never used (choose_backend and
      * reload_backend go through select_backend). */
-    const attn_selftest_spec spec = backend_selftest_spec(a->mcfg);
-    const attn_shape shapes[2] = {bounds_of(c), model_bounds_of(a, c)};
+    const attn_selftest_spec spec = backend_selftest_spec(a->m[0].mcfg);
+    attn_shape shapes[1 + CONFIG_MAX_MODELS] = {bounds_of(c)};
+    for (size_t i = 0; i < a->nm; i++)
+        shapes[1 + i] = model_bounds_of(a, i, c);
     const attn_parallel par = tp_parallel(a->pool);
-    if (backend_selftest_start(&spec, shapes, 2, &par) != 0)
+    if (backend_selftest_start(&spec, shapes, 1 + a->nm, &par) != 0)
         return 1;
     const attn_backend *backend = choose_backend(a);
     if (!backend) {
@@ -726,52 +982,25 @@ static int start(app *a) {
     metrics_set_fallback_active(backend != a->configured);
     const attn_backend *usable[16];
     size_t nusable = model_backends(a, usable, sizeof usable / sizeof usable[0]);
-    const srv_engine_options eo = {.engine = c->engine,
-                                   .precision = c->precision,
-                                   .plugin_dir = c->plugin_dir,
-                                   .model_dir = c->model,
-                                   .max_tokens = (int32_t)c->max_batch_tokens,
-                                   .max_seqs = (int32_t)c->max_batch_requests,
-                                   .pool = a->pool,
-                                   .backends = usable,
-                                   .nbackends = nusable,
-                                   .backend = backend};
-    if ((rc = srv_engine_create(&eo, &a->engine)) != 0)
-        return rc;
+    if (!(a->runner = batch_runner_create((int32_t)c->max_batch_requests))) {
+        log_error("out of memory");
+        return 1;
+    }
+    for (size_t i = 0; i < a->nm; i++)
+        if ((rc = start_model(a, &a->m[i], backend, usable, nusable)) != 0)
+            return rc;
+    a->engine = a->m[0].engine;
     a->svc = attn_service_create((int32_t)c->max_batch_tokens, (int32_t)c->max_batch_requests,
                                  a->pool, a->engine, err, sizeof err);
     if (!a->svc) {
         log_error("cannot allocate the workspace", LOG_KV("error", err));
         return 1;
     }
-    a->embed = embed_service_create(a->engine, (int32_t)c->max_batch_tokens,
-                                    (int32_t)c->max_batch_requests, err, sizeof err);
-    if (!a->embed) {
-        log_error("cannot allocate the model workspace", LOG_KV("error", err));
-        return 1;
-    }
-    if (!(a->runner = batch_runner_create((int32_t)c->max_batch_requests))) {
-        log_error("out of memory");
-        return 1;
-    }
     /* Each API registers its compute kind with the runner and its routes;
      * kinds run in this order within a batch. */
     a->api.svc = a->svc;
-    a->eapi.svc = a->embed;
-    a->score.eapi = &a->eapi;
-    {
-        const encoder_info *m = engine_model(srv_engine_instance(a->engine));
-        a->score.classifier = m->task == ENCODER_TASK_CLASSIFY;
-        a->score.num_labels = m->num_labels;
-        a->score.labels = m->labels;
-        a->score.multi_label =
-            m->problem_type && strcmp(m->problem_type, "multi_label_classification") == 0;
-        a->score.type_vocab_size = m->type_vocab_size > 0 ? m->type_vocab_size : 1;
-    }
     if (register_ops(a) != 0 || attn_api_register(&a->api, a->runner, &a->routes) != 0 ||
-        embed_api_register(&a->eapi, a->runner, &a->routes) != 0 ||
-        score_api_register(&a->score, a->embed, a->runner, &a->routes) != 0 ||
-        openapi_register(&a->routes) != 0) {
+        register_models(a) != 0 || openapi_register(&a->routes) != 0) {
         log_error("cannot register the routes (a route taken twice or the table full)");
         return 1;
     }
@@ -780,8 +1009,11 @@ static int start(app *a) {
     metrics_set_workspace_bytes(workspace_bytes(a));
     metrics_set_backend(backend);
 
-    sched_config sc = {
-        .limits = limits_of(c), .run_batch = batch_run, .run_ctx = a->runner, .on_batch = on_batch};
+    sched_config sc = {.limits = limits_of(c),
+                       .run_batch = batch_run,
+                       .run_ctx = a->runner,
+                       .on_batch = on_batch,
+                       .observer_ctx = a};
     rc = sched_create(&a->sched, &sc);
     if (rc != SCHED_OK) {
         log_error("cannot start the scheduler", LOG_KV("error", sched_strerror(rc)));
@@ -791,37 +1023,11 @@ static int start(app *a) {
     a->api.sched = a->sched;
     a->api.max_batch_tokens = (int32_t)c->max_batch_tokens;
     atomic_store(&a->api.request_timeout_ms, c->request_timeout_ms);
-    a->eapi.sched = a->sched;
-    a->eapi.tok = a->tok;
-    a->eapi.model = engine_model(srv_engine_instance(a->engine));
-    a->eapi.model_name = a->model_name;
-    a->eapi.max_batch_tokens = (int32_t)c->max_batch_tokens;
-    a->eapi.max_batch_requests = (int32_t)c->max_batch_requests;
-    a->eapi.truncate = c->truncate;
-    a->eapi.max_seq_length = a->max_seq_length;
-    /* A copy: a reload replaces cfg's strings (this setting needs a restart). */
-    if (!(a->model_aliases = strdup(c->model_aliases))) {
-        log_error("out of memory");
-        return 1;
-    }
-    a->eapi.model_aliases = a->model_aliases;
-    a->eapi.accept_any_model = c->accept_any_model;
-    a->eapi.created = (int64_t)time(NULL);
-    atomic_store(&a->eapi.max_inputs_per_request, c->max_inputs_per_request);
-    atomic_store(&a->eapi.max_document_tokens, c->max_document_tokens);
+    for (size_t i = 0; i < a->nm; i++)
+        a->m[i].eapi.sched = a->sched;
     embed_offload_set_threshold((size_t)c->tokenize_offload_bytes);
     if (embed_offload_start() != 0) {
         log_error("cannot start the tokenization thread");
-        return 1;
-    }
-    atomic_store(&a->eapi.request_timeout_ms, c->request_timeout_ms);
-    a->score.max_length = embed_max_seq_length(&a->eapi);
-    if (compat_api_init(&a->compat, &a->eapi, c->model, err, sizeof err) != 0) {
-        log_error("cannot read the model's prompts", LOG_KV("error", err));
-        return CONFIG_EXIT_INVALID;
-    }
-    if (compat_api_register(&a->compat, &a->routes) != 0) {
-        log_error("cannot register the routes (a route taken twice or the table full)");
         return 1;
     }
     return 0;
@@ -875,7 +1081,7 @@ static void reload_backend_locked(app *a, const config *next) {
                  LOG_KV("requested", next->backend), LOG_KV("kept", cur->name),
                  LOG_KV("reason", why));
     } else if (want != cur) {
-        int rc = srv_engine_set_backend(a->engine, a->sched, want);
+        int rc = set_backend(a, want);
         if (rc != SCHED_OK) {
             log_error("cannot switch backend", LOG_KV("error", sched_strerror(rc)));
         } else {
@@ -927,9 +1133,12 @@ static void reload(app *a) {
     if (sched_set_limits(a->sched, &lim) != SCHED_OK)
         log_warn("batch limits refused; keeping the ones in force");
     atomic_store(&a->api.request_timeout_ms, next.request_timeout_ms);
-    atomic_store(&a->eapi.request_timeout_ms, next.request_timeout_ms);
-    atomic_store(&a->eapi.max_inputs_per_request, next.max_inputs_per_request);
-    atomic_store(&a->eapi.max_document_tokens, next.max_document_tokens);
+    for (size_t i = 0; i < a->nm; i++) {
+        embed_api *e = &a->m[i].eapi;
+        atomic_store(&e->request_timeout_ms, next.request_timeout_ms);
+        atomic_store(&e->max_inputs_per_request, next.max_inputs_per_request);
+        atomic_store(&e->max_document_tokens, next.max_document_tokens);
+    }
     embed_offload_set_threshold((size_t)next.tokenize_offload_bytes);
     if (http_set_api_keys(a->http, next.api_keys, next.n_api_keys) != 0)
         log_error("out of memory copying API keys; keeping the old ones");
@@ -1006,16 +1215,22 @@ static void stop(app *a) {
     verify_destroy(a->verify);
     trace_destroy(a->trace);
     batch_runner_destroy(a->runner);
-    embed_service_destroy(a->embed);
     attn_service_destroy(a->svc);
-    srv_engine_destroy(a->engine);
+    for (size_t i = 0; i < a->nm; i++) {
+        served_model *sm = &a->m[i];
+        embed_service_destroy(sm->embed);
+        srv_engine_destroy(sm->engine);
+        tok_free(sm->tok);
+        encoder_desc_free(sm->mdesc);
+        compat_api_free(&sm->compat);
+        free(sm->path);
+        free(sm->aliases);
+        free(sm->engine_setting);
+        free(sm->precision_setting);
+    }
     tp_destroy(a->pool);
-    tok_free(a->tok);
-    encoder_desc_free(a->mdesc);
     openapi_free();
-    compat_api_free(&a->compat);
     config_free(&a->cfg);
-    free(a->model_aliases);
     pthread_mutex_destroy(&a->cfg_mu);
     pthread_mutex_destroy(&a->backend_mu);
 }

@@ -86,6 +86,13 @@ static struct {
      * forwards. */
     _Atomic(const char *) engine, precision;
     _Atomic uint64_t engine_ns, engine_forwards, engine_mflop;
+    /* Each served model (written at start before any reader exists) and
+     * the batches, requests and tokens it ran. */
+    struct {
+        const char *name, *task, *engine, *precision;
+        _Atomic uint64_t batches, requests, tokens;
+    } model[METRICS_MAX_MODELS];
+    int nmodels;
 } M;
 
 static void hist_setup(histogram *h, const double *bounds, int n, double unit) {
@@ -148,6 +155,25 @@ void metrics_connection_closed(int reason) {
 void metrics_batch(const sched_batch *b) {
     hist_observe(&M.batch_size, (double)b->n_reqs);
     hist_observe(&M.batch_tokens, (double)b->n_tokens);
+}
+
+int metrics_add_model(const char *name, const char *task, const char *engine,
+                      const char *precision) {
+    if (M.nmodels == METRICS_MAX_MODELS)
+        return -1;
+    M.model[M.nmodels].name = name;
+    M.model[M.nmodels].task = task;
+    M.model[M.nmodels].engine = engine;
+    M.model[M.nmodels].precision = precision;
+    return M.nmodels++;
+}
+
+void metrics_model_batch(int slot, const sched_batch *b) {
+    if (slot < 0 || slot >= M.nmodels)
+        return;
+    atomic_fetch_add_explicit(&M.model[slot].batches, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&M.model[slot].requests, (uint64_t)b->n_reqs, memory_order_relaxed);
+    atomic_fetch_add_explicit(&M.model[slot].tokens, (uint64_t)b->n_tokens, memory_order_relaxed);
 }
 
 static void gflops_add(int slot, double seconds, double flops); /* verification block below */
@@ -648,6 +674,51 @@ static void render_engine(FILE *f) {
             precision, (double)load(&M.engine_mflop) * 1e6);
 }
 
+/* Model names are validated settings (letters, digits, ._-/:@+) or a
+ * directory's last component, which could hold a quote or backslash: those
+ * are escaped as the exposition format asks. */
+static void label_value(FILE *f, const char *v) {
+    for (; *v; v++) {
+        if (*v == '"' || *v == '\\')
+            fputc('\\', f);
+        if (*v == '\n')
+            fputs("\\n", f);
+        else
+            fputc(*v, f);
+    }
+}
+
+static void render_models(FILE *f) {
+    if (!M.nmodels)
+        return;
+    header(f, "attnserve_model_info", "gauge",
+           "Each served model: its task, engine and precision (always 1).");
+    for (int i = 0; i < M.nmodels; i++) {
+        fputs("attnserve_model_info{model=\"", f);
+        label_value(f, M.model[i].name);
+        fprintf(f, "\",task=\"%s\",engine=\"%s\",precision=\"%s\"} 1\n", M.model[i].task,
+                M.model[i].engine, M.model[i].precision);
+    }
+    static const char *const names[] = {"attnserve_model_batches_total",
+                                        "attnserve_model_batch_requests_total",
+                                        "attnserve_model_batch_tokens_total"};
+    static const char *const helps[] = {
+        "Batches run per model (a batch holds one model's requests only).",
+        "Requests (or pieces of one) in the batches run per model.",
+        "Tokens in the batches run per model."};
+    for (int k = 0; k < 3; k++) {
+        header(f, names[k], "counter", helps[k]);
+        for (int i = 0; i < M.nmodels; i++) {
+            fprintf(f, "%s{model=\"", names[k]);
+            label_value(f, M.model[i].name);
+            _Atomic uint64_t *v = k == 0   ? &M.model[i].batches
+                                  : k == 1 ? &M.model[i].requests
+                                           : &M.model[i].tokens;
+            fprintf(f, "\"} %llu\n", (unsigned long long)load(v));
+        }
+    }
+}
+
 char *metrics_render(size_t *len) {
     char *text = NULL;
     size_t n = 0;
@@ -658,6 +729,7 @@ char *metrics_render(size_t *len) {
     render_scheduler(f);
     render_kernels(f);
     render_engine(f);
+    render_models(f);
     render_safety(f);
     render_verify(f);
     render_process(f);

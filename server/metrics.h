@@ -52,6 +52,15 @@ void metrics_connection_closed(int reason);
 /* One batch as the scheduler saw it (its on_batch observer). */
 void metrics_batch(const sched_batch *b);
 
+/* Each served model, registered at start in order (its slot is its
+ * scheduler group); the strings must outlive the process's serving.
+ * Returns the slot, or -1 past METRICS_MAX_MODELS. */
+#define METRICS_MAX_MODELS 8
+int metrics_add_model(const char *name, const char *task, const char *engine,
+                      const char *precision);
+/* A finished batch of model slot: attnserve_model_*_total{model=...}. */
+void metrics_model_batch(int slot, const sched_batch *b);
+
 /* One forward call of a backend: wall seconds and floating-point work. */
 void metrics_kernel(const attn_backend *backend, double seconds, double flops);
 

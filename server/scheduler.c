@@ -232,33 +232,53 @@ static void drop_all(sched *s, int status, uint64_t now, req_list *drops) {
     s->next_deadline = NO_DEADLINE;
 }
 
-/* Takes requests from the queue head, in order, while they fit; the first one
- * always goes, so a request admitted under higher limits than a reload set
- * still runs (alone). Hands the batch to the compute thread. */
+/* Takes the queue head and, in order, the later requests of its group while
+ * they fit; the first one always goes, so a request admitted under higher
+ * limits than a reload set still runs (alone). Requests of other groups stay
+ * queued in place. One queue for every group, not one per group, keeps
+ * max_queue, deadlines, cancellation and draining exactly as they are, and
+ * taking the oldest request's group first is fair without a round robin:
+ * no group waits longer than the batches formed for requests older than its
+ * own. Hands the batch to the compute thread. */
 static void dispatch(sched *s, const sched_limits *lim) {
     sched_batch *b = &s->batches[s->next_buf];
     sched_req **slots = s->slots[s->next_buf];
     s->next_buf ^= 1;
     int32_t n = 0, seqs = 0, tokens = 0;
-    while (s->queue.head) {
-        sched_req *r = s->queue.head;
+    const uint32_t group = s->queue.head->group;
+    sched_req *prev = NULL;
+    for (sched_req *r = s->queue.head; r;) {
+        sched_req *next = r->next_;
+        if (r->group != group) {
+            prev = r;
+            r = next;
+            continue;
+        }
         /* 64-bit sums: two int32 counts near the limit must not wrap. */
         if (n > 0 && ((int64_t)tokens + r->n_tokens > lim->max_batch_tokens ||
                       (int64_t)seqs + r->n_seqs > lim->max_batch_requests))
             break;
-        s->queue.head = r->next_;
+        if (prev)
+            prev->next_ = next;
+        else
+            s->queue.head = next;
+        if (s->queue.tail == r)
+            s->queue.tail = prev;
         slots[n++] = r;
         seqs += r->n_seqs;
         tokens += r->n_tokens;
+        r = next;
     }
-    if (!s->queue.head)
-        s->queue.tail = NULL;
     s->q_tokens -= tokens;
     s->q_seqs -= seqs;
     uncount(&s->depth, (uint64_t)n);
     count(&s->in_flight, (uint64_t)n);
-    *b = (sched_batch){
-        .reqs = slots, .n_reqs = n, .n_seqs = seqs, .n_tokens = tokens, .id = ++s->last_batch_id};
+    *b = (sched_batch){.reqs = slots,
+                       .n_reqs = n,
+                       .n_seqs = seqs,
+                       .n_tokens = tokens,
+                       .id = ++s->last_batch_id,
+                       .group = group};
     s->running = b;
     pthread_mutex_lock(&s->mu);
     s->ready = b;

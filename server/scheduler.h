@@ -80,6 +80,10 @@ struct sched_req {
     int32_t n_seqs;       /* sequences (inputs), >= 1 */
     uint64_t deadline_ns; /* drop if still queued at this sched_now_ns(); 0: none */
     sched_done_fn done;
+    /* Requests of different groups never share a batch (each served model
+     * is a group: its batch runs on its own encoder). sched_req_init sets 0;
+     * the caller may set it before submitting. */
+    uint32_t group;
 
     /* Set by the scheduler before done is called; read them in done or later.
      * For a request that never ran (deadline, cancelled, shutdown) start_ns
@@ -111,6 +115,7 @@ typedef struct sched_batch {
     int32_t n_seqs;    /* sum of reqs[i]->n_seqs, <= max_batch_requests */
     int32_t n_tokens;  /* sum of reqs[i]->n_tokens, <= max_batch_tokens */
     uint64_t id;       /* 1-based, increasing */
+    uint32_t group;    /* the group of every request in it */
     uint64_t start_ns; /* set just before run_batch is called */
     uint64_t end_ns;   /* set just after it returns (0 while running) */
 } sched_batch;

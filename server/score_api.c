@@ -273,6 +273,7 @@ embed_job *score_job_make(const score_api *s, const score_input *in, int32_t n, 
         return NULL;
     }
     job->base.kind = s->kind;
+    job->base.sreq.group = s->eapi->group;
     job->base.n_items = n;
     job->base.items_cu = job->cu;
     return job;
@@ -1060,6 +1061,23 @@ static int refused(http_request *req, const refusal *r) {
 typedef score_job *(*decode_fn)(const score_api *s, json_t *root, refusal *r);
 static score_job *decode_rerank_either(const score_api *s, json_t *root, refusal *r);
 
+static score_job *decode_v1(const score_api *s, json_t *root, refusal *r);
+
+/* The model that answers: the one root's `model` names, else for a rerank
+ * or score route the first reranker, else the route's own; made the
+ * context of the resumed function when it is not the route's own. */
+static score_api *route_model(http_request *req, score_api *s, json_t *root, decode_fn decode) {
+    if (!s->peers)
+        return s;
+    const int i = embed_model_named(s->eapi, root);
+    const bool rerank =
+        decode == decode_rerank_either || decode == decode_v1 || decode == decode_vllm_score;
+    score_api *to = i >= 0 ? s->peers[i] : rerank && s->rerank ? s->rerank : s;
+    if (to != s)
+        http_set_ctx(req, to);
+    return to;
+}
+
 /* A route's decoding, on the I/O thread (decode) or, for a body larger than
  * tokenize_offload_bytes, on the tokenization thread (off, embed_offload.h):
  * a rerank tokenizes every document and its query, which for long texts or
@@ -1071,6 +1089,7 @@ static int handle(http_request *req, score_api *s, decode_fn decode, embed_decod
     json_t *root = http_body_json(req, &answered);
     if (!root)
         return answered;
+    s = route_model(req, s, root, decode);
     refusal r = {0};
     score_job *j = NULL;
     /* /rerank answers Infinity's body, and its errors, in Infinity's shape. */
@@ -1207,10 +1226,14 @@ static int score_trace(void *ctx, const sched_batch *part, char *buf, size_t cap
                     part->n_reqs, part->n_seqs, part->n_tokens);
 }
 
-int score_api_register(score_api *s, embed_service *svc, batch_runner *runner, routes *t) {
+int score_api_add_kind(score_api *s, embed_service *svc, batch_runner *runner) {
     const batch_kind kind = {
         .name = "score", .run = embed_service_run_batch, .trace = score_trace, .ctx = svc};
-    if ((s->kind = batch_runner_add_kind(runner, &kind)) < 0)
+    return (s->kind = batch_runner_add_kind(runner, &kind)) < 0 ? -1 : 0;
+}
+
+int score_api_register(score_api *s, embed_service *svc, batch_runner *runner, routes *t) {
+    if (score_api_add_kind(s, svc, runner) != 0)
         return -1;
     const http_error_shape TEI = HTTP_ERRORS_TEI, OAI = HTTP_ERRORS_OPENAI;
     const http_route mine[] = {
@@ -1225,7 +1248,7 @@ int score_api_register(score_api *s, embed_service *svc, batch_runner *runner, r
     for (size_t i = 0; i < sizeof mine / sizeof mine[0]; i++)
         if (routes_add(t, mine[i]) != 0)
             return -1;
-    if (!s->classifier)
+    if (!s->classifier || s->no_root)
         return 0;
     const http_route dflt[] = {
         {"POST", "/", true, HTTP_AUTH_KEY, tei_default, resumed, s, TEI},

@@ -58,6 +58,15 @@ typedef struct score_api {
     int32_t max_length;      /* tokens of a pair or text, special tokens included */
     int32_t type_vocab_size; /* token type ids the model has: [0, this) */
     bool multi_label;        /* config.json problem_type multi_label_classification */
+    /* Several models: every model's score_api in the configured order (as
+     * eapi->peers), so a request naming a model is answered by that one;
+     * rerank, the first reranker, answers the rerank and score routes of a
+     * request that names none (the routes are registered with the first
+     * classifier's, which answers /predict and /classify); no_root: POST /
+     * and /invocations belong to another model's task. NULL / false: one. */
+    struct score_api *const *peers;
+    struct score_api *rerank;
+    bool no_root;
 } score_api;
 
 /* Registers the "score" kind with runner (run on the embeddings service
@@ -65,6 +74,10 @@ typedef struct score_api {
  * /invocations are registered only for a classifier (compat_api takes them
  * for an embedder). Returns 0, or -1 (a kind or route refused). */
 int score_api_register(score_api *s, embed_service *svc, batch_runner *runner, routes *t);
+
+/* Only the "score" kind, for a model whose routes another model's
+ * score_api registered (several models). Returns 0 or -1. */
+int score_api_add_kind(score_api *s, embed_service *svc, batch_runner *runner);
 
 /* ---- decoding, exposed for the unit tests and the fuzz targets --------------------- */
 

@@ -500,7 +500,7 @@ Test(config, print_config_round_trips) {
     cr_assert_str_eq(b.host, "h \"q\" \\ ü");
     cr_assert_eq(b.verify_sample_rate, 0.1);
     /* Every setting in the table. */
-    cr_assert_eq(json_object_size(ja), 38);
+    cr_assert_eq(json_object_size(ja), 39);
     /* Keys are never printed. */
     char *dump = json_dumps(ja, 0);
     cr_assert_null(strstr(dump, "round-trip-key"));
@@ -663,4 +663,82 @@ Test(config, reload_picks_up_a_default_file_that_appeared) {
     cr_assert(has_change(&log, "threads 0->2 kept"));
     config_free(&cur);
     config_free(&next);
+}
+
+/* ---- several models ------------------------------------------------------------------ */
+
+/* The tests run in a fresh directory: two model directories to name. */
+static void model_dirs(void) {
+    cr_assert_eq(system("mkdir -p m/a m/b"), 0);
+}
+
+Test(config, models_from_the_file_as_an_array_of_objects) {
+    model_dirs();
+    write_file("a.json",
+               "{\"models\": [{\"name\": \"emb\", \"path\": \"m/a\", \"aliases\": "
+               "[\"x\", \"y\"]}, {\"name\": \"rr\", \"path\": \"m/b\", "
+               "\"max_seq_length\": 128, \"truncate\": false, \"precision\": \"bf16\"}]}");
+    config c;
+    LOAD_OK(&c, "--config", "a.json", NULL);
+    config_model m[CONFIG_MAX_MODELS];
+    size_t n = 0;
+    char err[256];
+    cr_assert_eq(config_models_parse(c.models, m, CONFIG_MAX_MODELS, &n, err, sizeof err), 0, "%s",
+                 err);
+    cr_assert_eq(n, 2);
+    cr_assert_str_eq(m[0].name, "emb");
+    cr_assert_str_eq(m[0].path, "m/a");
+    cr_assert_str_eq(m[0].aliases, "x,y");
+    cr_assert_eq(m[0].max_seq_length, -1);
+    cr_assert_eq(m[0].truncate, -1);
+    cr_assert_str_eq(m[0].precision, "");
+    cr_assert_str_eq(m[1].name, "rr");
+    cr_assert_eq(m[1].max_seq_length, 128);
+    cr_assert_eq(m[1].truncate, 0);
+    cr_assert_str_eq(m[1].precision, "bf16");
+    /* Printed back as the file's array, which reads back the same. */
+    json_t *j = config_to_json(&c);
+    json_t *models = json_object_get(j, "models");
+    cr_assert(json_is_array(models) && json_array_size(models) == 2);
+    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(models, 0), "name")), "emb");
+    cr_assert_eq(json_array_size(json_object_get(json_array_get(models, 0), "aliases")), 2);
+    json_decref(j);
+    config_free(&c);
+}
+
+Test(config, models_from_a_flag_in_the_compact_form) {
+    model_dirs();
+    config c;
+    LOAD_OK(&c, "--models=emb=m/a;aliases=x|y,rr=m/b;max_seq_length=64", NULL);
+    config_model m[CONFIG_MAX_MODELS];
+    size_t n = 0;
+    char err[256];
+    cr_assert_eq(config_models_parse(c.models, m, CONFIG_MAX_MODELS, &n, err, sizeof err), 0);
+    cr_assert_eq(n, 2);
+    cr_assert_str_eq(m[0].aliases, "x,y");
+    cr_assert_eq(m[1].max_seq_length, 64);
+    config_free(&c);
+    /* Empty: the one `model`. */
+    LOAD_OK(&c, "--models=", NULL);
+    cr_assert_str_eq(c.models, "");
+    config_free(&c);
+}
+
+Test(config, models_refuses_duplicates_empty_names_and_bad_paths) {
+    model_dirs();
+    expect_error(FRAGS("\"models\"", "\"emb\" is taken twice"), "--models=emb=m/a,emb=m/b", NULL);
+    expect_error(FRAGS("\"models\"", "\"x\" is taken twice"), "--models=emb=m/a;aliases=x,x=m/b",
+                 NULL);
+    expect_error(FRAGS("\"models\"", "model name \"\" is empty"), "--models==m/a", NULL);
+    expect_error(FRAGS("\"models\"", "not NAME=PATH"), "--models=m/a", NULL);
+    expect_error(FRAGS("\"models\"", "path \"m/none\" is not a directory"), "--models=a=m/none",
+                 NULL);
+    expect_error(FRAGS("\"models\"", "the path is empty"), "--models=a=", NULL);
+    expect_error(FRAGS("\"models\"", "unknown key \"colour\""), "--models=a=m/a;colour=red", NULL);
+    expect_error(FRAGS("\"models\"", "precision \"fp64\""), "--models=a=m/a;precision=fp64", NULL);
+    write_file("b.json", "{\"models\": [{\"name\": \"a\"}]}");
+    expect_error(FRAGS("\"models\"", "string \"name\" and \"path\""), "--config", "b.json", NULL);
+    write_file("c.json", "{\"models\": [{\"name\": \"a\", \"path\": \"m/a\"}, "
+                         "{\"name\": \"a\", \"path\": \"m/b\"}]}");
+    expect_error(FRAGS("\"models\"", "taken twice"), "--config", "c.json", NULL);
 }
