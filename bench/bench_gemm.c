@@ -1,19 +1,22 @@
-/* bench_gemm.c — the encoder's linear layers in bf16: our kernel
- * (kernels/gemm_avx512bf16.c, through gemm_run) against the libraries that
- * offer a bf16 GEMM — oneDNN's matmul, libxsmm's JIT kernels and OpenBLAS's
- * cblas_sbgemm — and against fp32 (gemm_run, OpenBLAS sgemm), on
- * all-MiniLM-L6-v2's shapes, on our pool (2 threads; every library one
- * thread inside, split the way gemm_run splits), as GFLOP/s and as a
- * fraction of the vdpbf16ps peak measured on the same pool.
+/* bench_gemm.c — the encoder's linear layers, in bf16 and in fp32: our
+ * kernels (kernels/gemm_avx512bf16.c and kernels/gemm_f32_avx512.c, through
+ * gemm_run) against the libraries that offer the same GEMM — oneDNN's
+ * matmul, libxsmm's JIT kernels and OpenBLAS's cblas_sbgemm for bf16;
+ * OpenBLAS's cblas_sgemm (whatever core it picks here) and oneDNN's matmul
+ * for fp32 — on all-MiniLM-L6-v2's shapes, on our pool (2 threads; every
+ * library one thread inside, split the way gemm_run splits), as GFLOP/s and
+ * as a fraction of the peak of the same precision (vdpbf16ps, fp32 FMA)
+ * measured on the same pool.
  *
- * Every bf16 variant starts from fp32 activations and ends with fp32 y =
+ * Every variant starts from fp32 activations and ends with fp32 y =
  * x·Wᵀ + b, its weights prepared once outside the timing in the layout it
- * wants; converting the activations is timed for all. Variants run
+ * wants; converting the activations to bf16 is timed for all. Variants run
  * round-robin, ROUNDS times, and the median is reported. A library missing
  * at build time is reported as not built.
  *
  *   build/bench_gemm [--rounds N] [--threads N]
- *   (unset OPENBLAS_CORETYPE OPENBLAS_L2_SIZE: they force slow kernels) */
+ *   (unset OPENBLAS_CORETYPE OPENBLAS_L2_SIZE: they force slow kernels;
+ *   set OPENBLAS_CORETYPE=SkylakeX to time OpenBLAS's AVX-512 sgemm) */
 #include <cblas.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -68,8 +71,12 @@ static void bias_rows(const problem *p, int r0, int r1, int c0, int c1) {
 
 /* ---- variants ------------------------------------------------------------------ */
 
+/* What a variant is, for the ratio columns. */
+typedef enum { OURS_FP32, OURS_BF16, LIB_FP32, LIB_BF16 } variant_kind;
+
 typedef struct variant {
     const char *name;
+    variant_kind kind;
     const char *(*unavailable)(void);
     void *(*setup)(const problem *p);
     void (*run)(void *ctx, const problem *p, const attn_parallel *par);
@@ -113,6 +120,29 @@ static const char *bf16_unavailable(void) {
 }
 static const char *always_available(void) {
     return NULL;
+}
+
+/* OpenBLAS cblas_sgemm on W as stored, one thread inside, onto y holding
+ * the bias (beta = 1): the fp32 path gemm.c takes where AVX-512 is absent. */
+static void sgemm_task(void *arg, size_t task, int worker) {
+    (void)worker;
+    const problem *p = arg;
+    int r0, r1, c0, c1;
+    task_range(p, (int)task, &r0, &r1, &c0, &c1);
+    if (r0 >= r1 || c0 >= c1)
+        return;
+    bias_rows(p, r0, r1, c0, c1);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, c1 - c0, p->K, 1.0f,
+                p->x + (size_t)r0 * p->K, p->K, p->w + (size_t)c0 * p->K, p->K, 1.0f,
+                p->y + (size_t)r0 * p->N + c0, p->N);
+}
+static void *sgemm_setup(const problem *p) {
+    (void)p;
+    return calloc(1, 1);
+}
+static void sgemm_run(void *ctx, const problem *p, const attn_parallel *par) {
+    (void)ctx;
+    par->parallel_for(par->impl, (size_t)p->nt, sgemm_task, (void *)p);
 }
 
 /* Activations converted per task into the task's own buffer, as ours does. */
@@ -259,7 +289,9 @@ typedef struct dnnl_task {
 } dnnl_task;
 
 typedef struct dnnl_ctx {
-    conv_ctx *c;
+    conv_ctx *c; /* bf16: the converted weights and activation buffers */
+    dnnl_data_type_t dt;
+    int nt;
     dnnl_engine_t eng;
     dnnl_task t[MAXT];
 } dnnl_ctx;
@@ -276,9 +308,14 @@ typedef struct dnnl_ctx {
 static const char *dnnl_unavailable(void) {
     return NULL;
 }
-static void *dnnl_setup(const problem *p) {
+/* src and weights in dt (bf16 or f32), bias and dst f32. f32 reads the
+ * activations in place and reorders W from the caller's fp32 copy. */
+static void *dnnl_setup_dt(const problem *p, dnnl_data_type_t dt) {
     dnnl_ctx *d = calloc(1, sizeof *d);
-    d->c = conv_setup(p);
+    d->dt = dt;
+    d->nt = p->nt;
+    if (dt == dnnl_bf16)
+        d->c = conv_setup(p);
     omp_set_num_threads(1);
     DN(dnnl_engine_create(&d->eng, dnnl_cpu, 0));
     for (int t = 0; t < p->nt; t++) {
@@ -290,9 +327,9 @@ static void *dnnl_setup(const problem *p) {
         dnnl_memory_desc_t src_md, wany_md, wuser_md, bias_md, dst_md;
         const dnnl_dims_t sd = {m, p->K}, wd = {p->K, n}, bd = {1, n}, dd = {m, n};
         const dnnl_dims_t ws = {1, p->K}, ds = {p->N, 1};
-        DN(dnnl_memory_desc_init_by_tag(&src_md, 2, sd, dnnl_bf16, dnnl_ab));
-        DN(dnnl_memory_desc_init_by_tag(&wany_md, 2, wd, dnnl_bf16, dnnl_format_tag_any));
-        DN(dnnl_memory_desc_init_by_strides(&wuser_md, 2, wd, dnnl_bf16, ws));
+        DN(dnnl_memory_desc_init_by_tag(&src_md, 2, sd, dt, dnnl_ab));
+        DN(dnnl_memory_desc_init_by_tag(&wany_md, 2, wd, dt, dnnl_format_tag_any));
+        DN(dnnl_memory_desc_init_by_strides(&wuser_md, 2, wd, dt, ws));
         DN(dnnl_memory_desc_init_by_tag(&bias_md, 2, bd, dnnl_f32, dnnl_ab));
         DN(dnnl_memory_desc_init_by_strides(&dst_md, 2, dd, dnnl_f32, ds));
         dnnl_matmul_desc_t md;
@@ -301,7 +338,8 @@ static void *dnnl_setup(const problem *p) {
         DN(dnnl_primitive_desc_create(&pd, &md, NULL, d->eng, NULL));
         DN(dnnl_primitive_create(&k->prim, pd));
         const dnnl_memory_desc_t *wmd = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
-        DN(dnnl_memory_create(&k->src, &src_md, d->eng, d->c->a[t]));
+        void *src = dt == dnnl_bf16 ? (void *)d->c->a[t] : (void *)(p->x + (size_t)k->r0 * p->K);
+        DN(dnnl_memory_create(&k->src, &src_md, d->eng, src));
         DN(dnnl_memory_create(&k->wei, wmd, d->eng, DNNL_MEMORY_ALLOCATE));
         DN(dnnl_memory_create(&k->bias, &bias_md, d->eng, (void *)(p->b + k->c0)));
         DN(dnnl_memory_create(&k->dst, &dst_md, d->eng, p->y + (size_t)k->r0 * p->N + k->c0));
@@ -309,7 +347,9 @@ static void *dnnl_setup(const problem *p) {
         /* The weights, once: the user's (K, n) view of W's rows c0.. as
          * stored (N, K), reordered into the primitive's layout. */
         dnnl_memory_t wuser;
-        DN(dnnl_memory_create(&wuser, &wuser_md, d->eng, d->c->w + (size_t)k->c0 * p->K));
+        void *wsrc = dt == dnnl_bf16 ? (void *)(d->c->w + (size_t)k->c0 * p->K)
+                                     : (void *)(p->w + (size_t)k->c0 * p->K);
+        DN(dnnl_memory_create(&wuser, &wuser_md, d->eng, wsrc));
         dnnl_primitive_desc_t rpd;
         DN(dnnl_reorder_primitive_desc_create(&rpd, &wuser_md, d->eng, wmd, d->eng, NULL));
         dnnl_primitive_t r;
@@ -324,6 +364,12 @@ static void *dnnl_setup(const problem *p) {
     }
     return d;
 }
+static void *dnnl_bf16_setup(const problem *p) {
+    return dnnl_setup_dt(p, dnnl_bf16);
+}
+static void *dnnl_f32_setup(const problem *p) {
+    return dnnl_setup_dt(p, dnnl_f32);
+}
 static void dnnl_task_fn(void *arg, size_t task, int worker) {
     (void)worker;
     const task_arg *ta = arg;
@@ -333,8 +379,9 @@ static void dnnl_task_fn(void *arg, size_t task, int worker) {
     if (!k->prim)
         return;
     omp_set_num_threads(1); /* this worker's OpenMP: no team of its own */
-    gemm_bf16_convert(d->c->a[task], (size_t)p->K, p->x + (size_t)k->r0 * p->K, (size_t)p->K,
-                      k->r1 - k->r0, p->K);
+    if (d->dt == dnnl_bf16)
+        gemm_bf16_convert(d->c->a[task], (size_t)p->K, p->x + (size_t)k->r0 * p->K, (size_t)p->K,
+                          k->r1 - k->r0, p->K);
     dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, k->src},
                                {DNNL_ARG_WEIGHTS, k->wei},
                                {DNNL_ARG_BIAS, k->bias},
@@ -348,7 +395,7 @@ static void dnnl_run(void *ctx, const problem *p, const attn_parallel *par) {
 }
 static void dnnl_destroy(void *ctx) {
     dnnl_ctx *d = ctx;
-    for (int t = 0; t < d->c->p->nt; t++) {
+    for (int t = 0; t < d->nt; t++) {
         dnnl_task *k = &d->t[t];
         if (!k->prim)
             continue;
@@ -360,27 +407,33 @@ static void dnnl_destroy(void *ctx) {
         dnnl_stream_destroy(k->stream);
     }
     dnnl_engine_destroy(d->eng);
-    conv_destroy(d->c);
+    if (d->c)
+        conv_destroy(d->c);
     free(d);
 }
 #endif
 
 static const variant variants[] = {
-    {"fp32 ours (sgemm)", always_available, ours_fp32_setup, ours_run, ours_destroy},
-    {"bf16 ours", bf16_unavailable, ours_bf16_setup, ours_run, ours_destroy},
+    {"fp32 ours", OURS_FP32, always_available, ours_fp32_setup, ours_run, ours_destroy},
+    {"fp32 OpenBLAS sgemm", LIB_FP32, always_available, sgemm_setup, sgemm_run, free},
 #ifdef BENCH_HAVE_DNNL
-    {"bf16 oneDNN", dnnl_unavailable, dnnl_setup, dnnl_run, dnnl_destroy},
+    {"fp32 oneDNN", LIB_FP32, dnnl_unavailable, dnnl_f32_setup, dnnl_run, dnnl_destroy},
+#endif
+    {"bf16 ours", OURS_BF16, bf16_unavailable, ours_bf16_setup, ours_run, ours_destroy},
+#ifdef BENCH_HAVE_DNNL
+    {"bf16 oneDNN", LIB_BF16, dnnl_unavailable, dnnl_bf16_setup, dnnl_run, dnnl_destroy},
 #endif
 #ifdef BENCH_HAVE_XSMM
-    {"bf16 libxsmm", xsmm_unavailable, xsmm_setup, xsmm_run, xsmm_destroy},
+    {"bf16 libxsmm", LIB_BF16, xsmm_unavailable, xsmm_setup, xsmm_run, xsmm_destroy},
 #endif
-    {"bf16 OpenBLAS sbgemm", sbgemm_unavailable, sbgemm_setup, sbgemm_run, conv_destroy},
+    {"bf16 OpenBLAS sbgemm", LIB_BF16, sbgemm_unavailable, sbgemm_setup, sbgemm_run, conv_destroy},
 };
 enum { NV = sizeof variants / sizeof variants[0] };
 
 /* ---- peak ------------------------------------------------------------------------- */
 
 typedef struct peak_job {
+    int bf16; /* 1: the vdpbf16ps loop; 0: the fp32 FMA loop */
     long iters;
     double flops[MAXT];
 } peak_job;
@@ -388,13 +441,14 @@ typedef struct peak_job {
 static void peak_task(void *arg, size_t task, int worker) {
     (void)worker;
     peak_job *j = arg;
-    j->flops[task] = attn_peak_bf16(j->iters);
+    j->flops[task] = j->bf16 ? attn_peak_bf16(j->iters) : attn_peak_fma(ATTN_SIMD_AVX512, j->iters);
 }
 
-/* GFLOP/s of the vdpbf16ps loop on every worker at once (about 30 ms):
- * measured in every round beside the GEMMs, so a loaded machine slows both. */
-static double peak_gflops(const attn_parallel *par) {
-    peak_job j = {.iters = 3000000};
+/* GFLOP/s of the vdpbf16ps (bf16) or FMA (fp32) loop on every worker at once
+ * (about 30 ms): measured in every round beside the GEMMs, so a loaded
+ * machine slows both. 0 where the CPU lacks the instructions. */
+static double peak_gflops(const attn_parallel *par, int bf16) {
+    peak_job j = {.bf16 = bf16, .iters = bf16 ? 3000000 : 6000000};
     const double t0 = now_s();
     par->parallel_for(par->impl, (size_t)par->nthreads, peak_task, &j);
     const double dt = now_s() - t0;
@@ -431,9 +485,17 @@ int main(int argc, char **argv) {
 #endif
     tp_pool *pool = tp_create(nt);
     const attn_parallel par = tp_parallel(pool);
-    const double peak = peak_gflops(&par);
-    double peaks[64];
-    printf("bf16 GEMM, %d threads (our pool), median of %d interleaved rounds\n", nt, rounds);
+    const double peak = peak_gflops(&par, 1), peak32 = peak_gflops(&par, 0);
+    double peaks[64], peaks32[64];
+    printf("fp32 and bf16 GEMMs, %d threads (our pool), median of %d interleaved rounds; "
+           "OpenBLAS core: %s\n",
+           nt, rounds, openblas_get_corename());
+    if (peak32 > 0)
+        printf("fp32 FMA peak (AVX-512 register-only loop, %d workers, measured in every round): "
+               "%.1f GFLOP/s at start\n",
+               nt, peak32);
+    else
+        printf("fp32 FMA peak: skipped: the AVX-512 path is not active\n");
     if (peak > 0)
         printf("vdpbf16ps peak (register-only loop, %d workers, measured in every round): "
                "%.1f GFLOP/s at start\n",
@@ -457,10 +519,11 @@ int main(int argc, char **argv) {
     printf("\n| layer | M | N | K |");
     for (int v = 0; v < NV; v++)
         printf(" %s GFLOP/s |", variants[v].name);
-    printf(" bf16 ours %% of peak | best library / ours |\n|---|---:|---:|---:|");
+    printf(" fp32 ours %% of peak | best fp32 library / ours | bf16 ours %% of peak | best bf16 "
+           "library / ours |\n|---|---:|---:|---:|");
     for (int v = 0; v < NV; v++)
         printf("---:|");
-    printf("---:|---:|\n");
+    printf("---:|---:|---:|---:|\n");
 
     for (size_t l = 0; l < sizeof layers / sizeof layers[0]; l++)
         for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
@@ -483,7 +546,8 @@ int main(int argc, char **argv) {
                 if (ctx[v])
                     variants[v].run(ctx[v], &p, &par); /* warm */
             for (int r = 0; r < rounds; r++) {
-                peaks[r] = peak > 0 ? peak_gflops(&par) : 0;
+                peaks[r] = peak > 0 ? peak_gflops(&par, 1) : 0;
+                peaks32[r] = peak32 > 0 ? peak_gflops(&par, 0) : 0;
                 for (int v = 0; v < NV; v++) {
                     if (!ctx[v])
                         continue;
@@ -493,23 +557,32 @@ int main(int argc, char **argv) {
                     t[v][r] = (now_s() - t0) / reps;
                 }
             }
-            const double pk = median(peaks, rounds);
-            double gf[NV];
+            const double pk[2] = {median(peaks32, rounds), median(peaks, rounds)};
+            double gf[NV], ours[2] = {0, 0}, best_lib[2] = {0, 0};
             printf("| %s | %d | %d | %d |", layers[l].name, M, N, K);
-            double best_lib = 0;
             for (int v = 0; v < NV; v++) {
                 gf[v] = ctx[v] ? flops / median(t[v], rounds) * 1e-9 : 0;
                 if (ctx[v])
                     printf(" %.1f |", gf[v]);
                 else
                     printf(" — |");
-                if (v >= 2 && gf[v] > best_lib)
-                    best_lib = gf[v];
+                const variant_kind k = variants[v].kind;
+                if (k == OURS_FP32 || k == OURS_BF16)
+                    ours[k == OURS_BF16] = gf[v];
+                else if (gf[v] > best_lib[k == LIB_BF16])
+                    best_lib[k == LIB_BF16] = gf[v];
             }
-            if (ctx[1] && pk > 0)
-                printf(" %.0f %% | %.2f |\n", 100 * gf[1] / pk, best_lib / gf[1]);
-            else
-                printf(" — | — |\n");
+            for (int q = 0; q < 2; q++) {
+                if (ours[q] > 0 && pk[q] > 0)
+                    printf(" %.0f %% |", 100 * ours[q] / pk[q]);
+                else
+                    printf(" — |");
+                if (ours[q] > 0)
+                    printf(" %.2f |", best_lib[q] / ours[q]);
+                else
+                    printf(" — |");
+            }
+            printf("\n");
             fflush(stdout);
             for (int v = 0; v < NV; v++)
                 if (ctx[v])

@@ -1,24 +1,20 @@
 /* gemm.c — the precision dispatch of gemm.h and the fp32 path.
  *
- * fp32 runs OpenBLAS's sgemm (one thread inside; the split is ours, over the
- * caller's pool) on the weights as PyTorch stores them, W (N, K) row-major,
- * i.e. sgemm(NoTrans, Trans): OpenBLAS packs its Wᵀ panels itself, so no
- * copy of the weights is made and the packed form only points at them.
+ * fp32 has two kernels. Where the AVX-512 path is active at gemm_pack, the
+ * weights are also packed into panels for gemm_f32_avx512.c, which runs
+ * whenever that path is still active at gemm_run: OpenBLAS's own choice of
+ * kernels cannot be relied on there (Debian's 0.3.21 takes an Emerald
+ * Rapids for a Prescott and runs SSE3 code at about a tenth of the FMA
+ * peak). Elsewhere fp32 runs OpenBLAS's sgemm (one thread inside; the split
+ * is ours, over the caller's pool) on the weights as PyTorch stores them,
+ * W (N, K) row-major, i.e. sgemm(NoTrans, Trans): OpenBLAS packs its Wᵀ
+ * panels itself as it runs, so that path needs the caller's weights.
  *
- * Split. Tall problems (M >= 64 rows per worker) are split by rows, so each
- * sgemm stays large; short ones by output columns, so a single short input
- * still uses every core and each core streams only its part of W. A
- * LayerNorm epilogue needs whole rows: with a column split it runs as a
- * second pass over the (then small, cache-resident) output.
- *
- * Few rows. sgemm copies all of W into its panel layout on every call; at
- * M <= GEMM_SMALL_MAX_ROWS that copy costs more than the multiply (about two
- * thirds of a batch-1 forward's GEMM time), so there gemm_small_f32_acc
- * takes the sgemm's place, reading W as stored, on the same column blocks,
- * after the same bias and residual initialisation and before the same
- * epilogue: only the order of the K-term sums differs, which the fp32 bound
- * allows for any order. Only on the AVX-512 path: elsewhere gemm_small has
- * only a scalar loop, slower than the library. */
+ * Split of the sgemm path. Tall problems (M >= 64 rows per worker) are
+ * split by rows, so each sgemm stays large; short ones by output columns,
+ * so a single short input still uses every core and each core streams only
+ * its part of W. A LayerNorm epilogue needs whole rows: with a column split
+ * it runs as a second pass over the (then small, cache-resident) output. */
 #include "gemm.h"
 
 #include <cblas.h>
@@ -28,12 +24,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gemm_small.h"
 #include "model/gelu.h"
 #include "simd.h"
 #if defined(__x86_64__) || defined(__i386__)
 #define ATTN_HAVE_GEMM_BF16 1
+#define ATTN_HAVE_GEMM_F32  1
 #include "gemm_bf16.h"
+#include "gemm_f32.h"
 #endif
 #ifdef ATTN_HAVE_GEMM_INT8
 #include "gemm_int8.h"
@@ -44,6 +41,9 @@ struct gemm_weights {
     int N, K;
     const float *w;    /* fp32: (N, K), the caller's */
     const float *bias; /* fp32: (N) or NULL, the caller's */
+#ifdef ATTN_HAVE_GEMM_F32
+    gemm_f32_weights *f32; /* fp32 packed, when AVX-512 was active at gemm_pack */
+#endif
 #ifdef ATTN_HAVE_GEMM_BF16
     gemm_bf16_weights *bf16;
 #endif
@@ -128,6 +128,12 @@ int gemm_pack_smoothed(gemm_precision p, const float *w, const float *bias, cons
     case GEMM_FP32:
         g->w = w;
         g->bias = bias;
+#ifdef ATTN_HAVE_GEMM_F32
+        /* The reference above stays for the sgemm path, which runs if the
+         * AVX-512 path is forced off later. */
+        if (attn_simd_active() == ATTN_SIMD_AVX512)
+            rc = gemm_f32_pack(w, bias, N, K, &g->f32, err, err_len);
+#endif
         break;
 #ifdef ATTN_HAVE_GEMM_BF16
     case GEMM_BF16:
@@ -156,6 +162,9 @@ void gemm_free(gemm_weights *w) {
 #ifdef ATTN_HAVE_GEMM_BF16
     gemm_bf16_free(w->bf16);
 #endif
+#ifdef ATTN_HAVE_GEMM_F32
+    gemm_f32_free(w->f32);
+#endif
 #ifdef ATTN_HAVE_GEMM_INT8
     gemm_int8_free(w->int8);
 #endif
@@ -174,6 +183,10 @@ int gemm_k(const gemm_weights *w) {
 
 size_t gemm_weights_bytes(const gemm_weights *w) {
     switch (w->precision) {
+#ifdef ATTN_HAVE_GEMM_F32
+    case GEMM_FP32:
+        return gemm_f32_bytes(w->f32);
+#endif
 #ifdef ATTN_HAVE_GEMM_BF16
     case GEMM_BF16:
         return gemm_bf16_bytes(w->bf16);
@@ -183,7 +196,7 @@ size_t gemm_weights_bytes(const gemm_weights *w) {
         return gemm_int8_bytes(w->int8);
 #endif
     default:
-        return 0; /* fp32 owns nothing: it reads the caller's weights */
+        return 0;
     }
 }
 
@@ -258,7 +271,6 @@ typedef struct fp32_ctx {
     size_t ntasks;
     int by_rows; /* 1: tasks are row blocks; 0: column blocks */
     int fold;    /* the residual is added while initialising y */
-    int small;   /* gemm_small_f32_acc instead of sgemm (column blocks only) */
 } fp32_ctx;
 
 static void block(int n, size_t ntasks, size_t i, int *lo, int *hi) {
@@ -297,13 +309,9 @@ static void fp32_task(void *arg, size_t task, int worker) {
         else
             memset(yr + c0, 0, (size_t)(c1 - c0) * sizeof(float));
     }
-    if (c->small)
-        gemm_small_f32_acc(c->x + (size_t)r0 * c->ldx, c->ldx, c->w->w, (size_t)K,
-                           c->y + (size_t)r0 * c->ldy, c->ldy, r1 - r0, K, c0, c1);
-    else
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, c1 - c0, K, 1.0f,
-                    c->x + (size_t)r0 * c->ldx, (int)c->ldx, c->w->w + (size_t)c0 * K, K, 1.0f,
-                    c->y + (size_t)r0 * c->ldy + c0, (int)c->ldy);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, c1 - c0, K, 1.0f,
+                c->x + (size_t)r0 * c->ldx, (int)c->ldx, c->w->w + (size_t)c0 * K, K, 1.0f,
+                c->y + (size_t)r0 * c->ldy + c0, (int)c->ldy);
     gemm_epilogue_block(c->epi, c->y, c->ldy, r0, r1, c0, c1, c->fold);
     if (c->by_rows)
         gemm_epilogue_norm(c->epi, c->y, c->ldy, r0, r1, N);
@@ -322,7 +330,6 @@ static void fp32_run(const gemm_weights *w, const attn_parallel *par, const floa
     const size_t nt = (size_t)par->nthreads, N = (size_t)w->N;
     fp32_ctx c = {.w = w, .epi = epi, .x = x, .ldx = ldx, .y = y, .ldy = ldy, .M = M};
     c.by_rows = (size_t)M >= 64 * nt;
-    c.small = M <= GEMM_SMALL_MAX_ROWS && !c.by_rows && attn_simd_active() == ATTN_SIMD_AVX512;
     c.ntasks = c.by_rows ? nt : (N / 16 < nt ? (N + 15) / 16 : nt);
     if (c.ntasks < 1)
         c.ntasks = 1;
@@ -340,6 +347,12 @@ void gemm_run(const gemm_weights *w, const attn_parallel *par, const float *x, s
         return;
     switch (w->precision) {
     case GEMM_FP32:
+#ifdef ATTN_HAVE_GEMM_F32
+        if (w->f32 && attn_simd_active() == ATTN_SIMD_AVX512) {
+            gemm_f32_run(w->f32, par, x, ldx, y, ldy, M, epi);
+            break;
+        }
+#endif
         fp32_run(w, par, x, ldx, y, ldy, M, epi);
         break;
 #ifdef ATTN_HAVE_GEMM_BF16

@@ -3,8 +3,9 @@
  * wants.
  *
  * One contract for every precision, so the encoder's forward pass is written
- * once and an engine changes only how its weights are packed: fp32 (the
- * library GEMM on the weights as stored), bf16 (weights in bf16, activations
+ * once and an engine changes only how its weights are packed: fp32 (our
+ * kernel on panels packed at load where AVX-512 runs, else the library
+ * GEMM on the weights as stored), bf16 (weights in bf16, activations
  * converted on the fly, fp32 accumulation) and int8 (per-output-channel
  * symmetric weights, per-token dynamic activations, int32 accumulation,
  * dequantised to fp32 in the epilogue). Activations in and out are always
@@ -12,10 +13,13 @@
  * run in.
  *
  * Weights come as PyTorch's nn.Linear stores them: W (N, K) row-major, bias
- * (N). fp32 packs by reference (OpenBLAS packs its own panels as it runs), so
- * for it w and bias must outlive the packed weights; the other precisions
- * copy what they need. The packed form is immutable after gemm_pack and may be shared by any
- * number of threads and workspaces. Like the attention backends, a GEMM
+ * (N). fp32 copies W into its panels when the AVX-512 path is active at
+ * gemm_pack, and keeps a reference to w and bias as well for OpenBLAS's
+ * sgemm, which runs whenever that path is not active at gemm_run (forced
+ * lower, or a CPU without it): for fp32, w and bias must outlive the packed
+ * weights. The other precisions copy what they need. The packed form is
+ * immutable after gemm_pack and may be shared by any number of threads and
+ * workspaces. Like the attention backends, a GEMM
  * never creates threads or allocates while running: the caller hands it its
  * pool (attn_parallel) and a scratch arena sized by gemm_scratch_bytes. */
 #ifndef ATTN_GEMM_H
@@ -56,8 +60,9 @@ void gemm_free(gemm_weights *w);
 gemm_precision gemm_weights_precision(const gemm_weights *w);
 int gemm_n(const gemm_weights *w);
 int gemm_k(const gemm_weights *w);
-/* Bytes the packed weights own (what /info's worst case counts); 0 for fp32,
- * which reads the caller's weights in place. */
+/* Bytes the packed weights own (what /info's worst case counts); for fp32
+ * the packed copy, 0 where there is none (the AVX-512 path was not active
+ * at gemm_pack: OpenBLAS reads the caller's weights in place). */
 size_t gemm_weights_bytes(const gemm_weights *w);
 
 /* What runs after x · Wᵀ + b, on each output element while it is still in

@@ -94,9 +94,12 @@ int gemm_selftest(gemm_precision p, const attn_parallel *par, double *worst, cha
         return -1;
     }
     /* The encoder's four shapes at a short batch (column split) and a tall
-     * one (row split), and odd sizes that leave partial tiles. */
+     * one (row split), and odd sizes that leave partial tiles: rows not a
+     * multiple of a tile's, columns not of a panel's, odd K, split both
+     * ways. */
     static const int shapes[][3] = {{12, 1152, 384},  {12, 384, 1536}, {160, 1536, 384},
-                                    {160, 384, 1536}, {7, 33, 17},     {129, 31, 385}};
+                                    {160, 384, 1536}, {7, 33, 17},     {129, 31, 385},
+                                    {13, 200, 385},   {101, 130, 77}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         const double r = check_one(p, par, shapes[i][0], shapes[i][1], shapes[i][2], why, why_len);
         if (r < 0)

@@ -1,6 +1,7 @@
 /* engine.c (server) — the engine and the attention backend in force. */
 #include "engine.h"
 
+#include <cblas.h>
 #include <math.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -9,6 +10,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "kernels/simd.h"
 #include "log.h"
 #include "metrics.h"
 
@@ -29,6 +31,32 @@ static void log_registry(void) {
             log_warn("engine refused", LOG_KV("engine", en->name), LOG_KV("origin", en->origin),
                      LOG_KV("reason", en->reason));
     }
+}
+
+/* OpenBLAS picks its kernels from its own CPU table, which lags new CPUs
+ * (Debian 12's takes an Emerald Rapids for a Prescott). Only the CPU
+ * engines' fp32 GEMMs call it, and only where the AVX-512 path is not
+ * active; the warning is for that case on a CPU that has AVX-512 (the path
+ * lowered by ATTNSERVE_SIMD) with OpenBLAS on kernels without it. */
+static bool core_has_avx512(const char *core) {
+    static const char *const cores[] = {"skylakex", "cooperlake", "sapphirerapids"};
+    for (size_t i = 0; core && i < sizeof cores / sizeof cores[0]; i++)
+        if (strcasestr(core, cores[i]))
+            return true;
+    return false;
+}
+
+static void log_blas(const engine_iface *iface, gemm_precision p) {
+    const char *core = openblas_get_corename();
+    const bool runs = strncmp(iface->name, "cpu", 3) == 0 && p == GEMM_FP32 &&
+                      attn_simd_active() < ATTN_SIMD_AVX512;
+    if (runs && attn_simd_detect() == ATTN_SIMD_AVX512 && !core_has_avx512(core))
+        log_warn("fp32 runs on OpenBLAS kernels without AVX-512 on a CPU with it (SIMD path "
+                 "lowered); OPENBLAS_CORETYPE selects others (SkylakeX, or Haswell for AVX2)",
+                 LOG_KV("openblas_core", core), LOG_KV("simd", attn_simd_name(attn_simd_active())));
+    else
+        log_info("OpenBLAS", LOG_KV("openblas_core", core),
+                 LOG_KV("runs", runs ? "the fp32 GEMMs" : "nothing: the GEMMs are ours"));
 }
 
 /* ---- the start-up check of a reduced precision ---------------------------------------
@@ -248,6 +276,7 @@ int srv_engine_create(const srv_engine_options *o, srv_engine **out) {
              LOG_KV("weights_owned_bytes", m.weights_owned),
              LOG_KV("weights_mapped_bytes", m.weights_mapped),
              LOG_KV("workspace_bytes", m.workspace));
+    log_blas(iface, precision);
     *out = e;
     return 0;
 }

@@ -5,14 +5,17 @@
  * Error bounds per element of x·Wᵀ + b: gemm_error_bound (derived in
  * gemm.h: K·2⁻²⁴·S for fp32, (2·2⁻⁸ + K·2⁻²⁴)·S for bf16, S = Σ|x·w|).
  * After GELU (|GELU'| <= 1.13) the bound is scaled by 1.13, plus GELU's own
- * 4e-7; after LayerNorm an error e in the inputs moves each output by at most
+ * 4e-7; adding a residual rounds at most twice more (2⁻²⁴·(|b + r| +
+ * |y|)); after LayerNorm an error e in the inputs moves each output by at most
  * 2·e·rstd·|γ| (the value and the mean each off by e), plus fp32 rounding
  * of the normalised value. A precision this CPU lacks is reported as
  * skipped, with the reason, and its checks count as nothing.
  *
- * fp32 runs gemm_small_f32 instead of the library at up to
- * GEMM_SMALL_MAX_ROWS rows (on the AVX-512 path): the shapes include 1, 12
- * and 32 rows (small) and 33 (the library), each with every epilogue. */
+ * fp32 has two paths: its own kernel on weights packed at load where the
+ * AVX-512 path is active, OpenBLAS's sgemm elsewhere. The sweeps run the
+ * path in force; fp32_sgemm_path_within_its_bound forces the library's
+ * (attn_simd_force, as ATTNSERVE_SIMD does) so both are checked on a CPU
+ * with AVX-512. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -20,7 +23,6 @@
 #include <string.h>
 
 #include "kernels/gemm.h"
-#include "kernels/gemm_small.h"
 #include "kernels/simd.h"
 #include "kernels/threadpool.h"
 
@@ -38,9 +40,18 @@ static float *rnd_array(size_t n, unsigned seed, float scale) {
     return a;
 }
 
-typedef enum { EPI_NONE, EPI_GELU, EPI_RESIDUAL_LN, EPI_GELU_RESIDUAL } epi_kind;
-static const char *const epi_names[] = {"bias only", "GELU", "residual+LayerNorm in place",
-                                        "GELU+residual"};
+typedef enum {
+    EPI_NONE,
+    EPI_GELU,
+    EPI_RESIDUAL,
+    EPI_LN,
+    EPI_RESIDUAL_LN,
+    EPI_GELU_RESIDUAL,
+    EPI_COUNT
+} epi_kind;
+static const char *const epi_names[] = {
+    "bias only",    "GELU", "residual in place", "LayerNorm", "residual+LayerNorm in place",
+    "GELU+residual"};
 
 /* Runs one problem and returns the largest error as a fraction of its
  * bound (<= 1 passes). */
@@ -70,10 +81,12 @@ static double check(gemm_precision p, const attn_parallel *par, int M, int N, in
 
     gemm_epilogue epi = {.act = (e == EPI_GELU || e == EPI_GELU_RESIDUAL) ? GEMM_ACT_GELU
                                                                           : GEMM_ACT_NONE};
-    if (e == EPI_RESIDUAL_LN) {
+    if (e == EPI_RESIDUAL || e == EPI_RESIDUAL_LN) {
         memcpy(y, res, (size_t)M * N * sizeof *y); /* residual aliases y */
         epi.residual = y;
         epi.ld_residual = (size_t)N;
+    }
+    if (e == EPI_LN || e == EPI_RESIDUAL_LN) {
         epi.ln_w = g;
         epi.ln_b = be;
         epi.ln_eps = 1e-12f;
@@ -97,8 +110,14 @@ static double check(gemm_precision p, const attn_parallel *par, int M, int N, in
                 acc = 0.5 * acc * erfc(-acc / sqrt(2.0));
                 bi[j] = 1.13 * bi[j] + 4e-7;
             }
-            if (epi.residual)
-                acc += res[(size_t)i * N + j];
+            if (epi.residual) {
+                /* Adding the residual rounds at most twice more: the bias
+                 * plus the residual (the sgemm path adds them first) and
+                 * the final sum. */
+                const double r = res[(size_t)i * N + j];
+                acc += r;
+                bi[j] += 0x1p-24 * (fabs(b[j] + r) + fabs(acc));
+            }
             ri[j] = acc;
         }
         if (epi.ln_w) {
@@ -159,11 +178,12 @@ static void sweep(gemm_precision p) {
     static const int shapes[][3] = {
         {12, 1152, 384}, {12, 384, 1536}, {300, 1536, 384}, {300, 384, 1536}, {1, 1, 1},
         {7, 33, 17},     {130, 50, 100},  {129, 31, 385},   {1, 384, 384},    {1, 1536, 384},
-        {32, 384, 1536}, {32, 1152, 384}, {33, 384, 1536},  {33, 1536, 384},  {32, 50, 100}};
+        {32, 384, 1536}, {32, 1152, 384}, {33, 384, 1536},  {33, 1536, 384},  {32, 50, 100},
+        {13, 200, 385},  {101, 130, 77},  {4, 1000, 3}};
     const attn_parallel *pars[] = {&attn_parallel_serial, &pooled};
     double worst = 0, vs_fp32 = 0;
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
-        for (int e = EPI_NONE; e <= EPI_GELU_RESIDUAL; e++)
+        for (int e = EPI_NONE; e < EPI_COUNT; e++)
             for (int q = 0; q < 2; q++) {
                 const int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
                 double v = 0;
@@ -192,42 +212,60 @@ Test(gemm, bf16_within_its_bound) {
     sweep(GEMM_BF16);
 }
 
-/* At up to GEMM_SMALL_MAX_ROWS rows the fp32 path is gemm_small_f32 on the
- * AVX-512 path: bit for bit what the kernel gives alone (each output is one
- * dot product whatever the column split, plus the bias), so the sweep above
- * did check the small kernel under every epilogue, not the library. */
-Test(gemm, fp32_few_rows_run_gemm_small) {
+/* OpenBLAS's sgemm, the fp32 path wherever AVX-512 is not active: forced
+ * here, so a CPU with AVX-512 checks it too. */
+Test(gemm, fp32_sgemm_path_within_its_bound) {
+    cr_assert_eq(attn_simd_force(ATTN_SIMD_PORTABLE), 0);
+    sweep(GEMM_FP32);
+    attn_simd_unforce();
+}
+
+/* Where AVX-512 is active, fp32 packs its own copy of the weights (and
+ * /info counts it); the same packed weights still run on the sgemm path
+ * if the AVX-512 path is forced off later, and both agree within the
+ * bound with the float64 reference. */
+Test(gemm, fp32_packed_where_avx512_runs) {
     if (attn_simd_active() != ATTN_SIMD_AVX512) {
-        fprintf(stderr, "gemm fp32 few rows: not tested: the AVX-512 path is not active\n");
-        cr_skip_test("gemm_small is wired in on the AVX-512 path only");
+        fprintf(stderr, "gemm fp32 packed kernel: NOT RUN: the AVX-512 path is not active\n");
+        cr_skip_test("NOT RUN: the packed fp32 kernel needs the AVX-512 path, not active here");
     }
-    tp_pool *pool = tp_create(2);
-    cr_assert_not_null(pool);
-    const attn_parallel pooled = tp_parallel(pool);
-    static const int rows[] = {1, 12, 32};
-    const int N = 1152, K = 384;
+    const int M = 37, N = 200, K = 77;
     float *w = rnd_array((size_t)N * K, 7u, 0.1f), *b = rnd_array((size_t)N, 8u, 0.5f);
-    float *x = rnd_array((size_t)GEMM_SMALL_MAX_ROWS * K, 9u, 1.0f);
-    float *y = malloc((size_t)GEMM_SMALL_MAX_ROWS * N * sizeof *y);
-    float *want = malloc((size_t)GEMM_SMALL_MAX_ROWS * N * sizeof *want);
-    cr_assert(y && want);
+    float *x = rnd_array((size_t)M * K, 9u, 1.0f);
+    float *y[2] = {malloc((size_t)M * N * sizeof(float)), malloc((size_t)M * N * sizeof(float))};
+    cr_assert(y[0] && y[1]);
     char err[256] = "";
     gemm_weights *pw;
     cr_assert_eq(gemm_pack(GEMM_FP32, w, b, N, K, &pw, err, sizeof err), 0, "%s", err);
-    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
-        const int M = rows[i];
-        gemm_small_f32(x, (size_t)K, w, (size_t)K, b, want, (size_t)N, M, K, 0, N);
-        gemm_run(pw, &pooled, x, (size_t)K, y, (size_t)N, M, NULL, NULL);
-        cr_expect_eq(memcmp(y, want, (size_t)M * N * sizeof *y), 0,
-                     "M = %d: gemm_run's fp32 path is not gemm_small_f32", M);
-    }
+    /* Four panels of 64 columns by K, and their bias. */
+    cr_expect_eq(gemm_weights_bytes(pw), (size_t)4 * 64 * (K + 1) * sizeof(float));
+    gemm_run(pw, &attn_parallel_serial, x, (size_t)K, y[0], (size_t)N, M, NULL, NULL);
+    cr_assert_eq(attn_simd_force(ATTN_SIMD_PORTABLE), 0);
+    gemm_run(pw, &attn_parallel_serial, x, (size_t)K, y[1], (size_t)N, M, NULL, NULL);
+    gemm_weights *unpacked;
+    cr_assert_eq(gemm_pack(GEMM_FP32, w, b, N, K, &unpacked, err, sizeof err), 0, "%s", err);
+    attn_simd_unforce();
+    cr_expect_eq(gemm_weights_bytes(unpacked), 0, "packed below AVX-512: nothing to own");
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double acc = b[j], sum = 0;
+            for (int k = 0; k < K; k++) {
+                const double t = (double)x[(size_t)i * K + k] * w[(size_t)j * K + k];
+                acc += t;
+                sum += fabs(t);
+            }
+            const double bound = gemm_error_bound(GEMM_FP32, K, sum, fabs(acc));
+            for (int q = 0; q < 2; q++)
+                cr_expect_leq(fabs(y[q][(size_t)i * N + j] - acc), bound, "%s y[%d][%d]",
+                              q ? "sgemm" : "packed", i, j);
+        }
     gemm_free(pw);
+    gemm_free(unpacked);
     free(w);
     free(b);
     free(x);
-    free(y);
-    free(want);
-    tp_destroy(pool);
+    free(y[0]);
+    free(y[1]);
 }
 
 /* The start-up check a service runs before offering a precision. */
