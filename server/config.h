@@ -109,7 +109,8 @@ typedef struct config_model {
  * ;truncate=true|false ;engine=E ;precision=P. In the config file the
  * setting is also an array of objects with those keys (aliases an array or
  * a comma-separated string), which config.c turns into this text. Names
- * and aliases are unique over all entries; a path must be a directory.
+ * and aliases are unique over all entries; paths are not looked at (a
+ * model that cannot be loaded fails at start).
  * Returns 0 with *n entries in out[0, cap), or -1 with a message in err. */
 int config_models_parse(const char *text, config_model *out, size_t cap, size_t *n, char *err,
                         size_t err_len);

@@ -21,7 +21,7 @@ import time
 import pytest
 import requests
 
-from conftest import BIN, JSON, ROOT, Server
+from conftest import BIN, JSON, ROOT, Server, free_port
 
 MINILM = os.path.join(ROOT, "models", "all-MiniLM-L6-v2")
 RERANKER = os.path.join(ROOT, "tests", "golden", "xlmr-cls-tiny")
@@ -321,12 +321,36 @@ def test_flag_form_prints_as_the_config_file_array():
     ("a=models/all-MiniLM-L6-v2,a=tests/golden/xlmr-cls-tiny", "taken twice"),
     ("a=models/all-MiniLM-L6-v2;aliases=b,b=tests/golden/xlmr-cls-tiny", "taken twice"),
     ("=models/all-MiniLM-L6-v2", "is empty"),
-    ("a=models/none-such", "is not a directory"),
+    ("a=models/all-MiniLM-L6-v2;truncate=maybe", "not a boolean"),
     ("a=models/all-MiniLM-L6-v2;colour=red", "unknown key"),
 ])
 def test_bad_models_are_refused_at_start(value, words):
     r = subprocess.run([BIN, "--models=" + value, "--print-config"], capture_output=True,
                        text=True, timeout=30, cwd=ROOT)
+    assert r.returncode == 2, r.stdout
+    assert "models" in r.stderr and words in r.stderr, r.stderr
+
+
+def test_a_missing_model_directory_fails_at_start_not_in_validation():
+    # Validation is syntactic (a renamed directory must not block reloads);
+    # loading the model at start is what refuses it, naming it.
+    r = subprocess.run([BIN, "--models=a=models/none-such", "--print-config"],
+                       capture_output=True, text=True, timeout=30, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([BIN, "--models=a=models/none-such",
+                        "--port=%d" % free_port()], capture_output=True,
+                       text=True, timeout=60, cwd=ROOT)
+    assert r.returncode == 2, r.stderr
+    assert "models/none-such" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("extra, words", [
+    ("--model=tests/golden/xlmr-cls-tiny", "`model`"),
+    ("--model-aliases=x", "model_aliases"),
+])
+def test_model_or_model_aliases_beside_models_is_refused(extra, words):
+    r = subprocess.run([BIN, "--models=a=models/all-MiniLM-L6-v2", extra, "--print-config"],
+                       capture_output=True, text=True, timeout=30, cwd=ROOT)
     assert r.returncode == 2, r.stdout
     assert "models" in r.stderr and words in r.stderr, r.stderr
 
