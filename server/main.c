@@ -66,7 +66,7 @@
  * mix models: each model is a scheduler group), the HTTP server and the
  * attention backend in force are the process's. */
 typedef struct served_model {
-    char name[256];          /* what `model` names it by */
+    char *name;              /* what `model` names it by */
     char *path;              /* its directory */
     char *aliases;           /* comma-separated other names */
     bool truncate;           /* the default of truncation */
@@ -490,6 +490,18 @@ static attn_shape model_bounds_of(const app *a, size_t i, const config *c) {
     return encoder_attn_shape(a->m[i].mcfg, (int)c->max_batch_tokens);
 }
 
+/* Whether backend can run every model's batches; why says which it
+ * refuses. */
+static bool runs_every_model(const app *a, const config *c, const attn_backend *backend, char *why,
+                             size_t why_len) {
+    for (size_t i = 0; i < a->nm; i++) {
+        attn_shape model = model_bounds_of(a, i, c);
+        if (backend->supports(&model, why, why_len) != ATTN_OK)
+            return false;
+    }
+    return true;
+}
+
 /* Resolves a backend name for the attention endpoint's bounds and every
  * model's: the backend in force runs every batch, whichever model's. */
 static int resolve_backend(const app *a, const config *c, const char *name,
@@ -497,12 +509,7 @@ static int resolve_backend(const app *a, const config *c, const char *name,
     attn_shape bounds = bounds_of(c);
     if (attn_backend_select(name, &bounds, out, why, why_len) != ATTN_OK)
         return -1;
-    for (size_t i = 0; i < a->nm; i++) {
-        attn_shape model = model_bounds_of(a, i, c);
-        if ((*out)->supports(&model, why, why_len) != ATTN_OK)
-            return -1;
-    }
-    return 0;
+    return runs_every_model(a, c, *out, why, why_len) ? 0 : -1;
 }
 
 /* Switches every model's engine to backend, between batches. */
@@ -757,6 +764,22 @@ static char *dup_or_null(const char *s, bool *oom) {
     return d;
 }
 
+/* A copy of the directory's last component, which names the one model:
+ * "models/x/" is "x". */
+static char *dir_name(const char *path, bool *oom) {
+    size_t end = strlen(path);
+    while (end > 1 && path[end - 1] == '/')
+        end--;
+    size_t start = end;
+    while (start > 0 && path[start - 1] != '/')
+        start--;
+    if (start == end) /* "/" */
+        start = 0;
+    char *d = strndup(path + start, end - start);
+    *oom = *oom || !d;
+    return d;
+}
+
 /* The served models from the settings: the `models` list, or else the one
  * `model` (named by its directory's last component, "models/x/" is "x")
  * with model_aliases, max_seq_length and truncate. Copies, since a reload
@@ -771,22 +794,23 @@ static int configure_models(app *a) {
         log_error("setting \"models\" is invalid", LOG_KV("error", err));
         return CONFIG_EXIT_INVALID;
     }
-    if (n == 0) {
-        list[0] = (config_model){.max_seq_length = c->max_seq_length, .truncate = c->truncate};
-        snprintf(list[0].path, sizeof list[0].path, "%s", c->model);
-        snprintf(list[0].name, sizeof list[0].name, "%s", c->model);
-        for (size_t k = strlen(list[0].name); k > 1 && list[0].name[k - 1] == '/'; k--)
-            list[0].name[k - 1] = '\0';
-        const char *slash = strrchr(list[0].name, '/');
-        if (slash && slash[1])
-            memmove(list[0].name, slash + 1, strlen(slash + 1) + 1);
-        snprintf(list[0].aliases, sizeof list[0].aliases, "%s", c->model_aliases);
-        n = 1;
-    }
     bool oom = false;
+    if (n == 0) {
+        /* The one `model`, from the settings themselves: nothing is cut to
+         * a buffer's size (a long path must still name its model). */
+        served_model *sm = &a->m[0];
+        sm->path = dup_or_null(c->model, &oom);
+        sm->name = dir_name(c->model, &oom);
+        sm->aliases = dup_or_null(c->model_aliases, &oom);
+        sm->engine_setting = dup_or_null(c->engine, &oom);
+        sm->precision_setting = dup_or_null(c->precision, &oom);
+        sm->truncate = c->truncate;
+        sm->max_seq_setting = c->max_seq_length;
+        a->nm = 1;
+    }
     for (size_t i = 0; i < n; i++) {
         served_model *sm = &a->m[i];
-        snprintf(sm->name, sizeof sm->name, "%s", list[i].name);
+        sm->name = dup_or_null(list[i].name, &oom);
         sm->path = dup_or_null(list[i].path, &oom);
         sm->aliases = dup_or_null(list[i].aliases, &oom);
         sm->engine_setting = dup_or_null(list[i].engine[0] ? list[i].engine : c->engine, &oom);
@@ -808,15 +832,9 @@ static int configure_models(app *a) {
  * reload may select, so each model workspace holds scratch for each. */
 static size_t model_backends(const app *a, const attn_backend **out, size_t cap) {
     size_t n = 0;
-    for (const attn_backend *const *b = attn_backends(); *b && n < cap; b++) {
-        bool all = true;
-        for (size_t i = 0; i < a->nm && all; i++) {
-            attn_shape model = model_bounds_of(a, i, &a->cfg);
-            all = (*b)->supports(&model, NULL, 0) == ATTN_OK;
-        }
-        if (all)
+    for (const attn_backend *const *b = attn_backends(); *b && n < cap; b++)
+        if (runs_every_model(a, &a->cfg, *b, NULL, 0))
             out[n++] = *b;
-    }
     return n;
 }
 
@@ -965,12 +983,16 @@ static int start(app *a) {
     /* Every backend that could serve is self-tested on this machine before
      * /ready turns 200; one that fails is never used (choose_backend and
      * reload_backend go through select_backend). */
-    const attn_selftest_spec spec = backend_selftest_spec(a->m[0].mcfg);
+    const encoder_info *infos[CONFIG_MAX_MODELS];
+    for (size_t i = 0; i < a->nm; i++)
+        infos[i] = a->m[i].mcfg;
+    attn_selftest_spec specs[CONFIG_MAX_MODELS];
+    const size_t nspecs = backend_selftest_specs(infos, a->nm, specs);
     attn_shape shapes[1 + CONFIG_MAX_MODELS] = {bounds_of(c)};
     for (size_t i = 0; i < a->nm; i++)
         shapes[1 + i] = model_bounds_of(a, i, c);
     const attn_parallel par = tp_parallel(a->pool);
-    if (backend_selftest_start(&spec, shapes, 1 + a->nm, &par) != 0)
+    if (backend_selftest_start(specs, nspecs, shapes, 1 + a->nm, &par) != 0)
         return 1;
     const attn_backend *backend = choose_backend(a);
     if (!backend) {
@@ -1223,6 +1245,7 @@ static void stop(app *a) {
         tok_free(sm->tok);
         encoder_desc_free(sm->mdesc);
         compat_api_free(&sm->compat);
+        free(sm->name);
         free(sm->path);
         free(sm->aliases);
         free(sm->engine_setting);
