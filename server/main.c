@@ -5,6 +5,7 @@
  * Signals are blocked in every thread and taken synchronously by the main
  * thread with sigwaitinfo, so reload and drain run as ordinary code rather
  * than in signal handlers. */
+#include <assert.h>
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
@@ -60,10 +61,15 @@
  * Socket buffers are the kernel's, not the process's. */
 #define CONNECTION_BYTES HTTP_CONNECTION_BYTES
 
+/* Every model's kinds and metrics slot must have room: a change to one
+ * bound that forgets the others fails here, not at start. */
+static_assert(BATCH_MAX_KINDS >= 1 + 2 * CONFIG_MAX_MODELS, "an attention kind, two per model");
+static_assert(METRICS_MAX_MODELS >= CONFIG_MAX_MODELS, "a metrics slot per model");
+
 /* One served model: its directory, tokenizer, engine (which owns the
  * weights), embeddings service and the API modules' state for it. Every
- * model has its own; the compute pool, the scheduler (whose batches never
- * mix models: each model is a scheduler group), the HTTP server and the
+ * model has its own; the compute pool, the scheduler (each model is a
+ * scheduler group, so a batch is one forward of one model), the HTTP server and the
  * attention backend in force are the process's. */
 typedef struct served_model {
     char *name;              /* what `model` names it by */
@@ -95,6 +101,7 @@ typedef struct app {
      * model's and /v1/attention's. */
     served_model m[CONFIG_MAX_MODELS];
     size_t nm;
+    const char *model_names[CONFIG_MAX_MODELS]; /* m[i].name: the trace's model of group i */
     embed_api *eapis[CONFIG_MAX_MODELS]; /* each model's, for the modules' peers */
     compat_api *compats[CONFIG_MAX_MODELS];
     score_api *scores[CONFIG_MAX_MODELS];
@@ -211,6 +218,16 @@ static size_t threads_bytes(void) {
     return threads * stack;
 }
 
+/* One model's weights and workspace. */
+static void model_memory(const served_model *sm, json_int_t *owned, json_int_t *mapped,
+                         json_int_t *workspace) {
+    engine_memory em;
+    engine_memory_of(srv_engine_instance(sm->engine), &em);
+    *owned = (json_int_t)em.weights_owned;
+    *mapped = (json_int_t)em.weights_mapped;
+    *workspace = (json_int_t)(embed_service_workspace_bytes(sm->embed) + em.workspace);
+}
+
 /* The most memory the configuration lets the service hold:
  *   weights            the model, owned and mapped (every page of the mapped
  *                      file is read by each forward, so it is resident)
@@ -233,19 +250,9 @@ static size_t threads_bytes(void) {
  * one line's heap while written); allocator fragmentation. Measured: 1500
  * idle connections with 3 KiB of headers and 4 KiB of a body in cost
  * 12.7 KiB each (4 KiB of it body, charged to the budget) against
- * CONNECTION_BYTES' 23. */
-/* One model's weights and workspace. */
-static void model_memory(const served_model *sm, json_int_t *owned, json_int_t *mapped,
-                         json_int_t *workspace) {
-    engine_memory em;
-    engine_memory_of(srv_engine_instance(sm->engine), &em);
-    *owned = (json_int_t)em.weights_owned;
-    *mapped = (json_int_t)em.weights_mapped;
-    *workspace = (json_int_t)(embed_service_workspace_bytes(sm->embed) + em.workspace);
-}
-
-/* Several models: each one's weights and workspace are summed (each
- * engine owns its weights and a workspace sized for a whole batch). */
+ * CONNECTION_BYTES' 23. Several models: each one's weights and workspace
+ * are summed (each engine owns its weights and a workspace sized for a
+ * whole batch). */
 static json_t *memory_json(const app *a) {
     const config *c = &a->cfg;
     json_int_t owned = 0, mapped = 0, model_ws = 0;
@@ -847,6 +854,7 @@ static int start_model(app *a, served_model *sm, const attn_backend *backend,
                                    .precision = sm->precision_setting,
                                    .plugin_dir = c->plugin_dir,
                                    .model_dir = sm->path,
+                                   .model_name = sm->name,
                                    .max_tokens = (int32_t)c->max_batch_tokens,
                                    .max_seqs = (int32_t)c->max_batch_requests,
                                    .pool = a->pool,
@@ -894,8 +902,15 @@ static int start_model(app *a, served_model *sm, const attn_backend *backend,
                   LOG_KV("error", err));
         return CONFIG_EXIT_INVALID;
     }
-    metrics_add_model(sm->name, s->classifier ? "classify" : "embed", srv_engine_name(sm->engine),
-                      srv_engine_precision(sm->engine));
+    /* The metrics slot is the scheduler group: on_batch counts group i's
+     * batches in slot i. */
+    if (metrics_add_model(sm->name, s->classifier ? "classify" : "embed",
+                          srv_engine_name(sm->engine), srv_engine_precision(sm->engine)) != (int)i) {
+        log_error("cannot register the model's metrics", LOG_KV("model", sm->name));
+        return 1;
+    }
+    srv_engine_set_metrics_slot(sm->engine, (int)i);
+    a->model_names[i] = sm->name;
     a->eapis[i] = e;
     a->compats[i] = &sm->compat;
     a->scores[i] = &sm->score;
@@ -1008,10 +1023,12 @@ static int start(app *a) {
         log_error("out of memory");
         return 1;
     }
+    srv_engines_init(c->plugin_dir);
     for (size_t i = 0; i < a->nm; i++)
         if ((rc = start_model(a, &a->m[i], backend, usable, nusable)) != 0)
             return rc;
     a->engine = a->m[0].engine;
+    batch_runner_set_models(a->runner, a->model_names, a->nm);
     a->svc = attn_service_create((int32_t)c->max_batch_tokens, (int32_t)c->max_batch_requests,
                                  a->pool, a->engine, err, sizeof err);
     if (!a->svc) {
@@ -1034,8 +1051,7 @@ static int start(app *a) {
     sched_config sc = {.limits = limits_of(c),
                        .run_batch = batch_run,
                        .run_ctx = a->runner,
-                       .on_batch = on_batch,
-                       .observer_ctx = a};
+                       .on_batch = on_batch};
     rc = sched_create(&a->sched, &sc);
     if (rc != SCHED_OK) {
         log_error("cannot start the scheduler", LOG_KV("error", sched_strerror(rc)));

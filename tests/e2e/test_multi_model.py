@@ -4,9 +4,9 @@ One server serves all-MiniLM-L6-v2 (an embedder, with an alias), the tiny
 one-label XLM-R cross-encoder and the tiny three-label BERT classifier of
 tests/golden/make_task_models.py. Each model's answers must equal what a
 server of that model alone gives (cosine >= 1 - 1e-6, |score difference| <=
-1e-4), whichever route and however requests to different models interleave:
-a batch holding two models' inputs would run one model's encoder over the
-other's tokens and change the answers. Routing is by `model` (name or
+1e-4), whichever route and however requests to different models interleave;
+each batch holds one model's requests (one forward of that model, counted
+for it in the per-model metrics and the trace). Routing is by `model` (name or
 alias); TEI's routes, which carry none, go to the first model of their task;
 an unknown name is each API's 404 in its own shape, a model of the wrong
 task TEI's 424."""
@@ -21,7 +21,7 @@ import time
 import pytest
 import requests
 
-from conftest import BIN, JSON, ROOT, Server, free_port
+from conftest import BIN, JSON, ROOT, Server, free_port, wait_for
 
 MINILM = os.path.join(ROOT, "models", "all-MiniLM-L6-v2")
 RERANKER = os.path.join(ROOT, "tests", "golden", "xlmr-cls-tiny")
@@ -229,9 +229,14 @@ def test_metrics_carry_the_model_label(multi):
         assert r.returncode == 0, r.stdout + r.stderr
 
 
-def test_interleaved_requests_never_share_a_batch(multi, alone):
+def test_interleaved_requests_never_share_a_batch(multi, alone, tmp_path):
     want_e = [d["embedding"] for d in embeddings(alone["minilm"], TEXTS)["data"]]
     want_r = scores(alone["rerank"], "/v1/rerank", {"query": QUERY, "documents": TEXTS})
+    trace = tmp_path / "trace.jsonl"
+    reloads = multi.log_text().count("configuration reloaded")
+    multi.reload(trace_file=str(trace))
+    wait_for(lambda: multi.log_text().count("configuration reloaded") > reloads, timeout=10,
+             what="the reload")
     before = multi.metrics()
     errors = []
 
@@ -263,13 +268,26 @@ def test_interleaved_requests_never_share_a_batch(multi, alone):
         key = (name, tuple(sorted(labels.items())))
         return after.get(key, 0) - before.get(key, 0)
 
-    # Every batch is one model's: the per-model batch counts add up to all.
-    per_model = sum(delta("attnserve_model_batches_total", model=n)
-                    for n in ("minilm", "rerank", "classify"))
-    assert per_model == delta("attnserve_batches_total") > 0
+    # Each model's batches held exactly the requests sent to it.
     assert delta("attnserve_model_batch_requests_total", model="minilm") == 24
     assert delta("attnserve_model_batch_requests_total", model="rerank") == 24
     assert delta("attnserve_model_batch_requests_total", model="classify") == 0
+    # Every trace line is one model's batch: only that model's kind in it,
+    # holding all of the batch's requests.
+    batches = delta("attnserve_batches_total")
+    wait_for(lambda: multi.metric("attnserve_trace_lines_total") >= batches, timeout=10,
+             what="trace lines written")
+    multi.reload(trace_file="")
+    lines = [json.loads(line) for line in trace.read_text().splitlines()]
+    assert len(lines) == batches > 0
+    kind = {"minilm": "embed", "rerank": "score"}
+    sent = {"minilm": 0, "rerank": 0}
+    for line in lines:
+        assert line["model"] in kind, line
+        assert {"embed", "score", "attention"} & set(line) == {kind[line["model"]]}, line
+        assert line[kind[line["model"]]]["requests"] == line["requests"], line
+        sent[line["model"]] += line["requests"]
+    assert sent == {"minilm": 24, "rerank": 24}
 
 
 def test_sigterm_drains_requests_to_every_model(start_server):
