@@ -94,8 +94,8 @@ static int run_specs(const attn_backend *b, const attn_selftest_spec *specs, siz
     return 0;
 }
 
-int backend_selftest_start(const attn_selftest_spec *specs, size_t nspecs,
-                           const attn_shape *bounds, size_t nbounds, const attn_parallel *par) {
+int backend_selftest_start(const attn_selftest_spec *specs, size_t nspecs, const attn_shape *bounds,
+                           size_t nbounds, const attn_parallel *par) {
     for (const attn_backend *const *b = attn_backends(); *b; b++) {
         char why[256] = "";
         if (!runs_all(*b, bounds, nbounds, why, sizeof why)) {

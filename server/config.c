@@ -126,6 +126,11 @@ static const setting settings[] = {
     INT(max_request_memory_bytes, 256 << 20, 1 << 20, INT64_C(1) << 40, RESTART,
         "Memory all requests together may hold (bodies, parsed JSON, jobs, responses); "
         "a request that would pass it gets 503."),
+    /* Restart only: the worst case is fixed at start, and checked there. */
+    INT(memory_limit_bytes, 0, 0, INT64_C(1) << 50, RESTART,
+        "Memory the process may use; start refuses (status 2) when memory.worst_case_bytes "
+        "of /info is above it. 0: the cgroup's limit (memory.max, or v1's "
+        "memory.limit_in_bytes) when there is one, else none."),
     INT(request_timeout_ms, 30000, 1, 3600000, RELOAD,
         "Deadline from arrival; a request still queued past it gets 504."),
     INT(drain_timeout_s, 20, 0, 3600, RELOAD,

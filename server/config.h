@@ -39,6 +39,7 @@ typedef struct config {
     int64_t connection_timeout_s;     /* idle connection closed after */
     int64_t max_body_bytes;           /* larger request bodies get 413 */
     int64_t max_request_memory_bytes; /* all requests together hold at most (membudget.h) */
+    int64_t memory_limit_bytes;       /* worst case allowed at start; 0: the cgroup's */
     int64_t request_timeout_ms;       /* deadline from arrival to answer */
     int64_t drain_timeout_s;          /* SIGTERM: answer in-flight work within */
     int64_t drain_linger_ms;          /* SIGTERM: keep accepting, answering with close */

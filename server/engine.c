@@ -16,7 +16,7 @@ struct srv_engine {
     engine *eng;
     attn_parallel par;
     _Atomic(const attn_backend *) backend;
-    char check[160]; /* the precision's start-up check, for /info */
+    char check[160];  /* the precision's start-up check, for /info */
     int metrics_slot; /* its model's metrics slot; -1: none */
 };
 
@@ -204,8 +204,8 @@ int srv_engine_create(const srv_engine_options *o, srv_engine **out) {
     const engine_iface *iface = NULL;
     gemm_precision precision = GEMM_FP32;
     if (engine_select(o->engine, o->precision, &iface, &precision, err, sizeof err) != ENGINE_OK) {
-        log_error("engine refused", LOG_KV("model", o->model_name), LOG_KV("engine", o->engine),
-                  LOG_KV("precision", o->precision), LOG_KV("reason", err));
+        log_error("engine refused", LOG_KV("engine", o->engine), LOG_KV("precision", o->precision),
+                  LOG_KV("reason", err), LOG_KV("model", o->model_name));
         return CONFIG_EXIT_INVALID;
     }
     srv_engine *e = calloc(1, sizeof *e);
@@ -236,24 +236,24 @@ int srv_engine_create(const srv_engine_options *o, srv_engine **out) {
                                  sizeof next_err) != ENGINE_OK)
             break;
         log_warn("engine cannot serve this model; auto tries the next",
-                 LOG_KV("model", o->model_name), LOG_KV("engine", iface->name), LOG_KV("reason", err), LOG_KV("next", next->name));
+                 LOG_KV("engine", iface->name), LOG_KV("reason", err), LOG_KV("next", next->name),
+                 LOG_KV("model", o->model_name));
         iface = next;
     }
     if (rc != ENGINE_OK) {
-        log_error("cannot start the engine", LOG_KV("model", o->model_name),
-                  LOG_KV("engine", iface->name),
+        log_error("cannot start the engine", LOG_KV("engine", iface->name),
                   LOG_KV("precision", o->precision), LOG_KV("problem", engine_strerror(rc)),
-                  LOG_KV("error", err));
+                  LOG_KV("error", err), LOG_KV("model", o->model_name));
         free(e);
         return rc == ENGINE_ENOMEM ? 1 : CONFIG_EXIT_INVALID;
     }
     engine_memory m;
     engine_memory_of(e->eng, &m);
-    log_info("engine started", LOG_KV("model", o->model_name), LOG_KV("engine", iface->name),
+    log_info("engine started", LOG_KV("engine", iface->name),
              LOG_KV("precision", engine_precision_name(precision)), LOG_KV("check", e->check),
              LOG_KV("weights_owned_bytes", m.weights_owned),
              LOG_KV("weights_mapped_bytes", m.weights_mapped),
-             LOG_KV("workspace_bytes", m.workspace));
+             LOG_KV("workspace_bytes", m.workspace), LOG_KV("model", o->model_name));
     *out = e;
     return 0;
 }

@@ -102,7 +102,7 @@ typedef struct app {
     served_model m[CONFIG_MAX_MODELS];
     size_t nm;
     const char *model_names[CONFIG_MAX_MODELS]; /* m[i].name: the trace's model of group i */
-    embed_api *eapis[CONFIG_MAX_MODELS]; /* each model's, for the modules' peers */
+    embed_api *eapis[CONFIG_MAX_MODELS];        /* each model's, for the modules' peers */
     compat_api *compats[CONFIG_MAX_MODELS];
     score_api *scores[CONFIG_MAX_MODELS];
     srv_engine *engine;
@@ -288,6 +288,56 @@ static size_t worst_case_bytes(const app *a) {
     size_t worst = (size_t)json_integer_value(json_object_get(m, "worst_case_bytes"));
     json_decref(m);
     return worst;
+}
+
+/* The memory the process may use: the setting, else the cgroup's limit (v2
+ * memory.max, v1 memory.limit_in_bytes); 0 when there is none ("max", or
+ * no such file). */
+static uint64_t memory_limit(const config *c, const char **from) {
+    if (c->memory_limit_bytes > 0) {
+        *from = "memory_limit_bytes";
+        return (uint64_t)c->memory_limit_bytes;
+    }
+    static const char *const files[] = {"/sys/fs/cgroup/memory.max",
+                                        "/sys/fs/cgroup/memory/memory.limit_in_bytes"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        FILE *f = fopen(files[i], "r");
+        if (!f)
+            continue;
+        char text[64] = "";
+        const bool read = fgets(text, sizeof text, f) != NULL;
+        fclose(f);
+        char *end;
+        errno = 0;
+        const unsigned long long v = read ? strtoull(text, &end, 10) : 0;
+        *from = files[i];
+        return read && end != text && !errno ? (uint64_t)v : 0; /* "max": none */
+    }
+    return 0;
+}
+
+/* Start refuses a configuration whose worst case is above the memory it
+ * may use: it would be killed under load instead, when the budget fills.
+ * Returns 0, or the exit status with the worst case, the limit and each
+ * model's share logged. */
+static int check_memory_limit(const app *a) {
+    const char *from = NULL;
+    const uint64_t limit = memory_limit(&a->cfg, &from);
+    const size_t worst = worst_case_bytes(a);
+    if (!limit || worst <= limit)
+        return 0;
+    log_error("the worst-case memory is above the memory limit; lower max_batch_tokens, "
+              "max_connections, max_request_memory_bytes or the models, or raise the limit",
+              LOG_KV("worst_case_bytes", (uint64_t)worst), LOG_KV("limit_bytes", limit),
+              LOG_KV("limit_from", from));
+    for (size_t i = 0; i < a->nm; i++) {
+        json_int_t owned, mapped, ws;
+        model_memory(&a->m[i], &owned, &mapped, &ws);
+        log_error("the worst-case memory's share of a model", LOG_KV("model", a->m[i].name),
+                  LOG_KV("weights_bytes", (int64_t)(owned + mapped)),
+                  LOG_KV("workspace_bytes", (int64_t)ws));
+    }
+    return CONFIG_EXIT_INVALID;
 }
 
 static json_t *model_json(const served_model *sm) {
@@ -905,7 +955,8 @@ static int start_model(app *a, served_model *sm, const attn_backend *backend,
     /* The metrics slot is the scheduler group: on_batch counts group i's
      * batches in slot i. */
     if (metrics_add_model(sm->name, s->classifier ? "classify" : "embed",
-                          srv_engine_name(sm->engine), srv_engine_precision(sm->engine)) != (int)i) {
+                          srv_engine_name(sm->engine),
+                          srv_engine_precision(sm->engine)) != (int)i) {
         log_error("cannot register the model's metrics", LOG_KV("model", sm->name));
         return 1;
     }
@@ -1048,10 +1099,8 @@ static int start(app *a) {
     metrics_set_workspace_bytes(workspace_bytes(a));
     metrics_set_backend(backend);
 
-    sched_config sc = {.limits = limits_of(c),
-                       .run_batch = batch_run,
-                       .run_ctx = a->runner,
-                       .on_batch = on_batch};
+    sched_config sc = {
+        .limits = limits_of(c), .run_batch = batch_run, .run_ctx = a->runner, .on_batch = on_batch};
     rc = sched_create(&a->sched, &sc);
     if (rc != SCHED_OK) {
         log_error("cannot start the scheduler", LOG_KV("error", sched_strerror(rc)));
@@ -1344,6 +1393,10 @@ int main(int argc, char **argv) {
     /* Every thread and mapping exists now. */
     a.code_bytes = code_bytes();
     a.threads_bytes = threads_bytes();
+    if ((rc = check_memory_limit(&a)) != 0) {
+        stop(&a);
+        return rc;
+    }
     metrics_set_memory(worst_case_bytes(&a), &a.budget);
     atomic_store(&a.ready, true);
     metrics_set_ready(1);

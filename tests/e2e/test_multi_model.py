@@ -63,7 +63,8 @@ def tei_error(r, status):
 
 @pytest.fixture(scope="module")
 def multi(tmp_path_factory):
-    s = Server(str(tmp_path_factory.mktemp("multi")), models=MODELS)
+    # A limit far above the worst case: start checks it and serves.
+    s = Server(str(tmp_path_factory.mktemp("multi")), models=MODELS, memory_limit_bytes=1 << 40)
     yield s
     s.check_clean_exit(s.stop())
 
@@ -168,6 +169,11 @@ def test_unknown_model_in_each_api_shape(multi):
     openai_error(post(multi, "/score", {"model": "nope", "text_1": "a", "text_2": "b"}), 404)
     openai_error(post(multi, "/classify", {"model": "nope", "input": ["a"]}), 404)
     openai_error(requests.get(multi.url("/v1/models/nope"), timeout=10), 404)
+    # llama.cpp's /embedding routes by `model` as the others: unknown is 404.
+    e = openai_error(post(multi, "/embedding", {"content": "x", "model": "nope"}), 404)
+    assert e["code"] == "model_not_found"
+    # The message names what is served, not only the route's own model.
+    assert "`minilm`, `rerank`, `classify`" in e["message"], e
 
 
 def test_wrong_task_is_424(multi):
@@ -371,6 +377,19 @@ def test_model_or_model_aliases_beside_models_is_refused(extra, words):
                        capture_output=True, text=True, timeout=30, cwd=ROOT)
     assert r.returncode == 2, r.stdout
     assert "models" in r.stderr and words in r.stderr, r.stderr
+
+
+def test_a_worst_case_above_memory_limit_bytes_refuses_start():
+    r = subprocess.run([BIN, "--models=minilm=%s,rerank=%s" % (MINILM, RERANKER),
+                        "--memory-limit-bytes=%d" % (64 << 20), "--threads=2",
+                        "--port=%d" % free_port()], capture_output=True, text=True, timeout=120,
+                       cwd=ROOT)
+    assert r.returncode == 2, r.stderr[-4000:]
+    err = r.stderr
+    assert "worst-case memory is above the memory limit" in err, err[-4000:]
+    assert "limit_bytes=%d" % (64 << 20) in err and "worst_case_bytes=" in err
+    for name in ("minilm", "rerank"):
+        assert "share of a model model=%s weights_bytes=" % name in err, err[-4000:]
 
 
 def test_environment_form_serves(start_server):

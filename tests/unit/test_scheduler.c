@@ -40,8 +40,8 @@ struct harness {
     sched *s;
     bool gated; /* the first batch waits for open_gate */
     bool gate_open;
-    int hold;     /* batches [0, hold) each wait for their own release_batch */
-    int released; /* batches released so far */
+    int hold;        /* batches [0, hold) each wait for their own release_batch */
+    int released;    /* batches released so far */
     int fail_status; /* run_batch's return */
     int entered;     /* batches that reached run_batch */
     bool in_batch;
@@ -52,7 +52,7 @@ struct harness {
     int batch_tokens[MAX_BATCHES];
     int batch_seqs[MAX_BATCHES];
     uint32_t batch_group[MAX_BATCHES];
-    bool groups_mixed; /* a batch held a request of a group other than its own */
+    bool groups_mixed;  /* a batch held a request of a group other than its own */
     bool limits_broken; /* a batch over max_batch_tokens/requests */
     int32_t check_tokens, check_seqs;
     int stream_last[8]; /* stress: last seq run per thread */
@@ -711,8 +711,7 @@ Test(scheduler, cancel_deadline_and_drain_with_mixed_groups_lose_nothing) {
     block();
     const uint64_t now = sched_now_ns();
     for (int i = 1; i <= 15; i++)
-        cr_assert_eq(submit_in(i, (uint32_t)(i % 2), 2, i == 4 || i == 9 ? now - 1 : 0),
-                     SCHED_OK);
+        cr_assert_eq(submit_in(i, (uint32_t)(i % 2), 2, i == 4 || i == 9 ? now - 1 : 0), SCHED_OK);
     cr_assert_eq(sched_cancel(H->s, &H->reqs[6].req), SCHED_OK);
     cr_assert_eq(sched_cancel(H->s, &H->reqs[15].req), SCHED_OK); /* the tail */
     WAIT_FOR(H, H->reqs[4].done_calls == 1 && H->reqs[9].done_calls == 1 &&
@@ -726,7 +725,7 @@ Test(scheduler, cancel_deadline_and_drain_with_mixed_groups_lose_nothing) {
     cr_expect_eq(H->completions, 17);
     for (int i = 0; i <= 16; i++) {
         const treq *t = &H->reqs[i];
-        const int want = i == 4 || i == 9 ? SCHED_EDEADLINE
+        const int want = i == 4 || i == 9    ? SCHED_EDEADLINE
                          : i == 6 || i == 15 ? SCHED_ECANCELED
                                              : SCHED_OK;
         cr_expect_eq(t->done_calls, 1, "request %d done %d times", i, t->done_calls);
