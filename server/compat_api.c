@@ -1023,11 +1023,20 @@ static int llama_embedding_resumed(http_request *req, void *ctx) {
 
 /* ---- Infinity: /models ------------------------------------------------------------------ */
 
+/* Infinity's capability of a model: a one-label classifier is a reranker
+ * ("rerank", as Infinity says), another classifier "classify". One model
+ * is listed as it always was: "embed", whatever its task. */
+static const char *infinity_capability(const compat_api *c) {
+    const encoder_info *m = c->eapi->model;
+    if (!c->peers || m->task != ENCODER_TASK_CLASSIFY)
+        return "embed";
+    return m->num_labels == 1 ? "rerank" : "classify";
+}
+
 static json_t *infinity_model(const compat_api *c) {
     return json_pack("{s:s, s:s, s:I, s:s, s:s, s:[s], s:{}}", "id", c->eapi->model_name, "object",
                      "model", "created", (json_int_t)c->created, "owned_by", "attnserve", "backend",
-                     "attnserve", "capabilities",
-                     c->eapi->model->task == ENCODER_TASK_CLASSIFY ? "classify" : "embed", "stats");
+                     "attnserve", "capabilities", infinity_capability(c), "stats");
 }
 
 /* Every served model, as Infinity lists them. */

@@ -284,18 +284,22 @@ const attn_backend *srv_engine_backend(const srv_engine *e) {
 }
 
 typedef struct swap_arg {
-    srv_engine *e;
+    srv_engine *const *e;
+    size_t n;
     const attn_backend *backend;
 } swap_arg;
 
+/* On the compute thread between two batches: every engine at once, so no
+ * batch of any model runs with a backend the others have left. */
 static int swap_backend(void *arg) {
     swap_arg *a = arg;
-    atomic_store(&a->e->backend, a->backend);
+    for (size_t i = 0; i < a->n; i++)
+        atomic_store(&a->e[i]->backend, a->backend);
     return SCHED_OK;
 }
 
-int srv_engine_set_backend(srv_engine *e, sched *s, const attn_backend *backend) {
-    swap_arg a = {e, backend};
+int srv_engine_set_backend(srv_engine *const *e, size_t n, sched *s, const attn_backend *backend) {
+    swap_arg a = {e, n, backend};
     return sched_call(s, swap_backend, &a);
 }
 

@@ -56,9 +56,10 @@ void srv_engine_set_metrics_slot(srv_engine *e, int slot);
 /* The attention backend in force; safe from any thread. */
 const attn_backend *srv_engine_backend(const srv_engine *e);
 
-/* Switches the backend between two batches (through sched_call, so never
- * during one). Returns SCHED_OK or the sched_call error. */
-int srv_engine_set_backend(srv_engine *e, sched *s, const attn_backend *backend);
+/* Switches the backend of engines e[0, n) between two batches, all in one
+ * sched_call (so never during a batch, and every engine or none). Returns
+ * SCHED_OK or the sched_call error (then no engine switched). */
+int srv_engine_set_backend(srv_engine *const *e, size_t n, sched *s, const attn_backend *backend);
 
 /* Compute thread: one encoder forward of b through engine_forward, with
  * the backend in force read once (set in *ran) and hook for shadow

@@ -487,7 +487,8 @@ static json_t *info_json(app *a) {
          json_object_set_new(info, "fallback_active", json_boolean(b != a->configured)) ||
          json_object_set_new(info, "selftest", backend_selftest_json()) ||
          json_object_set_new(info, "engine",
-                             srv_engine_info(a->engine, c->engine, c->precision, c->plugin_dir)) ||
+                             srv_engine_info(a->engine, a->m[0].engine_setting,
+                                             a->m[0].precision_setting, c->plugin_dir)) ||
          json_object_set_new(info, "verification", verification_json(a)) ||
          json_object_set_new(info, "models", models_json(a)) ||
          /* Chunking's bound beside the other request limits. */
@@ -569,14 +570,13 @@ static int resolve_backend(const app *a, const config *c, const char *name,
     return runs_every_model(a, c, *out, why, why_len) ? 0 : -1;
 }
 
-/* Switches every model's engine to backend, between batches. */
+/* Switches every model's engine to backend in one step between batches:
+ * all of them or, on an error, none. */
 static int set_backend(app *a, const attn_backend *backend) {
-    for (size_t i = 0; i < a->nm; i++) {
-        int rc = srv_engine_set_backend(a->m[i].engine, a->sched, backend);
-        if (rc != SCHED_OK)
-            return rc;
-    }
-    return SCHED_OK;
+    srv_engine *engines[CONFIG_MAX_MODELS];
+    for (size_t i = 0; i < a->nm; i++)
+        engines[i] = a->m[i].engine;
+    return srv_engine_set_backend(engines, a->nm, a->sched, backend);
 }
 
 /* A backend that can run the configured shapes and passed its start-up
@@ -968,11 +968,15 @@ static int start_model(app *a, served_model *sm, const attn_backend *backend,
     return 0;
 }
 
-/* The first model whose task is classify (with one label when reranker),
- * or -1. */
+/* The first classifier with one label (reranker) or with more (not), else
+ * the first classifier of any kind, or -1: rerank routes prefer a
+ * reranker, /predict and /classify a classifier of several labels. */
 static int first_classifier(const app *a, bool reranker) {
     for (size_t i = 0; i < a->nm; i++)
-        if (a->m[i].score.classifier && (!reranker || a->m[i].score.num_labels == 1))
+        if (a->m[i].score.classifier && (a->m[i].score.num_labels == 1) == reranker)
+            return (int)i;
+    for (size_t i = 0; i < a->nm; i++)
+        if (a->m[i].score.classifier)
             return (int)i;
     return -1;
 }

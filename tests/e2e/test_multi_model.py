@@ -147,17 +147,22 @@ def test_rerank_and_score_routes(multi, alone):
     same_scores(got, {i: want[i] for i in (0, 1)})
 
 
-def test_classifier_by_name_and_predict_to_the_first_classifier(multi, alone):
+def test_classifier_by_name_and_predict_to_the_first_multi_label_classifier(multi, alone):
     r = post(multi, "/classify", {"model": "classify", "input": TEXTS})
     w = post(alone["classify"], "/classify", {"input": TEXTS})
     assert r.status_code == 200 and w.status_code == 200, (r.text, w.text)
     for g, x in zip(r.json()["data"], w.json()["data"]):
         same_scores({d["label"]: d["score"] for d in g}, {d["label"]: d["score"] for d in x})
-    # /predict has no model field: the first classifier, here the reranker.
-    r = post(multi, "/predict", {"inputs": [QUERY, TEXTS[0]]})
-    w = post(alone["rerank"], "/predict", {"inputs": [QUERY, TEXTS[0]]})
+    # /predict and /classify without a model: the first classifier of several
+    # labels, though the one-label reranker comes before it.
+    r = post(multi, "/predict", {"inputs": TEXTS[0]})
+    w = post(alone["classify"], "/predict", {"inputs": TEXTS[0]})
     assert r.status_code == 200 and w.status_code == 200, (r.text, w.text)
-    assert abs(r.json()[0]["score"] - w.json()[0]["score"]) <= MAX_DIFF
+    same_scores({d["label"]: d["score"] for d in r.json()},
+                {d["label"]: d["score"] for d in w.json()})
+    r = post(multi, "/classify", {"input": TEXTS})
+    assert r.status_code == 200, r.text
+    assert len(r.json()["data"][0]) == 3
 
 
 def test_unknown_model_in_each_api_shape(multi):
@@ -195,7 +200,7 @@ def test_models_lists_every_model(multi):
     r = requests.get(multi.url("/models"), timeout=10)
     assert r.status_code == 200
     assert [(m["id"], m["capabilities"]) for m in r.json()["data"]] == [
-        ("minilm", ["embed"]), ("rerank", ["classify"]), ("classify", ["classify"])]
+        ("minilm", ["embed"]), ("rerank", ["rerank"]), ("classify", ["classify"])]
 
 
 def test_info_lists_models_and_sums_memory(multi, alone):
