@@ -55,8 +55,47 @@ static void log_result(const attn_selftest_result *r) {
                  LOG_KV("ms", r->ms), LOG_KV("reason", r->reason));
 }
 
-int backend_selftest_start(const attn_selftest_spec *spec, const attn_shape *bounds, size_t nbounds,
-                           const attn_parallel *par) {
+size_t backend_selftest_specs(const encoder_info *const *models, size_t n,
+                              attn_selftest_spec *out) {
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        const attn_selftest_spec s = backend_selftest_spec(models[i]);
+        bool seen = false;
+        for (size_t j = 0; j < k && !seen; j++)
+            seen = out[j].heads == s.heads && out[j].head_dim == s.head_dim &&
+                   out[j].max_seqlen == s.max_seqlen;
+        if (!seen)
+            out[k++] = s;
+    }
+    return k;
+}
+
+/* Runs b once per spec. What is kept is the first failed run, else the one
+ * closest to its bound (so /info shows what decided), with the time of all
+ * runs: b passes only when it passed for every model's shape. */
+static int run_specs(const attn_backend *b, const attn_selftest_spec *specs, size_t nspecs,
+                     const attn_parallel *par, attn_selftest_result *kept) {
+    double ms = 0;
+    for (size_t i = 0; i < nspecs; i++) {
+        attn_selftest_result r;
+        if (attn_selftest_run(b, &specs[i], par, &r) != 0) {
+            *kept = r;
+            return -1;
+        }
+        if (nspecs > 1)
+            log_debug("self-test of one model shape", LOG_KV("backend", b->name),
+                      LOG_KV("heads", specs[i].heads), LOG_KV("head_dim", specs[i].head_dim),
+                      LOG_KV("max_seqlen", specs[i].max_seqlen), LOG_BOOL("passed", r.passed));
+        ms += r.ms;
+        if (i == 0 || (kept->passed && (!r.passed || r.max_ratio > kept->max_ratio)))
+            *kept = r;
+    }
+    kept->ms = ms;
+    return 0;
+}
+
+int backend_selftest_start(const attn_selftest_spec *specs, size_t nspecs, const attn_shape *bounds,
+                           size_t nbounds, const attn_parallel *par) {
     for (const attn_backend *const *b = attn_backends(); *b; b++) {
         char why[256] = "";
         if (!runs_all(*b, bounds, nbounds, why, sizeof why)) {
@@ -65,7 +104,7 @@ int backend_selftest_start(const attn_selftest_spec *spec, const attn_shape *bou
             continue;
         }
         attn_selftest_result r;
-        if (attn_selftest_run(*b, spec, par, &r) != 0) {
+        if (run_specs(*b, specs, nspecs, par, &r) != 0) {
             log_error("cannot run the self-test", LOG_KV("backend", (*b)->name),
                       LOG_KV("error", r.reason));
             return -1;

@@ -19,13 +19,19 @@
  * input. */
 attn_selftest_spec backend_selftest_spec(const encoder_info *m);
 
+/* The distinct self-test specs (heads, head_dim, max_seqlen) of models[0,
+ * n), in order, into out (room for n). Returns how many. */
+size_t backend_selftest_specs(const encoder_info *const *models, size_t n, attn_selftest_spec *out);
+
 /* Self-tests, on the SIMD path active now, every backend of the binary that
- * accepts every shape in bounds[0..nbounds), and keeps each result
- * (attn_selftest_keep, so backend_passed_selftest answers from now on); logs
- * each (a warning with the worst element when it failed) and sets its
- * metrics. Returns 0, or -1 when out of memory. Call before serving. */
-int backend_selftest_start(const attn_selftest_spec *spec, const attn_shape *bounds, size_t nbounds,
-                           const attn_parallel *par);
+ * accepts every shape in bounds[0..nbounds), once for each of specs[0,
+ * nspecs) (every served model's attention shape), and keeps one result per
+ * backend (attn_selftest_keep, so backend_passed_selftest answers from now
+ * on): it passed only if every run did. Logs each (a warning with the worst
+ * element when it failed) and sets its metrics. Returns 0, or -1 when out of
+ * memory. Call before serving. */
+int backend_selftest_start(const attn_selftest_spec *specs, size_t nspecs, const attn_shape *bounds,
+                           size_t nbounds, const attn_parallel *par);
 
 /* The kept results as /info's "selftest" array (non-finite numbers as null);
  * NULL when out of memory. */

@@ -16,6 +16,8 @@ struct batch_runner {
     tracer *trace;
     const char *(*backend)(void *ctx);
     void *backend_ctx;
+    const char *const *models; /* the trace's model of each scheduler group */
+    size_t nmodels;
 };
 
 batch_runner *batch_runner_create(int32_t max_batch_requests) {
@@ -85,6 +87,31 @@ void batch_runner_set_trace(batch_runner *r, tracer *t, const char *(*backend)(v
     r->backend_ctx = backend_ctx;
 }
 
+void batch_runner_set_models(batch_runner *r, const char *const *names, size_t n) {
+    r->models = names;
+    r->nmodels = n;
+}
+
+/* The batch's model as a JSON string member: a name is a validated setting
+ * or a directory's last component, which may hold a quote or backslash. */
+static int model_member(const batch_runner *r, const sched_batch *b, char *buf, size_t cap) {
+    if (b->group >= r->nmodels)
+        return 0;
+    size_t n = 0;
+    const char *head = ",\"model\":\"";
+    for (const char *p = head; *p && n < cap; p++)
+        buf[n++] = *p;
+    for (const unsigned char *p = (const unsigned char *)r->models[b->group]; *p && n < cap; p++) {
+        if (*p == '"' || *p == '\\')
+            buf[n++] = '\\';
+        if (n < cap)
+            buf[n++] = *p < 0x20 ? '?' : (char)*p;
+    }
+    if (n < cap)
+        buf[n++] = '"';
+    return n < cap ? (int)n : -1;
+}
+
 static double ms(uint64_t ns) {
     return (double)ns * 1e-6;
 }
@@ -110,6 +137,10 @@ static void trace_batch(batch_runner *r, const sched_batch *b, const sched_batch
                      b->n_reqs, b->n_seqs, b->n_tokens, ms(wait_max),
                      b->n_reqs ? ms(wait_sum) / b->n_reqs : 0.0, ms(end - b->start_ns),
                      r->backend ? r->backend(r->backend_ctx) : "");
+    if (n > 0 && (size_t)n < sizeof line) {
+        const int m = model_member(r, b, line + n, sizeof line - (size_t)n);
+        n = m < 0 ? -1 : n + m;
+    }
     bool verified = false;
     for (int k = 0; k < r->nkinds; k++)
         if (part[k].n_reqs && r->kinds[k].trace && n > 0 && (size_t)n < sizeof line) {

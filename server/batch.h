@@ -14,11 +14,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "config.h"
 #include "job.h"
 #include "scheduler.h"
 
 /* /v1/attention's kind, then two (embed, score) per served model. */
-#define BATCH_MAX_KINDS 24
+#define BATCH_MAX_KINDS (1 + 2 * CONFIG_MAX_MODELS)
 
 typedef struct batch_kind {
     const char *name;
@@ -55,5 +56,9 @@ int batch_run(const sched_batch *b, void *ctx);
 struct tracer;
 void batch_runner_set_trace(batch_runner *r, struct tracer *t, const char *(*backend)(void *ctx),
                             void *backend_ctx);
+
+/* The served models' names by scheduler group (group i is names[i]); the
+ * trace line's "model" is its batch's. The strings must outlive r. */
+void batch_runner_set_models(batch_runner *r, const char *const *names, size_t n);
 
 #endif

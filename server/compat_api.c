@@ -929,12 +929,23 @@ static int llama_embedding(http_request *req, void *ctx) {
     json_t *root = body_of(req, &answered);
     if (!root)
         return answered;
+    /* Several models: `model` picks one as on every other route, and an
+     * unknown name is the 404 of this route's (OpenAI's) error shape. One
+     * model: llama.cpp's server ignores `model`, and so does this route. */
+    refusal r = {0};
+    const json_t *model = json_object_get(root, "model");
     const int named = c->peers ? embed_model_named(c->eapi, root) : -1;
     if (named >= 0 && c->peers[named] != c) {
         c = c->peers[named];
         http_set_ctx(req, c);
+    } else if (named < 0 && c->peers && json_is_string(model) && !c->eapi->accept_any_model) {
+        char served[160];
+        embed_models_served(c->eapi, served, sizeof served);
+        refuse(&r, SRV_ENOTFOUND, "The model `%.60s` does not exist; served: %s",
+               json_string_value(model), served);
+        http_body_json_free(req, root);
+        return http_reply_error_at(req, SRV_ENOTFOUND, "model", "model_not_found", "%s", r.msg);
     }
-    refusal r = {0};
     json_t *content = json_object_get(root, "input");
     if (!content)
         content = json_object_get(root, "content");
@@ -1012,11 +1023,20 @@ static int llama_embedding_resumed(http_request *req, void *ctx) {
 
 /* ---- Infinity: /models ------------------------------------------------------------------ */
 
+/* Infinity's capability of a model: a one-label classifier is a reranker
+ * ("rerank", as Infinity says), another classifier "classify". One model
+ * is listed as it always was: "embed", whatever its task. */
+static const char *infinity_capability(const compat_api *c) {
+    const encoder_info *m = c->eapi->model;
+    if (!c->peers || m->task != ENCODER_TASK_CLASSIFY)
+        return "embed";
+    return m->num_labels == 1 ? "rerank" : "classify";
+}
+
 static json_t *infinity_model(const compat_api *c) {
     return json_pack("{s:s, s:s, s:I, s:s, s:s, s:[s], s:{}}", "id", c->eapi->model_name, "object",
                      "model", "created", (json_int_t)c->created, "owned_by", "attnserve", "backend",
-                     "attnserve", "capabilities",
-                     c->eapi->model->task == ENCODER_TASK_CLASSIFY ? "classify" : "embed", "stats");
+                     "attnserve", "capabilities", infinity_capability(c), "stats");
 }
 
 /* Every served model, as Infinity lists them. */

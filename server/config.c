@@ -126,6 +126,11 @@ static const setting settings[] = {
     INT(max_request_memory_bytes, 256 << 20, 1 << 20, INT64_C(1) << 40, RESTART,
         "Memory all requests together may hold (bodies, parsed JSON, jobs, responses); "
         "a request that would pass it gets 503."),
+    /* Restart only: the worst case is fixed at start, and checked there. */
+    INT(memory_limit_bytes, 0, 0, INT64_C(1) << 50, RESTART,
+        "Memory the process may use; start refuses (status 2) when memory.worst_case_bytes "
+        "of /info is above it. 0: the cgroup's limit (memory.max, or v1's "
+        "memory.limit_in_bytes) when there is one, else none."),
     INT(request_timeout_ms, 30000, 1, 3600000, RELOAD,
         "Deadline from arrival; a request still queued past it gets 504."),
     INT(drain_timeout_s, 20, 0, 3600, RELOAD,
@@ -596,17 +601,19 @@ int config_models_parse(const char *text, config_model *out, size_t cap, size_t 
                         "digits and ._-/:@+",
                         (int)nlen, p);
         if (nlen >= sizeof m->name || plen >= sizeof m->path)
-            return fail(err, err_len, "model \"%.*s\": the name or path is too long", (int)nlen, p);
+            return fail(err, err_len,
+                        "model \"%.*s\": the name (at most %zu bytes) or path (at most %zu) "
+                        "is too long",
+                        (int)(nlen < 40 ? nlen : 40), p, sizeof m->name - 1, sizeof m->path - 1);
         memcpy(m->name, p, nlen);
         if (model_name_taken(out, *n, p, nlen))
             return fail(err, err_len, "model name \"%s\" is taken twice", m->name);
         memcpy(m->path, eq + 1, plen);
-        struct stat st;
+        /* The path is not looked at here: validation is syntactic, so a
+         * model directory removed after start cannot block every reload;
+         * loading it at start reports what is wrong with it. */
         if (plen == 0)
             return fail(err, err_len, "model \"%s\": the path is empty", m->name);
-        if (stat(m->path, &st) != 0 || !S_ISDIR(st.st_mode))
-            return fail(err, err_len, "model \"%s\": path \"%s\" is not a directory", m->name,
-                        m->path);
         for (const char *o = p + head; o < p + len;) {
             o++; /* the ';' */
             const size_t olen = strcspn(o, ",;");
@@ -633,34 +640,66 @@ static int check_models(const char *value, char *why, size_t why_len) {
     return config_models_parse(value, scratch, CONFIG_MAX_MODELS, &n, why, why_len);
 }
 
+/* Appends printf's text to buf[0, cap) at *n; once it overflows, *n stays
+ * past cap (and nothing more is written), so the caller checks *n < cap once
+ * at the end. */
+static void append(char *buf, size_t cap, size_t *n, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void append(char *buf, size_t cap, size_t *n, const char *fmt, ...) {
+    if (*n >= cap)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int w = vsnprintf(buf + *n, cap - *n, fmt, ap);
+    va_end(ap);
+    *n = w < 0 ? cap : *n + (size_t)w;
+}
+
 /* The text a JSON value of one model key stands for in the flag form, or
- * -1 when its type is wrong. */
-static int model_value_text(const char *key, const json_t *v, char *buf, size_t len) {
-    if (strcmp(key, "aliases") == 0 && json_is_array(v)) {
-        size_t n = 0, i;
-        const json_t *a;
-        buf[0] = '\0';
-        json_array_foreach(v, i, a) {
-            if (!json_is_string(a))
-                return -1;
-            n += (size_t)snprintf(buf + n, n < len ? len - n : 0, "%s%s", i ? "|" : "",
-                                  json_string_value(a));
+ * -1 with the reason in why when its type is not the key's exactly (as for
+ * every other setting: "truncate": "true" is refused). */
+static int model_value_text(const char *key, const json_t *v, char *buf, size_t len, char *why,
+                            size_t why_len) {
+    size_t n = 0;
+    buf[0] = '\0';
+    if (strcmp(key, "aliases") == 0) {
+        if (json_is_string(v)) { /* the file's comma list is the flag's | list */
+            for (const char *s = json_string_value(v); *s; s++)
+                append(buf, len, &n, "%c", *s == ',' ? '|' : *s);
+        } else if (json_is_array(v)) {
+            size_t i;
+            const json_t *a;
+            json_array_foreach(v, i, a) {
+                if (!json_is_string(a))
+                    return fail(why, why_len, "\"aliases\" is not an array of strings");
+                append(buf, len, &n, "%s%s", i ? "|" : "", json_string_value(a));
+            }
+        } else {
+            return fail(why, why_len, "\"aliases\" is not an array of strings or a string");
         }
-        return n < len ? 0 : -1;
+    } else if (strcmp(key, "max_seq_length") == 0) {
+        if (!json_is_integer(v))
+            return fail(why, why_len, "\"max_seq_length\" is not a JSON integer");
+        append(buf, len, &n, "%lld", (long long)json_integer_value(v));
+    } else if (strcmp(key, "truncate") == 0) {
+        if (!json_is_boolean(v))
+            return fail(why, why_len, "\"truncate\" is not a JSON boolean");
+        append(buf, len, &n, "%s", json_is_true(v) ? "true" : "false");
+    } else if (strcmp(key, "engine") == 0 || strcmp(key, "precision") == 0) {
+        if (!json_is_string(v))
+            return fail(why, why_len, "\"%s\" is not a JSON string", key);
+        append(buf, len, &n, "%s", json_string_value(v));
+    } else {
+        return fail(why, why_len,
+                    "unknown key \"%s\" (name, path, aliases, max_seq_length, truncate, engine, "
+                    "precision)",
+                    key);
     }
-    if (json_is_string(v)) {
-        const char *s = json_string_value(v);
-        size_t i = 0;
-        for (; s[i] && i + 1 < len; i++) /* the file's comma list is the flag's | list */
-            buf[i] = strcmp(key, "aliases") == 0 && s[i] == ',' ? '|' : s[i];
-        buf[i] = '\0';
-        return s[i] ? -1 : 0;
-    }
-    if (json_is_integer(v))
-        return snprintf(buf, len, "%lld", (long long)json_integer_value(v)) < (int)len ? 0 : -1;
-    if (json_is_boolean(v))
-        return snprintf(buf, len, "%s", json_is_true(v) ? "true" : "false"), 0;
-    return -1;
+    if (n >= len)
+        return fail(why, why_len, "\"%s\" is longer than %zu bytes", key, len - 1);
+    if (strpbrk(buf, ",;"))
+        return fail(why, why_len, "\"%s\" has a , or ;", key);
+    return 0;
 }
 
 /* The config file's array of objects as the flag form's text. Config
@@ -682,19 +721,17 @@ static int models_text_of_json(const json_t *arr, value *v, char *why, size_t wh
         if (*sep)
             return fail(why, why_len, "entry %zu: %s has one of the characters %s", i,
                         *sep == 'x' ? "name" : "path", *sep == 'x' ? ",;=|" : ",;");
-        n += (size_t)snprintf(text + n, n < sizeof text ? sizeof text - n : 0, "%s%s=%s",
-                              i ? "," : "", json_string_value(name), json_string_value(path));
+        append(text, sizeof text, &n, "%s%s=%s", i ? "," : "", json_string_value(name),
+               json_string_value(path));
         const char *key;
         const json_t *val;
         json_object_foreach((json_t *)m, key, val) {
             if (!strcmp(key, "name") || !strcmp(key, "path"))
                 continue;
-            char vt[1024];
-            if (model_value_text(key, val, vt, sizeof vt) != 0 || strpbrk(vt, ",;"))
-                return fail(why, why_len, "entry %zu: \"%s\" has the wrong type or a , or ;", i,
-                            key);
-            n += (size_t)snprintf(text + n, n < sizeof text ? sizeof text - n : 0, ";%s=%s", key,
-                                  vt);
+            char vt[1024], vwhy[160];
+            if (model_value_text(key, val, vt, sizeof vt, vwhy, sizeof vwhy) != 0)
+                return fail(why, why_len, "entry %zu: %s", i, vwhy);
+            append(text, sizeof text, &n, ";%s=%s", key, vt);
         }
     }
     if (n >= sizeof text)
@@ -711,7 +748,7 @@ static json_t *models_json(const char *text) {
     json_t *arr = json_array();
     if (!arr || config_models_parse(text, m, CONFIG_MAX_MODELS, &n, why, sizeof why) != 0) {
         json_decref(arr);
-        return json_string(text); /* validated when stored: only a vanished path gets here */
+        return json_string(text); /* validated when stored: only out of memory gets here */
     }
     for (size_t i = 0; i < n; i++) {
         json_t *o = json_pack("{s:s, s:s}", "name", m[i].name, "path", m[i].path);
@@ -1237,6 +1274,24 @@ static int copy_argv(config *cfg, int argc, char *const argv[]) {
 
 /* Everything after the program name, in precedence order. cfg is zeroed
  * on entry; on error the caller frees it. */
+/* With `models` set, `model` and model_aliases name nothing that is served:
+ * refused rather than ignored, so that a configuration meant for one model
+ * does not quietly serve others. */
+static int check_models_alone(const config *cfg, char *err, size_t err_len) {
+    if (!cfg->models[0])
+        return 0;
+    if (strcmp(cfg->model, find_setting("model")->s_def) != 0)
+        return fail(err, err_len,
+                    "setting \"models\" is set, and so is `model` (\"%.200s\"): with \"models\" "
+                    "each model's path is in its entry; unset `model`",
+                    cfg->model);
+    if (cfg->model_aliases[0])
+        return fail(err, err_len,
+                    "setting \"models\" is set, and so is model_aliases: with \"models\" each "
+                    "model's aliases are in its entry; unset model_aliases");
+    return 0;
+}
+
 static int build(config *cfg, int argc, char *const argv[], config_action *action, char *err,
                  size_t err_len) {
     flags fl = {0};
@@ -1261,7 +1316,7 @@ static int build(config *cfg, int argc, char *const argv[], config_action *actio
         if (set_from(cfg, fl.items[i].s, fl.items[i].value, NULL, fl.items[i].source, err,
                      err_len) != 0)
             goto out;
-    if (load_api_keys(cfg, err, err_len) != 0)
+    if (check_models_alone(cfg, err, err_len) != 0 || load_api_keys(cfg, err, err_len) != 0)
         goto out;
     *action = fl.action;
     rc = 0;

@@ -39,6 +39,7 @@ typedef struct config {
     int64_t connection_timeout_s;     /* idle connection closed after */
     int64_t max_body_bytes;           /* larger request bodies get 413 */
     int64_t max_request_memory_bytes; /* all requests together hold at most (membudget.h) */
+    int64_t memory_limit_bytes;       /* worst case allowed at start; 0: the cgroup's */
     int64_t request_timeout_ms;       /* deadline from arrival to answer */
     int64_t drain_timeout_s;          /* SIGTERM: answer in-flight work within */
     int64_t drain_linger_ms;          /* SIGTERM: keep accepting, answering with close */
@@ -109,7 +110,8 @@ typedef struct config_model {
  * ;truncate=true|false ;engine=E ;precision=P. In the config file the
  * setting is also an array of objects with those keys (aliases an array or
  * a comma-separated string), which config.c turns into this text. Names
- * and aliases are unique over all entries; a path must be a directory.
+ * and aliases are unique over all entries; paths are not looked at (a
+ * model that cannot be loaded fails at start).
  * Returns 0 with *n entries in out[0, cap), or -1 with a message in err. */
 int config_models_parse(const char *text, config_model *out, size_t cap, size_t *n, char *err,
                         size_t err_len);

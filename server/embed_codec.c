@@ -367,11 +367,10 @@ static embed_job *decode_openai(const embed_api *api, json_t *root, refusal *r) 
     }
     if (model && !api->accept_any_model &&
         !embed_model_known(api, json_string_value(model), json_string_length(model))) {
-        refuse(r, SRV_ENOTFOUND,
-               "The model `%.100s` does not exist; this service serves `%s`%s%s (GET /v1/models)",
-               json_string_value(model), api->model_name,
-               api->model_aliases && api->model_aliases[0] ? " also named " : "",
-               api->model_aliases ? api->model_aliases : "");
+        char served[160];
+        embed_models_served(api, served, sizeof served);
+        refuse(r, SRV_ENOTFOUND, "The model `%.60s` does not exist; served: %s",
+               json_string_value(model), served);
         r->param = "model";
         r->code = "model_not_found";
         return NULL;
@@ -584,6 +583,19 @@ bool embed_model_known(const embed_api *api, const char *name, size_t len) {
         a = end ? end + 1 : a + n;
     }
     return false;
+}
+
+void embed_models_served(const embed_api *api, char *buf, size_t cap) {
+    const size_t n = api->peers ? api->npeers : 1;
+    size_t used = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < n && used < cap; i++) {
+        const int w = snprintf(buf + used, cap - used, "%s`%s`", i ? ", " : "",
+                               (api->peers ? api->peers[i] : api)->model_name);
+        used = w < 0 ? cap : used + (size_t)w;
+    }
+    if (used < cap)
+        snprintf(buf + used, cap - used, " (their aliases: GET /v1/models)");
 }
 
 int embed_model_named(const embed_api *api, const json_t *root) {

@@ -104,6 +104,10 @@ int embed_check_task(const embed_api *api, embed_refusal *r);
 /* Whether name[0, len) is the served model's name or one of its aliases. */
 bool embed_model_known(const embed_api *api, const char *name, size_t len);
 
+/* The served models' names for an unknown model's message, as "`a`, `b`
+ * (their aliases: GET /v1/models)", cut to cap bytes. */
+void embed_models_served(const embed_api *api, char *buf, size_t cap);
+
 /* The index in api->peers of the model root's `model` names (its name or
  * an alias), or -1 when root names none, or none served (the route's own
  * model then answers, and refuses an unknown name as it always has). */

@@ -18,7 +18,8 @@ struct srv_engine {
     engine *eng;
     attn_parallel par;
     _Atomic(const attn_backend *) backend;
-    char check[160]; /* the precision's start-up check, for /info */
+    char check[160];  /* the precision's start-up check, for /info */
+    int metrics_slot; /* its model's metrics slot; -1: none */
 };
 
 static void log_registry(void) {
@@ -217,18 +218,22 @@ static int create_precisions(srv_engine *e, const engine_iface *iface, gemm_prec
     return rc;
 }
 
+void srv_engines_init(const char *plugin_dir) {
+    char err[512];
+    if (engine_registry_init(plugin_dir, err, sizeof err) < 0)
+        log_warn("cannot read plugin_dir; only built-in engines are offered",
+                 LOG_KV("plugin_dir", plugin_dir), LOG_KV("error", err));
+    log_registry();
+}
+
 int srv_engine_create(const srv_engine_options *o, srv_engine **out) {
     char err[512];
     *out = NULL;
-    if (engine_registry_init(o->plugin_dir, err, sizeof err) < 0)
-        log_warn("cannot read plugin_dir; only built-in engines are offered",
-                 LOG_KV("plugin_dir", o->plugin_dir), LOG_KV("error", err));
-    log_registry();
     const engine_iface *iface = NULL;
     gemm_precision precision = GEMM_FP32;
     if (engine_select(o->engine, o->precision, &iface, &precision, err, sizeof err) != ENGINE_OK) {
         log_error("engine refused", LOG_KV("engine", o->engine), LOG_KV("precision", o->precision),
-                  LOG_KV("reason", err));
+                  LOG_KV("reason", err), LOG_KV("model", o->model_name));
         return CONFIG_EXIT_INVALID;
     }
     srv_engine *e = calloc(1, sizeof *e);
@@ -237,6 +242,7 @@ int srv_engine_create(const srv_engine_options *o, srv_engine **out) {
         return 1;
     }
     e->par = tp_parallel(o->pool);
+    e->metrics_slot = -1;
     atomic_store(&e->backend, o->backend);
     /* `engine: auto` moves on to the next engine when the chosen one cannot
      * load this model (a GPU engine refuses a classifier head it has no
@@ -258,24 +264,24 @@ int srv_engine_create(const srv_engine_options *o, srv_engine **out) {
                                  sizeof next_err) != ENGINE_OK)
             break;
         log_warn("engine cannot serve this model; auto tries the next",
-                 LOG_KV("engine", iface->name), LOG_KV("reason", err), LOG_KV("next", next->name));
+                 LOG_KV("engine", iface->name), LOG_KV("reason", err), LOG_KV("next", next->name),
+                 LOG_KV("model", o->model_name));
         iface = next;
     }
     if (rc != ENGINE_OK) {
         log_error("cannot start the engine", LOG_KV("engine", iface->name),
                   LOG_KV("precision", o->precision), LOG_KV("problem", engine_strerror(rc)),
-                  LOG_KV("error", err));
+                  LOG_KV("error", err), LOG_KV("model", o->model_name));
         free(e);
         return rc == ENGINE_ENOMEM ? 1 : CONFIG_EXIT_INVALID;
     }
-    metrics_set_engine(iface->name, engine_precision_name(precision));
     engine_memory m;
     engine_memory_of(e->eng, &m);
     log_info("engine started", LOG_KV("engine", iface->name),
              LOG_KV("precision", engine_precision_name(precision)), LOG_KV("check", e->check),
              LOG_KV("weights_owned_bytes", m.weights_owned),
              LOG_KV("weights_mapped_bytes", m.weights_mapped),
-             LOG_KV("workspace_bytes", m.workspace));
+             LOG_KV("workspace_bytes", m.workspace), LOG_KV("model", o->model_name));
     log_blas(iface, precision);
     *out = e;
     return 0;
@@ -298,23 +304,31 @@ const char *srv_engine_precision(const srv_engine *e) {
     return engine_precision_name(engine_precision(e->eng));
 }
 
+void srv_engine_set_metrics_slot(srv_engine *e, int slot) {
+    e->metrics_slot = slot;
+}
+
 const attn_backend *srv_engine_backend(const srv_engine *e) {
     return atomic_load(&e->backend);
 }
 
 typedef struct swap_arg {
-    srv_engine *e;
+    srv_engine *const *e;
+    size_t n;
     const attn_backend *backend;
 } swap_arg;
 
+/* On the compute thread between two batches: every engine at once, so no
+ * batch of any model runs with a backend the others have left. */
 static int swap_backend(void *arg) {
     swap_arg *a = arg;
-    atomic_store(&a->e->backend, a->backend);
+    for (size_t i = 0; i < a->n; i++)
+        atomic_store(&a->e[i]->backend, a->backend);
     return SCHED_OK;
 }
 
-int srv_engine_set_backend(srv_engine *e, sched *s, const attn_backend *backend) {
-    swap_arg a = {e, backend};
+int srv_engine_set_backend(srv_engine *const *e, size_t n, sched *s, const attn_backend *backend) {
+    swap_arg a = {e, n, backend};
     return sched_call(s, swap_backend, &a);
 }
 
@@ -327,7 +341,7 @@ int srv_engine_forward(srv_engine *e, const engine_batch *b, const engine_hook *
     if (rc != ENGINE_OK)
         return rc;
     const engine_run *r = engine_last_run(e->eng);
-    metrics_engine_forward((double)r->ns * 1e-9, r->flops);
+    metrics_engine_forward(e->metrics_slot, (double)r->ns * 1e-9, r->flops);
     /* The attention time comes summed over layers; every layer has the same
      * shape and work, so each call is counted with an equal share (the
      * totals, and so GFLOP/s, are exact). */

@@ -25,6 +25,7 @@ typedef struct srv_engine_options {
     const char *precision;
     const char *plugin_dir;
     const char *model_dir;
+    const char *model_name; /* what the log lines name the model by */
     int32_t max_tokens, max_seqs;
     tp_pool *pool;
     /* Every attention backend a batch may be run with (reload, fallback). */
@@ -33,9 +34,13 @@ typedef struct srv_engine_options {
     const attn_backend *backend; /* the one in force at start */
 } srv_engine_options;
 
-/* Scans the registry (logging every engine offered or refused, with the
- * reason), resolves the settings and creates the engine (the model is
- * loaded here). Returns 0 and *out, or the process exit status: 2 for a
+/* Scans the registry once for the process (plugin_dir's engines beside
+ * the built-in ones), logging every engine offered or refused with the
+ * reason. Call before the first srv_engine_create. */
+void srv_engines_init(const char *plugin_dir);
+
+/* Resolves the settings against the registry and creates the engine (the
+ * model is loaded here). Returns 0 and *out, or the process exit status: 2 for a
  * setting or model the engine refuses, 1 when out of memory. */
 int srv_engine_create(const srv_engine_options *opt, srv_engine **out);
 void srv_engine_destroy(srv_engine *e);
@@ -44,12 +49,17 @@ const engine *srv_engine_instance(const srv_engine *e);
 const char *srv_engine_name(const srv_engine *e);
 const char *srv_engine_precision(const srv_engine *e); /* "fp32", "bf16", "int8" */
 
+/* The metrics slot (metrics_add_model's) its forwards are counted in;
+ * none until set. Set before serving. */
+void srv_engine_set_metrics_slot(srv_engine *e, int slot);
+
 /* The attention backend in force; safe from any thread. */
 const attn_backend *srv_engine_backend(const srv_engine *e);
 
-/* Switches the backend between two batches (through sched_call, so never
- * during one). Returns SCHED_OK or the sched_call error. */
-int srv_engine_set_backend(srv_engine *e, sched *s, const attn_backend *backend);
+/* Switches the backend of engines e[0, n) between two batches, all in one
+ * sched_call (so never during a batch, and every engine or none). Returns
+ * SCHED_OK or the sched_call error (then no engine switched). */
+int srv_engine_set_backend(srv_engine *const *e, size_t n, sched *s, const attn_backend *backend);
 
 /* Compute thread: one encoder forward of b through engine_forward, with
  * the backend in force read once (set in *ran) and hook for shadow

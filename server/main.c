@@ -5,6 +5,7 @@
  * Signals are blocked in every thread and taken synchronously by the main
  * thread with sigwaitinfo, so reload and drain run as ordinary code rather
  * than in signal handlers. */
+#include <assert.h>
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
@@ -60,13 +61,18 @@
  * Socket buffers are the kernel's, not the process's. */
 #define CONNECTION_BYTES HTTP_CONNECTION_BYTES
 
+/* Every model's kinds and metrics slot must have room: a change to one
+ * bound that forgets the others fails here, not at start. */
+static_assert(BATCH_MAX_KINDS >= 1 + 2 * CONFIG_MAX_MODELS, "an attention kind, two per model");
+static_assert(METRICS_MAX_MODELS >= CONFIG_MAX_MODELS, "a metrics slot per model");
+
 /* One served model: its directory, tokenizer, engine (which owns the
  * weights), embeddings service and the API modules' state for it. Every
- * model has its own; the compute pool, the scheduler (whose batches never
- * mix models: each model is a scheduler group), the HTTP server and the
+ * model has its own; the compute pool, the scheduler (each model is a
+ * scheduler group, so a batch is one forward of one model), the HTTP server and the
  * attention backend in force are the process's. */
 typedef struct served_model {
-    char name[256];          /* what `model` names it by */
+    char *name;              /* what `model` names it by */
     char *path;              /* its directory */
     char *aliases;           /* comma-separated other names */
     bool truncate;           /* the default of truncation */
@@ -95,7 +101,8 @@ typedef struct app {
      * model's and /v1/attention's. */
     served_model m[CONFIG_MAX_MODELS];
     size_t nm;
-    embed_api *eapis[CONFIG_MAX_MODELS]; /* each model's, for the modules' peers */
+    const char *model_names[CONFIG_MAX_MODELS]; /* m[i].name: the trace's model of group i */
+    embed_api *eapis[CONFIG_MAX_MODELS];        /* each model's, for the modules' peers */
     compat_api *compats[CONFIG_MAX_MODELS];
     score_api *scores[CONFIG_MAX_MODELS];
     srv_engine *engine;
@@ -211,6 +218,16 @@ static size_t threads_bytes(void) {
     return threads * stack;
 }
 
+/* One model's weights and workspace. */
+static void model_memory(const served_model *sm, json_int_t *owned, json_int_t *mapped,
+                         json_int_t *workspace) {
+    engine_memory em;
+    engine_memory_of(srv_engine_instance(sm->engine), &em);
+    *owned = (json_int_t)em.weights_owned;
+    *mapped = (json_int_t)em.weights_mapped;
+    *workspace = (json_int_t)(embed_service_workspace_bytes(sm->embed) + em.workspace);
+}
+
 /* The most memory the configuration lets the service hold:
  *   weights            the model, owned and mapped (every page of the mapped
  *                      file is read by each forward, so it is resident)
@@ -233,19 +250,9 @@ static size_t threads_bytes(void) {
  * one line's heap while written); allocator fragmentation. Measured: 1500
  * idle connections with 3 KiB of headers and 4 KiB of a body in cost
  * 12.7 KiB each (4 KiB of it body, charged to the budget) against
- * CONNECTION_BYTES' 23. */
-/* One model's weights and workspace. */
-static void model_memory(const served_model *sm, json_int_t *owned, json_int_t *mapped,
-                         json_int_t *workspace) {
-    engine_memory em;
-    engine_memory_of(srv_engine_instance(sm->engine), &em);
-    *owned = (json_int_t)em.weights_owned;
-    *mapped = (json_int_t)em.weights_mapped;
-    *workspace = (json_int_t)(embed_service_workspace_bytes(sm->embed) + em.workspace);
-}
-
-/* Several models: each one's weights and workspace are summed (each
- * engine owns its weights and a workspace sized for a whole batch). */
+ * CONNECTION_BYTES' 23. Several models: each one's weights and workspace
+ * are summed (each engine owns its weights and a workspace sized for a
+ * whole batch). */
 static json_t *memory_json(const app *a) {
     const config *c = &a->cfg;
     json_int_t owned = 0, mapped = 0, model_ws = 0;
@@ -281,6 +288,56 @@ static size_t worst_case_bytes(const app *a) {
     size_t worst = (size_t)json_integer_value(json_object_get(m, "worst_case_bytes"));
     json_decref(m);
     return worst;
+}
+
+/* The memory the process may use: the setting, else the cgroup's limit (v2
+ * memory.max, v1 memory.limit_in_bytes); 0 when there is none ("max", or
+ * no such file). */
+static uint64_t memory_limit(const config *c, const char **from) {
+    if (c->memory_limit_bytes > 0) {
+        *from = "memory_limit_bytes";
+        return (uint64_t)c->memory_limit_bytes;
+    }
+    static const char *const files[] = {"/sys/fs/cgroup/memory.max",
+                                        "/sys/fs/cgroup/memory/memory.limit_in_bytes"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        FILE *f = fopen(files[i], "r");
+        if (!f)
+            continue;
+        char text[64] = "";
+        const bool read = fgets(text, sizeof text, f) != NULL;
+        fclose(f);
+        char *end;
+        errno = 0;
+        const unsigned long long v = read ? strtoull(text, &end, 10) : 0;
+        *from = files[i];
+        return read && end != text && !errno ? (uint64_t)v : 0; /* "max": none */
+    }
+    return 0;
+}
+
+/* Start refuses a configuration whose worst case is above the memory it
+ * may use: it would be killed under load instead, when the budget fills.
+ * Returns 0, or the exit status with the worst case, the limit and each
+ * model's share logged. */
+static int check_memory_limit(const app *a) {
+    const char *from = NULL;
+    const uint64_t limit = memory_limit(&a->cfg, &from);
+    const size_t worst = worst_case_bytes(a);
+    if (!limit || worst <= limit)
+        return 0;
+    log_error("the worst-case memory is above the memory limit; lower max_batch_tokens, "
+              "max_connections, max_request_memory_bytes or the models, or raise the limit",
+              LOG_KV("worst_case_bytes", (uint64_t)worst), LOG_KV("limit_bytes", limit),
+              LOG_KV("limit_from", from));
+    for (size_t i = 0; i < a->nm; i++) {
+        json_int_t owned, mapped, ws;
+        model_memory(&a->m[i], &owned, &mapped, &ws);
+        log_error("the worst-case memory's share of a model", LOG_KV("model", a->m[i].name),
+                  LOG_KV("weights_bytes", (int64_t)(owned + mapped)),
+                  LOG_KV("workspace_bytes", (int64_t)ws));
+    }
+    return CONFIG_EXIT_INVALID;
 }
 
 static json_t *model_json(const served_model *sm) {
@@ -430,7 +487,8 @@ static json_t *info_json(app *a) {
          json_object_set_new(info, "fallback_active", json_boolean(b != a->configured)) ||
          json_object_set_new(info, "selftest", backend_selftest_json()) ||
          json_object_set_new(info, "engine",
-                             srv_engine_info(a->engine, c->engine, c->precision, c->plugin_dir)) ||
+                             srv_engine_info(a->engine, a->m[0].engine_setting,
+                                             a->m[0].precision_setting, c->plugin_dir)) ||
          json_object_set_new(info, "verification", verification_json(a)) ||
          json_object_set_new(info, "models", models_json(a)) ||
          /* Chunking's bound beside the other request limits. */
@@ -490,6 +548,18 @@ static attn_shape model_bounds_of(const app *a, size_t i, const config *c) {
     return encoder_attn_shape(a->m[i].mcfg, (int)c->max_batch_tokens);
 }
 
+/* Whether backend can run every model's batches; why says which it
+ * refuses. */
+static bool runs_every_model(const app *a, const config *c, const attn_backend *backend, char *why,
+                             size_t why_len) {
+    for (size_t i = 0; i < a->nm; i++) {
+        attn_shape model = model_bounds_of(a, i, c);
+        if (backend->supports(&model, why, why_len) != ATTN_OK)
+            return false;
+    }
+    return true;
+}
+
 /* Resolves a backend name for the attention endpoint's bounds and every
  * model's: the backend in force runs every batch, whichever model's. */
 static int resolve_backend(const app *a, const config *c, const char *name,
@@ -497,22 +567,16 @@ static int resolve_backend(const app *a, const config *c, const char *name,
     attn_shape bounds = bounds_of(c);
     if (attn_backend_select(name, &bounds, out, why, why_len) != ATTN_OK)
         return -1;
-    for (size_t i = 0; i < a->nm; i++) {
-        attn_shape model = model_bounds_of(a, i, c);
-        if ((*out)->supports(&model, why, why_len) != ATTN_OK)
-            return -1;
-    }
-    return 0;
+    return runs_every_model(a, c, *out, why, why_len) ? 0 : -1;
 }
 
-/* Switches every model's engine to backend, between batches. */
+/* Switches every model's engine to backend in one step between batches:
+ * all of them or, on an error, none. */
 static int set_backend(app *a, const attn_backend *backend) {
-    for (size_t i = 0; i < a->nm; i++) {
-        int rc = srv_engine_set_backend(a->m[i].engine, a->sched, backend);
-        if (rc != SCHED_OK)
-            return rc;
-    }
-    return SCHED_OK;
+    srv_engine *engines[CONFIG_MAX_MODELS];
+    for (size_t i = 0; i < a->nm; i++)
+        engines[i] = a->m[i].engine;
+    return srv_engine_set_backend(engines, a->nm, a->sched, backend);
 }
 
 /* A backend that can run the configured shapes and passed its start-up
@@ -757,6 +821,22 @@ static char *dup_or_null(const char *s, bool *oom) {
     return d;
 }
 
+/* A copy of the directory's last component, which names the one model:
+ * "models/x/" is "x". */
+static char *dir_name(const char *path, bool *oom) {
+    size_t end = strlen(path);
+    while (end > 1 && path[end - 1] == '/')
+        end--;
+    size_t start = end;
+    while (start > 0 && path[start - 1] != '/')
+        start--;
+    if (start == end) /* "/" */
+        start = 0;
+    char *d = strndup(path + start, end - start);
+    *oom = *oom || !d;
+    return d;
+}
+
 /* The served models from the settings: the `models` list, or else the one
  * `model` (named by its directory's last component, "models/x/" is "x")
  * with model_aliases, max_seq_length and truncate. Copies, since a reload
@@ -771,22 +851,23 @@ static int configure_models(app *a) {
         log_error("setting \"models\" is invalid", LOG_KV("error", err));
         return CONFIG_EXIT_INVALID;
     }
-    if (n == 0) {
-        list[0] = (config_model){.max_seq_length = c->max_seq_length, .truncate = c->truncate};
-        snprintf(list[0].path, sizeof list[0].path, "%s", c->model);
-        snprintf(list[0].name, sizeof list[0].name, "%s", c->model);
-        for (size_t k = strlen(list[0].name); k > 1 && list[0].name[k - 1] == '/'; k--)
-            list[0].name[k - 1] = '\0';
-        const char *slash = strrchr(list[0].name, '/');
-        if (slash && slash[1])
-            memmove(list[0].name, slash + 1, strlen(slash + 1) + 1);
-        snprintf(list[0].aliases, sizeof list[0].aliases, "%s", c->model_aliases);
-        n = 1;
-    }
     bool oom = false;
+    if (n == 0) {
+        /* The one `model`, from the settings themselves: nothing is cut to
+         * a buffer's size (a long path must still name its model). */
+        served_model *sm = &a->m[0];
+        sm->path = dup_or_null(c->model, &oom);
+        sm->name = dir_name(c->model, &oom);
+        sm->aliases = dup_or_null(c->model_aliases, &oom);
+        sm->engine_setting = dup_or_null(c->engine, &oom);
+        sm->precision_setting = dup_or_null(c->precision, &oom);
+        sm->truncate = c->truncate;
+        sm->max_seq_setting = c->max_seq_length;
+        a->nm = 1;
+    }
     for (size_t i = 0; i < n; i++) {
         served_model *sm = &a->m[i];
-        snprintf(sm->name, sizeof sm->name, "%s", list[i].name);
+        sm->name = dup_or_null(list[i].name, &oom);
         sm->path = dup_or_null(list[i].path, &oom);
         sm->aliases = dup_or_null(list[i].aliases, &oom);
         sm->engine_setting = dup_or_null(list[i].engine[0] ? list[i].engine : c->engine, &oom);
@@ -808,15 +889,9 @@ static int configure_models(app *a) {
  * reload may select, so each model workspace holds scratch for each. */
 static size_t model_backends(const app *a, const attn_backend **out, size_t cap) {
     size_t n = 0;
-    for (const attn_backend *const *b = attn_backends(); *b && n < cap; b++) {
-        bool all = true;
-        for (size_t i = 0; i < a->nm && all; i++) {
-            attn_shape model = model_bounds_of(a, i, &a->cfg);
-            all = (*b)->supports(&model, NULL, 0) == ATTN_OK;
-        }
-        if (all)
+    for (const attn_backend *const *b = attn_backends(); *b && n < cap; b++)
+        if (runs_every_model(a, &a->cfg, *b, NULL, 0))
             out[n++] = *b;
-    }
     return n;
 }
 
@@ -829,6 +904,7 @@ static int start_model(app *a, served_model *sm, const attn_backend *backend,
                                    .precision = sm->precision_setting,
                                    .plugin_dir = c->plugin_dir,
                                    .model_dir = sm->path,
+                                   .model_name = sm->name,
                                    .max_tokens = (int32_t)c->max_batch_tokens,
                                    .max_seqs = (int32_t)c->max_batch_requests,
                                    .pool = a->pool,
@@ -876,19 +952,31 @@ static int start_model(app *a, served_model *sm, const attn_backend *backend,
                   LOG_KV("error", err));
         return CONFIG_EXIT_INVALID;
     }
-    metrics_add_model(sm->name, s->classifier ? "classify" : "embed", srv_engine_name(sm->engine),
-                      srv_engine_precision(sm->engine));
+    /* The metrics slot is the scheduler group: on_batch counts group i's
+     * batches in slot i. */
+    if (metrics_add_model(sm->name, s->classifier ? "classify" : "embed",
+                          srv_engine_name(sm->engine),
+                          srv_engine_precision(sm->engine)) != (int)i) {
+        log_error("cannot register the model's metrics", LOG_KV("model", sm->name));
+        return 1;
+    }
+    srv_engine_set_metrics_slot(sm->engine, (int)i);
+    a->model_names[i] = sm->name;
     a->eapis[i] = e;
     a->compats[i] = &sm->compat;
     a->scores[i] = &sm->score;
     return 0;
 }
 
-/* The first model whose task is classify (with one label when reranker),
- * or -1. */
+/* The first classifier with one label (reranker) or with more (not), else
+ * the first classifier of any kind, or -1: rerank routes prefer a
+ * reranker, /predict and /classify a classifier of several labels. */
 static int first_classifier(const app *a, bool reranker) {
     for (size_t i = 0; i < a->nm; i++)
-        if (a->m[i].score.classifier && (!reranker || a->m[i].score.num_labels == 1))
+        if (a->m[i].score.classifier && (a->m[i].score.num_labels == 1) == reranker)
+            return (int)i;
+    for (size_t i = 0; i < a->nm; i++)
+        if (a->m[i].score.classifier)
             return (int)i;
     return -1;
 }
@@ -965,12 +1053,16 @@ static int start(app *a) {
     /* Every backend that could serve is self-tested on this machine before
      * /ready turns 200; one that fails is never used (choose_backend and
      * reload_backend go through select_backend). */
-    const attn_selftest_spec spec = backend_selftest_spec(a->m[0].mcfg);
+    const encoder_info *infos[CONFIG_MAX_MODELS];
+    for (size_t i = 0; i < a->nm; i++)
+        infos[i] = a->m[i].mcfg;
+    attn_selftest_spec specs[CONFIG_MAX_MODELS];
+    const size_t nspecs = backend_selftest_specs(infos, a->nm, specs);
     attn_shape shapes[1 + CONFIG_MAX_MODELS] = {bounds_of(c)};
     for (size_t i = 0; i < a->nm; i++)
         shapes[1 + i] = model_bounds_of(a, i, c);
     const attn_parallel par = tp_parallel(a->pool);
-    if (backend_selftest_start(&spec, shapes, 1 + a->nm, &par) != 0)
+    if (backend_selftest_start(specs, nspecs, shapes, 1 + a->nm, &par) != 0)
         return 1;
     const attn_backend *backend = choose_backend(a);
     if (!backend) {
@@ -986,10 +1078,12 @@ static int start(app *a) {
         log_error("out of memory");
         return 1;
     }
+    srv_engines_init(c->plugin_dir);
     for (size_t i = 0; i < a->nm; i++)
         if ((rc = start_model(a, &a->m[i], backend, usable, nusable)) != 0)
             return rc;
     a->engine = a->m[0].engine;
+    batch_runner_set_models(a->runner, a->model_names, a->nm);
     a->svc = attn_service_create((int32_t)c->max_batch_tokens, (int32_t)c->max_batch_requests,
                                  a->pool, a->engine, err, sizeof err);
     if (!a->svc) {
@@ -1009,11 +1103,8 @@ static int start(app *a) {
     metrics_set_workspace_bytes(workspace_bytes(a));
     metrics_set_backend(backend);
 
-    sched_config sc = {.limits = limits_of(c),
-                       .run_batch = batch_run,
-                       .run_ctx = a->runner,
-                       .on_batch = on_batch,
-                       .observer_ctx = a};
+    sched_config sc = {
+        .limits = limits_of(c), .run_batch = batch_run, .run_ctx = a->runner, .on_batch = on_batch};
     rc = sched_create(&a->sched, &sc);
     if (rc != SCHED_OK) {
         log_error("cannot start the scheduler", LOG_KV("error", sched_strerror(rc)));
@@ -1223,6 +1314,7 @@ static void stop(app *a) {
         tok_free(sm->tok);
         encoder_desc_free(sm->mdesc);
         compat_api_free(&sm->compat);
+        free(sm->name);
         free(sm->path);
         free(sm->aliases);
         free(sm->engine_setting);
@@ -1305,6 +1397,10 @@ int main(int argc, char **argv) {
     /* Every thread and mapping exists now. */
     a.code_bytes = code_bytes();
     a.threads_bytes = threads_bytes();
+    if ((rc = check_memory_limit(&a)) != 0) {
+        stop(&a);
+        return rc;
+    }
     metrics_set_memory(worst_case_bytes(&a), &a.budget);
     atomic_store(&a.ready, true);
     metrics_set_ready(1);

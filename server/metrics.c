@@ -82,15 +82,12 @@ static struct {
         double max_error_ratio;
     } selftest[MAX_BACKENDS];
     _Atomic int fallback_active;
-    /* The engine in force (restart-only, so one per process) and its
-     * forwards. */
-    _Atomic(const char *) engine, precision;
-    _Atomic uint64_t engine_ns, engine_forwards, engine_mflop;
-    /* Each served model (written at start before any reader exists) and
-     * the batches, requests and tokens it ran. */
+    /* Each served model (written at start before any reader exists): the
+     * batches, requests and tokens it ran, and its engine's forwards. */
     struct {
         const char *name, *task, *engine, *precision;
         _Atomic uint64_t batches, requests, tokens;
+        _Atomic uint64_t engine_ns, engine_forwards, engine_mflop;
     } model[METRICS_MAX_MODELS];
     int nmodels;
 } M;
@@ -642,41 +639,19 @@ static void render_verify(FILE *f) {
     }
 }
 
-void metrics_set_engine(const char *engine, const char *precision) {
-    atomic_store(&M.precision, precision);
-    atomic_store(&M.engine, engine);
-}
-
-void metrics_engine_forward(double seconds, double flops) {
-    atomic_fetch_add_explicit(&M.engine_ns, (uint64_t)llround(seconds * 1e9), memory_order_relaxed);
-    atomic_fetch_add_explicit(&M.engine_forwards, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&M.engine_mflop, (uint64_t)llround(flops * 1e-6),
+void metrics_engine_forward(int slot, double seconds, double flops) {
+    if (slot < 0 || slot >= M.nmodels)
+        return;
+    atomic_fetch_add_explicit(&M.model[slot].engine_ns, (uint64_t)llround(seconds * 1e9),
+                              memory_order_relaxed);
+    atomic_fetch_add_explicit(&M.model[slot].engine_forwards, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&M.model[slot].engine_mflop, (uint64_t)llround(flops * 1e-6),
                               memory_order_relaxed);
 }
 
-static void render_engine(FILE *f) {
-    const char *engine = atomic_load(&M.engine), *precision = atomic_load(&M.precision);
-    if (!engine)
-        return;
-    header(f, "attnserve_engine_info", "gauge",
-           "The engine running the encoder and its precision (always 1).");
-    fprintf(f, "attnserve_engine_info{engine=\"%s\",precision=\"%s\"} 1\n", engine, precision);
-    header(f, "attnserve_engine_forward_seconds_total", "counter",
-           "Wall time in the engine's encoder forwards.");
-    fprintf(f, "attnserve_engine_forward_seconds_total{engine=\"%s\",precision=\"%s\"} %.9g\n",
-            engine, precision, (double)load(&M.engine_ns) * 1e-9);
-    header(f, "attnserve_engine_forwards_total", "counter", "Encoder forwards run.");
-    fprintf(f, "attnserve_engine_forwards_total{engine=\"%s\",precision=\"%s\"} %llu\n", engine,
-            precision, (unsigned long long)load(&M.engine_forwards));
-    header(f, "attnserve_engine_flops_total", "counter",
-           "Floating-point operations of the encoder forwards (GEMMs and attention).");
-    fprintf(f, "attnserve_engine_flops_total{engine=\"%s\",precision=\"%s\"} %.6g\n", engine,
-            precision, (double)load(&M.engine_mflop) * 1e6);
-}
-
 /* Model names are validated settings (letters, digits, ._-/:@+) or a
- * directory's last component, which could hold a quote or backslash: those
- * are escaped as the exposition format asks. */
+ * directory's last component, which could hold a quote, backslash or line
+ * feed: those are escaped as the exposition format asks. */
 static void label_value(FILE *f, const char *v) {
     for (; *v; v++) {
         if (*v == '"' || *v == '\\')
@@ -685,6 +660,47 @@ static void label_value(FILE *f, const char *v) {
             fputs("\\n", f);
         else
             fputc(*v, f);
+    }
+}
+
+/* name{model="...",engine="...",precision="..."}: a model's engine series. */
+static void engine_labels(FILE *f, const char *name, int i) {
+    fprintf(f, "%s{model=\"", name);
+    label_value(f, M.model[i].name);
+    fputs("\",engine=\"", f);
+    label_value(f, M.model[i].engine);
+    fputs("\",precision=\"", f);
+    label_value(f, M.model[i].precision);
+    fputs("\"} ", f);
+}
+
+/* Each model's engine and its forwards: one series per model, since each
+ * model has its own engine (and may have its own precision). */
+static void render_engine(FILE *f) {
+    if (!M.nmodels)
+        return;
+    header(f, "attnserve_engine_info", "gauge",
+           "Each model's engine running its encoder and its precision (always 1).");
+    for (int i = 0; i < M.nmodels; i++) {
+        engine_labels(f, "attnserve_engine_info", i);
+        fputs("1\n", f);
+    }
+    header(f, "attnserve_engine_forward_seconds_total", "counter",
+           "Wall time in each model's encoder forwards.");
+    for (int i = 0; i < M.nmodels; i++) {
+        engine_labels(f, "attnserve_engine_forward_seconds_total", i);
+        fprintf(f, "%.9g\n", (double)load(&M.model[i].engine_ns) * 1e-9);
+    }
+    header(f, "attnserve_engine_forwards_total", "counter", "Encoder forwards run per model.");
+    for (int i = 0; i < M.nmodels; i++) {
+        engine_labels(f, "attnserve_engine_forwards_total", i);
+        fprintf(f, "%llu\n", (unsigned long long)load(&M.model[i].engine_forwards));
+    }
+    header(f, "attnserve_engine_flops_total", "counter",
+           "Floating-point operations of each model's encoder forwards (GEMMs and attention).");
+    for (int i = 0; i < M.nmodels; i++) {
+        engine_labels(f, "attnserve_engine_flops_total", i);
+        fprintf(f, "%.6g\n", (double)load(&M.model[i].engine_mflop) * 1e6);
     }
 }
 

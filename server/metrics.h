@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "config.h"
 #include "kernels/attention.h"
 #include "scheduler.h"
 
@@ -55,7 +56,7 @@ void metrics_batch(const sched_batch *b);
 /* Each served model, registered at start in order (its slot is its
  * scheduler group); the strings must outlive the process's serving.
  * Returns the slot, or -1 past METRICS_MAX_MODELS. */
-#define METRICS_MAX_MODELS 8
+#define METRICS_MAX_MODELS CONFIG_MAX_MODELS
 int metrics_add_model(const char *name, const char *task, const char *engine,
                       const char *precision);
 /* A finished batch of model slot: attnserve_model_*_total{model=...}. */
@@ -109,12 +110,11 @@ void metrics_verify_skipped(void);
 void metrics_trace_line(int written);
 
 /* ---- the engine (server/engine.h) ----
- * attnserve_engine_info{engine,precision} and the forward counters. engine
- * and precision must outlive the process (the engine table's name, a
- * static precision name); set once at start. */
-void metrics_set_engine(const char *engine, const char *precision);
-/* One encoder forward: wall seconds and its FLOPs (engine_flops). */
-void metrics_engine_forward(double seconds, double flops);
+ * attnserve_engine_info{model,engine,precision} and the forward counters,
+ * one series per model registered by metrics_add_model (its engine and
+ * precision). One encoder forward of model slot's engine: wall seconds and
+ * its FLOPs (engine_flops). */
+void metrics_engine_forward(int slot, double seconds, double flops);
 
 /* The exposition text (malloc'd, NUL-terminated, *len without the NUL), or
  * NULL when out of memory. */

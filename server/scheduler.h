@@ -80,9 +80,10 @@ struct sched_req {
     int32_t n_seqs;       /* sequences (inputs), >= 1 */
     uint64_t deadline_ns; /* drop if still queued at this sched_now_ns(); 0: none */
     sched_done_fn done;
-    /* Requests of different groups never share a batch (each served model
-     * is a group: its batch runs on its own encoder). sched_req_init sets 0;
-     * the caller may set it before submitting. */
+    /* Requests of different groups never share a batch: each served model
+     * is a group, so that a batch is one forward of one model's engine
+     * (the batch limits bound that forward) and counts for one model.
+     * sched_req_init sets 0; the caller may set it before submitting. */
     uint32_t group;
 
     /* Set by the scheduler before done is called; read them in done or later.

@@ -389,10 +389,10 @@ static int check_model(const score_api *s, json_t *model, refusal *r) {
     if (!api->accept_any_model &&
         !embed_model_known(api, json_string_value(model), json_string_length(model))) {
         r->code = "model_not_found";
-        return refuse(
-            r, SRV_ENOTFOUND,
-            "The model `%.100s` does not exist; this service serves `%s` (GET /v1/models)",
-            json_string_value(model), api->model_name);
+        char served[160];
+        embed_models_served(api, served, sizeof served);
+        return refuse(r, SRV_ENOTFOUND, "The model `%.60s` does not exist; served: %s",
+                      json_string_value(model), served);
     }
     r->param = NULL;
     return SRV_OK;

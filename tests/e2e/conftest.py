@@ -57,6 +57,9 @@ class Server:
     def __init__(self, workdir, env=None, **settings):
         self.workdir = workdir
         self.settings = dict(BASE_SETTINGS, **settings)
+        # `models` names every model's path; the base `model` beside it is refused.
+        if "models" in settings or "ATTNSERVE_MODELS" in (env or {}):
+            self.settings.pop("model", None)
         self.settings.setdefault("port", free_port())
         self.config_path = os.path.join(workdir, "attnserve-%d.json" % self.settings["port"])
         self.write_config()

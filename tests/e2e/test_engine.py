@@ -16,6 +16,9 @@ import requests
 import conftest
 from conftest import JSON, MODEL_DIR, free_port, wait_for
 
+# The engine series carry the model they count (one series per served model).
+MODEL = os.path.basename(MODEL_DIR.rstrip("/"))
+
 GOLDEN = json.load(open(os.path.join(conftest.ROOT, "tests", "golden", "embeddings.json")))
 TEXTS = [c for c in GOLDEN["mean_normalized"] if c["text"] and len(c["ids"]) <= 64][:12]
 MIN_COSINE = 0.99999  # test_model.c's floor against PyTorch
@@ -99,7 +102,7 @@ def test_reduced_precision_serves_within_its_floor(start_server, precision):
     r = requests.post(s.url("/embed"), headers=JSON, data=json.dumps({"inputs": "hi"}),
                       timeout=30)
     assert r.status_code == 200 and r.headers["x-precision"] == precision
-    assert s.metric("attnserve_engine_info", engine="cpu", precision=precision) == 1
+    assert s.metric("attnserve_engine_info", model=MODEL, engine="cpu", precision=precision) == 1
 
 
 def test_default_is_the_builtin_cpu_engine_in_fp32(start_server):
@@ -113,7 +116,8 @@ def test_default_is_the_builtin_cpu_engine_in_fp32(start_server):
         [("cpu", "built-in", True)]
     assert i["engines"][0]["precisions"] == ["fp32"] + cpu_reduced_precisions()
     assert i["weights_mapped_bytes"] > 0 and i["workspace_bytes"] > 0
-    before = s.metric("attnserve_engine_forwards_total", engine="cpu", precision="fp32")
+    before = s.metric("attnserve_engine_forwards_total", model=MODEL, engine="cpu",
+                      precision="fp32")
     assert_golden(s, "cpu")
     r = requests.post(s.url("/embed"), headers=JSON, data=json.dumps({"inputs": "hi"}),
                       timeout=30)
@@ -124,8 +128,8 @@ def test_default_is_the_builtin_cpu_engine_in_fp32(start_server):
         h = requests.get(s.url(path), timeout=5).headers
         assert "x-engine" not in h and "x-precision" not in h
     m = s.metrics()
-    assert m[("attnserve_engine_info", (("engine", "cpu"), ("precision", "fp32")))] == 1
-    key = (("engine", "cpu"), ("precision", "fp32"))
+    key = (("engine", "cpu"), ("model", MODEL), ("precision", "fp32"))
+    assert m[("attnserve_engine_info", key)] == 1
     assert m[("attnserve_engine_forwards_total", key)] >= before + 2
     assert m[("attnserve_engine_flops_total", key)] > 0
     assert m[("attnserve_engine_forward_seconds_total", key)] > 0
@@ -141,7 +145,8 @@ def test_plugin_engine_serves(start_server):
     assert by_name["cpu"]["offered"] and by_name["cpu-avx512"]["offered"]
     assert by_name["cpu-avx512"]["origin"].endswith("engines/cpu-avx512.so")
     assert_golden(s, "cpu-avx512")
-    assert s.metric("attnserve_engine_info", engine="cpu-avx512", precision="fp32") == 1
+    assert s.metric("attnserve_engine_info", model=MODEL, engine="cpu-avx512",
+                    precision="fp32") == 1
     assert "engine offered engine=cpu-avx512" in s.log_text()
 
 

@@ -4,9 +4,9 @@ One server serves all-MiniLM-L6-v2 (an embedder, with an alias), the tiny
 one-label XLM-R cross-encoder and the tiny three-label BERT classifier of
 tests/golden/make_task_models.py. Each model's answers must equal what a
 server of that model alone gives (cosine >= 1 - 1e-6, |score difference| <=
-1e-4), whichever route and however requests to different models interleave:
-a batch holding two models' inputs would run one model's encoder over the
-other's tokens and change the answers. Routing is by `model` (name or
+1e-4), whichever route and however requests to different models interleave;
+each batch holds one model's requests (one forward of that model, counted
+for it in the per-model metrics and the trace). Routing is by `model` (name or
 alias); TEI's routes, which carry none, go to the first model of their task;
 an unknown name is each API's 404 in its own shape, a model of the wrong
 task TEI's 424."""
@@ -21,7 +21,7 @@ import time
 import pytest
 import requests
 
-from conftest import BIN, JSON, ROOT, Server
+from conftest import BIN, JSON, ROOT, Server, free_port, wait_for
 
 MINILM = os.path.join(ROOT, "models", "all-MiniLM-L6-v2")
 RERANKER = os.path.join(ROOT, "tests", "golden", "xlmr-cls-tiny")
@@ -63,7 +63,8 @@ def tei_error(r, status):
 
 @pytest.fixture(scope="module")
 def multi(tmp_path_factory):
-    s = Server(str(tmp_path_factory.mktemp("multi")), models=MODELS)
+    # A limit far above the worst case: start checks it and serves.
+    s = Server(str(tmp_path_factory.mktemp("multi")), models=MODELS, memory_limit_bytes=1 << 40)
     yield s
     s.check_clean_exit(s.stop())
 
@@ -146,17 +147,22 @@ def test_rerank_and_score_routes(multi, alone):
     same_scores(got, {i: want[i] for i in (0, 1)})
 
 
-def test_classifier_by_name_and_predict_to_the_first_classifier(multi, alone):
+def test_classifier_by_name_and_predict_to_the_first_multi_label_classifier(multi, alone):
     r = post(multi, "/classify", {"model": "classify", "input": TEXTS})
     w = post(alone["classify"], "/classify", {"input": TEXTS})
     assert r.status_code == 200 and w.status_code == 200, (r.text, w.text)
     for g, x in zip(r.json()["data"], w.json()["data"]):
         same_scores({d["label"]: d["score"] for d in g}, {d["label"]: d["score"] for d in x})
-    # /predict has no model field: the first classifier, here the reranker.
-    r = post(multi, "/predict", {"inputs": [QUERY, TEXTS[0]]})
-    w = post(alone["rerank"], "/predict", {"inputs": [QUERY, TEXTS[0]]})
+    # /predict and /classify without a model: the first classifier of several
+    # labels, though the one-label reranker comes before it.
+    r = post(multi, "/predict", {"inputs": TEXTS[0]})
+    w = post(alone["classify"], "/predict", {"inputs": TEXTS[0]})
     assert r.status_code == 200 and w.status_code == 200, (r.text, w.text)
-    assert abs(r.json()[0]["score"] - w.json()[0]["score"]) <= MAX_DIFF
+    same_scores({d["label"]: d["score"] for d in r.json()},
+                {d["label"]: d["score"] for d in w.json()})
+    r = post(multi, "/classify", {"input": TEXTS})
+    assert r.status_code == 200, r.text
+    assert len(r.json()["data"][0]) == 3
 
 
 def test_unknown_model_in_each_api_shape(multi):
@@ -168,6 +174,11 @@ def test_unknown_model_in_each_api_shape(multi):
     openai_error(post(multi, "/score", {"model": "nope", "text_1": "a", "text_2": "b"}), 404)
     openai_error(post(multi, "/classify", {"model": "nope", "input": ["a"]}), 404)
     openai_error(requests.get(multi.url("/v1/models/nope"), timeout=10), 404)
+    # llama.cpp's /embedding routes by `model` as the others: unknown is 404.
+    e = openai_error(post(multi, "/embedding", {"content": "x", "model": "nope"}), 404)
+    assert e["code"] == "model_not_found"
+    # The message names what is served, not only the route's own model.
+    assert "`minilm`, `rerank`, `classify`" in e["message"], e
 
 
 def test_wrong_task_is_424(multi):
@@ -189,7 +200,7 @@ def test_models_lists_every_model(multi):
     r = requests.get(multi.url("/models"), timeout=10)
     assert r.status_code == 200
     assert [(m["id"], m["capabilities"]) for m in r.json()["data"]] == [
-        ("minilm", ["embed"]), ("rerank", ["classify"]), ("classify", ["classify"])]
+        ("minilm", ["embed"]), ("rerank", ["rerank"]), ("classify", ["classify"])]
 
 
 def test_info_lists_models_and_sums_memory(multi, alone):
@@ -229,9 +240,14 @@ def test_metrics_carry_the_model_label(multi):
         assert r.returncode == 0, r.stdout + r.stderr
 
 
-def test_interleaved_requests_never_share_a_batch(multi, alone):
+def test_interleaved_requests_never_share_a_batch(multi, alone, tmp_path):
     want_e = [d["embedding"] for d in embeddings(alone["minilm"], TEXTS)["data"]]
     want_r = scores(alone["rerank"], "/v1/rerank", {"query": QUERY, "documents": TEXTS})
+    trace = tmp_path / "trace.jsonl"
+    reloads = multi.log_text().count("configuration reloaded")
+    multi.reload(trace_file=str(trace))
+    wait_for(lambda: multi.log_text().count("configuration reloaded") > reloads, timeout=10,
+             what="the reload")
     before = multi.metrics()
     errors = []
 
@@ -263,13 +279,26 @@ def test_interleaved_requests_never_share_a_batch(multi, alone):
         key = (name, tuple(sorted(labels.items())))
         return after.get(key, 0) - before.get(key, 0)
 
-    # Every batch is one model's: the per-model batch counts add up to all.
-    per_model = sum(delta("attnserve_model_batches_total", model=n)
-                    for n in ("minilm", "rerank", "classify"))
-    assert per_model == delta("attnserve_batches_total") > 0
+    # Each model's batches held exactly the requests sent to it.
     assert delta("attnserve_model_batch_requests_total", model="minilm") == 24
     assert delta("attnserve_model_batch_requests_total", model="rerank") == 24
     assert delta("attnserve_model_batch_requests_total", model="classify") == 0
+    # Every trace line is one model's batch: only that model's kind in it,
+    # holding all of the batch's requests.
+    batches = delta("attnserve_batches_total")
+    wait_for(lambda: multi.metric("attnserve_trace_lines_total") >= batches, timeout=10,
+             what="trace lines written")
+    multi.reload(trace_file="")
+    lines = [json.loads(line) for line in trace.read_text().splitlines()]
+    assert len(lines) == batches > 0
+    kind = {"minilm": "embed", "rerank": "score"}
+    sent = {"minilm": 0, "rerank": 0}
+    for line in lines:
+        assert line["model"] in kind, line
+        assert {"embed", "score", "attention"} & set(line) == {kind[line["model"]]}, line
+        assert line[kind[line["model"]]]["requests"] == line["requests"], line
+        sent[line["model"]] += line["requests"]
+    assert sent == {"minilm": 24, "rerank": 24}
 
 
 def test_sigterm_drains_requests_to_every_model(start_server):
@@ -321,7 +350,7 @@ def test_flag_form_prints_as_the_config_file_array():
     ("a=models/all-MiniLM-L6-v2,a=tests/golden/xlmr-cls-tiny", "taken twice"),
     ("a=models/all-MiniLM-L6-v2;aliases=b,b=tests/golden/xlmr-cls-tiny", "taken twice"),
     ("=models/all-MiniLM-L6-v2", "is empty"),
-    ("a=models/none-such", "is not a directory"),
+    ("a=models/all-MiniLM-L6-v2;truncate=maybe", "not a boolean"),
     ("a=models/all-MiniLM-L6-v2;colour=red", "unknown key"),
 ])
 def test_bad_models_are_refused_at_start(value, words):
@@ -329,6 +358,43 @@ def test_bad_models_are_refused_at_start(value, words):
                        text=True, timeout=30, cwd=ROOT)
     assert r.returncode == 2, r.stdout
     assert "models" in r.stderr and words in r.stderr, r.stderr
+
+
+def test_a_missing_model_directory_fails_at_start_not_in_validation():
+    # Validation is syntactic (a renamed directory must not block reloads);
+    # loading the model at start is what refuses it, naming it.
+    r = subprocess.run([BIN, "--models=a=models/none-such", "--print-config"],
+                       capture_output=True, text=True, timeout=30, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([BIN, "--models=a=models/none-such",
+                        "--port=%d" % free_port()], capture_output=True,
+                       text=True, timeout=60, cwd=ROOT)
+    assert r.returncode == 2, r.stderr
+    assert "models/none-such" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("extra, words", [
+    ("--model=tests/golden/xlmr-cls-tiny", "`model`"),
+    ("--model-aliases=x", "model_aliases"),
+])
+def test_model_or_model_aliases_beside_models_is_refused(extra, words):
+    r = subprocess.run([BIN, "--models=a=models/all-MiniLM-L6-v2", extra, "--print-config"],
+                       capture_output=True, text=True, timeout=30, cwd=ROOT)
+    assert r.returncode == 2, r.stdout
+    assert "models" in r.stderr and words in r.stderr, r.stderr
+
+
+def test_a_worst_case_above_memory_limit_bytes_refuses_start():
+    r = subprocess.run([BIN, "--models=minilm=%s,rerank=%s" % (MINILM, RERANKER),
+                        "--memory-limit-bytes=%d" % (64 << 20), "--threads=2",
+                        "--port=%d" % free_port()], capture_output=True, text=True, timeout=120,
+                       cwd=ROOT)
+    assert r.returncode == 2, r.stderr[-4000:]
+    err = r.stderr
+    assert "worst-case memory is above the memory limit" in err, err[-4000:]
+    assert "limit_bytes=%d" % (64 << 20) in err and "worst_case_bytes=" in err
+    for name in ("minilm", "rerank"):
+        assert "share of a model model=%s weights_bytes=" % name in err, err[-4000:]
 
 
 def test_environment_form_serves(start_server):

@@ -40,6 +40,8 @@ struct harness {
     sched *s;
     bool gated; /* the first batch waits for open_gate */
     bool gate_open;
+    int hold;        /* batches [0, hold) each wait for their own release_batch */
+    int released;    /* batches released so far */
     int fail_status; /* run_batch's return */
     int entered;     /* batches that reached run_batch */
     bool in_batch;
@@ -49,6 +51,8 @@ struct harness {
     int batch_ids[MAX_BATCHES][MAX_IN_BATCH];
     int batch_tokens[MAX_BATCHES];
     int batch_seqs[MAX_BATCHES];
+    uint32_t batch_group[MAX_BATCHES];
+    bool groups_mixed;  /* a batch held a request of a group other than its own */
     bool limits_broken; /* a batch over max_batch_tokens/requests */
     int32_t check_tokens, check_seqs;
     int stream_last[8]; /* stress: last seq run per thread */
@@ -100,8 +104,10 @@ static int run_batch(const sched_batch *b, void *ctx) {
     harness *h = ctx;
     lock(h);
     h->compute_thread = pthread_self();
-    int k = h->n_batches++ % MAX_BATCHES;
+    const int nth = h->n_batches++;
+    int k = nth % MAX_BATCHES;
     h->batch_n[k] = b->n_reqs;
+    h->batch_group[k] = b->group;
     h->batch_tokens[k] = b->n_tokens;
     h->batch_seqs[k] = b->n_seqs;
     int32_t tokens = 0, seqs = 0;
@@ -112,6 +118,8 @@ static int run_batch(const sched_batch *b, void *ctx) {
         t->ran++;
         tokens += t->req.n_tokens;
         seqs += t->req.n_seqs;
+        if (t->req.group != b->group || t->req.group != b->reqs[0]->group)
+            h->groups_mixed = true;
         if (t->seq <= h->stream_last[t->thread])
             h->fifo_broken = true;
         h->stream_last[t->thread] = t->seq;
@@ -122,7 +130,7 @@ static int run_batch(const sched_batch *b, void *ctx) {
     h->entered++;
     h->in_batch = true;
     pthread_cond_broadcast(&h->cv);
-    while (h->gated && !h->gate_open)
+    while ((h->gated && !h->gate_open) || (nth < h->hold && nth >= h->released))
         pthread_cond_wait(&h->cv, &h->mu);
     h->gated = false;
     h->in_batch = false;
@@ -190,6 +198,7 @@ static void setup(void) {
 static void teardown(void) {
     sched_destroy(H->s);
     cr_expect_not(H->callback_broken);
+    cr_expect_not(H->groups_mixed, "a batch held requests of two groups");
     pthread_cond_destroy(&H->cv);
     pthread_mutex_destroy(&H->mu);
     free(H);
@@ -223,6 +232,28 @@ static void block_with(int32_t tokens) {
 /* A one-token blocker (the first batch never waits: the engine is idle). */
 static void block(void) {
     block_with(1);
+}
+
+/* Lets the oldest held batch (see hold) finish. */
+static void release_batch(void) {
+    lock(H);
+    H->released++;
+    pthread_cond_broadcast(&H->cv);
+    unlock(H);
+}
+
+static int submit_in(int id, uint32_t group, int32_t tokens, uint64_t deadline) {
+    treq *t = &H->reqs[id];
+    sched_req_init(&t->req, tokens, 1, deadline, on_done);
+    t->req.group = group;
+    return sched_submit(H->s, &t->req);
+}
+
+static void expect_group(int k, uint32_t group) {
+    lock(H);
+    cr_expect_eq(H->batch_group[k], group, "batch %d is group %u, want %u", k, H->batch_group[k],
+                 group);
+    unlock(H);
 }
 
 static void open_gate(void) {
@@ -604,6 +635,139 @@ Test(scheduler, drain_when_idle) {
     cr_assert_eq(sched_drain(H->s, on_drained, H), SCHED_OK);
     cr_expect_eq(sched_wait_drained(H->s, WAIT_MS), SCHED_OK);
     WAIT_FOR(H, H->drained_calls == 1);
+}
+
+/* ---- groups: one queue, batches of one group ------------------------------------
+ * Each served model is a group, and a batch runs one model's forward: the
+ * head's group goes first, with its group's later requests in order; the
+ * other groups' requests keep their places. */
+
+Test(scheduler, interleaved_groups_each_get_their_own_batches) {
+    start(limits(1000, 64, 0, 256), true);
+    block();
+    for (int i = 1; i <= 20; i++)
+        cr_assert_eq(submit_in(i, (uint32_t)(i % 3), 2, 0), SCHED_OK);
+    open_gate();
+    WAIT_FOR(H, H->completions == 21);
+    /* Request 1 is the head: group 1 first, then 2's group, then 0's. */
+    expect_batch(1, (int[]){1, 4, 7, 10, 13, 16, 19}, 7);
+    expect_group(1, 1);
+    expect_batch(2, (int[]){2, 5, 8, 11, 14, 17, 20}, 7);
+    expect_group(2, 2);
+    expect_batch(3, (int[]){3, 6, 9, 12, 15, 18}, 6);
+    expect_group(3, 0);
+    lock(H);
+    cr_expect_eq(H->n_batches, 4);
+    unlock(H);
+    expect_all_done(0, 21, SCHED_OK);
+    expect_accounted();
+}
+
+/* Limits apply within the head's group: a batch of it closes at the first of
+ * its requests that does not fit, and the next batch starts from the new
+ * head, whichever group that is. */
+Test(scheduler, group_batches_close_at_the_limit_and_the_head_goes_next) {
+    start(limits(1000, 2, 0, 256), true);
+    block();
+    const uint32_t groups[] = {1, 0, 1, 1, 0};
+    for (int i = 0; i < 5; i++)
+        cr_assert_eq(submit_in(1 + i, groups[i], 2, 0), SCHED_OK);
+    open_gate();
+    WAIT_FOR(H, H->completions == 6);
+    expect_batch(1, (int[]){1, 3}, 2);
+    expect_batch(2, (int[]){2, 5}, 2);
+    expect_batch(3, (int[]){4}, 1);
+    expect_accounted();
+}
+
+/* Taking the last queued request while an earlier one of another group
+ * stays must leave the tail on the one that stays: requests submitted next
+ * are queued behind it, not lost. */
+Test(scheduler, taking_the_queue_tail_then_submitting_loses_nothing) {
+    H->hold = 2;
+    start(limits(1000, 64, 0, 256), false);
+    cr_assert_eq(submit_in(0, 0, 1, 0), SCHED_OK);
+    WAIT_FOR(H, H->entered == 1);
+    cr_assert_eq(submit_in(1, 0, 2, 0), SCHED_OK);
+    cr_assert_eq(submit_in(2, 1, 2, 0), SCHED_OK);
+    cr_assert_eq(submit_in(3, 0, 2, 0), SCHED_OK); /* the tail, taken with 1 */
+    release_batch();
+    WAIT_FOR(H, H->entered == 2);
+    cr_assert_eq(submit_in(4, 1, 2, 0), SCHED_OK);
+    cr_assert_eq(submit_in(5, 0, 2, 0), SCHED_OK);
+    release_batch();
+    WAIT_FOR(H, H->completions == 6);
+    expect_batch(1, (int[]){1, 3}, 2);
+    expect_batch(2, (int[]){2, 4}, 2);
+    expect_batch(3, (int[]){5}, 1);
+    expect_all_done(0, 6, SCHED_OK);
+    expect_accounted();
+}
+
+/* Cancels, deadlines and a drain over interleaved groups: every request
+ * completes exactly once, the dropped ones unrun, and no batch mixes. */
+Test(scheduler, cancel_deadline_and_drain_with_mixed_groups_lose_nothing) {
+    start(limits(1000, 3, FOREVER_US, 256), true);
+    block();
+    const uint64_t now = sched_now_ns();
+    for (int i = 1; i <= 15; i++)
+        cr_assert_eq(submit_in(i, (uint32_t)(i % 2), 2, i == 4 || i == 9 ? now - 1 : 0), SCHED_OK);
+    cr_assert_eq(sched_cancel(H->s, &H->reqs[6].req), SCHED_OK);
+    cr_assert_eq(sched_cancel(H->s, &H->reqs[15].req), SCHED_OK); /* the tail */
+    WAIT_FOR(H, H->reqs[4].done_calls == 1 && H->reqs[9].done_calls == 1 &&
+                    H->reqs[6].done_calls == 1 && H->reqs[15].done_calls == 1);
+    cr_assert_eq(submit_in(16, 1, 2, 0), SCHED_OK);
+    cr_assert_eq(sched_drain(H->s, on_drained, H), SCHED_OK);
+    open_gate();
+    cr_expect_eq(sched_wait_drained(H->s, WAIT_MS), SCHED_OK);
+    WAIT_FOR(H, H->drained_calls == 1);
+    lock(H);
+    cr_expect_eq(H->completions, 17);
+    for (int i = 0; i <= 16; i++) {
+        const treq *t = &H->reqs[i];
+        const int want = i == 4 || i == 9    ? SCHED_EDEADLINE
+                         : i == 6 || i == 15 ? SCHED_ECANCELED
+                                             : SCHED_OK;
+        cr_expect_eq(t->done_calls, 1, "request %d done %d times", i, t->done_calls);
+        cr_expect_eq(t->status, want, "request %d: %s", i, sched_errname(t->status));
+        cr_expect_eq(t->ran, want == SCHED_OK, "request %d ran %d times", i, t->ran);
+    }
+    unlock(H);
+    /* 1 (odd, group 1) heads: 1 3 5, then 2 8 10 (4, 6 gone), 7 11 13, 12 14,
+     * 16: three groups' worth of batches after the blocker. */
+    expect_batch(1, (int[]){1, 3, 5}, 3);
+    expect_batch(2, (int[]){2, 8, 10}, 3);
+    expect_batch(3, (int[]){7, 11, 13}, 3);
+    expect_batch(4, (int[]){12, 14}, 2);
+    expect_batch(5, (int[]){16}, 1);
+    expect_accounted();
+}
+
+/* The next piece of a split request is the same sched_req submitted again:
+ * it keeps its group, so it joins its own group's batch, not the head's. */
+Test(scheduler, a_continuation_keeps_its_group) {
+    H->hold = 2;
+    start(limits(1000, 64, 0, 256), false);
+    cr_assert_eq(submit_in(0, 1, 2, 0), SCHED_OK);
+    WAIT_FOR(H, H->entered == 1);
+    release_batch();
+    WAIT_FOR(H, H->completions == 1);
+    cr_assert_eq(submit_in(5, 0, 2, 0), SCHED_OK);
+    WAIT_FOR(H, H->entered == 2); /* held: what follows queues behind it */
+    H->reqs[0].req.n_tokens = 3;  /* its next piece */
+    cr_assert_eq(sched_submit_continuation(H->s, &H->reqs[0].req), SCHED_OK);
+    cr_assert_eq(submit_in(6, 0, 2, 0), SCHED_OK);
+    cr_assert_eq(submit_in(7, 1, 2, 0), SCHED_OK);
+    release_batch();
+    WAIT_FOR(H, H->completions == 5);
+    expect_batch(2, (int[]){0, 7}, 2);
+    expect_group(2, 1);
+    expect_batch(3, (int[]){6}, 1);
+    expect_group(3, 0);
+    lock(H);
+    cr_expect_eq(H->reqs[0].done_calls, 2);
+    cr_expect_eq(H->reqs[0].ran, 2);
+    unlock(H);
 }
 
 /* Opens the gate once destroy has shut down the queued requests, proving they
