@@ -1001,6 +1001,7 @@ static int register_models(app *a) {
             sm->compat.peers = a->compats;
             sm->score.peers = a->scores;
             sm->score.rerank = reranker >= 0 ? a->scores[reranker] : NULL;
+            sm->score.root = a->scores[0];
         }
         sm->compat.no_root = i != e || a->m[0].score.classifier;
         sm->score.no_root = i != k || !a->m[0].score.classifier;

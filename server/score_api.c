@@ -1250,9 +1250,10 @@ int score_api_register(score_api *s, embed_service *svc, batch_runner *runner, r
             return -1;
     if (!s->classifier || s->no_root)
         return 0;
+    score_api *root = s->root ? s->root : s;
     const http_route dflt[] = {
-        {"POST", "/", true, HTTP_AUTH_KEY, tei_default, resumed, s, TEI},
-        {"POST", "/invocations", true, HTTP_AUTH_KEY, tei_default, resumed, s, TEI},
+        {"POST", "/", true, HTTP_AUTH_KEY, tei_default, resumed, root, TEI},
+        {"POST", "/invocations", true, HTTP_AUTH_KEY, tei_default, resumed, root, TEI},
     };
     for (size_t i = 0; i < sizeof dflt / sizeof dflt[0]; i++)
         if (routes_add(t, dflt[i]) != 0)

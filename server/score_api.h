@@ -62,10 +62,13 @@ typedef struct score_api {
      * eapi->peers), so a request naming a model is answered by that one;
      * rerank, the first reranker, answers the rerank and score routes of a
      * request that names none (the routes are registered with the first
-     * classifier's, which answers /predict and /classify); no_root: POST /
-     * and /invocations belong to another model's task. NULL / false: one. */
+     * classifier's, which answers /predict and /classify); root, the first
+     * model's when it is a classifier, answers POST / and /invocations, as
+     * TEI serving that model would, whichever classifier registers them;
+     * no_root: those two belong to an embedder. NULL / false: one model. */
     struct score_api *const *peers;
     struct score_api *rerank;
+    struct score_api *root;
     bool no_root;
 } score_api;
 

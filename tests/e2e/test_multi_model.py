@@ -301,6 +301,24 @@ def test_interleaved_requests_never_share_a_batch(multi, alone, tmp_path):
     assert sent == {"minilm": 24, "rerank": 24}
 
 
+def test_root_routes_follow_the_first_model_when_a_reranker_leads(start_server, alone):
+    """POST / and /invocations are TEI's route for the first model's task:
+    with the reranker first and a three-label classifier after it, they
+    rerank (as TEI serving the reranker would), and /predict still goes to
+    the classifier."""
+    s = start_server(models=[MODELS[1], MODELS[2]])
+    body = {"query": QUERY, "texts": TEXTS}
+    want = scores(alone["rerank"], "/rerank", body)
+    same_scores(scores(s, "/", body), want)
+    same_scores(scores(s, "/invocations", body), want)
+    r = post(s, "/predict", {"inputs": TEXTS[0]})
+    assert r.status_code == 200, r.text
+    got = post(alone["classify"], "/predict", {"inputs": TEXTS[0]}).json()
+    assert [x["label"] for x in r.json()] == [x["label"] for x in got]
+    for a, b in zip(r.json(), got):
+        assert abs(a["score"] - b["score"]) <= MAX_DIFF, (a, b)
+
+
 def test_sigterm_drains_requests_to_every_model(start_server):
     s = start_server(models=MODELS[:2], max_batch_tokens=4096, drain_linger_ms=300)
     long_texts = ["word " * 120] * 16
