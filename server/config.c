@@ -129,8 +129,9 @@ static const setting settings[] = {
     /* Restart only: the worst case is fixed at start, and checked there. */
     INT(memory_limit_bytes, 0, 0, INT64_C(1) << 50, RESTART,
         "Memory the process may use; start refuses (status 2) when memory.worst_case_bytes "
-        "of /info is above it. 0: the cgroup's limit (memory.max, or v1's "
-        "memory.limit_in_bytes) when there is one, else none."),
+        "of /info is above it. 0: only a warning when the worst case is above the tightest "
+        "limit of the process's cgroup and those above it (memory.max, or v1's "
+        "memory.limit_in_bytes)."),
     INT(request_timeout_ms, 30000, 1, 3600000, RELOAD,
         "Deadline from arrival; a request still queued past it gets 504."),
     INT(drain_timeout_s, 20, 0, 3600, RELOAD,

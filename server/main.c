@@ -290,54 +290,53 @@ static size_t worst_case_bytes(const app *a) {
     return worst;
 }
 
-/* The memory the process may use: the setting, else the cgroup's limit (v2
- * memory.max, v1 memory.limit_in_bytes); 0 when there is none ("max", or
- * no such file). */
-static uint64_t memory_limit(const config *c, const char **from) {
-    if (c->memory_limit_bytes > 0) {
-        *from = "memory_limit_bytes";
+/* The memory the process may use: the setting, else the tightest limit of
+ * the process's cgroup and those above it (membudget_cgroup_limit); 0 when
+ * there is none. *explicit_ is true for the setting. */
+static uint64_t memory_limit(const config *c, char *from, size_t from_len, bool *explicit_) {
+    *explicit_ = c->memory_limit_bytes > 0;
+    if (*explicit_) {
+        snprintf(from, from_len, "memory_limit_bytes");
         return (uint64_t)c->memory_limit_bytes;
     }
-    static const char *const files[] = {"/sys/fs/cgroup/memory.max",
-                                        "/sys/fs/cgroup/memory/memory.limit_in_bytes"};
-    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-        FILE *f = fopen(files[i], "r");
-        if (!f)
-            continue;
-        char text[64] = "";
-        const bool read = fgets(text, sizeof text, f) != NULL;
-        fclose(f);
-        char *end;
-        errno = 0;
-        const unsigned long long v = read ? strtoull(text, &end, 10) : 0;
-        *from = files[i];
-        return read && end != text && !errno ? (uint64_t)v : 0; /* "max": none */
-    }
-    return 0;
+    return membudget_cgroup_limit("/sys/fs/cgroup", "/proc/self/cgroup", from, from_len);
 }
 
-/* Start refuses a configuration whose worst case is above the memory it
- * may use: it would be killed under load instead, when the budget fills.
- * Returns 0, or the exit status with the worst case, the limit and each
- * model's share logged. */
+/* A worst case above the memory the process may use would be killed under
+ * load, when the budget fills, rather than refused at start. Start refuses
+ * it when memory_limit_bytes says so; above a limit it only found in its
+ * cgroup it warns and serves, so a deployment sized on an earlier release's
+ * figures keeps starting (the limit may also be one the operator knows
+ * the load never reaches). Returns 0, or the exit status, with the worst
+ * case, the limit and each model's share logged. */
 static int check_memory_limit(const app *a) {
-    const char *from = NULL;
-    const uint64_t limit = memory_limit(&a->cfg, &from);
+    char from[2400];
+    bool explicit_;
+    const uint64_t limit = memory_limit(&a->cfg, from, sizeof from, &explicit_);
     const size_t worst = worst_case_bytes(a);
     if (!limit || worst <= limit)
         return 0;
-    log_error("the worst-case memory is above the memory limit; lower max_batch_tokens, "
-              "max_connections, max_request_memory_bytes or the models, or raise the limit",
-              LOG_KV("worst_case_bytes", (uint64_t)worst), LOG_KV("limit_bytes", limit),
-              LOG_KV("limit_from", from));
+    const log_level level = explicit_ ? LOG_ERROR : LOG_WARN;
+    if (explicit_)
+        log_error("the worst-case memory is above the memory limit; lower max_batch_tokens, "
+                  "max_connections, max_request_memory_bytes or the models, or raise the limit",
+                  LOG_KV("worst_case_bytes", (uint64_t)worst), LOG_KV("limit_bytes", limit),
+                  LOG_KV("limit_from", from));
+    else
+        log_warn("the worst-case memory is above the cgroup's memory limit: under full load "
+                 "the process can be killed; lower max_batch_tokens, max_connections, "
+                 "max_request_memory_bytes or the models, raise the limit, or set "
+                 "memory_limit_bytes to refuse such a start",
+                 LOG_KV("worst_case_bytes", (uint64_t)worst), LOG_KV("limit_bytes", limit),
+                 LOG_KV("limit_from", from));
     for (size_t i = 0; i < a->nm; i++) {
         json_int_t owned, mapped, ws;
         model_memory(&a->m[i], &owned, &mapped, &ws);
-        log_error("the worst-case memory's share of a model", LOG_KV("model", a->m[i].name),
-                  LOG_KV("weights_bytes", (int64_t)(owned + mapped)),
-                  LOG_KV("workspace_bytes", (int64_t)ws));
+        LOG_AT_(level, "the worst-case memory's share of a model", LOG_KV("model", a->m[i].name),
+                LOG_KV("weights_bytes", (int64_t)(owned + mapped)),
+                LOG_KV("workspace_bytes", (int64_t)ws));
     }
-    return CONFIG_EXIT_INVALID;
+    return explicit_ ? CONFIG_EXIT_INVALID : 0;
 }
 
 static json_t *model_json(const served_model *sm) {

@@ -2,6 +2,8 @@
  * and an allocator that charges it from a per-thread scope. */
 #include "membudget.h"
 
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -280,4 +282,78 @@ size_t membudget_json_bound(const char *text, size_t n) {
             longest = i - start;
     }
     return total + 3 * (longest + 16);
+}
+
+/* ---- the process's memory limit --------------------------------------------------- */
+
+/* One limit file: its value, 0 for "max", "unlimited" or no file. */
+static uint64_t limit_file(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    char text[64] = "";
+    const bool read = fgets(text, sizeof text, f) != NULL;
+    fclose(f);
+    if (!read || text[0] < '0' || text[0] > '9')
+        return 0;
+    char *end;
+    errno = 0;
+    const unsigned long long v = strtoull(text, &end, 10);
+    return errno || end == text || v >= (1ull << 62) ? 0 : (uint64_t)v;
+}
+
+uint64_t membudget_cgroup_limit(const char *root, const char *proc_cgroup, char *from,
+                                size_t from_len) {
+    if (from && from_len)
+        from[0] = '\0';
+    /* The cgroup's path and the hierarchy it is in: v1's when a v1
+     * hierarchy holds the memory controller (a controller is in one
+     * hierarchy only; hybrid hosts list a "0::" line beside it), else v2's. */
+    char v2[1024] = "", v1[1024] = "";
+    FILE *f = fopen(proc_cgroup, "r");
+    if (f) {
+        char line[1200];
+        while (fgets(line, sizeof line, f)) {
+            line[strcspn(line, "\n")] = '\0';
+            char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+            if (!c2 || c2[1] != '/' || strlen(c2 + 1) >= sizeof v2)
+                continue;
+            *c1 = *c2 = '\0'; /* line: the hierarchy's id; c1 + 1: its controllers */
+            if (strcmp(line, "0") == 0 && c1[1] == '\0')
+                strcpy(v2, c2 + 1);
+            else
+                for (char *save, *ctl = strtok_r(c1 + 1, ",", &save); ctl;
+                     ctl = strtok_r(NULL, ",", &save))
+                    if (strcmp(ctl, "memory") == 0)
+                        strcpy(v1, c2 + 1);
+        }
+        fclose(f);
+    }
+    const bool is_v2 = !v1[0];
+    const char *base = is_v2 ? "" : "/memory";
+    const char *file = is_v2 ? "memory.max" : "memory.limit_in_bytes";
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s", is_v2 ? (v2[0] ? v2 : "/") : v1);
+    uint64_t best = 0;
+    for (;;) {
+        char path[2300];
+        const int n = snprintf(path, sizeof path, "%s%s%s/%s", root, base,
+                               strcmp(dir, "/") == 0 ? "" : dir, file);
+        if (n > 0 && (size_t)n < sizeof path) {
+            const uint64_t v = limit_file(path);
+            if (v && (!best || v < best)) {
+                best = v;
+                if (from && from_len)
+                    snprintf(from, from_len, "%s", path);
+            }
+        }
+        if (strcmp(dir, "/") == 0 || !dir[0])
+            break;
+        char *slash = strrchr(dir, '/');
+        if (slash == dir)
+            dir[1] = '\0';
+        else
+            *slash = '\0';
+    }
+    return best;
 }

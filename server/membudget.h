@@ -122,4 +122,19 @@ void membudget_free(void *p);
  * object keys, and the lexer's buffer. Linear in n; nesting is not checked. */
 size_t membudget_json_bound(const char *text, size_t n);
 
+/* ---- the process's memory limit ---------------------------------------------------
+ *
+ * The tightest memory limit of the cgroup this process runs in and of every
+ * cgroup above it, as the kernel enforces the smallest of them: the cgroup's
+ * path comes from proc_cgroup (/proc/self/cgroup: the v1 line whose
+ * controllers include memory, else cgroup v2's "0::PATH"), its files from
+ * root (/sys/fs/cgroup: v2 memory.max, v1 memory/memory.limit_in_bytes),
+ * read from the process's own cgroup up to root itself, so a container that
+ * mounts only its own cgroup at root still finds that one's limit. "max", a
+ * missing file and v1's "unlimited" (2^63 rounded down to a page: any value
+ * at or above 2^62) are no limit. Returns the limit in bytes, 0 for none;
+ * from (may be NULL) gets the file the limit came from. */
+uint64_t membudget_cgroup_limit(const char *root, const char *proc_cgroup, char *from,
+                                size_t from_len);
+
 #endif

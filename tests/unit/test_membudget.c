@@ -8,7 +8,10 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "server/errors.h"
 #include "server/membudget.h"
@@ -295,4 +298,82 @@ Test(membudget_alloc, any_thread_may_free) {
     cr_assert_eq(pthread_create(&t, NULL, free_elsewhere, p), 0);
     pthread_join(t, NULL);
     cr_assert_eq(membudget_used(&budget), 0);
+}
+
+/* ---- the cgroup memory limit --------------------------------------------------------- */
+
+static void put(const char *dir, const char *rel, const char *text) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, rel);
+    /* every directory on the way */
+    for (char *p = strchr(path + strlen(dir) + 1, '/'); p; p = strchr(p + 1, '/')) {
+        *p = '\0';
+        mkdir(path, 0700);
+        *p = '/';
+    }
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f, "%s", path);
+    fputs(text, f);
+    fclose(f);
+}
+
+static char *fake_root(void) {
+    static char dir[64];
+    snprintf(dir, sizeof dir, "/tmp/attn-cgroup-XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+    return dir;
+}
+
+Test(membudget, cgroup_v2_takes_the_tightest_limit_on_the_way_to_the_root) {
+    char *d = fake_root(), proc[128], from[512];
+    snprintf(proc, sizeof proc, "%s/proc-cgroup", d);
+    put(d, "proc-cgroup", "0::/kubepods/pod1/ctr\n");
+    put(d, "fs/kubepods/pod1/ctr/memory.max", "max\n");
+    put(d, "fs/kubepods/pod1/memory.max", "1073741824\n");
+    put(d, "fs/kubepods/memory.max", "4294967296\n");
+    char root[128];
+    snprintf(root, sizeof root, "%s/fs", d);
+    cr_assert_eq(membudget_cgroup_limit(root, proc, from, sizeof from), 1073741824ull);
+    cr_assert(strstr(from, "kubepods/pod1/memory.max"), "%s", from);
+    /* The process's own cgroup tighter still. */
+    put(d, "fs/kubepods/pod1/ctr/memory.max", "536870912\n");
+    cr_assert_eq(membudget_cgroup_limit(root, proc, NULL, 0), 536870912ull);
+}
+
+Test(membudget, cgroup_namespace_reads_the_root_and_max_is_no_limit) {
+    char *d = fake_root(), proc[128], root[128];
+    snprintf(proc, sizeof proc, "%s/proc-cgroup", d);
+    snprintf(root, sizeof root, "%s/fs", d);
+    put(d, "proc-cgroup", "0::/\n");
+    put(d, "fs/memory.max", "max\n");
+    cr_assert_eq(membudget_cgroup_limit(root, proc, NULL, 0), 0);
+    put(d, "fs/memory.max", "943718400\n");
+    cr_assert_eq(membudget_cgroup_limit(root, proc, NULL, 0), 943718400ull);
+    /* A host path the container does not mount: its own limit at the root. */
+    put(d, "proc-cgroup", "0::/system.slice/docker-abc.scope\n");
+    cr_assert_eq(membudget_cgroup_limit(root, proc, NULL, 0), 943718400ull);
+}
+
+Test(membudget, cgroup_v1_memory_controller_and_unlimited) {
+    char *d = fake_root(), proc[128], root[128];
+    snprintf(proc, sizeof proc, "%s/proc-cgroup", d);
+    snprintf(root, sizeof root, "%s/fs", d);
+    put(d, "proc-cgroup",
+        "12:cpu,cpuacct:/docker/x\n4:memory:/docker/x\n1:name=systemd:/docker/x\n");
+    put(d, "fs/memory/memory.limit_in_bytes", "9223372036854771712\n");
+    put(d, "fs/memory/docker/x/memory.limit_in_bytes", "9223372036854771712\n");
+    cr_assert_eq(membudget_cgroup_limit(root, proc, NULL, 0), 0);
+    put(d, "fs/memory/docker/memory.limit_in_bytes", "2147483648\n");
+    cr_assert_eq(membudget_cgroup_limit(root, proc, NULL, 0), 2147483648ull);
+    /* No /proc file and no limit files: none. */
+    cr_assert_eq(membudget_cgroup_limit("/nonexistent", "/nonexistent", NULL, 0), 0);
+}
+
+Test(membudget, cgroup_hybrid_hosts_take_the_v1_memory_controller) {
+    char *d = fake_root(), proc[128], root[128];
+    snprintf(proc, sizeof proc, "%s/proc-cgroup", d);
+    snprintf(root, sizeof root, "%s/fs", d);
+    put(d, "proc-cgroup", "4:memory:/job/7\n1:cpu:/\n0::/\n");
+    put(d, "fs/memory/job/7/memory.limit_in_bytes", "25769803776\n");
+    cr_assert_eq(membudget_cgroup_limit(root, proc, NULL, 0), 25769803776ull);
 }
