@@ -229,8 +229,11 @@ static void model_memory(const served_model *sm, json_int_t *owned, json_int_t *
 }
 
 /* The most memory the configuration lets the service hold:
- *   weights            the model, owned and mapped (every page of the mapped
- *                      file is read by each forward, so it is resident)
+ *   weights            the model, owned and mapped (the mapped file counted
+ *                      whole: without AVX-512 each forward reads every page
+ *                      of it; with it the linear layers read their packed
+ *                      copy, owned, and the file's pages of them may stay
+ *                      cold, so the figure is an upper bound there)
  *   workspace          allocated once at start for max_batch_tokens
  *   connections        (max_connections + 1) x CONNECTION_BYTES, plus the
  *                      uncharged /metrics answers (HTTP_UNCHARGED_BYTES)
