@@ -320,13 +320,17 @@ def test_root_routes_follow_the_first_model_when_a_reranker_leads(start_server, 
 
 
 def test_sigterm_drains_requests_to_every_model(start_server):
-    s = start_server(models=MODELS[:2], max_batch_tokens=4096, drain_linger_ms=300)
+    # Deadlines far past what the work needs, however slow the build
+    # (sanitizers) or busy the machine: the point is that nothing accepted
+    # is lost, not how fast it drains.
+    s = start_server(models=MODELS[:2], max_batch_tokens=4096, drain_linger_ms=300,
+                     drain_timeout_s=180, request_timeout_ms=180000)
     long_texts = ["word " * 120] * 16
     results = []
 
     def call(path, body):
         try:
-            results.append(post(s, path, body, timeout=30).status_code)
+            results.append(post(s, path, body, timeout=200).status_code)
         except requests.RequestException as e:
             results.append(repr(e))
 
@@ -345,7 +349,7 @@ def test_sigterm_drains_requests_to_every_model(start_server):
     s.terminate()
     for t in threads:
         t.join()
-    assert s.wait_exit(30) == 0
+    assert s.wait_exit(200) == 0
     # Accepted before the listener closed: every one answered, none lost.
     assert results == [200] * 6, results
 
