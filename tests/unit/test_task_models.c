@@ -21,9 +21,10 @@
  *   a wrong token type, a skipped tanh or the pooler's weights read from the
  *   wrong tensor move them by 1e-2 or more (the random weights are drawn
  *   large for that).
- * bf16 (embedders only): cosine >= 0.9999, test_model_xlmr.c's derivation
- * (the Dense modules and heads run in fp32 in every precision). The logits
- * have no derived bf16 floor yet, so classifiers are checked in fp32. */
+ * bf16 (embedders): cosine >= 0.9999, test_model_xlmr.c's derivation
+ * (the Dense modules and heads run in fp32 in every precision).
+ * bf16 and int8 (classifiers): the floors of check_classifier_at, derived
+ * from the first token's state error through the head. */
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include <math.h>
@@ -35,13 +36,24 @@
 #include "kernels/attention.h"
 #include "kernels/threadpool.h"
 #include "model/encoder.h"
+#include "model/safetensors.h"
 #include "model/tokenizer.h"
 
 #define GOLDEN          "tests/golden/task_outputs.json"
 #define MIN_COSINE      (1.0 - 1e-6)
 #define MIN_COSINE_BF16 0.9999
 #define MAX_LOGIT_DIFF  1e-4
-#define THREADS         2
+/* A token's state within relative error rho of the fp32 one has cosine
+ * about 1 - rho²/2 to it, so a cosine floor c allows rho = sqrt(2·(1 - c)).
+ * bf16: the derivation of MIN_COSINE_BF16 (test_model.c, test_model_xlmr.c:
+ * rho ≈ sqrt(9)·0.0032 ≈ 0.0096 over 2 layers, before the residual stream
+ * dilutes it) holds for one token's state as for a pooled vector (pooling
+ * only averages errors down), so rho_max = sqrt(2e-4) ≈ 0.0141; measured
+ * 0.0045 on these models. int8: the service's int8 floor, cosine 0.991
+ * (measured on MiniLM, test_model_int8.c), gives 0.134; measured 0.019. */
+#define MAX_STATE_ERR_BF16 0.01414
+#define MAX_STATE_ERR_INT8 0.134
+#define THREADS            2
 
 /* One model's cases packed as one batch. */
 typedef struct {
@@ -110,8 +122,8 @@ static double cosine(const float *a, const float *b, int n) {
 
 /* The whole batch through encoder_forward on backend `be` in precision p;
  * out gets n · output_dim floats. */
-static void run(const cases *c, gemm_precision p, const char *be_name, const int32_t *types,
-                float *out, encoder_info *info_out) {
+static void run_at(const cases *c, gemm_precision p, const char *be_name, const int32_t *types,
+                   float *out, encoder_info *info_out, float *first_hidden) {
     encoder *e = NULL;
     char err[512] = "";
     int rc = encoder_load(c->dir, p, &e, err, sizeof err);
@@ -127,9 +139,20 @@ static void run(const cases *c, gemm_precision p, const char *be_name, const int
     cr_assert_eq(rc, BERT_OK, "%s: %s", c->dir, err);
     if (info_out)
         *info_out = *encoder_get_info(e);
+    if (first_hidden) {
+        const int C = encoder_get_info(e)->hidden_size;
+        for (int i = 0; i < c->n; i++)
+            memcpy(first_hidden + (size_t)i * C,
+                   encoder_workspace_hidden(ws) + (size_t)c->cu[i] * C, (size_t)C * sizeof(float));
+    }
     tp_destroy(pool);
     encoder_workspace_free(ws);
     encoder_free(e);
+}
+
+static void run(const cases *c, gemm_precision p, const char *be_name, const int32_t *types,
+                float *out, encoder_info *info_out) {
+    run_at(c, p, be_name, types, out, info_out, NULL);
 }
 
 static void check_embedder(const char *name, gemm_precision p, const char *be, double floor) {
@@ -184,6 +207,120 @@ static void check_classifier(const char *name, const char *be) {
     }
     fprintf(stderr, "task golden %s %s fp32: %d inputs: max |dlogit| %.2g\n", name, be, c.n, worst);
     free(out);
+    free_cases(&c);
+}
+
+/* A head tensor as read from the model file, fp32 as every tiny model is saved. */
+static const float *head_tensor(const st_file *f, const char *name, int64_t rows, int64_t cols) {
+    const st_tensor *t = st_find(f, name);
+    cr_assert_not_null(t, "no %s", name);
+    cr_assert_eq(t->dtype, ST_F32, "%s: %s", name, st_dtype_name(t->dtype));
+    cr_assert_eq(t->shape[0], rows, "%s", name);
+    if (cols)
+        cr_assert_eq(t->shape[1], cols, "%s", name);
+    return t->data;
+}
+
+/* A classifier in precision p against the same model in fp32 and against
+ * PyTorch. Both heads (BERT's pooler then classifier, RoBERTa's dense then
+ * out_proj) are logits = O·tanh(W·h + b) + c on the first token's last
+ * hidden state h, and run in fp32 in every precision, so the precision
+ * reaches the logits only through h. Three checks:
+ *   1. the state: ‖h_p − h‖ <= rho_max·‖h‖, rho_max the precision's relative
+ *      error on a token's state (bf16: derived, see MIN_COSINE_BF16 and
+ *      MAX_STATE_ERR_BF16; int8: measured, see MAX_STATE_ERR_INT8);
+ *   2. the head, given that state: tanh is 1-Lipschitz in each coordinate,
+ *      so |Δlogit_j| <= Σ_k |O_jk|·|(W·Δh)_k| exactly (W·Δh in double), plus
+ *      the fp32 rounding of the two head evaluations (dot products of length
+ *      C + 1, γ = (C+1)·u/(1 − (C+1)·u), u = 2^-24, |tanh| <= 1); a head
+ *      that ran in the reduced precision, read another token or skipped the
+ *      tanh is far past this;
+ *   3. against PyTorch: with 1 and Cauchy–Schwarz per row of W,
+ *      |Δlogit_j| <= (Σ_k |O_jk|·‖W_k‖₂)·rho_max·‖h‖ + MAX_LOGIT_DIFF (the
+ *      fp32 logits' own floor): the derived floor of the reduced-precision
+ *      logits. */
+static void check_classifier_at(const char *name, gemm_precision p, double rho_max) {
+    cases c = load_cases("classifiers", name);
+    encoder_info info;
+    float *l32 = calloc((size_t)c.n * c.dim, sizeof *l32);
+    float *lp = calloc((size_t)c.n * c.dim, sizeof *lp);
+    run_at(&c, GEMM_FP32, "fused", c.types, l32, &info, NULL);
+    const int C = info.hidden_size, L = c.dim;
+    float *h32 = calloc((size_t)c.n * C, sizeof *h32), *hp = calloc((size_t)c.n * C, sizeof *hp);
+    run_at(&c, GEMM_FP32, "fused", c.types, l32, NULL, h32);
+    run_at(&c, p, "fused", c.types, lp, NULL, hp);
+
+    char path[512], err[512] = "";
+    snprintf(path, sizeof path, "%s/model.safetensors", c.dir);
+    st_file *f = NULL;
+    cr_assert_eq(st_open(path, &f, err, sizeof err), 0, "%s", err);
+    /* BERT's head starts at its pooler; RoBERTa's has none. */
+    const int bert = st_find(f, "bert.pooler.dense.weight") != NULL;
+    const float *W =
+        head_tensor(f, bert ? "bert.pooler.dense.weight" : "classifier.dense.weight", C, C);
+    const float *b =
+        head_tensor(f, bert ? "bert.pooler.dense.bias" : "classifier.dense.bias", C, 0);
+    const float *O =
+        head_tensor(f, bert ? "classifier.weight" : "classifier.out_proj.weight", L, C);
+    const float *ob = head_tensor(f, bert ? "classifier.bias" : "classifier.out_proj.bias", L, 0);
+    const double u = ldexp(1.0, -24), gamma = (C + 1) * u / (1 - (C + 1) * u);
+
+    double worst_rho = 0, worst_head = 0, worst_gold = 0;
+    for (int i = 0; i < c.n; i++) {
+        const float *h = h32 + (size_t)i * C, *g = hp + (size_t)i * C;
+        double nh = 0, nd = 0;
+        for (int k = 0; k < C; k++) {
+            nh += (double)h[k] * h[k];
+            nd += ((double)g[k] - h[k]) * ((double)g[k] - h[k]);
+        }
+        nh = sqrt(nh), nd = sqrt(nd);
+        const double rho = nd / nh;
+        worst_rho = fmax(worst_rho, rho);
+        cr_expect_leq(rho, rho_max, "%s %s case %d: first token's state off by %.3g relative", name,
+                      gemm_precision_name(p), i, rho);
+        for (int j = 0; j < L; j++) {
+            const float *o = O + (size_t)j * C;
+            double head = 0, round = 0, gold = 0;
+            for (int k = 0; k < C; k++) {
+                const float *w = W + (size_t)k * C;
+                double wd = 0, wabs = 0, wn = 0;
+                for (int l = 0; l < C; l++) {
+                    wd += (double)w[l] * ((double)g[l] - h[l]);
+                    wabs += fabs((double)w[l]) * fmax(fabs((double)h[l]), fabs((double)g[l]));
+                    wn += (double)w[l] * w[l];
+                }
+                head += fabs((double)o[k]) * fabs(wd);
+                round += fabs((double)o[k]) * (gamma * (wabs + fabs((double)b[k])) + u);
+                gold += fabs((double)o[k]) * sqrt(wn);
+            }
+            double osum = 0;
+            for (int k = 0; k < C; k++)
+                osum += fabs((double)o[k]);
+            /* both evaluations, each with its outer dot product */
+            round = 2 * (round + gamma * (osum + fabs((double)ob[j])));
+            const double dh = fabs((double)lp[i * L + j] - l32[i * L + j]);
+            const double dg = fabs((double)lp[i * L + j] - c.want[i * L + j]);
+            const double gold_bound = gold * rho_max * nh + MAX_LOGIT_DIFF;
+            worst_head = fmax(worst_head, dh / (head + round));
+            worst_gold = fmax(worst_gold, dg / gold_bound);
+            cr_expect_leq(dh, head + round,
+                          "%s %s case %d logit %d: %.7g vs fp32 %.7g, over the head's bound %.3g",
+                          name, gemm_precision_name(p), i, j, lp[i * L + j], l32[i * L + j],
+                          head + round);
+            cr_expect_leq(
+                dg, gold_bound, "%s %s case %d logit %d: %.7g vs PyTorch %.7g, over the floor %.3g",
+                name, gemm_precision_name(p), i, j, lp[i * L + j], c.want[i * L + j], gold_bound);
+        }
+    }
+    fprintf(stderr,
+            "task golden %s fused %s: %d inputs: state error <= %.3g (bound %.3g); logits at "
+            "%.2g of the head's bound given the state, %.2g of the floor against PyTorch\n",
+            name, gemm_precision_name(p), c.n, worst_rho, rho_max, worst_head, worst_gold);
+    st_close(f);
+    free(h32);
+    free(hp);
+    free(l32);
+    free(lp);
     free_cases(&c);
 }
 
@@ -302,6 +439,26 @@ Test(task_models, embedders_bf16) {
     check_embedder("st-dense-max-tiny", GEMM_BF16, "fused", MIN_COSINE_BF16);
     check_embedder("st-meansqrt-tiny", GEMM_BF16, "fused", MIN_COSINE_BF16);
     check_embedder("st-lasttoken-tiny", GEMM_BF16, "fused", MIN_COSINE_BF16);
+}
+
+Test(task_models, classifiers_bf16) {
+    const char *why = gemm_unsupported(GEMM_BF16);
+    if (why) {
+        fprintf(stderr, "task golden classifiers bf16: skipped: %s\n", why);
+        cr_skip_test("bf16: %s", why);
+    }
+    check_classifier_at("bert-cls-tiny", GEMM_BF16, MAX_STATE_ERR_BF16);
+    check_classifier_at("xlmr-cls-tiny", GEMM_BF16, MAX_STATE_ERR_BF16);
+}
+
+Test(task_models, classifiers_int8) {
+    const char *why = gemm_unsupported(GEMM_INT8);
+    if (why) {
+        fprintf(stderr, "task golden classifiers int8: skipped: %s\n", why);
+        cr_skip_test("int8: %s", why);
+    }
+    check_classifier_at("bert-cls-tiny", GEMM_INT8, MAX_STATE_ERR_INT8);
+    check_classifier_at("xlmr-cls-tiny", GEMM_INT8, MAX_STATE_ERR_INT8);
 }
 
 /* Through the engine contract: output_dim floats per sequence, type_ids
