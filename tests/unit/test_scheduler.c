@@ -704,6 +704,25 @@ Test(scheduler, taking_the_queue_tail_then_submitting_loses_nothing) {
     expect_accounted();
 }
 
+/* The linger ends when the queue holds a full batch's worth of any group:
+ * the head's group still goes first, alone if it is not full, and the full
+ * group right after it, rather than both waiting out the linger. */
+Test(scheduler, a_full_batch_of_another_group_ends_the_linger) {
+    start(limits(1000, 2, FOREVER_US, 64), true);
+    block();
+    open_gate();
+    WAIT_FOR(H, H->completions == 1);
+    cr_assert_eq(submit_in(1, 0, 2, 0), SCHED_OK);
+    cr_assert_eq(submit_in(2, 1, 2, 0), SCHED_OK);
+    cr_assert_eq(submit_in(3, 1, 2, 0), SCHED_OK);
+    WAIT_FOR(H, H->completions == 4);
+    expect_batch(1, (int[]){1}, 1);
+    expect_group(1, 0);
+    expect_batch(2, (int[]){2, 3}, 2);
+    expect_group(2, 1);
+    expect_accounted();
+}
+
 /* Cancels, deadlines and a drain over interleaved groups: every request
  * completes exactly once, the dropped ones unrun, and no batch mixes. */
 Test(scheduler, cancel_deadline_and_drain_with_mixed_groups_lose_nothing) {
