@@ -4,7 +4,9 @@
 # libdnnl-dev and libxsmm-dev are for build/bench_gemm only (the bf16 GEMM is
 # compared with them; the service links neither). haproxy is for the tests:
 # make test sends its raw framing cases through it (without it they are not
-# run), and the cluster test balances over it.
+# run), and the cluster test balances over it. prometheus is for its
+# promtool only: the metric tests run `promtool check metrics` on /metrics
+# (the server package's daemon is never started).
 set -eu
 
 PACKAGES="build-essential pkg-config
@@ -14,7 +16,7 @@ libcriterion-dev
 clang libclang-rt-14-dev valgrind linux-perf
 cppcheck clang-format
 python3-pytest python3-requests python3-venv haproxy
-libdnnl-dev libxsmm-dev"
+libdnnl-dev libxsmm-dev prometheus"
 
 missing=""
 for p in $PACKAGES; do
