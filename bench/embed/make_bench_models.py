@@ -6,8 +6,9 @@ needed, and the real checkpoints' weights would not change a timing):
   xlmr-base-random  an embedder shaped as XLM-RoBERTa base (12 layers,
                     hidden 768, 12 heads, FFN 3072, 514 position rows),
                     saved by sentence-transformers with mean pooling and
-                    Normalize, the modules of multilingual-e5-base and
-                    paraphrase-multilingual-mpnet-base-v2. Its tokenizer is
+                    Normalize, the modules of multilingual-e5-base
+                    (paraphrase-multilingual-mpnet-base-v2 is the same
+                    encoder shape with mean pooling). Its tokenizer is
                     the repo's real SentencePiece Unigram model of
                     tests/golden/xlmr-tiny (429 pieces), so the embedding
                     matrix is 429 rows, not XLM-R's 250,002: a forward costs
