@@ -218,6 +218,12 @@ bench-gemm: $(BUILD)/bench_gemm
 bench-http: $(BIN)
 	bench/http/run.sh $(BIN)
 
+# Embeddings in process against sentence-transformers, ONNX Runtime and
+# OpenVINO: all-MiniLM-L6-v2, a 12-layer XLM-R-shaped embedder and a
+# cross-encoder's rerank (query x 32 documents), the last two with random
+# weights made once in the bench venv. Knobs (MODELS, XLMR_LENGTHS,
+# RERANK_DOCS, REPS, ...) are in bench/embed/run.sh's header, e.g.
+# make bench-embed MODELS="xlmr rerank" REPS=3 BUDGET=2 GEMM=0.
 bench-embed: $(BIN) model
 	bench/embed/run.sh $(BIN) $(MODEL_DIR)
 

@@ -4,7 +4,10 @@
  *
  * Inputs are made from a fixed list of common words that are one WordPiece
  * each, so a text of n - 2 words is exactly n tokens with [CLS] and [SEP];
- * every text is checked with the tokenizer before anything is timed. A case
+ * with a vocabulary where fewer than 32 of them are one piece (a small
+ * SentencePiece model), words of up to 8 pieces are drawn and counted by
+ * their pieces instead, so the texts still have exactly n tokens. Every text
+ * is checked with the tokenizer before anything is timed. A case
  * (backend × threads × length × batch) is one warm-up run, then the median of
  * the reps; one run tokenizes the batch on the calling thread (as a request
  * handler would) and runs bert_forward.
@@ -19,6 +22,13 @@
  * precision, measured on the same pool (kernels/peak.h): the FP32 FMA loop,
  * or the vdpbf16ps loop for bf16.
  *
+ * --pairs Q scores pairs instead, as a reranker does: one query (the first
+ * text of length Q) with each of a case's batch of texts as its documents,
+ * put together by the tokenizer's pair template (tok_encode_pair, inside the
+ * timed region) and run with their token types through the model, a
+ * cross-encoder (BertForSequenceClassification and kin), whose raw logits
+ * are the scores; inputs/s is then pairs/s.
+ *
  * --precisions runs the model once per precision (bert_load_precision), the
  * precisions alternating case by case in one process, so their ratio is
  * measured under the same load; a precision this CPU lacks is skipped with
@@ -32,7 +42,7 @@
  *   bench_embed [--json] [--model DIR] [--backends fused,naive] [--threads N[,1]]
  *               [--lengths 12,64,256] [--batches 1,8,32,128] [--reps 5] [--budget 8]
  *               [--precisions fp32,bf16] [--no-gemm] [--dump-inputs FILE]
- *               [--dump-embeddings FILE]
+ *               [--dump-embeddings FILE] [--pairs Q]
  *
  * --threads 0 means every online core (the default). --budget caps the
  * seconds of timed reps in one case (at least 3 reps run when reps >= 3).
@@ -42,7 +52,9 @@
  * --batches maximum inputs (the first backend, one packed forward: every
  * precision quantises per token or per weight channel, so an input's
  * embedding does not depend on its batch), one JSON object per line, and
- * exits; peers.py --accuracy compares them with fp32 sentence-transformers. */
+ * exits; peers.py --accuracy compares them with fp32 sentence-transformers.
+ * With --pairs, --dump-inputs adds the query to every line and
+ * --dump-embeddings writes every pair's logits ("kind": "scores"). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,13 +90,15 @@ typedef struct {
     int nbatches;
     int reps;
     double budget_s;
+    int pair_query; /* --pairs: the query's tokens; 0 embeds texts alone */
 } bench_opts;
 
 static void usage(const char *argv0) {
     fprintf(stderr,
             "usage: %s [--json] [--model DIR] [--backends fused,naive] [--threads N[,1]] "
             "[--lengths 12,64,256] [--batches 1,8,32,128] [--reps 5] [--budget 8] "
-            "[--precisions fp32,bf16] [--no-gemm] [--dump-inputs FILE] [--dump-embeddings FILE]\n",
+            "[--precisions fp32,bf16] [--no-gemm] [--dump-inputs FILE] [--dump-embeddings FILE] "
+            "[--pairs Q]\n",
             argv0);
     exit(2);
 }
@@ -158,7 +172,13 @@ static void parse_opts(int argc, char **argv, bench_opts *o) {
             o->reps = atoi(v);
         else if (strcmp(a, "--budget") == 0)
             o->budget_s = atof(v);
-        else
+        else if (strcmp(a, "--pairs") == 0) {
+            char *end;
+            const long q = strtol(v, &end, 10);
+            if (*end || q < 3 || q > TOK_CAP)
+                usage(argv[0]);
+            o->pair_query = (int)q;
+        } else
             usage(argv[0]);
     }
     for (int i = 0; i < o->nprecisions; i++)
@@ -204,31 +224,79 @@ typedef struct {
     size_t *len; /* [max_batch] */
 } input_set;
 
-static int single_piece(const tok_tokenizer *tok, const char *w) {
-    int32_t ids[8];
-    tok_output out = {.ids = ids, .capacity = 8};
-    return tok_encode(tok, w, strlen(w), 1, &out) == TOK_OK && out.n == 1 + tok_num_special(tok);
+/* --pairs' query: the first text of its length. */
+typedef struct {
+    int tokens; /* alone, special tokens included */
+    char *text;
+    size_t len;
+} query_text;
+
+/* The words texts are drawn from, and how many pieces each is alone. */
+typedef struct {
+    const char *word[NWORDS];
+    int pieces[NWORDS];
+    int n;
+} word_list;
+
+/* Pieces of w alone, special tokens left out; 0 when w does not encode. */
+static int word_pieces(const tok_tokenizer *tok, const char *w) {
+    int32_t ids[16];
+    tok_output out = {.ids = ids, .capacity = 16};
+    if (tok_encode(tok, w, strlen(w), 0, &out) != TOK_OK)
+        return 0;
+    return out.n - tok_num_special(tok);
 }
 
-/* Text i of a set: words drawn by a fixed LCG seeded by (tokens, i), so every
- * run and every peer sees the same texts. */
-static char *make_text(const char *const *words, int nwords, int nword_tokens, int i, size_t *len) {
+/* The single-piece words when the vocabulary has 32 of them, so that one
+ * word is one token; else (a small SentencePiece vocabulary cuts most
+ * English words) every word of up to 8 pieces, counted by its pieces. */
+static int choose_words(const tok_tokenizer *tok, word_list *wl) {
+    int pieces[NWORDS], single = 0;
+    for (size_t w = 0; w < NWORDS; w++) {
+        pieces[w] = word_pieces(tok, WORDS[w]);
+        single += pieces[w] == 1;
+    }
+    const int max_pieces = single >= 32 ? 1 : 8;
+    wl->n = 0;
+    for (size_t w = 0; w < NWORDS; w++)
+        if (pieces[w] >= 1 && pieces[w] <= max_pieces) {
+            wl->word[wl->n] = WORDS[w];
+            wl->pieces[wl->n++] = pieces[w];
+        }
+    if (single == 0 || wl->n < 32) {
+        fprintf(stderr,
+                "only %d of the %zu words are at most %d pieces (%d one piece) in this "
+                "vocabulary\n",
+                wl->n, NWORDS, max_pieces, single);
+        return -1;
+    }
+    return 0;
+}
+
+/* Text i of nbody pieces: words drawn by a fixed LCG seeded by (nbody, i),
+ * so every run and every peer sees the same texts; a word with more pieces
+ * than are left gives way to the next one that fits (a single-piece word
+ * always does). */
+static char *make_text(const word_list *wl, int nbody, int i, size_t *len) {
     size_t cap = 16;
-    for (int w = 0; w < nwords; w++)
-        cap = strlen(words[w]) + 1 > cap ? strlen(words[w]) + 1 : cap;
-    cap *= (size_t)nword_tokens + 1;
+    for (int w = 0; w < wl->n; w++)
+        cap = strlen(wl->word[w]) + 1 > cap ? strlen(wl->word[w]) + 1 : cap;
+    cap *= (size_t)nbody + 1;
     char *s = malloc(cap);
     if (!s)
         return NULL;
-    unsigned state = 2654435761u * (unsigned)(nword_tokens + 1) + 40503u * (unsigned)i;
+    unsigned state = 2654435761u * (unsigned)(nbody + 1) + 40503u * (unsigned)i;
     size_t n = 0;
-    for (int k = 0; k < nword_tokens; k++) {
+    for (int left = nbody, k = 0; left > 0; k++) {
         state = state * 1664525u + 1013904223u;
-        const char *w = words[(state >> 8) % (unsigned)nwords];
+        int w = (int)((state >> 8) % (unsigned)wl->n);
+        while (wl->pieces[w] > left)
+            w = (w + 1) % wl->n;
+        left -= wl->pieces[w];
         if (k)
             s[n++] = ' ';
-        memcpy(s + n, w, strlen(w));
-        n += strlen(w);
+        memcpy(s + n, wl->word[w], strlen(wl->word[w]));
+        n += strlen(wl->word[w]);
     }
     s[n] = '\0';
     *len = n;
@@ -244,22 +312,44 @@ static void free_inputs(input_set *sets, int nsets, int max_batch) {
     }
 }
 
-/* Builds max_batch texts per length and checks each one's token count. */
-static int make_inputs(const tok_tokenizer *tok, const bench_opts *o, int max_batch,
-                       input_set *sets) {
-    const char *words[NWORDS];
-    int nwords = 0;
-    for (size_t w = 0; w < NWORDS; w++)
-        if (single_piece(tok, WORDS[w]))
-            words[nwords++] = WORDS[w];
-    if (nwords < 32) {
-        fprintf(stderr, "only %d of the %zu words are single tokens in this vocabulary\n", nwords,
-                NWORDS);
+/* Checks that every text of set, paired after q, gives the pieces of both
+ * and the pair template's special tokens, nothing cut. */
+static int check_pairs(const tok_tokenizer *tok, const query_text *q, const input_set *set,
+                       int max_batch) {
+    const int nspecial = tok_num_special(tok), npair = tok_num_special_pair(tok);
+    const int want = q->tokens - nspecial + set->tokens - nspecial + npair;
+    int32_t ids[TOK_CAP], types[TOK_CAP];
+    tok_output out = {.ids = ids, .type_ids = types, .capacity = TOK_CAP};
+    if (npair < 0) {
+        fprintf(stderr, "the tokenizer has no pair template\n");
         return -1;
     }
+    for (int i = 0; i < max_batch; i++)
+        if (tok_encode_pair(tok, q->text, q->len, set->text[i], set->len[i], TOK_TRUNCATE_NONE,
+                            &out) != TOK_OK ||
+            out.n != want) {
+            fprintf(stderr, "pair %d of length %d (%d expected, at most %d) tokenizes to %d\n", i,
+                    set->tokens, want, TOK_CAP, out.n_full);
+            return -1;
+        }
+    return 0;
+}
+
+/* Builds max_batch texts per length (and --pairs' query) and checks each
+ * one's token count. */
+static int make_inputs(const tok_tokenizer *tok, const bench_opts *o, int max_batch,
+                       input_set *sets, query_text *q) {
+    word_list wl;
+    if (choose_words(tok, &wl) != 0)
+        return -1;
     const int nspecial = tok_num_special(tok);
     int32_t ids[TOK_CAP];
     tok_output out = {.ids = ids, .capacity = TOK_CAP};
+    if (o->pair_query) {
+        q->tokens = o->pair_query;
+        if (q->tokens <= nspecial || !(q->text = make_text(&wl, q->tokens - nspecial, 0, &q->len)))
+            return -1;
+    }
     for (int s = 0; s < o->nlengths; s++) {
         input_set *set = &sets[s];
         set->tokens = o->lengths[s];
@@ -272,7 +362,7 @@ static int make_inputs(const tok_tokenizer *tok, const bench_opts *o, int max_ba
             return -1;
         }
         for (int i = 0; i < max_batch; i++) {
-            set->text[i] = make_text(words, nwords, set->tokens - nspecial, i, &set->len[i]);
+            set->text[i] = make_text(&wl, set->tokens - nspecial, i, &set->len[i]);
             if (!set->text[i])
                 return -1;
             if (tok_encode(tok, set->text[i], set->len[i], 0, &out) != TOK_OK ||
@@ -282,6 +372,8 @@ static int make_inputs(const tok_tokenizer *tok, const bench_opts *o, int max_ba
                 return -1;
             }
         }
+        if (o->pair_query && check_pairs(tok, q, set, max_batch) != 0)
+            return -1;
     }
     return 0;
 }
@@ -290,17 +382,22 @@ static const char *length_name(int tokens) {
     return tokens <= 32 ? "short" : tokens <= 128 ? "medium" : "long";
 }
 
-/* One JSON object per length: {"name", "tokens", "texts": [...]}. The words
- * are plain ASCII letters, so no escaping is needed. */
-static int dump_inputs(const char *path, const input_set *sets, int nsets, int max_batch) {
+/* One JSON object per length: {"name", "tokens", "texts": [...]}, and with
+ * --pairs "query" and "query_tokens". The words are plain ASCII letters, so
+ * no escaping is needed. */
+static int dump_inputs(const char *path, const input_set *sets, int nsets, int max_batch,
+                       const query_text *q) {
     FILE *f = fopen(path, "w");
     if (!f) {
         perror(path);
         return -1;
     }
     for (int s = 0; s < nsets; s++) {
-        fprintf(f, "{\"name\": \"%s\", \"tokens\": %d, \"texts\": [", length_name(sets[s].tokens),
+        fprintf(f, "{\"name\": \"%s\", \"tokens\": %d, ", length_name(sets[s].tokens),
                 sets[s].tokens);
+        if (q->text)
+            fprintf(f, "\"query\": \"%s\", \"query_tokens\": %d, ", q->text, q->tokens);
+        fprintf(f, "\"texts\": [");
         for (int i = 0; i < max_batch; i++)
             fprintf(f, "%s\"%s\"", i ? ", " : "", sets[s].text[i]);
         fprintf(f, "]}\n");
@@ -479,9 +576,10 @@ static gemm_result time_gemms(const gemm_set *g, tp_pool *pool, int T, const ben
 typedef struct {
     const bert_model *model;
     const tok_tokenizer *tok;
+    const query_text *query; /* --pairs: each text is a document after it; else NULL */
     bert_workspace *ws;
-    int32_t *ids, *cu; /* (max tokens), (max batch + 1) */
-    float *out;        /* (max batch, C) */
+    int32_t *ids, *types, *cu; /* (max tokens), (max tokens), (max batch + 1) */
+    float *out;                /* (max batch, output_dim) */
 } pipeline;
 
 typedef struct {
@@ -489,22 +587,30 @@ typedef struct {
     int reps, rc;
 } case_result;
 
-/* Tokenizes texts [0, batch) into the packed arrays and runs the forward.
- * Adds the tokenizer's seconds to *tok_s. */
+/* Tokenizes texts [0, batch) into the packed arrays, each alone or after
+ * the query as a pair, and runs the forward. Adds the tokenizer's seconds
+ * to *tok_s. */
 static int run_once(pipeline *p, const attn_backend *be, const attn_parallel *par,
                     const input_set *set, int batch, double *tok_s) {
     const double t0 = now_s();
     p->cu[0] = 0;
     for (int i = 0; i < batch; i++) {
         tok_output out = {.ids = p->ids + p->cu[i], .capacity = TOK_CAP};
-        if (tok_encode(p->tok, set->text[i], set->len[i], 1, &out) != TOK_OK)
+        int rc;
+        if (p->query) {
+            out.type_ids = p->types + p->cu[i];
+            rc = tok_encode_pair(p->tok, p->query->text, p->query->len, set->text[i], set->len[i],
+                                 TOK_TRUNCATE_NONE, &out);
+        } else
+            rc = tok_encode(p->tok, set->text[i], set->len[i], 1, &out);
+        if (rc != TOK_OK)
             return -1;
         p->cu[i + 1] = p->cu[i] + out.n;
     }
     *tok_s += now_s() - t0;
     char err[256];
-    const int rc =
-        bert_forward(p->model, p->ws, be, par, p->ids, p->cu, batch, p->out, err, sizeof err);
+    const int rc = bert_forward_types(p->model, p->ws, be, par, p->ids, p->query ? p->types : NULL,
+                                      p->cu, batch, p->out, err, sizeof err);
     if (rc != BERT_OK)
         fprintf(stderr, "bert_forward (%s): %s\n", be->name, err);
     return rc;
@@ -541,17 +647,17 @@ static case_result run_case(pipeline *p, const attn_backend *be, tp_pool *pool,
 }
 
 /* One forward of the first n texts of set through p, then one JSON object:
- * {"kind": "embeddings", "precision", "tokens", "embeddings": [[...], ...]}. */
+ * {"kind": "embeddings", "precision", "tokens", "embeddings": [[...], ...]},
+ * or for pairs {"kind": "scores", ..., "scores": [[logits], ...]}. */
 static int dump_embeddings(FILE *f, pipeline *p, const attn_backend *be, tp_pool *pool,
                            const input_set *set, int n, gemm_precision prec, int dim) {
     attn_parallel par = tp_parallel(pool);
     double tok_s = 0.0;
     if (run_once(p, be, &par, set, n, &tok_s) != 0)
         return -1;
-    fprintf(f,
-            "{\"kind\": \"embeddings\", \"precision\": \"%s\", \"tokens\": %d, "
-            "\"embeddings\": [",
-            gemm_precision_name(prec), set->tokens);
+    const char *kind = p->query ? "scores" : "embeddings";
+    fprintf(f, "{\"kind\": \"%s\", \"precision\": \"%s\", \"tokens\": %d, \"%s\": [", kind,
+            gemm_precision_name(prec), set->tokens, kind);
     for (int i = 0; i < n; i++) {
         fprintf(f, "%s[", i ? ", " : "");
         for (int c = 0; c < dim; c++)
@@ -588,6 +694,7 @@ int main(int argc, char **argv) {
     gemm_precision precs[MAX_LIST];
     int nprec = 0;
     input_set sets[MAX_LIST] = {{0}};
+    query_text query = {0};
     tp_pool *pools[MAX_LIST] = {0};
     gemm_set gemms[MAX_LIST] = {{0}};
     pipeline pipes[MAX_LIST] = {{0}};
@@ -595,10 +702,10 @@ int main(int argc, char **argv) {
         fprintf(stderr, "%s\n", err);
         goto done;
     }
-    if (make_inputs(tok, &o, max_batch, sets) != 0)
+    if (make_inputs(tok, &o, max_batch, sets, &query) != 0)
         goto done;
     if (o.dump_path) {
-        status = dump_inputs(o.dump_path, sets, o.nlengths, max_batch) == 0 ? 0 : 1;
+        status = dump_inputs(o.dump_path, sets, o.nlengths, max_batch, &query) == 0 ? 0 : 1;
         goto done;
     }
 
@@ -608,7 +715,7 @@ int main(int argc, char **argv) {
             fprintf(stderr, "unknown backend %s (have %s)\n", o.backends[b], attn_backend_names());
             goto done;
         }
-    const int max_tokens = max_batch * max_len;
+    const int max_tokens = max_batch * (max_len + o.pair_query);
     const bert_config *cfg = NULL;
     for (int i = 0; i < o.nprecisions; i++) {
         const gemm_precision prec = (gemm_precision)gemm_precision_parse(o.precisions[i]);
@@ -628,10 +735,12 @@ int main(int argc, char **argv) {
         cfg = bert_get_config(*m);
         p->model = *m;
         p->tok = tok;
+        p->query = o.pair_query ? &query : NULL;
         p->ids = malloc((size_t)max_tokens * sizeof *p->ids);
+        p->types = malloc((size_t)max_tokens * sizeof *p->types);
         p->cu = malloc(((size_t)max_batch + 1) * sizeof *p->cu);
-        p->out = malloc((size_t)max_batch * (size_t)cfg->hidden_size * sizeof *p->out);
-        if (!p->ids || !p->cu || !p->out ||
+        p->out = malloc((size_t)max_batch * (size_t)cfg->output_dim * sizeof *p->out);
+        if (!p->ids || !p->types || !p->cu || !p->out ||
             (o.gemm && gemm_set_init(&gemms[nprec], cfg, max_tokens, prec, max_threads) != 0)) {
             fprintf(stderr, "out of memory\n");
             goto done;
@@ -658,7 +767,7 @@ int main(int argc, char **argv) {
         for (int pi = 0; pi < nprec && !rc; pi++)
             for (int s = 0; s < o.nlengths && !rc; s++)
                 rc = dump_embeddings(f, &pipes[pi], backends[0], pools[0], &sets[s], max_batch,
-                                     precs[pi], cfg->hidden_size);
+                                     precs[pi], cfg->output_dim);
         status = fclose(f) == 0 && rc == 0 ? 0 : 1;
         goto done;
     }
@@ -700,7 +809,18 @@ int main(int argc, char **argv) {
     for (int t = 0; t < o.nthreads; t++)
         for (int s = 0; s < o.nlengths; s++)
             for (int bi = 0; bi < o.nbatches; bi++) {
-                const int batch = o.batches[bi], T = batch * sets[s].tokens;
+                /* Tokens a forward runs per text: a pair's are both texts'
+                 * pieces and the pair template's special tokens. */
+                const int nspecial = tok_num_special(tok);
+                const int seq = o.pair_query ? o.pair_query + sets[s].tokens - 2 * nspecial +
+                                                   tok_num_special_pair(tok)
+                                             : sets[s].tokens;
+                const int batch = o.batches[bi], T = batch * seq;
+                char task[96] = "";
+                if (o.pair_query)
+                    snprintf(task, sizeof task,
+                             "\"task\": \"rerank\", \"query_tokens\": %d, \"pair_tokens\": %d, ",
+                             o.pair_query, seq);
                 for (int b = 0; b < o.nbackends; b++)
                     for (int pi = 0; pi < nprec; pi++) {
                         const rate pk = precs[pi] == GEMM_BF16 ? peak_bf16[t] : peak[t];
@@ -710,30 +830,35 @@ int main(int argc, char **argv) {
                             run_case(&pipes[pi], backends[b], pools[t], &sets[s], batch, &o);
                         if (r.rc != 0)
                             goto done;
-                        const double ips = batch / (r.ms * 1e-3), tps = ips * sets[s].tokens;
+                        const double ips = batch / (r.ms * 1e-3), tps = ips * seq;
                         const double gemm_pct = o.gemm ? 100.0 * g.ms / r.ms : 0.0;
                         const double gemm_peak = o.gemm ? 100.0 * g.gflops.wall / pk.wall : 0.0;
                         const double gemm_peak_cpu = o.gemm ? 100.0 * g.gflops.cpu / pk.cpu : 0.0;
                         if (o.json)
-                            printf(
-                                "{\"kind\": \"case\", \"backend\": \"%s\", \"precision\": \"%s\", "
-                                "\"simd\": \"%s\", "
-                                "\"threads\": %d, \"input\": \"%s\", \"tokens_per_input\": %d, "
-                                "\"batch\": %d, \"ms\": %.3f, \"inputs_per_s\": %.1f, "
-                                "\"tokens_per_s\": %.0f, \"tok_pct\": %.1f, \"attn_pct\": %.1f, "
-                                "\"gemm_ms\": %.3f, \"gemm_pct\": %.1f, \"gemm_gflops\": %.1f, "
-                                "\"peak_gflops\": %.1f, \"gemm_pct_peak\": %.1f, "
-                                "\"gemm_gflops_cpu\": %.1f, \"gemm_pct_peak_cpu\": %.1f, "
-                                "\"cpu_pct\": %.1f, \"reps\": %d}\n",
-                                backends[b]->name, gemm_precision_name(precs[pi]),
-                                backends[b]->simd_path(), o.threads[t], length_name(sets[s].tokens),
-                                sets[s].tokens, batch, r.ms, ips, tps, 100.0 * r.tok_frac,
-                                100.0 * r.attn_frac, g.ms, gemm_pct, g.gflops.wall, pk.wall,
-                                gemm_peak, g.gflops.cpu, gemm_peak_cpu, 100.0 * r.cpu_frac, r.reps);
+                            printf("{\"kind\": \"case\", %s\"backend\": \"%s\", \"precision\": "
+                                   "\"%s\", "
+                                   "\"simd\": \"%s\", "
+                                   "\"threads\": %d, \"input\": \"%s\", \"tokens_per_input\": %d, "
+                                   "\"batch\": %d, \"ms\": %.3f, \"inputs_per_s\": %.1f, "
+                                   "\"tokens_per_s\": %.0f, \"tok_pct\": %.1f, \"attn_pct\": %.1f, "
+                                   "\"gemm_ms\": %.3f, \"gemm_pct\": %.1f, \"gemm_gflops\": %.1f, "
+                                   "\"peak_gflops\": %.1f, \"gemm_pct_peak\": %.1f, "
+                                   "\"gemm_gflops_cpu\": %.1f, \"gemm_pct_peak_cpu\": %.1f, "
+                                   "\"cpu_pct\": %.1f, \"reps\": %d}\n",
+                                   task, backends[b]->name, gemm_precision_name(precs[pi]),
+                                   backends[b]->simd_path(), o.threads[t],
+                                   length_name(sets[s].tokens), sets[s].tokens, batch, r.ms, ips,
+                                   tps, 100.0 * r.tok_frac, 100.0 * r.attn_frac, g.ms, gemm_pct,
+                                   g.gflops.wall, pk.wall, gemm_peak, g.gflops.cpu, gemm_peak_cpu,
+                                   100.0 * r.cpu_frac, r.reps);
                         else {
                             char input[32];
-                            snprintf(input, sizeof input, "%s(%d)", length_name(sets[s].tokens),
-                                     sets[s].tokens);
+                            if (o.pair_query)
+                                snprintf(input, sizeof input, "pair(%d+%d)", o.pair_query,
+                                         sets[s].tokens);
+                            else
+                                snprintf(input, sizeof input, "%s(%d)", length_name(sets[s].tokens),
+                                         sets[s].tokens);
                             printf("%-7s %-4s %3d %-12s %5d %9.2f %10.1f %11.0f %5.1f %5.1f %5.1f "
                                    "%8.1f %6.1f %6.1f %5.1f %4d\n",
                                    backends[b]->name, gemm_precision_name(precs[pi]), o.threads[t],
@@ -751,12 +876,14 @@ done:
     for (int i = 0; i < MAX_LIST; i++) {
         gemm_set_free(&gemms[i]);
         free(pipes[i].ids);
+        free(pipes[i].types);
         free(pipes[i].cu);
         free(pipes[i].out);
         bert_workspace_free(pipes[i].ws);
         bert_free(models[i]);
     }
     free_inputs(sets, o.nlengths, max_batch);
+    free(query.text);
     tok_free(tok);
     return status;
 }

@@ -11,8 +11,10 @@ re-runs itself there. Exit status 3 means the packages could not be installed
 (bench/embed/run.sh then skips the peers).
 
 ONNX Runtime runs the model exported once with torch.onnx (input ids,
-attention mask and token types in; mean pooling and L2 normalisation inside
-the graph, as the sentence-transformers modules say), cached beside the venv,
+attention mask and, for a model with more than one token type, token types
+in: an XLM-R graph has no token_type_ids input, as Optimum exports it; mean
+pooling and L2 normalisation inside the graph, as the sentence-transformers
+modules say), cached beside the venv,
 with graph optimisations ORT_ENABLE_ALL; its int8 peer is that graph after
 `quant_pre_process` and `quantize_dynamic` (QInt8 weights, per-tensor dynamic
 activations: ONNX Runtime's default, what its documentation shows a user).
@@ -25,9 +27,18 @@ tokenizer.json (Hugging Face `tokenizers`) inside the timed region, as
 attnserve does. A case is one warm-up run, then the median of the reps, with
 the same --reps/--budget rule as bench_embed. One JSON object per line.
 
+--rerank times a cross-encoder instead: each input line's "query" paired with
+the first BATCH of its texts, one call per query. sentence-transformers'
+CrossEncoder.predict is the PyTorch peer and the reference; ONNX Runtime and
+OpenVINO run the exported sequence-classification graph (its logits out),
+the pairs tokenized by tokenizer.json's pair template in the timed region.
+Accuracy is then the largest |logit difference| against CrossEncoder fp32
+over every pair (`bench_embed --pairs --dump-embeddings` gives attnserve's).
+
     python3 bench/embed/peers.py --inputs FILE --model DIR [--threads 2]
         [--batches 1,8,32,128] [--reps 5] [--budget 8]
         [--peers onnxruntime,onnxruntime-int8,openvino,openvino-bf16,pytorch] [--accuracy]
+        [--rerank]
 
 FILE is what `bench_embed --dump-inputs FILE` writes.
 """
@@ -93,6 +104,8 @@ def parse_args():
     p.add_argument("--attnserve-embeddings",
                    help="with --accuracy: also compare the embeddings `bench_embed "
                         "--dump-embeddings` wrote, one line per precision and length")
+    p.add_argument("--rerank", action="store_true",
+                   help="the model is a cross-encoder: score each line's query with its texts")
     p.add_argument("--setup-only", action="store_true",
                    help="make the venv and install the packages, then exit")
     return p.parse_args()
@@ -120,46 +133,77 @@ def time_case(fn, reps, budget):
 
 # ---- the model as one ONNX graph ------------------------------------------------------
 
-def export_onnx(model_dir, path):
-    """Exports BERT + mean pooling + L2 normalisation (what the model's
-    sentence-transformers modules compute) to path."""
+def model_config(model_dir):
+    with open(os.path.join(model_dir, "config.json")) as f:
+        return json.load(f)
+
+
+def uses_token_types(model_dir):
+    """BERT reads a pair's segments as token types; RoBERTa and XLM-R have
+    one type, and their exported graphs (Optimum's too) take no such input."""
+    return model_config(model_dir).get("type_vocab_size", 2) > 1
+
+
+def export_onnx(model_dir, path, rerank=False):
+    """Exports the encoder to path: with mean pooling and L2 normalisation
+    (what the model's sentence-transformers modules compute), or for a
+    cross-encoder its sequence-classification logits."""
     import torch
-    from transformers import AutoModel
+    from transformers import AutoModel, AutoModelForSequenceClassification
+
+    types = uses_token_types(model_dir)
 
     class Encoder(torch.nn.Module):
         def __init__(self, bert):
             super().__init__()
             self.bert = bert
 
-        def forward(self, input_ids, attention_mask, token_type_ids):
+        def forward(self, input_ids, attention_mask, token_type_ids=None):
             h = self.bert(input_ids=input_ids, attention_mask=attention_mask,
                           token_type_ids=token_type_ids).last_hidden_state
             m = attention_mask.unsqueeze(-1).to(h.dtype)
             pooled = (h * m).sum(1) / m.sum(1).clamp(min=1e-9)
             return torch.nn.functional.normalize(pooled, p=2, dim=1)
 
-    enc = Encoder(AutoModel.from_pretrained(model_dir, attn_implementation="eager")).eval()
+    class Scorer(torch.nn.Module):
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids, attention_mask, token_type_ids=None):
+            return self.model(input_ids=input_ids, attention_mask=attention_mask,
+                              token_type_ids=token_type_ids).logits
+
+    if rerank:
+        enc = Scorer(AutoModelForSequenceClassification.from_pretrained(
+            model_dir, attn_implementation="eager")).eval()
+        out = "logits"
+    else:
+        enc = Encoder(AutoModel.from_pretrained(model_dir, attn_implementation="eager")).eval()
+        out = "embedding"
     ids = torch.ones(2, 8, dtype=torch.long)
-    args = (ids, torch.ones_like(ids), torch.zeros_like(ids))
-    names = ["input_ids", "attention_mask", "token_type_ids"]
+    args = (ids, torch.ones_like(ids)) + ((torch.zeros_like(ids),) if types else ())
+    names = ["input_ids", "attention_mask"] + (["token_type_ids"] if types else [])
     axes = {n: {0: "batch", 1: "seq"} for n in names}
-    axes["embedding"] = {0: "batch"}
+    axes[out] = {0: "batch"}
     tmp = path + ".tmp"
     with torch.no_grad():
         try:
-            torch.onnx.export(enc, args, tmp, input_names=names, output_names=["embedding"],
+            torch.onnx.export(enc, args, tmp, input_names=names, output_names=[out],
                               dynamic_axes=axes, opset_version=17, dynamo=False)
         except Exception as e:  # the TorchScript exporter may be gone; use dynamo's
             print(f"peers: TorchScript ONNX export failed ({e}); trying dynamo=True",
                   file=sys.stderr)
-            torch.onnx.export(enc, args, tmp, input_names=names, output_names=["embedding"],
+            torch.onnx.export(enc, args, tmp, input_names=names, output_names=[out],
                               dynamic_axes=axes, dynamo=True, external_data=False)
     os.replace(tmp, path)
 
 
-def onnx_path(model_dir, venv):
+def onnx_path(model_dir, venv, rerank=False):
     st = os.stat(os.path.join(model_dir, "model.safetensors"))
     key = f"{os.path.realpath(model_dir)}:{st.st_size}:{st.st_mtime_ns}"
+    if rerank:
+        key += ":logits"
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     return os.path.join(os.path.dirname(os.path.abspath(venv)), f"model-{digest}.onnx")
 
@@ -179,39 +223,63 @@ def make_pytorch(model_dir, threads):
     return encode, f"torch {torch.__version__}, {torch.get_num_threads()} threads"
 
 
+def make_cross_encoder(model_dir, threads):
+    """sentence-transformers' CrossEncoder, scoring a list of (query,
+    document) pairs as one batch; raw logits, as the graphs give them (a
+    sigmoid on 32 numbers costs nothing next to the forward)."""
+    import torch
+    from sentence_transformers import CrossEncoder
+
+    torch.set_num_threads(threads)
+    model = CrossEncoder(model_dir, device="cpu")
+    identity = torch.nn.Identity()
+
+    def score(pairs):
+        return model.predict(pairs, batch_size=len(pairs), activation_fn=identity,
+                             convert_to_numpy=True, show_progress_bar=False).reshape(len(pairs), -1)
+    return score, f"torch {torch.__version__} CrossEncoder.predict, {torch.get_num_threads()} threads"
+
+
 def padded_tokenizer(model_dir):
     """The model's own tokenizer.json, padding each batch to its longest input
-    (what a user of these runtimes does)."""
+    with the model's padding token (what a user of these runtimes does;
+    XLM-R numbers positions past its padding id, so the id matters)."""
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_file(os.path.join(model_dir, "tokenizer.json"))
     tok.no_truncation()
-    tok.enable_padding(pad_id=0, pad_token="[PAD]")
+    pad_id = model_config(model_dir).get("pad_token_id", 0)
+    tok.enable_padding(pad_id=pad_id, pad_token=tok.id_to_token(pad_id))
     return tok
 
 
-def feeds(tok, texts):
+def feeds(tok, texts, names):
+    """The inputs the graph takes (names), for texts: strings, or (query,
+    document) pairs, which the pair template gives their token types."""
     import numpy as np
 
     enc = tok.encode_batch(texts)
     ids = np.array([e.ids for e in enc], dtype=np.int64)
     mask = np.array([e.attention_mask for e in enc], dtype=np.int64)
-    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+    f = {"input_ids": ids, "attention_mask": mask}
+    if "token_type_ids" in names:
+        f["token_type_ids"] = np.array([e.type_ids for e in enc], dtype=np.int64)
+    return f
 
 
-def fp32_graph(model_dir, venv):
-    path = onnx_path(model_dir, venv)
+def fp32_graph(model_dir, venv, rerank=False):
+    path = onnx_path(model_dir, venv, rerank)
     if not os.path.exists(path):
         print(f"peers: exporting {model_dir} to {path}", file=sys.stderr)
-        export_onnx(model_dir, path)
+        export_onnx(model_dir, path, rerank)
     return path
 
 
-def int8_graph(model_dir, venv):
+def int8_graph(model_dir, venv, rerank=False):
     """ONNX Runtime's documented dynamic quantisation of the fp32 graph, after
     its pre-processing pass (shape inference and graph optimisation), cached
     beside it."""
-    src = fp32_graph(model_dir, venv)
+    src = fp32_graph(model_dir, venv, rerank)
     path = src[:-len(".onnx")] + "-int8.onnx"
     if not os.path.exists(path):
         from onnxruntime.quantization import QuantType, quantize_dynamic
@@ -228,10 +296,10 @@ def int8_graph(model_dir, venv):
     return path
 
 
-def make_onnxruntime(model_dir, threads, venv, int8=False):
+def make_onnxruntime(model_dir, threads, venv, int8=False, rerank=False):
     import onnxruntime as ort
 
-    path = int8_graph(model_dir, venv) if int8 else fp32_graph(model_dir, venv)
+    path = int8_graph(model_dir, venv, rerank) if int8 else fp32_graph(model_dir, venv, rerank)
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
@@ -239,30 +307,32 @@ def make_onnxruntime(model_dir, threads, venv, int8=False):
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
     tok = padded_tokenizer(model_dir)
+    names = {i.name for i in sess.get_inputs()}
 
     def encode(texts):
-        return sess.run(None, feeds(tok, texts))[0]
+        return sess.run(None, feeds(tok, texts, names))[0]
     kind = "dynamic int8 (quantize_dynamic QInt8)" if int8 else "fp32"
     return encode, f"onnxruntime {ort.__version__} {kind}, {threads} intra-op threads"
 
 
-def make_openvino(model_dir, threads, venv, precision):
+def make_openvino(model_dir, threads, venv, precision, rerank=False):
     """OpenVINO on the CPU, compiled as a performance-minded user would: the
     LATENCY hint (one stream, every thread on one request), the thread count
     pinned, and the inference precision asked for explicitly."""
     import openvino as ov
 
     core = ov.Core()
-    model = core.read_model(fp32_graph(model_dir, venv))
+    model = core.read_model(fp32_graph(model_dir, venv, rerank))
     compiled = core.compile_model(model, "CPU", {
         "PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": threads,
         "INFERENCE_PRECISION_HINT": precision})
     got = compiled.get_property("INFERENCE_PRECISION_HINT")
     request = compiled.create_infer_request()
     tok = padded_tokenizer(model_dir)
+    names = {n for i in compiled.inputs for n in i.get_names()}
 
     def encode(texts):
-        return request.infer(feeds(tok, texts))[0].copy()
+        return request.infer(feeds(tok, texts, names))[0].copy()
     return encode, f"openvino {ov.get_version()}, inference precision {got}, {threads} threads"
 
 
@@ -278,62 +348,102 @@ def main():
     if a.setup_only:
         return 0
 
-    import numpy as np
-
     sets = [json.loads(line) for line in open(a.inputs) if line.strip()]
     batches = [int(b) for b in a.batches.split(",") if b]
-    makers = {"pytorch": lambda: make_pytorch(a.model, a.threads),
-              "onnxruntime": lambda: make_onnxruntime(a.model, a.threads, a.venv),
-              "onnxruntime-int8": lambda: make_onnxruntime(a.model, a.threads, a.venv, True),
-              "openvino": lambda: make_openvino(a.model, a.threads, a.venv, "f32"),
-              "openvino-bf16": lambda: make_openvino(a.model, a.threads, a.venv, "bf16")}
+    r = a.rerank
+    makers = {"pytorch": lambda: (make_cross_encoder(a.model, a.threads) if r
+                                  else make_pytorch(a.model, a.threads)),
+              "onnxruntime": lambda: make_onnxruntime(a.model, a.threads, a.venv, rerank=r),
+              "onnxruntime-int8": lambda: make_onnxruntime(a.model, a.threads, a.venv, True, r),
+              "openvino": lambda: make_openvino(a.model, a.threads, a.venv, "f32", r),
+              "openvino-bf16": lambda: make_openvino(a.model, a.threads, a.venv, "bf16", r)}
     encoders = {}
     for name in a.peers.split(","):
         encoders[name], desc = makers[name]()
         print(json.dumps({"kind": "peer", "backend": name, "version": desc}), flush=True)
 
-    # Accuracy of every peer on every input of every set, one input at a time
-    # (no padding in play), against sentence-transformers in fp32.
-    ref = make_pytorch(a.model, a.threads)[0] if a.accuracy else None
-    dumped = []
-    if a.accuracy and a.attnserve_embeddings:
-        dumped = [json.loads(line) for line in open(a.attnserve_embeddings) if line.strip()]
-    for s in sets if a.accuracy else []:
-        want = np.asarray(ref(s["texts"]), dtype=np.float64)
-        want /= np.linalg.norm(want, axis=1, keepdims=True)
-        for d in dumped:
-            if d["tokens"] != s["tokens"]:
-                continue
-            got = np.asarray(d["embeddings"], dtype=np.float64)
-            got /= np.linalg.norm(got, axis=1, keepdims=True)
-            cos = (got * want[:len(got)]).sum(1)
-            print(json.dumps({"kind": "accuracy", "backend": "attnserve",
-                              "precision": d["precision"], "input": s["name"],
-                              "tokens_per_input": s["tokens"], "n": len(cos),
-                              "min_cosine": float(cos.min()), "mean_cosine": float(cos.mean())}),
-                  flush=True)
-        for name, enc in encoders.items():
-            if name == "pytorch":  # the reference itself: cosine 1 by construction
-                continue
-            got = np.concatenate([np.asarray(enc([t]), dtype=np.float64) for t in s["texts"]])
-            got /= np.linalg.norm(got, axis=1, keepdims=True)
-            cos = (got * want).sum(1)
-            print(json.dumps({"kind": "accuracy", "backend": name, "input": s["name"],
-                              "tokens_per_input": s["tokens"], "n": len(cos),
-                              "min_cosine": float(cos.min()), "mean_cosine": float(cos.mean())}),
-                  flush=True)
+    # What one call gets for the first b inputs of a set: its texts, or its
+    # query paired with each of them.
+    def inputs(s, b):
+        return [(s["query"], t) for t in s["texts"][:b]] if r else s["texts"][:b]
+
+    if a.accuracy:
+        dumped = []
+        if a.attnserve_embeddings:
+            dumped = [json.loads(line) for line in open(a.attnserve_embeddings) if line.strip()]
+        ref = makers["pytorch"]()[0]
+        for s in sets:
+            (rerank_accuracy if r else embed_accuracy)(s, ref, encoders, dumped, inputs)
 
     for s in sets:
         for b in batches:
-            texts = s["texts"][:b]
+            texts = inputs(s, b)
             for name, enc in encoders.items():
                 sec, n, cpu = time_case(lambda: enc(texts), a.reps, a.budget)
-                print(json.dumps({
-                    "kind": "case", "backend": name, "threads": a.threads, "input": s["name"],
-                    "tokens_per_input": s["tokens"], "batch": b, "ms": round(sec * 1e3, 3),
-                    "inputs_per_s": round(b / sec, 1), "tokens_per_s": round(b * s["tokens"] / sec),
-                    "cpu_pct": round(100 * cpu / a.threads, 1), "reps": n}), flush=True)
+                case = {"kind": "case", "backend": name, "threads": a.threads, "input": s["name"],
+                        "tokens_per_input": s["tokens"], "batch": b, "ms": round(sec * 1e3, 3),
+                        "inputs_per_s": round(b / sec, 1),
+                        "tokens_per_s": round(b * s["tokens"] / sec),
+                        "cpu_pct": round(100 * cpu / a.threads, 1), "reps": n}
+                if r:
+                    case = dict(case, task="rerank", query_tokens=s["query_tokens"])
+                print(json.dumps(case), flush=True)
     return 0
+
+
+def embed_accuracy(s, ref, encoders, dumped, inputs):
+    """Every engine's embeddings of every input of set s, one input at a time
+    (no padding in play), against sentence-transformers in fp32: the lowest
+    and mean cosine."""
+    import numpy as np
+
+    want = np.asarray(ref(s["texts"]), dtype=np.float64)
+    want /= np.linalg.norm(want, axis=1, keepdims=True)
+    for d in dumped:
+        if d["tokens"] != s["tokens"]:
+            continue
+        got = np.asarray(d["embeddings"], dtype=np.float64)
+        got /= np.linalg.norm(got, axis=1, keepdims=True)
+        cos = (got * want[:len(got)]).sum(1)
+        print(json.dumps({"kind": "accuracy", "backend": "attnserve",
+                          "precision": d["precision"], "input": s["name"],
+                          "tokens_per_input": s["tokens"], "n": len(cos),
+                          "min_cosine": float(cos.min()), "mean_cosine": float(cos.mean())}),
+              flush=True)
+    for name, enc in encoders.items():
+        if name == "pytorch":  # the reference itself: cosine 1 by construction
+            continue
+        got = np.concatenate([np.asarray(enc([t]), dtype=np.float64) for t in s["texts"]])
+        got /= np.linalg.norm(got, axis=1, keepdims=True)
+        cos = (got * want).sum(1)
+        print(json.dumps({"kind": "accuracy", "backend": name, "input": s["name"],
+                          "tokens_per_input": s["tokens"], "n": len(cos),
+                          "min_cosine": float(cos.min()), "mean_cosine": float(cos.mean())}),
+              flush=True)
+
+
+def rerank_accuracy(s, ref, encoders, dumped, inputs):
+    """Every engine's logits of every pair of set s, scored together (as a
+    rerank call does), against CrossEncoder in fp32: the largest and mean
+    |difference|, and the spread of the reference's logits to read them by."""
+    import numpy as np
+
+    pairs = inputs(s, len(s["texts"]))
+    want = np.asarray(ref(pairs), dtype=np.float64).reshape(len(pairs), -1)
+
+    def line(backend, got, **extra):
+        d = np.abs(np.asarray(got, dtype=np.float64).reshape(len(got), -1) - want[:len(got)])
+        print(json.dumps(dict({"kind": "accuracy", "task": "rerank", "backend": backend},
+                              **extra, input=s["name"], tokens_per_input=s["tokens"],
+                              n=len(got), max_abs_diff=float(d.max()),
+                              mean_abs_diff=float(d.mean()), ref_std=float(want.std()))),
+              flush=True)
+    for d in dumped:
+        if d.get("kind") == "scores" and d["tokens"] == s["tokens"]:
+            line("attnserve", d["scores"], precision=d["precision"])
+    for name, enc in encoders.items():
+        if name != "pytorch":  # the reference itself
+            line(name, enc(pairs))
 
 
 if __name__ == "__main__":

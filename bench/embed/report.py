@@ -13,9 +13,15 @@ met or not met:
 - attnserve int8 >= 1.0x ONNX Runtime dynamic int8, with a lowest cosine >= 0.99.
 
 A cell meets a target only when the throughput ratio and the accuracy floor
-both hold (the floor is checked on that cell's input length). Also writes a
-grouped bar chart (matplotlib if importable, else gnuplot if installed, else
-no chart, said so).
+both hold (the floor is checked on that cell's input length). With --chart,
+also writes a grouped bar chart (matplotlib if importable, else gnuplot if
+installed, else no chart, said so).
+
+Rerank rows (bench_embed --pairs, peers.py --rerank) get their own tables:
+pairs/s per document length and documents per query; the largest and mean
+|logit difference| of every engine against CrossEncoder fp32; and the same
+three ratios, without the embedding targets' marks (those are stated for
+embeddings).
 
     report.py [--chart PNG] [--note TEXT] attnserve.jsonl [peers.jsonl] [accuracy.jsonl]
 """
@@ -190,6 +196,59 @@ def targets_table(cases, acc, lengths, batches, names):
     print()
 
 
+def rerank_tables(cases, acc, engines, lengths, batches):
+    pair = {k[1]: r["pair_tokens"] for k, r in cases.items() if "pair_tokens" in r}
+    query = next((r["query_tokens"] for r in cases.values() if "query_tokens" in r), "?")
+
+    def doc(t):
+        return f"{t} tokens" + (f" (pair {pair[t]})" if t in pair else "")
+
+    print(f"Pairs/s: one {query}-token query with each of the documents, one call per query "
+          "(median of the reps; tokenizing the pairs included for every engine):")
+    print()
+    print("| document | documents per query | " + " | ".join(n for _, n in engines) + " |")
+    print("|---|---:|" + "---:|" * len(engines))
+    for t in lengths:
+        for b in batches:
+            print(f"| {doc(t)} | {b} | " +
+                  " | ".join(fmt(cases[(e, t, b)]["inputs_per_s"]) if (e, t, b) in cases
+                             else "–" for e, _ in engines) + " |")
+    print()
+    if acc:
+        n = max(r["n"] for r in acc.values())
+        spread = {t: r["ref_std"] for (e, t), r in acc.items() if "ref_std" in r}
+        print(f"Accuracy: largest / mean |logit difference| against CrossEncoder fp32 over the {n} "
+              "pairs of each length (the reference's logits have standard deviation "
+              + ", ".join(f"{spread[t]:.3f} at {t}" for t in lengths if t in spread) + "):")
+        print()
+        print("| document | " + " | ".join(n for _, n in engines) + " |")
+        print("|---|" + "---:|" * len(engines))
+        for t in lengths:
+            cells = []
+            for e, _ in engines:
+                r = acc.get((e, t))
+                cells.append("(the reference)" if r is None and e == "pytorch" else "–" if r is None
+                             else f"{r['max_abs_diff']:.2g} / {r['mean_abs_diff']:.2g}")
+            print(f"| {doc(t)} | " + " | ".join(cells) + " |")
+        print()
+    else:
+        print("No accuracy figures (they need the peers' CrossEncoder).")
+        print()
+    print("Ratios (from the same run):")
+    print()
+    print("| document | documents per query | fp32 / best fp32 peer | bf16 / OpenVINO bf16 "
+          "| int8 / ORT int8 |")
+    print("|---|---:|---|---|---|")
+    for t in lengths:
+        for b in batches:
+            cells = []
+            for eng, peer, *_ in TARGETS:
+                text, _, _ = ratio_cell(cases, {}, eng, peer, 0.0, None, t, b)
+                cells.append(text.split(" (")[0])
+            print(f"| {doc(t)} | {b} | " + " | ".join(cells) + " |")
+    print()
+
+
 def axes_of(cases):
     lengths = sorted({k[1] for k in cases})
     batches = sorted({k[2] for k in cases})
@@ -268,6 +327,9 @@ def main():
     header(meta)
     lengths, batches, names = axes_of(cases)
     engines = present(cases, acc)
+    if any(r.get("task") == "rerank" for r in cases.values()):
+        rerank_tables(cases, acc, engines, lengths, batches)
+        return 0
     throughput_table(cases, engines, lengths, batches, names)
     accuracy_table(acc, engines, lengths, names)
     targets_table(cases, acc, lengths, batches, names)

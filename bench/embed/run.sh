@@ -2,18 +2,39 @@
 # run.sh BIN [MODEL_DIR] — the embeddings benchmark (make bench-embed).
 #
 # Builds bench_embed next to BIN (its directory is the build directory), then,
-# for each input length and batch size in turn, times attnserve in process
-# (bench_embed, every precision) and right after it the peers (peers.py: ONNX
-# Runtime fp32 and int8, OpenVINO fp32 and bf16, sentence-transformers/PyTorch)
-# on the same generated inputs with the same
-# thread count, so that every ratio comes from one run under the same load. Prints the side-by-side table and writes
-# bench/embed_throughput.png. Last, the same inputs through the server's
-# POST /v1/embeddings under concurrent load (http.sh; HTTP=0 skips it).
-# Raw results stay in BUILD/bench-embed/.
+# for each model in MODELS and each input length and batch size in turn, times
+# attnserve in process (bench_embed, every precision) and right after it the
+# peers (peers.py: ONNX Runtime fp32 and int8, OpenVINO fp32 and bf16,
+# sentence-transformers/PyTorch) on the same generated inputs with the same
+# thread count, so that every ratio comes from one run under the same load.
+# Prints a section of side-by-side tables per model and writes
+# bench/embed_throughput.png (MiniLM's). Last, MiniLM's inputs through the
+# server's POST /v1/embeddings under concurrent load (http.sh; HTTP=0 skips
+# it). Raw results stay in BUILD/bench-embed/ (MiniLM's) and its xlmr/ and
+# rerank/ folders.
 #
 #   bench/embed/run.sh build/attnserve models/all-MiniLM-L6-v2
 #   THREADS=2 LENGTHS="12 64" BATCHES=1,32 REPS=3 PEERS=0 bench/embed/run.sh build/attnserve
 #   REPS=3 BUDGET=2 GEMM=0 HTTP=0 make bench-embed      (the short run bench/README.md records)
+#   MODELS="xlmr rerank" XLMR_LENGTHS="12 64" XLMR_BATCHES=1,8 REPS=3 BUDGET=2 GEMM=0 make bench-embed
+#
+# MODELS (default "minilm xlmr rerank") picks the sections:
+#   minilm  MODEL_DIR (all-MiniLM-L6-v2) at LENGTHS (default "12 64 256")
+#           x BATCHES (default 1,32,128);
+#   xlmr    a 12-layer XLM-R-base-shaped embedder with random weights, at
+#           XLMR_LENGTHS (default "12 64 256") x XLMR_BATCHES (default 1,32):
+#           eight times MiniLM's work per token, so fewer cells (256 x 32 is
+#           the slowest, about 1.4 TFLOP a forward);
+#   rerank  a cross-encoder shaped as ms-marco-MiniLM-L-6-v2 with random
+#           weights: one query of RERANK_QUERY tokens (default 12) with each
+#           of RERANK_DOCS documents (default 32; a comma list times several)
+#           of RERANK_LENGTHS tokens (default "64 256"), one call per query;
+#           the table is pairs/s and the accuracy the largest |logit
+#           difference| against CrossEncoder fp32.
+# The two random-weight models are made once by make_bench_models.py in the
+# peers' venv and cached in BENCH_MODELS_DIR (default
+# ~/.cache/attnserve/bench-embed/models); without the venv those sections
+# are skipped, said so.
 #
 # PRECISIONS (default fp32,bf16,int8; one this CPU lacks is skipped, said so)
 # are timed in the same process, alternating case by case. GEMM=0 skips the
@@ -30,8 +51,15 @@ HERE=$(dirname "$(realpath "$0")")
 ROOT=$(realpath "$HERE/../..")
 BUILD=$(realpath "$(dirname "$BIN")")
 THREADS=${THREADS:-$(nproc)}
+MODELS=${MODELS:-"minilm xlmr rerank"}
 LENGTHS=${LENGTHS:-"12 64 256"}
 BATCHES=${BATCHES:-1,32,128}
+XLMR_LENGTHS=${XLMR_LENGTHS:-"12 64 256"}
+XLMR_BATCHES=${XLMR_BATCHES:-1,32}
+RERANK_QUERY=${RERANK_QUERY:-12}
+RERANK_DOCS=${RERANK_DOCS:-32}
+RERANK_LENGTHS=${RERANK_LENGTHS:-"64 256"}
+BENCH_MODELS_DIR=${BENCH_MODELS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/attnserve/bench-embed/models}
 BACKENDS=${BACKENDS:-fused}
 PRECISIONS=${PRECISIONS:-fp32,bf16,int8}
 REPS=${REPS:-5}
@@ -48,66 +76,110 @@ make -C "$ROOT" --no-print-directory BUILD="$BUILD" "$BUILD/bench_embed" >&2
 BENCH=$BUILD/bench_embed
 OUT=$BUILD/bench-embed
 mkdir -p "$OUT"
-: >"$OUT/attnserve.jsonl"
-: >"$OUT/peers.jsonl"
-: >"$OUT/accuracy.jsonl"
-rm -f "$OUT"/inputs-*.jsonl
 
-PY=""
-if [ "$PEERS" = 1 ]; then
+has() { case " $MODELS " in *" $1 "*) return 0 ;; esac; return 1; }
+
+# The venv serves the peers and makes the random-weight models.
+VENV_PY=""
+if [ "$PEERS" = 1 ] || has xlmr || has rerank; then
     if python3 "$HERE/peers.py" --inputs /dev/null --setup-only; then
-        PY=$(python3 -c 'import sys; sys.path.insert(0, sys.argv[1]); import peers; print(peers.default_venv())' "$HERE")/bin/python
+        VENV_PY=$(python3 -c 'import sys; sys.path.insert(0, sys.argv[1]); import peers; print(peers.default_venv())' "$HERE")/bin/python
     else
         echo "bench-embed: the peers (ONNX Runtime, PyTorch) could not be installed; attnserve only" >&2
     fi
 fi
+PY=""
+[ "$PEERS" = 1 ] && PY=$VENV_PY
 
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 echo "bench-embed: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, $THREADS threads, load average at start $(load)" >&2
-START_LOAD=$(load)
-MAX_BATCH=$(echo "$BATCHES" | tr , '\n' | sort -n | tail -1)
-for len in $LENGTHS; do
-    "$BENCH" --model "$MODEL" --lengths "$len" --batches "$MAX_BATCH" --dump-inputs "$OUT/inputs-$len.jsonl"
-done
-# Accuracy, once per run: every attnserve precision's embeddings of every
-# input against fp32 sentence-transformers, beside the peers' own.
-if [ -n "$PY" ]; then
-    echo "bench-embed: accuracy of every engine against fp32 sentence-transformers (load $(load))" >&2
-    for len in $LENGTHS; do cat "$OUT/inputs-$len.jsonl"; done >"$OUT/inputs-all.jsonl"
-    "$BENCH" --model "$MODEL" --threads "$THREADS" --backends "${BACKENDS%%,*}" \
-        --precisions "$PRECISIONS" --lengths "$(echo $LENGTHS | tr ' ' ,)" --batches "$MAX_BATCH" \
-        --dump-embeddings "$OUT/embeddings.jsonl" >&2
-    "$PY" "$HERE/peers.py" --inputs "$OUT/inputs-all.jsonl" --model "$MODEL" --threads "$THREADS" \
-        --batches "" --accuracy --attnserve-embeddings "$OUT/embeddings.jsonl" \
-        >"$OUT/accuracy.jsonl" 2>"$OUT/accuracy.log" ||
-        { cat "$OUT/accuracy.log" >&2; echo "bench-embed: the accuracy check failed; tables without it" >&2; }
-else
-    echo "bench-embed: no accuracy column: it needs the peers' fp32 sentence-transformers" >&2
-fi
-# Each (length, batch) cell runs attnserve and then the peers back to back,
-# so a change in the machine's load lands on both sides of a ratio.
-for len in $LENGTHS; do
-    for batch in $(echo "$BATCHES" | tr , ' '); do
-        echo "bench-embed: $len-token inputs, batch $batch: attnserve ($BACKENDS)${PY:+, then peers} (load $(load))" >&2
-        "$BENCH" --json --model "$MODEL" --threads "$THREADS" --backends "$BACKENDS" \
-            --precisions "$PRECISIONS" $GEMM_OPT \
-            --lengths "$len" --batches "$batch" --reps "$REPS" --budget "$BUDGET" >>"$OUT/attnserve.jsonl"
-        [ -n "$PY" ] || continue
-        "$PY" "$HERE/peers.py" --inputs "$OUT/inputs-$len.jsonl" --model "$MODEL" \
-            --threads "$THREADS" --batches "$batch" --reps "$REPS" --budget "$BUDGET" \
-            >>"$OUT/peers.jsonl" 2>"$OUT/peers.log" ||
-            { cat "$OUT/peers.log" >&2; echo "bench-embed: the peers failed on $len x $batch; table without them" >&2; }
-    done
-done
-END_LOAD=$(load)
 
-REPORT_PY=${PY:-python3}
-"$REPORT_PY" "$HERE/report.py" --chart "$CHART" \
-    --note "load average (1, 5, 15 min) at start $START_LOAD, at end $END_LOAD" \
-    "$OUT/attnserve.jsonl" "$OUT/peers.jsonl" "$OUT/accuracy.jsonl"
+# bench_model TITLE DIR LENGTHS BATCHES OUT_DIR CHART [PAIRS_QUERY]: one
+# model's section. With PAIRS_QUERY the model is a cross-encoder and every
+# text is a document paired with one query of that many tokens.
+bench_model() {
+    title=$1 dir=$2 lengths=$3 batches=$4 out=$5 chart=$6 pairs=${7:-}
+    pair_opt="" rerank_opt=""
+    if [ -n "$pairs" ]; then
+        pair_opt="--pairs $pairs"
+        rerank_opt=--rerank
+    fi
+    mkdir -p "$out"
+    : >"$out/attnserve.jsonl"
+    : >"$out/peers.jsonl"
+    : >"$out/accuracy.jsonl"
+    rm -f "$out"/inputs-*.jsonl
+    start_load=$(load)
+    max_batch=$(echo "$batches" | tr , '\n' | sort -n | tail -1)
+    for len in $lengths; do
+        "$BENCH" --model "$dir" $pair_opt --lengths "$len" --batches "$max_batch" \
+            --dump-inputs "$out/inputs-$len.jsonl"
+    done
+    # Accuracy, once per run: every attnserve precision's outputs for every
+    # input against fp32 sentence-transformers, beside the peers' own.
+    if [ -n "$PY" ]; then
+        echo "bench-embed: $title: accuracy of every engine against fp32 sentence-transformers (load $(load))" >&2
+        for len in $lengths; do cat "$out/inputs-$len.jsonl"; done >"$out/inputs-all.jsonl"
+        "$BENCH" --model "$dir" $pair_opt --threads "$THREADS" --backends "${BACKENDS%%,*}" \
+            --precisions "$PRECISIONS" --lengths "$(echo $lengths | tr ' ' ,)" --batches "$max_batch" \
+            --dump-embeddings "$out/embeddings.jsonl" >&2
+        "$PY" "$HERE/peers.py" --inputs "$out/inputs-all.jsonl" --model "$dir" --threads "$THREADS" \
+            $rerank_opt --batches "" --accuracy --attnserve-embeddings "$out/embeddings.jsonl" \
+            >"$out/accuracy.jsonl" 2>"$out/accuracy.log" ||
+            { cat "$out/accuracy.log" >&2; echo "bench-embed: $title: the accuracy check failed; tables without it" >&2; }
+    else
+        echo "bench-embed: $title: no accuracy column: it needs the peers' fp32 sentence-transformers" >&2
+    fi
+    # Each (length, batch) cell runs attnserve and then the peers back to
+    # back, so a change in the machine's load lands on both sides of a ratio.
+    for len in $lengths; do
+        for batch in $(echo "$batches" | tr , ' '); do
+            echo "bench-embed: $title: $len-token inputs, batch $batch: attnserve ($BACKENDS)${PY:+, then peers} (load $(load))" >&2
+            "$BENCH" --json --model "$dir" $pair_opt --threads "$THREADS" --backends "$BACKENDS" \
+                --precisions "$PRECISIONS" $GEMM_OPT \
+                --lengths "$len" --batches "$batch" --reps "$REPS" --budget "$BUDGET" >>"$out/attnserve.jsonl"
+            [ -n "$PY" ] || continue
+            "$PY" "$HERE/peers.py" --inputs "$out/inputs-$len.jsonl" --model "$dir" $rerank_opt \
+                --threads "$THREADS" --batches "$batch" --reps "$REPS" --budget "$BUDGET" \
+                >>"$out/peers.jsonl" 2>"$out/peers.log" ||
+                { cat "$out/peers.log" >&2; echo "bench-embed: $title: the peers failed on $len x $batch; table without them" >&2; }
+        done
+    done
+    echo
+    echo "## $title"
+    echo
+    "${PY:-python3}" "$HERE/report.py" ${chart:+--chart "$chart"} \
+        --note "load average (1, 5, 15 min) at start $start_load, at end $(load)" \
+        "$out/attnserve.jsonl" "$out/peers.jsonl" "$out/accuracy.jsonl"
+}
+
+if has minilm; then
+    bench_model "$(basename "$(realpath "$MODEL")") embeddings, in process" "$MODEL" \
+        "$LENGTHS" "$BATCHES" "$OUT" "$CHART"
+fi
+
+# The random-weight models, made (once) in the venv.
+if has xlmr || has rerank; then
+    if [ -z "$VENV_PY" ]; then
+        echo "bench-embed: no venv to make the XLM-R and cross-encoder models; those sections skipped" >&2
+        MODELS=$(echo " $MODELS " | sed 's/ xlmr / /; s/ rerank / /')
+    else
+        HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 "$VENV_PY" "$HERE/make_bench_models.py" \
+            --out "$BENCH_MODELS_DIR" --minilm "$MODEL" >/dev/null
+    fi
+fi
+if has xlmr; then
+    bench_model "XLM-R base shape (12 layers, hidden 768; random weights) embeddings, in process" \
+        "$BENCH_MODELS_DIR/xlmr-base-random" "$XLMR_LENGTHS" "$XLMR_BATCHES" "$OUT/xlmr" ""
+fi
+if has rerank; then
+    bench_model "Rerank: ms-marco-MiniLM-L-6-v2 shape (random weights), one $RERANK_QUERY-token query × $RERANK_DOCS documents, in process" \
+        "$BENCH_MODELS_DIR/ce-minilm-random" "$RERANK_LENGTHS" "$RERANK_DOCS" "$OUT/rerank" "" \
+        "$RERANK_QUERY"
+fi
 
 # Through the server: POST /v1/embeddings under concurrent load (HTTP=0 skips).
-if [ "${HTTP:-1}" = 1 ]; then
+if has minilm && [ "${HTTP:-1}" = 1 ]; then
     echo
     echo "Through HTTP (POST /v1/embeddings, backend ${BACKEND:-fused}, wrk on the same cores, load $(load)):"
     echo

@@ -1,0 +1,176 @@
+#!/usr/bin/env python3
+"""make_bench_models.py — the random-weight models make bench-embed times
+beside all-MiniLM-L6-v2, made once and cached (the Hugging Face Hub is not
+needed, and the real checkpoints' weights would not change a timing):
+
+  xlmr-base-random  an embedder shaped as XLM-RoBERTa base (12 layers,
+                    hidden 768, 12 heads, FFN 3072, 514 position rows),
+                    saved by sentence-transformers with mean pooling and
+                    Normalize, the modules of multilingual-e5-base
+                    (paraphrase-multilingual-mpnet-base-v2 is the same
+                    encoder shape with mean pooling). Its tokenizer is
+                    the repo's real SentencePiece Unigram model of
+                    tests/golden/xlmr-tiny (429 pieces), so the embedding
+                    matrix is 429 rows, not XLM-R's 250,002: a forward costs
+                    the same (the embedding is one row gathered per token,
+                    whatever the table's size), only the file is smaller.
+  ce-minilm-random  a cross-encoder shaped as
+                    cross-encoder/ms-marco-MiniLM-L-6-v2
+                    (BertForSequenceClassification, 6 layers, hidden 384,
+                    12 heads, FFN 1536, one label) with the all-MiniLM-L6-v2
+                    WordPiece tokenizer, saved as sentence-transformers'
+                    CrossEncoder saves it.
+
+The weights are random but, as tests/golden/make_task_models.py draws them,
+with a spread large enough that the outputs are not degenerate: each weight
+matrix N(0, 1.4 / sqrt(fan-in)) (about the 0.05 of trained base-size
+encoders, so attention is neither uniform nor one-hot), biases N(0, 0.1),
+LayerNorm gains 1 + N(0, 0.2), embedding tables N(0, 0.5). The script checks
+that distinct texts get distinct outputs before it saves anything.
+
+Each model lives in OUT/NAME with a stamp of this script's hash; a model
+whose stamp matches is kept, so a second run costs nothing.
+
+Usage (an environment with torch, transformers and sentence-transformers:
+the bench's venv, made by `python3 bench/embed/peers.py --inputs /dev/null
+--setup-only`):
+    PY bench/embed/make_bench_models.py [--out DIR] [--minilm models/all-MiniLM-L6-v2]
+        [--models xlmr-base-random,ce-minilm-random]
+Prints each model's directory, one a line, in the order asked.
+"""
+import argparse
+import hashlib
+import math
+import os
+import shutil
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+XLMR_TOKENIZER = os.path.join(ROOT, "tests", "golden", "xlmr-tiny", "tokenizer.json")
+STAMP = ".made-by"
+ALL = "xlmr-base-random,ce-minilm-random"
+
+TEXTS = [
+    "the city of water and light",
+    "a report on energy policy and health",
+    "students and teachers at the university",
+    "music film album season team game",
+    "what is the price of the market order",
+]
+
+
+def default_out():
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "attnserve", "bench-embed", "models")
+
+
+def stamp():
+    with open(os.path.abspath(__file__), "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()[:16]
+
+
+def randomise(model, seed):
+    import torch
+
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "LayerNorm.weight" in name:
+                p.copy_(1.0 + 0.2 * torch.randn_like(p))
+            elif "embeddings" in name:
+                p.normal_(0.0, 0.5)
+            elif p.dim() == 2:
+                p.normal_(0.0, 1.4 / math.sqrt(p.shape[1]))
+            else:
+                p.normal_(0.0, 0.1)
+    model.eval()
+
+
+def make_xlmr(out):
+    import numpy as np
+    from sentence_transformers import SentenceTransformer, models
+    from transformers import XLMRobertaConfig, XLMRobertaModel, XLMRobertaTokenizerFast
+
+    tok = XLMRobertaTokenizerFast(tokenizer_file=XLMR_TOKENIZER)
+    assert tok.pad_token_id == 1 and tok.bos_token_id == 0 and tok.eos_token_id == 2
+    tok.model_max_length = 512
+    cfg = XLMRobertaConfig(
+        vocab_size=len(tok), hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+        intermediate_size=3072, hidden_act="gelu", max_position_embeddings=514,
+        type_vocab_size=1, layer_norm_eps=1e-5, pad_token_id=1, bos_token_id=0, eos_token_id=2)
+    model = XLMRobertaModel(cfg, add_pooling_layer=False)
+    randomise(model, 20261301)
+    with tempfile.TemporaryDirectory() as tmp:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tok.save_pretrained(tmp)
+        transformer = models.Transformer(tmp, max_seq_length=512)
+        dim = transformer.get_word_embedding_dimension()
+        st = SentenceTransformer(
+            modules=[transformer, models.Pooling(dim, "mean"), models.Normalize()], device="cpu")
+        st.save(out)
+    st = SentenceTransformer(out, device="cpu")
+    emb = np.asarray(st.encode(TEXTS, convert_to_numpy=True), dtype=np.float64)
+    cos = emb @ emb.T
+    off = cos[~np.eye(len(TEXTS), dtype=bool)]
+    assert np.isfinite(emb).all() and off.max() < 0.99, off
+    print(f"{out}: cosine of distinct texts {off.min():.3f}..{off.max():.3f}", file=sys.stderr)
+
+
+def make_cross_encoder(out, minilm):
+    import numpy as np
+    import torch
+    from sentence_transformers import CrossEncoder
+    from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
+
+    tok = BertTokenizerFast.from_pretrained(minilm)
+    tok.model_max_length = 512
+    cfg = BertConfig(
+        vocab_size=len(tok), hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
+        intermediate_size=1536, hidden_act="gelu", max_position_embeddings=512,
+        type_vocab_size=2, layer_norm_eps=1e-12, pad_token_id=0, num_labels=1,
+        architectures=["BertForSequenceClassification"])
+    model = BertForSequenceClassification(cfg)
+    randomise(model, 20261302)
+    with tempfile.TemporaryDirectory() as tmp:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tok.save_pretrained(tmp)
+        CrossEncoder(tmp, max_length=512, device="cpu").save_pretrained(out)
+    ce = CrossEncoder(out, device="cpu")
+    pairs = [(TEXTS[0], t) for t in TEXTS]
+    s = ce.predict(pairs, activation_fn=torch.nn.Identity(), convert_to_numpy=True).reshape(-1)
+    assert np.isfinite(s).all() and s.std() > 0.05, s
+    print(f"{out}: logits of {len(pairs)} pairs {s.min():.3f}..{s.max():.3f}", file=sys.stderr)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--out", default=default_out())
+    p.add_argument("--minilm", default=os.path.join(ROOT, "models", "all-MiniLM-L6-v2"))
+    p.add_argument("--models", default=ALL)
+    a = p.parse_args()
+    makers = {"xlmr-base-random": make_xlmr,
+              "ce-minilm-random": lambda out: make_cross_encoder(out, a.minilm)}
+    want = stamp()
+    for name in a.models.split(","):
+        out = os.path.join(a.out, name)
+        path = os.path.join(out, STAMP)
+        if not (os.path.exists(path) and open(path).read().strip() == want):
+            print(f"make_bench_models: making {out}", file=sys.stderr)
+            tmp = out + ".tmp"
+            shutil.rmtree(tmp, ignore_errors=True)
+            makers[name](tmp)
+            for extra in ("README.md", "sentencepiece.bpe.model"):
+                if os.path.exists(os.path.join(tmp, extra)):
+                    os.remove(os.path.join(tmp, extra))
+            with open(os.path.join(tmp, STAMP), "w") as f:
+                f.write(want + "\n")
+            shutil.rmtree(out, ignore_errors=True)
+            os.replace(tmp, out)
+        print(out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
