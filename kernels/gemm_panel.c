@@ -3,21 +3,44 @@
  *
  * Split over the pool: a grid of row blocks by panel blocks. Tall batches
  * split by rows alone, so each task owns whole rows and runs a LayerNorm
- * epilogue on each chunk while it is in cache; so do batches with fewer
- * panels than workers. Short ones split the panels, so every core works and
- * each streams only its share of the weights; the LayerNorm then takes a
- * second pass over whole rows. */
+ * epilogue on each chunk while it is in cache. Short ones split the panels,
+ * so every core works and each streams only its share of the weights; when
+ * there are fewer panels than workers (N = 384 is six panels) the rows are
+ * split as well, so a short batch still reaches every core it can use. Any
+ * split by panels leaves the LayerNorm to a second pass over whole rows. */
 #include "gemm_panel.h"
+
+#include <limits.h>
 
 /* Rows per worker from which a batch splits by rows alone. */
 enum { TALL_ROWS = 32 };
 
+static int ceil_div(int a, int b) {
+    return (a + b - 1) / b;
+}
+
 void gemm_panel_grid(int M, int npanels, int nthreads, int *row_blocks, int *panel_blocks) {
     const int nt = nthreads > 1 ? nthreads : 1;
-    if ((long)M >= (long)TALL_ROWS * nt || npanels < nt)
+    if ((long)M >= (long)TALL_ROWS * nt) {
         *row_blocks = nt, *panel_blocks = 1;
-    else
+        return;
+    }
+    if (npanels >= nt) {
         *row_blocks = 1, *panel_blocks = nt;
+        return;
+    }
+    /* The grid whose largest task has the fewest rows × panels; on a tie the
+     * one with more panel blocks, in which fewer tasks read each panel. */
+    int best = INT_MAX;
+    *row_blocks = 1, *panel_blocks = 1;
+    for (int p = npanels; p >= 1; p--) {
+        const int r = nt / p < M ? nt / p : M;
+        const int cost = ceil_div(npanels, p) * ceil_div(M, r);
+        if (cost < best) {
+            best = cost;
+            *row_blocks = r, *panel_blocks = p;
+        }
+    }
 }
 
 size_t gemm_panel_scratch_bytes(const gemm_panel_kernel *k, int nthreads) {
