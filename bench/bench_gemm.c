@@ -26,6 +26,7 @@
 #include "bench_util.h"
 #include "kernels/gemm.h"
 #include "kernels/gemm_bf16.h"
+#include "kernels/gemm_panel.h"
 #include "kernels/peak.h"
 #include "kernels/simd.h"
 #include "kernels/threadpool.h"
@@ -47,21 +48,20 @@ typedef struct problem {
     int nt;
 } problem;
 
-/* gemm_run's split: rows when tall, whole 64-column panels when short. */
-static int by_rows(const problem *p) {
-    return p->M >= 32 * p->nt || (p->N + PANEL - 1) / PANEL < p->nt;
-}
+/* gemm_run's split (gemm_panel_grid): a grid of row blocks by blocks of
+ * whole 64-column panels, at most nt tasks; a task past the grid gets
+ * nothing. */
 static void task_range(const problem *p, int task, int *r0, int *r1, int *c0, int *c1) {
-    *r0 = 0, *r1 = p->M, *c0 = 0, *c1 = p->N;
-    if (by_rows(p)) {
-        *r0 = (int)((long)p->M * task / p->nt);
-        *r1 = (int)((long)p->M * (task + 1) / p->nt);
-    } else {
-        const int np = (p->N + PANEL - 1) / PANEL;
-        *c0 = np * task / p->nt * PANEL;
-        *c1 = np * (task + 1) / p->nt * PANEL;
-        *c1 = *c1 < p->N ? *c1 : p->N;
-    }
+    const int np = (p->N + PANEL - 1) / PANEL;
+    int rb, pb;
+    gemm_panel_grid(p->M, np, p->nt, &rb, &pb);
+    *r0 = *r1 = *c0 = *c1 = 0;
+    if (task >= rb * pb)
+        return;
+    gemm_split(p->M, (size_t)rb, (size_t)(task / pb), r0, r1);
+    gemm_split(np, (size_t)pb, (size_t)(task % pb), c0, c1);
+    *c0 *= PANEL;
+    *c1 = *c1 * PANEL < p->N ? *c1 * PANEL : p->N;
 }
 
 static void bias_rows(const problem *p, int r0, int r1, int c0, int c1) {

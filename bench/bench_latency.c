@@ -1,8 +1,9 @@
 /* bench_latency.c — where one small forward spends its time: the latency of
  * bert_forward at batch 1 (by default 12 tokens, all threads), stage by stage,
  * and the fixed costs under it: one parallel_for on the pool, and each of the
- * model's GEMMs at this many rows as one sgemm call and split the way
- * model/bert.c's linear() splits it.
+ * model's GEMMs at this many rows as the service runs them (gemm_run, fp32:
+ * the packed kernel on the AVX-512 path, OpenBLAS's sgemm elsewhere), as one
+ * call on one thread and split over the pool.
  *
  *   bench_latency [--model DIR] [--threads N] [--tokens 12] [--batch 1]
  *                 [--reps 2000] [--backend fused] [--gap-us 0] [--spin-us 50]
@@ -19,7 +20,6 @@
  *
  * The ids are fixed (a [CLS] … [SEP] frame around ordinary word-piece ids), so
  * no tokenizer runs: this measures the forward alone. */
-#include <cblas.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,7 +28,8 @@
 
 #include "bench/bench_util.h"
 #include "kernels/attention.h"
-#include "kernels/gemm_small.h"
+#include "kernels/gemm.h"
+#include "kernels/simd.h"
 #include "kernels/threadpool.h"
 #include "model/bert.h"
 
@@ -139,50 +140,14 @@ static double pool_call_us(const attn_parallel *par, int reps, int gap_us) {
 
 /* ---- GEMMs at few rows ----------------------------------------------------------- */
 
-typedef struct {
-    float *out;
-    const float *inp, *w, *b;
-    size_t T, K, N, ntasks;
-} gemm_job;
-
-/* linear_task of model/bert.c for short batches: 16-float-aligned blocks of
- * output columns, bias copied in, sgemm(NoTrans, Trans) with beta = 1. */
-static void col_task(void *ctx, size_t task, int worker) {
-    (void)worker;
-    const gemm_job *j = ctx;
-    const size_t step = ((j->N + j->ntasks - 1) / j->ntasks + 15) / 16 * 16;
-    const size_t c0 = task * step < j->N ? task * step : j->N;
-    const size_t c1 = c0 + step < j->N ? c0 + step : j->N;
-    if (c0 == c1)
-        return;
-    for (size_t r = 0; r < j->T; r++)
-        memcpy(j->out + r * j->N + c0, j->b + c0, (c1 - c0) * sizeof(float));
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)j->T, (int)(c1 - c0), (int)j->K, 1.0f,
-                j->inp, (int)j->K, j->w + c0 * j->K, (int)j->K, 1.0f, j->out + c0, (int)j->N);
-}
-
-/* gemm_small_f32 over the same column blocks as col_task. */
-static void small_task(void *ctx, size_t task, int worker) {
-    (void)worker;
-    const gemm_job *j = ctx;
-    const size_t step = ((j->N + j->ntasks - 1) / j->ntasks + 15) / 16 * 16;
-    const size_t c0 = task * step < j->N ? task * step : j->N;
-    const size_t c1 = c0 + step < j->N ? c0 + step : j->N;
-    gemm_small_f32(j->inp, j->K, j->w, j->K, j->b, j->out, j->N, (int)j->T, (int)j->K, (int)c0,
-                   (int)c1);
-}
-
 /* Thread CPU seconds: what a call costs whatever else shares the cores. */
 static double thread_cpu_s(void) {
     return bench_clock_s(CLOCK_THREAD_CPUTIME_ID);
 }
 
 typedef struct {
-    double one_us, one_cpu_us;     /* sgemm: one call on the calling thread (wall, CPU) */
-    double split_us;               /* sgemm split over the pool as linear() does */
-    double small_us, small_cpu_us; /* gemm_small_f32, one thread */
-    double small_split_us;         /* gemm_small_f32 split the same way */
-    double max_diff;               /* largest |small - sgemm| over the outputs */
+    double one_us, one_cpu_us; /* one call on the calling thread (wall, CPU) */
+    double split_us;           /* split over the pool */
     double flops;
 } gemm_time;
 
@@ -190,61 +155,50 @@ typedef struct {
  * where the model's would be (not all in L2 after the first rep). */
 static gemm_time time_gemm(const attn_parallel *par, int T, int K, int N, int layers, int reps) {
     float **w = calloc((size_t)layers, sizeof *w);
+    gemm_weights **pw = calloc((size_t)layers, sizeof *pw);
     float *b = calloc((size_t)N, sizeof *b);
     float *x = malloc((size_t)T * K * sizeof *x), *y = malloc((size_t)T * N * sizeof *y);
-    float *y2 = malloc((size_t)T * N * sizeof *y2);
+    char err[256];
     for (int l = 0; l < layers; l++) {
         w[l] = malloc((size_t)N * K * sizeof *w[l]);
         for (size_t i = 0; i < (size_t)N * K; i++)
             w[l][i] = (float)((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
+        if (gemm_pack(GEMM_FP32, w[l], b, N, K, &pw[l], err, sizeof err)) {
+            fprintf(stderr, "%s\n", err);
+            exit(1);
+        }
     }
     for (size_t i = 0; i < (size_t)T * K; i++)
         x[i] = (float)(i % 7) * 0.1f;
-    enum { NV = 6 };
+    const size_t sb = gemm_scratch_bytes(pw[0], T, par->nthreads);
+    void *scratch = sb ? aligned_alloc(64, (sb + 63) / 64 * 64) : NULL;
+    enum { NV = 3 };
     double *v[NV];
     for (int i = 0; i < NV; i++)
         v[i] = malloc((size_t)reps * sizeof *v[i]);
-    const size_t nt = (size_t)par->nthreads;
-    const size_t split = (size_t)N / 16 < nt ? ((size_t)N + 15) / 16 : nt;
-    double max_diff = 0.0;
     for (int r = 0; r < reps; r++) {
-        gemm_job j1 = {y, x, w[r % layers], b, (size_t)T, (size_t)K, (size_t)N, 1};
         double t0 = now_s(), c0 = thread_cpu_s();
-        col_task(&j1, 0, 0);
+        gemm_run(pw[r % layers], &attn_parallel_serial, x, (size_t)K, y, (size_t)N, T, NULL,
+                 scratch);
         v[0][r] = (now_s() - t0) * 1e6;
         v[1][r] = (thread_cpu_s() - c0) * 1e6;
-        gemm_job j2 = j1;
-        j2.out = y2;
         t0 = now_s();
-        c0 = thread_cpu_s();
-        small_task(&j2, 0, 0);
-        v[3][r] = (now_s() - t0) * 1e6;
-        v[4][r] = (thread_cpu_s() - c0) * 1e6;
-        if (r == 0)
-            for (size_t i = 0; i < (size_t)T * N; i++) {
-                const double d = y[i] > y2[i] ? y[i] - y2[i] : y2[i] - y[i];
-                max_diff = d > max_diff ? d : max_diff;
-            }
-        gemm_job j3 = {y, x, w[(r + 1) % layers], b, (size_t)T, (size_t)K, (size_t)N, split};
-        t0 = now_s();
-        par->parallel_for(par->impl, j3.ntasks, col_task, &j3);
+        gemm_run(pw[(r + 1) % layers], par, x, (size_t)K, y, (size_t)N, T, NULL, scratch);
         v[2][r] = (now_s() - t0) * 1e6;
-        j3.w = w[(r + 2) % layers];
-        t0 = now_s();
-        par->parallel_for(par->impl, j3.ntasks, small_task, &j3);
-        v[5][r] = (now_s() - t0) * 1e6;
     }
-    gemm_time g = {median(v[0], reps), median(v[1], reps), median(v[2], reps), median(v[3], reps),
-                   median(v[4], reps), median(v[5], reps), max_diff,           2.0 * T * K * N};
-    for (int l = 0; l < layers; l++)
+    gemm_time g = {median(v[0], reps), median(v[1], reps), median(v[2], reps), 2.0 * T * K * N};
+    for (int l = 0; l < layers; l++) {
+        gemm_free(pw[l]);
         free(w[l]);
+    }
     for (int i = 0; i < NV; i++)
         free(v[i]);
+    free(scratch);
+    free(pw);
     free(w);
     free(b);
     free(x);
     free(y);
-    free(y2);
     return g;
 }
 
@@ -347,11 +301,9 @@ int main(int argc, char **argv) {
         for (int s = 0; s < NSTAGE - 1; s++)
             printf(", \"%s_us\": %.1f", names[s], median(stage[s], o.reps));
         for (int i = 0; i < 4; i++)
-            printf(
-                ", \"gemm_%s\": {\"sgemm_us\": %.1f, \"sgemm_cpu_us\": %.1f, \"sgemm_split_us\": "
-                "%.1f, \"small_us\": %.1f, \"small_cpu_us\": %.1f, \"small_split_us\": %.1f}",
-                shapes[i].name, g[i].one_us, g[i].one_cpu_us, g[i].split_us, g[i].small_us,
-                g[i].small_cpu_us, g[i].small_split_us);
+            printf(", \"gemm_%s\": {\"one_thread_us\": %.1f, \"one_thread_cpu_us\": %.1f, "
+                   "\"split_us\": %.1f}",
+                   shapes[i].name, g[i].one_us, g[i].one_cpu_us, g[i].split_us);
         printf("}\n");
     } else {
         printf("bert_forward: %d x %d tokens, %d threads, backend %s, gap %d us, %d reps\n",
@@ -365,27 +317,24 @@ int main(int argc, char **argv) {
         printf("  stage medians (us):");
         for (int s = 0; s < NSTAGE - 1; s++)
             printf(" %s %.1f", names[s], median(stage[s], o.reps));
-        printf("\n  GEMMs at M=%d, us (median; x%d layers in a forward). sgemm: OpenBLAS as "
-               "linear() calls it; small: gemm_small_f32. 1 thr = one call on one thread, wall "
-               "[thread CPU]; split = over the pool as linear() splits\n",
-               T, L);
-        double sum[6] = {0};
+        printf("\n  GEMMs at M=%d, us (median; x%d layers in a forward), fp32 as gemm_run runs "
+               "them here (%s). 1 thr = one call on one thread, wall [thread CPU]; split = over "
+               "the pool\n",
+               T, L,
+               attn_simd_active() == ATTN_SIMD_AVX512 ? "the packed AVX-512 kernel"
+                                                      : "OpenBLAS sgemm");
+        double sum[3] = {0};
         for (int i = 0; i < 4; i++) {
-            printf("    %-8s K=%4d N=%4d  sgemm 1 thr %6.1f [%6.1f] split %6.1f   small 1 thr "
-                   "%6.1f [%6.1f] split %6.1f   (GFLOP/thread-CPU-s %5.1f vs %5.1f; max diff "
-                   "%.1e)\n",
+            printf("    %-8s K=%4d N=%4d  1 thr %6.1f [%6.1f] split %6.1f   (GFLOP/thread-CPU-s "
+                   "%5.1f)\n",
                    shapes[i].name, shapes[i].K, shapes[i].N, g[i].one_us, g[i].one_cpu_us,
-                   g[i].split_us, g[i].small_us, g[i].small_cpu_us, g[i].small_split_us,
-                   g[i].flops / g[i].one_cpu_us * 1e-3, g[i].flops / g[i].small_cpu_us * 1e-3,
-                   g[i].max_diff);
-            const double add[6] = {g[i].one_us,   g[i].one_cpu_us,   g[i].split_us,
-                                   g[i].small_us, g[i].small_cpu_us, g[i].small_split_us};
-            for (int k = 0; k < 6; k++)
+                   g[i].split_us, g[i].flops / g[i].one_cpu_us * 1e-3);
+            const double add[3] = {g[i].one_us, g[i].one_cpu_us, g[i].split_us};
+            for (int k = 0; k < 3; k++)
                 sum[k] += add[k] * L;
         }
-        printf("    all GEMMs of a forward: sgemm 1 thr %.0f [%.0f] split %.0f; small 1 thr %.0f "
-               "[%.0f] split %.0f\n",
-               sum[0], sum[1], sum[2], sum[3], sum[4], sum[5]);
+        printf("    all GEMMs of a forward: 1 thr %.0f [%.0f] split %.0f\n", sum[0], sum[1],
+               sum[2]);
     }
     for (int s = 0; s < NSTAGE; s++)
         free(stage[s]);

@@ -1,14 +1,15 @@
 /* gemm.c — the precision dispatch of gemm.h and the fp32 path.
  *
  * fp32 has two kernels. Where the AVX-512 path is active at gemm_pack, the
- * weights are also packed into panels for gemm_f32_avx512.c, which runs
- * whenever that path is still active at gemm_run: OpenBLAS's own choice of
- * kernels cannot be relied on there (Debian's 0.3.21 takes an Emerald
- * Rapids for a Prescott and runs SSE3 code at about a tenth of the FMA
- * peak). Elsewhere fp32 runs OpenBLAS's sgemm (one thread inside; the split
- * is ours, over the caller's pool) on the weights as PyTorch stores them,
- * W (N, K) row-major, i.e. sgemm(NoTrans, Trans): OpenBLAS packs its Wᵀ
- * panels itself as it runs, so that path needs the caller's weights.
+ * weights are also packed into panels for gemm_f32_avx512.c's tile, which
+ * gemm_panel.c drives (as it does bf16's) whenever that path is still
+ * active at gemm_run: OpenBLAS's own choice of kernels cannot be relied on
+ * there (Debian's 0.3.21 takes an Emerald Rapids for a Prescott and runs
+ * SSE3 code at about a tenth of the FMA peak). Elsewhere fp32 runs
+ * OpenBLAS's sgemm (one thread inside; the split is ours, over the caller's
+ * pool) on the weights as PyTorch stores them, W (N, K) row-major, i.e.
+ * sgemm(NoTrans, Trans): OpenBLAS packs its Wᵀ panels itself as it runs, so
+ * that path needs the caller's weights.
  *
  * Split of the sgemm path. Tall problems (M >= 64 rows per worker) are
  * split by rows, so each sgemm stays large; short ones by output columns,
@@ -31,6 +32,7 @@
 #define ATTN_HAVE_GEMM_F32  1
 #include "gemm_bf16.h"
 #include "gemm_f32.h"
+#include "gemm_panel.h"
 #endif
 #ifdef ATTN_HAVE_GEMM_INT8
 #include "gemm_int8.h"
@@ -206,7 +208,7 @@ size_t gemm_scratch_bytes(const gemm_weights *w, int max_rows, int nthreads) {
     switch (w->precision) {
 #ifdef ATTN_HAVE_GEMM_BF16
     case GEMM_BF16:
-        return gemm_bf16_scratch_bytes(w->bf16, max_rows, nthreads);
+        return gemm_panel_scratch_bytes(gemm_bf16_kernel(w->bf16), nthreads);
 #endif
 #ifdef ATTN_HAVE_GEMM_INT8
     case GEMM_INT8:
@@ -258,6 +260,37 @@ void gemm_epilogue_norm(const gemm_epilogue *epi, float *y, size_t ldy, int r0, 
                            epi->ln_eps);
 }
 
+void gemm_split(int n, size_t parts, size_t i, int *lo, int *hi) {
+    *lo = (int)((size_t)n * i / parts);
+    *hi = (int)((size_t)n * (i + 1) / parts);
+}
+
+typedef struct norm_ctx {
+    const gemm_epilogue *epi;
+    float *y;
+    size_t ldy;
+    int M, N;
+    size_t ntasks;
+} norm_ctx;
+
+static void norm_task(void *arg, size_t task, int worker) {
+    (void)worker;
+    const norm_ctx *c = arg;
+    int r0, r1;
+    gemm_split(c->M, c->ntasks, task, &r0, &r1);
+    gemm_epilogue_norm(c->epi, c->y, c->ldy, r0, r1, c->N);
+}
+
+void gemm_epilogue_norm_split(const gemm_epilogue *epi, const attn_parallel *par, float *y,
+                              size_t ldy, int M, int N) {
+    if (!epi || !epi->ln_w || M < 1)
+        return;
+    const size_t nt = (size_t)par->nthreads;
+    norm_ctx c = {.epi = epi, .y = y, .ldy = ldy, .M = M, .N = N};
+    c.ntasks = (size_t)M < nt ? (size_t)M : nt;
+    par->parallel_for(par->impl, c.ntasks, norm_task, &c);
+}
+
 /* ---- fp32 ------------------------------------------------------------------------ */
 
 typedef struct fp32_ctx {
@@ -273,18 +306,13 @@ typedef struct fp32_ctx {
     int fold;    /* the residual is added while initialising y */
 } fp32_ctx;
 
-static void block(int n, size_t ntasks, size_t i, int *lo, int *hi) {
-    *lo = (int)((size_t)n * i / ntasks);
-    *hi = (int)((size_t)n * (i + 1) / ntasks);
-}
-
 static void fp32_task(void *arg, size_t task, int worker) {
     (void)worker;
     const fp32_ctx *c = arg;
     const int N = c->w->N, K = c->w->K;
     int r0 = 0, r1 = c->M, c0 = 0, c1 = N;
     if (c->by_rows)
-        block(c->M, c->ntasks, task, &r0, &r1);
+        gemm_split(c->M, c->ntasks, task, &r0, &r1);
     else {
         /* Column blocks are whole multiples of 16 floats (one cache line). */
         const int step = (int)(((size_t)N + c->ntasks - 1) / c->ntasks + 15) / 16 * 16;
@@ -317,14 +345,6 @@ static void fp32_task(void *arg, size_t task, int worker) {
         gemm_epilogue_norm(c->epi, c->y, c->ldy, r0, r1, N);
 }
 
-static void norm_task(void *arg, size_t task, int worker) {
-    (void)worker;
-    const fp32_ctx *c = arg;
-    int r0, r1;
-    block(c->M, c->ntasks, task, &r0, &r1);
-    gemm_epilogue_norm(c->epi, c->y, c->ldy, r0, r1, c->w->N);
-}
-
 static void fp32_run(const gemm_weights *w, const attn_parallel *par, const float *x, size_t ldx,
                      float *y, size_t ldy, int M, const gemm_epilogue *epi) {
     const size_t nt = (size_t)par->nthreads, N = (size_t)w->N;
@@ -335,10 +355,8 @@ static void fp32_run(const gemm_weights *w, const attn_parallel *par, const floa
         c.ntasks = 1;
     c.fold = epi && epi->residual && epi->act == GEMM_ACT_NONE;
     par->parallel_for(par->impl, c.ntasks, fp32_task, &c);
-    if (!c.by_rows && epi && epi->ln_w) {
-        c.ntasks = (size_t)M < nt ? (size_t)M : nt;
-        par->parallel_for(par->impl, c.ntasks, norm_task, &c);
-    }
+    if (!c.by_rows)
+        gemm_epilogue_norm_split(epi, par, y, ldy, M, w->N);
 }
 
 void gemm_run(const gemm_weights *w, const attn_parallel *par, const float *x, size_t ldx, float *y,
@@ -349,7 +367,7 @@ void gemm_run(const gemm_weights *w, const attn_parallel *par, const float *x, s
     case GEMM_FP32:
 #ifdef ATTN_HAVE_GEMM_F32
         if (w->f32 && attn_simd_active() == ATTN_SIMD_AVX512) {
-            gemm_f32_run(w->f32, par, x, ldx, y, ldy, M, epi);
+            gemm_panel_run(gemm_f32_kernel(w->f32), par, x, ldx, y, ldy, M, epi, NULL);
             break;
         }
 #endif
@@ -357,7 +375,7 @@ void gemm_run(const gemm_weights *w, const attn_parallel *par, const float *x, s
         break;
 #ifdef ATTN_HAVE_GEMM_BF16
     case GEMM_BF16:
-        gemm_bf16_run(w->bf16, par, x, ldx, y, ldy, M, epi, scratch);
+        gemm_panel_run(gemm_bf16_kernel(w->bf16), par, x, ldx, y, ldy, M, epi, scratch);
         break;
 #endif
 #ifdef ATTN_HAVE_GEMM_INT8

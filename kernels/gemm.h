@@ -128,5 +128,13 @@ void gemm_epilogue_block(const gemm_epilogue *epi, float *y, size_t ldy, int r0,
                          int c1, int residual_done);
 /* The LayerNorm of rows [r0, r1) of y, each N wide (nothing without one). */
 void gemm_epilogue_norm(const gemm_epilogue *epi, float *y, size_t ldy, int r0, int r1, int N);
+/* The LayerNorm of all M rows of y as a pass of its own over par (nothing
+ * without one): after a split by columns, where no task had whole rows. */
+void gemm_epilogue_norm_split(const gemm_epilogue *epi, const attn_parallel *par, float *y,
+                              size_t ldy, int M, int N);
+
+/* [*lo, *hi): part i of n items cut into parts nearly equal parts, the split
+ * of rows (or panels) among tasks. */
+void gemm_split(int n, size_t parts, size_t i, int *lo, int *hi);
 
 #endif

@@ -1,7 +1,7 @@
 /* gemm_avx512bf16.c — the bf16 linear layers (gemm_bf16.h): weights packed
- * once in bf16, activations converted to bf16 on the fly, vdpbf16ps with
- * fp32 accumulation, and the epilogue applied to each tile while it is in
- * L1.
+ * once in bf16, activations converted to bf16 on the fly, the vdpbf16ps tile
+ * with fp32 accumulation; gemm_panel.c drives them (split, loops, and the
+ * epilogue on each tile while it is in L1).
  *
  * Packing. W (N, K) is cut into panels of NR = 64 output columns; in a panel
  * the k-pairs come one after another, each as 64 32-bit words (w[n][k],
@@ -13,13 +13,9 @@
  * Micro-kernel. MR = 6 rows by 4 vectors of 16 columns: 24 accumulators, 4
  * weight vectors and one broadcast of an activation pair, 29 of the 32 zmm
  * registers; per k-pair it issues 24 vdpbf16ps for 4 loads and 6 broadcasts.
- * The accumulators start at the bias. An activation row block (CHUNK rows,
+ * The accumulators start at the bias. An activation chunk (CHUNK rows,
  * ≤ 300 KB in bf16 at K = 1536) is converted once into the worker's scratch
- * and stays in L2 while every panel of the task passes over it.
- *
- * Split over the pool: by rows when the batch is tall, each task owning
- * whole rows (and running a LayerNorm epilogue on each chunk while it is in
- * cache); by panels when it is short, the LayerNorm then a second pass. */
+ * and stays in L2 while every panel of the task passes over it. */
 #include "gemm_bf16.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -39,7 +35,13 @@ struct gemm_bf16_weights {
     uint32_t *w; /* [npanels][kp / 2][NR] bf16 pairs */
     float *bias; /* [npanels * NR], zero where absent */
     size_t bytes;
+    gemm_panel_kernel kernel; /* the above, for gemm_panel_run */
 };
+
+static size_t chunk_bytes(const gemm_bf16_weights *w);
+static const void *prepare(const gemm_panel_kernel *k, const float *x, size_t ldx, int rows,
+                           void *buf, size_t *lda);
+static void run_tile(const gemm_panel_tile *t);
 
 static int fail(char *err, size_t err_len, const char *fmt, ...) {
     if (err && err_len) {
@@ -96,6 +98,19 @@ int gemm_bf16_pack(const float *w, const float *bias, int N, int K, gemm_bf16_we
                 dst[j] = (uint32_t)lo | (uint32_t)hi << 16;
             }
         }
+    g->kernel = (gemm_panel_kernel){.N = N,
+                                    .npanels = g->npanels,
+                                    .nr = NR,
+                                    .mr = MR,
+                                    .chunk = CHUNK,
+                                    .depth = g->kp,
+                                    .panels = g->w,
+                                    .panel_bytes = (size_t)(g->kp / 2) * NR * sizeof(uint32_t),
+                                    .bias = g->bias,
+                                    .scratch_per_worker = chunk_bytes(g),
+                                    .impl = g,
+                                    .prepare = prepare,
+                                    .tile = run_tile};
     *out = g;
     return 0;
 }
@@ -117,9 +132,8 @@ static size_t chunk_bytes(const gemm_bf16_weights *w) {
     return ((size_t)CHUNK * (size_t)w->kp * sizeof(uint16_t) + 63) / 64 * 64;
 }
 
-size_t gemm_bf16_scratch_bytes(const gemm_bf16_weights *w, int max_rows, int nthreads) {
-    (void)max_rows;
-    return chunk_bytes(w) * (size_t)nthreads;
+const gemm_panel_kernel *gemm_bf16_kernel(const gemm_bf16_weights *w) {
+    return &w->kernel;
 }
 
 void gemm_bf16_convert(uint16_t *dst, size_t kp, const float *src, size_t lds, int rows, int K) {
@@ -146,31 +160,33 @@ void gemm_bf16_convert(uint16_t *dst, size_t kp, const float *src, size_t lds, i
     }
 }
 
-typedef struct tile_args {
-    const uint16_t *a; /* (mr, kp) bf16 activations */
-    const uint32_t *b; /* the panel: (kp / 2, NR) pairs */
-    const float *bias; /* (NR) the panel's */
-    float *y;          /* (mr, cols) at row stride ldy */
-    const float *res;  /* NULL, or (mr, cols) at row stride ldr, added at the store */
-    size_t ldy, ldr;
-    int kp, cols;
-} tile_args;
+/* A chunk of activations converted into the worker's scratch, kp apart. */
+static const void *prepare(const gemm_panel_kernel *k, const float *x, size_t ldx, int rows,
+                           void *buf, size_t *lda) {
+    const gemm_bf16_weights *w = k->impl;
+    gemm_bf16_convert(buf, (size_t)w->kp, x, ldx, rows, w->K);
+    *lda = (size_t)w->kp * sizeof(uint16_t);
+    return buf;
+}
 
+/* t->a: (mr, kp) bf16 activations, kp apart; t->b: the panel, (kp / 2, NR)
+ * pairs. */
 static inline __attribute__((always_inline)) void tile(const int mr, const int nv,
-                                                       const tile_args *t) {
+                                                       const gemm_panel_tile *t) {
     __m512 acc[MR][NV];
     _Pragma("GCC unroll 8") for (int i = 0; i < mr; i++)
         _Pragma("GCC unroll 8") for (int j = 0; j < nv; j++) acc[i][j] =
             _mm512_load_ps(t->bias + 16 * j);
     const uint32_t *b = t->b;
-    const int kp = t->kp;
+    const uint16_t *a = t->a;
+    const int kp = t->depth;
     for (int k = 0; k < kp; k += 2, b += NR) {
         __m512bh bv[NV];
         _Pragma("GCC unroll 8") for (int j = 0; j < nv; j++) bv[j] =
             (__m512bh)_mm512_load_si512(b + 16 * j);
         _Pragma("GCC unroll 8") for (int i = 0; i < mr; i++) {
             int32_t pair;
-            memcpy(&pair, t->a + (size_t)i * kp + k, sizeof pair);
+            memcpy(&pair, a + (size_t)i * kp + k, sizeof pair);
             const __m512bh av = (__m512bh)_mm512_set1_epi32(pair);
             _Pragma("GCC unroll 8") for (int j = 0; j < nv; j++) acc[i][j] =
                 _mm512_dpbf16_ps(acc[i][j], av, bv[j]);
@@ -187,9 +203,9 @@ static inline __attribute__((always_inline)) void tile(const int mr, const int n
     }
 }
 
-typedef void (*tile_fn)(const tile_args *t);
+typedef void (*tile_fn)(const gemm_panel_tile *t);
 #define TILE_FN(mr, nv)                                                                            \
-    static void tile_##mr##_##nv(const tile_args *t) {                                             \
+    static void tile_##mr##_##nv(const gemm_panel_tile *t) {                                       \
         tile(mr, nv, t);                                                                           \
     }
 /* One specialisation per tile shape, so every loop bound in tile() is a
@@ -202,86 +218,7 @@ static const tile_fn tiles[MR][NV] = {TILE_REF(1), TILE_REF(2), TILE_REF(3),
                                       TILE_REF(4), TILE_REF(5), TILE_REF(6)};
 // clang-format on
 
-typedef struct run_ctx {
-    const gemm_bf16_weights *w;
-    const gemm_epilogue *epi;
-    const float *x;
-    size_t ldx;
-    float *y;
-    size_t ldy;
-    int M;
-    size_t ntasks;
-    int by_rows;
-    int fold; /* the residual is added at the tile's store */
-    char *scratch;
-} run_ctx;
-
-static void block(int n, size_t ntasks, size_t i, int *lo, int *hi) {
-    *lo = (int)((size_t)n * i / ntasks);
-    *hi = (int)((size_t)n * (i + 1) / ntasks);
-}
-
-static void run_task(void *arg, size_t task, int worker) {
-    const run_ctx *c = arg;
-    const gemm_bf16_weights *w = c->w;
-    int r0 = 0, r1 = c->M, p0 = 0, p1 = w->npanels;
-    if (c->by_rows)
-        block(c->M, c->ntasks, task, &r0, &r1);
-    else
-        block(w->npanels, c->ntasks, task, &p0, &p1);
-    uint16_t *abuf = (uint16_t *)(c->scratch + chunk_bytes(w) * (size_t)worker);
-    const gemm_epilogue *epi = c->epi;
-    for (int rc = r0; rc < r1; rc += CHUNK) {
-        const int rows = r1 - rc < CHUNK ? r1 - rc : CHUNK;
-        gemm_bf16_convert(abuf, (size_t)w->kp, c->x + (size_t)rc * c->ldx, c->ldx, rows, w->K);
-        for (int p = p0; p < p1; p++) {
-            const int n0 = p * NR, cols = w->N - n0 < NR ? w->N - n0 : NR;
-            tile_args t = {.b = w->w + (size_t)p * (w->kp / 2) * NR,
-                           .bias = w->bias + n0,
-                           .ldy = c->ldy,
-                           .ldr = epi ? epi->ld_residual : 0,
-                           .kp = w->kp,
-                           .cols = cols};
-            const tile_fn *row = tiles[0];
-            const int nv = (cols + 15) / 16;
-            for (int i = 0; i < rows; i += MR) {
-                const int mr = rows - i < MR ? rows - i : MR;
-                row = tiles[mr - 1];
-                t.a = abuf + (size_t)i * w->kp;
-                t.y = c->y + (size_t)(rc + i) * c->ldy + n0;
-                t.res = c->fold && epi ? epi->residual + (size_t)(rc + i) * epi->ld_residual + n0
-                                       : NULL;
-                row[nv - 1](&t);
-                gemm_epilogue_block(epi, c->y, c->ldy, rc + i, rc + i + mr, n0, n0 + cols, c->fold);
-            }
-        }
-        if (c->by_rows)
-            gemm_epilogue_norm(epi, c->y, c->ldy, rc, rc + rows, w->N);
-    }
-}
-
-static void norm_task(void *arg, size_t task, int worker) {
-    (void)worker;
-    const run_ctx *c = arg;
-    int r0, r1;
-    block(c->M, c->ntasks, task, &r0, &r1);
-    gemm_epilogue_norm(c->epi, c->y, c->ldy, r0, r1, c->w->N);
-}
-
-void gemm_bf16_run(const gemm_bf16_weights *w, const attn_parallel *par, const float *x, size_t ldx,
-                   float *y, size_t ldy, int M, const gemm_epilogue *epi, void *scratch) {
-    const size_t nt = (size_t)par->nthreads;
-    run_ctx c = {
-        .w = w, .epi = epi, .x = x, .ldx = ldx, .y = y, .ldy = ldy, .M = M, .scratch = scratch};
-    /* Short batches split the panels, so every core works and each streams
-     * only its share of the weights. */
-    c.by_rows = (size_t)M >= 32 * nt || (size_t)w->npanels < nt;
-    c.ntasks = nt;
-    c.fold = epi && epi->residual && epi->act == GEMM_ACT_NONE;
-    par->parallel_for(par->impl, c.ntasks, run_task, &c);
-    if (!c.by_rows && epi && epi->ln_w) {
-        c.ntasks = (size_t)M < nt ? (size_t)M : nt;
-        par->parallel_for(par->impl, c.ntasks, norm_task, &c);
-    }
+static void run_tile(const gemm_panel_tile *t) {
+    tiles[t->mr - 1][(t->cols + 15) / 16 - 1](t);
 }
 #endif

@@ -1,15 +1,13 @@
-/* gemm_bf16.h — the bf16 kernels behind gemm.h's GEMM_BF16 (AVX512-BF16,
- * kernels/gemm_avx512bf16.c). gemm.c calls these with the arguments of the
- * public functions of the same role, only after attn_cpu_has has found
- * AVX512_BF16. */
+/* gemm_bf16.h — the bf16 kernel behind gemm.h's GEMM_BF16 (AVX512-BF16,
+ * kernels/gemm_avx512bf16.c, driven by gemm_panel.c). gemm.c calls these
+ * only after attn_cpu_has has found AVX512_BF16. */
 #ifndef ATTN_GEMM_BF16_H
 #define ATTN_GEMM_BF16_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "gemm.h"
-#include "parallel.h"
+#include "gemm_panel.h"
 
 typedef struct gemm_bf16_weights gemm_bf16_weights;
 
@@ -17,9 +15,9 @@ int gemm_bf16_pack(const float *w, const float *bias, int N, int K, gemm_bf16_we
                    char *err, size_t err_len);
 void gemm_bf16_free(gemm_bf16_weights *w);
 size_t gemm_bf16_bytes(const gemm_bf16_weights *w);
-size_t gemm_bf16_scratch_bytes(const gemm_bf16_weights *w, int max_rows, int nthreads);
-void gemm_bf16_run(const gemm_bf16_weights *w, const attn_parallel *par, const float *x, size_t ldx,
-                   float *y, size_t ldy, int M, const gemm_epilogue *epi, void *scratch);
+/* The packed weights, conversion and tile for gemm_panel_run, which runs
+ * them (its scratch: one converted chunk of activations per worker). */
+const gemm_panel_kernel *gemm_bf16_kernel(const gemm_bf16_weights *w);
 
 /* dst (rows, ldd) bf16 = src (rows, K, row stride lds) rounded to nearest
  * even, with column K zeroed when ldd > K: the on-the-fly conversion of the

@@ -1,7 +1,7 @@
 /* gemm_f32_avx512.c — the fp32 linear layers on AVX-512 (gemm_f32.h):
- * weights packed once into panels, FMA tiles that start from the bias, and
- * the epilogue applied to each tile while it is in L1. The same structure
- * as the bf16 kernel (gemm_avx512bf16.c), without the conversions.
+ * weights packed once into panels and the FMA tile; gemm_panel.c drives
+ * them (split, loops, epilogue), as it does the bf16 kernel's
+ * (gemm_avx512bf16.c), which differs only in converting the activations.
  *
  * Packing. W (N, K) is cut into panels of NR = 64 output columns; in a panel
  * row k holds w[n][k] for n = 0..63, the B operand of four FMAs. N is padded
@@ -22,7 +22,7 @@
  * that a panel's slice stays in L1 measured no better: the hardware
  * prefetchers stream a panel (96 KB at K = 384) from L2 fast enough.
  *
- * Activations are read in place: a block of CHUNK rows (590 KB at K = 1536)
+ * Activations are read in place: a chunk of CHUNK rows (590 KB at K = 1536)
  * stays in L2 while every panel of the task passes over it. */
 #include "gemm_f32.h"
 
@@ -40,7 +40,12 @@ struct gemm_f32_weights {
     float *w;    /* [npanels][K][NR] */
     float *bias; /* [npanels * NR], zero where absent */
     size_t bytes;
+    gemm_panel_kernel kernel; /* the above, for gemm_panel_run */
 };
+
+static const void *prepare(const gemm_panel_kernel *k, const float *x, size_t ldx, int rows,
+                           void *buf, size_t *lda);
+static void run_tile(const gemm_panel_tile *t);
 
 static int fail(char *err, size_t err_len, const char *fmt, ...) {
     if (err && err_len) {
@@ -80,6 +85,18 @@ int gemm_f32_pack(const float *w, const float *bias, int N, int K, gemm_f32_weig
                 dst[j] = n < N ? w[(size_t)n * K + k] : 0.0f;
             }
         }
+    g->kernel = (gemm_panel_kernel){.N = N,
+                                    .npanels = g->npanels,
+                                    .nr = NR,
+                                    .mr = MR,
+                                    .chunk = CHUNK,
+                                    .depth = K,
+                                    .panels = g->w,
+                                    .panel_bytes = (size_t)K * NR * sizeof(float),
+                                    .bias = g->bias,
+                                    .impl = g,
+                                    .prepare = prepare,
+                                    .tile = run_tile};
     *out = g;
     return 0;
 }
@@ -96,24 +113,27 @@ size_t gemm_f32_bytes(const gemm_f32_weights *w) {
     return w ? w->bytes : 0;
 }
 
-typedef struct tile_args {
-    const float *x;    /* (mr, K) at row stride ldx */
-    const float *b;    /* the panel: (K, NR) */
-    const float *bias; /* (NR) the panel's */
-    float *y;          /* (mr, cols) at row stride ldy */
-    const float *res;  /* NULL, or (mr, cols) at row stride ldr, added at the store */
-    size_t ldx, ldy, ldr;
-    int K, cols;
-} tile_args;
+const gemm_panel_kernel *gemm_f32_kernel(const gemm_f32_weights *w) {
+    return &w->kernel;
+}
 
+/* The activations need nothing: the tiles read them in place. */
+static const void *prepare(const gemm_panel_kernel *k, const float *x, size_t ldx, int rows,
+                           void *buf, size_t *lda) {
+    (void)k, (void)rows, (void)buf;
+    *lda = ldx * sizeof(float);
+    return x;
+}
+
+/* t->a: (mr, K) floats; t->b: the panel, (K, NR). */
 static inline __attribute__((always_inline)) void tile(const int mr, const int nv,
-                                                       const tile_args *t) {
+                                                       const gemm_panel_tile *t) {
     __m512 acc[MR][NV];
     _Pragma("GCC unroll 8") for (int i = 0; i < mr; i++)
         _Pragma("GCC unroll 8") for (int j = 0; j < nv; j++) acc[i][j] = _mm512_setzero_ps();
-    const float *b = t->b, *x = t->x;
-    const size_t ldx = t->ldx;
-    for (int k = 0; k < t->K; k++, b += NR) {
+    const float *b = t->b, *x = t->a;
+    const size_t ldx = t->lda / sizeof(float);
+    for (int k = 0; k < t->depth; k++, b += NR) {
         __m512 bv[NV];
         _Pragma("GCC unroll 8") for (int j = 0; j < nv; j++) bv[j] = _mm512_load_ps(b + 16 * j);
         _Pragma("GCC unroll 8") for (int i = 0; i < mr; i++) {
@@ -135,9 +155,9 @@ static inline __attribute__((always_inline)) void tile(const int mr, const int n
     }
 }
 
-typedef void (*tile_fn)(const tile_args *t);
+typedef void (*tile_fn)(const gemm_panel_tile *t);
 #define TILE_FN(mr, nv)                                                                            \
-    static void tile_##mr##_##nv(const tile_args *t) {                                             \
+    static void tile_##mr##_##nv(const gemm_panel_tile *t) {                                       \
         tile(mr, nv, t);                                                                           \
     }
 /* One specialisation per tile shape, so every loop bound in tile() is a
@@ -150,81 +170,7 @@ static const tile_fn tiles[MR][NV] = {TILE_REF(1), TILE_REF(2), TILE_REF(3),
                                       TILE_REF(4), TILE_REF(5), TILE_REF(6)};
 // clang-format on
 
-typedef struct run_ctx {
-    const gemm_f32_weights *w;
-    const gemm_epilogue *epi;
-    const float *x;
-    size_t ldx;
-    float *y;
-    size_t ldy;
-    int M;
-    size_t ntasks;
-    int by_rows;
-    int fold; /* the residual is added at the tile's store */
-} run_ctx;
-
-static void block(int n, size_t ntasks, size_t i, int *lo, int *hi) {
-    *lo = (int)((size_t)n * i / ntasks);
-    *hi = (int)((size_t)n * (i + 1) / ntasks);
-}
-
-static void run_task(void *arg, size_t task, int worker) {
-    (void)worker;
-    const run_ctx *c = arg;
-    const gemm_f32_weights *w = c->w;
-    int r0 = 0, r1 = c->M, p0 = 0, p1 = w->npanels;
-    if (c->by_rows)
-        block(c->M, c->ntasks, task, &r0, &r1);
-    else
-        block(w->npanels, c->ntasks, task, &p0, &p1);
-    const gemm_epilogue *epi = c->epi;
-    for (int rc = r0; rc < r1; rc += CHUNK) {
-        const int rows = r1 - rc < CHUNK ? r1 - rc : CHUNK;
-        for (int p = p0; p < p1; p++) {
-            const int n0 = p * NR, cols = w->N - n0 < NR ? w->N - n0 : NR;
-            tile_args t = {.b = w->w + (size_t)p * w->K * NR,
-                           .bias = w->bias + n0,
-                           .ldx = c->ldx,
-                           .ldy = c->ldy,
-                           .ldr = epi ? epi->ld_residual : 0,
-                           .K = w->K,
-                           .cols = cols};
-            const int nv = (cols + 15) / 16;
-            for (int i = 0; i < rows; i += MR) {
-                const int mr = rows - i < MR ? rows - i : MR;
-                t.x = c->x + (size_t)(rc + i) * c->ldx;
-                t.y = c->y + (size_t)(rc + i) * c->ldy + n0;
-                t.res = c->fold ? epi->residual + (size_t)(rc + i) * epi->ld_residual + n0 : NULL;
-                tiles[mr - 1][nv - 1](&t);
-                gemm_epilogue_block(epi, c->y, c->ldy, rc + i, rc + i + mr, n0, n0 + cols, c->fold);
-            }
-        }
-        if (c->by_rows)
-            gemm_epilogue_norm(epi, c->y, c->ldy, rc, rc + rows, w->N);
-    }
-}
-
-static void norm_task(void *arg, size_t task, int worker) {
-    (void)worker;
-    const run_ctx *c = arg;
-    int r0, r1;
-    block(c->M, c->ntasks, task, &r0, &r1);
-    gemm_epilogue_norm(c->epi, c->y, c->ldy, r0, r1, c->w->N);
-}
-
-void gemm_f32_run(const gemm_f32_weights *w, const attn_parallel *par, const float *x, size_t ldx,
-                  float *y, size_t ldy, int M, const gemm_epilogue *epi) {
-    const size_t nt = (size_t)par->nthreads;
-    run_ctx c = {.w = w, .epi = epi, .x = x, .ldx = ldx, .y = y, .ldy = ldy, .M = M};
-    /* Short batches split the panels, so every core works and each streams
-     * only its share of the weights. */
-    c.by_rows = (size_t)M >= 32 * nt || (size_t)w->npanels < nt;
-    c.ntasks = nt;
-    c.fold = epi && epi->residual && epi->act == GEMM_ACT_NONE;
-    par->parallel_for(par->impl, c.ntasks, run_task, &c);
-    if (!c.by_rows && epi && epi->ln_w) {
-        c.ntasks = (size_t)M < nt ? (size_t)M : nt;
-        par->parallel_for(par->impl, c.ntasks, norm_task, &c);
-    }
+static void run_tile(const gemm_panel_tile *t) {
+    tiles[t->mr - 1][(t->cols + 15) / 16 - 1](t);
 }
 #endif

@@ -1,0 +1,109 @@
+/* gemm_panel.c — the split and loops around a packed kernel's tile (see
+ * gemm_panel.h).
+ *
+ * Split over the pool: a grid of row blocks by panel blocks. Tall batches
+ * split by rows alone, so each task owns whole rows and runs a LayerNorm
+ * epilogue on each chunk while it is in cache. Short ones split the panels,
+ * so every core works and each streams only its share of the weights; when
+ * there are fewer panels than workers (N = 384 is six panels) the rows are
+ * split as well, so a short batch still reaches every core it can use. Any
+ * split by panels leaves the LayerNorm to a second pass over whole rows. */
+#include "gemm_panel.h"
+
+#include <limits.h>
+
+/* Rows per worker from which a batch splits by rows alone. */
+enum { TALL_ROWS = 32 };
+
+static int ceil_div(int a, int b) {
+    return (a + b - 1) / b;
+}
+
+void gemm_panel_grid(int M, int npanels, int nthreads, int *row_blocks, int *panel_blocks) {
+    const int nt = nthreads > 1 ? nthreads : 1;
+    if ((long)M >= (long)TALL_ROWS * nt) {
+        *row_blocks = nt, *panel_blocks = 1;
+        return;
+    }
+    if (npanels >= nt) {
+        *row_blocks = 1, *panel_blocks = nt;
+        return;
+    }
+    /* The grid whose largest task has the fewest rows × panels; on a tie the
+     * one with more panel blocks, in which fewer tasks read each panel. */
+    int best = INT_MAX;
+    *row_blocks = 1, *panel_blocks = 1;
+    for (int p = npanels; p >= 1; p--) {
+        const int r = nt / p < M ? nt / p : M;
+        const int cost = ceil_div(npanels, p) * ceil_div(M, r);
+        if (cost < best) {
+            best = cost;
+            *row_blocks = r, *panel_blocks = p;
+        }
+    }
+}
+
+size_t gemm_panel_scratch_bytes(const gemm_panel_kernel *k, int nthreads) {
+    return k->scratch_per_worker * (size_t)(nthreads > 0 ? nthreads : 1);
+}
+
+typedef struct run_ctx {
+    const gemm_panel_kernel *k;
+    const gemm_epilogue *epi;
+    const float *x;
+    size_t ldx;
+    float *y;
+    size_t ldy;
+    int M;
+    int row_blocks, panel_blocks;
+    int fold; /* the residual is added at the tile's store */
+    char *scratch;
+} run_ctx;
+
+static void run_task(void *arg, size_t task, int worker) {
+    const run_ctx *c = arg;
+    const gemm_panel_kernel *k = c->k;
+    const gemm_epilogue *epi = c->epi;
+    int r0, r1, p0, p1;
+    gemm_split(c->M, (size_t)c->row_blocks, task / (size_t)c->panel_blocks, &r0, &r1);
+    gemm_split(k->npanels, (size_t)c->panel_blocks, task % (size_t)c->panel_blocks, &p0, &p1);
+    void *buf = c->scratch ? c->scratch + k->scratch_per_worker * (size_t)worker : NULL;
+    gemm_panel_tile t = {.ldy = c->ldy, .ldr = epi ? epi->ld_residual : 0, .depth = k->depth};
+    for (int rc = r0; rc < r1; rc += k->chunk) {
+        const int rows = r1 - rc < k->chunk ? r1 - rc : k->chunk;
+        size_t lda;
+        const char *a = k->prepare(k, c->x + (size_t)rc * c->ldx, c->ldx, rows, buf, &lda);
+        t.lda = lda;
+        for (int p = p0; p < p1; p++) {
+            const int n0 = p * k->nr;
+            t.b = (const char *)k->panels + (size_t)p * k->panel_bytes;
+            t.bias = k->bias + n0;
+            t.cols = k->N - n0 < k->nr ? k->N - n0 : k->nr;
+            for (int i = 0; i < rows; i += k->mr) {
+                const int r = rc + i;
+                t.mr = rows - i < k->mr ? rows - i : k->mr;
+                t.a = a + (size_t)i * lda;
+                t.y = c->y + (size_t)r * c->ldy + n0;
+                t.res = c->fold ? epi->residual + (size_t)r * epi->ld_residual + n0 : NULL;
+                k->tile(&t);
+                gemm_epilogue_block(epi, c->y, c->ldy, r, r + t.mr, n0, n0 + t.cols, c->fold);
+            }
+        }
+        if (c->panel_blocks == 1)
+            gemm_epilogue_norm(epi, c->y, c->ldy, rc, rc + rows, k->N);
+    }
+}
+
+void gemm_panel_run(const gemm_panel_kernel *k, const attn_parallel *par, const float *x,
+                    size_t ldx, float *y, size_t ldy, int M, const gemm_epilogue *epi,
+                    void *scratch) {
+    if (M < 1)
+        return;
+    run_ctx c = {.k = k, .epi = epi, .x = x, .ldx = ldx, .y = y, .ldy = ldy, .M = M};
+    c.scratch = scratch;
+    c.fold = epi && epi->residual && epi->act == GEMM_ACT_NONE;
+    gemm_panel_grid(M, k->npanels, par->nthreads, &c.row_blocks, &c.panel_blocks);
+    par->parallel_for(par->impl, (size_t)c.row_blocks * (size_t)c.panel_blocks, run_task, &c);
+    if (c.panel_blocks > 1)
+        gemm_epilogue_norm_split(epi, par, y, ldy, M, k->N);
+}
