@@ -494,16 +494,40 @@ static bool model_name_ok(const char *p, size_t len) {
     return true;
 }
 
+const char *config_names_next(const char **p, char sep, size_t *len) {
+    const char *s = *p;
+    if (!s || !*s)
+        return NULL;
+    const char *end = strchr(s, sep);
+    size_t n = end ? (size_t)(end - s) : strlen(s);
+    *p = end ? end + 1 : s + n;
+    while (n && *s == ' ')
+        s++, n--;
+    while (n && s[n - 1] == ' ')
+        n--;
+    *len = n;
+    return s;
+}
+
+json_t *config_names_json(const char *list) {
+    json_t *arr = json_array();
+    size_t l;
+    for (const char *p = list, *a; arr && (a = config_names_next(&p, ',', &l));)
+        if (l && json_array_append_new(arr, json_stringn(a, l)) != 0) {
+            json_decref(arr);
+            arr = NULL;
+        }
+    return arr;
+}
+
 static bool model_name_taken(const config_model *m, size_t n, const char *name, size_t len) {
     for (size_t i = 0; i < n; i++) {
         if (strlen(m[i].name) == len && memcmp(m[i].name, name, len) == 0)
             return true;
-        for (const char *a = m[i].aliases; *a;) {
-            size_t l = strcspn(a, ",");
+        size_t l;
+        for (const char *p = m[i].aliases, *a; (a = config_names_next(&p, ',', &l));)
             if (l == len && memcmp(a, name, len) == 0)
                 return true;
-            a += l + (a[l] == ',');
-        }
     }
     return false;
 }
@@ -519,9 +543,8 @@ static int model_option(config_model *all, size_t idx, const char *key, size_t k
     v[vlen] = '\0';
 #define KEY(k) (klen == sizeof(k) - 1 && memcmp(key, k, klen) == 0)
     if (KEY("aliases")) {
-        size_t out = 0;
-        for (const char *a = v; *a;) {
-            size_t l = strcspn(a, "|");
+        size_t out = 0, l;
+        for (const char *p = v, *a; (a = config_names_next(&p, '|', &l));) {
             if (!model_name_ok(a, l))
                 return fail(err, err_len,
                             "model \"%s\": alias \"%.*s\" is empty or has a character other than "
@@ -536,7 +559,6 @@ static int model_option(config_model *all, size_t idx, const char *key, size_t k
                 m->aliases[out++] = ',';
             memcpy(m->aliases + out, a, l);
             m->aliases[out += l] = '\0';
-            a += l + (a[l] == '|');
         }
         return 0;
     }
@@ -753,15 +775,8 @@ static json_t *models_json(const char *text) {
     }
     for (size_t i = 0; i < n; i++) {
         json_t *o = json_pack("{s:s, s:s}", "name", m[i].name, "path", m[i].path);
-        json_t *aliases = json_array();
-        for (const char *a = m[i].aliases; o && aliases && *a;) {
-            size_t l = strcspn(a, ",");
-            json_array_append_new(aliases, json_stringn(a, l));
-            a += l + (a[l] == ',');
-        }
         if (o && m[i].aliases[0])
-            json_object_set(o, "aliases", aliases);
-        json_decref(aliases);
+            json_object_set_new(o, "aliases", config_names_json(m[i].aliases));
         if (o && m[i].max_seq_length >= 0)
             json_object_set_new(o, "max_seq_length", json_integer(m[i].max_seq_length));
         if (o && m[i].truncate >= 0)

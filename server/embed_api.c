@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "config.h"
 #include "embed_chunk.h"
 #include "embed_offload.h"
 #include "errors.h"
@@ -84,18 +85,10 @@ static json_t *model_object(const embed_api *api, const char *id, size_t len) {
 static int list_model(const embed_api *api, json_t *data) {
     if (json_array_append_new(data, model_object(api, api->model_name, strlen(api->model_name))))
         return -1;
-    for (const char *a = api->model_aliases; a && *a;) {
-        const char *end = strchr(a, ',');
-        size_t n = end ? (size_t)(end - a) : strlen(a);
-        while (n && *a == ' ')
-            a++, n--;
-        size_t m = n;
-        while (m && a[m - 1] == ' ')
-            m--;
-        if (m && json_array_append_new(data, model_object(api, a, m)) != 0)
+    size_t l;
+    for (const char *p = api->model_aliases, *a; (a = config_names_next(&p, ',', &l));)
+        if (l && json_array_append_new(data, model_object(api, a, l)) != 0)
             return -1;
-        a = end ? end + 1 : a + n;
-    }
     return 0;
 }
 

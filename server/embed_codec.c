@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config.h"
 #include "embed_chunk.h"
 #include "embed_offload.h"
 #include "errors.h"
@@ -568,20 +569,10 @@ static json_t *encode_tei(const embed_job *job, int C) {
 bool embed_model_known(const embed_api *api, const char *name, size_t len) {
     if (strlen(api->model_name) == len && memcmp(api->model_name, name, len) == 0)
         return true;
-    for (const char *a = api->model_aliases; a && *a;) {
-        const char *end = strchr(a, ',');
-        size_t n = end ? (size_t)(end - a) : strlen(a);
-        /* Spaces around a name are not part of it. */
-        const char *b = a;
-        size_t m = n;
-        while (m && *b == ' ')
-            b++, m--;
-        while (m && b[m - 1] == ' ')
-            m--;
-        if (m && m == len && memcmp(b, name, len) == 0)
+    size_t l;
+    for (const char *p = api->model_aliases, *a; (a = config_names_next(&p, ',', &l));)
+        if (l && l == len && memcmp(a, name, len) == 0)
             return true;
-        a = end ? end + 1 : a + n;
-    }
     return false;
 }
 

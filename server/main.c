@@ -431,17 +431,10 @@ static json_t *models_json(const app *a) {
         json_int_t owned, mapped, ws;
         model_memory(sm, &owned, &mapped, &ws);
         json_t *one = model_json(sm);
-        json_t *aliases = json_array();
-        for (const char *p = sm->aliases; aliases && p && *p;) {
-            size_t l = strcspn(p, ",");
-            if (l)
-                json_array_append_new(aliases, json_stringn(p, l));
-            p += l + (p[l] == ',');
-        }
-        json_t *extra =
-            json_pack("{s:o, s:s, s:s, s:I, s:I}", "aliases", aliases, "engine",
-                      srv_engine_name(sm->engine), "precision", srv_engine_precision(sm->engine),
-                      "weights_bytes", owned + mapped, "workspace_bytes", ws);
+        json_t *extra = json_pack(
+            "{s:o, s:s, s:s, s:I, s:I}", "aliases", config_names_json(sm->aliases), "engine",
+            srv_engine_name(sm->engine), "precision", srv_engine_precision(sm->engine),
+            "weights_bytes", owned + mapped, "workspace_bytes", ws);
         int rc = one && extra ? json_object_update_missing(one, extra) : -1;
         json_decref(extra);
         if (rc != 0)
