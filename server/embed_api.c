@@ -119,12 +119,13 @@ int embed_api_models(http_request *req, void *ctx) {
 int embed_api_model(http_request *req, void *ctx) {
     const embed_api *api = ctx;
     const char *id = strrchr(http_path(req), '/') + 1; /* the route ends in a slash and a star */
-    for (size_t i = 0; api->peers && i < api->npeers; i++)
-        if (embed_model_known(api->peers[i], id, strlen(id)))
-            api = api->peers[i];
-    if (!embed_model_known(api, id, strlen(id)))
-        return http_reply_error_at(req, SRV_ENOTFOUND, "model", "model_not_found",
-                                   "The model `%.100s` does not exist", id);
+    const int i = embed_model_find(api, id, strlen(id));
+    if (i < 0) {
+        embed_refusal r = {0};
+        embed_unknown_model(api, id, &r);
+        return http_reply_error_at(req, r.err, r.param, r.code, "%s", r.msg);
+    }
+    api = api->peers ? api->peers[i] : api;
     json_t *out = model_object(api, id, strlen(id));
     if (!out && membudget_refused())
         return http_reply_error(req, membudget_error(), "%s", membudget_message());
