@@ -6,7 +6,6 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "kernels/simd.h"
 #include "kernels/threadpool.h"
@@ -305,8 +304,7 @@ static int run_command(const config *c, FILE *out) {
     if (rc != 0)
         return rc;
     const size_t nbounds = 1 + nm;
-    int nthreads = c->threads > 0 ? (int)c->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
-    nthreads = nthreads > 0 ? nthreads : 1;
+    const int nthreads = config_pool_threads(c);
     tp_pool *pool = tp_create(nthreads);
     /* At most one row per backend and SIMD path. */
     attn_selftest_result *rows =

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define DEFAULT_CONFIG_PATH "config/attnserve.json"
 #define ENV_PREFIX          "ATTNSERVE_"
@@ -492,6 +493,11 @@ static bool model_name_ok(const char *p, size_t len) {
         if (!isalnum((unsigned char)p[i]) && !strchr("._-/:@+", p[i]))
             return false;
     return true;
+}
+
+int config_pool_threads(const config *c) {
+    const long n = c->threads > 0 ? (long)c->threads : sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
 }
 
 const char *config_names_next(const char **p, char sep, size_t *len) {

@@ -116,6 +116,11 @@ typedef struct config_model {
 int config_models_parse(const char *text, config_model *out, size_t cap, size_t *n, char *err,
                         size_t err_len);
 
+/* The compute pool's size: the threads setting, else every online core;
+ * at least 1. Serving and the self-test command size their pool with it,
+ * and the worst-case memory counts its threads with it. */
+int config_pool_threads(const config *c);
+
 /* Walks a list of model names separated by sep: model_aliases and a
  * config_model's aliases (','), the `models` flag form's aliases ('|').
  * Returns the next name from *p on, with its length in *len and spaces
