@@ -6,7 +6,6 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "kernels/simd.h"
 #include "kernels/threadpool.h"
@@ -193,21 +192,119 @@ static bool verdict(FILE *out, const char *name, const attn_selftest_result *row
     return ok;
 }
 
-static int run_command(const config *c, FILE *out) {
+/* One model the settings serve, as the command tests it. */
+typedef struct command_model {
+    const char *name; /* its name under `models`, else its directory */
+    const char *path;
+    const char *engine; /* the settings it is served with */
+    const char *precision;
+    attn_selftest_spec spec;
+} command_model;
+
+/* The models the settings serve, as start-up reads them: the `models`
+ * list (entries leaving engine or precision to the process-wide settings
+ * get those), else the one `model`. Reads each one's config.json for its
+ * spec and adds its attention bounds to bounds (after the endpoint's).
+ * Returns 0, or the exit status with the reason on stderr. */
+static int read_models(const config *c, config_model *list, command_model *out, size_t *n,
+                       attn_shape *bounds) {
     char err[512];
-    encoder_desc *desc = NULL;
-    if (encoder_describe(c->model, &desc, err, sizeof err) != BERT_OK) {
-        fprintf(stderr, "attnserve selftest: cannot read the model in %s: %s\n", c->model, err);
+    size_t nl = 0;
+    if (c->models[0] &&
+        config_models_parse(c->models, list, CONFIG_MAX_MODELS, &nl, err, sizeof err) != 0) {
+        fprintf(stderr, "attnserve selftest: setting \"models\" is invalid: %s\n", err);
         return CONFIG_EXIT_INVALID;
     }
-    const encoder_info *m = encoder_desc_info(desc);
-    const attn_selftest_spec spec = backend_selftest_spec(m);
-    const attn_shape bounds[2] = {
-        attn_service_bounds((int32_t)c->max_batch_tokens, (int32_t)c->max_batch_requests),
-        encoder_attn_shape(m, (int)c->max_batch_tokens)};
-    encoder_desc_free(desc);
-    int nthreads = c->threads > 0 ? (int)c->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
-    nthreads = nthreads > 0 ? nthreads : 1;
+    *n = nl ? nl : 1;
+    for (size_t i = 0; i < *n; i++) {
+        const config_model *l = nl ? &list[i] : NULL;
+        command_model *m = &out[i];
+        m->name = l ? l->name : c->model;
+        m->path = l ? l->path : c->model;
+        m->engine = l && l->engine[0] ? l->engine : c->engine;
+        m->precision = l && l->precision[0] ? l->precision : c->precision;
+        encoder_desc *desc = NULL;
+        if (encoder_describe(m->path, &desc, err, sizeof err) != BERT_OK) {
+            fprintf(stderr, "attnserve selftest: cannot read the model in %s: %s\n", m->path, err);
+            return CONFIG_EXIT_INVALID;
+        }
+        const encoder_info *info = encoder_desc_info(desc);
+        m->spec = backend_selftest_spec(info);
+        bounds[1 + i] = encoder_attn_shape(info, (int)c->max_batch_tokens);
+        encoder_desc_free(desc);
+    }
+    return 0;
+}
+
+/* Runs every backend that can run bounds on every SIMD path for m's spec,
+ * printing a row each into rows[0, *n). Returns 0, or 1 when out of
+ * memory. */
+static int run_model(FILE *out, const command_model *m, const attn_shape *bounds, size_t nbounds,
+                     const attn_parallel *par, attn_selftest_result *rows, size_t *n) {
+    *n = 0;
+    for (int path = ATTN_SIMD_PORTABLE; path <= (int)attn_simd_detect(); path++) {
+        attn_simd_force((attn_simd)path);
+        for (const attn_backend *const *b = attn_backends(); *b; b++) {
+            if (!runs_all(*b, bounds, nbounds, NULL, 0))
+                continue;
+            /* A backend with one path (naive) gives the same row on every
+             * path: run it once. */
+            bool seen = false;
+            for (size_t i = 0; i < *n; i++)
+                seen |= rows[i].backend == *b && strcmp(rows[i].simd, (*b)->simd_path()) == 0;
+            if (seen)
+                continue;
+            if (attn_selftest_run(*b, &m->spec, par, &rows[*n]) != 0) {
+                fprintf(stderr, "attnserve selftest: %s: %s: %s\n", m->name, (*b)->name,
+                        rows[*n].reason);
+                attn_simd_unforce();
+                return 1;
+            }
+            print_row(out, &rows[(*n)++]);
+            fflush(out);
+        }
+    }
+    attn_simd_unforce();
+    return 0;
+}
+
+/* Prints model m's failures and the verdict on each backend the
+ * configuration names; returns whether every one of those passed. */
+static bool model_verdict(FILE *out, const config *c, const attn_selftest_result *rows, size_t n,
+                          const attn_shape *bounds, size_t nbounds) {
+    bool any_failed = false;
+    for (size_t i = 0; i < n; i++)
+        if (!rows[i].passed) {
+            if (!any_failed)
+                fprintf(out, "\nfailures (the worst element of each):\n");
+            any_failed = true;
+            fprintf(out, "  %s/%s: %s\n", rows[i].backend->name, rows[i].simd, rows[i].reason);
+        }
+    fprintf(out, "\nbackends the configuration names (backend, then fallback_backends):\n");
+    bool ok = verdict(out, c->backend, rows, n, bounds, nbounds);
+    char list[256];
+    snprintf(list, sizeof list, "%s", c->fallback_backends ? c->fallback_backends : "");
+    char *save = NULL;
+    for (char *name = strtok_r(list, ",", &save); name; name = strtok_r(NULL, ",", &save))
+        ok &= verdict(out, name, rows, n, bounds, nbounds);
+    return ok;
+}
+
+/* As start-up: the bounds are the attention endpoint's and every model's
+ * (the backend in force runs every model's batches), and each backend is
+ * run on each model's spec; a model fails when a backend the configuration
+ * names failed on it. */
+static int run_command(const config *c, FILE *out) {
+    config_model list[CONFIG_MAX_MODELS];
+    command_model models[CONFIG_MAX_MODELS];
+    attn_shape bounds[1 + CONFIG_MAX_MODELS] = {
+        attn_service_bounds((int32_t)c->max_batch_tokens, (int32_t)c->max_batch_requests)};
+    size_t nm = 0;
+    int rc = read_models(c, list, models, &nm, bounds);
+    if (rc != 0)
+        return rc;
+    const size_t nbounds = 1 + nm;
+    const int nthreads = config_pool_threads(c);
     tp_pool *pool = tp_create(nthreads);
     /* At most one row per backend and SIMD path. */
     attn_selftest_result *rows =
@@ -219,61 +316,41 @@ static int run_command(const config *c, FILE *out) {
         return 1;
     }
     const attn_parallel par = tp_parallel(pool);
-    fprintf(out,
-            "self-test of model %s (%d heads of %d, inputs up to %d tokens) on %d threads; "
-            "CPU SIMD %s\n\n",
-            c->model, spec.heads, spec.head_dim, spec.max_seqlen, nthreads,
-            attn_simd_name(attn_simd_detect()));
-    print_header(out);
-    size_t n = 0;
-    int rc = 0;
-    for (int path = ATTN_SIMD_PORTABLE; path <= (int)attn_simd_detect() && rc == 0; path++) {
-        attn_simd_force((attn_simd)path);
-        for (const attn_backend *const *b = attn_backends(); *b; b++) {
-            if (!runs_all(*b, bounds, 2, NULL, 0))
-                continue;
-            /* A backend with one path (naive) gives the same row on every
-             * path: run it once. */
-            bool seen = false;
-            for (size_t i = 0; i < n; i++)
-                seen |= rows[i].backend == *b && strcmp(rows[i].simd, (*b)->simd_path()) == 0;
-            if (seen)
-                continue;
-            if (attn_selftest_run(*b, &spec, &par, &rows[n]) != 0) {
-                fprintf(stderr, "attnserve selftest: %s: %s\n", (*b)->name, rows[n].reason);
-                rc = 1;
-                break;
-            }
-            print_row(out, &rows[n++]);
-            fflush(out);
-        }
+    const char *failed[CONFIG_MAX_MODELS];
+    size_t nfailed = 0;
+    for (size_t i = 0; i < nm && rc == 0; i++) {
+        const command_model *m = &models[i];
+        fprintf(out, "%sself-test of model %s (", i ? "\n\n" : "", m->name);
+        if (m->path != m->name)
+            fprintf(out, "%s; ", m->path);
+        fprintf(out,
+                "engine %s, precision %s; %d heads of %d, inputs up to %d tokens) on %d threads; "
+                "CPU SIMD %s\n\n",
+                m->engine, m->precision, m->spec.heads, m->spec.head_dim, m->spec.max_seqlen,
+                nthreads, attn_simd_name(attn_simd_detect()));
+        print_header(out);
+        size_t n = 0;
+        rc = run_model(out, m, bounds, nbounds, &par, rows, &n);
+        if (rc == 0 && !model_verdict(out, c, rows, n, bounds, nbounds))
+            failed[nfailed++] = m->name;
     }
-    attn_simd_unforce();
-    for (const attn_backend *const *b = attn_backends(); *b; b++) {
+    fprintf(out, "\n");
+    for (const attn_backend *const *b = attn_backends(); rc == 0 && *b; b++) {
         char why[256] = "";
-        if (!runs_all(*b, bounds, 2, why, sizeof why))
+        if (!runs_all(*b, bounds, nbounds, why, sizeof why))
             fprintf(out, "%-10s cannot run the configured shapes: %s\n", (*b)->name, why);
     }
-    bool any_failed = false;
-    for (size_t i = 0; i < n; i++)
-        if (!rows[i].passed) {
-            if (!any_failed)
-                fprintf(out, "\nfailures (the worst element of each):\n");
-            any_failed = true;
-            fprintf(out, "  %s/%s: %s\n", rows[i].backend->name, rows[i].simd, rows[i].reason);
-        }
-    fprintf(out, "\nbackends the configuration names (backend, then fallback_backends):\n");
-    bool ok = verdict(out, c->backend, rows, n, bounds, 2);
-    char list[256];
-    snprintf(list, sizeof list, "%s", c->fallback_backends ? c->fallback_backends : "");
-    char *save = NULL;
-    for (char *name = strtok_r(list, ",", &save); name; name = strtok_r(NULL, ",", &save))
-        ok &= verdict(out, name, rows, n, bounds, 2);
+    if (rc == 0 && nm > 1) {
+        fprintf(out, "models: %zu of %zu passed", nm - nfailed, nm);
+        for (size_t i = 0; i < nfailed; i++)
+            fprintf(out, "%s%s", i ? ", " : "; failed: ", failed[i]);
+        fprintf(out, "\n");
+    }
     tp_destroy(pool);
     free(rows);
     if (rc != 0)
         return rc;
-    return ok ? 0 : 1;
+    return nfailed == 0 ? 0 : 1;
 }
 
 int backend_selftest_command(const char *prog, const char *version, int argc, char **argv,

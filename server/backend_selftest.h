@@ -38,13 +38,16 @@ int backend_selftest_start(const attn_selftest_spec *specs, size_t nspecs, const
 json_t *backend_selftest_json(void);
 
 /* `prog selftest [--config PATH] [--NAME=VALUE ...]` (argv[0] is
- * "selftest"): reads the settings as serving does and the model's
- * config.json (not its weights), self-tests every backend that can run the
- * configured shapes on every SIMD path the CPU has, prints a table to out and
- * the reasons of failures after it. Returns the exit status: 0 when every
- * backend that `backend` and `fallback_backends` name passed everywhere, 1
- * otherwise, 2 for a configuration or model error. --help, --version and
- * --print-config do what they do when serving. */
+ * "selftest"): reads the settings as serving does and the config.json (not
+ * the weights) of every model they serve (each of `models`, else `model`),
+ * self-tests every backend that can run the configured shapes (the
+ * attention endpoint's and every model's) on every SIMD path the CPU has,
+ * for each model's shape in turn, and prints a table per model to out with
+ * the reasons of failures and the verdicts after it. Returns the exit
+ * status: 0 when every backend that `backend` and `fallback_backends` name
+ * passed everywhere for every model, 1 otherwise, 2 for a configuration or
+ * model error. --help, --version and --print-config do what they do when
+ * serving. */
 int backend_selftest_command(const char *prog, const char *version, int argc, char **argv,
                              FILE *out);
 

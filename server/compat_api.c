@@ -933,18 +933,15 @@ static int llama_embedding(http_request *req, void *ctx) {
      * unknown name is the 404 of this route's (OpenAI's) error shape. One
      * model: llama.cpp's server ignores `model`, and so does this route. */
     refusal r = {0};
-    const json_t *model = json_object_get(root, "model");
-    const int named = c->peers ? embed_model_named(c->eapi, root) : -1;
-    if (named >= 0 && c->peers[named] != c) {
-        c = c->peers[named];
-        http_set_ctx(req, c);
-    } else if (named < 0 && c->peers && json_is_string(model) && !c->eapi->accept_any_model) {
-        char served[160];
-        embed_models_served(c->eapi, served, sizeof served);
-        refuse(&r, SRV_ENOTFOUND, "The model `%.60s` does not exist; served: %s",
-               json_string_value(model), served);
-        http_body_json_free(req, root);
-        return http_reply_error_at(req, SRV_ENOTFOUND, "model", "model_not_found", "%s", r.msg);
+    if (c->peers) {
+        compat_api *to = c->peers[embed_route_index(c->eapi, root, c->eapi->group)];
+        if (to != c)
+            http_set_ctx(req, c = to);
+        embed_refusal mr = {0};
+        if (embed_check_model(c->eapi, json_object_get(root, "model"), &mr) != SRV_OK) {
+            http_body_json_free(req, root);
+            return http_reply_error_at(req, mr.err, mr.param, mr.code, "%s", mr.msg);
+        }
     }
     json_t *content = json_object_get(root, "input");
     if (!content)

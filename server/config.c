@@ -15,6 +15,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define DEFAULT_CONFIG_PATH "config/attnserve.json"
 #define ENV_PREFIX          "ATTNSERVE_"
@@ -494,16 +495,45 @@ static bool model_name_ok(const char *p, size_t len) {
     return true;
 }
 
+int config_pool_threads(const config *c) {
+    const long n = c->threads > 0 ? (long)c->threads : sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+const char *config_names_next(const char **p, char sep, size_t *len) {
+    const char *s = *p;
+    if (!s || !*s)
+        return NULL;
+    const char *end = strchr(s, sep);
+    size_t n = end ? (size_t)(end - s) : strlen(s);
+    *p = end ? end + 1 : s + n;
+    while (n && *s == ' ')
+        s++, n--;
+    while (n && s[n - 1] == ' ')
+        n--;
+    *len = n;
+    return s;
+}
+
+json_t *config_names_json(const char *list) {
+    json_t *arr = json_array();
+    size_t l;
+    for (const char *p = list, *a; arr && (a = config_names_next(&p, ',', &l));)
+        if (l && json_array_append_new(arr, json_stringn(a, l)) != 0) {
+            json_decref(arr);
+            arr = NULL;
+        }
+    return arr;
+}
+
 static bool model_name_taken(const config_model *m, size_t n, const char *name, size_t len) {
     for (size_t i = 0; i < n; i++) {
         if (strlen(m[i].name) == len && memcmp(m[i].name, name, len) == 0)
             return true;
-        for (const char *a = m[i].aliases; *a;) {
-            size_t l = strcspn(a, ",");
+        size_t l;
+        for (const char *p = m[i].aliases, *a; (a = config_names_next(&p, ',', &l));)
             if (l == len && memcmp(a, name, len) == 0)
                 return true;
-            a += l + (a[l] == ',');
-        }
     }
     return false;
 }
@@ -519,9 +549,8 @@ static int model_option(config_model *all, size_t idx, const char *key, size_t k
     v[vlen] = '\0';
 #define KEY(k) (klen == sizeof(k) - 1 && memcmp(key, k, klen) == 0)
     if (KEY("aliases")) {
-        size_t out = 0;
-        for (const char *a = v; *a;) {
-            size_t l = strcspn(a, "|");
+        size_t out = 0, l;
+        for (const char *p = v, *a; (a = config_names_next(&p, '|', &l));) {
             if (!model_name_ok(a, l))
                 return fail(err, err_len,
                             "model \"%s\": alias \"%.*s\" is empty or has a character other than "
@@ -536,7 +565,6 @@ static int model_option(config_model *all, size_t idx, const char *key, size_t k
                 m->aliases[out++] = ',';
             memcpy(m->aliases + out, a, l);
             m->aliases[out += l] = '\0';
-            a += l + (a[l] == '|');
         }
         return 0;
     }
@@ -753,15 +781,8 @@ static json_t *models_json(const char *text) {
     }
     for (size_t i = 0; i < n; i++) {
         json_t *o = json_pack("{s:s, s:s}", "name", m[i].name, "path", m[i].path);
-        json_t *aliases = json_array();
-        for (const char *a = m[i].aliases; o && aliases && *a;) {
-            size_t l = strcspn(a, ",");
-            json_array_append_new(aliases, json_stringn(a, l));
-            a += l + (a[l] == ',');
-        }
         if (o && m[i].aliases[0])
-            json_object_set(o, "aliases", aliases);
-        json_decref(aliases);
+            json_object_set_new(o, "aliases", config_names_json(m[i].aliases));
         if (o && m[i].max_seq_length >= 0)
             json_object_set_new(o, "max_seq_length", json_integer(m[i].max_seq_length));
         if (o && m[i].truncate >= 0)
@@ -1454,10 +1475,11 @@ void config_print_help(FILE *out, const char *prog) {
             "       %s --help | --version\n\n"
             "An HTTP service for embeddings and attention.\n\n"
             /* the self-test command (server/backend_selftest.h) */
-            "selftest: reads the same settings and the model's config.json (not its weights),\n"
-            "checks every backend on every SIMD path this CPU has against a float64 reference\n"
-            "(the check the service runs at start), prints a table, and exits 0 when every\n"
-            "backend that backend and fallback_backends name passed, 1 otherwise.\n\n"
+            "selftest: reads the same settings and each served model's config.json (not its\n"
+            "weights), checks every backend on every SIMD path this CPU has against a float64\n"
+            "reference for each model (the check the service runs at start), prints a table per\n"
+            "model, and exits 0 when every backend that backend and fallback_backends name\n"
+            "passed for every model, 1 otherwise.\n\n"
             "Each setting comes from, lowest precedence first: its default, the config file\n"
             "(--config PATH, else $" ENV_CONFIG ", else " DEFAULT_CONFIG_PATH " if present),\n"
             "the environment variable shown, a flag. '-' may replace '_' in flag names.\n"

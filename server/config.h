@@ -116,6 +116,24 @@ typedef struct config_model {
 int config_models_parse(const char *text, config_model *out, size_t cap, size_t *n, char *err,
                         size_t err_len);
 
+/* The compute pool's size: the threads setting, else every online core;
+ * at least 1. Serving and the self-test command size their pool with it,
+ * and the worst-case memory counts its threads with it. */
+int config_pool_threads(const config *c);
+
+/* Walks a list of model names separated by sep: model_aliases and a
+ * config_model's aliases (','), the `models` flag form's aliases ('|').
+ * Returns the next name from *p on, with its length in *len and spaces
+ * around it left out, and moves *p past it and its separator; NULL at the
+ * end of the list. An empty name (as in "a,,b") comes back with *len 0:
+ * who lists or matches names skips it, who validates them refuses it. */
+const char *config_names_next(const char **p, char sep, size_t *len);
+
+/* The names of a comma-separated list as a JSON array of strings, empty
+ * names left out (/info and --print-config show aliases so); NULL when out
+ * of memory. */
+json_t *config_names_json(const char *list);
+
 /* What main should do once config_load has succeeded. */
 typedef enum config_action {
     CONFIG_RUN,     /* serve with the loaded configuration */

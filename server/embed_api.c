@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "config.h"
 #include "embed_chunk.h"
 #include "embed_offload.h"
 #include "errors.h"
@@ -84,18 +85,10 @@ static json_t *model_object(const embed_api *api, const char *id, size_t len) {
 static int list_model(const embed_api *api, json_t *data) {
     if (json_array_append_new(data, model_object(api, api->model_name, strlen(api->model_name))))
         return -1;
-    for (const char *a = api->model_aliases; a && *a;) {
-        const char *end = strchr(a, ',');
-        size_t n = end ? (size_t)(end - a) : strlen(a);
-        while (n && *a == ' ')
-            a++, n--;
-        size_t m = n;
-        while (m && a[m - 1] == ' ')
-            m--;
-        if (m && json_array_append_new(data, model_object(api, a, m)) != 0)
+    size_t l;
+    for (const char *p = api->model_aliases, *a; (a = config_names_next(&p, ',', &l));)
+        if (l && json_array_append_new(data, model_object(api, a, l)) != 0)
             return -1;
-        a = end ? end + 1 : a + n;
-    }
     return 0;
 }
 
@@ -126,12 +119,13 @@ int embed_api_models(http_request *req, void *ctx) {
 int embed_api_model(http_request *req, void *ctx) {
     const embed_api *api = ctx;
     const char *id = strrchr(http_path(req), '/') + 1; /* the route ends in a slash and a star */
-    for (size_t i = 0; api->peers && i < api->npeers; i++)
-        if (embed_model_known(api->peers[i], id, strlen(id)))
-            api = api->peers[i];
-    if (!embed_model_known(api, id, strlen(id)))
-        return http_reply_error_at(req, SRV_ENOTFOUND, "model", "model_not_found",
-                                   "The model `%.100s` does not exist", id);
+    const int i = embed_model_find(api, id, strlen(id));
+    if (i < 0) {
+        embed_refusal r = {0};
+        embed_unknown_model(api, id, &r);
+        return http_reply_error_at(req, r.err, r.param, r.code, "%s", r.msg);
+    }
+    api = api->peers ? api->peers[i] : api;
     json_t *out = model_object(api, id, strlen(id));
     if (!out && membudget_refused())
         return http_reply_error(req, membudget_error(), "%s", membudget_message());

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config.h"
 #include "embed_chunk.h"
 #include "embed_offload.h"
 #include "errors.h"
@@ -360,21 +361,8 @@ static embed_job *decode_openai(const embed_api *api, json_t *root, refusal *r) 
     model = json_is_null(model) ? NULL : model;
     format = json_is_null(format) ? NULL : format;
     dims = json_is_null(dims) ? NULL : dims;
-    if (model && !json_is_string(model)) {
-        refuse(r, SRV_EBADREQUEST, "model must be a string");
-        r->param = "model";
+    if (embed_check_model(api, model, r) != SRV_OK)
         return NULL;
-    }
-    if (model && !api->accept_any_model &&
-        !embed_model_known(api, json_string_value(model), json_string_length(model))) {
-        char served[160];
-        embed_models_served(api, served, sizeof served);
-        refuse(r, SRV_ENOTFOUND, "The model `%.60s` does not exist; served: %s",
-               json_string_value(model), served);
-        r->param = "model";
-        r->code = "model_not_found";
-        return NULL;
-    }
     bool base64 = false;
     if (format && !json_is_string(format)) {
         refuse(r, SRV_EBADREQUEST, "encoding_format must be a string");
@@ -565,55 +553,72 @@ static json_t *encode_tei(const embed_job *job, int C) {
 
 /* ---- the codec's entry points ------------------------------------------------------- */
 
-bool embed_model_known(const embed_api *api, const char *name, size_t len) {
+/* Whether name[0, len) is api's model's name or one of its aliases. */
+static bool model_known(const embed_api *api, const char *name, size_t len) {
     if (strlen(api->model_name) == len && memcmp(api->model_name, name, len) == 0)
         return true;
-    for (const char *a = api->model_aliases; a && *a;) {
-        const char *end = strchr(a, ',');
-        size_t n = end ? (size_t)(end - a) : strlen(a);
-        /* Spaces around a name are not part of it. */
-        const char *b = a;
-        size_t m = n;
-        while (m && *b == ' ')
-            b++, m--;
-        while (m && b[m - 1] == ' ')
-            m--;
-        if (m && m == len && memcmp(b, name, len) == 0)
+    size_t l;
+    for (const char *p = api->model_aliases, *a; (a = config_names_next(&p, ',', &l));)
+        if (l && l == len && memcmp(a, name, len) == 0)
             return true;
-        a = end ? end + 1 : a + n;
-    }
     return false;
 }
 
-void embed_models_served(const embed_api *api, char *buf, size_t cap) {
-    const size_t n = api->peers ? api->npeers : 1;
-    size_t used = 0;
-    buf[0] = '\0';
-    for (size_t i = 0; i < n && used < cap; i++) {
-        const int w = snprintf(buf + used, cap - used, "%s`%s`", i ? ", " : "",
-                               (api->peers ? api->peers[i] : api)->model_name);
-        used = w < 0 ? cap : used + (size_t)w;
-    }
-    if (used < cap)
-        snprintf(buf + used, cap - used, " (their aliases: GET /v1/models)");
-}
-
-int embed_model_named(const embed_api *api, const json_t *root) {
-    const json_t *model = json_is_object(root) ? json_object_get(root, "model") : NULL;
-    if (!json_is_string(model))
-        return -1;
+int embed_model_find(const embed_api *api, const char *name, size_t len) {
+    if (!api->peers)
+        return model_known(api, name, len) ? 0 : -1;
     for (size_t i = 0; i < api->npeers; i++)
-        if (embed_model_known(api->peers[i], json_string_value(model), json_string_length(model)))
+        if (model_known(api->peers[i], name, len))
             return (int)i;
     return -1;
 }
 
+uint32_t embed_route_index(const embed_api *api, const json_t *root, uint32_t dflt) {
+    const json_t *model = json_is_object(root) ? json_object_get(root, "model") : NULL;
+    const int i = json_is_string(model) && api->peers
+                      ? embed_model_find(api, json_string_value(model), json_string_length(model))
+                      : -1;
+    return i >= 0 ? (uint32_t)i : dflt;
+}
+
 embed_api *embed_api_route(http_request *req, embed_api *api, const json_t *root) {
-    const int i = embed_model_named(api, root);
-    if (i < 0 || api->peers[i] == api)
+    if (!api->peers)
         return api;
-    http_set_ctx(req, api->peers[i]);
-    return api->peers[i];
+    embed_api *to = api->peers[embed_route_index(api, root, api->group)];
+    if (to != api)
+        http_set_ctx(req, to);
+    return to;
+}
+
+int embed_unknown_model(const embed_api *api, const char *name, refusal *r) {
+    /* Every served model by name; their aliases are one request away. */
+    char served[160];
+    const size_t n = api->peers ? api->npeers : 1;
+    size_t used = 0;
+    served[0] = '\0';
+    for (size_t i = 0; i < n && used < sizeof served; i++) {
+        const int w = snprintf(served + used, sizeof served - used, "%s`%s`", i ? ", " : "",
+                               (api->peers ? api->peers[i] : api)->model_name);
+        used = w < 0 ? sizeof served : used + (size_t)w;
+    }
+    if (used < sizeof served)
+        snprintf(served + used, sizeof served - used, " (their aliases: GET /v1/models)");
+    r->param = "model";
+    r->code = "model_not_found";
+    return refuse(r, SRV_ENOTFOUND, "The model `%.60s` does not exist; served: %s", name, served);
+}
+
+int embed_check_model(const embed_api *api, const json_t *model, refusal *r) {
+    if (!model || json_is_null(model))
+        return SRV_OK;
+    if (!json_is_string(model)) {
+        r->param = "model";
+        return refuse(r, SRV_EBADREQUEST, "model must be a string");
+    }
+    if (api->accept_any_model ||
+        model_known(api, json_string_value(model), json_string_length(model)))
+        return SRV_OK;
+    return embed_unknown_model(api, json_string_value(model), r);
 }
 
 embed_job *embed_api_decode_refusal(const embed_api *api, embed_route route, json_t *root,

@@ -101,22 +101,36 @@ embed_job *embed_api_decode_refusal(const embed_api *api, embed_route route, jso
  * is refused the same way whatever else the request asks. */
 int embed_check_task(const embed_api *api, embed_refusal *r);
 
-/* Whether name[0, len) is the served model's name or one of its aliases. */
-bool embed_model_known(const embed_api *api, const char *name, size_t len);
+/* ---- finding the model a request names -------------------------------------------------
+ * Every route finds its model here, whatever its module: the peers arrays
+ * of embed_api, compat_api and score_api all hold the served models in the
+ * same order, so an index found here picks the same model in each. */
 
-/* The served models' names for an unknown model's message, as "`a`, `b`
- * (their aliases: GET /v1/models)", cut to cap bytes. */
-void embed_models_served(const embed_api *api, char *buf, size_t cap);
+/* The served model name[0, len) names (its name or one of its aliases):
+ * its index in the models' order (api->peers; 0, api itself, when api
+ * serves alone), or -1 when it names none. */
+int embed_model_find(const embed_api *api, const char *name, size_t len);
 
-/* The index in api->peers of the model root's `model` names (its name or
- * an alias), or -1 when root names none, or none served (the route's own
- * model then answers, and refuses an unknown name as it always has). */
-int embed_model_named(const embed_api *api, const json_t *root);
+/* The index in the models' order of the model a request with body root
+ * goes to: the one its `model` names, else dflt (the route's own model's
+ * group, or a route's default such as the first reranker). An unknown
+ * name goes to dflt too, whose embed_check_model refuses it. */
+uint32_t embed_route_index(const embed_api *api, const json_t *root, uint32_t dflt);
 
 /* Routes req to the model root names: returns that model's embed_api and
  * makes it the context of req's resumed function (http_set_ctx), or api
  * when root names no other served model. */
 embed_api *embed_api_route(http_request *req, embed_api *api, const json_t *root);
+
+/* A request's `model` field, checked the same way on every route that
+ * reads it: absent, null, the name of api's model or one of its aliases
+ * (any string under accept_any_model) is SRV_OK; a value that is not a
+ * string is 400, an unknown name embed_unknown_model's 404. */
+int embed_check_model(const embed_api *api, const json_t *model, embed_refusal *r);
+
+/* The 404 for name, which no served model answers to: model_not_found,
+ * naming the served models. Returns SRV_ENOTFOUND. */
+int embed_unknown_model(const embed_api *api, const char *name, embed_refusal *r);
 /* What job holds of the request-memory budget. */
 size_t embed_job_bytes(const embed_job *job);
 /* embed_job_free for job_submit and http_set_user (job is an embed_job). */

@@ -132,6 +132,7 @@ typedef struct app {
     membudget budget;     /* what requests hold (max_request_memory_bytes) */
     size_t base_bytes;    /* resident before the model was loaded */
     size_t code_bytes;    /* executable mappings: code resident at most */
+    size_t base_threads;  /* running before start-up: main and the libraries' */
     size_t threads_bytes; /* every thread's stack, whole */
 } app;
 
@@ -198,16 +199,9 @@ static size_t code_bytes(void) {
     return total;
 }
 
-/* Every thread there is once serving (main, libmicrohttpd's, the scheduler's
- * loop and compute threads, the pool's workers) times the default stack
- * size: stacks are resident only where touched, so this bounds them. */
-static size_t threads_bytes(void) {
-    size_t stack = 8u << 20, threads = 0;
-    pthread_attr_t attr;
-    if (pthread_getattr_default_np(&attr) == 0) {
-        pthread_attr_getstacksize(&attr, &stack);
-        pthread_attr_destroy(&attr);
-    }
+/* The threads of the process now (/proc/self/status), 0 if unknown. */
+static size_t process_threads(void) {
+    size_t threads = 0;
     FILE *f = fopen("/proc/self/status", "r");
     char line[256];
     while (f && fgets(line, sizeof line, f))
@@ -215,6 +209,31 @@ static size_t threads_bytes(void) {
             break;
     if (f)
         fclose(f);
+    return threads;
+}
+
+/* The threads start-up starts to serve, from the settings alone, so that
+ * the memory check can run before the listener opens: the pool's helpers
+ * (its first worker is the scheduler's compute thread), the scheduler's
+ * loop and compute threads, the tokenization thread, the verification
+ * checker, the trace writer, libmicrohttpd's I/O thread and the connection
+ * watch. A thread added to start-up is added here; main warns, once
+ * listening, when more run than were counted. */
+#define FIXED_SERVING_THREADS 7
+static size_t serving_threads(const config *c) {
+    return (size_t)config_pool_threads(c) - 1 + FIXED_SERVING_THREADS;
+}
+
+/* Every thread there is once serving (those running before start-up, main
+ * and the libraries', and serving_threads) times the default stack size:
+ * stacks are resident only where touched, so this bounds them. */
+static size_t threads_bytes(size_t threads) {
+    size_t stack = 8u << 20;
+    pthread_attr_t attr;
+    if (pthread_getattr_default_np(&attr) == 0) {
+        pthread_attr_getstacksize(&attr, &stack);
+        pthread_attr_destroy(&attr);
+    }
     return threads * stack;
 }
 
@@ -431,17 +450,10 @@ static json_t *models_json(const app *a) {
         json_int_t owned, mapped, ws;
         model_memory(sm, &owned, &mapped, &ws);
         json_t *one = model_json(sm);
-        json_t *aliases = json_array();
-        for (const char *p = sm->aliases; aliases && p && *p;) {
-            size_t l = strcspn(p, ",");
-            if (l)
-                json_array_append_new(aliases, json_stringn(p, l));
-            p += l + (p[l] == ',');
-        }
-        json_t *extra =
-            json_pack("{s:o, s:s, s:s, s:I, s:I}", "aliases", aliases, "engine",
-                      srv_engine_name(sm->engine), "precision", srv_engine_precision(sm->engine),
-                      "weights_bytes", owned + mapped, "workspace_bytes", ws);
+        json_t *extra = json_pack(
+            "{s:o, s:s, s:s, s:I, s:I}", "aliases", config_names_json(sm->aliases), "engine",
+            srv_engine_name(sm->engine), "precision", srv_engine_precision(sm->engine),
+            "weights_bytes", owned + mapped, "workspace_bytes", ws);
         int rc = one && extra ? json_object_update_missing(one, extra) : -1;
         json_decref(extra);
         if (rc != 0)
@@ -1023,9 +1035,7 @@ static int register_models(app *a) {
 static int start(app *a) {
     const config *c = &a->cfg;
     char err[256];
-    a->nthreads = c->threads > 0 ? (int)c->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
-    if (a->nthreads < 1)
-        a->nthreads = 1;
+    a->nthreads = config_pool_threads(c);
     a->simd = attn_simd_name(attn_simd_active());
     metrics_init(ATTNSERVE_VERSION, a->simd);
 
@@ -1042,6 +1052,7 @@ static int start(app *a) {
     }
     membudget_init(&a->budget, (size_t)c->max_request_memory_bytes);
     a->base_bytes = resident_bytes();
+    a->base_threads = process_threads();
 
     int rc = configure_models(a);
     for (size_t i = 0; rc == 0 && i < a->nm; i++)
@@ -1391,19 +1402,25 @@ int main(int argc, char **argv) {
         log_error("cannot load the built-in OpenAPI document");
         rc = 1;
     }
+    /* Checked before the listener opens, so that a refused start never
+     * accepts a request: every mapping exists now, and the threads
+     * listening adds are counted from the settings. */
+    const size_t threads = a.base_threads + serving_threads(&a.cfg);
+    if (rc == 0) {
+        a.code_bytes = code_bytes();
+        a.threads_bytes = threads_bytes(threads);
+        rc = check_memory_limit(&a);
+    }
     if (rc == 0)
         rc = listen_http(&a);
     if (rc != 0) {
         stop(&a);
         return rc;
     }
-    /* Every thread and mapping exists now. */
-    a.code_bytes = code_bytes();
-    a.threads_bytes = threads_bytes();
-    if ((rc = check_memory_limit(&a)) != 0) {
-        stop(&a);
-        return rc;
-    }
+    const size_t running = process_threads();
+    if (running > threads)
+        log_warn("more threads run than the worst-case memory counts",
+                 LOG_KV("threads", (uint64_t)running), LOG_KV("counted", (uint64_t)threads));
     metrics_set_memory(worst_case_bytes(&a), &a.budget);
     atomic_store(&a.ready, true);
     metrics_set_ready(1);

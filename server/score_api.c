@@ -378,26 +378,6 @@ static bool not_classifier(const score_api *s, refusal *r) {
     return true;
 }
 
-/* A `model` field: absent or null, or a name this service answers to. */
-static int check_model(const score_api *s, json_t *model, refusal *r) {
-    if (!model || json_is_null(model))
-        return SRV_OK;
-    r->param = "model";
-    if (!json_is_string(model))
-        return refuse(r, SRV_EBADREQUEST, "model must be a string");
-    const embed_api *api = s->eapi;
-    if (!api->accept_any_model &&
-        !embed_model_known(api, json_string_value(model), json_string_length(model))) {
-        r->code = "model_not_found";
-        char served[160];
-        embed_models_served(api, served, sizeof served);
-        return refuse(r, SRV_ENOTFOUND, "The model `%.60s` does not exist; served: %s",
-                      json_string_value(model), served);
-    }
-    r->param = NULL;
-    return SRV_OK;
-}
-
 /* The model name an answer echoes: the request's, else the served one (a
  * copy: the request's tree is freed before the answer); NULL when out of
  * memory. */
@@ -559,7 +539,7 @@ static score_job *decode_rerank_cohere(const score_api *s, json_t *root, score_s
     bool raw = false, ret = false, trunc = s->eapi->truncate;
     int32_t top_n = 0;
     json_t *documents = json_object_get(root, "documents");
-    if (check_model(s, json_object_get(root, "model"), r) ||
+    if (embed_check_model(s->eapi, json_object_get(root, "model"), r) ||
         (!v1 && want_bool(json_object_get(root, "raw_scores"), "raw_scores", false, &raw, r)) ||
         want_bool(json_object_get(root, "return_documents"), "return_documents", v1, &ret, r) ||
         (v1 && want_bool(json_object_get(root, "truncate"), "truncate", trunc, &trunc, r)) ||
@@ -677,7 +657,7 @@ static score_job *decode_classify(const score_api *s, json_t *root, refusal *r) 
     bool raw;
     json_t *input = json_object_get(root, "input");
     if (unknown_fields(root, CLASSIFY_KEYS, r) != SRV_OK ||
-        check_model(s, json_object_get(root, "model"), r) ||
+        embed_check_model(s->eapi, json_object_get(root, "model"), r) ||
         want_bool(json_object_get(root, "raw_scores"), "raw_scores", false, &raw, r))
         return NULL;
     if (!json_is_array(input) || json_array_size(input) == 0 ||
@@ -833,8 +813,9 @@ static score_job *decode_vllm_score(const score_api *s, json_t *root, refusal *r
     size_t n1 = 0, n2 = 0;
     bool raw, trunc;
     int32_t limit;
-    if (check_model(s, json_object_get(root, "model"), r) || vllm_texts(t1, "text_1", &n1, r) ||
-        vllm_texts(t2, "text_2", &n2, r) || vllm_activation(root, &raw, r) ||
+    if (embed_check_model(s->eapi, json_object_get(root, "model"), r) ||
+        vllm_texts(t1, "text_1", &n1, r) || vllm_texts(t2, "text_2", &n2, r) ||
+        vllm_activation(root, &raw, r) ||
         vllm_truncation(s, json_object_get(root, "truncate_prompt_tokens"), &trunc, &limit, r))
         return NULL;
     if (priority && !json_is_null(priority) &&
@@ -1069,10 +1050,10 @@ static score_job *decode_v1(const score_api *s, json_t *root, refusal *r);
 static score_api *route_model(http_request *req, score_api *s, json_t *root, decode_fn decode) {
     if (!s->peers)
         return s;
-    const int i = embed_model_named(s->eapi, root);
     const bool rerank =
         decode == decode_rerank_either || decode == decode_v1 || decode == decode_vllm_score;
-    score_api *to = i >= 0 ? s->peers[i] : rerank && s->rerank ? s->rerank : s;
+    const score_api *dflt = rerank && s->rerank ? s->rerank : s;
+    score_api *to = s->peers[embed_route_index(s->eapi, root, dflt->eapi->group)];
     if (to != s)
         http_set_ctx(req, to);
     return to;

@@ -3,7 +3,8 @@
 from its first forward call): the faulty backend is refused at start, named or
 picked by auto, and the service serves correctly on the fallback; /info and
 /metrics say so; `attnserve selftest` prints its table and exits 1 for the
-faulty binary and 0 for the normal one; a SIGHUP to the faulty backend is
+faulty binary and 0 for the normal one, and with `models` tests every model,
+failing when one fails; a SIGHUP to the faulty backend is
 refused and the backend in force kept, while a SIGHUP to naive still works."""
 import json
 import math
@@ -19,6 +20,9 @@ from conftest import (BASE_SETTINGS, JSON, ROOT, attention_case, max_abs_diff, p
                       wait_for)
 
 FAULTY = os.path.join(os.path.dirname(conftest.BIN), "attnserve-faulty")
+# The tiny models of tests/golden/make_task_models.py, for `models`.
+RERANKER = os.path.join(ROOT, "tests", "golden", "xlmr-cls-tiny")
+CLASSIFIER = os.path.join(ROOT, "tests", "golden", "bert-cls-tiny")
 GOLDEN = json.load(open(os.path.join(ROOT, "tests", "golden", "embeddings.json")))
 TEXTS = [c for c in GOLDEN["mean_normalized"] if c["text"]][:12]
 MIN_COSINE = 0.99999
@@ -189,11 +193,14 @@ def test_sighup_to_a_backend_that_failed_is_refused(faulty, start_server):
 
 # ---- `attnserve selftest` ----------------------------------------------------------------
 
-def run_selftest(binary, tmp_path, **settings):
+def run_selftest(binary, tmp_path, env=None, **settings):
     cfg = dict(BASE_SETTINGS, **settings)
+    if "models" in settings:  # the base `model` beside `models` is refused
+        cfg.pop("model", None)
     path = tmp_path / "selftest.json"
     path.write_text(json.dumps(cfg))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ATTNSERVE_")}
+    env = dict({k: v for k, v in os.environ.items() if not k.startswith("ATTNSERVE_")},
+               **(env or {}))
     p = subprocess.run([binary, "selftest", "--config", str(path)], capture_output=True,
                        text=True, env=env, timeout=COMMAND_TIMEOUT_S)
     lines = p.stdout.splitlines()
@@ -255,6 +262,83 @@ def test_selftest_command_refuses_bad_settings(tmp_path):
     p = subprocess.run([conftest.BIN, "selftest", "--model=" + str(tmp_path / "none")],
                        capture_output=True, text=True, env=env, timeout=60)
     assert p.returncode == 2 and "cannot read the model" in p.stderr
+    # Every model of `models` is read, not only the first.
+    p = subprocess.run([conftest.BIN, "selftest",
+                        "--models=a=%s,b=%s" % (RERANKER, tmp_path / "none")],
+                       capture_output=True, text=True, env=env, timeout=60, cwd=ROOT)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert "cannot read the model in %s" % (tmp_path / "none") in p.stderr, p.stderr
     p = subprocess.run([conftest.BIN, "--help"], capture_output=True, text=True, env=env,
                        timeout=60)
     assert p.returncode == 0 and " selftest [--config PATH]" in p.stdout
+
+
+# ---- `attnserve selftest` with several models ---------------------------------------------
+
+MODEL_SECTION = re.compile(r"^self-test of model (\S+) \((\S+); engine (\S+), "
+                           r"precision (\S+); (\d+) heads of (\d+), inputs up to (\d+) "
+                           r"tokens\)", re.M)
+
+
+def sections(stdout):
+    """Each model's section: its header's fields, its table's rows and the
+    verdicts on the backends the configuration names."""
+    heads = list(MODEL_SECTION.finditer(stdout))
+    out = []
+    for i, h in enumerate(heads):
+        text = stdout[h.start():heads[i + 1].start() if i + 1 < len(heads) else len(stdout)]
+        lines = text.splitlines()
+        rows = {}
+        for line in lines[3:]:
+            if not line.strip():
+                break
+            f = line.split()
+            rows[(f[0], f[1])] = {"shapes": f[2], "result": f[6]}
+        verdicts = dict(re.findall(r"^  (\S+(?: \(\S+\))?): (pass|FAIL)", text, re.M))
+        out.append({"name": h.group(1), "path": h.group(2), "engine": h.group(3),
+                    "precision": h.group(4), "heads": int(h.group(5)),
+                    "head_dim": int(h.group(6)), "rows": rows, "verdicts": verdicts})
+    return out
+
+
+def test_selftest_command_tests_every_model(tmp_path):
+    models = [{"name": "rerank", "path": RERANKER, "engine": "cpu"},
+              {"name": "classify", "path": CLASSIFIER, "precision": "fp32"}]
+    p, _ = run_selftest(conftest.BIN, tmp_path, models=models, backend="fused",
+                        fallback_backends="naive")
+    assert p.returncode == 0, p.stdout + p.stderr
+    got = sections(p.stdout)
+    assert [(s["name"], s["path"]) for s in got] == [("rerank", RERANKER),
+                                                     ("classify", CLASSIFIER)], p.stdout
+    # Each with its own engine and precision, the process-wide ones where
+    # its entry leaves them.
+    assert (got[0]["engine"], got[1]["engine"]) == ("cpu", BASE_SETTINGS.get("engine", "auto"))
+    assert got[1]["precision"] == "fp32"
+    for s in got:
+        assert (s["heads"], s["head_dim"]) == (4, 8)
+        assert {b for b, _ in s["rows"]} == {"naive", "fused"} | BF16
+        assert all(r["result"] == "pass" for r in s["rows"].values())
+        assert s["verdicts"] == {"fused": "pass", "naive": "pass"}
+    assert "models: 2 of 2 passed" in p.stdout
+
+
+def test_selftest_command_fails_when_one_model_fails(tmp_path):
+    """faulty stays correct for its first ATTNSERVE_FAULTY_AFTER forward
+    calls: one model's run of them, so the first model passes and the second
+    fails; the command must test both and exit 1, as start-up refuses it."""
+    one = [{"name": "rerank", "path": RERANKER}]
+    p, _ = run_selftest(FAULTY, tmp_path, env={"ATTNSERVE_FAULTY_AFTER": "1000000"}, models=one,
+                        backend="faulty", fallback_backends="naive")
+    assert p.returncode == 0, p.stdout + p.stderr
+    calls = int(sections(p.stdout)[0]["rows"][("faulty", "portable")]["shapes"].split("/")[1])
+
+    both = one + [{"name": "classify", "path": CLASSIFIER}]
+    p, _ = run_selftest(FAULTY, tmp_path, env={"ATTNSERVE_FAULTY_AFTER": str(calls)},
+                        models=both, backend="faulty", fallback_backends="naive")
+    assert p.returncode == 1, p.stdout + p.stderr
+    first, second = sections(p.stdout)
+    assert first["rows"][("faulty", "portable")]["result"] == "pass"
+    assert first["verdicts"]["faulty"] == "pass"
+    assert second["rows"][("faulty", "portable")]["result"] == "FAIL"
+    assert second["verdicts"] == {"faulty": "FAIL", "naive": "pass"}
+    assert "models: 1 of 2 passed; failed: classify" in p.stdout

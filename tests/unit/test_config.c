@@ -724,6 +724,44 @@ Test(config, models_from_a_flag_in_the_compact_form) {
     config_free(&c);
 }
 
+/* The one walk over a list of model names that every reader of aliases
+ * uses: spaces around a name are not part of it, an empty name comes back
+ * empty (for validation to refuse), the list's end is NULL. */
+Test(config, names_next_walks_a_list_of_names) {
+    const char *want[] = {"a", "b c", "", "d", NULL};
+    const char *p = " a ,b c,, d ";
+    size_t len, i = 0;
+    for (const char *name; (name = config_names_next(&p, ',', &len)); i++) {
+        cr_assert(want[i], "more names than given");
+        cr_assert_eq(len, strlen(want[i]));
+        cr_assert(strncmp(name, want[i], len) == 0, "name %zu", i);
+    }
+    cr_assert_null(want[i]);
+    p = "x|y";
+    cr_assert_not_null(config_names_next(&p, '|', &len));
+    cr_assert_eq(len, 1);
+    cr_assert_str_eq(p, "y");
+    p = NULL;
+    cr_assert_null(config_names_next(&p, ',', &len));
+    json_t *j = config_names_json(" a, ,b");
+    char *text = json_dumps(j, JSON_COMPACT);
+    cr_assert_str_eq(text, "[\"a\",\"b\"]");
+    free(text);
+    json_decref(j);
+    /* The same walk validates the flag form: an empty alias is refused,
+     * spaces around one are not part of it. */
+    model_dirs();
+    expect_error(FRAGS("\"models\"", "alias \"\" is empty"), "--models=a=m/a;aliases=x||y", NULL);
+    config c;
+    LOAD_OK(&c, "--models=a=m/a;aliases= x | y", NULL);
+    config_model m[CONFIG_MAX_MODELS];
+    size_t n = 0;
+    char err[256];
+    cr_assert_eq(config_models_parse(c.models, m, CONFIG_MAX_MODELS, &n, err, sizeof err), 0);
+    cr_assert_str_eq(m[0].aliases, "x,y");
+    config_free(&c);
+}
+
 Test(config, models_refuses_duplicates_empty_names_and_bad_paths) {
     model_dirs();
     expect_error(FRAGS("\"models\"", "\"emb\" is taken twice"), "--models=emb=m/a,emb=m/b", NULL);

@@ -4,6 +4,7 @@
  * Each Criterion test runs in its own process, so installing the allocator
  * into jansson here touches no other test. */
 #include <criterion/criterion.h>
+#include <ftw.h>
 #include <jansson.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -317,14 +318,30 @@ static void put(const char *dir, const char *rel, const char *text) {
     fclose(f);
 }
 
+/* The test's fake tree: made by fake_root, removed by remove_fake_root,
+ * each test's fini, so a failed assertion leaves nothing under /tmp either
+ * (Criterion runs fini after a failure; only a crash skips it). */
+static char fake_dir[64];
+
 static char *fake_root(void) {
-    static char dir[64];
-    snprintf(dir, sizeof dir, "/tmp/attn-cgroup-XXXXXX");
-    cr_assert_not_null(mkdtemp(dir));
-    return dir;
+    snprintf(fake_dir, sizeof fake_dir, "/tmp/attn-cgroup-XXXXXX");
+    cr_assert_not_null(mkdtemp(fake_dir));
+    return fake_dir;
 }
 
-Test(membudget, cgroup_v2_takes_the_tightest_limit_on_the_way_to_the_root) {
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+static void remove_fake_root(void) {
+    if (fake_dir[0])
+        nftw(fake_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    fake_dir[0] = '\0';
+}
+
+Test(membudget, cgroup_v2_takes_the_tightest_limit_on_the_way_to_the_root,
+     .fini = remove_fake_root) {
     char *d = fake_root(), proc[128], from[512];
     snprintf(proc, sizeof proc, "%s/proc-cgroup", d);
     put(d, "proc-cgroup", "0::/kubepods/pod1/ctr\n");
@@ -340,7 +357,7 @@ Test(membudget, cgroup_v2_takes_the_tightest_limit_on_the_way_to_the_root) {
     cr_assert_eq(membudget_cgroup_limit(root, proc, NULL, 0), 536870912ull);
 }
 
-Test(membudget, cgroup_namespace_reads_the_root_and_max_is_no_limit) {
+Test(membudget, cgroup_namespace_reads_the_root_and_max_is_no_limit, .fini = remove_fake_root) {
     char *d = fake_root(), proc[128], root[128];
     snprintf(proc, sizeof proc, "%s/proc-cgroup", d);
     snprintf(root, sizeof root, "%s/fs", d);
@@ -354,7 +371,7 @@ Test(membudget, cgroup_namespace_reads_the_root_and_max_is_no_limit) {
     cr_assert_eq(membudget_cgroup_limit(root, proc, NULL, 0), 943718400ull);
 }
 
-Test(membudget, cgroup_v1_memory_controller_and_unlimited) {
+Test(membudget, cgroup_v1_memory_controller_and_unlimited, .fini = remove_fake_root) {
     char *d = fake_root(), proc[128], root[128];
     snprintf(proc, sizeof proc, "%s/proc-cgroup", d);
     snprintf(root, sizeof root, "%s/fs", d);
@@ -369,7 +386,7 @@ Test(membudget, cgroup_v1_memory_controller_and_unlimited) {
     cr_assert_eq(membudget_cgroup_limit("/nonexistent", "/nonexistent", NULL, 0), 0);
 }
 
-Test(membudget, cgroup_hybrid_hosts_take_the_v1_memory_controller) {
+Test(membudget, cgroup_hybrid_hosts_take_the_v1_memory_controller, .fini = remove_fake_root) {
     char *d = fake_root(), proc[128], root[128];
     snprintf(proc, sizeof proc, "%s/proc-cgroup", d);
     snprintf(root, sizeof root, "%s/fs", d);
