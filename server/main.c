@@ -132,7 +132,6 @@ typedef struct app {
     membudget budget;     /* what requests hold (max_request_memory_bytes) */
     size_t base_bytes;    /* resident before the model was loaded */
     size_t code_bytes;    /* executable mappings: code resident at most */
-    size_t base_threads;  /* running before start-up: main and the libraries' */
     size_t threads_bytes; /* every thread's stack, whole */
 } app;
 
@@ -212,20 +211,16 @@ static size_t process_threads(void) {
     return threads;
 }
 
-/* The threads start-up starts to serve, from the settings alone, so that
- * the memory check can run before the listener opens: the pool's helpers
- * (its first worker is the scheduler's compute thread), the scheduler's
- * loop and compute threads, the tokenization thread, the verification
- * checker, the trace writer, libmicrohttpd's I/O thread and the connection
- * watch. A thread added to start-up is added here; main warns, once
- * listening, when more run than were counted. */
-#define FIXED_SERVING_THREADS 7
-static size_t serving_threads(const config *c) {
-    return (size_t)config_pool_threads(c) - 1 + FIXED_SERVING_THREADS;
-}
+/* The threads listening adds, on top of those start() leaves running:
+ * libmicrohttpd's I/O thread and the connection watch. Everything else
+ * (the pool, the scheduler's loop and compute threads, the tokenization
+ * thread, the verification checker, the trace writer, and whatever an
+ * engine or a plugin's runtime started) exists by then and is counted as
+ * it runs, so the memory check can run before the listener opens; main
+ * warns, once listening, when more run than were counted. */
+#define LISTEN_THREADS 2
 
-/* Every thread there is once serving (those running before start-up, main
- * and the libraries', and serving_threads) times the default stack size:
+/* Every thread there is once serving times the default stack size:
  * stacks are resident only where touched, so this bounds them. */
 static size_t threads_bytes(size_t threads) {
     size_t stack = 8u << 20;
@@ -1052,7 +1047,6 @@ static int start(app *a) {
     }
     membudget_init(&a->budget, (size_t)c->max_request_memory_bytes);
     a->base_bytes = resident_bytes();
-    a->base_threads = process_threads();
 
     int rc = configure_models(a);
     for (size_t i = 0; rc == 0 && i < a->nm; i++)
@@ -1403,9 +1397,9 @@ int main(int argc, char **argv) {
         rc = 1;
     }
     /* Checked before the listener opens, so that a refused start never
-     * accepts a request: every mapping exists now, and the threads
-     * listening adds are counted from the settings. */
-    const size_t threads = a.base_threads + serving_threads(&a.cfg);
+     * accepts a request: every mapping exists now, and so does every thread
+     * but the listener's. */
+    const size_t threads = process_threads() + LISTEN_THREADS;
     if (rc == 0) {
         a.code_bytes = code_bytes();
         a.threads_bytes = threads_bytes(threads);
