@@ -23,8 +23,9 @@
  *   large for that).
  * bf16 (embedders): cosine >= 0.9999, test_model_xlmr.c's derivation
  * (the Dense modules and heads run in fp32 in every precision).
- * bf16 and int8 (classifiers): the floors of check_classifier_at, derived
- * from the first token's state error through the head. */
+ * bf16 and int8 (classifiers): check_classifier_at bounds the first token's
+ * state by the precision's floor, then the head on that state by its fp32
+ * rounding. */
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include <math.h>
@@ -45,12 +46,13 @@
 #define MAX_LOGIT_DIFF  1e-4
 /* A token's state within relative error rho of the fp32 one has cosine
  * about 1 - rho²/2 to it, so a cosine floor c allows rho = sqrt(2·(1 - c)).
- * bf16: the derivation of MIN_COSINE_BF16 (test_model.c, test_model_xlmr.c:
- * rho ≈ sqrt(9)·0.0032 ≈ 0.0096 over 2 layers, before the residual stream
- * dilutes it) holds for one token's state as for a pooled vector (pooling
- * only averages errors down), so rho_max = sqrt(2e-4) ≈ 0.0141; measured
- * 0.0045 on these models. int8: the service's int8 floor, cosine 0.991
- * (measured on MiniLM, test_model_int8.c), gives 0.134; measured 0.019. */
+ * bf16: the derivation behind MIN_COSINE_BF16 (test_model.c,
+ * test_model_xlmr.c) estimates rho ≈ sqrt(9)·0.0032 ≈ 0.0096 over 2 layers
+ * for one token's state before the residual stream dilutes it; the bound is
+ * that floor's equivalent, sqrt(2e-4) ≈ 0.0141, 1.5× the estimate, as the
+ * floor itself is; measured 0.0045 on these models. int8: not derived (int8
+ * is no rounding of fp32): the equivalent of the service's measured int8
+ * floor, cosine 0.991 (test_model_int8.c), 0.134; measured here 0.019. */
 #define MAX_STATE_ERR_BF16 0.01414
 #define MAX_STATE_ERR_INT8 0.134
 #define THREADS            2
@@ -221,24 +223,25 @@ static const float *head_tensor(const st_file *f, const char *name, int64_t rows
     return t->data;
 }
 
-/* A classifier in precision p against the same model in fp32 and against
- * PyTorch. Both heads (BERT's pooler then classifier, RoBERTa's dense then
- * out_proj) are logits = O·tanh(W·h + b) + c on the first token's last
- * hidden state h, and run in fp32 in every precision, so the precision
- * reaches the logits only through h. Three checks:
- *   1. the state: ‖h_p − h‖ <= rho_max·‖h‖, rho_max the precision's relative
- *      error on a token's state (bf16: derived, see MIN_COSINE_BF16 and
- *      MAX_STATE_ERR_BF16; int8: measured, see MAX_STATE_ERR_INT8);
- *   2. the head, given that state: tanh is 1-Lipschitz in each coordinate,
- *      so |Δlogit_j| <= Σ_k |O_jk|·|(W·Δh)_k| exactly (W·Δh in double), plus
- *      the fp32 rounding of the two head evaluations (dot products of length
- *      C + 1, γ = (C+1)·u/(1 − (C+1)·u), u = 2^-24, |tanh| <= 1); a head
- *      that ran in the reduced precision, read another token or skipped the
- *      tanh is far past this;
- *   3. against PyTorch: with 1 and Cauchy–Schwarz per row of W,
- *      |Δlogit_j| <= (Σ_k |O_jk|·‖W_k‖₂)·rho_max·‖h‖ + MAX_LOGIT_DIFF (the
- *      fp32 logits' own floor): the derived floor of the reduced-precision
- *      logits. */
+/* A classifier in precision p. Both heads (BERT's pooler then classifier,
+ * RoBERTa's dense then out_proj) are logits = O·tanh(W·h + b) + c on the
+ * first token's last hidden state h, and run in fp32 in every precision, so
+ * the precision reaches the logits only through h. Two checks:
+ *   1. the state: ‖h_p − h‖ <= rho_max·‖h‖ against the fp32 forward's h,
+ *      rho_max the precision's bound on a token's relative error (see
+ *      MAX_STATE_ERR_BF16 and MAX_STATE_ERR_INT8);
+ *   2. the head, on that state: the logits against the head computed here
+ *      in double from h_p itself, within the fp32 rounding of one evaluation
+ *      as linear_vec does it (each dot product summed in double, then
+ *      rounded to float and the bias added in float: 2u relative to
+ *      S_k = Σ_l |W_kl·h_l| + |b_k|; tanhf within 2 ulp <= 4u; the outer
+ *      product likewise, u = 2^-24). A head run in the reduced precision
+ *      (2^-8), one that read another token or skipped the tanh is orders of
+ *      magnitude past this.
+ * Against PyTorch the logits then lie within Σ_k |O_jk|·‖W_k‖₂·rho_max·‖h‖
+ * of the fp32 ones (tanh is 1-Lipschitz), which are within MAX_LOGIT_DIFF of
+ * PyTorch's: that follows from 1, 2 and check_classifier, so it is only
+ * printed. */
 static void check_classifier_at(const char *name, gemm_precision p, double rho_max) {
     cases c = load_cases("classifiers", name);
     encoder_info info;
@@ -263,7 +266,8 @@ static void check_classifier_at(const char *name, gemm_precision p, double rho_m
     const float *O =
         head_tensor(f, bert ? "classifier.weight" : "classifier.out_proj.weight", L, C);
     const float *ob = head_tensor(f, bert ? "classifier.bias" : "classifier.out_proj.bias", L, 0);
-    const double u = ldexp(1.0, -24), gamma = (C + 1) * u / (1 - (C + 1) * u);
+    const double u = ldexp(1.0, -24);
+    double *t = calloc((size_t)C, sizeof *t), *dt = calloc((size_t)C, sizeof *dt);
 
     double worst_rho = 0, worst_head = 0, worst_gold = 0;
     for (int i = 0; i < c.n; i++) {
@@ -273,50 +277,52 @@ static void check_classifier_at(const char *name, gemm_precision p, double rho_m
             nh += (double)h[k] * h[k];
             nd += ((double)g[k] - h[k]) * ((double)g[k] - h[k]);
         }
-        nh = sqrt(nh), nd = sqrt(nd);
-        const double rho = nd / nh;
+        const double rho = sqrt(nd) / sqrt(nh);
         worst_rho = fmax(worst_rho, rho);
         cr_expect_leq(rho, rho_max, "%s %s case %d: first token's state off by %.3g relative", name,
                       gemm_precision_name(p), i, rho);
+        /* The inner layer in double from h_p, and each t_k's rounding bound. */
+        for (int k = 0; k < C; k++) {
+            const float *w = W + (size_t)k * C;
+            double a = b[k], sabs = fabs((double)b[k]);
+            for (int l = 0; l < C; l++) {
+                a += (double)w[l] * g[l];
+                sabs += fabs((double)w[l] * g[l]);
+            }
+            t[k] = tanh(a);
+            dt[k] = 2 * u * sabs + 4 * u;
+        }
         for (int j = 0; j < L; j++) {
             const float *o = O + (size_t)j * C;
-            double head = 0, round = 0, gold = 0;
+            double ref = ob[j], round = 0, osum = 0, gold = 0;
             for (int k = 0; k < C; k++) {
-                const float *w = W + (size_t)k * C;
-                double wd = 0, wabs = 0, wn = 0;
-                for (int l = 0; l < C; l++) {
-                    wd += (double)w[l] * ((double)g[l] - h[l]);
-                    wabs += fabs((double)w[l]) * fmax(fabs((double)h[l]), fabs((double)g[l]));
-                    wn += (double)w[l] * w[l];
-                }
-                head += fabs((double)o[k]) * fabs(wd);
-                round += fabs((double)o[k]) * (gamma * (wabs + fabs((double)b[k])) + u);
+                ref += (double)o[k] * t[k];
+                round += fabs((double)o[k]) * dt[k];
+                osum += fabs((double)o[k]);
+                double wn = 0;
+                for (int l = 0; l < C; l++)
+                    wn += (double)W[(size_t)k * C + l] * W[(size_t)k * C + l];
                 gold += fabs((double)o[k]) * sqrt(wn);
             }
-            double osum = 0;
-            for (int k = 0; k < C; k++)
-                osum += fabs((double)o[k]);
-            /* both evaluations, each with its outer dot product */
-            round = 2 * (round + gamma * (osum + fabs((double)ob[j])));
-            const double dh = fabs((double)lp[i * L + j] - l32[i * L + j]);
-            const double dg = fabs((double)lp[i * L + j] - c.want[i * L + j]);
-            const double gold_bound = gold * rho_max * nh + MAX_LOGIT_DIFF;
-            worst_head = fmax(worst_head, dh / (head + round));
-            worst_gold = fmax(worst_gold, dg / gold_bound);
-            cr_expect_leq(dh, head + round,
-                          "%s %s case %d logit %d: %.7g vs fp32 %.7g, over the head's bound %.3g",
-                          name, gemm_precision_name(p), i, j, lp[i * L + j], l32[i * L + j],
-                          head + round);
-            cr_expect_leq(
-                dg, gold_bound, "%s %s case %d logit %d: %.7g vs PyTorch %.7g, over the floor %.3g",
-                name, gemm_precision_name(p), i, j, lp[i * L + j], c.want[i * L + j], gold_bound);
+            /* the outer product's own rounding, and second-order slack */
+            round = (round + 2 * u * (osum + fabs((double)ob[j]))) * (1 + 1e-3);
+            const double dh = fabs((double)lp[i * L + j] - ref);
+            worst_head = fmax(worst_head, dh / round);
+            worst_gold = fmax(worst_gold, fabs((double)lp[i * L + j] - c.want[i * L + j]) /
+                                              (gold * rho_max * sqrt(nh) + MAX_LOGIT_DIFF));
+            cr_expect_leq(dh, round,
+                          "%s %s case %d logit %d: %.9g, the head on its own state gives %.9g; "
+                          "off by more than the head's rounding %.3g",
+                          name, gemm_precision_name(p), i, j, lp[i * L + j], ref, round);
         }
     }
     fprintf(stderr,
             "task golden %s fused %s: %d inputs: state error <= %.3g (bound %.3g); logits at "
-            "%.2g of the head's bound given the state, %.2g of the floor against PyTorch\n",
+            "%.2g of the head's rounding bound, %.2g of what that allows against PyTorch\n",
             name, gemm_precision_name(p), c.n, worst_rho, rho_max, worst_head, worst_gold);
     st_close(f);
+    free(t);
+    free(dt);
     free(h32);
     free(hp);
     free(l32);
