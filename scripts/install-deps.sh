@@ -5,8 +5,9 @@
 # compared with them; the service links neither). haproxy is for the tests:
 # make test sends its raw framing cases through it (without it they are not
 # run), and the cluster test balances over it. prometheus is for its
-# promtool only: the metric tests run `promtool check metrics` on /metrics
-# (the server package's daemon is never started).
+# promtool only: the metric tests run `promtool check metrics` on /metrics.
+# Its package enables and starts a Prometheus server where systemd runs;
+# when this script installed it, that service is disabled and stopped again.
 set -eu
 
 PACKAGES="build-essential pkg-config
@@ -30,3 +31,10 @@ SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 $SUDO apt-get update -q
 DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends $missing
+case " $missing " in
+*" prometheus "*)
+    if [ -d /run/systemd/system ]; then
+        $SUDO systemctl disable --now prometheus.service >/dev/null 2>&1 || true
+    fi
+    ;;
+esac

@@ -292,11 +292,11 @@ static void dispatch(sched *s, const sched_limits *lim) {
  * batch make up the next one. The only wait is the optional max_wait_us
  * linger after a batch: for that long after the last batch ended, a batch
  * that is not full waits for more (a full one, or any while draining, goes at
- * once). Fullness counts the whole queue, every group: the batch still takes
- * the head's group, but when a full batch's worth of work of any model is
- * waiting the engine has no reason to idle, and waiting for the head's group
- * alone to fill would hold that work behind it. Returns the time a waiting
- * batch becomes due, or 0. */
+ * once). Fullness counts the whole queue, every group together: the batch
+ * still takes the head's group only, but once the queue holds a batch's
+ * worth of work, of one model or several, the engine has no reason to idle,
+ * and waiting for the head's group alone to fill would hold that work behind
+ * it. Returns the time a waiting batch becomes due, or 0. */
 static uint64_t maybe_dispatch(sched *s, const sched_limits *lim, bool draining, uint64_t now) {
     if (s->running || !s->queue.head)
         return 0;

@@ -704,9 +704,10 @@ Test(scheduler, taking_the_queue_tail_then_submitting_loses_nothing) {
     expect_accounted();
 }
 
-/* The linger ends when the queue holds a full batch's worth of any group:
- * the head's group still goes first, alone if it is not full, and the full
- * group right after it, rather than both waiting out the linger. */
+/* The linger ends when the queue as a whole holds a batch's worth of work,
+ * whatever its groups: the head's group still goes first, alone if it is not
+ * full, and the full group right after it, rather than both waiting out the
+ * linger. */
 Test(scheduler, a_full_batch_of_another_group_ends_the_linger) {
     start(limits(1000, 2, FOREVER_US, 64), true);
     block();
