@@ -603,7 +603,8 @@ static bool evict_idle(http_server *srv) {
             oldest = c;
     }
     if (oldest) {
-        /* Not close: the descriptor stays MHD's, as in close_late. */
+        /* Counted before the shutdown, and not closed, as in close_late. */
+        metrics_connection_closed(METRICS_CONN_EVICTED);
         shutdown(oldest->fd, SHUT_RDWR);
         oldest->evicting = true;
         oldest->deadline_ns = 0;
@@ -630,10 +631,8 @@ static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen
     pthread_mutex_unlock(&srv->conns_mu);
     if (atomic_load(&srv->live_conns) - evicting < srv->nconns)
         return MHD_YES;
-    if (evict_idle(srv)) {
-        metrics_connection_closed(METRICS_CONN_EVICTED);
+    if (evict_idle(srv))
         return MHD_YES;
-    }
     metrics_connection_closed(METRICS_CONN_LIMIT);
     log_debug("connection refused: max_connections reached",
               LOG_KV("max_connections", srv->nconns));
@@ -649,8 +648,11 @@ static unsigned close_late(http_server *srv, uint64_t now, uint64_t *next) {
         if (c->fd < 0 || !c->deadline_ns || c->evicting)
             continue;
         if (c->deadline_ns <= now) {
-            /* Not close: the descriptor stays MHD's, which sees the
+            /* Counted before the shutdown: a client that sees its
+             * connection end and then scrapes /metrics finds it counted.
+             * Not close: the descriptor stays MHD's, which sees the
              * connection end and frees it as any other. */
+            metrics_connection_closed(METRICS_CONN_LATE);
             shutdown(c->fd, SHUT_RDWR);
             c->deadline_ns = 0;
             closed++;
@@ -703,8 +705,6 @@ static void *watch_main(void *arg) {
         pthread_mutex_lock(&srv->conns_mu);
         unsigned late = close_late(srv, now, &next);
         pthread_mutex_unlock(&srv->conns_mu);
-        for (unsigned k = 0; k < late; k++)
-            metrics_connection_closed(METRICS_CONN_LATE);
         if (late)
             log_info("connections closed: request not in within connection_timeout_s",
                      LOG_KV("connections", late),
@@ -1083,9 +1083,9 @@ static bool answer_too_large_now(http_request *req) {
         return false;
     ssize_t sent = send(ci->connect_fd, buf, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (sent > 0 && sent < n) {
+        metrics_connection_closed(METRICS_CONN_CUT); /* before the client can see it */
         shutdown(ci->connect_fd, SHUT_RDWR);
         req->answer_cut = true;
-        metrics_connection_closed(METRICS_CONN_CUT);
         log_info("connection closed: the early 413 could be written only in part",
                  LOG_KV("request_id", req->id), LOG_KV("sent", (long long)sent),
                  LOG_KV("bytes", n));
