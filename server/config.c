@@ -97,6 +97,7 @@ static int check_nonempty(const char *value, char *why, size_t why_len);
 static int check_backend_list(const char *value, char *why, size_t why_len);
 static int check_origins(const char *value, char *why, size_t why_len);
 static int check_models(const char *value, char *why, size_t why_len);
+static int check_model_aliases(const char *value, char *why, size_t why_len);
 
 /* Reloadable means the running service can adopt the value between batches.
  * Settings that size memory at start (batch shape, queue, bodies), bind
@@ -223,7 +224,7 @@ static const setting settings[] = {
         "sentence-transformers does). 0: the model's sentence_bert_config.json (256 for "
         "all-MiniLM-L6-v2), or its max_position_embeddings without that file; at most "
         "max_position_embeddings."),
-    STRING(model_aliases, "", NULL, "comma-separated names, or empty", RESTART,
+    STRING(model_aliases, "", check_model_aliases, "comma-separated names, or empty", RESTART,
            "Names /v1/embeddings accepts in `model` besides the served model's (its directory's "
            "last component), e.g. sentence-transformers/all-MiniLM-L6-v2; listed by /v1/models. "
            "Another name is OpenAI's 404 model_not_found."),
@@ -364,7 +365,6 @@ static bool is_backend_name(const char *name, size_t len) {
     return false;
 }
 
-/* Names the scheduler can split on ',' without trimming; no name twice. */
 /* Each origin as a browser sends it: scheme://host[:port], no path; or "*". */
 static int check_origins(const char *value, char *why, size_t why_len) {
     const char *p = value;
@@ -385,6 +385,7 @@ static int check_origins(const char *value, char *why, size_t why_len) {
     return 0;
 }
 
+/* Names the scheduler can split on ',' without trimming; no name twice. */
 static int check_backend_list(const char *value, char *why, size_t why_len) {
     const char *p = value;
     while (*p) {
@@ -493,6 +494,29 @@ static bool model_name_ok(const char *p, size_t len) {
         if (!isalnum((unsigned char)p[i]) && !strchr("._-/:@+", p[i]))
             return false;
     return true;
+}
+
+/* The same names as a `models` entry's aliases accept, so that a name
+ * refused there is not taken here; none empty ("a,,b" is a typo), none twice. */
+static int check_model_aliases(const char *value, char *why, size_t why_len) {
+    size_t l;
+    for (const char *p = value, *a; (a = config_names_next(&p, ',', &l));) {
+        if (!model_name_ok(a, l))
+            return fail(why, why_len,
+                        "names \"%.*s\", which is empty or has a character other than letters, "
+                        "digits and ._-/:@+",
+                        (int)l, a);
+        size_t bl;
+        for (const char *q = value, *b; (b = config_names_next(&q, ',', &bl)) && b < a;)
+            if (bl == l && memcmp(a, b, l) == 0)
+                return fail(why, why_len, "names \"%.*s\" twice", (int)l, a);
+    }
+    size_t n = strlen(value);
+    while (n && value[n - 1] == ' ')
+        n--;
+    if (n && value[n - 1] == ',')
+        return fail(why, why_len, "ends with a comma");
+    return 0;
 }
 
 int config_pool_threads(const config *c) {

@@ -806,6 +806,17 @@ Test(config, models_paths_are_not_looked_at) {
     config_free(&c);
 }
 
+/* model_aliases takes the names a `models` entry's aliases take. */
+Test(config, model_aliases_are_checked_as_model_names) {
+    config c;
+    LOAD_OK(&c, "--model-aliases= sentence-transformers/all-MiniLM-L6-v2 , minilm@v2", NULL);
+    config_free(&c);
+    expect_error(FRAGS("model_aliases", "\"a b\""), "--model-aliases=x,a b", NULL);
+    expect_error(FRAGS("model_aliases", "names \"\""), "--model-aliases=x,,y", NULL);
+    expect_error(FRAGS("model_aliases", "ends with a comma"), "--model-aliases=x,", NULL);
+    expect_error(FRAGS("model_aliases", "\"x\" twice"), "--model-aliases=x,y, x", NULL);
+}
+
 /* With `models` set, `model` and model_aliases would be ignored: refused. */
 Test(config, models_refuses_model_and_model_aliases_beside_it) {
     model_dirs();
