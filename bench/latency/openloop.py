@@ -10,7 +10,8 @@ free connection counts too. Standard library only; loopback use.
 
   openloop.py --url http://127.0.0.1:8080/embed --body body.json --rate 100 --duration 5
 
-Prints one JSON object: sent, ok, errors, achieved rate, p50/p90/p99/max ms.
+Prints one JSON object: sent, ok, errors, achieved rate, p50/p90/p99/max ms,
+and p50/p99 of the server's own time (x-queue-time-ms + x-inference-time-ms).
 """
 import argparse
 import http.client
@@ -45,7 +46,7 @@ def main():
     headers = {"Content-Type": "application/json"}
     jobs = queue.Queue()
     lock = threading.Lock()
-    lat, errors = [], [0]
+    lat, srv, errors = [], [], [0]
 
     def worker():
         conn = None
@@ -54,6 +55,7 @@ def main():
             if t is None:
                 return
             ok = False
+            server_ms = float("nan")
             try:
                 if conn is None:
                     conn = http.client.HTTPConnection(u.hostname, u.port, timeout=60)
@@ -61,6 +63,10 @@ def main():
                 r = conn.getresponse()
                 r.read()
                 ok = r.status == 200
+                # The server's own share: queued plus computing, as it
+                # timed them (the rest is HTTP, tokenization and this client).
+                server_ms = (float(r.getheader("x-queue-time-ms", "nan")) +
+                             float(r.getheader("x-inference-time-ms", "nan")))
             except (OSError, http.client.HTTPException):
                 if conn is not None:
                     conn.close()
@@ -69,6 +75,7 @@ def main():
             with lock:
                 if ok:
                     lat.append(done - t)
+                    srv.append(server_ms)
                 else:
                     errors[0] += 1
 
@@ -92,11 +99,14 @@ def main():
     for th in threads:
         th.join(timeout=60)
     v = sorted(x * 1e3 for x in lat)
+    sv = sorted(x for x in srv if x == x)
     print(json.dumps({
         "sent": sent, "ok": len(v), "errors": errors[0],
         "rate": round(len(v) / a.duration, 1),
         "p50_ms": round(percentile(v, 0.50), 3), "p90_ms": round(percentile(v, 0.90), 3),
         "p99_ms": round(percentile(v, 0.99), 3), "max_ms": round(v[-1], 3) if v else None,
+        "server_p50_ms": round(percentile(sv, 0.50), 3),
+        "server_p99_ms": round(percentile(sv, 0.99), 3),
     }))
 
 

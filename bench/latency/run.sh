@@ -10,10 +10,19 @@
 #   2. the most it sustains (wrk, MAX_CONNS connections): requests/s;
 #   3. open-loop Poisson arrivals at LOAD (default 0.5) of that rate over
 #      many connections (openloop.py): p50/p99 from each request's scheduled
-#      send time.
+#      send time, and p50/p99 of the server's own queue + inference time
+#      (its x-queue-time-ms and x-inference-time-ms headers);
+#   4. the bound: bench_latency's forward time for batches of 1..64 such
+#      requests, fed to queue_bound.py, which simulates the service's
+#      scheduler at the open-loop rate with nothing but the forwards — the
+#      p99 no scheduler of this kind beats with this engine, so the server's
+#      p99 over it is what the server itself adds (measured each round, before
+#      the binaries; BENCH_LATENCY names the bench_latency binary, default
+#      build/bench_latency; BENCH_LATENCY=none skips it).
 # Prints one Markdown row per binary and round, with the 1-minute load
 # average, then the medians over the rounds. Loopback only, bounded in time:
-# about (3 × DURATION + 4 s) per binary and round.
+# about (3 × DURATION + 4 s) per binary and round, and about 15 s per round
+# for the curve.
 #
 #   bench/latency/run.sh build/attnserve
 #   ROUNDS=5 DURATION=5 bench/latency/run.sh /tmp/old/attnserve build/attnserve
@@ -28,6 +37,7 @@ THREADS=${THREADS:-2}
 MAX_CONNS=${MAX_CONNS:-16}
 LOAD=${LOAD:-0.5}
 BACKEND=${BACKEND:-fused}
+BENCH_LATENCY=${BENCH_LATENCY:-$ROOT/build/bench_latency}
 # The benchmark's OpenBLAS runs on its best kernels (these machines force
 # slower ones through the environment; tests and CI keep them).
 unset OPENBLAS_CORETYPE OPENBLAS_L2_SIZE
@@ -85,10 +95,17 @@ stop_server() {
 
 echo "cores $(nproc), $THREADS compute threads, backend $BACKEND, ${DURATION}s per measurement, load $LOAD of the maximum"
 echo
-echo "| round | binary | load avg | 1 conn p50 ms | 1 conn p99 ms | max req/s | open-loop req/s | p50 ms | p99 ms | p99 / 1-conn p50 |"
-echo "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+echo "| round | binary | load avg | 1 conn p50 ms | 1 conn p99 ms | max req/s | open-loop req/s | p50 ms | p99 ms | p99 / 1-conn p50 | server p50 ms | server p99 ms | bound p99 ms | server p99 / bound |"
+echo "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 : >"$TMP/rows"
 for round in $(seq "$ROUNDS"); do
+    : >"$TMP/curve.jsonl"
+    if [ "$BENCH_LATENCY" != none ]; then
+        for k in 1 2 4 8 16 32 64; do
+            "$BENCH_LATENCY" --model "$MODEL" --threads "$THREADS" --backend "$BACKEND" \
+                --batch "$k" --reps $((400 / k + 20)) --forward-only --json >>"$TMP/curve.jsonl"
+        done
+    fi
     for bin in "$@"; do
         start_server "$(realpath "$bin")"
         load=$(cut -d' ' -f1 /proc/loadavg)
@@ -102,15 +119,22 @@ for round in $(seq "$ROUNDS"); do
         ol=$(python3 "$HERE/openloop.py" --url "$URL/embed" --body "$BODY" --rate "$rate" \
             --duration "$DURATION" --conns 32)
         stop_server
+        bound=nan
+        if [ -s "$TMP/curve.jsonl" ]; then
+            bound=$(python3 "$HERE/queue_bound.py" --curve-jsonl "$TMP/curve.jsonl" \
+                --rate "$(echo "$ol" | python3 -c 'import json,sys; print(json.load(sys.stdin)["rate"])')" |
+                python3 -c 'import json,sys; print(json.load(sys.stdin)["p99_ms"])')
+        fi
         row=$(echo "$ol" | python3 -c '
 import json, sys
 o = json.load(sys.stdin)
-r, b, load, p50, p99, mx = sys.argv[1:7]
+r, b, load, p50, p99, mx, bound = sys.argv[1:8]
 ratio = o["p99_ms"] / float(p50)
-print("| %s | %s | %s | %s | %s | %s | %s | %.2f | %.2f | %.2f |" % (r, b, load, p50, p99, mx, o["rate"], o["p50_ms"], o["p99_ms"], ratio))
+bound = float(bound)
+print("| %s | %s | %s | %s | %s | %s | %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |" % (r, b, load, p50, p99, mx, o["rate"], o["p50_ms"], o["p99_ms"], ratio, o["server_p50_ms"], o["server_p99_ms"], bound, o["server_p99_ms"] / bound))
 if o["errors"]:
     print("bench-latency: %d requests failed" % o["errors"], file=sys.stderr)
-' "$round" "$bin" "$load" "$p50" "$p99" "$max")
+' "$round" "$bin" "$load" "$p50" "$p99" "$max" "$bound")
         echo "$row"
         echo "$row" >>"$TMP/rows"
     done
@@ -124,9 +148,9 @@ rows = [l.strip().strip("|").split("|") for l in open(sys.argv[1]) if l.strip()]
 by = {}
 for r in rows:
     by.setdefault(r[1].strip(), []).append([float(x) for x in r[2:]])
-print("| binary | load avg | 1 conn p50 ms | 1 conn p99 ms | max req/s | open-loop req/s | p50 ms | p99 ms | p99 / 1-conn p50 |")
-print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+print("| binary | load avg | 1 conn p50 ms | 1 conn p99 ms | max req/s | open-loop req/s | p50 ms | p99 ms | p99 / 1-conn p50 | server p50 ms | server p99 ms | bound p99 ms | server p99 / bound |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for b, v in by.items():
     med = [statistics.median(c) for c in zip(*v)]
-    print("| %s | %.1f | %.2f | %.2f | %.0f | %.0f | %.2f | %.2f | %.2f |" % (b, *med))
+    print("| %s | %.1f | %.2f | %.2f | %.0f | %.0f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |" % (b, *med))
 PY
