@@ -165,7 +165,7 @@ unit: $(UNIT)
 TSAN_BUILD := build-tsan
 TSAN_SRC   := tests/tsan/runner.c tests/unit/attn_ref.c tests/unit/test_attention.c \
               tests/unit/test_blas_threads.c tests/unit/test_log.c tests/unit/test_scheduler.c \
-              tests/unit/test_tokenizer.c
+              tests/unit/test_threadpool.c tests/unit/test_tokenizer.c
 TSAN_ARGS  ?= --exclude='attention/random_head_dim_*' --exclude=attention/every_head_dim \
               --exclude='attention/long_sequence_*'
 # Only in the sub-make: elsewhere the same object paths are Criterion's.

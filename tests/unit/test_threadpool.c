@@ -1,0 +1,96 @@
+/* test_threadpool.c — the pool's one promise: every task of every loop runs
+ * exactly once, on a worker of the pool, before parallel_for returns, and
+ * never with another loop's function or context. Helpers that come late to
+ * a loop (asleep, spinning on another core, or preempted) take part or not;
+ * the tasks decide nothing by who runs them. Run under TSan too (make tsan). */
+#include <criterion/criterion.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "kernels/threadpool.h"
+
+enum { MAX_TASKS = 40, LOOPS = 2000 };
+
+typedef struct {
+    long loop;            /* which loop this context belongs to */
+    atomic_long *current; /* the loop the test is in */
+    atomic_int hits[MAX_TASKS];
+    atomic_int bad_worker; /* a task ran on a worker outside the pool */
+    atomic_int stale;      /* a task ran with this context outside its loop */
+    int nthreads;
+    unsigned spin; /* work per task, varied so that claims interleave */
+} loop_ctx;
+
+static void task(void *arg, size_t i, int worker) {
+    loop_ctx *c = arg;
+    if (worker < 0 || worker >= c->nthreads)
+        atomic_fetch_add(&c->bad_worker, 1);
+    if (atomic_load(c->current) != c->loop)
+        atomic_fetch_add(&c->stale, 1);
+    volatile unsigned x = 0;
+    for (unsigned k = 0; k < (c->spin * (unsigned)(i + 1)) % 4000u; k++)
+        x += k;
+    atomic_fetch_add(&c->hits[i], 1);
+}
+
+static void run_loops(int nthreads, unsigned spin_us) {
+    tp_pool *pool = tp_create(nthreads);
+    cr_assert_not_null(pool);
+    tp_set_spin_us(pool, spin_us);
+    const attn_parallel par = tp_parallel(pool);
+    atomic_long current = 0;
+    /* Two contexts, alternated: a late helper holding the last loop's
+     * context would count a hit against it while it is checked. */
+    loop_ctx *ctx = calloc(2, sizeof *ctx);
+    cr_assert_not_null(ctx);
+    uint32_t rng = 12345u + (uint32_t)nthreads * 7u + spin_us;
+    for (long loop = 1; loop <= LOOPS; loop++) {
+        loop_ctx *c = &ctx[loop % 2];
+        rng = rng * 1664525u + 1013904223u;
+        const size_t ntasks = 1 + (rng >> 8) % MAX_TASKS;
+        c->loop = loop;
+        c->current = &current;
+        c->nthreads = nthreads;
+        c->spin = rng >> 20;
+        for (int i = 0; i < MAX_TASKS; i++)
+            atomic_store(&c->hits[i], 0);
+        atomic_store(&current, loop);
+        par.parallel_for(par.impl, ntasks, task, c);
+        /* Past this point no task of this loop may run: the next loop's
+         * number makes one that did count as stale. */
+        atomic_store(&current, -loop);
+        for (size_t i = 0; i < MAX_TASKS; i++)
+            cr_assert_eq(atomic_load(&c->hits[i]), i < ntasks ? 1 : 0,
+                         "%d threads, spin %u us, loop %ld of %zu tasks: task %zu ran %d times",
+                         nthreads, spin_us, loop, ntasks, i, atomic_load(&c->hits[i]));
+        cr_assert_eq(atomic_load(&c->bad_worker), 0);
+        cr_assert_eq(atomic_load(&c->stale), 0,
+                     "%d threads, spin %u us: a task ran outside loop %ld", nthreads, spin_us,
+                     loop);
+    }
+    tp_destroy(pool);
+    /* A task that ran after its loop returned would have been counted on
+     * the context after the check; look once more now that none can run. */
+    for (int k = 0; k < 2; k++)
+        cr_assert_eq(atomic_load(&ctx[k].stale), 0);
+    free(ctx);
+}
+
+/* Spin 0: helpers sleep between loops and usually arrive after the caller
+ * has started, often after it has finished alone. */
+Test(threadpool, every_task_once_with_sleeping_helpers) {
+    run_loops(2, 0);
+    run_loops(3, 0);
+}
+
+/* The default spin: helpers mostly take part. */
+Test(threadpool, every_task_once_with_spinning_helpers) {
+    run_loops(2, TP_SPIN_US_DEFAULT);
+    run_loops(5, TP_SPIN_US_DEFAULT);
+}
+
+/* More workers than cores: helpers are preempted inside loops and mid-task. */
+Test(threadpool, every_task_once_on_oversubscribed_cores) {
+    run_loops(8, 1000);
+}
