@@ -4,7 +4,9 @@
  * Split over the pool: a grid of row blocks by panel blocks. Tall batches
  * split by rows alone, so each task owns whole rows and runs a LayerNorm
  * epilogue on each chunk while it is in cache. Short ones split the panels,
- * so every core works and each streams only its share of the weights; when
+ * so every core works and each streams only its share of the weights, into
+ * a few tasks per worker: a worker that comes late to the loop or loses its
+ * core leaves its panels to the others instead of holding the loop; when
  * there are fewer panels than workers (N = 384 is six panels) the rows are
  * split as well, so a short batch still reaches every core it can use. Any
  * split by panels leaves the LayerNorm to a second pass over whole rows. */
@@ -14,6 +16,11 @@
 
 /* Rows per worker from which a batch splits by rows alone. */
 enum { TALL_ROWS = 32 };
+
+/* Tasks per worker of a short batch split by panels (fewer where there
+ * are fewer panels): a 12-row forward 20 ms after the last took 5.0 ms with 4 against
+ * 5.3 with 1 (bench_latency --gap-us 20000), the same back to back. */
+enum { SHORT_TASKS = 4 };
 
 static int ceil_div(int a, int b) {
     return (a + b - 1) / b;
@@ -26,7 +33,8 @@ void gemm_panel_grid(int M, int npanels, int nthreads, int *row_blocks, int *pan
         return;
     }
     if (npanels >= nt) {
-        *row_blocks = 1, *panel_blocks = nt;
+        *row_blocks = 1;
+        *panel_blocks = npanels < nt * SHORT_TASKS ? npanels : nt * SHORT_TASKS;
         return;
     }
     /* The grid whose largest task has the fewest rows × panels; on a tie the

@@ -69,7 +69,8 @@ void gemm_panel_run(const gemm_panel_kernel *k, const attn_parallel *par, const 
                     void *scratch);
 
 /* The task grid gemm_panel_run splits M rows and npanels panels into over
- * nthreads workers: *row_blocks × *panel_blocks tasks, at most nthreads. */
+ * nthreads workers: *row_blocks × *panel_blocks tasks, at most nthreads,
+ * or a few per worker when the panels alone are split. */
 void gemm_panel_grid(int M, int npanels, int nthreads, int *row_blocks, int *panel_blocks);
 
 #endif
