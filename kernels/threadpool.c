@@ -7,8 +7,8 @@
  * not given back yet, leaves its share to whoever is running. (Waiting for
  * every helper to join made a forward after an idle spell pay a helper's
  * wake-up on each of its forty loops: on 2-vCPU guests a helper woken from
- * sleep took longer than the caller's spin to arrive, so both sides went back
- * to sleep every loop, and a 12-token forward 20 ms after the last took
+ * sleep seems to take longer than the caller's spin to arrive, so both sides
+ * went back to sleep every loop, and a 12-token forward 20 ms after the last took
  * 6.5 ms against 2.4 back to back; without the wait it takes 5.2.)
  *
  * Claims. The counter holds the loop's generation in its high 32 bits and the

@@ -7,6 +7,10 @@
 # measures POST /embed with one input of 12 tokens ([CLS] and [SEP] included):
 #   1. one connection, one request at a time (wrk -c1): p50/p99 — the
 #      single-request latency;
+#   1b. sparse requests: open-loop at SPARSE_RATE (default 20) per second,
+#      p50/p99 — the latency of a request that finds the service idle, which
+#      back-to-back requests (1.) never do: on a VM guest an idle vCPU takes
+#      milliseconds to come back to full speed;
 #   2. the most it sustains (wrk, MAX_CONNS connections): requests/s;
 #   3. open-loop Poisson arrivals at LOAD (default 0.5) of that rate over
 #      many connections (openloop.py): p50/p99 from each request's scheduled
@@ -21,7 +25,7 @@
 #      build/bench_latency; BENCH_LATENCY=none skips it).
 # Prints one Markdown row per binary and round, with the 1-minute load
 # average, then the medians over the rounds. Loopback only, bounded in time:
-# about (3 × DURATION + 4 s) per binary and round, and about 15 s per round
+# about (4 × DURATION + 4 s) per binary and round, and about 15 s per round
 # for the curve.
 #
 #   bench/latency/run.sh build/attnserve
@@ -36,6 +40,7 @@ DURATION=${DURATION:-5}
 THREADS=${THREADS:-2}
 MAX_CONNS=${MAX_CONNS:-16}
 LOAD=${LOAD:-0.5}
+SPARSE_RATE=${SPARSE_RATE:-20}
 BACKEND=${BACKEND:-fused}
 BENCH_LATENCY=${BENCH_LATENCY:-$ROOT/build/bench_latency}
 # The benchmark's OpenBLAS runs on its best kernels (these machines force
@@ -95,8 +100,8 @@ stop_server() {
 
 echo "cores $(nproc), $THREADS compute threads, backend $BACKEND, ${DURATION}s per measurement, load $LOAD of the maximum"
 echo
-echo "| round | binary | load avg | 1 conn p50 ms | 1 conn p99 ms | max req/s | open-loop req/s | p50 ms | p99 ms | p99 / 1-conn p50 | server p50 ms | server p99 ms | bound p99 ms | server p99 / bound |"
-echo "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+echo "| round | binary | load avg | 1 conn p50 ms | 1 conn p99 ms | sparse p50 ms | sparse p99 ms | max req/s | open-loop req/s | p50 ms | p99 ms | p99 / 1-conn p50 | server p50 ms | server p99 ms | bound p99 ms | server p99 / bound |"
+echo "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 : >"$TMP/rows"
 for round in $(seq "$ROUNDS"); do
     : >"$TMP/curve.jsonl"
@@ -113,6 +118,8 @@ for round in $(seq "$ROUNDS"); do
         one=$(wrk -t1 -c1 -d"${DURATION}s" --latency -s "$ROOT/bench/http/post.lua" "$URL/embed")
         p50=$(to_ms "$(echo "$one" | awk '$1 == "50%" {print $2}')")
         p99=$(to_ms "$(echo "$one" | awk '$1 == "99%" {print $2}')")
+        sparse=$(python3 "$HERE/openloop.py" --url "$URL/embed" --body "$BODY" \
+            --rate "$SPARSE_RATE" --duration "$DURATION" --conns 4)
         max=$(wrk -t2 -c"$MAX_CONNS" -d"${DURATION}s" -s "$ROOT/bench/http/post.lua" "$URL/embed" |
             awk '/^Requests\/sec/ {print $2}')
         rate=$(awk -v m="$max" -v l="$LOAD" 'BEGIN {printf "%.1f", m * l}')
@@ -128,13 +135,14 @@ for round in $(seq "$ROUNDS"); do
         row=$(echo "$ol" | python3 -c '
 import json, sys
 o = json.load(sys.stdin)
-r, b, load, p50, p99, mx, bound = sys.argv[1:8]
+r, b, load, p50, p99, mx, bound, sparse = sys.argv[1:9]
+sp = json.loads(sparse)
 ratio = o["p99_ms"] / float(p50)
 bound = float(bound)
-print("| %s | %s | %s | %s | %s | %s | %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |" % (r, b, load, p50, p99, mx, o["rate"], o["p50_ms"], o["p99_ms"], ratio, o["server_p50_ms"], o["server_p99_ms"], bound, o["server_p99_ms"] / bound))
-if o["errors"]:
-    print("bench-latency: %d requests failed" % o["errors"], file=sys.stderr)
-' "$round" "$bin" "$load" "$p50" "$p99" "$max" "$bound")
+print("| %s | %s | %s | %s | %s | %.2f | %.2f | %s | %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |" % (r, b, load, p50, p99, sp["p50_ms"], sp["p99_ms"], mx, o["rate"], o["p50_ms"], o["p99_ms"], ratio, o["server_p50_ms"], o["server_p99_ms"], bound, o["server_p99_ms"] / bound))
+if o["errors"] or sp["errors"]:
+    print("bench-latency: %d requests failed" % (o["errors"] + sp["errors"]), file=sys.stderr)
+' "$round" "$bin" "$load" "$p50" "$p99" "$max" "$bound" "$sparse")
         echo "$row"
         echo "$row" >>"$TMP/rows"
     done
@@ -148,9 +156,9 @@ rows = [l.strip().strip("|").split("|") for l in open(sys.argv[1]) if l.strip()]
 by = {}
 for r in rows:
     by.setdefault(r[1].strip(), []).append([float(x) for x in r[2:]])
-print("| binary | load avg | 1 conn p50 ms | 1 conn p99 ms | max req/s | open-loop req/s | p50 ms | p99 ms | p99 / 1-conn p50 | server p50 ms | server p99 ms | bound p99 ms | server p99 / bound |")
-print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+print("| binary | load avg | 1 conn p50 ms | 1 conn p99 ms | sparse p50 ms | sparse p99 ms | max req/s | open-loop req/s | p50 ms | p99 ms | p99 / 1-conn p50 | server p50 ms | server p99 ms | bound p99 ms | server p99 / bound |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for b, v in by.items():
     med = [statistics.median(c) for c in zip(*v)]
-    print("| %s | %.1f | %.2f | %.2f | %.0f | %.0f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |" % (b, *med))
+    print("| %s | %.1f | %.2f | %.2f | %.2f | %.2f | %.0f | %.0f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |" % (b, *med))
 PY
