@@ -4,7 +4,8 @@
  * matmul, libxsmm's JIT kernels and OpenBLAS's cblas_sbgemm for bf16;
  * OpenBLAS's cblas_sgemm (whatever core it picks here) and oneDNN's matmul
  * for fp32 — on all-MiniLM-L6-v2's shapes, on our pool (2 threads; every
- * library one thread inside, split the way gemm_run splits), as GFLOP/s and
+ * library one thread inside, split the way gemm_run splits but at most one
+ * call per worker: see task_range), as GFLOP/s and
  * as a fraction of the peak of the same precision (vdpbf16ps, fp32 FMA)
  * measured on the same pool.
  *

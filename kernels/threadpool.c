@@ -16,7 +16,7 @@
  * helper that read the loop late cannot claim a task of the next one: between
  * two loops the caller closes the counter (task CLOSED), and only then writes
  * the next loop's function, context and task count. (The generation wraps
- * after 2^32 loops; a helper would have to stall for exactly that many.)
+ * after 2^32 loops; a helper would have to stall for a multiple of that many.)
  *
  * Waiting. A forward pass of the encoder is some forty parallel_for calls
  * back to back, each only tens of microseconds long at batch 1. Sleeping on

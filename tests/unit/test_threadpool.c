@@ -1,8 +1,9 @@
 /* test_threadpool.c — the pool's one promise: every task of every loop runs
- * exactly once, on a worker of the pool, before parallel_for returns, and
- * never with another loop's function or context. Helpers that come late to
- * a loop (asleep, spinning on another core, or preempted) take part or not;
- * the tasks decide nothing by who runs them. Run under TSan too (make tsan). */
+ * exactly once, on a worker of the pool, one at a time per worker, before
+ * parallel_for returns, and never with another loop's function or context.
+ * Helpers that come late to a loop (asleep, spinning on another core, or
+ * preempted) take part or not; the tasks decide nothing by who runs them.
+ * Run under TSan too (make tsan). */
 #include <criterion/criterion.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -12,26 +13,50 @@
 
 enum { MAX_TASKS = 40, LOOPS = 2000 };
 
-typedef struct {
+typedef struct loop_ctx loop_ctx;
+
+struct loop_ctx {
     long loop;            /* which loop this context belongs to */
+    attn_task_fn fn;      /* the function the loop was given with it */
     atomic_long *current; /* the loop the test is in */
+    atomic_int *busy;     /* [nthreads] a task is running on that worker */
+    atomic_long *helped;  /* tasks run by workers other than the caller */
     atomic_int hits[MAX_TASKS];
     atomic_int bad_worker; /* a task ran on a worker outside the pool */
     atomic_int stale;      /* a task ran with this context outside its loop */
+    atomic_int wrong_fn;   /* ... or with another loop's function */
+    atomic_int overlap;    /* two tasks ran at once on one worker */
     int nthreads;
     unsigned spin; /* work per task, varied so that claims interleave */
-} loop_ctx;
+};
 
-static void task(void *arg, size_t i, int worker) {
-    loop_ctx *c = arg;
-    if (worker < 0 || worker >= c->nthreads)
+static void work(loop_ctx *c, size_t i, int worker, attn_task_fn self) {
+    if (worker < 0 || worker >= c->nthreads) {
         atomic_fetch_add(&c->bad_worker, 1);
+        return;
+    }
     if (atomic_load(c->current) != c->loop)
         atomic_fetch_add(&c->stale, 1);
+    if (c->fn != self)
+        atomic_fetch_add(&c->wrong_fn, 1);
+    if (atomic_exchange(&c->busy[worker], 1))
+        atomic_fetch_add(&c->overlap, 1);
     volatile unsigned x = 0;
     for (unsigned k = 0; k < (c->spin * (unsigned)(i + 1)) % 4000u; k++)
         x += k;
+    atomic_store(&c->busy[worker], 0);
+    if (worker != 0)
+        atomic_fetch_add(c->helped, 1);
     atomic_fetch_add(&c->hits[i], 1);
+}
+
+/* Two functions, alternated by loop: a late helper that paired one loop's
+ * context with another's function would show. */
+static void task_a(void *arg, size_t i, int worker) {
+    work(arg, i, worker, task_a);
+}
+static void task_b(void *arg, size_t i, int worker) {
+    work(arg, i, worker, task_b);
 }
 
 static void run_loops(int nthreads, unsigned spin_us) {
@@ -39,24 +64,28 @@ static void run_loops(int nthreads, unsigned spin_us) {
     cr_assert_not_null(pool);
     tp_set_spin_us(pool, spin_us);
     const attn_parallel par = tp_parallel(pool);
-    atomic_long current = 0;
+    atomic_long current = 0, helped = 0;
+    atomic_int *busy = calloc((size_t)nthreads, sizeof *busy);
     /* Two contexts, alternated: a late helper holding the last loop's
      * context would count a hit against it while it is checked. */
     loop_ctx *ctx = calloc(2, sizeof *ctx);
-    cr_assert_not_null(ctx);
+    cr_assert(busy && ctx);
     uint32_t rng = 12345u + (uint32_t)nthreads * 7u + spin_us;
     for (long loop = 1; loop <= LOOPS; loop++) {
         loop_ctx *c = &ctx[loop % 2];
         rng = rng * 1664525u + 1013904223u;
         const size_t ntasks = 1 + (rng >> 8) % MAX_TASKS;
         c->loop = loop;
+        c->fn = loop % 2 ? task_a : task_b;
         c->current = &current;
+        c->busy = busy;
+        c->helped = &helped;
         c->nthreads = nthreads;
         c->spin = rng >> 20;
         for (int i = 0; i < MAX_TASKS; i++)
             atomic_store(&c->hits[i], 0);
         atomic_store(&current, loop);
-        par.parallel_for(par.impl, ntasks, task, c);
+        par.parallel_for(par.impl, ntasks, c->fn, c);
         /* Past this point no task of this loop may run: the next loop's
          * number makes one that did count as stale. */
         atomic_store(&current, -loop);
@@ -68,12 +97,19 @@ static void run_loops(int nthreads, unsigned spin_us) {
         cr_assert_eq(atomic_load(&c->stale), 0,
                      "%d threads, spin %u us: a task ran outside loop %ld", nthreads, spin_us,
                      loop);
+        cr_assert_eq(atomic_load(&c->wrong_fn), 0, "loop %ld ran another loop's function", loop);
+        cr_assert_eq(atomic_load(&c->overlap), 0, "two tasks at once on one worker");
     }
     tp_destroy(pool);
     /* A task that ran after its loop returned would have been counted on
      * the context after the check; look once more now that none can run. */
     for (int k = 0; k < 2; k++)
         cr_assert_eq(atomic_load(&ctx[k].stale), 0);
+    /* The helpers took part: a pool whose helpers never woke would pass
+     * every check above with the caller running every task. */
+    cr_assert_gt(atomic_load(&helped), 0, "%d threads, spin %u us: the helpers ran no task",
+                 nthreads, spin_us);
+    free(busy);
     free(ctx);
 }
 
