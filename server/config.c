@@ -224,7 +224,8 @@ static const setting settings[] = {
         "sentence-transformers does). 0: the model's sentence_bert_config.json (256 for "
         "all-MiniLM-L6-v2), or its max_position_embeddings without that file; at most "
         "max_position_embeddings."),
-    STRING(model_aliases, "", check_model_aliases, "comma-separated names, or empty", RESTART,
+    STRING(model_aliases, "", check_model_aliases,
+           "comma-separated names of letters, digits and ._-/:@+, or empty", RESTART,
            "Names /v1/embeddings accepts in `model` besides the served model's (its directory's "
            "last component), e.g. sentence-transformers/all-MiniLM-L6-v2; listed by /v1/models. "
            "Another name is OpenAI's 404 model_not_found."),
