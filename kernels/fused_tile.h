@@ -237,6 +237,21 @@ static void pack_values(float *vt /* (KT, D) */, const float *v, size_t vs, int 
     }
 }
 
+/* Asks for the key and value rows of the next tile while this one computes.
+ * Token rows are a whole token stride apart (one 4 KiB page or more on a
+ * model's fused QKV), so the hardware prefetchers, which stay within a page,
+ * do not fetch them, and without this the tile's transpose and copy wait on
+ * each row's load; one tile's arithmetic (BR/VL groups × 2·KT·D FMAs) is far
+ * longer than a load from L3 or memory. */
+FUSED_INLINE void prefetch_tile(const float *k, size_t ks, const float *v, size_t vs, int nkeys,
+                                int D) {
+    for (int j = 0; j < nkeys; j++)
+        for (int d = 0; d < D; d += 64 / (int)sizeof(float)) {
+            __builtin_prefetch(k + (size_t)j * ks + d);
+            __builtin_prefetch(v + (size_t)j * vs + d);
+        }
+}
+
 /* One task: query rows [q0, q0 + BR) of head h of the sequence at tokens
  * [start, start + len), against every key those rows may see. */
 FUSED_INLINE void query_block(const fused_ctx *c, const fused_ws *w, int32_t start, int32_t len,
@@ -263,6 +278,10 @@ FUSED_INLINE void query_block(const fused_ctx *c, const fused_ws *w, int32_t sta
         /* kt: (D, KT) key tile transposed, vt: (KT, D) value tile */
         transpose_in(w->kt, p->k + (size_t)(start + k0) * p->k_stride + hd, p->k_stride, nkeys, D);
         pack_values(w->vt, p->v + (size_t)(start + k0) * p->v_stride + hd, p->v_stride, nkeys, D);
+        if (k0 + KT < kend)
+            prefetch_tile(p->k + (size_t)(start + k0 + KT) * p->k_stride + hd, p->k_stride,
+                          p->v + (size_t)(start + k0 + KT) * p->v_stride + hd, p->v_stride,
+                          len - (k0 + KT) < KT ? (int)(len - (k0 + KT)) : KT, D);
         for (int g = 0; g < ngroups; g++) {
             const int32_t r0 = q0 + g * VL; /* first row of the group */
             const int32_t rlast = (r0 + VL < len ? r0 + VL : len) - 1;
