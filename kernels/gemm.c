@@ -221,19 +221,54 @@ size_t gemm_scratch_bytes(const gemm_weights *w, int max_rows, int nthreads) {
 
 /* ---- epilogues shared by every precision ------------------------------------- */
 
-void gemm_layernorm_row(float *y, const float *x, const float *w, const float *b, int n,
-                        float eps) {
-    /* The statistics are accumulated in double so they do not depend on n. */
-    double sum = 0.0;
-    for (int i = 0; i < n; i++)
-        sum += x[i];
-    const double mean = sum / n;
-    double var = 0.0;
-    for (int i = 0; i < n; i++)
-        var += (x[i] - mean) * (x[i] - mean);
-    const float rstd = (float)(1.0 / sqrt(var / n + eps));
+/* The statistics are accumulated in double so they do not depend on n; in
+ * LANES independent partial sums, so the adds pipeline instead of waiting on
+ * one another (the order of the double sums does not matter to a float
+ * result). */
+enum { LN_LANES = 8 };
+
+static double lane_total(const double *s, double tail) {
+    for (int j = 0; j < LN_LANES; j++)
+        tail += s[j];
+    return tail;
+}
+
+static void layernorm_row_portable(float *y, const float *x, const float *w, const float *b, int n,
+                                   float eps) {
+    const int nl = n - n % LN_LANES;
+    double s[LN_LANES] = {0}, tail = 0.0;
+    for (int i = 0; i < nl; i += LN_LANES)
+        for (int j = 0; j < LN_LANES; j++)
+            s[j] += x[i + j];
+    for (int i = nl; i < n; i++)
+        tail += x[i];
+    const double mean = lane_total(s, tail) / n;
+    double v[LN_LANES] = {0};
+    tail = 0.0;
+    for (int i = 0; i < nl; i += LN_LANES)
+        for (int j = 0; j < LN_LANES; j++)
+            v[j] += (x[i + j] - mean) * (x[i + j] - mean);
+    for (int i = nl; i < n; i++)
+        tail += (x[i] - mean) * (x[i] - mean);
+    const float rstd = (float)(1.0 / sqrt(lane_total(v, tail) / n + eps));
     for (int i = 0; i < n; i++)
         y[i] = (float)(x[i] - mean) * rstd * w[i] + b[i];
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+void gemm_layernorm_row_avx512(float *y, const float *x, const float *w, const float *b, int n,
+                               float eps);
+#endif
+
+void gemm_layernorm_row(float *y, const float *x, const float *w, const float *b, int n,
+                        float eps) {
+#if defined(__x86_64__) || defined(__i386__)
+    if (attn_simd_active() == ATTN_SIMD_AVX512) {
+        gemm_layernorm_row_avx512(y, x, w, b, n, eps);
+        return;
+    }
+#endif
+    layernorm_row_portable(y, x, w, b, n, eps);
 }
 
 void gemm_epilogue_block(const gemm_epilogue *epi, float *y, size_t ldy, int r0, int r1, int c0,

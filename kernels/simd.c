@@ -92,19 +92,23 @@ attn_simd attn_simd_detect(void) {
 }
 
 static _Atomic int forced = -1;
+/* ATTNSERVE_SIMD's choice, read once: kernels ask for the path per call (a
+ * LayerNorm per row), and getenv is a scan of the whole environment. -2: not
+ * read yet; -1: unset, unknown or beyond this CPU. */
+static _Atomic int from_env = -2;
 
 attn_simd attn_simd_active(void) {
     int f = atomic_load(&forced);
     if (f >= 0)
         return (attn_simd)f;
-    attn_simd best = attn_simd_detect();
-    const char *env = getenv("ATTNSERVE_SIMD");
-    if (env && *env) {
-        int want = attn_simd_parse(env);
-        if (want >= 0 && want <= (int)best)
-            return (attn_simd)want;
+    int e = atomic_load(&from_env);
+    if (e == -2) {
+        const char *env = getenv("ATTNSERVE_SIMD");
+        const int want = env && *env ? attn_simd_parse(env) : -1;
+        e = want >= 0 && want <= (int)attn_simd_detect() ? want : -1;
+        atomic_store(&from_env, e);
     }
-    return best;
+    return e >= 0 ? (attn_simd)e : attn_simd_detect();
 }
 
 int attn_simd_force(attn_simd path) {

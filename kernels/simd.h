@@ -17,7 +17,7 @@ typedef enum attn_simd {
 attn_simd attn_simd_detect(void);
 
 /* Path kernels use now: the forced one if set, else ATTNSERVE_SIMD if set
- * and valid, else attn_simd_detect(). */
+ * and valid (read at the first call, not again), else attn_simd_detect(). */
 attn_simd attn_simd_active(void);
 
 /* Forces a path. Returns 0, or -1 if the CPU cannot run it. Not for use while

@@ -430,3 +430,64 @@ Test(gemm, bad_shapes_refused) {
     cr_assert_eq(gemm_pack(GEMM_FP32, NULL, NULL, 1, 1, &w, err, sizeof err), -1);
     cr_assert_neq(err[0], '\0');
 }
+
+/* gemm_layernorm_row on every SIMD path this CPU has, against a long double
+ * reference: widths with and without a ragged tail, in place and not, and
+ * rows whose mean is far larger than their spread (where a one-pass variance
+ * would cancel). Bound per element: the centred value rounds once to float
+ * (2⁻²⁴·|c|), rstd once (2⁻²⁴), then · rstd, · w and + b round once each, so
+ * |y - ref| <= 4·2⁻²⁴·|c·rstd·w| + 2⁻²⁴·|ref| in all, with 2⁻²⁴ of the same
+ * to spare for the double statistics and the reference's own rounding. */
+Test(gemm, layernorm_row_every_path_within_its_bound) {
+    static const int widths[] = {1, 7, 16, 100, 384, 1031};
+    static const float offsets[] = {0.0f, 1000.0f};
+    const attn_simd best = attn_simd_detect();
+    int paths = 0;
+    for (int path = ATTN_SIMD_PORTABLE; path <= (int)best; path++) {
+        cr_assert_eq(attn_simd_force((attn_simd)path), 0);
+        paths++;
+        for (size_t wi = 0; wi < sizeof widths / sizeof widths[0]; wi++)
+            for (size_t oi = 0; oi < 2; oi++)
+                for (int in_place = 0; in_place < 2; in_place++) {
+                    const int n = widths[wi];
+                    float *x = rnd_array((size_t)n, 11u + (unsigned)n, 3.0f);
+                    float *g = rnd_array((size_t)n, 12u + (unsigned)n, 1.0f);
+                    float *b = rnd_array((size_t)n, 13u + (unsigned)n, 0.5f);
+                    float *y = malloc((size_t)n * sizeof *y);
+                    cr_assert_not_null(y);
+                    for (int i = 0; i < n; i++)
+                        x[i] += offsets[oi];
+                    long double mean = 0.0L, var = 0.0L;
+                    for (int i = 0; i < n; i++)
+                        mean += x[i];
+                    mean /= n;
+                    for (int i = 0; i < n; i++)
+                        var += (x[i] - mean) * (x[i] - mean);
+                    const float eps = 1e-12f;
+                    const long double rstd = 1.0L / sqrtl(var / n + eps);
+                    long double *ref = malloc((size_t)n * sizeof *ref);
+                    cr_assert_not_null(ref);
+                    for (int i = 0; i < n; i++)
+                        ref[i] = (x[i] - mean) * rstd * g[i] + b[i];
+                    float *out = in_place ? x : y;
+                    gemm_layernorm_row(out, x, g, b, n, eps);
+                    for (int i = 0; i < n; i++) {
+                        const long double c = fabsl((ref[i] - b[i]));
+                        const double bound = ldexp(5.0 * (double)c + (double)fabsl(ref[i]), -24);
+                        const double e = fabs((double)((long double)out[i] - ref[i]));
+                        cr_assert(e <= bound,
+                                  "%s path, n=%d offset %g%s: y[%d] = %.9g, want %.9Lg (error "
+                                  "%.3g > bound %.3g)",
+                                  attn_simd_name((attn_simd)path), n, (double)offsets[oi],
+                                  in_place ? " in place" : "", i, (double)out[i], ref[i], e, bound);
+                    }
+                    free(ref);
+                    free(x);
+                    free(g);
+                    free(b);
+                    free(y);
+                }
+    }
+    attn_simd_unforce();
+    cr_assert_geq(paths, 1);
+}
