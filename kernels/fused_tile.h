@@ -103,6 +103,39 @@ FUSED_INLINE void pv_step(float *ot /* (NC, VL) */, const vf *pj /* (KT) */, vf 
         v_store(ot + c * VL, acc[c]);
 }
 
+/* Lane-wise max and sum of a tile's KT score vectors, as pairwise trees:
+ * log2(KT) operation latencies on the tile's critical path instead of KT - 1
+ * in a chain (the max gates every exp2 of the tile, and the P·V that
+ * follows). KT is a power of two. The max is exact either way; the sum of KT
+ * non-negative terms rounds no worse as a tree. */
+_Static_assert((KT & (KT - 1)) == 0 && KT >= 2, "a key tile is a power of two");
+
+FUSED_INLINE vf tree_max(const vf *s /* (KT) */) {
+    vf t[KT / 2];
+    FUSED_UNROLL(KT)
+    for (int j = 0; j < KT / 2; j++)
+        t[j] = v_max(s[2 * j], s[2 * j + 1]);
+    FUSED_UNROLL(KT)
+    for (int w = KT / 2; w > 1; w /= 2)
+        FUSED_UNROLL(KT)
+    for (int j = 0; j < w / 2; j++)
+        t[j] = v_max(t[2 * j], t[2 * j + 1]);
+    return t[0];
+}
+
+FUSED_INLINE vf tree_sum(const vf *s /* (KT) */) {
+    vf t[KT / 2];
+    FUSED_UNROLL(KT)
+    for (int j = 0; j < KT / 2; j++)
+        t[j] = v_add(s[2 * j], s[2 * j + 1]);
+    FUSED_UNROLL(KT)
+    for (int w = KT / 2; w > 1; w /= 2)
+        FUSED_UNROLL(KT)
+    for (int j = 0; j < w / 2; j++)
+        t[j] = v_add(t[2 * j], t[2 * j + 1]);
+    return t[0];
+}
+
 /* One tile: VL query rows × KT keys. Scores S^T (KT vectors of VL rows) live
  * in registers from the dot products through the softmax update to P·V.
  * masked: some (row, key) pairs of the tile are hidden (sequence end or
@@ -128,21 +161,16 @@ FUSED_INLINE void tile(const float *qt /* (D, VL) */, const float *kt /* (D, KT)
     }
 
     /* Online softmax, lane-wise: new max, rescale factor, exp2, sum. */
-    vf mx = s[0];
-    FUSED_UNROLL(KT)
-    for (int j = 1; j < KT; j++)
-        mx = v_max(mx, s[j]);
     const vf m_old = v_load(m);
-    const vf m_new = v_max(mx, m_old);
+    const vf m_new = v_max(tree_max(s), m_old);
     const vf alpha = v_exp2(v_sub(m_old, m_new));
-    vf sum = v_zero();
     FUSED_UNROLL(KT)
     for (int j = 0; j < KT; j++) {
         s[j] = v_exp2(v_sub(s[j], m_new));
         if (masked)
             s[j] = v_fill_below(s[j], hidden_rows(j, kofs, nkeys, causal), 0.0f);
-        sum = v_add(sum, s[j]);
     }
+    const vf sum = tree_sum(s);
     v_store(m, m_new);
     v_store(l, v_fma(v_load(l), alpha, sum));
 
