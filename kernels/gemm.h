@@ -105,11 +105,14 @@ double gemm_error_bound(gemm_precision p, int K, double sum_abs, double abs_y);
 
 /* Checks precision p's GEMMs on this CPU against a float64 reference on an
  * encoder's shapes (C = 384, F = 1536, short and tall batches, so both
- * splits run) and odd ones, every element against gemm_error_bound, on par
- * (what the service runs at start before offering a precision). Returns 0
+ * splits run) and odd ones, every element against gemm_error_bound, on par.
+ * Returns 0
  * when all pass, else -1 with the worst element in why; *worst gets the
  * largest error as a fraction of its bound. Allocates and frees its own
- * buffers (about 5 MB). */
+ * buffers (about 5 MB). `attnserve selftest` runs it for every precision on
+ * every SIMD path; the service's start-up check of a reduced precision is
+ * instead the model's own cosine against fp32 (server/engine.c), which
+ * needs the weights this does not. */
 int gemm_selftest(gemm_precision p, const attn_parallel *par, double *worst, char *why,
                   size_t why_len);
 

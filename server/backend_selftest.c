@@ -6,7 +6,9 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "kernels/gemm.h"
 #include "kernels/simd.h"
 #include "kernels/threadpool.h"
 #include "server/attention_api.h"
@@ -290,6 +292,64 @@ static bool model_verdict(FILE *out, const config *c, const attn_selftest_result
     return ok;
 }
 
+static double wall_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
+/* The GEMMs of every precision this binary has, on every SIMD path the CPU
+ * has, each element against gemm_error_bound (gemm_selftest: the encoder's
+ * shapes and odd ones, no weights needed). The service checks a reduced
+ * precision at start on the model itself (its cosine against fp32); this is
+ * the kernels' own bound, which a cosine floor cannot see. int8 has no
+ * element bound of this kind (its error depends on the activations' range),
+ * so only its start-up check covers it. A precision the CPU cannot run is
+ * listed with the reason and is no failure. Returns whether every check
+ * that ran passed. */
+static bool run_gemms(FILE *out, const attn_parallel *par, int nthreads) {
+    fprintf(out,
+            "\nGEMM self-test of each precision (every element against gemm_error_bound) on %d "
+            "threads:\n%-9s %-9s %-10s %-6s %s\n",
+            nthreads, "precision", "simd", "max_ratio", "result", "ms");
+    bool ok = true;
+    for (int p = 0; p < GEMM_NPRECISIONS; p++) {
+        const gemm_precision prec = (gemm_precision)p;
+        if (gemm_error_bound(prec, 1, 1.0, 1.0) < 0) {
+            fprintf(out,
+                    "%-9s not checked here: no element bound (checked at start against fp32)\n",
+                    gemm_precision_name(prec));
+            continue;
+        }
+        int ran = 0;
+        char why[256] = "";
+        for (int path = ATTN_SIMD_PORTABLE; path <= (int)attn_simd_detect(); path++) {
+            attn_simd_force((attn_simd)path);
+            if (gemm_unsupported(prec)) {
+                snprintf(why, sizeof why, "%s", gemm_unsupported(prec));
+                continue;
+            }
+            double worst = 0;
+            const double t0 = wall_ms();
+            const int rc = gemm_selftest(prec, par, &worst, why, sizeof why);
+            const double ms = wall_ms() - t0;
+            fprintf(out, "%-9s %-9s %-10.3g %-6s %.1f\n", gemm_precision_name(prec),
+                    attn_simd_name((attn_simd)path), worst, rc == 0 ? "pass" : "FAIL", ms);
+            if (rc != 0) {
+                fprintf(out, "  %s/%s: %s\n", gemm_precision_name(prec),
+                        attn_simd_name((attn_simd)path), why);
+                ok = false;
+            }
+            ran++;
+            fflush(out);
+        }
+        attn_simd_unforce();
+        if (!ran)
+            fprintf(out, "%-9s not offered on this CPU: %s\n", gemm_precision_name(prec), why);
+    }
+    return ok;
+}
+
 /* As start-up: the bounds are the attention endpoint's and every model's
  * (the backend in force runs every model's batches), and each backend is
  * run on each model's spec; a model fails when a backend the configuration
@@ -346,11 +406,12 @@ static int run_command(const config *c, FILE *out) {
             fprintf(out, "%s%s", i ? ", " : "; failed: ", failed[i]);
         fprintf(out, "\n");
     }
+    const bool gemms_ok = rc == 0 && run_gemms(out, &par, nthreads);
     tp_destroy(pool);
     free(rows);
     if (rc != 0)
         return rc;
-    return nfailed == 0 ? 0 : 1;
+    return nfailed == 0 && gemms_ok ? 0 : 1;
 }
 
 int backend_selftest_command(const char *prog, const char *version, int argc, char **argv,

@@ -43,10 +43,12 @@ json_t *backend_selftest_json(void);
  * self-tests every backend that can run the configured shapes (the
  * attention endpoint's and every model's) on every SIMD path the CPU has,
  * for each model's shape in turn, and prints a table per model to out with
- * the reasons of failures and the verdicts after it. Returns the exit
- * status: 0 when every backend that `backend` and `fallback_backends` name
- * passed everywhere for every model, 1 otherwise, 2 for a configuration or
- * model error. --help, --version and --print-config do what they do when
+ * the reasons of failures and the verdicts after it; then checks every
+ * precision's GEMMs on every SIMD path against their element bound
+ * (gemm_selftest). Returns the exit status: 0 when every backend that
+ * `backend` and `fallback_backends` name passed everywhere for every model
+ * and every GEMM check that ran passed, 1 otherwise, 2 for a configuration
+ * or model error. --help, --version and --print-config do what they do when
  * serving. */
 int backend_selftest_command(const char *prog, const char *version, int argc, char **argv,
                              FILE *out);

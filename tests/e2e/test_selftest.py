@@ -3,7 +3,8 @@
 from its first forward call): the faulty backend is refused at start, named or
 picked by auto, and the service serves correctly on the fallback; /info and
 /metrics say so; `attnserve selftest` prints its table and exits 1 for the
-faulty binary and 0 for the normal one, and with `models` tests every model,
+faulty binary and 0 for the normal one, checks every precision's GEMMs against
+their element bound, and with `models` tests every model,
 failing when one fails; a SIGHUP to the faulty backend is
 refused and the backend in force kept, while a SIGHUP to naive still works."""
 import json
@@ -234,6 +235,43 @@ def test_selftest_command_passes_on_the_normal_binary(tmp_path):
         assert n == total >= 6
     assert "auto (fused): pass" in p.stdout
     assert "failures" not in p.stdout
+
+
+def gemm_section(stdout):
+    """The command's GEMM table: {precision: [(simd, max_ratio, result)]}, and
+    {precision: line} for those that did not run."""
+    lines = stdout.splitlines()
+    head = [i for i, line in enumerate(lines) if line.startswith("GEMM self-test")]
+    assert len(head) == 1, stdout
+    assert lines[head[0] + 1].split() == ["precision", "simd", "max_ratio", "result", "ms"]
+    rows, other = {}, {}
+    for line in lines[head[0] + 2:]:
+        f = line.split()
+        if not f or line.startswith("  "):
+            continue
+        if f[1] in ("portable", "avx2", "avx512"):
+            rows.setdefault(f[0], []).append((f[1], float(f[2]), f[3]))
+        else:
+            other[f[0]] = line
+    return rows, other
+
+
+def test_selftest_command_checks_every_precisions_gemms(tmp_path):
+    p, table = run_selftest(conftest.BIN, tmp_path, backend="fused", fallback_backends="naive")
+    assert p.returncode == 0, p.stdout + p.stderr
+    rows, other = gemm_section(p.stdout)
+    fused = [r["simd"] for r in table if r["backend"] == "fused"]
+    # fp32 on every SIMD path the CPU has (OpenBLAS's sgemm below avx512, our
+    # packed kernel on it), within its bound.
+    assert [r[0] for r in rows["fp32"]] == fused, p.stdout
+    assert all(r[2] == "pass" and 0 < r[1] <= 1 for r in rows["fp32"]), p.stdout
+    if BF16:
+        assert [r[0] for r in rows["bf16"]] == ["avx512"], p.stdout
+        assert rows["bf16"][0][2] == "pass" and 0 < rows["bf16"][0][1] <= 1, p.stdout
+    else:
+        assert "not offered on this CPU: no AVX512_BF16" in other["bf16"], p.stdout
+    assert "no element bound" in other["int8"], p.stdout
+    assert "FAIL" not in p.stdout
 
 
 def test_selftest_command_fails_on_the_faulty_binary(tmp_path):

@@ -352,7 +352,7 @@ Test(gemm, fp32_packed_where_avx512_runs) {
     free(y[1]);
 }
 
-/* The start-up check a service runs before offering a precision. */
+/* The element-bound check `attnserve selftest` runs for each precision. */
 Test(gemm, selftest_passes_every_precision_offered) {
     tp_pool *pool = tp_create(2);
     cr_assert_not_null(pool);
