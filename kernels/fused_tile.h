@@ -273,11 +273,15 @@ static void pack_values(float *vt /* (KT, D) */, const float *v, size_t vs, int 
  * longer than a load from L3 or memory. */
 FUSED_INLINE void prefetch_tile(const float *k, size_t ks, const float *v, size_t vs, int nkeys,
                                 int D) {
-    for (int j = 0; j < nkeys; j++)
+    for (int j = 0; j < nkeys; j++) {
         for (int d = 0; d < D; d += 64 / (int)sizeof(float)) {
             __builtin_prefetch(k + (size_t)j * ks + d);
             __builtin_prefetch(v + (size_t)j * vs + d);
         }
+        /* A row that does not start on a cache line ends on one more. */
+        __builtin_prefetch(k + (size_t)j * ks + D - 1);
+        __builtin_prefetch(v + (size_t)j * vs + D - 1);
+    }
 }
 
 /* One task: query rows [q0, q0 + BR) of head h of the sequence at tokens

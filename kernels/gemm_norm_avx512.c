@@ -1,8 +1,10 @@
 /* gemm_norm_avx512.c — the LayerNorm row of the GEMM epilogues (and of the
  * embeddings) on AVX-512. The arithmetic is gemm_layernorm_row's: mean and
  * variance in double over two passes, the centred value (x - mean) computed
- * in double and rounded once to float, then · rstd · w + b in float without
- * contraction, so it differs from the portable path only in the order (and
+ * in double and rounded once to float, then · rstd · w + b in float as
+ * separate roundings (the vector code does not fuse them; the scalar tail
+ * follows the same C contraction rules as the portable path, off under gcc
+ * -std=c11), so it differs from the portable path only in the order (and
  * the fused rounding) of the double sums. Eight doubles per vector, two chains per sum: the
  * portable loop's single chain of dependent double adds made the LayerNorm of a 384-wide row cost
  * about a twentieth of the row's whole GEMM work. Compiled with AVX-512 flags; reached only after

@@ -269,7 +269,7 @@ def test_selftest_command_checks_every_precisions_gemms(tmp_path):
         assert [r[0] for r in rows["bf16"]] == ["avx512"], p.stdout
         assert rows["bf16"][0][2] == "pass" and 0 < rows["bf16"][0][1] <= 1, p.stdout
     else:
-        assert "not offered on this CPU: no AVX512_BF16" in other["bf16"], p.stdout
+        assert "not offered on this CPU: " in other["bf16"], p.stdout
     assert "no element bound" in other["int8"], p.stdout
     assert "FAIL" not in p.stdout
 
