@@ -4,7 +4,8 @@ from its first forward call): the faulty backend is refused at start, named or
 picked by auto, and the service serves correctly on the fallback; /info and
 /metrics say so; `attnserve selftest` prints its table and exits 1 for the
 faulty binary and 0 for the normal one, checks every precision's GEMMs against
-their element bound, and with `models` tests every model,
+their element bound (failing on the faulty binary's wrong GEMM), and with
+`models` tests every model,
 failing when one fails; a SIGHUP to the faulty backend is
 refused and the backend in force kept, while a SIGHUP to naive still works."""
 import json
@@ -272,6 +273,23 @@ def test_selftest_command_checks_every_precisions_gemms(tmp_path):
         assert "not offered on this CPU: " in other["bf16"], p.stdout
     assert "no element bound" in other["int8"], p.stdout
     assert "FAIL" not in p.stdout
+
+
+def test_selftest_command_fails_a_wrong_gemm(tmp_path):
+    # The faulty binary's gemm_run is wrong under ATTNSERVE_FAULTY_GEMM
+    # (tests/faulty/faulty_gemm.c); the attention backends named pass.
+    p, table = run_selftest(FAULTY, tmp_path, env={"ATTNSERVE_FAULTY_GEMM": "1"},
+                            backend="fused", fallback_backends="naive")
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert all(r["result"] == "pass" for r in table if r["backend"] == "fused")
+    rows, _ = gemm_section(p.stdout)
+    assert rows["fp32"] and all(r[2] == "FAIL" and r[1] > 1 for r in rows["fp32"]), p.stdout
+    assert re.search(r"fp32/\w+: fp32 \d+x\d+x\d+: y\[0\]\[0\] = \S+, exact \S+: error \S+ of the "
+                     r"bound", p.stdout), p.stdout
+    # Without the variable the same binary's GEMMs pass.
+    p, _ = run_selftest(FAULTY, tmp_path, backend="fused", fallback_backends="naive")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert all(r[2] == "pass" for r in gemm_section(p.stdout)[0]["fp32"])
 
 
 def test_selftest_command_fails_on_the_faulty_binary(tmp_path):
