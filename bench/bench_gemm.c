@@ -51,13 +51,15 @@ typedef struct problem {
 
 /* The libraries' split: gemm_run's (gemm_panel_grid), a grid of row blocks
  * by blocks of whole 64-column panels, but one task per worker where
- * gemm_run splits a short batch's panels finer — a library call per task
- * costs more than one of our tiles, and the per-task setup below holds one
- * call per worker. A task past the grid gets nothing. */
+ * gemm_run splits a tall batch's rows or a short batch's panels finer — a
+ * library call per task costs more than one of our tiles, and the per-task
+ * setup below holds one call per worker. A task past the grid gets nothing. */
 static void task_range(const problem *p, int task, int *r0, int *r1, int *c0, int *c1) {
     const int np = (p->N + PANEL - 1) / PANEL;
     int rb, pb;
     gemm_panel_grid(p->M, np, p->nt, &rb, &pb);
+    if (rb > p->nt)
+        rb = p->nt;
     if (rb * pb > p->nt)
         pb = p->nt / rb;
     *r0 = *r1 = *c0 = *c1 = 0;

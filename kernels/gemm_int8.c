@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gemm_panel.h"
 #include "model/gelu.h"
 #include "simd.h"
 
@@ -221,7 +222,7 @@ void gemm_int8_run(const gemm_int8_weights *p, const attn_parallel *par, const f
     const int has_ln = epi && epi->ln_w;
     c.by_rows = has_ln || (size_t)M >= 64 * nt;
     if (c.by_rows) {
-        c.ntasks = (size_t)M < nt ? (size_t)M : nt;
+        c.ntasks = (size_t)gemm_row_blocks(M, par->nthreads);
     } else {
         const size_t groups = (size_t)(p->Np + 63) / 64;
         c.ntasks = groups < nt ? groups : nt;

@@ -3,7 +3,9 @@
  *
  * Split over the pool: a grid of row blocks by panel blocks. Tall batches
  * split by rows alone, so each task owns whole rows and runs a LayerNorm
- * epilogue on each chunk while it is in cache. Short ones split the panels,
+ * epilogue on each chunk while it is in cache, into up to a few blocks per
+ * worker where the rows allow, for the same reason as the panels below.
+ * Short ones split the panels,
  * so every core works and each streams only its share of the weights, into
  * a few tasks per worker: a worker that comes late to the loop or loses its
  * core leaves its panels to the others instead of holding the loop; when
@@ -19,17 +21,35 @@ enum { TALL_ROWS = 32 };
 
 /* Tasks per worker of a short batch split by panels (fewer where there
  * are fewer panels): a 12-row forward 20 ms after the last took 5.0 ms with 4 against
- * 5.3 with 1 (bench_latency --gap-us 20000), the same back to back. */
+ * 5.3 with 1 (bench_latency --gap-us 20000), the same back to back. Also
+ * the most row blocks per worker of a tall batch. */
 enum { SHORT_TASKS = 4 };
+
+/* Fewest rows of a row block beyond one per worker. Every row block reads
+ * all the weights, so a block must be tall enough to reuse each panel many
+ * times while it is in L2: one thread running a 256-row GEMM as 64-row
+ * blocks took the same time as in 128-row ones (within 1 %, K = 384 and
+ * 1536), in 32-row ones 5-11 % longer. */
+enum { TALL_TASK_ROWS = 64 };
 
 static int ceil_div(int a, int b) {
     return (a + b - 1) / b;
 }
 
+int gemm_row_blocks(int M, int nthreads) {
+    const int nt = nthreads > 1 ? nthreads : 1;
+    int blocks = M / TALL_TASK_ROWS;
+    if (blocks > nt * SHORT_TASKS)
+        blocks = nt * SHORT_TASKS;
+    if (blocks < nt)
+        blocks = M < nt ? M : nt;
+    return blocks > 1 ? blocks : 1;
+}
+
 void gemm_panel_grid(int M, int npanels, int nthreads, int *row_blocks, int *panel_blocks) {
     const int nt = nthreads > 1 ? nthreads : 1;
     if ((long)M >= (long)TALL_ROWS * nt) {
-        *row_blocks = nt, *panel_blocks = 1;
+        *row_blocks = gemm_row_blocks(M, nt), *panel_blocks = 1;
         return;
     }
     if (npanels >= nt) {

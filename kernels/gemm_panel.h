@@ -68,6 +68,13 @@ void gemm_panel_run(const gemm_panel_kernel *k, const attn_parallel *par, const 
                     size_t ldx, float *y, size_t ldy, int M, const gemm_epilogue *epi,
                     void *scratch);
 
+/* The row blocks a batch of M rows split by rows alone is cut into over
+ * nthreads workers: one per worker (or per row, when there are fewer rows),
+ * more where each still has enough rows to reuse the weights well, so that
+ * a worker that comes late or loses its core leaves blocks to the others.
+ * Every packed kernel's split by rows uses it. */
+int gemm_row_blocks(int M, int nthreads);
+
 /* The task grid gemm_panel_run splits M rows and npanels panels into over
  * nthreads workers: *row_blocks × *panel_blocks tasks, at most nthreads,
  * or a few per worker when the panels alone are split. */

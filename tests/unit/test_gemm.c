@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "kernels/gemm.h"
+#include "kernels/gemm_panel.h"
 #include "kernels/simd.h"
 #include "kernels/threadpool.h"
 
@@ -294,6 +295,31 @@ Test(gemm, more_workers_than_panels) {
     cr_assert_geq(ran, 1);
     free(sp.before);
     tp_destroy(pool);
+}
+
+/* A batch split by rows: every worker gets a block when there are rows
+ * for it, never a block without rows, and more blocks than workers (for a
+ * late worker to leave to the others) only as long as each keeps 64 rows
+ * (each block reads all the weights) and there are at most 4 per worker. */
+Test(gemm, row_blocks_reach_every_worker_and_stay_tall) {
+    int more = 0;
+    for (int nt = 1; nt <= 16; nt++)
+        for (int M = 1; M <= 4096; M++) {
+            const int b = gemm_row_blocks(M, nt);
+            cr_assert(b >= 1 && b <= M, "M=%d, %d workers: %d blocks", M, nt, b);
+            cr_assert_geq(b, M < nt ? M : nt, "M=%d, %d workers: %d blocks", M, nt, b);
+            cr_assert_leq(b, 4 * nt, "M=%d, %d workers: %d blocks", M, nt, b);
+            if (b > nt) {
+                more++;
+                /* gemm_split's smallest block has floor(M / b) rows */
+                cr_assert_geq(M / b, 64, "M=%d, %d workers: %d blocks of under 64 rows", M, nt, b);
+            }
+        }
+    /* The model's 256-token batch of one on two workers: four blocks. */
+    cr_expect_eq(gemm_row_blocks(256, 2), 4);
+    cr_expect_eq(gemm_row_blocks(100, 2), 2);
+    cr_expect_eq(gemm_row_blocks(8192, 2), 8);
+    cr_assert_gt(more, 0);
 }
 
 /* OpenBLAS's sgemm, the fp32 path wherever AVX-512 is not active: forced
