@@ -28,8 +28,10 @@ encoders, so attention is neither uniform nor one-hot), biases N(0, 0.1),
 LayerNorm gains 1 + N(0, 0.2), embedding tables N(0, 0.5). The script checks
 that distinct texts get distinct outputs before it saves anything.
 
-Each model lives in OUT/NAME with a stamp of this script's hash; a model
-whose stamp matches is kept, so a second run costs nothing.
+Each model lives in OUT/NAME with a stamp: the hash of this script and of
+the tokenizer files it was made from (the repo's xlmr-tiny tokenizer, or
+MiniLM's); a model whose stamp matches is kept, so a second run costs
+nothing, and a changed tokenizer makes it again.
 
 Usage (an environment with torch, transformers and sentence-transformers:
 the bench's venv, made by `python3 bench/embed/peers.py --inputs /dev/null
@@ -66,9 +68,23 @@ def default_out():
     return os.path.join(base, "attnserve", "bench-embed", "models")
 
 
-def stamp():
-    with open(os.path.abspath(__file__), "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()[:16]
+# The files of the MiniLM checkpoint the cross-encoder's tokenizer is read
+# from (those that exist count; a missing one counts as absent).
+MINILM_TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json",
+                          "special_tokens_map.json")
+
+
+def stamp(inputs):
+    """This script's hash and that of each input file, by name."""
+    h = hashlib.sha256()
+    for path in [os.path.abspath(__file__)] + list(inputs):
+        h.update(os.path.basename(path).encode() + b"\0")
+        if os.path.exists(path):
+            with open(path, "rb") as f:
+                h.update(hashlib.sha256(f.read()).digest())
+        else:
+            h.update(b"absent")
+    return h.hexdigest()[:16]
 
 
 def randomise(model, seed):
@@ -152,8 +168,10 @@ def main():
     a = p.parse_args()
     makers = {"xlmr-base-random": make_xlmr,
               "ce-minilm-random": lambda out: make_cross_encoder(out, a.minilm)}
-    want = stamp()
+    inputs = {"xlmr-base-random": [XLMR_TOKENIZER],
+              "ce-minilm-random": [os.path.join(a.minilm, f) for f in MINILM_TOKENIZER_FILES]}
     for name in a.models.split(","):
+        want = stamp(inputs[name])
         out = os.path.join(a.out, name)
         path = os.path.join(out, STAMP)
         if not (os.path.exists(path) and open(path).read().strip() == want):
