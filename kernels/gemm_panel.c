@@ -5,13 +5,13 @@
  * split by rows alone, so each task owns whole rows and runs a LayerNorm
  * epilogue on each chunk while it is in cache, into up to a few blocks per
  * worker where the rows allow, for the same reason as the panels below.
- * Short ones split the panels,
- * so every core works and each streams only its share of the weights, into
- * a few tasks per worker: a worker that comes late to the loop or loses its
- * core leaves its panels to the others instead of holding the loop; when
- * there are fewer panels than workers (N = 384 is six panels) the rows are
- * split as well, so a short batch still reaches every core it can use. Any
- * split by panels leaves the LayerNorm to a second pass over whole rows. */
+ * Short ones split the panels, so every core works and each streams only
+ * its share of the weights, into a few tasks per worker: a worker that
+ * comes late to the loop or loses its core leaves its panels to the others
+ * instead of holding the loop; when there are fewer panels than workers
+ * (N = 384 is six panels) the rows are split as well, so a short batch
+ * still reaches every core it can use. Any split by panels leaves the
+ * LayerNorm to a second pass over whole rows. */
 #include "gemm_panel.h"
 
 #include <limits.h>

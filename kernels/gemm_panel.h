@@ -76,8 +76,9 @@ void gemm_panel_run(const gemm_panel_kernel *k, const attn_parallel *par, const 
 int gemm_row_blocks(int M, int nthreads);
 
 /* The task grid gemm_panel_run splits M rows and npanels panels into over
- * nthreads workers: *row_blocks × *panel_blocks tasks, at most nthreads,
- * or a few per worker when the panels alone are split. */
+ * nthreads workers: *row_blocks × *panel_blocks tasks, at most nthreads
+ * when rows and panels are split together, up to 4 per worker when either
+ * alone is. */
 void gemm_panel_grid(int M, int npanels, int nthreads, int *row_blocks, int *panel_blocks);
 
 #endif

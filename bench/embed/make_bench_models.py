@@ -71,7 +71,7 @@ def default_out():
 # The files of the MiniLM checkpoint the cross-encoder's tokenizer is read
 # from (those that exist count; a missing one counts as absent).
 MINILM_TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json",
-                          "special_tokens_map.json")
+                          "special_tokens_map.json", "added_tokens.json")
 
 
 def stamp(inputs):
