@@ -23,7 +23,13 @@
  * prefetchers stream a panel (96 KB at K = 384) from L2 fast enough.
  *
  * Activations are read in place: a chunk of CHUNK rows (590 KB at K = 1536)
- * stays in L2 while every panel of the task passes over it. */
+ * stays in L2 while every panel of the task passes over it.
+ *
+ * The tile takes the driver's prefetch hint (gemm_panel.c): one line of the
+ * task's next panel a step, to L2 (T1: the panel is streamed, not kept in
+ * L1), which the two load ports' spare slots absorb; issuing up to four a
+ * step to cover whole panels under two-tile sweeps measured slower at 64
+ * rows and no better at 12 and 32. */
 #include "gemm_f32.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -133,7 +139,11 @@ static inline __attribute__((always_inline)) void tile(const int mr, const int n
         _Pragma("GCC unroll 8") for (int j = 0; j < nv; j++) acc[i][j] = _mm512_setzero_ps();
     const float *b = t->b, *x = t->a;
     const size_t ldx = t->lda / sizeof(float);
+    const char *pf = t->pf;
+    const int pf_lines = t->pf_lines;
     for (int k = 0; k < t->depth; k++, b += NR) {
+        if (k < pf_lines)
+            _mm_prefetch(pf + (size_t)k * GEMM_PANEL_LINE, _MM_HINT_T1);
         __m512 bv[NV];
         _Pragma("GCC unroll 8") for (int j = 0; j < nv; j++) bv[j] = _mm512_load_ps(b + 16 * j);
         _Pragma("GCC unroll 8") for (int i = 0; i < mr; i++) {

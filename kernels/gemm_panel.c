@@ -11,7 +11,20 @@
  * instead of holding the loop; when there are fewer panels than workers
  * (N = 384 is six panels) the rows are split as well, so a short batch
  * still reaches every core it can use. Any split by panels leaves the
- * LayerNorm to a second pass over whole rows. */
+ * LayerNorm to a second pass over whole rows.
+ *
+ * Prefetch. A forward reads each layer's weights once per batch, from L3
+ * (a MiniLM's are 42 MB; L2 holds a few of its panels), and the first tile
+ * on a panel consumes it faster than L3 delivers to one core: 256 bytes
+ * per 24 FMAs, about 58 GB/s at the fp32 tile's rate. So while a task's
+ * tiles run on one panel, they hint the next panel it will read towards
+ * L2, spread over those tiles so the fetch overlaps their compute. Measured
+ * on an Emerald Rapids VM, fp32, the 24 GEMMs of a MiniLM forward on 6
+ * layers' weights in turn, hints on and off alternating in one process
+ * (median ratio of 41 pairs): 2 threads +19 % at 64 rows, +11-13 % at 128
+ * to 384, +7 % at 1024; +5 % and +9 % at 12 and 32 rows, which split the
+ * panels into short tasks whose first panel no hint reaches; one thread
+ * +18 % at 64 rows. */
 #include "gemm_panel.h"
 
 #include <limits.h>
@@ -97,20 +110,37 @@ static void run_task(void *arg, size_t task, int worker) {
     gemm_split(k->npanels, (size_t)c->panel_blocks, task % (size_t)c->panel_blocks, &p0, &p1);
     void *buf = c->scratch ? c->scratch + k->scratch_per_worker * (size_t)worker : NULL;
     gemm_panel_tile t = {.ldy = c->ldy, .ldr = epi ? epi->ld_residual : 0, .depth = k->depth};
+    const char *panels = k->panels;
+    const long lines = (long)(k->panel_bytes / GEMM_PANEL_LINE);
     for (int rc = r0; rc < r1; rc += k->chunk) {
         const int rows = r1 - rc < k->chunk ? r1 - rc : k->chunk;
         size_t lda;
         const char *a = k->prepare(k, c->x + (size_t)rc * c->ldx, c->ldx, rows, buf, &lda);
         t.lda = lda;
+        /* Each tile on a panel hints an equal share of the next one, at
+         * most a line a step: with few tiles, only the first part of it. */
+        const long tiles = (rows + k->mr - 1) / k->mr;
+        const long share =
+            (lines + tiles - 1) / tiles < k->depth ? (lines + tiles - 1) / tiles : k->depth;
         for (int p = p0; p < p1; p++) {
             const int n0 = p * k->nr;
-            t.b = (const char *)k->panels + (size_t)p * k->panel_bytes;
+            t.b = panels + (size_t)p * k->panel_bytes;
+            /* The next panel of this chunk, else the first of the next one
+             * (the sweep since may have pushed it out of L2), unless that
+             * is this one. */
+            const int next = p + 1 < p1 ? p + 1 : rc + rows < r1 && p0 != p ? p0 : -1;
             t.bias = k->bias + n0;
             t.cols = k->N - n0 < k->nr ? k->N - n0 : k->nr;
             for (int i = 0; i < rows; i += k->mr) {
                 const int r = rc + i;
                 t.mr = rows - i < k->mr ? rows - i : k->mr;
                 t.a = a + (size_t)i * lda;
+                const long first = (long)(i / k->mr) * share;
+                const long left = next < 0 || first >= lines ? 0 : lines - first;
+                t.pf =
+                    left ? panels + (size_t)next * k->panel_bytes + (size_t)first * GEMM_PANEL_LINE
+                         : NULL;
+                t.pf_lines = (int)(left < share ? left : share);
                 t.y = c->y + (size_t)r * c->ldy + n0;
                 t.res = c->fold ? epi->residual + (size_t)r * epi->ld_residual + n0 : NULL;
                 k->tile(&t);

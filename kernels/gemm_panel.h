@@ -4,10 +4,11 @@
  *
  * The driver owns what every such kernel does alike: the split of rows and
  * panels over the pool, the loop of row chunks by panels around the tile,
- * the epilogue on each tile while it is in L1, and the LayerNorm over whole
- * rows. A kernel brings its panels, how a chunk of activations is made ready
- * for its tiles (read in place, or converted into the worker's scratch) and
- * the tile itself; nothing here depends on its precision. */
+ * the epilogue on each tile while it is in L1, the LayerNorm over whole
+ * rows, and which panel a task reads next (a prefetch hint to its tiles).
+ * A kernel brings its panels, how a chunk of activations is made ready for
+ * its tiles (read in place, or converted into the worker's scratch) and the
+ * tile itself; nothing here depends on its precision. */
 #ifndef ATTN_GEMM_PANEL_H
 #define ATTN_GEMM_PANEL_H
 
@@ -33,7 +34,17 @@ typedef struct gemm_panel_tile {
     size_t ldr;
     int depth;    /* the kernel's gemm_panel_kernel.depth */
     int mr, cols; /* 1..mr rows, 1..nr columns */
+    /* pf_lines cache lines (GEMM_PANEL_LINE bytes) from pf, this tile's
+     * share of the panel its task reads next: a kernel may touch them
+     * towards L2 while it runs, a line a reduction step (pf_lines <= depth),
+     * so that panel is there when its first tile starts. pf_lines is 0 when
+     * the task reads no further panel. */
+    const char *pf;
+    int pf_lines;
 } gemm_panel_tile;
+
+/* The cache line the prefetch hints count in. */
+enum { GEMM_PANEL_LINE = 64 };
 
 /* A packed kernel as the driver sees it; its packed weights own it. */
 typedef struct gemm_panel_kernel gemm_panel_kernel;

@@ -322,6 +322,139 @@ Test(gemm, row_blocks_reach_every_worker_and_stay_tall) {
     cr_assert_gt(more, 0);
 }
 
+/* The driver's prefetch hints, seen by a kernel whose tiles record what
+ * they are handed instead of computing. */
+typedef struct hint {
+    size_t task;
+    int row; /* the tile's first row */
+    const char *b, *pf;
+    int pf_lines;
+} hint;
+
+static struct {
+    hint *h;
+    size_t n, cap;
+    size_t task;
+    const float *x;
+    size_t ldx;
+} hints;
+
+static const void *hint_prepare(const gemm_panel_kernel *k, const float *x, size_t ldx, int rows,
+                                void *buf, size_t *lda) {
+    (void)k, (void)rows, (void)buf;
+    *lda = ldx * sizeof *x;
+    return x;
+}
+
+static void hint_tile(const gemm_panel_tile *t) {
+    cr_assert_lt(hints.n, hints.cap);
+    const int row = (int)(((const float *)t->a - hints.x) / (ptrdiff_t)hints.ldx);
+    hints.h[hints.n++] = (hint){hints.task, row, t->b, t->pf, t->pf_lines};
+}
+
+/* Runs the tasks in order, as worker task % nthreads, naming each. */
+static void hint_for(void *impl, size_t ntasks, attn_task_fn fn, void *ctx) {
+    const int nthreads = *(const int *)impl;
+    for (size_t i = 0; i < ntasks; i++) {
+        hints.task = i;
+        fn(ctx, i, (int)(i % (size_t)nthreads));
+    }
+}
+
+/* While a task's tiles run on one panel they hint the panel it reads next
+ * (the next of its chunk, else the first of its next chunk): together,
+ * from that panel's start and without gap or overlap, all of it where
+ * they have a line a step for it (tiles × depth >= its lines), else that
+ * many lines; never past it, never more than a line a step, and nothing
+ * after a task's last panel or for the panel it is on. The model's 64-token batch on two workers
+ * hints every panel whole. */
+Test(gemm, prefetch_hints_cover_the_next_panel) {
+    enum { NR = 64, MR = 6, CHUNK = 96 };
+    static const int Ks[] = {384, 1536}, panels[] = {1, 6, 24}, Ms[] = {1, 12, 64, 200, 1000};
+    static const int threads[] = {1, 2, 8};
+    int whole_64 = 0;
+    for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++)
+        for (size_t pi = 0; pi < sizeof panels / sizeof panels[0]; pi++)
+            for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++)
+                for (size_t ti = 0; ti < sizeof threads / sizeof threads[0]; ti++) {
+                    const int K = Ks[ki], np = panels[pi], M = Ms[mi], nt = threads[ti];
+                    const size_t panel_bytes = (size_t)K * NR * sizeof(float);
+                    const long lines = (long)(panel_bytes / GEMM_PANEL_LINE);
+                    char *w = aligned_alloc(64, (size_t)np * panel_bytes);
+                    float *bias = calloc((size_t)np * NR, sizeof *bias);
+                    float *x = calloc((size_t)M * K, sizeof *x);
+                    float *y = calloc((size_t)M * np * NR, sizeof *y);
+                    cr_assert(w && bias && x && y);
+                    const gemm_panel_kernel k = {.N = np * NR,
+                                                 .npanels = np,
+                                                 .nr = NR,
+                                                 .mr = MR,
+                                                 .chunk = CHUNK,
+                                                 .depth = K,
+                                                 .panels = w,
+                                                 .panel_bytes = panel_bytes,
+                                                 .bias = bias,
+                                                 .prepare = hint_prepare,
+                                                 .tile = hint_tile};
+                    hints.cap = (size_t)np * (size_t)(M + MR) * 2;
+                    hints.h = calloc(hints.cap, sizeof *hints.h);
+                    hints.n = 0, hints.x = x, hints.ldx = (size_t)K;
+                    cr_assert_not_null(hints.h);
+                    int nthreads = nt;
+                    const attn_parallel par = {nt, hint_for, &nthreads};
+                    gemm_panel_run(&k, &par, x, (size_t)K, y, (size_t)np * NR, M, NULL, NULL);
+                    cr_assert_gt(hints.n, 0);
+                    const hint *h = hints.h;
+                    /* A sweep: one task's tiles on one panel for one chunk. */
+                    for (size_t s = 0, e, first = 0; s < hints.n; s = e) {
+                        if (h[s].task != h[first].task)
+                            first = s; /* a task's chunks count from its first row */
+                        const int chunk = (h[s].row - h[first].row) / CHUNK;
+                        for (e = s + 1; e < hints.n && h[e].task == h[s].task && h[e].b == h[s].b &&
+                                        (h[e].row - h[first].row) / CHUNK == chunk;
+                             e++)
+                            ;
+                        /* Its next sweep reads the panel it hints, unless
+                         * that is this panel again (still in L2). */
+                        const int last = e == hints.n || h[e].task != h[s].task || h[e].b == h[s].b;
+                        const char *next = last ? NULL : h[e].b;
+                        long got = 0;
+                        for (size_t i = s; i < e; i++) {
+                            cr_assert(h[i].pf_lines >= 0 && h[i].pf_lines <= K,
+                                      "K=%d M=%d %d workers: %d lines in a tile of %d steps", K, M,
+                                      nt, h[i].pf_lines, K);
+                            if (!h[i].pf_lines)
+                                continue;
+                            cr_assert(!last,
+                                      "K=%d M=%d %d panels %d workers: a hint with no next panel",
+                                      K, M, np, nt);
+                            cr_assert(h[i].pf == next + got * GEMM_PANEL_LINE,
+                                      "K=%d M=%d %d panels %d workers: tile at row %d hints "
+                                      "byte %td of the next panel, not %ld",
+                                      K, M, np, nt, h[i].row, h[i].pf - next,
+                                      got * GEMM_PANEL_LINE);
+                            got += h[i].pf_lines;
+                        }
+                        if (last)
+                            continue;
+                        const long steps = (long)(e - s) * K;
+                        const long want = steps < lines ? steps : lines;
+                        cr_assert_eq(got, want,
+                                     "K=%d M=%d %d panels %d workers: %ld lines of the next "
+                                     "panel hinted by %zu tiles, not %ld",
+                                     K, M, np, nt, got, e - s, want);
+                        if (M == 64 && nt == 2 && np > 1)
+                            whole_64 += got == lines;
+                    }
+                    free(hints.h);
+                    free(w);
+                    free(bias);
+                    free(x);
+                    free(y);
+                }
+    cr_assert_gt(whole_64, 0);
+}
+
 /* OpenBLAS's sgemm, the fp32 path wherever AVX-512 is not active: forced
  * here, so a CPU with AVX-512 checks it too. */
 Test(gemm, fp32_sgemm_path_within_its_bound) {
