@@ -19,7 +19,8 @@
  *
  * The tile does not take the driver's prefetch hint, which the fp32 tile
  * does: a bf16 panel is half the bytes per FMA-equivalent, and the gain is
- * unmeasured on a CPU with AVX512_BF16. */
+ * unmeasured on a CPU with AVX512_BF16. Taking it means two lines per
+ * k-pair, as depth counts k. */
 #include "gemm_bf16.h"
 
 #if defined(__x86_64__) || defined(__i386__)

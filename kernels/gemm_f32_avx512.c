@@ -27,9 +27,10 @@
  *
  * The tile takes the driver's prefetch hint (gemm_panel.c): one line of the
  * task's next panel a step, to L2 (T1: the panel is streamed, not kept in
- * L1), which the two load ports' spare slots absorb; issuing up to four a
- * step to cover whole panels under two-tile sweeps measured slower at 64
- * rows and no better at 12 and 32. */
+ * L1), which fits in the spare load slots (10 loads a step against two a
+ * cycle); issuing up to four a step, so that sweeps of one to three tiles
+ * would cover whole panels too, measured slower at 64 rows and no better
+ * at 12 and 32. */
 #include "gemm_f32.h"
 
 #if defined(__x86_64__) || defined(__i386__)

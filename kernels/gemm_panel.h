@@ -36,9 +36,11 @@ typedef struct gemm_panel_tile {
     int mr, cols; /* 1..mr rows, 1..nr columns */
     /* pf_lines cache lines (GEMM_PANEL_LINE bytes) from pf, this tile's
      * share of the panel its task reads next: a kernel may touch them
-     * towards L2 while it runs, a line a reduction step (pf_lines <= depth),
-     * so that panel is there when its first tile starts. pf_lines is 0 when
-     * the task reads no further panel. */
+     * towards L2 while it runs, a line per unit of depth (pf_lines <=
+     * depth), so that as much of that panel as the sweep's tiles can
+     * hint at that rate is there when its first tile starts. pf_lines is
+     * 0 and pf NULL when the task reads no other panel next, or when the
+     * earlier tiles of the sweep have hinted all of it. */
     const char *pf;
     int pf_lines;
 } gemm_panel_tile;
