@@ -96,7 +96,8 @@ def parse_args():
     p.add_argument("--batches", default="1,8,32,128")
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--budget", type=float, default=8.0)
-    p.add_argument("--peers", default=ALL_PEERS)
+    p.add_argument("--peers", default=ALL_PEERS,
+                   help="comma list, of: " + ALL_PEERS)
     p.add_argument("--venv", default=default_venv())
     p.add_argument("--accuracy", action="store_true",
                    help="also print each peer's lowest and mean cosine against fp32 "
@@ -108,7 +109,11 @@ def parse_args():
                    help="the model is a cross-encoder: score each line's query with its texts")
     p.add_argument("--setup-only", action="store_true",
                    help="make the venv and install the packages, then exit")
-    return p.parse_args()
+    a = p.parse_args()
+    unknown = [n for n in a.peers.split(",") if n not in ALL_PEERS.split(",")]
+    if unknown:
+        p.error(f"--peers: unknown {', '.join(unknown)}; the peers are {ALL_PEERS}")
+    return a
 
 
 # ---- timing -------------------------------------------------------------------------

@@ -36,6 +36,11 @@
 # ~/.cache/attnserve/bench-embed/models); without the venv those sections
 # are skipped, said so.
 #
+# PEER_ENGINES (default all of peers.py's: onnxruntime, onnxruntime-int8,
+# openvino, openvino-bf16, pytorch; a comma list) picks the peers: on a CPU
+# without AVX512_BF16 OpenVINO's bf16 hint runs an emulation at a few
+# inputs/s that can take most of a run, and says nothing there.
+#
 # PRECISIONS (default fp32,bf16,int8; one this CPU lacks is skipped, said so)
 # are timed in the same process, alternating case by case. GEMM=0 skips the
 # standalone GEMM timing of each case.
@@ -65,6 +70,7 @@ PRECISIONS=${PRECISIONS:-fp32,bf16,int8}
 REPS=${REPS:-5}
 BUDGET=${BUDGET:-8}
 PEERS=${PEERS:-1}
+PEER_ENGINES=${PEER_ENGINES:-}
 GEMM_OPT=""
 [ "${GEMM:-1}" = 1 ] || GEMM_OPT=--no-gemm
 CHART=${CHART:-$ROOT/bench/embed_throughput.png}
@@ -124,7 +130,7 @@ bench_model() {
             --precisions "$PRECISIONS" --lengths "$(echo $lengths | tr ' ' ,)" --batches "$max_batch" \
             --dump-embeddings "$out/embeddings.jsonl" >&2
         "$PY" "$HERE/peers.py" --inputs "$out/inputs-all.jsonl" --model "$dir" --threads "$THREADS" \
-            $rerank_opt --batches "" --accuracy --attnserve-embeddings "$out/embeddings.jsonl" \
+            $rerank_opt ${PEER_ENGINES:+--peers "$PEER_ENGINES"} --batches "" --accuracy --attnserve-embeddings "$out/embeddings.jsonl" \
             >"$out/accuracy.jsonl" 2>"$out/accuracy.log" ||
             { cat "$out/accuracy.log" >&2; echo "bench-embed: $title: the accuracy check failed; tables without it" >&2; }
     else
@@ -140,7 +146,7 @@ bench_model() {
                 --lengths "$len" --batches "$batch" --reps "$REPS" --budget "$BUDGET" >>"$out/attnserve.jsonl"
             [ -n "$PY" ] || continue
             "$PY" "$HERE/peers.py" --inputs "$out/inputs-$len.jsonl" --model "$dir" $rerank_opt \
-                --threads "$THREADS" --batches "$batch" --reps "$REPS" --budget "$BUDGET" \
+                ${PEER_ENGINES:+--peers "$PEER_ENGINES"} --threads "$THREADS" --batches "$batch" --reps "$REPS" --budget "$BUDGET" \
                 >>"$out/peers.jsonl" 2>"$out/peers.log" ||
                 { cat "$out/peers.log" >&2; echo "bench-embed: $title: the peers failed on $len x $batch; table without them" >&2; }
         done
