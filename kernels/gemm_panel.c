@@ -120,8 +120,8 @@ static void run_task(void *arg, size_t task, int worker) {
         /* Each tile on a panel hints an equal share of the next one, at
          * most a line a step: with few tiles, only the first part of it. */
         const long tiles = (rows + k->mr - 1) / k->mr;
-        const long share =
-            (lines + tiles - 1) / tiles < k->depth ? (lines + tiles - 1) / tiles : k->depth;
+        const long even = (lines + tiles - 1) / tiles;
+        const long share = even < k->depth ? even : k->depth;
         for (int p = p0; p < p1; p++) {
             const int n0 = p * k->nr;
             t.b = panels + (size_t)p * k->panel_bytes;
