@@ -13,7 +13,13 @@ met or not met:
 - attnserve int8 >= 1.0x ONNX Runtime dynamic int8, with a lowest cosine >= 0.99.
 
 A cell meets a target only when the throughput ratio and the accuracy floor
-both hold (the floor is checked on that cell's input length). With --chart,
+both hold (the floor is checked on that cell's input length).
+
+Records after a {"kind": "round", "round": N} line belong to round N of
+their cell (run.sh's ROUNDS; one round when there are no such lines). With
+several rounds, a cell's throughput is the median of its rounds' and its
+ratio the median of the rounds' ratios, each round's engines having run back
+to back, with the lowest and highest round beside it. With --chart,
 also writes a grouped bar chart (matplotlib if importable, else gnuplot if
 installed, else no chart, said so).
 
@@ -26,9 +32,11 @@ embeddings).
     report.py [--chart PNG] [--note TEXT] attnserve.jsonl [peers.jsonl] [accuracy.jsonl]
 """
 import argparse
+import collections
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -54,11 +62,28 @@ def engine_key(r):
     return r["backend"]
 
 
+class Cases(dict):
+    """(engine, tokens, batch) -> the cell's record, its inputs_per_s the
+    median over rounds; .rounds[key] -> {round: record}."""
+
+    def __init__(self, rounds):
+        super().__init__()
+        self.rounds = rounds
+        for key, by_round in rounds.items():
+            first = by_round[min(by_round)]
+            self[key] = dict(first, inputs_per_s=statistics.median(
+                r["inputs_per_s"] for r in by_round.values()), rounds=len(by_round))
+
+    def nrounds(self):
+        return max((len(v) for v in self.rounds.values()), default=0)
+
+
 def load(paths):
-    cases, acc, meta = {}, {}, []
+    rounds, acc, meta = {}, {}, []
     for path in paths:
         if not os.path.exists(path):
             continue
+        rnd = 1
         for line in open(path):
             # bench_embed says "precision X: skipped: ..." in plain text.
             if not line.startswith("{"):
@@ -66,13 +91,15 @@ def load(paths):
                     meta.append({"kind": "text", "text": line.strip()})
                 continue
             r = json.loads(line)
-            if r.get("kind") == "case":
-                cases[(engine_key(r), r["tokens_per_input"], r["batch"])] = r
+            if r.get("kind") == "round":
+                rnd = r["round"]
+            elif r.get("kind") == "case":
+                rounds.setdefault((engine_key(r), r["tokens_per_input"], r["batch"]), {})[rnd] = r
             elif r.get("kind") == "accuracy":
                 acc[(engine_key(r), r["tokens_per_input"])] = r
             else:
                 meta.append(r)
-    return cases, acc, meta
+    return Cases(rounds), acc, meta
 
 
 def fmt(v):
@@ -99,8 +126,14 @@ def header(meta):
     print()
 
 
+def of_rounds(cases):
+    n = cases.nrounds()
+    return f", then of {n} rounds" if n > 1 else ""
+
+
 def throughput_table(cases, engines, lengths, batches, names):
-    print("Inputs/s (median of the reps; tokenization included for every engine):")
+    print(f"Inputs/s (median of the reps{of_rounds(cases)}; tokenization included for every "
+          "engine):")
     print()
     print("| input | batch | " + " | ".join(n for _, n in engines) + " |")
     print("|---|---:|" + "---:|" * len(engines))
@@ -136,18 +169,33 @@ def accuracy_table(acc, engines, lengths, names):
     print()
 
 
+def round_ratios(cases, eng, peer, t, b):
+    """[(ratio, peer name or None)] of each round in which eng and its peer
+    (the round's best fp32 peer when peer is None) both ran."""
+    mine = cases.rounds.get((eng, t, b), {})
+    out = []
+    for rnd, r in sorted(mine.items()):
+        if peer is None:
+            best = [(cases.rounds[(p, t, b)][rnd]["inputs_per_s"], p) for p in FP32_PEERS
+                    if rnd in cases.rounds.get((p, t, b), {})]
+            theirs, pname = max(best) if best else (None, None)
+        else:
+            got = cases.rounds.get((peer, t, b), {}).get(rnd)
+            theirs, pname = (got["inputs_per_s"] if got else None), None
+        if theirs:
+            out.append((r["inputs_per_s"] / theirs, pname))
+    return out
+
+
 def ratio_cell(cases, acc, eng, peer, need, floor, t, b):
-    """Returns (text, met or None when unmeasured, ratio)."""
-    mine = cases.get((eng, t, b))
-    if peer is None:
-        best = [(cases[(p, t, b)]["inputs_per_s"], p) for p in FP32_PEERS if (p, t, b) in cases]
-        theirs, pname = max(best) if best else (None, None)
-    else:
-        theirs = cases[(peer, t, b)]["inputs_per_s"] if (peer, t, b) in cases else None
-        pname = None
-    if mine is None or theirs is None:
+    """Returns (text, met or None when unmeasured, ratio): the median of the
+    rounds' ratios, so that one slow spell on either side moves it little."""
+    got = round_ratios(cases, eng, peer, t, b)
+    if not got:
         return "–", None, None
-    r = mine["inputs_per_s"] / theirs
+    r = statistics.median(g[0] for g in got)
+    # The peer that was the best most often, named beside the ratio.
+    pname = collections.Counter(g[1] for g in got).most_common(1)[0][0]
     ok = r >= need
     cos = acc.get((eng, t))
     why = ""
@@ -160,11 +208,17 @@ def ratio_cell(cases, acc, eng, peer, need, floor, t, b):
     vs = f" vs {dict(ENGINES)[pname]}" if pname else ""
     # Two decimals unless they would round a miss up to the target.
     shown = f"{r:.3f}" if r < need and round(r, 2) >= need else f"{r:.2f}"
-    return f"{shown}×{vs} ({label}{why})", ok, r
+    spread = ""
+    if len(got) > 1:
+        spread = f" [{min(g[0] for g in got):.2f}–{max(g[0] for g in got):.2f}]"
+    return f"{shown}×{vs}{spread} ({label}{why})", ok, r
 
 
 def targets_table(cases, acc, lengths, batches, names):
-    print("Targets (one ratio per cell, from the same run):")
+    n = cases.nrounds()
+    print("Targets (one ratio per cell, from the same run):" if n <= 1 else
+          f"Targets (each cell the median of its {n} rounds' ratios, the engines of a round run "
+          "back to back; the rounds' lowest and highest in brackets):")
     print()
     print("| input | batch | fp32 / best fp32 peer (≥ 1.1×) | bf16 / OpenVINO bf16 "
           "(≥ 1.2×, cos ≥ 0.9999) | int8 / ORT int8 (≥ 1.0×, cos ≥ 0.99) |")

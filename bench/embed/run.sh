@@ -41,6 +41,12 @@
 # without AVX512_BF16 OpenVINO's bf16 hint runs an emulation at a few
 # inputs/s that can take most of a run, and says nothing there.
 #
+# ROUNDS (default 1) repeats each cell that many times, attnserve then the
+# peers in every round, and the report gives each cell the median of its
+# rounds' throughputs and of their ratios, with the rounds' range beside: on
+# a shared machine a slow spell of some seconds lands on one engine of one
+# round, and a single round of a cell can read 2x off either way.
+#
 # PRECISIONS (default fp32,bf16,int8; one this CPU lacks is skipped, said so)
 # are timed in the same process, alternating case by case. GEMM=0 skips the
 # standalone GEMM timing of each case.
@@ -68,6 +74,7 @@ BENCH_MODELS_DIR=${BENCH_MODELS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/attnserve/b
 BACKENDS=${BACKENDS:-fused}
 PRECISIONS=${PRECISIONS:-fp32,bf16,int8}
 REPS=${REPS:-5}
+ROUNDS=${ROUNDS:-1}
 BUDGET=${BUDGET:-8}
 PEERS=${PEERS:-1}
 PEER_ENGINES=${PEER_ENGINES:-}
@@ -137,18 +144,25 @@ bench_model() {
         echo "bench-embed: $title: no accuracy column: it needs the peers' fp32 sentence-transformers" >&2
     fi
     # Each (length, batch) cell runs attnserve and then the peers back to
-    # back, so a change in the machine's load lands on both sides of a ratio.
+    # back, so a change in the machine's load lands on both sides of a ratio;
+    # each round of it does so again, its results after a round marker.
     for len in $lengths; do
         for batch in $(echo "$batches" | tr , ' '); do
-            echo "bench-embed: $title: $len-token inputs, batch $batch: attnserve ($BACKENDS)${PY:+, then peers} (load $(load))" >&2
-            "$BENCH" --json --model "$dir" $pair_opt --threads "$THREADS" --backends "$BACKENDS" \
-                --precisions "$PRECISIONS" $GEMM_OPT \
-                --lengths "$len" --batches "$batch" --reps "$REPS" --budget "$BUDGET" >>"$out/attnserve.jsonl"
-            [ -n "$PY" ] || continue
-            "$PY" "$HERE/peers.py" --inputs "$out/inputs-$len.jsonl" --model "$dir" $rerank_opt \
-                ${PEER_ENGINES:+--peers "$PEER_ENGINES"} --threads "$THREADS" --batches "$batch" --reps "$REPS" --budget "$BUDGET" \
-                >>"$out/peers.jsonl" 2>"$out/peers.log" ||
-                { cat "$out/peers.log" >&2; echo "bench-embed: $title: the peers failed on $len x $batch; table without them" >&2; }
+            round=1
+            while [ "$round" -le "$ROUNDS" ]; do
+                echo "bench-embed: $title: $len-token inputs, batch $batch, round $round of $ROUNDS: attnserve ($BACKENDS)${PY:+, then peers} (load $(load))" >&2
+                echo "{\"kind\": \"round\", \"round\": $round}" >>"$out/attnserve.jsonl"
+                "$BENCH" --json --model "$dir" $pair_opt --threads "$THREADS" --backends "$BACKENDS" \
+                    --precisions "$PRECISIONS" $GEMM_OPT \
+                    --lengths "$len" --batches "$batch" --reps "$REPS" --budget "$BUDGET" >>"$out/attnserve.jsonl"
+                round=$((round + 1))
+                [ -n "$PY" ] || continue
+                echo "{\"kind\": \"round\", \"round\": $((round - 1))}" >>"$out/peers.jsonl"
+                "$PY" "$HERE/peers.py" --inputs "$out/inputs-$len.jsonl" --model "$dir" $rerank_opt \
+                    ${PEER_ENGINES:+--peers "$PEER_ENGINES"} --threads "$THREADS" --batches "$batch" --reps "$REPS" --budget "$BUDGET" \
+                    >>"$out/peers.jsonl" 2>"$out/peers.log" ||
+                    { cat "$out/peers.log" >&2; echo "bench-embed: $title: the peers failed on $len x $batch; table without them" >&2; }
+            done
         done
     done
     echo
