@@ -7,11 +7,12 @@ typedef struct srv_error_entry {
     int code;
     unsigned status;
     const char *type;
+    const char *tei_type;
     const char *message;
 } srv_error_entry;
 
 static const srv_error_entry entries[] = {
-#define SRV_ERR_ENTRY(name, code, status, type, msg) {code, status, type, msg},
+#define SRV_ERR_ENTRY(name, code, status, type, tei_type, msg) {code, status, type, tei_type, msg},
     SRV_ERRORS(SRV_ERR_ENTRY)
 #undef SRV_ERR_ENTRY
 };
@@ -41,12 +42,6 @@ json_t *srv_error_body(int err, const char *message) {
 
 json_t *srv_error_body_tei(int err, const char *message) {
     const srv_error_entry *e = find(err);
-    const char *type = "Validation";
-    if (err == SRV_EQUEUEFULL || err == SRV_EMEMORY)
-        type = "Overloaded";
-    else if (err == SRV_EUNAVAILABLE)
-        type = "Unhealthy";
-    else if (err == SRV_EINTERNAL || err == SRV_ETIMEOUT || err == SRV_ETASK)
-        type = "Backend";
-    return json_pack("{s:s, s:s}", "error", message ? message : e->message, "error_type", type);
+    return json_pack("{s:s, s:s}", "error", message ? message : e->message, "error_type",
+                     e->tei_type);
 }

@@ -1,41 +1,47 @@
 /* errors.h — every error the service answers with, in one list.
  *
  * Each entry gives a negative code, the HTTP status it maps to, the error
- * "type" clients can branch on, and a default message. One function,
- * srv_error_body(), builds every error body, so all of them share OpenAI's
- * shape
+ * "type" clients can branch on, the error_type Text Embeddings Inference
+ * gives the same error on the routes that imitate it, and a default message.
+ * One function, srv_error_body(), builds every error body in OpenAI's shape
  *   {"error": {"message": "...", "type": "...", "param": null, "code": 422}}
  * where "param" names the request field at fault (null when none is) and
  * "code" repeats the HTTP status (clients that only see the body still know
  * what happened), or is OpenAI's string code where one applies
- * ("model_not_found"). */
+ * ("model_not_found"); srv_error_body_tei() builds TEI's.
+ *
+ * The status is the same in both shapes. */
 #ifndef ATTN_ERRORS_H
 #define ATTN_ERRORS_H
 
 #include <jansson.h>
 
-/*  name                 code  status type                          default message */
+/*  name                 code  status type                     TEI's type    default message */
 #define SRV_ERRORS(X)                                                                              \
-    X(SRV_EBADREQUEST, -1, 400, "invalid_request_error", "malformed request")                      \
-    X(SRV_EUNAUTHORIZED, -2, 401, "authentication_error", "missing or invalid API key")            \
-    X(SRV_ENOTFOUND, -3, 404, "not_found_error", "no such route")                                  \
-    X(SRV_EMETHOD, -4, 405, "method_not_allowed_error", "method not allowed on this route")        \
-    X(SRV_ETOOLARGE, -5, 413, "request_too_large_error", "request body too large")                 \
-    X(SRV_EMEDIATYPE, -6, 415, "unsupported_media_type_error",                                     \
+    X(SRV_EBADREQUEST, -1, 400, "invalid_request_error", "Validation", "malformed request")        \
+    X(SRV_EUNAUTHORIZED, -2, 401, "authentication_error", "Validation",                            \
+      "missing or invalid API key")                                                                \
+    X(SRV_ENOTFOUND, -3, 404, "not_found_error", "Validation", "no such route")                    \
+    X(SRV_EMETHOD, -4, 405, "method_not_allowed_error", "Validation",                              \
+      "method not allowed on this route")                                                          \
+    X(SRV_ETOOLARGE, -5, 413, "request_too_large_error", "Validation", "request body too large")   \
+    X(SRV_EMEDIATYPE, -6, 415, "unsupported_media_type_error", "Validation",                       \
       "Content-Type must be application/json")                                                     \
-    X(SRV_EINVALID, -7, 422, "invalid_value_error", "request is well-formed but invalid")          \
-    X(SRV_EQUEUEFULL, -8, 429, "overloaded_error", "queue full, retry later")                      \
-    X(SRV_EUNAVAILABLE, -9, 503, "unavailable_error", "service not ready or draining")             \
-    X(SRV_ETIMEOUT, -10, 504, "timeout_error", "deadline passed while queued")                     \
-    X(SRV_EINTERNAL, -11, 500, "internal_error", "internal error")                                 \
-    X(SRV_EMEMORY, -12, 503, "overloaded_error",                                                   \
+    X(SRV_EINVALID, -7, 422, "invalid_value_error", "Validation",                                  \
+      "request is well-formed but invalid")                                                        \
+    X(SRV_EQUEUEFULL, -8, 429, "overloaded_error", "Overloaded", "queue full, retry later")        \
+    X(SRV_EUNAVAILABLE, -9, 503, "unavailable_error", "Unhealthy",                                 \
+      "service not ready or draining")                                                             \
+    X(SRV_ETIMEOUT, -10, 504, "timeout_error", "Backend", "deadline passed while queued")          \
+    X(SRV_EINTERNAL, -11, 500, "internal_error", "Backend", "internal error")                      \
+    X(SRV_EMEMORY, -12, 503, "overloaded_error", "Overloaded",                                     \
       "the request memory budget (max_request_memory_bytes) is held by other requests; retry "     \
       "later")                                                                                     \
-    X(SRV_ETASK, -13, 424, "model_task_error", "the served model does not do this task")
+    X(SRV_ETASK, -13, 424, "model_task_error", "Backend", "the served model does not do this task")
 
 enum {
     SRV_OK = 0,
-#define SRV_ERR_ENUM(name, code, status, type, msg) name = code,
+#define SRV_ERR_ENUM(name, code, status, type, tei_type, msg) name = code,
     SRV_ERRORS(SRV_ERR_ENUM)
 #undef SRV_ERR_ENUM
 };
@@ -50,11 +56,8 @@ json_t *srv_error_body(int err, const char *message);
 json_t *srv_error_body_at(int err, const char *message, const char *param, const char *code);
 
 /* The same error in Text Embeddings Inference's shape, {"error": message,
- * "error_type": type}, for the routes that imitate TEI. TEI's types are
- * Validation (the request), Overloaded (429, a full budget), Unhealthy (not
- * ready, draining), Backend (the model failed, a deadline passed, or the
- * served model does not do what the route asks, 424) and Empty
- * (nothing to embed); the HTTP status stays srv_error_status(err). */
+ * "error_type": type}, for the routes that imitate TEI: the entry's TEI
+ * type, the same HTTP status (srv_error_status). */
 json_t *srv_error_body_tei(int err, const char *message);
 
 #endif
