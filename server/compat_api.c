@@ -255,7 +255,7 @@ static json_t *text_ids(const compat_api *c, size_t i, const char *text, size_t 
     else if (rc == TOK_EUTF8)
         refuse(r, SRV_EBADREQUEST, "input %zu is not valid UTF-8 (byte %zu)", i, error_at);
     else if (rc == TOK_ECOMPLEX)
-        refuse(r, SRV_EINVALID, "input %zu: %s", i, tok_strerror(rc));
+        refuse(r, SRV_ETOKENIZER, "input %zu: %s", i, tok_strerror(rc));
     else if (rc != TOK_OK)
         refuse(r, rc == TOK_ENOMEM ? SRV_EMEMORY : SRV_EINTERNAL, "tokenizer: %s",
                tok_strerror(rc));
@@ -306,7 +306,7 @@ static json_t *inputs_ids(const compat_api *c, json_t *inputs, const text_opts *
     }
     if (!single && json_array_size(inputs) == 0) {
         json_decref(list);
-        refuse(r, SRV_EBADREQUEST, "inputs cannot be empty");
+        refuse(r, SRV_EEMPTY, "inputs cannot be empty");
         return NULL;
     }
     /* Past the limit the decoding refuses anyway: say so before tokenizing. */
@@ -669,7 +669,7 @@ static int tei_similarity(http_request *req, void *ctx) {
         refuse(&r, SRV_EBADREQUEST,
                "inputs must be {\"source_sentence\": string, \"sentences\": [string, ...]}");
     } else if (json_array_size(sentences) == 0) {
-        refuse(&r, SRV_EBADREQUEST, "`inputs.sentences` cannot be empty");
+        refuse(&r, SRV_EEMPTY, "`inputs.sentences` cannot be empty");
     } else if (params && !json_is_null(params) && !json_is_object(params)) {
         refuse(&r, SRV_EBADREQUEST, "parameters must be an object");
     } else {
@@ -777,9 +777,11 @@ static int tei_decode(http_request *req, void *ctx) {
     bool skip_special = true;
     json_t *out = NULL;
     if (!r.err && want_bool(skip, "skip_special_tokens", true, &skip_special, &r) == SRV_OK) {
-        if (!json_is_array(ids) || json_array_size(ids) == 0) {
+        if (!json_is_array(ids)) {
             refuse(&r, SRV_EBADREQUEST,
                    "ids must be a non-empty array of token ids or of arrays of token ids");
+        } else if (json_array_size(ids) == 0) {
+            refuse(&r, SRV_EEMPTY, "`ids` cannot be empty");
         } else {
             bool batch = json_is_array(json_array_get(ids, 0));
             size_t n = batch ? json_array_size(ids) : 1;
@@ -872,7 +874,7 @@ static json_t *llama_tokens(const compat_api *c, json_t *root, refusal *r) {
     if (rc == TOK_EUTF8)
         refuse(r, SRV_EBADREQUEST, "content is not valid UTF-8 (byte %zu)", o.error_at);
     else if (rc == TOK_ECOMPLEX)
-        refuse(r, SRV_EINVALID, "content: %s", tok_strerror(rc));
+        refuse(r, SRV_ETOKENIZER, "content: %s", tok_strerror(rc));
     else if (rc != TOK_OK)
         refuse(r, rc == TOK_ENOMEM ? SRV_EMEMORY : SRV_EINTERNAL, "tokenizer: %s",
                tok_strerror(rc));

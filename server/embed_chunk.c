@@ -289,7 +289,7 @@ static int tok_refusal(int rc, int32_t d, size_t error_at, embed_refusal *r) {
         return refuse(r, SRV_EBADREQUEST, "input %d is not valid UTF-8 (byte %zu)", (int)d,
                       error_at);
     if (rc == TOK_ECOMPLEX)
-        return refuse(r, SRV_EINVALID, "input %d: %s", (int)d, tok_strerror(rc));
+        return refuse(r, SRV_ETOKENIZER, "input %d: %s", (int)d, tok_strerror(rc));
     if (rc == TOK_ENOMEM)
         return refuse(r, SRV_EINTERNAL, "out of memory");
     return refuse(r, SRV_EINTERNAL, "tokenizer: %s", tok_strerror(rc));
@@ -384,7 +384,7 @@ embed_job *embed_chunk_job(const embed_api *api, const char *field, json_t *in,
         n_docs = json_array_size(in);
         const int64_t max_inputs = atomic_load(&api->max_inputs_per_request);
         if (n_docs == 0) {
-            refuse(r, SRV_EBADREQUEST, "%s is an empty array", field);
+            refuse(r, SRV_EEMPTY, "%s is an empty array", field);
             return NULL;
         }
         if ((int64_t)n_docs > max_inputs) {

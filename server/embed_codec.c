@@ -75,7 +75,7 @@ static int classify(const embed_api *api, const char *field, json_t *in, bool al
         return refuse(r, SRV_EBADREQUEST, "%s must be %s", field, allowed);
     size_t size = json_array_size(in);
     if (size == 0)
-        return refuse(r, SRV_EBADREQUEST, "%s is an empty array", field);
+        return refuse(r, SRV_EEMPTY, "%s is an empty array", field);
     json_t *first = json_array_get(in, 0);
     if (allow_ids && json_is_integer(first)) {
         *kind = IN_IDS;
@@ -198,7 +198,7 @@ static int tokenize_text(const embed_api *api, embed_job *job, int32_t i, json_t
                       "input %d has %d tokens; max_seq_length is %d and truncation is off", (int)i,
                       (int)n_full, (int)max_len);
     if (rc == TOK_ECOMPLEX)
-        return refuse(r, SRV_EINVALID, "input %d: %s", (int)i, tok_strerror(rc));
+        return refuse(r, SRV_ETOKENIZER, "input %d: %s", (int)i, tok_strerror(rc));
     if (rc == TOK_ENOMEM)
         return refuse(r, SRV_EINTERNAL, "out of memory");
     if (rc != TOK_OK)
@@ -704,7 +704,7 @@ static json_t *tokenize_one(const embed_api *api, int32_t i, json_t *in, bool sp
     if (rc == TOK_EUTF8)
         refuse(r, SRV_EBADREQUEST, "input %d is not valid UTF-8 (byte %zu)", (int)i, o.error_at);
     else if (rc == TOK_ECOMPLEX)
-        refuse(r, SRV_EINVALID, "input %d: %s", (int)i, tok_strerror(rc));
+        refuse(r, SRV_ETOKENIZER, "input %d: %s", (int)i, tok_strerror(rc));
     else if (rc != TOK_OK)
         refuse(r, SRV_EINTERNAL, "tokenizer: %s", tok_strerror(rc));
     else if (!(out = json_array()))

@@ -10,7 +10,15 @@
  * what happened), or is OpenAI's string code where one applies
  * ("model_not_found"); srv_error_body_tei() builds TEI's.
  *
- * The status is the same in both shapes. */
+ * The status is the same in both shapes, and where TEI has the error it is
+ * TEI's: its router answers Validation 422 (413 before TEI 1.9), Tokenizer
+ * 422, Empty 400, Overloaded 429, Unhealthy 503 and Backend 424. So an empty
+ * batch is SRV_EEMPTY and a text the tokenizer cannot encode SRV_ETOKENIZER,
+ * each with the OpenAI type of its kin. Errors TEI answers otherwise, or not
+ * at all, keep our status under TEI's nearest type: a malformed body is a
+ * Validation 400 (TEI's JSON rejections are plain text), a body too large a
+ * Validation 413, a full memory budget an Overloaded 503, a passed deadline
+ * a Backend 504. */
 #ifndef ATTN_ERRORS_H
 #define ATTN_ERRORS_H
 
@@ -37,7 +45,11 @@
     X(SRV_EMEMORY, -12, 503, "overloaded_error", "Overloaded",                                     \
       "the request memory budget (max_request_memory_bytes) is held by other requests; retry "     \
       "later")                                                                                     \
-    X(SRV_ETASK, -13, 424, "model_task_error", "Backend", "the served model does not do this task")
+    X(SRV_ETASK, -13, 424, "model_task_error", "Backend",                                          \
+      "the served model does not do this task")                                                    \
+    X(SRV_EEMPTY, -14, 400, "invalid_request_error", "Empty", "the request's batch is empty")      \
+    X(SRV_ETOKENIZER, -15, 422, "invalid_value_error", "Tokenizer",                                \
+      "the tokenizer cannot encode the input")
 
 enum {
     SRV_OK = 0,

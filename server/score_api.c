@@ -204,11 +204,11 @@ static int tokenize(const score_api *s, embed_job *job, int32_t i, const score_i
                       "input %d has %d tokens; at most %d are taken and truncation is off", (int)i,
                       (int)o.n_full, (int)max);
     if (rc == TOK_ENOPAIR)
-        return refuse(r, SRV_EINVALID,
+        return refuse(r, SRV_ETOKENIZER,
                       "the model's tokenizer has no template for a pair of texts (its "
                       "post_processor has no \"pair\")");
     if (rc == TOK_ECOMPLEX)
-        return refuse(r, SRV_EINVALID, "input %d: %s", (int)i, tok_strerror(rc));
+        return refuse(r, SRV_ETOKENIZER, "input %d: %s", (int)i, tok_strerror(rc));
     if (rc == TOK_ENOMEM)
         return refuse(r, SRV_EMEMORY, "out of memory");
     if (rc != TOK_OK)
@@ -232,7 +232,7 @@ embed_job *score_job_make(const score_api *s, const score_input *in, int32_t n, 
     const int32_t max = limit > 0 && limit < s->max_length ? limit : s->max_length;
     const int64_t max_inputs = atomic_load(&api->max_inputs_per_request);
     if (n < 1) {
-        refuse(r, SRV_EBADREQUEST, "nothing to score");
+        refuse(r, SRV_EEMPTY, "nothing to score");
         return NULL;
     }
     if ((int64_t)n > max_inputs) {
@@ -402,7 +402,7 @@ static score_input *rerank_inputs(json_t *query, json_t *documents, const char *
     }
     const size_t size = json_array_size(documents);
     if (size == 0) {
-        refuse(r, SRV_EBADREQUEST, "`%s` cannot be empty", field);
+        refuse(r, SRV_EEMPTY, "`%s` cannot be empty", field);
         return NULL;
     }
     if (size > INT32_MAX) {
@@ -501,7 +501,7 @@ static score_job *decode_tei_rerank(const score_api *s, json_t *root, refusal *r
         return NULL;
     json_t *texts = json_object_get(root, "texts");
     if (json_is_array(texts) && json_array_size(texts) == 0) {
-        refuse(r, SRV_EBADREQUEST, "`texts` cannot be empty");
+        refuse(r, SRV_EEMPTY, "`texts` cannot be empty");
         return NULL;
     }
     bool raw, ret, trunc, left;
@@ -582,8 +582,12 @@ static score_input *predict_inputs(json_t *inputs, int32_t *n, bool *batch, refu
     }
     const bool single = json_is_string(inputs) ||
                         (json_is_array(inputs) && json_is_string(json_array_get(inputs, 0)));
-    if (!single && (!json_is_array(inputs) || json_array_size(inputs) == 0)) {
+    if (!single && !json_is_array(inputs)) {
         refuse(r, SRV_EBADREQUEST, "%s", shape);
+        return NULL;
+    }
+    if (!single && json_array_size(inputs) == 0) {
+        refuse(r, SRV_EEMPTY, "`inputs` cannot be empty");
         return NULL;
     }
     const size_t size = single ? 1 : json_array_size(inputs);

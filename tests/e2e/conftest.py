@@ -299,9 +299,11 @@ def post_attention(server, body, timeout=60, session=None, **kw):
 # TEI's (llama.cpp's `content` gets the OpenAI shape).
 TEI_PATHS = {"/", "/embed", "/embed_all", "/invocations", "/similarity", "/decode", "/tokenize",
              "/ping"}
-# Each of our error types as TEI's error_type names it (server/errors.c).
+# Each of our error types as TEI's error_type names it (server/errors.h); the rest are
+# Validation, but for Empty and Tokenizer, which share OpenAI's types with Validation.
 TEI_TYPES = {"overloaded_error": "Overloaded", "unavailable_error": "Unhealthy",
-             "timeout_error": "Backend", "internal_error": "Backend"}
+             "timeout_error": "Backend", "internal_error": "Backend",
+             "model_task_error": "Backend"}
 
 
 def tei_shaped(r):
@@ -311,16 +313,21 @@ def tei_shaped(r):
     return path in TEI_PATHS and not (path == "/tokenize" and b'"content"' in body)
 
 
-def assert_error(r, status, etype=None):
+def assert_error(r, status, etype=None, tei=None):
     """The error answer of status, in the shape of the API the route
-    imitates; returns {"message", "type", "code"} whichever the shape."""
+    imitates; returns {"message", "type", "code"} whichever the shape.
+    etype is OpenAI's type; on TEI's routes the error_type is tei when given
+    (Empty and Tokenizer share OpenAI's types with Validation), else etype's
+    TEI name."""
     assert r.status_code == status, (r.status_code, r.text)
     assert r.headers["Content-Type"] == "application/json"
     if tei_shaped(r):
         body = r.json()
         assert set(body) == {"error", "error_type"}, body
         assert body["error"]
-        if etype:
+        if tei:
+            assert body["error_type"] == tei, body
+        elif etype:
             assert body["error_type"] == TEI_TYPES.get(etype, "Validation"), body
         return {"message": body["error"], "type": body["error_type"], "code": status}
     err = r.json()["error"]

@@ -39,13 +39,14 @@ def ok(r):
     return r.json()
 
 
-def tei_error(r, status):
-    """TEI's error shape, exactly."""
+def tei_error(r, status, etype=None):
+    """TEI's error shape, exactly; with etype, that error_type."""
     assert r.status_code == status, (r.status_code, r.text)
     body = r.json()
     assert set(body) == {"error", "error_type"}, body
     assert body["error_type"] in ("Unhealthy", "Backend", "Overloaded", "Validation",
                                   "Tokenizer", "Empty")
+    assert etype is None or body["error_type"] == etype, body
     assert isinstance(body["error"], str) and body["error"]
     return body
 
@@ -171,16 +172,58 @@ def test_prompts_from_the_model_configuration(tmp_path, start_server):
 
 
 def test_embed_errors_in_tei_shape(server):
-    assert tei_error(post(server, "/embed", {"inputs": []}), 400)
-    tei_error(post(server, "/embed", {}), 400)
-    tei_error(post(server, "/embed", {"inputs": "x", "normalise": True}), 400)
-    tei_error(post(server, "/embed", {"inputs": [[999999]]}), 422)
+    assert tei_error(post(server, "/embed", {"inputs": []}), 400, "Empty")
+    tei_error(post(server, "/embed", {}), 400, "Validation")
+    tei_error(post(server, "/embed", {"inputs": "x", "normalise": True}), 400, "Validation")
+    tei_error(post(server, "/embed", {"inputs": [[999999]]}), 422, "Validation")
     r = requests.post(server.url("/embed"), data="{", headers=JSON, timeout=5)
     tei_error(r, 400)
     r = requests.post(server.url("/embed"), data="{}", timeout=5)
     tei_error(r, 415)
     r = requests.get(server.url("/embed"), timeout=5)
     tei_error(r, 405)
+
+
+# The same refusals on /embed and on /v1/embeddings: (TEI's body, OpenAI's body,
+# status, TEI's error_type, OpenAI's type). The statuses are those of TEI's
+# router (TEI 1.9 and later: Validation 422, Tokenizer 422, Empty 400), which
+# agree with OpenAI's route here; only the error's type tells Empty from a
+# malformed body on TEI's route.
+TEI_STATUS_CASES = [
+    ({"inputs": ["a"] * 2049}, {"input": ["a"] * 2049}, 422, "Validation",
+     "invalid_value_error"),
+    ({"inputs": "word " * 600, "truncate": False}, None, 422, "Validation", "invalid_value_error"),
+    ({"inputs": "x", "dimensions": DIM + 1}, {"input": "x", "dimensions": DIM + 1}, 422,
+     "Validation", "invalid_value_error"),
+    ({"inputs": "x", "prompt_name": "nope"}, None, 422, "Validation", "invalid_value_error"),
+    ({"inputs": []}, {"input": []}, 400, "Empty", "invalid_request_error"),
+    ({"inputs": 3}, {"input": 3}, 400, "Validation", "invalid_request_error"),
+    ({"inputs": "x", "normalize": "yes"}, {"input": "x", "dimensions": "8"}, 400, "Validation",
+     "invalid_request_error"),
+]
+
+
+@pytest.mark.parametrize("tei, openai, status, tei_type, openai_type", TEI_STATUS_CASES)
+def test_tei_statuses_and_types(server, tei, openai, status, tei_type, openai_type):
+    tei_error(post(server, "/embed", tei), status, tei_type)
+    if openai is not None:
+        r = post(server, "/v1/embeddings", openai)
+        assert r.status_code == status, (r.status_code, r.text)
+        err = r.json()["error"]
+        assert set(err) == {"message", "type", "param", "code"}, err
+        assert err["type"] == openai_type and err["code"] == status, err
+
+
+def test_tei_empty_batches_are_empty(server):
+    """Each TEI route's empty batch is TEI's Empty 400, as TEI's router
+    answers "`inputs` cannot be empty" and its kin."""
+    for path, body in [("/embed", {"inputs": []}), ("/embed_all", {"inputs": []}),
+                       ("/tokenize", {"inputs": []}), ("/decode", {"ids": []}),
+                       ("/similarity", {"inputs": {"source_sentence": "a", "sentences": []}})]:
+        tei_error(post(server, path, body), 400, "Empty")
+    # llama.cpp's route shares /embed's decoding and keeps OpenAI's shape.
+    r = post(server, "/embedding", {"content": []})
+    assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error", r.text
 
 
 def test_embed_all_is_what_pooling_averages(server):
@@ -214,8 +257,8 @@ def test_similarity(server):
                                           "parameters": None}))
     assert abs(sim[0] - 1) < 1e-5
     tei_error(post(server, "/similarity", {"inputs": {"source_sentence": "a",
-                                                      "sentences": []}}), 400)
-    tei_error(post(server, "/similarity", {"inputs": "a"}), 400)
+                                                      "sentences": []}}), 400, "Empty")
+    tei_error(post(server, "/similarity", {"inputs": "a"}), 400, "Validation")
 
 
 def test_decode_as_tokenizers_does(server, hf_tokenizer):
@@ -228,8 +271,8 @@ def test_decode_as_tokenizers_does(server, hf_tokenizer):
             assert got == want, (c["text"][:60], got, want)
     one = ok(post(server, "/decode", {"ids": cases[0]["ids"]}))
     assert one == [hf_tokenizer.decode(cases[0]["ids"])]
-    tei_error(post(server, "/decode", {"ids": [10 ** 9]}), 422)
-    tei_error(post(server, "/decode", {"ids": []}), 400)
+    tei_error(post(server, "/decode", {"ids": [10 ** 9]}), 422, "Validation")
+    tei_error(post(server, "/decode", {"ids": []}), 400, "Empty")
 
 
 def test_tokenize_both_shapes(server, hf_tokenizer):

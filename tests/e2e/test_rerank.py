@@ -92,15 +92,18 @@ def test_root_stays_embed_on_an_embedder(server):
 # ---- bodies are checked in each route's shape -------------------------------------------------
 
 
-@pytest.mark.parametrize("body, status, words", [
-    ({"query": "q", "texts": []}, 400, "`texts` cannot be empty"),
-    ({"query": "q", "texts": ["a"], "documents": ["b"]}, 400, "send one"),
-    ({"query": "q", "texts": ["a"], "top_n": 1}, 400, "unknown field \"top_n\""),
-    ({"query": "q", "texts": ["a"], "raw_scores": "yes"}, 400, "raw_scores must be true or false"),
-    ({"query": "q", "texts": ["a"], "truncation_direction": "Up"}, 422, "truncation_direction"),
+@pytest.mark.parametrize("body, status, etype, words", [
+    ({"query": "q", "texts": []}, 400, "Empty", "`texts` cannot be empty"),
+    ({"query": "q", "texts": ["a"], "documents": ["b"]}, 400, "Validation", "send one"),
+    ({"query": "q", "texts": ["a"], "top_n": 1}, 400, "Validation", "unknown field \"top_n\""),
+    ({"query": "q", "texts": ["a"], "raw_scores": "yes"}, 400, "Validation",
+     "raw_scores must be true or false"),
+    ({"query": "q", "texts": ["a"], "truncation_direction": "Up"}, 422, "Validation",
+     "truncation_direction"),
 ])
-def test_tei_rerank_bad_bodies(server, body, status, words):
+def test_tei_rerank_bad_bodies(server, body, status, etype, words):
     err = tei_error(post(server, "/rerank", body), status)
+    assert err["error_type"] == etype, err
     assert words in err["error"], err
 
 
@@ -135,6 +138,7 @@ def test_predict_input_shapes_are_checked(server):
     for inputs in (["a", "b", "c"], [["a", "b", "c"]], [], 3, [["a"], 3]):
         err = tei_error(post(server, "/predict", {"inputs": inputs}), 400)
         assert "inputs" in err["error"], (inputs, err)
+        assert err["error_type"] == ("Empty" if inputs == [] else "Validation"), (inputs, err)
 
 
 # ---- a reranker: scores against CrossEncoder ----------------------------------------------------
