@@ -519,11 +519,57 @@ SCHEMAS = {
 }
 
 
+# What each status means on TEI's routes, and the error_types it comes with
+# (server/errors.h): TEI's router answers Validation and Tokenizer 422 and
+# Empty 400, as these routes do.
+TEI_STATUSES = {
+    400: ("a body of the wrong types or fields (Validation), or nothing to embed: an empty "
+          "inputs, sentences, texts or ids (Empty)", ["Validation", "Empty"]),
+    401: ("a missing or invalid API key", ["Validation"]),
+    413: ("the body is over max_body_bytes, or the request alone needs more than the request "
+          "memory budget", ["Validation"]),
+    415: ("Content-Type is not application/json", ["Validation"]),
+    422: ("a well-formed but invalid value: too many inputs, a text too long with truncation "
+           "off, dimensions out of range, an unknown prompt_name (Validation); a text the "
+           "tokenizer cannot encode (Tokenizer)", ["Validation", "Tokenizer"]),
+    424: ("the served model does not do this route's task, or its output is not finite",
+          ["Backend"]),
+    429: ("the queue is full; retry later", ["Overloaded"]),
+    503: ("not ready or draining (Unhealthy), or the request memory budget is held by others "
+          "(Overloaded); retry later", ["Unhealthy", "Overloaded"]),
+    504: ("the deadline passed while queued", ["Backend"]),
+}
+
+
+def tei_error(status):
+    """TEI's error shape as status answers it: its meaning, and its error_types
+    (a schema of its own, TeiError<status>)."""
+    if status == "default":
+        return json_body(ref(TEI_ERROR), "any other error")
+    return json_body(ref(TEI_ERROR + str(status)), TEI_STATUSES[status][0])
+
+
+SCHEMAS.update({
+    TEI_ERROR + str(status): {
+        "description": "TEI's error shape with status %d: %s." % (status, what),
+        "allOf": [ref(TEI_ERROR), {"properties": {"error_type": {"enum": types}}}]}
+    for status, (what, types) in TEI_STATUSES.items()})
+
+
 def errors(shape, *statuses):
     """The error answers a route gives, all in one shape."""
+    if shape == TEI_ERROR:
+        return {str(s): tei_error(s) for s in statuses + ("default",)}
     out = {str(s): json_body(ref(shape), "error") for s in statuses}
     out["default"] = json_body(ref(shape), "any other error")
     return out
+
+
+def tei_or_openai_error(status):
+    """A route that answers TEI's body in TEI's shape and another API's in
+    OpenAI's."""
+    tei = tei_error(status)["content"]["application/json"]["schema"]
+    return json_body({"oneOf": [tei, ref(OPENAI_ERROR)]}, "error")
 
 
 # Statuses every keyed POST can answer besides its own: a bad or missing key,
@@ -624,8 +670,7 @@ PATHS = {
         "responses": dict(
             {"200": json_body({"oneOf": [ref("TeiRerankResponse"),
                                          ref("InfinityRerankResponse")]})},
-            **{str(st): json_body({"oneOf": [ref(TEI_ERROR), ref(OPENAI_ERROR)]}, "error")
-               for st in TASK_ERRORS + ("default",)}),
+            **{str(st): tei_or_openai_error(st) for st in TASK_ERRORS + ("default",)}),
     }},
     "/predict": post("TEI: the served classifier's labels for a text, a pair or a batch of "
                      "either, best first.", ref("TeiPredictRequest"), ref("TeiPredictResponse"),
@@ -647,8 +692,7 @@ PATHS = {
         "responses": dict(
             {"200": json_body({"oneOf": [ref("TeiTokenizeResponse"),
                                          ref("LlamaTokenizeResponse")]})},
-            **{str(st): json_body({"oneOf": [ref(TEI_ERROR), ref(OPENAI_ERROR)]}, "error")
-               for st in POST_ERRORS + ("default",)}),
+            **{str(st): tei_or_openai_error(st) for st in POST_ERRORS + ("default",)}),
     }},
     # Infinity
     "/embeddings": post("Infinity (and TEI): OpenAI embeddings.", ref("OpenAIEmbeddingRequest"),
