@@ -523,8 +523,9 @@ SCHEMAS = {
 # (server/errors.h): TEI's router answers Validation and Tokenizer 422 and
 # Empty 400, as these routes do.
 TEI_STATUSES = {
-    400: ("a body of the wrong types or fields (Validation), or nothing to embed: an empty "
-          "inputs, sentences, texts or ids (Empty)", ["Validation", "Empty"]),
+    400: ("a body of the wrong types or fields (Validation), or an empty input: an empty "
+          "inputs, sentences, texts or ids, an empty array of token ids, or an empty string "
+          "to /tokenize (Empty)", ["Validation", "Empty"]),
     401: ("a missing or invalid API key", ["Validation"]),
     413: ("the body is over max_body_bytes, or the request alone needs more than the request "
           "memory budget", ["Validation"]),

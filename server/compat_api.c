@@ -279,7 +279,11 @@ static json_t *input_ids(const compat_api *c, size_t i, json_t *in, const text_o
         return text_ids(c, i, json_string_value(in), json_string_length(in), o, r);
     if (json_is_array(in) && json_array_size(in) > 0 && json_is_integer(json_array_get(in, 0)))
         return json_incref(in); /* the OpenAI decoding checks every id */
-    refuse(r, SRV_EBADREQUEST, "input %zu must be a string or a non-empty array of token ids", i);
+    if (json_is_array(in) && json_array_size(in) == 0)
+        refuse(r, SRV_EEMPTY, "input %zu is an empty array of token ids", i);
+    else
+        refuse(r, SRV_EBADREQUEST, "input %zu must be a string or a non-empty array of token ids",
+               i);
     return NULL;
 }
 

@@ -686,7 +686,7 @@ static json_t *tokenize_one(const embed_api *api, int32_t i, json_t *in, bool sp
     const char *text = json_string_value(in);
     const size_t len = json_string_length(in);
     if (len == 0) {
-        refuse(r, SRV_EBADREQUEST, "input %d is an empty string", (int)i);
+        refuse(r, SRV_EEMPTY, "input %d is an empty string", (int)i);
         return NULL;
     }
     tok_output o = {.capacity = api->model->max_positions};

@@ -395,13 +395,16 @@ def test_empty_input(server, path, key):
     # TEI embeds an empty string as [CLS] [SEP]; only an empty list is refused.
     empties = ([],) if path == "/embed" else ("", [], ["ok", ""], [""])
     for value in empties:
-        # An empty batch is TEI's Empty; an empty string in one a malformed input.
+        # An empty batch, and on /tokenize an empty string, is TEI's Empty
+        # (its tokenizer refuses an empty input as Empty).
         err = assert_error(post(server, path, {key: value}), 400, "invalid_request_error",
-                           tei="Empty" if value == [] else "Validation")
+                           tei="Empty")
         assert "empty" in err["message"]
-    if path == "/v1/embeddings":
-        assert_error(post(server, path, {key: [[]]}), 400)
-        assert_error(post(server, path, {key: [[101, 102], []]}), 400)
+    if path != "/tokenize":
+        # An empty array of token ids is an empty input too.
+        assert_error(post(server, path, {key: [[]]}), 400, "invalid_request_error", tei="Empty")
+        assert_error(post(server, path, {key: [[101, 102], []]}), 400, "invalid_request_error",
+                     tei="Empty")
 
 
 def test_one_10mb_string(server, own_server):

@@ -26,7 +26,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (job)
         FUZZ_CHECK(err == SRV_OK, "decoded, yet err %d", err);
     else
-        FUZZ_CHECK((err == SRV_EBADREQUEST || err == SRV_EINVALID) && msg[0],
+        FUZZ_CHECK((srv_error_status(err) == 400 || srv_error_status(err) == 422) && msg[0],
                    "refused with err %d, message \"%s\"", err, msg);
     attn_job_free(job);
     json_decref(root);
