@@ -173,12 +173,15 @@ def round_ratios(cases, eng, peer, t, b):
     """[(ratio, peer name or None)] of each round in which eng and its peer
     (the round's best fp32 peer when peer is None) both ran."""
     mine = cases.rounds.get((eng, t, b), {})
+    # The fp32 peers of the cell: a round where one of them is missing (its
+    # run failed) would be measured against a lesser best, so it is left out.
+    ran = [p for p in FP32_PEERS if (p, t, b) in cases.rounds]
     out = []
     for rnd, r in sorted(mine.items()):
         if peer is None:
-            best = [(cases.rounds[(p, t, b)][rnd]["inputs_per_s"], p) for p in FP32_PEERS
-                    if rnd in cases.rounds.get((p, t, b), {})]
-            theirs, pname = max(best) if best else (None, None)
+            if not ran or any(rnd not in cases.rounds[(p, t, b)] for p in ran):
+                continue
+            theirs, pname = max((cases.rounds[(p, t, b)][rnd]["inputs_per_s"], p) for p in ran)
         else:
             got = cases.rounds.get((peer, t, b), {}).get(rnd)
             theirs, pname = (got["inputs_per_s"] if got else None), None
@@ -211,6 +214,8 @@ def ratio_cell(cases, acc, eng, peer, need, floor, t, b):
     spread = ""
     if len(got) > 1:
         spread = f" [{min(g[0] for g in got):.2f}–{max(g[0] for g in got):.2f}]"
+    if len(got) < cases.nrounds():
+        spread += f" ({len(got)} of {cases.nrounds()} rounds)"
     return f"{shown}×{vs}{spread} ({label}{why})", ok, r
 
 

@@ -45,7 +45,8 @@
 # peers in every round, and the report gives each cell the median of its
 # rounds' throughputs and of their ratios, with the rounds' range beside: on
 # a shared machine a slow spell of some seconds lands on one engine of one
-# round, and a single round of a cell can read 2x off either way.
+# round, and a single round of a cell can read 2x off either way. An odd
+# count gives each cell one of its rounds as the median.
 #
 # PRECISIONS (default fp32,bf16,int8; one this CPU lacks is skipped, said so)
 # are timed in the same process, alternating case by case. GEMM=0 skips the
@@ -75,6 +76,7 @@ BACKENDS=${BACKENDS:-fused}
 PRECISIONS=${PRECISIONS:-fp32,bf16,int8}
 REPS=${REPS:-5}
 ROUNDS=${ROUNDS:-1}
+case $ROUNDS in '' | *[!0-9]* | 0*) echo "bench-embed: ROUNDS must be a positive integer, not '$ROUNDS'" >&2; exit 2 ;; esac
 BUDGET=${BUDGET:-8}
 PEERS=${PEERS:-1}
 PEER_ENGINES=${PEER_ENGINES:-}
