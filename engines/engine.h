@@ -41,7 +41,7 @@
  * (model/bert.h), attn_backend, attn_problem and attn_shape
  * (kernels/attention.h) and attn_parallel (kernels/parallel.h). A plugin
  * built against another value is refused. */
-#define ENGINE_API_VERSION 2
+#define ENGINE_API_VERSION 3
 
 /* The sizes the plugins of this version were built with (x86-64, the one
  * target). A size change here means a layout plugins do not share: bump
@@ -92,6 +92,10 @@ typedef struct engine_options {
      * each, so switching never allocates. */
     const attn_backend *const *backends;
     size_t nbackends;
+    /* The `gpu_attention` setting: which kernel an engine that computes
+     * attention on a device runs ("auto", "flash", "cudnn"; NULL: auto).
+     * Engines that run the attn_backend they are handed ignore it. */
+    const char *gpu_attention;
 } engine_options;
 
 /* One forward: sequence b is ids[cu_seqlens[b] .. cu_seqlens[b+1]), its
@@ -176,6 +180,14 @@ typedef struct engine_iface {
      * /embed_all answers. Default (NULL slot): not exposed, and such
      * requests are refused. */
     const float *(*hidden)(void *ctx);
+
+    /* OPTIONAL. The attention kernel this engine runs in place of the
+     * attn_backend it is handed (a GPU engine computes attention on its
+     * device): its name for /info, metrics and logs, and in *detail (never
+     * NULL) one line on how it was chosen (the measurement, or why another
+     * was refused), valid until free. Default (NULL slot): NULL, the
+     * backend handed is what runs. */
+    const char *(*attn_kernel)(void *ctx, const char **detail);
 } engine_iface;
 
 /* What a plugin exports under ENGINE_PLUGIN_SYMBOL. */
@@ -234,6 +246,10 @@ double engine_flops(const encoder_info *c, const int32_t *cu_seqlens, int32_t ba
 int engine_forward(engine *e, const engine_batch *b, const attn_backend *attn,
                    const attn_parallel *par, const engine_hook *hook, char *err, size_t err_len);
 const engine_run *engine_last_run(const engine *e);
+/* The attention kernel the engine runs instead of the backend it is handed,
+ * with *detail (may be NULL) saying how it was chosen; NULL (and "") when
+ * the engine runs the backend handed (see the iface's attn_kernel slot). */
+const char *engine_attn_kernel(const engine *e, const char **detail);
 /* The last forward's per-token hidden states, or NULL when the engine does
  * not expose them (see the iface's hidden slot). */
 const float *engine_last_hidden(const engine *e);

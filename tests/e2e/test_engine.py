@@ -110,7 +110,7 @@ def test_default_is_the_builtin_cpu_engine_in_fp32(start_server):
     i = info(s)["engine"]
     assert i["name"] == "cpu" and i["precision"] == "fp32"
     assert i["engine_setting"] == "auto" and i["precision_setting"] == "fp32"
-    assert i["plugin_dir"] == "" and i["api_version"] == 2
+    assert i["plugin_dir"] == "" and i["api_version"] == 3
     assert i["precision_check"] == "fp32: the reference"
     assert [(e["name"], e["origin"], e["offered"]) for e in i["engines"]] == \
         [("cpu", "built-in", True)]
