@@ -2,8 +2,10 @@
 #
 #   $(BUILD)/gpu-engines/cuda.so  engines/cuda/: the encoder on one NVIDIA GPU.
 #       The kernels (kernels.cu) are compiled by nvcc for sm_80 and sm_90;
-#       the engine (cuda_engine.c, the only file calling the CUDA runtime and
-#       cuBLASLt), its host-side logic (cuda_plan.c) and the model files it
+#       the engine (cuda_engine.c, calling the CUDA runtime and cuBLASLt),
+#       cuDNN's fused attention (cuda_cudnn.c: cuDNN is dlopened at run time,
+#       so only its headers, which the toolkit here ships, are needed to
+#       build), its host-side logic (cuda_plan.c) and the model files it
 #       reads with (the encoder interface, config, safetensors) by the C
 #       compiler, position-independent with hidden visibility like the
 #       cpu-avx512 plugin. model/encoder.c's family table names the CPU
@@ -29,7 +31,8 @@ NVCC      ?= $(CUDA_HOME)/bin/nvcc
 CUDA_ARCHS ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
 NVCC_FLAGS ?= -O3 -std=c++17 -lineinfo
 CUDA_PLUGIN := $(BUILD)/gpu-engines/cuda.so
-CUDA_C_SRC := engines/cuda/cuda_engine.c engines/cuda/cuda_plan.c model/encoder.c \
+CUDA_C_SRC := engines/cuda/cuda_engine.c engines/cuda/cuda_plan.c engines/cuda/cuda_cudnn.c \
+              model/encoder.c \
               model/bert.c model/bert_config.c model/safetensors.c model/gelu.c \
               model/gelu_avx2.c model/gelu_avx512.c kernels/attention.c kernels/simd.c \
               kernels/naive.c kernels/threadpool.c $(wildcard kernels/gemm*.c)
@@ -48,7 +51,7 @@ $(CUDA_CU_OBJ): engines/cuda/kernels.cu engines/cuda/cuda_kernels.h $(BUILD)/fla
 $(CUDA_PLUGIN): $(CUDA_C_OBJ) $(CUDA_CU_OBJ)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -shared -Wl,-z,defs -o $@ $^ -L$(CUDA_HOME)/lib64 \
-	    -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart -lstdc++ $(PKG_LIBS) $(BLAS_LIBS) -lm -pthread
+	    -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart -lstdc++ $(PKG_LIBS) $(BLAS_LIBS) -ldl -lm -pthread
 
 .PHONY: cuda
 cuda: $(CUDA_PLUGIN)
@@ -62,8 +65,9 @@ endif
 $(BUILD)/obj/tests/unit/test_cuda_plan.o: private CFLAGS += -DATTN_BUILD_DIR='"$(BUILD)"'
 
 # The GPU checks tests/gpu/run.sh runs (they build anywhere, run on a GPU):
-#   gpu-attn    the attention kernels against a double reference, and their
-#               benchmark: kernels.o and cuda_plan.c with libcudart;
+#   gpu-attn    the attention kernels (ours and cuDNN's, loaded at run time)
+#               against a double reference, and their benchmark: kernels.o,
+#               cuda_plan.c and cuda_cudnn.c with libcudart;
 #   gpu-engine  the engine through the contract, loaded from $(BUILD)/gpu-engines
 #               as the service loads it: the core library only.
 GPU_ATTN := $(BUILD)/gpu-attn
@@ -71,8 +75,9 @@ GPU_ENGINE := $(BUILD)/gpu-engine
 $(BUILD)/obj-plugin/cuda/tests/gpu/%.o: tests/gpu/%.c $(BUILD)/flags
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -I$(CUDA_HOME)/include -c $< -o $@
-$(GPU_ATTN): $(BUILD)/obj-plugin/cuda/tests/gpu/gpu_attn.o $(BUILD)/obj-plugin/cuda/engines/cuda/cuda_plan.o $(CUDA_CU_OBJ)
-	$(CC) $(LDFLAGS) -o $@ $^ -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lstdc++ -lm -pthread
+$(GPU_ATTN): $(BUILD)/obj-plugin/cuda/tests/gpu/gpu_attn.o $(BUILD)/obj-plugin/cuda/engines/cuda/cuda_plan.o \
+             $(BUILD)/obj-plugin/cuda/engines/cuda/cuda_cudnn.o $(CUDA_CU_OBJ)
+	$(CC) $(LDFLAGS) -o $@ $^ -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lstdc++ -ldl -lm -pthread
 $(GPU_ENGINE): $(BUILD)/obj-plugin/cuda/tests/gpu/gpu_engine.o $(LIB)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 .PHONY: gpu-checks
@@ -80,7 +85,7 @@ gpu-checks: $(CUDA_PLUGIN) $(GPU_ATTN) $(GPU_ENGINE)
 
 # The static checks of the CUDA engine's C files and the GPU checks join
 # `make lint` and `make format-check` (kernels.cu is C++ and left to nvcc).
-CUDA_LINT_SRC := engines/cuda/cuda_engine.c engines/cuda/cuda_plan.c \
+CUDA_LINT_SRC := engines/cuda/cuda_engine.c engines/cuda/cuda_plan.c engines/cuda/cuda_cudnn.c \
                  tests/gpu/gpu_attn.c tests/gpu/gpu_engine.c
 .PHONY: cuda-lint cuda-format-check
 lint: cuda-lint

@@ -5,6 +5,7 @@
  * (encoder_describe), which the engine calls; only its result is read here. */
 #include "cuda_plan.h"
 
+#include <dlfcn.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -124,6 +125,9 @@ int cuda_workspace_plan_make(const bert_config *c, cuda_dtype act, int32_t max_t
     out->pos = take(&at, T, i4);
     out->cu_seqlens = take(&at, B + 1, i4);
     out->tiles = take(&at, 2 * (size_t)out->max_tiles, i4);
+    out->sdpa_seq = take(&at, B, i4);
+    out->sdpa_off_qkv = take(&at, B + 1, sizeof(int64_t));
+    out->sdpa_off_o = take(&at, B + 1, sizeof(int64_t));
     out->host_in_bytes = take(&at, 0, 1);
     out->x = take(&at, T * C, e);
     out->qkv = take(&at, T * 3 * C, e);
@@ -344,4 +348,81 @@ void cuda_store(cuda_dtype t, void *dst, const float *src, size_t n) {
     uint16_t *d = dst;
     for (size_t i = 0; i < n; i++)
         d[i] = t == CUDA_DT_BF16 ? cuda_f32_to_bf16(src[i]) : cuda_f32_to_f16(src[i]);
+}
+
+/* ---- attention kernels ------------------------------------------------------- */
+int cuda_attn_choice_parse(const char *name) {
+    if (!name || !*name || strcmp(name, "auto") == 0)
+        return CUDA_ATTN_AUTO;
+    if (strcmp(name, "flash") == 0)
+        return CUDA_ATTN_FLASH;
+    if (strcmp(name, "cudnn") == 0)
+        return CUDA_ATTN_CUDNN;
+    return -1;
+}
+
+int cuda_cudnn_version_check(size_t version, char *why, size_t why_len) {
+    if (version >= CUDA_CUDNN_MIN_VERSION)
+        return 0;
+    snprintf(
+        why, why_len,
+        "cuDNN %zu.%zu.%zu is too old: the fused SDPA with per-sequence lengths needs %d.%d.%d",
+        version / 10000, version / 100 % 100, version % 100, CUDA_CUDNN_MIN_VERSION / 10000,
+        CUDA_CUDNN_MIN_VERSION / 100 % 100, CUDA_CUDNN_MIN_VERSION % 100);
+    return -1;
+}
+
+void *cuda_dl_open(const char *lib, const char *const *names, size_t n, void **fns, char *why,
+                   size_t why_len) {
+    void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        const char *e = dlerror();
+        snprintf(why, why_len, "cannot load %s: %s", lib, e ? e : "unknown error");
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++) {
+        dlerror();
+        fns[i] = dlsym(h, names[i]);
+        if (!fns[i]) {
+            const char *e = dlerror();
+            snprintf(why, why_len, "%s lacks %s: %s", lib, names[i], e ? e : "NULL symbol");
+            dlclose(h);
+            return NULL;
+        }
+    }
+    return h;
+}
+
+void cuda_sdpa_arrays(const int32_t *cu, int32_t batch, int32_t b_max, int64_t qkv_row,
+                      int64_t o_row, int32_t *seq_len, int64_t *off_qkv, int64_t *off_o) {
+    for (int32_t b = 0; b <= b_max; b++) {
+        const int64_t start = cu[b < batch ? b : batch];
+        off_qkv[b] = start * qkv_row;
+        off_o[b] = start * o_row;
+        if (b < b_max)
+            seq_len[b] = b < batch ? cu[b + 1] - cu[b] : 0;
+    }
+}
+
+int32_t cuda_attn_probe(int32_t max_tokens, int32_t max_seqs, int32_t max_len, int32_t *lens) {
+    const int32_t longest = max_len < 128 ? max_len : 128;
+    const int32_t top = longest < max_tokens ? longest : max_tokens;
+    int32_t n = 0, total = 0;
+    while (n < CUDA_PROBE_SEQS && n < max_seqs) {
+        /* Lengths from top down to about half of it, so that sequences end
+         * inside tiles as well as on their edges. */
+        const int32_t len = top - (int32_t)((n * 37) % (top / 2 + 1));
+        if (len < 1 || total + len > max_tokens)
+            break;
+        lens[n++] = len;
+        total += len;
+    }
+    if (n == 0)
+        lens[n++] = 1;
+    return n;
+}
+
+double cuda_attn_check_bound(cuda_dtype t) {
+    const double u = t == CUDA_DT_BF16 ? 1.0 / 256 : t == CUDA_DT_F16 ? 1.0 / 2048 : 0.0;
+    return 4.0 * u + 2e-5;
 }

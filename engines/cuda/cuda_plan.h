@@ -74,19 +74,23 @@ typedef struct cuda_workspace_plan {
     size_t ids, types, pos; /* int32 (T_max) each */
     size_t cu_seqlens;      /* int32 (B_max + 1) */
     size_t tiles;           /* int32 2·max_tiles: (sequence, first query row) */
-    size_t x;               /* act (T_max, C): residual stream */
-    size_t qkv;             /* act (T_max, 3C) */
-    size_t att;             /* act (T_max, C): attention output */
-    size_t tmp;             /* act (T_max, C): GEMM output before LayerNorm */
-    size_t ffn;             /* act (T_max, F) */
-    size_t pooled;          /* fp32 (B_max, C) */
-    size_t lt_ws;           /* cuBLASLt's scratch */
+    /* The cudnn kernel's per-batch arrays (cuda_sdpa_arrays), for B_max
+     * sequences: lengths int32 (B_max), ragged offsets int64 (B_max + 1)
+     * into the QKV rows and into the output rows. */
+    size_t sdpa_seq, sdpa_off_qkv, sdpa_off_o;
+    size_t x;      /* act (T_max, C): residual stream */
+    size_t qkv;    /* act (T_max, 3C) */
+    size_t att;    /* act (T_max, C): attention output */
+    size_t tmp;    /* act (T_max, C): GEMM output before LayerNorm */
+    size_t ffn;    /* act (T_max, F) */
+    size_t pooled; /* fp32 (B_max, C) */
+    size_t lt_ws;  /* cuBLASLt's scratch */
     size_t lt_ws_bytes;
     size_t device_bytes;
-    /* Pinned host staging: ids, positions, cu_seqlens and tiles go up in one
-     * copy (laid out as on the device, from ids to tiles), pooled comes
-     * back. */
-    size_t host_in_bytes; /* ids .. tiles end */
+    /* Pinned host staging: ids, positions, cu_seqlens, tiles and the cudnn
+     * arrays go up in one copy (laid out as on the device, from ids to
+     * sdpa_off_o), pooled comes back. */
+    size_t host_in_bytes; /* ids .. sdpa_off_o end */
     size_t host_bytes;    /* host_in_bytes + the pooled vectors */
 } cuda_workspace_plan;
 
@@ -149,6 +153,55 @@ int cuda_refuse_model(const encoder_info *info, char *why, size_t why_len);
 
 /* Head sizes the attention kernel is compiled for. */
 int cuda_head_dim_supported(int d);
+
+/* ---- attention kernels ------------------------------------------------------- */
+
+/* The `gpu_attention` engine option: which kernel computes attention in
+ * fp16/bf16. AUTO times both on the model's own shape at start and keeps
+ * the faster. */
+typedef enum cuda_attn_choice { CUDA_ATTN_AUTO, CUDA_ATTN_FLASH, CUDA_ATTN_CUDNN } cuda_attn_choice;
+
+/* NULL or "" is AUTO; "auto", "flash", "cudnn"; -1 for anything else. */
+int cuda_attn_choice_parse(const char *name);
+
+/* The oldest cuDNN whose fused SDPA operation (one backend descriptor,
+ * CUDNN_BACKEND_OPERATION_SDPA_FWD_DESCRIPTOR) takes per-sequence lengths,
+ * which a packed varlen batch needs: 9.15.0 (the operation itself came in
+ * 9.13.1, without them). */
+#define CUDA_CUDNN_MIN_VERSION 91500
+
+/* Whether cudnnGetVersion's value is one the cudnn kernel runs on: 0, or -1
+ * with why naming both versions. */
+int cuda_cudnn_version_check(size_t version, char *why, size_t why_len);
+
+/* dlopens lib and resolves names[0, n) into fns (RTLD_NOW | RTLD_LOCAL).
+ * Returns the handle, or NULL with why naming the library or the first
+ * missing symbol with dlerror's text (nothing stays open). */
+void *cuda_dl_open(const char *lib, const char *const *names, size_t n, void **fns, char *why,
+                   size_t why_len);
+
+/* What the cudnn kernel reads per batch, for a graph built for b_max
+ * sequences: seq_len[b] the length of sequence b (0 past batch, so those
+ * sequences compute nothing), and the ragged offsets in elements of each
+ * sequence's first row, qkv_row (3C) and o_row (C) elements per token:
+ * off_qkv[b] = cu[b]·qkv_row, off_o[b] = cu[b]·o_row, b <= b_max (cu[batch]
+ * repeated past batch). */
+void cuda_sdpa_arrays(const int32_t *cu_seqlens, int32_t batch, int32_t b_max, int64_t qkv_row,
+                      int64_t o_row, int32_t *seq_len, int64_t *off_qkv, int64_t *off_o);
+
+/* The batch the start-up check and the `auto` timing run attention on: up
+ * to CUDA_PROBE_SEQS sequences of lengths cycling below max_len (the
+ * longest min(max_len, 128), the shortest half that), within max_tokens
+ * and max_seqs. Fills lens and returns the count (>= 1). */
+#define CUDA_PROBE_SEQS 32
+int32_t cuda_attn_probe(int32_t max_tokens, int32_t max_seqs, int32_t max_len, int32_t *lens);
+
+/* The start-up check's bound on |kernel - fp32 kernel| over max|v| for an
+ * fp16/bf16 kernel, unit roundoff u (2^-11, 2^-8): the flash kernel is
+ * within 3u + 1e-5 of exact (tests/gpu/gpu_attn.c derives it), cuDNN's
+ * likewise (fp32 accumulation, probabilities rounded to the dtype), the fp32
+ * kernel within u + 1e-5 (its output's rounding): 4u + 2e-5 between them. */
+double cuda_attn_check_bound(cuda_dtype t);
 
 /* ---- conversions ------------------------------------------------------------ */
 /* Round to nearest even, as the device's __float2bfloat16_rn and
