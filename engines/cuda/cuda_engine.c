@@ -1,6 +1,6 @@
 /* cuda_engine.c — the CUDA engine: the whole encoder on one GPU, as the
  * plugin build/engines/cuda.so (mk/cuda.mk). The core never links CUDA; this
- * file is the only one that calls the CUDA runtime and cuBLASLt, and it
+ * file calls the CUDA runtime and cuBLASLt (cuDNN is cuda_cudnn.c's), and it
  * holds only those calls: what can be decided without a device is in
  * cuda_plan.c, which the unit tests check on every machine.
  *
@@ -27,6 +27,7 @@
  * so out always holds hidden_size floats per sequence, engine_output_dim. */
 #include "engines/engine.h"
 
+#include "cuda_cudnn.h"
 #include "cuda_kernels.h"
 #include "cuda_plan.h"
 #include "model/safetensors.h"
@@ -36,6 +37,7 @@
 #include <nvtx3/nvToolsExt.h>
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,6 +71,11 @@ typedef struct cuda_ctx {
     void *tap_ctx;
     int tap_layer;
     float *tap_f32;
+    /* The attention kernel (choose_attention): cuDNN's plan when it runs,
+     * the kernel's name and how it was chosen. */
+    cudnn_sdpa *sdpa;
+    const char *attn_name;
+    char attn_detail[384];
 } cuda_ctx;
 
 /* base + off bytes, as the untyped pointer the kernels and copies take. */
@@ -255,6 +262,7 @@ static void cuda_free_ctx(void *ctx) {
     cudaFree(c->ws);
     cudaFreeHost(c->host);
     cudaFreeHost(c->tap_f32);
+    cudnn_sdpa_destroy(c->sdpa);
     cuda_weight_layout_free(&c->wl);
     encoder_desc_free(c->desc);
     free(c);
@@ -270,8 +278,16 @@ static void cuda_free_ctx(void *ctx) {
         }                                                                                          \
     } while (0)
 
+static int choose_attention(cuda_ctx *c, cuda_attn_choice choice, char *err, size_t err_len);
+
 static int cuda_init(const engine_options *opt, void **out, char *err, size_t err_len) {
     *out = NULL;
+    const int choice = cuda_attn_choice_parse(opt->gpu_attention);
+    if (choice < 0) {
+        snprintf(err, err_len, "gpu_attention '%s': the cuda engine takes auto, flash or cudnn",
+                 opt->gpu_attention);
+        return ENGINE_EINVAL;
+    }
     if (cuda_precision_unsupported(opt->precision)) {
         snprintf(err, err_len, "%s", cuda_precision_unsupported(opt->precision));
         return ENGINE_EUNSUPPORTED;
@@ -378,6 +394,8 @@ static int cuda_init(const engine_options *opt, void **out, char *err, size_t er
         }
     }
     rc = load_weights(c, opt->model_dir, err, err_len);
+    if (rc == ENGINE_OK)
+        rc = choose_attention(c, (cuda_attn_choice)choice, err, err_len);
     if (rc != ENGINE_OK) {
         cuda_free_ctx(c);
         return rc;
@@ -399,7 +417,14 @@ static void cuda_memory(void *ctx, engine_memory *mem) {
                                             : 0;
     mem->weights_owned = c->wl.bytes;
     mem->weights_mapped = 0;
-    mem->workspace = c->plan.device_bytes + c->plan.host_bytes + tap;
+    mem->workspace = c->plan.device_bytes + c->plan.host_bytes + tap +
+                     (c->sdpa ? cudnn_sdpa_workspace(c->sdpa) : 0);
+}
+
+static const char *cuda_attn_kernel(void *ctx, const char **detail) {
+    cuda_ctx *c = ctx;
+    *detail = c->attn_detail;
+    return c->attn_name;
 }
 
 /* Shadow verification checks attention against a float64 reference within
@@ -572,6 +597,11 @@ static int cuda_forward(void *ctx, const engine_batch *bt, const attn_backend *a
     const int32_t ntiles =
         cuda_attn_tiles(bt->cu_seqlens, B, CUDA_ATTN_BLOCK_M, h_tiles, pl->max_tiles);
     FWD(ntiles < 0, "tiling the batch");
+    if (c->sdpa)
+        cuda_sdpa_arrays(bt->cu_seqlens, B, pl->max_seqs, 3 * (int64_t)m->hidden_size,
+                         m->hidden_size, (int32_t *)(c->host + pl->sdpa_seq),
+                         (int64_t *)(c->host + pl->sdpa_off_qkv),
+                         (int64_t *)(c->host + pl->sdpa_off_o));
     FWD(cudaMemcpyAsync(c->ws, c->host, pl->host_in_bytes, cudaMemcpyHostToDevice, c->stream),
         "uploading the batch");
 
@@ -609,9 +639,18 @@ static int cuda_forward(void *ctx, const engine_batch *bt, const attn_backend *a
         PUSH("cuda.layer");
         FWD(gemm(c, &g[G_QKV], o->qkv_w, o->qkv_b, x, NULL, qkv), "QKV GEMM");
         cudaEventRecord(c->ev[++e], c->stream);
-        FWD(dt == CUDA_DT_F32 ? cuda_attention_ref(dt, &aa, T, c->stream)
-                              : cuda_flash_attention(dt, &aa, c->stream),
-            "attention");
+        if (c->sdpa) {
+            char why[256];
+            if (cudnn_sdpa_run(c->sdpa, why, sizeof why) < 0) {
+                snprintf(err, err_len, "cuda: attention failed: %s", why);
+                rc = ENGINE_EFORWARD;
+                goto done;
+            }
+        } else {
+            FWD(dt == CUDA_DT_F32 ? cuda_attention_ref(dt, &aa, T, c->stream)
+                                  : cuda_flash_attention(dt, &aa, c->stream),
+                "attention");
+        }
         cudaEventRecord(c->ev[++e], c->stream);
         if (c->tap && l == c->tap_layer)
             FWD(run_tap(c, l, bt->cu_seqlens, B, T), "copying attention for verification");
@@ -671,10 +710,245 @@ done:
     return rc;
 }
 
+/* ---- the attention kernel: chosen and checked at start ---------------------------- */
+
+/* A batch of the model's own shape (cuda_attn_probe's lengths, pseudo-random
+ * Q, K, V in [-1, 1) rounded to the dtype) placed in the workspace as a
+ * forward places it. */
+typedef struct probe {
+    int32_t cu[CUDA_PROBE_SEQS + 1];
+    int32_t B, T;
+    cuda_attn_args aa;
+    double vmax; /* max |v| over the rounded V */
+    float *want; /* (T, C): the fp32 kernel's output */
+    float *got;  /* (T, C): the kernel under check */
+    void *h_out; /* (T, C) in the dtype, as copied back */
+} probe;
+
+static void probe_free(probe *p) {
+    free(p->want);
+    free(p->got);
+    free(p->h_out);
+}
+
+static int probe_make(cuda_ctx *c, probe *p, char *err, size_t err_len) {
+    const cuda_workspace_plan *pl = &c->plan;
+    const int H = c->cfg.num_heads, C = c->cfg.hidden_size, D = C / H;
+    int32_t lens[CUDA_PROBE_SEQS];
+    memset(p, 0, sizeof *p);
+    p->B = cuda_attn_probe(pl->max_tokens, pl->max_seqs, c->cfg.max_positions, lens);
+    for (int32_t b = 0; b < p->B; b++)
+        p->cu[b + 1] = p->cu[b] + lens[b];
+    p->T = p->cu[p->B];
+    const size_t es = cuda_dtype_size(c->dt), n = (size_t)p->T * 3 * (size_t)C;
+    const size_t out_n = (size_t)p->T * (size_t)C;
+    unsigned char *h_qkv = malloc(n * es);
+    p->want = malloc(out_n * sizeof(float));
+    p->got = malloc(out_n * sizeof(float));
+    p->h_out = malloc(out_n * es);
+    if (!h_qkv || !p->want || !p->got || !p->h_out) {
+        free(h_qkv);
+        probe_free(p);
+        snprintf(err, err_len, "out of memory");
+        return ENGINE_ENOMEM;
+    }
+    uint32_t x = 12345u;
+    for (size_t i = 0; i < n; i++) {
+        x = x * 1664525u + 1013904223u;
+        const float v = (float)(x >> 8) / 8388608.0f - 1.0f, r = v;
+        cuda_store(c->dt, h_qkv + i * es, &r, 1);
+        const uint16_t bits = ((const uint16_t *)h_qkv)[i];
+        const double back = c->dt == CUDA_DT_BF16 ? cuda_bf16_to_f32(bits) : cuda_f16_to_f32(bits);
+        if (i % (3 * (size_t)C) >= 2 * (size_t)C && fabs(back) > p->vmax)
+            p->vmax = fabs(back);
+    }
+    /* Staged as cuda_forward stages a batch: cu_seqlens, tiles and cuDNN's
+     * arrays in the pinned buffer, up in one copy; Q, K, V where the QKV
+     * GEMM writes them. */
+    memcpy(c->host + pl->cu_seqlens, p->cu, (size_t)(p->B + 1) * sizeof(int32_t));
+    const int32_t ntiles = cuda_attn_tiles(p->cu, p->B, CUDA_ATTN_BLOCK_M,
+                                           (int32_t *)(c->host + pl->tiles), pl->max_tiles);
+    cuda_sdpa_arrays(p->cu, p->B, pl->max_seqs, 3 * (int64_t)C, C,
+                     (int32_t *)(c->host + pl->sdpa_seq), (int64_t *)(c->host + pl->sdpa_off_qkv),
+                     (int64_t *)(c->host + pl->sdpa_off_o));
+    cudaError_t e = cudaMemcpy(c->ws, c->host, pl->host_in_bytes, cudaMemcpyHostToDevice);
+    if (e == cudaSuccess)
+        e = cudaMemcpy(c->ws + pl->qkv, h_qkv, n * es, cudaMemcpyHostToDevice);
+    free(h_qkv);
+    if (ntiles < 0 || e != cudaSuccess) {
+        probe_free(p);
+        snprintf(err, err_len, "staging the attention check: %s",
+                 ntiles < 0 ? "too many tiles" : cudaGetErrorString(e));
+        return ENGINE_EUNSUPPORTED;
+    }
+    p->aa = (cuda_attn_args){.qkv = c->ws + pl->qkv,
+                             .out = c->ws + pl->att,
+                             .cu_seqlens = (const int32_t *)(c->ws + pl->cu_seqlens),
+                             .tiles = (const int32_t *)(c->ws + pl->tiles),
+                             .ntiles = ntiles,
+                             .batch = p->B,
+                             .heads = H,
+                             .head_dim = D,
+                             .scale = 1.0f / sqrtf((float)D)};
+    return ENGINE_OK;
+}
+
+enum { K_REF, K_FLASH, K_CUDNN };
+
+/* Enqueues kernel k on the probe; 0 or -1 with why. */
+static int probe_launch(cuda_ctx *c, const probe *p, int k, char *why, size_t why_len) {
+    if (k == K_CUDNN)
+        return cudnn_sdpa_run(c->sdpa, why, why_len);
+    const int e = k == K_REF ? cuda_attention_ref((int)c->dt, &p->aa, p->T, c->stream)
+                             : cuda_flash_attention((int)c->dt, &p->aa, c->stream);
+    if (e != 0)
+        snprintf(why, why_len, "launch: %s", cudaGetErrorString((cudaError_t)e));
+    return e != 0 ? -1 : 0;
+}
+
+/* Runs kernel k once and copies its output, as floats, into dst. */
+static int probe_run(cuda_ctx *c, probe *p, int k, float *dst, char *why, size_t why_len) {
+    const size_t n = (size_t)p->T * (size_t)c->cfg.hidden_size, es = cuda_dtype_size(c->dt);
+    if (cudaMemsetAsync(c->ws + c->plan.att, 0xff, n * es, c->stream) != cudaSuccess ||
+        probe_launch(c, p, k, why, why_len) < 0)
+        return -1;
+    cudaError_t e =
+        cudaMemcpyAsync(p->h_out, c->ws + c->plan.att, n * es, cudaMemcpyDeviceToHost, c->stream);
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize(c->stream);
+    if (e != cudaSuccess) {
+        snprintf(why, why_len, "%s", cudaGetErrorString(e));
+        return -1;
+    }
+    const uint16_t *h = p->h_out;
+    for (size_t i = 0; i < n; i++)
+        dst[i] = c->dt == CUDA_DT_BF16 ? cuda_bf16_to_f32(h[i]) : cuda_f16_to_f32(h[i]);
+    return 0;
+}
+
+/* Checks kernel k against the fp32 kernel (p->want) within
+ * cuda_attn_check_bound; the output starts as NaN (0xff bytes), so a row
+ * the kernel leaves unwritten fails. 0, or -1 with why. */
+static int probe_check(cuda_ctx *c, probe *p, int k, char *why, size_t why_len) {
+    if (probe_run(c, p, k, p->got, why, why_len) < 0)
+        return -1;
+    const size_t n = (size_t)p->T * (size_t)c->cfg.hidden_size;
+    const double bound = cuda_attn_check_bound(c->dt) * p->vmax;
+    double worst = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        const double d = isfinite(p->got[i]) ? fabs((double)p->got[i] - p->want[i]) : INFINITY;
+        worst = d > worst ? d : worst;
+    }
+    if (!(worst <= bound)) {
+        snprintf(why, why_len, "max error %.3g against the fp32 kernel is above the bound %.3g",
+                 worst, bound);
+        return -1;
+    }
+    return 0;
+}
+
+/* Milliseconds per run of kernel k on the probe: the mean of 10 after 3
+ * warm-ups, timed with CUDA events. Negative when a run failed. */
+static double probe_time(cuda_ctx *c, const probe *p, int k) {
+    char why[256];
+    for (int i = 0; i < 3; i++)
+        if (probe_launch(c, p, k, why, sizeof why) < 0)
+            return -1.0;
+    cudaEventRecord(c->ev[0], c->stream);
+    for (int i = 0; i < 10; i++)
+        if (probe_launch(c, p, k, why, sizeof why) < 0)
+            return -1.0;
+    cudaEventRecord(c->ev[1], c->stream);
+    float ms = 0.0f;
+    if (cudaEventSynchronize(c->ev[1]) != cudaSuccess ||
+        cudaEventElapsedTime(&ms, c->ev[0], c->ev[1]) != cudaSuccess)
+        return -1.0;
+    return ms / 10.0;
+}
+
+/* Picks the attention kernel (see the `gpu_attention` setting): fp32 runs
+ * the fp32 kernel; otherwise cuDNN's plan is built unless flash is asked
+ * for, each candidate must match the fp32 kernel on a batch of the model's
+ * shape, and under auto the faster of the two on that batch runs. cuDNN
+ * absent, refusing or failing its check leaves flash, with the reason in
+ * attn_detail; flash failing its check refuses the engine. */
+static int choose_attention(cuda_ctx *c, cuda_attn_choice choice, char *err, size_t err_len) {
+    char *d = c->attn_detail;
+    const size_t dl = sizeof c->attn_detail;
+    if (c->dt == CUDA_DT_F32) {
+        c->attn_name = "fp32";
+        snprintf(d, dl, "fp32 precision runs the fp32 kernel%s",
+                 choice == CUDA_ATTN_CUDNN ? " (cudnn takes fp16/bf16)" : "");
+        return ENGINE_OK;
+    }
+    const cuda_workspace_plan *pl = &c->plan;
+    const bert_config *m = &c->cfg;
+    char why[256] = "";
+    if (choice != CUDA_ATTN_FLASH) {
+        const cudnn_sdpa_desc sd = {.dtype = (int)c->dt,
+                                    .max_seqs = pl->max_seqs,
+                                    .max_len = m->max_positions < pl->max_tokens ? m->max_positions
+                                                                                 : pl->max_tokens,
+                                    .heads = m->num_heads,
+                                    .head_dim = m->hidden_size / m->num_heads,
+                                    .causal = 0,
+                                    .scale = 1.0f / sqrtf((float)(m->hidden_size / m->num_heads)),
+                                    .qkv = c->ws + pl->qkv,
+                                    .out = c->ws + pl->att,
+                                    .seq = (const int32_t *)(c->ws + pl->sdpa_seq),
+                                    .off_qkv = (const int64_t *)(c->ws + pl->sdpa_off_qkv),
+                                    .off_o = (const int64_t *)(c->ws + pl->sdpa_off_o),
+                                    .stream = c->stream};
+        if (cudnn_sdpa_create(&sd, &c->sdpa, why, sizeof why) < 0)
+            snprintf(d, dl, "cudnn refused: %s", why);
+    }
+    probe p;
+    int rc = probe_make(c, &p, err, err_len);
+    if (rc != ENGINE_OK)
+        return rc;
+    if (probe_run(c, &p, K_REF, p.want, why, sizeof why) < 0) {
+        snprintf(err, err_len, "the fp32 attention kernel failed on the check batch: %s", why);
+        probe_free(&p);
+        return ENGINE_EUNSUPPORTED;
+    }
+    if (c->sdpa && probe_check(c, &p, K_CUDNN, why, sizeof why) < 0) {
+        snprintf(d, dl, "cudnn failed its start-up check: %s", why);
+        cudnn_sdpa_destroy(c->sdpa);
+        c->sdpa = NULL;
+    }
+    const bool need_flash = !c->sdpa || choice == CUDA_ATTN_AUTO;
+    if (need_flash && probe_check(c, &p, K_FLASH, why, sizeof why) < 0) {
+        snprintf(err, err_len, "the flash attention kernel failed its start-up check: %s", why);
+        probe_free(&p);
+        return ENGINE_EUNSUPPORTED;
+    }
+    const int D = m->hidden_size / m->num_heads;
+    if (c->sdpa && choice == CUDA_ATTN_AUTO) {
+        const double t_flash = probe_time(c, &p, K_FLASH), t_cudnn = probe_time(c, &p, K_CUDNN);
+        const bool cudnn = t_cudnn > 0.0 && (t_flash <= 0.0 || t_cudnn < t_flash);
+        snprintf(d, dl,
+                 "auto: flash %.4f ms, cudnn %.4f ms per layer on %d sequences (%d tokens), %d "
+                 "heads of %d; both checked",
+                 t_flash, t_cudnn, p.B, p.T, m->num_heads, D);
+        if (!cudnn) {
+            cudnn_sdpa_destroy(c->sdpa);
+            c->sdpa = NULL;
+        }
+    } else if (c->sdpa) {
+        snprintf(d, dl, "cudnn as configured (cuDNN %zu); checked",
+                 cudnn_sdpa_version(why, sizeof why));
+    } else if (choice == CUDA_ATTN_FLASH) {
+        snprintf(d, dl, "flash as configured; checked");
+    }
+    probe_free(&p);
+    c->attn_name = c->sdpa ? "cudnn" : "flash";
+    return ENGINE_OK;
+}
+
 static const engine_iface engine_cuda = {
     .name = "cuda",
     .summary = "the encoder on one NVIDIA GPU (sm_80+): cuBLASLt GEMMs, flash attention on "
-               "tensor cores (plugin)",
+               "tensor cores or cuDNN's fused SDPA (gpu_attention) (plugin)",
     .score = cuda_score,
     .precision_unsupported = cuda_precision_unsupported,
     .init = cuda_init,
@@ -684,6 +958,7 @@ static const engine_iface engine_cuda = {
     .memory = cuda_memory,
     .set_attn_tap = cuda_set_attn_tap,
     .stage_ns = cuda_stage_ns,
+    .attn_kernel = cuda_attn_kernel,
 };
 
 __attribute__((visibility("default"))) const engine_plugin attnserve_engine_plugin = {

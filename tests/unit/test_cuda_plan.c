@@ -8,6 +8,7 @@
  * plugin was not built they are reported skipped, never passed. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -136,6 +137,9 @@ Test(cuda_plan, workspace_regions) {
         {p.pos, T * 4},
         {p.cu_seqlens, (B + 1) * 4},
         {p.tiles, 2 * (size_t)p.max_tiles * 4},
+        {p.sdpa_seq, B * 4},
+        {p.sdpa_off_qkv, (B + 1) * 8},
+        {p.sdpa_off_o, (B + 1) * 8},
         {p.x, T * C * e},
         {p.qkv, T * 3 * C * e},
         {p.att, T * C * e},
@@ -148,6 +152,7 @@ Test(cuda_plan, workspace_regions) {
     /* The staged inputs are the workspace's prefix, so one copy moves them. */
     cr_assert_eq(p.ids, 0);
     cr_assert_geq(p.host_in_bytes, p.tiles + 2 * (size_t)p.max_tiles * 4);
+    cr_assert_geq(p.host_in_bytes, p.sdpa_off_o + (B + 1) * 8);
     cr_assert_leq(p.host_in_bytes, p.x);
     cr_assert_eq(p.host_bytes, p.host_in_bytes + B * C * 4);
     /* max_seqs 0 (or above max_tokens): as many sequences as tokens. */
@@ -155,6 +160,91 @@ Test(cuda_plan, workspace_regions) {
     cr_assert_eq(p.max_seqs, 100);
     cr_assert_eq(cuda_workspace_plan_make(&c, CUDA_DT_F32, 0, 1, &p, err, sizeof err), -1);
     cr_assert(strstr(err, "max_tokens"), "%s", err);
+}
+
+Test(cuda_plan, gpu_attention_names) {
+    cr_assert_eq(cuda_attn_choice_parse(NULL), CUDA_ATTN_AUTO);
+    cr_assert_eq(cuda_attn_choice_parse(""), CUDA_ATTN_AUTO);
+    cr_assert_eq(cuda_attn_choice_parse("auto"), CUDA_ATTN_AUTO);
+    cr_assert_eq(cuda_attn_choice_parse("flash"), CUDA_ATTN_FLASH);
+    cr_assert_eq(cuda_attn_choice_parse("cudnn"), CUDA_ATTN_CUDNN);
+    cr_assert_eq(cuda_attn_choice_parse("CUDNN"), -1);
+    cr_assert_eq(cuda_attn_choice_parse("fused"), -1);
+}
+
+/* The floor is the first cuDNN whose fused SDPA takes sequence lengths;
+ * an older one is refused naming both versions. */
+Test(cuda_plan, cudnn_version_floor) {
+    char why[256] = "";
+    cr_assert_eq(cuda_cudnn_version_check(91500, why, sizeof why), 0);
+    cr_assert_eq(cuda_cudnn_version_check(91900, why, sizeof why), 0);
+    cr_assert_eq(cuda_cudnn_version_check(100000, why, sizeof why), 0);
+    cr_assert_eq(cuda_cudnn_version_check(91400, why, sizeof why), -1);
+    cr_assert(strstr(why, "9.14.0") && strstr(why, "9.15.0"), "%s", why);
+    cr_assert_eq(cuda_cudnn_version_check(0, why, sizeof why), -1);
+}
+
+/* A library or symbol that is missing is refused with the loader's reason
+ * and nothing is left open; present ones resolve. */
+Test(cuda_plan, dl_open_names_what_is_missing) {
+    char why[256] = "";
+    void *fns[2] = {NULL, NULL};
+    static const char *const present[] = {"cos", "sin"};
+    static const char *const absent[] = {"cos", "attnserve_no_such_symbol"};
+    cr_assert_null(cuda_dl_open("libattnserve-absent.so.9", present, 2, fns, why, sizeof why));
+    cr_assert(strstr(why, "cannot load libattnserve-absent.so.9"), "%s", why);
+    cr_assert_null(cuda_dl_open("libm.so.6", absent, 2, fns, why, sizeof why));
+    cr_assert(strstr(why, "lacks attnserve_no_such_symbol"), "%s", why);
+    void *h = cuda_dl_open("libm.so.6", present, 2, fns, why, sizeof why);
+    cr_assert_not_null(h, "%s", why);
+    cr_assert(fns[0] && fns[1]);
+    double (*c)(double) = (double (*)(double))(uintptr_t)fns[0];
+    cr_assert_float_eq(c(0.0), 1.0, 0.0);
+}
+
+/* Lengths and ragged offsets in elements of the interleaved QKV rows (3C)
+ * and the output rows (C); sequences past the batch are empty. */
+Test(cuda_plan, sdpa_arrays) {
+    const int32_t cu[] = {0, 5, 12, 13};
+    int32_t seq[5];
+    int64_t oq[6], oo[6];
+    cuda_sdpa_arrays(cu, 3, 5, 3 * 384, 384, seq, oq, oo);
+    const int32_t want_seq[] = {5, 7, 1, 0, 0};
+    const int64_t want_start[] = {0, 5, 12, 13, 13, 13};
+    for (int b = 0; b < 5; b++)
+        cr_assert_eq(seq[b], want_seq[b], "sequence %d", b);
+    for (int b = 0; b < 6; b++) {
+        cr_assert_eq(oq[b], want_start[b] * 3 * 384, "edge %d", b);
+        cr_assert_eq(oo[b], want_start[b] * 384, "edge %d", b);
+    }
+}
+
+/* The start-up batch fits every bound, has ragged lengths and is never
+ * empty. */
+Test(cuda_plan, attention_probe_fits_the_bounds) {
+    int32_t lens[CUDA_PROBE_SEQS];
+    const int32_t bounds[][3] = {{16384, 64, 512}, {256, 8, 512},   {100, 64, 40},
+                                 {1, 1, 512},      {8192, 1, 8192}, {64, 64, 1}};
+    for (size_t i = 0; i < sizeof bounds / sizeof bounds[0]; i++) {
+        const int32_t T = bounds[i][0], B = bounds[i][1], L = bounds[i][2];
+        const int32_t n = cuda_attn_probe(T, B, L, lens);
+        cr_assert(n >= 1 && n <= B && n <= CUDA_PROBE_SEQS, "case %zu: %d sequences", i, n);
+        int32_t total = 0, lo = INT32_MAX, hi = 0;
+        for (int32_t b = 0; b < n; b++) {
+            cr_assert(lens[b] >= 1 && lens[b] <= L && lens[b] <= 128, "case %zu", i);
+            total += lens[b];
+            lo = lens[b] < lo ? lens[b] : lo;
+            hi = lens[b] > hi ? lens[b] : hi;
+        }
+        cr_assert_leq(total, T, "case %zu", i);
+        if (n > 2 && hi > 2)
+            cr_assert_lt(lo, hi, "case %zu: lengths should differ", i);
+    }
+}
+
+Test(cuda_plan, attention_check_bound) {
+    cr_assert_float_eq(cuda_attn_check_bound(CUDA_DT_BF16), 4.0 / 256 + 2e-5, 1e-15);
+    cr_assert_float_eq(cuda_attn_check_bound(CUDA_DT_F16), 4.0 / 2048 + 2e-5, 1e-15);
 }
 
 /* Every batch within the bounds tiles into at most max_tiles tiles, and the
@@ -456,4 +546,29 @@ Test(cuda_plugin, init_refuses_models_it_cannot_compute) {
         refused++;
     }
     cr_assert_eq(refused, 5);
+}
+
+/* An unknown gpu_attention is refused by init before any CUDA call, so
+ * here too. */
+Test(cuda_plugin, init_refuses_an_unknown_gpu_attention) {
+    struct stat st;
+    if (stat(CUDA_PLUGIN, &st) != 0)
+        cr_skip_test("%s was not built (no nvcc here; `make cuda` builds it): the plugin's "
+                     "refusal of an unknown gpu_attention was NOT checked",
+                     CUDA_PLUGIN);
+    char err[512] = "";
+    engine_registry_init(NULL, err, sizeof err);
+    const engine_entry *e = engine_registry_load(CUDA_PLUGIN);
+    cr_assert_not_null(e->iface, "the plugin did not load: %s", e->reason);
+    cr_assert_not_null(e->iface->attn_kernel, "the cuda engine names its attention kernel");
+    const engine_options o = {.model_dir = "tests/golden/bert-cls-tiny",
+                              .precision = GEMM_BF16,
+                              .max_tokens = 256,
+                              .max_seqs = 8,
+                              .gpu_attention = "cudnn9"};
+    void *ctx = NULL;
+    const int rc = e->iface->init(&o, &ctx, err, sizeof err);
+    cr_assert_eq(rc, ENGINE_EINVAL, "%s (%s)", engine_strerror(rc), err);
+    cr_assert_null(ctx);
+    cr_assert(strstr(err, "gpu_attention 'cudnn9'") && strstr(err, "cudnn"), "%s", err);
 }
