@@ -84,6 +84,7 @@ static const char *backend_values[ATTN_MAX_BACKENDS + 2];
 static const char *const log_level_values[] = {"debug", "info", "warn", "error", NULL};
 static const char *const log_format_values[] = {"text", "json", NULL};
 static const char *const precision_values[] = {"fp32", "bf16", "int8", "auto", NULL};
+static const char *const gpu_attention_values[] = {"auto", "flash", "cudnn", NULL};
 
 static void backend_values_fill(void) {
     size_t n = 0;
@@ -169,6 +170,13 @@ static const setting settings[] = {
     ENUM(precision, "fp32", precision_values, RESTART,
          "Precision of the encoder's GEMMs (fp32, bf16, int8); auto picks the fastest the engine "
          "runs on this CPU and that passes its start-up check."),
+    /* Handed to the engine (engine_options.gpu_attention); restart only,
+     * since the kernel's plan and workspace are built at start. */
+    ENUM(gpu_attention, "auto", gpu_attention_values, RESTART,
+         "Attention kernel of a GPU engine in fp16/bf16: flash (ours), cudnn (cuDNN's fused "
+         "SDPA, where cuDNN 9.15+ is found and takes the model's shape; else flash runs and "
+         "/info says why), or auto to time both on the model's shape at start and keep the "
+         "faster. CPU engines ignore it."),
     STRING(plugin_dir, "", NULL, "a directory, or \"\" for none", RESTART,
            "Directory of engine plugins (*.so); each is offered, or listed in /info with the "
            "reason it is refused."),

@@ -120,7 +120,8 @@ static int precision_check(const engine_iface *iface, engine *cand, const srv_en
                                .max_seqs = 1,
                                .nthreads = tp_nthreads(o->pool),
                                .backends = o->backends,
-                               .nbackends = o->nbackends};
+                               .nbackends = o->nbackends,
+                               .gpu_attention = o->gpu_attention};
     engine *ref = NULL;
     float *out = malloc((2 * (size_t)C + logits) * sizeof *out);
     int rc = out ? engine_create(iface, &ro, &ref, why, why_len) : ENGINE_ENOMEM;
@@ -162,7 +163,8 @@ static int create_checked(srv_engine *e, const engine_iface *iface, gemm_precisi
                                .max_seqs = o->max_seqs,
                                .nthreads = tp_nthreads(o->pool),
                                .backends = o->backends,
-                               .nbackends = o->nbackends};
+                               .nbackends = o->nbackends,
+                               .gpu_attention = o->gpu_attention};
     int rc = engine_create(iface, &eo, &e->eng, why, why_len);
     if (rc != ENGINE_OK || p == GEMM_FP32) {
         snprintf(e->check, sizeof e->check, "%s", rc == ENGINE_OK ? "fp32: the reference" : "");
@@ -282,6 +284,11 @@ int srv_engine_create(const srv_engine_options *o, srv_engine **out) {
              LOG_KV("weights_owned_bytes", m.weights_owned),
              LOG_KV("weights_mapped_bytes", m.weights_mapped),
              LOG_KV("workspace_bytes", m.workspace), LOG_KV("model", o->model_name));
+    const char *detail = "", *kernel = engine_attn_kernel(e->eng, &detail);
+    if (kernel)
+        log_info("GPU attention kernel", LOG_KV("engine", iface->name), LOG_KV("kernel", kernel),
+                 LOG_KV("setting", o->gpu_attention ? o->gpu_attention : "auto"),
+                 LOG_KV("how", detail), LOG_KV("model", o->model_name));
     log_blas(iface, precision);
     *out = e;
     return 0;
@@ -387,11 +394,19 @@ json_t *srv_engine_info(const srv_engine *e, const char *engine_setting,
         return NULL;
     engine_memory m;
     engine_memory_of(e->eng, &m);
-    return json_pack(
+    const char *detail = "", *kernel = engine_attn_kernel(e->eng, &detail);
+    json_t *o = json_pack(
         "{s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:i, s:s, s:o}", "name", srv_engine_name(e),
         "precision", srv_engine_precision(e), "engine_setting", engine_setting, "precision_setting",
         precision_setting, "plugin_dir", plugin_dir ? plugin_dir : "", "weights_owned_bytes",
         (json_int_t)m.weights_owned, "weights_mapped_bytes", (json_int_t)m.weights_mapped,
         "workspace_bytes", (json_int_t)m.workspace, "api_version", ENGINE_API_VERSION,
         "precision_check", e->check, "engines", list);
+    if (o && (json_object_set_new(o, "attention_kernel",
+                                  kernel ? json_string(kernel) : json_null()) != 0 ||
+              json_object_set_new(o, "attention_kernel_detail", json_string(detail)) != 0)) {
+        json_decref(o);
+        o = NULL;
+    }
+    return o;
 }

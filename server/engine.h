@@ -24,6 +24,7 @@ typedef struct srv_engine_options {
     const char *engine; /* the settings, as given */
     const char *precision;
     const char *plugin_dir;
+    const char *gpu_attention; /* engine_options.gpu_attention */
     const char *model_dir;
     const char *model_name; /* what the log lines name the model by */
     int32_t max_tokens, max_seqs;
@@ -71,7 +72,9 @@ const engine_run *srv_engine_last_run(const srv_engine *e);
 /* engine_last_hidden of the engine in force. */
 const float *srv_engine_last_hidden(const srv_engine *e);
 
-/* /info's "engine" object: the one in force, the settings, and every engine
+/* /info's "engine" object: the one in force, the settings, the attention
+ * kernel a GPU engine runs (attention_kernel, null for a CPU engine, and
+ * attention_kernel_detail: how it was chosen), and every engine
  * of the registry with its origin, score and, when refused, the reason.
  * NULL when out of memory. */
 json_t *srv_engine_info(const srv_engine *e, const char *engine_setting,

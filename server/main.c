@@ -912,6 +912,7 @@ static int start_model(app *a, served_model *sm, const attn_backend *backend,
     const srv_engine_options eo = {.engine = sm->engine_setting,
                                    .precision = sm->precision_setting,
                                    .plugin_dir = c->plugin_dir,
+                                   .gpu_attention = c->gpu_attention,
                                    .model_dir = sm->path,
                                    .model_name = sm->name,
                                    .max_tokens = (int32_t)c->max_batch_tokens,
@@ -970,6 +971,7 @@ static int start_model(app *a, served_model *sm, const attn_backend *backend,
         return 1;
     }
     srv_engine_set_metrics_slot(sm->engine, (int)i);
+    metrics_set_model_attention((int)i, engine_attn_kernel(srv_engine_instance(sm->engine), NULL));
     a->model_names[i] = sm->name;
     a->eapis[i] = e;
     a->compats[i] = &sm->compat;

@@ -86,6 +86,7 @@ static struct {
      * batches, requests and tokens it ran, and its engine's forwards. */
     struct {
         const char *name, *task, *engine, *precision;
+        const char *attention; /* the engine's own attention kernel; NULL: none */
         _Atomic uint64_t batches, requests, tokens;
         _Atomic uint64_t engine_ns, engine_forwards, engine_mflop;
     } model[METRICS_MAX_MODELS];
@@ -162,7 +163,13 @@ int metrics_add_model(const char *name, const char *task, const char *engine,
     M.model[M.nmodels].task = task;
     M.model[M.nmodels].engine = engine;
     M.model[M.nmodels].precision = precision;
+    M.model[M.nmodels].attention = NULL;
     return M.nmodels++;
+}
+
+void metrics_set_model_attention(int slot, const char *kernel) {
+    if (slot >= 0 && slot < M.nmodels)
+        M.model[slot].attention = kernel;
 }
 
 void metrics_model_batch(int slot, const sched_batch *b) {
@@ -684,6 +691,21 @@ static void render_engine(FILE *f) {
     for (int i = 0; i < M.nmodels; i++) {
         engine_labels(f, "attnserve_engine_info", i);
         fputs("1\n", f);
+    }
+    header(f, "attnserve_engine_attention_info", "gauge",
+           "The attention kernel a model's engine runs on its device in place of the attention "
+           "backend (a GPU engine's flash, cudnn or fp32; always 1); no series for an engine "
+           "that runs the backend.");
+    for (int i = 0; i < M.nmodels; i++) {
+        if (!M.model[i].attention)
+            continue;
+        fputs("attnserve_engine_attention_info{model=\"", f);
+        label_value(f, M.model[i].name);
+        fputs("\",engine=\"", f);
+        label_value(f, M.model[i].engine);
+        fputs("\",kernel=\"", f);
+        label_value(f, M.model[i].attention);
+        fputs("\"} 1\n", f);
     }
     header(f, "attnserve_engine_forward_seconds_total", "counter",
            "Wall time in each model's encoder forwards.");

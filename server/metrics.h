@@ -59,6 +59,10 @@ void metrics_batch(const sched_batch *b);
 #define METRICS_MAX_MODELS CONFIG_MAX_MODELS
 int metrics_add_model(const char *name, const char *task, const char *engine,
                       const char *precision);
+/* The attention kernel model slot's engine runs in place of the attention
+ * backend (engine_attn_kernel; NULL: none, the backend runs), for
+ * attnserve_engine_attention_info. The string must outlive serving. */
+void metrics_set_model_attention(int slot, const char *kernel);
 /* A finished batch of model slot: attnserve_model_*_total{model=...}. */
 void metrics_model_batch(int slot, const sched_batch *b);
 

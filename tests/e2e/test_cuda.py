@@ -113,3 +113,34 @@ def test_engine_cuda_refuses_a_model_its_kernels_cannot_compute(tmp_path, reques
                 "init refusing %s" % name)
     assert p.returncode == 2, out
     assert "cannot start the engine" in out and reason in out, out
+
+
+def test_gpu_attention_cudnn_stops_cleanly_without_a_device(tmp_path, request):
+    """gpu_attention=cudnn reaches the engine only once a device is there:
+    here the start stops at the device check with status 2 and the reason,
+    never a crash (cuDNN is not even loaded)."""
+    p = run_bin(tmp_path, "--plugin_dir=" + PLUGIN_DIR, "--engine=cuda", "--precision=bf16",
+                "--gpu_attention=cudnn")
+    out = p.stdout + p.stderr
+    if p.returncode == 0 or "engine offered engine=cuda" in out:
+        not_run(request, "a GPU is here and the cuda engine is offered (tests/gpu/run.sh)")
+    assert p.returncode == 2, out
+    assert NO_DEVICE in out or "compute capability" in out, out
+
+
+def test_gpu_attention_names_are_checked(tmp_path):
+    p = run_bin(tmp_path, "--gpu_attention=cudnn9")
+    out = p.stdout + p.stderr
+    assert p.returncode == 2, out
+    assert "gpu_attention" in out and "flash" in out and "cudnn" in out, out
+
+
+def test_a_cpu_engine_reports_no_gpu_attention_kernel(start_server, request):
+    s = start_server(plugin_dir=PLUGIN_DIR, gpu_attention="cudnn")
+    i, by_name = listed(s)
+    if by_name["cuda"]["offered"]:
+        not_run(request, "a GPU is here and the cuda engine is offered (tests/gpu/run.sh)")
+    assert i["name"] == "cpu"
+    assert i["attention_kernel"] is None and i["attention_kernel_detail"] == "", i
+    m = requests.get(s.url("/metrics"), timeout=5).text
+    assert "attnserve_engine_attention_info{" not in m
