@@ -1,7 +1,11 @@
-/* gpu_attn.c — the CUDA engine's attention kernels on a GPU: correctness
- * against a double-precision reference, then a benchmark. Built and run by
- * tests/gpu/run.sh (linked with the plugin's kernels.o and libcudart); it
- * needs a device and says so, exit 3, where there is none.
+/* gpu_attn.c — the CUDA engine's attention kernels on a GPU (our flash
+ * kernel, the fp32 kernel, and cuDNN's fused SDPA through cuda_cudnn.c):
+ * correctness against a double-precision reference, then a benchmark. Built
+ * and run by tests/gpu/run.sh (linked with the plugin's kernels.o,
+ * cuda_cudnn.c and libcudart); it needs a device and says so, exit 3, where
+ * there is none. Where cuDNN cannot be loaded (or is older than the floor)
+ * every cudnn line says NOT RUN with the reason, flash is still checked, and
+ * the exit is 3 unless something failed (1).
  *
  * Correctness, per dtype (fp16 u = 2^-11, bf16 u = 2^-8) and head size:
  * Q, K, V are rounded to the dtype on the host, so the reference (double,
@@ -12,17 +16,23 @@
  * whose weights are each off by at most 2u relatively: |Δo| <= 2u·max|v|;
  * the output's rounding adds u·|o| <= u·max|v|. Bound: 3u·max|v| plus
  * 1e-5·max|v| for fp32 accumulation and exp2f. The fp32 kernel rounds only
- * its output: u·max|v| + 1e-5·max|v|.
+ * its output: u·max|v| + 1e-5·max|v|. cuDNN's SDPA is held to flash's
+ * bound: it too accumulates in fp32 and rounds P to the dtype before P·V.
+ * Its plans are built for more sequences than each case has (the engine's
+ * graph is built for the most a batch may hold), so the empty sequences
+ * past the batch are exercised too.
  *
- * Benchmark: 8×512 and 1×4096 tokens, 16 heads, head size 64 and 128, fp16
- * and bf16: median of 20 timed runs (CUDA events) after 3 warm-ups, in
- * TFLOP/s of 4·L²·D·H per sequence. */
+ * Benchmark: 8×512, 1×4096 (16 heads, head size 64 and 128) and MiniLM's
+ * 128×64 (12 heads of 32), fp16 and bf16: median of 20 timed runs (CUDA
+ * events) after 3 warm-ups, in TFLOP/s of 4·L²·D·H per sequence, for flash
+ * and cudnn, and the ratio flash/cudnn of their TFLOP/s. */
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "engines/cuda/cuda_cudnn.h"
 #include "engines/cuda/cuda_kernels.h"
 #include "engines/cuda/cuda_plan.h"
 
@@ -41,20 +51,31 @@ static float rnd(void) {
     return ((float)(seed >> 8) / 16777216.0f) * 4.0f - 2.0f;
 }
 
+#define MAX_SEQS 128
+/* The cudnn plans' batch: a few more sequences than any case has. */
+#define CUDNN_SEQS (MAX_SEQS + 3)
+
 typedef struct problem {
-    int B, H, D, T;
-    int32_t cu[64];
+    int B, H, D, T, max_len;
+    int32_t cu[MAX_SEQS + 1];
     cuda_dtype dt;
     float *qkv; /* host, rounded to dt, (T, 3C) */
     void *d_qkv, *d_out, *d_cu, *d_tiles;
     int32_t ntiles;
+    /* cuDNN's arrays (cuda_sdpa_arrays) for CUDNN_SEQS sequences. */
+    void *d_seq, *d_off_qkv, *d_off_o;
 } problem;
+
+/* Why cuDNN cannot run here ("" when it can). */
+static char cudnn_absent[256];
 
 static void setup(problem *p, const int *lens, int B, int H, int D, cuda_dtype dt) {
     memset(p, 0, sizeof *p);
     p->B = B, p->H = H, p->D = D, p->dt = dt;
-    for (int b = 0; b < B; b++)
+    for (int b = 0; b < B; b++) {
         p->cu[b + 1] = p->cu[b] + lens[b];
+        p->max_len = lens[b] > p->max_len ? lens[b] : p->max_len;
+    }
     p->T = p->cu[B];
     const size_t C = (size_t)H * D, n = (size_t)p->T * 3 * C, es = cuda_dtype_size(dt);
     p->qkv = malloc(n * sizeof(float));
@@ -76,8 +97,50 @@ static void setup(problem *p, const int *lens, int B, int H, int D, cuda_dtype d
     CHECK(cudaMemcpy(p->d_qkv, h, n * es, cudaMemcpyHostToDevice));
     CHECK(cudaMemcpy(p->d_cu, p->cu, (size_t)(B + 1) * 4, cudaMemcpyHostToDevice));
     CHECK(cudaMemcpy(p->d_tiles, tiles, 2 * (size_t)max_tiles * 4, cudaMemcpyHostToDevice));
+    int32_t seq[CUDNN_SEQS];
+    int64_t off_qkv[CUDNN_SEQS + 1], off_o[CUDNN_SEQS + 1];
+    cuda_sdpa_arrays(p->cu, B, CUDNN_SEQS, 3 * (int64_t)C, (int64_t)C, seq, off_qkv, off_o);
+    CHECK(cudaMalloc(&p->d_seq, sizeof seq));
+    CHECK(cudaMalloc(&p->d_off_qkv, sizeof off_qkv));
+    CHECK(cudaMalloc(&p->d_off_o, sizeof off_o));
+    CHECK(cudaMemcpy(p->d_seq, seq, sizeof seq, cudaMemcpyHostToDevice));
+    CHECK(cudaMemcpy(p->d_off_qkv, off_qkv, sizeof off_qkv, cudaMemcpyHostToDevice));
+    CHECK(cudaMemcpy(p->d_off_o, off_o, sizeof off_o, cudaMemcpyHostToDevice));
     free(h);
     free(tiles);
+}
+
+/* cuDNN's plan for p (its batch CUDNN_SEQS, its longest sequence
+ * max_len), or NULL with the reason printed. */
+static cudnn_sdpa *cudnn_plan(const problem *p, int max_len) {
+    const cudnn_sdpa_desc d = {.dtype = (int)p->dt,
+                               .max_seqs = CUDNN_SEQS,
+                               .max_len = max_len,
+                               .heads = p->H,
+                               .head_dim = p->D,
+                               .scale = 1.0f / sqrtf((float)p->D),
+                               .qkv = p->d_qkv,
+                               .out = p->d_out,
+                               .seq = p->d_seq,
+                               .off_qkv = p->d_off_qkv,
+                               .off_o = p->d_off_o,
+                               .stream = NULL};
+    char why[256];
+    cudnn_sdpa *s = NULL;
+    if (cudnn_sdpa_create(&d, &s, why, sizeof why) < 0) {
+        printf("cudnn %-5s d%-3d: plan refused: %s\n", cuda_dtype_name(p->dt), p->D, why);
+        return NULL;
+    }
+    return s;
+}
+
+static int cudnn_run(cudnn_sdpa *s) {
+    char why[256];
+    if (cudnn_sdpa_run(s, why, sizeof why) < 0) {
+        printf("cudnn run failed: %s\n", why);
+        return -1;
+    }
+    return 0;
 }
 
 static void teardown(problem *p) {
@@ -86,6 +149,9 @@ static void teardown(problem *p) {
     cudaFree(p->d_out);
     cudaFree(p->d_cu);
     cudaFree(p->d_tiles);
+    cudaFree(p->d_seq);
+    cudaFree(p->d_off_qkv);
+    cudaFree(p->d_off_o);
 }
 
 static cuda_attn_args args(const problem *p) {
@@ -144,6 +210,8 @@ static double max_error(const problem *p, double *vmax) {
     return worst;
 }
 
+static const char *const kernel_names[] = {"flash", "fp32", "cudnn"};
+
 static int correctness(void) {
     static const int lens_a[] = {1, 65, 130, 64, 7};
     static const int lens_b[] = {200, 63};
@@ -158,22 +226,40 @@ static int correctness(void) {
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
         for (int di = 0; di < 3; di++)
             for (int ti = 0; ti < 2; ti++)
-                for (int kernel = 0; kernel < 2; kernel++) {
+                for (int kernel = 0; kernel < 3; kernel++) {
+                    if (kernel == 2 && *cudnn_absent) {
+                        printf("NOT RUN: cudnn %-5s d%-3d case %zu: %s\n",
+                               cuda_dtype_name(types[ti]), dims[di], ci, cudnn_absent);
+                        continue;
+                    }
                     problem p;
                     setup(&p, cases[ci].lens, cases[ci].B, 4, dims[di], types[ti]);
                     const cuda_attn_args a = args(&p);
-                    CHECK((cudaError_t)(kernel ? cuda_attention_ref((int)p.dt, &a, p.T, NULL)
-                                               : cuda_flash_attention((int)p.dt, &a, NULL)));
-                    CHECK(cudaDeviceSynchronize());
-                    double vmax;
-                    const double err = max_error(&p, &vmax);
+                    /* Whatever a kernel leaves unwritten reads NaN and fails. */
+                    CHECK(cudaMemset(p.d_out, 0xff, (size_t)p.T * 4 * dims[di] * 2));
+                    int ran = 0;
+                    if (kernel == 2) {
+                        /* Longest sequence 256, above every case's, as the
+                         * engine's graph is built for the model's longest. */
+                        cudnn_sdpa *s = cudnn_plan(&p, 256);
+                        ran = s && cudnn_run(s) == 0;
+                        CHECK(cudaDeviceSynchronize());
+                        cudnn_sdpa_destroy(s);
+                    } else {
+                        CHECK((cudaError_t)(kernel ? cuda_attention_ref((int)p.dt, &a, p.T, NULL)
+                                                   : cuda_flash_attention((int)p.dt, &a, NULL)));
+                        CHECK(cudaDeviceSynchronize());
+                        ran = 1;
+                    }
+                    double vmax = 0.0;
+                    const double err = ran ? max_error(&p, &vmax) : INFINITY;
                     const double u = types[ti] == CUDA_DT_BF16 ? 1.0 / 256 : 1.0 / 2048;
-                    const double bound = ((kernel ? 1.0 : 3.0) * u + 1e-5) * vmax;
+                    const double bound = ((kernel == 1 ? 1.0 : 3.0) * u + 1e-5) * vmax;
                     const int ok = err <= bound;
                     failed += !ok;
-                    printf("%-4s %-5s d%-3d case %zu (T=%4d): max error %.3e, bound %.3e  %s\n",
-                           kernel ? "fp32" : "flash", cuda_dtype_name(types[ti]), dims[di], ci, p.T,
-                           err, bound, ok ? "ok" : "FAILED");
+                    printf("%-5s %-5s d%-3d case %zu (T=%4d): max error %.3e, bound %.3e  %s\n",
+                           kernel_names[kernel], cuda_dtype_name(types[ti]), dims[di], ci, p.T, err,
+                           bound, ok ? "ok" : "FAILED");
                     teardown(&p);
                 }
     return failed;
@@ -184,42 +270,71 @@ static int cmp_float(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* Median milliseconds of 20 runs of kernel (0 flash, 2 cudnn) after 3
+ * warm-ups; negative when it cannot run. */
+static double time_kernel(problem *p, int kernel) {
+    cudnn_sdpa *s = NULL;
+    if (kernel == 2 && (*cudnn_absent || !(s = cudnn_plan(p, p->max_len))))
+        return -1.0;
+    const cuda_attn_args a = args(p);
+    cudaEvent_t e0, e1;
+    CHECK(cudaEventCreate(&e0));
+    CHECK(cudaEventCreate(&e1));
+    float ms[20];
+    int ok = 1;
+    for (int r = 0; ok && r < 23; r++) {
+        CHECK(cudaEventRecord(e0, NULL));
+        if (kernel == 2)
+            ok = cudnn_run(s) == 0;
+        else
+            CHECK((cudaError_t)cuda_flash_attention((int)p->dt, &a, NULL));
+        CHECK(cudaEventRecord(e1, NULL));
+        CHECK(cudaEventSynchronize(e1));
+        if (r >= 3)
+            CHECK(cudaEventElapsedTime(&ms[r - 3], e0, e1));
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    cudnn_sdpa_destroy(s);
+    if (!ok)
+        return -1.0;
+    qsort(ms, 20, sizeof ms[0], cmp_float);
+    return (ms[9] + ms[10]) / 2;
+}
+
 static void bench(void) {
-    printf("\nattention benchmark (flash kernel; median of 20, CUDA events)\n");
-    printf("%-10s %-5s %-4s %10s %10s\n", "shape", "type", "d", "ms", "TFLOP/s");
-    static const int dims[] = {64, 128};
+    printf("\nattention benchmark (median of 20, CUDA events; ratio = flash TFLOP/s / cudnn)\n");
+    printf("%-9s %-5s %-4s %10s %10s %10s %10s %7s\n", "shape", "type", "d", "flash ms", "TFLOP/s",
+           "cudnn ms", "TFLOP/s", "ratio");
+    static const struct {
+        int B, L, H, D;
+    } shapes[] = {{8, 512, 16, 64},
+                  {8, 512, 16, 128},
+                  {1, 4096, 16, 64},
+                  {1, 4096, 16, 128},
+                  {128, 64, 12, 32}};
     static const cuda_dtype types[] = {CUDA_DT_F16, CUDA_DT_BF16};
-    for (int shape = 0; shape < 2; shape++)
-        for (int di = 0; di < 2; di++)
-            for (int ti = 0; ti < 2; ti++) {
-                int lens[8] = {0};
-                const int B = shape ? 1 : 8, L = shape ? 4096 : 512;
-                for (int b = 0; b < B; b++)
-                    lens[b] = L;
-                problem p;
-                setup(&p, lens, B, 16, dims[di], types[ti]);
-                const cuda_attn_args a = args(&p);
-                cudaEvent_t e0, e1;
-                CHECK(cudaEventCreate(&e0));
-                CHECK(cudaEventCreate(&e1));
-                float ms[20];
-                for (int r = 0; r < 23; r++) {
-                    CHECK(cudaEventRecord(e0, NULL));
-                    CHECK((cudaError_t)cuda_flash_attention((int)p.dt, &a, NULL));
-                    CHECK(cudaEventRecord(e1, NULL));
-                    CHECK(cudaEventSynchronize(e1));
-                    if (r >= 3)
-                        CHECK(cudaEventElapsedTime(&ms[r - 3], e0, e1));
-                }
-                qsort(ms, 20, sizeof ms[0], cmp_float);
-                const double med = (ms[9] + ms[10]) / 2;
-                const double flops = 4.0 * L * (double)L * dims[di] * 16 * B;
-                printf("%dx%-7d %-5s d%-3d %10.4f %10.1f\n", B, L, cuda_dtype_name(types[ti]),
-                       dims[di], med, flops / (med * 1e-3) / 1e12);
-                cudaEventDestroy(e0);
-                cudaEventDestroy(e1);
-                teardown(&p);
-            }
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (int ti = 0; ti < 2; ti++) {
+            int lens[MAX_SEQS];
+            const int B = shapes[si].B, L = shapes[si].L, H = shapes[si].H, D = shapes[si].D;
+            for (int b = 0; b < B; b++)
+                lens[b] = L;
+            problem p;
+            setup(&p, lens, B, H, D, types[ti]);
+            const double flops = 4.0 * L * (double)L * D * H * B;
+            const double f = time_kernel(&p, 0), c = time_kernel(&p, 2);
+            const double tf = flops / (f * 1e-3) / 1e12, tc = flops / (c * 1e-3) / 1e12;
+            char shape[16];
+            snprintf(shape, sizeof shape, "%dx%d", B, L);
+            if (c > 0)
+                printf("%-9s %-5s d%-3d %10.4f %10.1f %10.4f %10.1f %7.2f\n", shape,
+                       cuda_dtype_name(types[ti]), D, f, tf, c, tc, tf / tc);
+            else
+                printf("%-9s %-5s d%-3d %10.4f %10.1f %10s %10s %7s  (cudnn NOT RUN)\n", shape,
+                       cuda_dtype_name(types[ti]), D, f, tf, "-", "-", "-");
+            teardown(&p);
+        }
 }
 
 int main(void) {
@@ -233,8 +348,14 @@ int main(void) {
     CHECK(cudaGetDeviceProperties(&prop, 0));
     printf("device: %s, compute capability %d.%d\n", prop.name, prop.major, prop.minor);
     CHECK((cudaError_t)cuda_flash_prepare());
+    const size_t v = cudnn_sdpa_version(cudnn_absent, sizeof cudnn_absent);
+    if (v)
+        printf("cuDNN %zu.%zu.%zu\n", v / 10000, v / 100 % 100, v % 100);
+    else
+        printf("NOT RUN: cudnn: %s\n", cudnn_absent);
     const int failed = correctness();
     bench();
-    printf("\nattention correctness: %s (%d failed)\n", failed ? "FAILED" : "passed", failed);
-    return failed ? 1 : 0;
+    printf("\nattention correctness: %s (%d failed)%s\n", failed ? "FAILED" : "passed", failed,
+           *cudnn_absent ? "; cudnn NOT RUN" : "");
+    return failed ? 1 : *cudnn_absent ? 3 : 0;
 }
