@@ -171,7 +171,7 @@ def test_broken_plugins_listed_with_reasons(start_server):
     assert set(by_name) == {"cpu", "no-cpu", "no_symbol", "old_api", "picky"}
     assert sorted(n for n, e in by_name.items() if e["offered"]) == ["cpu", "picky"]
     assert "no symbol attnserve_engine_plugin" in by_name["no_symbol"]["reason"]
-    assert "engine API version 1, this binary speaks version 2" in by_name["old_api"]["reason"]
+    assert "engine API version 1, this binary speaks version 3" in by_name["old_api"]["reason"]
     assert "scores 0 on this machine" in by_name["no-cpu"]["reason"]
     assert by_name["no-cpu"]["precisions"] == []
     log = s.log_text()
