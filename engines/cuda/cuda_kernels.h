@@ -13,6 +13,12 @@
 extern "C" {
 #endif
 
+/* Attention kernel tiles, shared by both tensor-core kernels and by
+ * cuda_attn_tiles' callers: BLOCK_M query rows per thread block (four warps
+ * of 16 rows), keys consumed BLOCK_N at a time. */
+#define CUDA_ATTN_BLOCK_M 64
+#define CUDA_ATTN_BLOCK_N 64
+
 typedef struct cuda_attn_args {
     const void *qkv;           /* act (T, 3C): [Q | K | V], head h at columns h·D */
     void *out;                 /* act (T, C) */
@@ -41,11 +47,17 @@ int cuda_gelu(int dtype, void *x, int64_t n, void *stream);
  * head_dim 32, 64 or 128): no padding, one thread block per (query tile,
  * head), online softmax in fp32. */
 int cuda_flash_attention(int dtype, const cuda_attn_args *a, void *stream);
+/* The same problem, same tiles and same arithmetic (fp32 accumulation,
+ * probabilities rounded to act before P·V), with S, P and O held in
+ * registers (mma.sync m16n8k16, ldmatrix, cp.async double-buffered K/V):
+ * the `flash2` choice. Its shared memory never exceeds the flash kernel's,
+ * so cuda_flash_smem_bytes and cuda_flash_prepare cover both. */
+int cuda_flash2_attention(int dtype, const cuda_attn_args *a, void *stream);
 /* The same problem in fp32 arithmetic, one warp per (token, head): the
  * fp32 engine's attention and the reference of the GPU self-test. */
 int cuda_attention_ref(int dtype, const cuda_attn_args *a, int32_t T, void *stream);
 /* Dynamic shared memory the flash kernel needs for head_dim (0: unsupported),
- * and the one-time opt-in above the default 48 KiB. */
+ * and the one-time opt-in above the default 48 KiB (both kernels'). */
 int cuda_flash_smem_bytes(int head_dim);
 int cuda_flash_prepare(void);
 

@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engines/cuda/cuda_kernels.h"
 #include "model/bert_config.h"
 #include "model/encoder.h"
 
@@ -25,11 +26,6 @@
  * of the kernels (16 bytes) are satisfied, and so is any 128-byte
  * transaction. */
 #define CUDA_PLAN_ALIGN 256u
-
-/* Attention kernel tiles: BLOCK_M query rows per thread block (four warps of
- * 16 rows), keys consumed BLOCK_N at a time. */
-#define CUDA_ATTN_BLOCK_M 64
-#define CUDA_ATTN_BLOCK_N 64
 
 /* The element type of weights and activations on the device. Biases and
  * activations share it (cuBLASLt's bias takes the output's type); the

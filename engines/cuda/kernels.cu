@@ -1,6 +1,8 @@
 // kernels.cu — the CUDA engine's own kernels: embeddings and LayerNorm,
-// exact GELU, FlashAttention-2-style varlen attention on tensor cores, an
-// fp32 attention (the fp32 path and the self-test's reference) and pooling.
+// exact GELU, FlashAttention-2-style varlen attention on tensor cores (flash:
+// WMMA with S and O in shared memory; flash2: mma.sync with S, P and O in
+// registers), an fp32 attention (the fp32 path and the self-test's
+// reference) and pooling.
 // The GEMMs are cuBLASLt's (cuda_engine.c). Launchers are declared in
 // cuda_kernels.h; the dtype codes are cuda_plan.h's cuda_dtype
 // (0 fp32, 1 fp16, 2 bf16).
@@ -12,6 +14,9 @@
 #include <mma.h>
 
 #include <math.h>
+#include <string.h>
+
+#include <type_traits>
 
 namespace {
 
@@ -346,6 +351,287 @@ template <typename T, int D> cudaError_t opt_in() {
 }
 } // namespace fa
 
+// ---- flash2: S, P and O in registers --------------------------------------------------
+// The FlashAttention-2 forward pass on mma.sync m16n8k16 (fp32 accumulate).
+// Block (tile, head) as in fa, same BM × BN tiles; warp w owns query rows
+// [16w, 16w + 16). Fragment layouts (PTX ISA, "Matrix Fragments for
+// mma.m16n8k16"), with g = lane / 4 and q = lane % 4:
+//   A 16×16: a0 (g, 2q..2q+1), a1 (g + 8, 2q..), a2 (g, 2q + 8..), a3 (g + 8, 2q + 8..)
+//   B 16×8:  b0 (k 2q..2q+1, n g), b1 (k 2q + 8.., n g)
+//   C 16×8:  c0 c1 (g, 2q..2q+1), c2 c3 (g + 8, 2q..2q+1)
+// so the C fragments of S over keys [16t, 16t + 16) are, packed in pairs,
+// exactly the A fragment of P over those keys: P never leaves registers.
+// Each lane holds two rows (g and g + 8); their max and sum are reduced over
+// the four lanes of the quad. Q, K and V come to shared memory by cp.async
+// (K and V double-buffered: tile j + 1 loads while tile j is computed), and
+// to registers by ldmatrix (.trans for V, whose B fragment runs along keys).
+namespace fa2 {
+constexpr int BM = CUDA_ATTN_BLOCK_M, BN = CUDA_ATTN_BLOCK_N, WARPS = BM / 16,
+              THREADS = WARPS * 32;
+static_assert(BM == fa::BM && BN == fa::BN, "both kernels run cuda_attn_tiles' tiles");
+static_assert(BM % 16 == 0 && BN % 16 == 0, "whole m16n8k16 tiles");
+
+template <int D> struct layout {
+    // Row stride in elements: 16 bytes of padding put the eight 16-byte rows
+    // one ldmatrix phase reads in eight different bank groups for D = 32,
+    // 64 and 128 (strides of 80, 144 and 272 bytes).
+    static constexpr int LD = D + 8;
+    static constexpr size_t q = 0;                              // Q (BM, LD)
+    static constexpr size_t k = q + (size_t)BM * LD * 2;       // K [2] (BN, LD)
+    static constexpr size_t v = k + 2 * (size_t)BN * LD * 2;   // V [2] (BN, LD)
+    static constexpr size_t bytes = v + 2 * (size_t)BN * LD * 2;
+};
+static_assert(layout<32>::bytes <= fa::layout<32>::bytes &&
+                  layout<64>::bytes <= fa::layout<64>::bytes &&
+                  layout<128>::bytes <= fa::layout<128>::bytes,
+              "cuda_flash_smem_bytes (the flash kernel's) covers flash2");
+
+__device__ __forceinline__ unsigned smem_addr(const void *p) {
+    return (unsigned)__cvta_generic_to_shared(p);
+}
+
+// 16 bytes global -> shared, bypassing L1; src_bytes 0 writes zeros.
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)),
+                 "l"(src), "r"(src_bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+
+// c += a·b on one m16n8k16 tile, fp32 accumulation.
+template <typename T>
+__device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                    uint32_t b1) {
+    if constexpr (std::is_same<T, __half>::value)
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+                     "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    else
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+                     "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two floats rounded to T and packed, the lower column in the low half (the
+// order of every fragment register).
+template <typename T> __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+    uint32_t u;
+    if constexpr (std::is_same<T, __half>::value) {
+        const __half2 h = __floats2half2_rn(lo, hi);
+        memcpy(&u, &h, 4);
+    } else {
+        const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+        memcpy(&u, &h, 4);
+    }
+    return u;
+}
+
+// Starts copying rows [0, n) of a (ROWS, D) slice, row stride ld elements,
+// into dst (row stride LD); rows n..ROWS are zero-filled, so padded keys
+// give finite scores (masked anyway) and zero values (p = 0 times a finite
+// v adds nothing), and padded query rows give finite rows never written.
+template <typename T, int D, int ROWS>
+__device__ __forceinline__ void load_tile_async(T *dst, const T *src, size_t ld, int n) {
+    constexpr int VEC = 16 / sizeof(T), PER_ROW = D / VEC;
+    static_assert((ROWS * PER_ROW) % THREADS == 0, "every thread copies as many chunks");
+#pragma unroll
+    for (int i = threadIdx.x; i < ROWS * PER_ROW; i += THREADS) {
+        const int r = i / PER_ROW, c = (i % PER_ROW) * VEC;
+        const bool in = r < n;
+        cp_async16(dst + r * layout<D>::LD + c, in ? src + (size_t)r * ld + c : src, in ? 16 : 0);
+    }
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(THREADS) flash2_kernel(cuda_attn_args a) {
+    using L = layout<D>;
+    constexpr int LD = L::LD;
+    constexpr int NS = BN / 8;  // n-tiles of S (8 keys each)
+    constexpr int NO = D / 8;   // n-tiles of O (8 columns each)
+    constexpr int KQ = D / 16;  // k-steps of Q·Kᵀ
+    constexpr int KP = BN / 16; // k-steps of P·V
+    extern __shared__ __align__(128) unsigned char smem[];
+    T *Qs = reinterpret_cast<T *>(smem + L::q);
+    T *Ks = reinterpret_cast<T *>(smem + L::k);
+    T *Vs = reinterpret_cast<T *>(smem + L::v);
+
+    const int seq = a.tiles[2 * blockIdx.x], q0 = a.tiles[2 * blockIdx.x + 1];
+    const int h = blockIdx.y;
+    const int start = a.cu_seqlens[seq], len = a.cu_seqlens[seq + 1] - start;
+    const int rows = min(BM, len - q0);
+    const int C = a.heads * D;
+    const size_t ld = (size_t)3 * C;
+    const T *qkv = static_cast<const T *>(a.qkv);
+    const T *qg = qkv + (size_t)(start + q0) * ld + h * D;
+    const T *kg = qkv + (size_t)start * ld + C + h * D;
+    const T *vg = kg + C;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane >> 2, q = lane & 3;
+    const float scale_log2 = a.scale * 1.4426950408889634f; // exp(x) = exp2(x·log2 e)
+
+    load_tile_async<T, D, BM>(Qs, qg, ld, rows);
+    load_tile_async<T, D, BN>(Ks, kg, ld, min(BN, len));
+    load_tile_async<T, D, BN>(Vs, vg, ld, min(BN, len));
+    cp_async_commit();
+
+    // ldmatrix row addresses: lanes 8i..8i+7 name the rows of matrix i.
+    // Q (A, row-major): matrices (rows 0-7 | 8-15) × (cols 0-7 | 8-15), row first.
+    const int a_row = 16 * warp + (lane & 15), a_col = (lane >> 4) * 8;
+    // K (B of Q·Kᵀ): matrices (keys 0-7, d 0-7), (keys 0-7, d 8-15), then keys 8-15.
+    const int k_row = (lane & 7) + (lane >> 4) * 8, k_col = ((lane >> 3) & 1) * 8;
+    // V (B of P·V, transposed): (keys 0-7, d 0-7), (keys 8-15, d 0-7), then d 8-15.
+    const int v_row = (lane & 7) + ((lane >> 3) & 1) * 8, v_col = (lane >> 4) * 8;
+
+    uint32_t qf[KQ][4];
+    float o[NO][4];
+#pragma unroll
+    for (int i = 0; i < NO; i++)
+        o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY}; // running max of rows g, g + 8 (raw scores)
+    float l[2] = {0.0f, 0.0f};           // this lane's part of their sums
+
+    const int nblocks = (len + BN - 1) / BN;
+    for (int j = 0; j < nblocks; j++) {
+        const int k0 = j * BN;
+        cp_async_wait_all();
+        __syncthreads(); // tile j is visible to all; all are done with tile j - 1's buffer
+        if (j == 0) {
+#pragma unroll
+            for (int kk = 0; kk < KQ; kk++)
+                ldmatrix_x4(qf[kk], Qs + a_row * LD + 16 * kk + a_col);
+        }
+        if (j + 1 < nblocks) {
+            const int nb = (j + 1) & 1, nk = min(BN, len - k0 - BN);
+            load_tile_async<T, D, BN>(Ks + nb * BN * LD, kg + (size_t)(k0 + BN) * ld, ld, nk);
+            load_tile_async<T, D, BN>(Vs + nb * BN * LD, vg + (size_t)(k0 + BN) * ld, ld, nk);
+            cp_async_commit();
+        }
+        const T *Kb = Ks + (j & 1) * BN * LD, *Vb = Vs + (j & 1) * BN * LD;
+
+        // S = Q·Kᵀ over this warp's 16 rows and the tile's BN keys.
+        float s[NS][4];
+#pragma unroll
+        for (int i = 0; i < NS; i++)
+            s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < KQ; kk++)
+#pragma unroll
+            for (int n2 = 0; n2 < NS / 2; n2++) {
+                uint32_t b[4];
+                ldmatrix_x4(b, Kb + (16 * n2 + k_row) * LD + 16 * kk + k_col);
+                mma<T>(s[2 * n2], qf[kk], b[0], b[1]);
+                mma<T>(s[2 * n2 + 1], qf[kk], b[2], b[3]);
+            }
+        if (k0 + BN > len) { // only the last tile has keys past the sequence
+#pragma unroll
+            for (int i = 0; i < NS; i++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    if (k0 + 8 * i + 2 * q + (e & 1) >= len)
+                        s[i][e] = -INFINITY;
+        }
+
+        // Online softmax of rows g (s[.][0..1]) and g + 8 (s[.][2..3]).
+        float mx[2] = {m[0], m[1]};
+#pragma unroll
+        for (int i = 0; i < NS; i++) {
+            mx[0] = fmaxf(mx[0], fmaxf(s[i][0], s[i][1]));
+            mx[1] = fmaxf(mx[1], fmaxf(s[i][2], s[i][3]));
+        }
+        float ms[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+            // mx is finite: every tile has a key (k0 < len) and every row's
+            // score of it is finite. alpha is 0 on the first tile (m = -inf).
+            const float alpha = exp2f((m[r] - mx[r]) * scale_log2);
+            m[r] = mx[r];
+            ms[r] = mx[r] * scale_log2;
+            l[r] *= alpha;
+#pragma unroll
+            for (int i = 0; i < NO; i++) {
+                o[i][2 * r] *= alpha;
+                o[i][2 * r + 1] *= alpha;
+            }
+        }
+        uint32_t pf[KP][4];
+#pragma unroll
+        for (int i = 0; i < NS; i++) {
+            // Masked scores: exp2(-inf) = 0.
+            const float p0 = exp2f(fmaf(s[i][0], scale_log2, -ms[0]));
+            const float p1 = exp2f(fmaf(s[i][1], scale_log2, -ms[0]));
+            const float p2 = exp2f(fmaf(s[i][2], scale_log2, -ms[1]));
+            const float p3 = exp2f(fmaf(s[i][3], scale_log2, -ms[1]));
+            l[0] += p0 + p1;
+            l[1] += p2 + p3;
+            pf[i / 2][2 * (i & 1)] = pack<T>(p0, p1);     // a0 / a2: row g
+            pf[i / 2][2 * (i & 1) + 1] = pack<T>(p2, p3); // a1 / a3: row g + 8
+        }
+
+        // O += P·V
+#pragma unroll
+        for (int t = 0; t < KP; t++)
+#pragma unroll
+            for (int n2 = 0; n2 < NO / 2; n2++) {
+                uint32_t b[4];
+                ldmatrix_x4_trans(b, Vb + (16 * t + v_row) * LD + 16 * n2 + v_col);
+                mma<T>(o[2 * n2], pf[t], b[0], b[1]);
+                mma<T>(o[2 * n2 + 1], pf[t], b[2], b[3]);
+            }
+    }
+
+    // out = O / l on the tile's valid rows.
+    float inv[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+        inv[r] = 1.0f / l[r];
+    }
+    T *og = static_cast<T *>(a.out) + (size_t)(start + q0) * C + h * D + 2 * q;
+    const int r0 = 16 * warp + g, r1 = r0 + 8;
+#pragma unroll
+    for (int i = 0; i < NO; i++) {
+        if (r0 < rows)
+            *reinterpret_cast<uint32_t *>(og + (size_t)r0 * C + 8 * i) =
+                pack<T>(o[i][0] * inv[0], o[i][1] * inv[0]);
+        if (r1 < rows)
+            *reinterpret_cast<uint32_t *>(og + (size_t)r1 * C + 8 * i) =
+                pack<T>(o[i][2] * inv[1], o[i][3] * inv[1]);
+    }
+}
+
+template <typename T, int D> int launch(const cuda_attn_args *a, cudaStream_t s) {
+    const dim3 grid((unsigned)a->ntiles, (unsigned)a->heads);
+    flash2_kernel<T, D><<<grid, THREADS, layout<D>::bytes, s>>>(*a);
+    return (int)cudaGetLastError();
+}
+
+template <typename T, int D> cudaError_t opt_in() {
+    return cudaFuncSetAttribute(flash2_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                (int)layout<D>::bytes);
+}
+} // namespace fa2
+
 template <typename T> int launch_ref(const cuda_attn_args *a, int32_t T_, cudaStream_t s) {
     const int64_t warps = (int64_t)T_ * a->heads;
     const unsigned blocks = (unsigned)((warps * 32 + 255) / 256);
@@ -471,7 +757,13 @@ extern "C" int cuda_flash_prepare(void) {
     const cudaError_t e[] = {fa::opt_in<__half, 32>(),         fa::opt_in<__half, 64>(),
                              fa::opt_in<__half, 128>(),        fa::opt_in<__nv_bfloat16, 32>(),
                              fa::opt_in<__nv_bfloat16, 64>(),  fa::opt_in<__nv_bfloat16, 128>()};
+    const cudaError_t e2[] = {fa2::opt_in<__half, 32>(),        fa2::opt_in<__half, 64>(),
+                              fa2::opt_in<__half, 128>(),       fa2::opt_in<__nv_bfloat16, 32>(),
+                              fa2::opt_in<__nv_bfloat16, 64>(), fa2::opt_in<__nv_bfloat16, 128>()};
     for (cudaError_t x : e)
+        if (x != cudaSuccess)
+            return (int)x;
+    for (cudaError_t x : e2)
         if (x != cudaSuccess)
             return (int)x;
     return 0;
@@ -498,6 +790,33 @@ extern "C" int cuda_flash_attention(int dtype, const cuda_attn_args *a, void *st
             return fa::launch_flash<__nv_bfloat16, 64>(a, s);
         case 128:
             return fa::launch_flash<__nv_bfloat16, 128>(a, s);
+        }
+    }
+    return (int)cudaErrorInvalidValue;
+}
+
+
+extern "C" int cuda_flash2_attention(int dtype, const cuda_attn_args *a, void *stream) {
+    const cudaStream_t s = (cudaStream_t)stream;
+    if (a->ntiles <= 0)
+        return 0;
+    if (dtype == 1) {
+        switch (a->head_dim) {
+        case 32:
+            return fa2::launch<__half, 32>(a, s);
+        case 64:
+            return fa2::launch<__half, 64>(a, s);
+        case 128:
+            return fa2::launch<__half, 128>(a, s);
+        }
+    } else if (dtype == 2) {
+        switch (a->head_dim) {
+        case 32:
+            return fa2::launch<__nv_bfloat16, 32>(a, s);
+        case 64:
+            return fa2::launch<__nv_bfloat16, 64>(a, s);
+        case 128:
+            return fa2::launch<__nv_bfloat16, 128>(a, s);
         }
     }
     return (int)cudaErrorInvalidValue;
