@@ -1,10 +1,11 @@
-/* gpu_attn.c — the CUDA engine's attention kernels on a GPU (our flash
- * kernel, the fp32 kernel, and cuDNN's fused SDPA through cuda_cudnn.c):
+/* gpu_attn.c — the CUDA engine's attention kernels on a GPU (our flash and
+ * flash2 kernels, the fp32 kernel, and cuDNN's fused SDPA through
+ * cuda_cudnn.c):
  * correctness against a double-precision reference, then a benchmark. Built
  * and run by tests/gpu/run.sh (linked with the plugin's kernels.o,
  * cuda_cudnn.c and libcudart); it needs a device and says so, exit 3, where
  * there is none. Where cuDNN cannot be loaded (or is older than the floor)
- * every cudnn line says NOT RUN with the reason, flash is still checked, and
+ * every cudnn line says NOT RUN with the reason, ours are still checked, and
  * the exit is 3 unless something failed (1).
  *
  * Correctness, per dtype (fp16 u = 2^-11, bf16 u = 2^-8) and head size:
@@ -15,7 +16,11 @@
  * the sum of the rounded p, so o = Σ p̃ v / Σ p̃ is a convex combination
  * whose weights are each off by at most 2u relatively: |Δo| <= 2u·max|v|;
  * the output's rounding adds u·|o| <= u·max|v|. Bound: 3u·max|v| plus
- * 1e-5·max|v| for fp32 accumulation and exp2f. The fp32 kernel rounds only
+ * 1e-5·max|v| for fp32 accumulation and exp2f. flash2 rounds p the same
+ * way but divides by the sum of the unrounded p: o = Σ p̃ v / Σ p differs
+ * from the exact Σ p v / Σ p by Σ (p̃ − p) v / Σ p, at most u·max|v|; with
+ * the output's rounding 2u·max|v|, so flash's bound (3u + 1e-5) holds for
+ * it too and is the one applied. The fp32 kernel rounds only
  * its output: u·max|v| + 1e-5·max|v|. cuDNN's SDPA is held to flash's
  * bound: it too accumulates in fp32 and rounds P to the dtype before P·V.
  * Its plans are built for more sequences than each case has (the engine's
@@ -24,8 +29,9 @@
  *
  * Benchmark: 8×512, 1×4096 (16 heads, head size 64 and 128) and MiniLM's
  * 128×64 (12 heads of 32), fp16 and bf16: median of 20 timed runs (CUDA
- * events) after 3 warm-ups, in TFLOP/s of 4·L²·D·H per sequence, for flash
- * and cudnn, and the ratio flash/cudnn of their TFLOP/s. */
+ * events) after 3 warm-ups, in TFLOP/s of 4·L²·D·H per sequence, for flash,
+ * flash2 and cudnn, and the ratios flash/cudnn and flash2/cudnn of their
+ * TFLOP/s. */
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <stdio.h>
@@ -210,7 +216,15 @@ static double max_error(const problem *p, double *vmax) {
     return worst;
 }
 
-static const char *const kernel_names[] = {"flash", "fp32", "cudnn"};
+enum { K_FLASH, K_REF, K_CUDNN, K_FLASH2, NKERNELS };
+static const char *const kernel_names[NKERNELS] = {"flash", "fp32", "cudnn", "flash2"};
+
+/* Enqueues kernel k (ours: flash, fp32 or flash2) on the default stream. */
+static int launch_ours(int k, const problem *p, const cuda_attn_args *a) {
+    return k == K_REF      ? cuda_attention_ref((int)p->dt, a, p->T, NULL)
+           : k == K_FLASH2 ? cuda_flash2_attention((int)p->dt, a, NULL)
+                           : cuda_flash_attention((int)p->dt, a, NULL);
+}
 
 static int correctness(void) {
     static const int lens_a[] = {1, 65, 130, 64, 7};
@@ -226,8 +240,8 @@ static int correctness(void) {
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
         for (int di = 0; di < 3; di++)
             for (int ti = 0; ti < 2; ti++)
-                for (int kernel = 0; kernel < 3; kernel++) {
-                    if (kernel == 2 && *cudnn_absent) {
+                for (int kernel = 0; kernel < NKERNELS; kernel++) {
+                    if (kernel == K_CUDNN && *cudnn_absent) {
                         printf("NOT RUN: cudnn %-5s d%-3d case %zu: %s\n",
                                cuda_dtype_name(types[ti]), dims[di], ci, cudnn_absent);
                         continue;
@@ -238,7 +252,7 @@ static int correctness(void) {
                     /* Whatever a kernel leaves unwritten reads NaN and fails. */
                     CHECK(cudaMemset(p.d_out, 0xff, (size_t)p.T * 4 * dims[di] * 2));
                     int ran = 0;
-                    if (kernel == 2) {
+                    if (kernel == K_CUDNN) {
                         /* Longest sequence 256, above every case's, as the
                          * engine's graph is built for the model's longest. */
                         cudnn_sdpa *s = cudnn_plan(&p, 256);
@@ -246,18 +260,17 @@ static int correctness(void) {
                         CHECK(cudaDeviceSynchronize());
                         cudnn_sdpa_destroy(s);
                     } else {
-                        CHECK((cudaError_t)(kernel ? cuda_attention_ref((int)p.dt, &a, p.T, NULL)
-                                                   : cuda_flash_attention((int)p.dt, &a, NULL)));
+                        CHECK((cudaError_t)launch_ours(kernel, &p, &a));
                         CHECK(cudaDeviceSynchronize());
                         ran = 1;
                     }
                     double vmax = 0.0;
                     const double err = ran ? max_error(&p, &vmax) : INFINITY;
                     const double u = types[ti] == CUDA_DT_BF16 ? 1.0 / 256 : 1.0 / 2048;
-                    const double bound = ((kernel == 1 ? 1.0 : 3.0) * u + 1e-5) * vmax;
+                    const double bound = ((kernel == K_REF ? 1.0 : 3.0) * u + 1e-5) * vmax;
                     const int ok = err <= bound;
                     failed += !ok;
-                    printf("%-5s %-5s d%-3d case %zu (T=%4d): max error %.3e, bound %.3e  %s\n",
+                    printf("%-6s %-5s d%-3d case %zu (T=%4d): max error %.3e, bound %.3e  %s\n",
                            kernel_names[kernel], cuda_dtype_name(types[ti]), dims[di], ci, p.T, err,
                            bound, ok ? "ok" : "FAILED");
                     teardown(&p);
@@ -270,11 +283,11 @@ static int cmp_float(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* Median milliseconds of 20 runs of kernel (0 flash, 2 cudnn) after 3
- * warm-ups; negative when it cannot run. */
+/* Median milliseconds of 20 runs of kernel (K_FLASH, K_FLASH2, K_CUDNN)
+ * after 3 warm-ups; negative when it cannot run. */
 static double time_kernel(problem *p, int kernel) {
     cudnn_sdpa *s = NULL;
-    if (kernel == 2 && (*cudnn_absent || !(s = cudnn_plan(p, p->max_len))))
+    if (kernel == K_CUDNN && (*cudnn_absent || !(s = cudnn_plan(p, p->max_len))))
         return -1.0;
     const cuda_attn_args a = args(p);
     cudaEvent_t e0, e1;
@@ -284,10 +297,10 @@ static double time_kernel(problem *p, int kernel) {
     int ok = 1;
     for (int r = 0; ok && r < 23; r++) {
         CHECK(cudaEventRecord(e0, NULL));
-        if (kernel == 2)
+        if (kernel == K_CUDNN)
             ok = cudnn_run(s) == 0;
         else
-            CHECK((cudaError_t)cuda_flash_attention((int)p->dt, &a, NULL));
+            CHECK((cudaError_t)launch_ours(kernel, p, &a));
         CHECK(cudaEventRecord(e1, NULL));
         CHECK(cudaEventSynchronize(e1));
         if (r >= 3)
@@ -303,9 +316,9 @@ static double time_kernel(problem *p, int kernel) {
 }
 
 static void bench(void) {
-    printf("\nattention benchmark (median of 20, CUDA events; ratio = flash TFLOP/s / cudnn)\n");
-    printf("%-9s %-5s %-4s %10s %10s %10s %10s %7s\n", "shape", "type", "d", "flash ms", "TFLOP/s",
-           "cudnn ms", "TFLOP/s", "ratio");
+    printf("\nattention benchmark (median of 20, CUDA events; TFLOP/s, and ratios to cudnn's)\n");
+    printf("%-9s %-5s %-4s %9s %8s %9s %8s %9s %8s %7s %7s\n", "shape", "type", "d", "flash ms",
+           "TFLOP/s", "flash2 ms", "TFLOP/s", "cudnn ms", "TFLOP/s", "f/cudnn", "f2/cudnn");
     static const struct {
         int B, L, H, D;
     } shapes[] = {{8, 512, 16, 64},
@@ -323,16 +336,18 @@ static void bench(void) {
             problem p;
             setup(&p, lens, B, H, D, types[ti]);
             const double flops = 4.0 * L * (double)L * D * H * B;
-            const double f = time_kernel(&p, 0), c = time_kernel(&p, 2);
-            const double tf = flops / (f * 1e-3) / 1e12, tc = flops / (c * 1e-3) / 1e12;
+            const double f = time_kernel(&p, K_FLASH), f2 = time_kernel(&p, K_FLASH2),
+                         c = time_kernel(&p, K_CUDNN);
+            const double tf = flops / (f * 1e-3) / 1e12, tf2 = flops / (f2 * 1e-3) / 1e12,
+                         tc = flops / (c * 1e-3) / 1e12;
             char shape[16];
             snprintf(shape, sizeof shape, "%dx%d", B, L);
+            printf("%-9s %-5s d%-3d %9.4f %8.1f %9.4f %8.1f", shape, cuda_dtype_name(types[ti]), D,
+                   f, tf, f2, tf2);
             if (c > 0)
-                printf("%-9s %-5s d%-3d %10.4f %10.1f %10.4f %10.1f %7.2f\n", shape,
-                       cuda_dtype_name(types[ti]), D, f, tf, c, tc, tf / tc);
+                printf(" %9.4f %8.1f %7.2f %7.2f\n", c, tc, tf / tc, tf2 / tc);
             else
-                printf("%-9s %-5s d%-3d %10.4f %10.1f %10s %10s %7s  (cudnn NOT RUN)\n", shape,
-                       cuda_dtype_name(types[ti]), D, f, tf, "-", "-", "-");
+                printf(" %9s %8s %7s %7s  (cudnn NOT RUN)\n", "-", "-", "-", "-");
             teardown(&p);
         }
 }
