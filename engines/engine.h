@@ -93,7 +93,7 @@ typedef struct engine_options {
     const attn_backend *const *backends;
     size_t nbackends;
     /* The `gpu_attention` setting: which kernel an engine that computes
-     * attention on a device runs ("auto", "flash", "cudnn"; NULL: auto).
+     * attention on a device runs ("auto", "flash", "flash2", "cudnn"; NULL: auto).
      * Engines that run the attn_backend they are handed ignore it. */
     const char *gpu_attention;
 } engine_options;

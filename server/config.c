@@ -84,7 +84,7 @@ static const char *backend_values[ATTN_MAX_BACKENDS + 2];
 static const char *const log_level_values[] = {"debug", "info", "warn", "error", NULL};
 static const char *const log_format_values[] = {"text", "json", NULL};
 static const char *const precision_values[] = {"fp32", "bf16", "int8", "auto", NULL};
-static const char *const gpu_attention_values[] = {"auto", "flash", "cudnn", NULL};
+static const char *const gpu_attention_values[] = {"auto", "flash", "flash2", "cudnn", NULL};
 
 static void backend_values_fill(void) {
     size_t n = 0;
@@ -173,10 +173,11 @@ static const setting settings[] = {
     /* Handed to the engine (engine_options.gpu_attention); restart only,
      * since the kernel's plan and workspace are built at start. */
     ENUM(gpu_attention, "auto", gpu_attention_values, RESTART,
-         "Attention kernel of a GPU engine in fp16/bf16: flash (ours), cudnn (cuDNN's fused "
-         "SDPA, where cuDNN 9.15+ is found and takes the model's shape; else flash runs and "
-         "/info says why), or auto to time both on the model's shape at start and keep the "
-         "faster. CPU engines ignore it."),
+         "Attention kernel of a GPU engine in fp16/bf16: flash (ours), flash2 (ours, with the "
+         "accumulators in registers), cudnn (cuDNN's fused SDPA, where cuDNN 9.15+ is found and "
+         "takes the model's shape), or auto to time those that pass their start-up check on the "
+         "model's shape at start and keep the fastest; a kernel that is refused or fails its "
+         "check leaves flash, and /info says why. CPU engines ignore it."),
     STRING(plugin_dir, "", NULL, "a directory, or \"\" for none", RESTART,
            "Directory of engine plugins (*.so); each is offered, or listed in /info with the "
            "reason it is refused."),

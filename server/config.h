@@ -49,7 +49,7 @@ typedef struct config {
     char *fallback_backends;    /* comma-separated backend names, may be "" */
     char *engine;               /* "auto", "cpu" or a plugin engine's name */
     const char *precision;      /* "fp32" | "bf16" | "int8" | "auto" */
-    const char *gpu_attention;  /* "auto" | "flash" | "cudnn": a GPU engine's kernel */
+    const char *gpu_attention;  /* "auto" | "flash" | "flash2" | "cudnn": a GPU kernel */
     char *plugin_dir;           /* engine plugins; "" = none */
     int64_t threads;            /* compute threads; 0 = all online cores */
     int64_t pool_spin_us;       /* compute threads poll this long, then sleep */

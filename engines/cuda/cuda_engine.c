@@ -74,6 +74,7 @@ typedef struct cuda_ctx {
     /* The attention kernel (choose_attention): cuDNN's plan when it runs,
      * the kernel's name and how it was chosen. */
     cudnn_sdpa *sdpa;
+    bool flash2; /* without sdpa: flash2 rather than flash */
     const char *attn_name;
     char attn_detail[384];
 } cuda_ctx;
@@ -284,7 +285,8 @@ static int cuda_init(const engine_options *opt, void **out, char *err, size_t er
     *out = NULL;
     const int choice = cuda_attn_choice_parse(opt->gpu_attention);
     if (choice < 0) {
-        snprintf(err, err_len, "gpu_attention '%s': the cuda engine takes auto, flash or cudnn",
+        snprintf(err, err_len,
+                 "gpu_attention '%s': the cuda engine takes auto, flash, flash2 or cudnn",
                  opt->gpu_attention);
         return ENGINE_EINVAL;
     }
@@ -648,6 +650,7 @@ static int cuda_forward(void *ctx, const engine_batch *bt, const attn_backend *a
             }
         } else {
             FWD(dt == CUDA_DT_F32 ? cuda_attention_ref(dt, &aa, T, c->stream)
+                : c->flash2       ? cuda_flash2_attention(dt, &aa, c->stream)
                                   : cuda_flash_attention(dt, &aa, c->stream),
                 "attention");
         }
@@ -793,14 +796,15 @@ static int probe_make(cuda_ctx *c, probe *p, char *err, size_t err_len) {
     return ENGINE_OK;
 }
 
-enum { K_REF, K_FLASH, K_CUDNN };
+enum { K_REF, K_FLASH, K_CUDNN, K_FLASH2 };
 
 /* Enqueues kernel k on the probe; 0 or -1 with why. */
 static int probe_launch(cuda_ctx *c, const probe *p, int k, char *why, size_t why_len) {
     if (k == K_CUDNN)
         return cudnn_sdpa_run(c->sdpa, why, why_len);
-    const int e = k == K_REF ? cuda_attention_ref((int)c->dt, &p->aa, p->T, c->stream)
-                             : cuda_flash_attention((int)c->dt, &p->aa, c->stream);
+    const int e = k == K_REF      ? cuda_attention_ref((int)c->dt, &p->aa, p->T, c->stream)
+                  : k == K_FLASH2 ? cuda_flash2_attention((int)c->dt, &p->aa, c->stream)
+                                  : cuda_flash_attention((int)c->dt, &p->aa, c->stream);
     if (e != 0)
         snprintf(why, why_len, "launch: %s", cudaGetErrorString((cudaError_t)e));
     return e != 0 ? -1 : 0;
@@ -866,25 +870,36 @@ static double probe_time(cuda_ctx *c, const probe *p, int k) {
     return ms / 10.0;
 }
 
+/* "%.4f ms" for a timed kernel, else "not run (why)". */
+static void fmt_time(char *buf, size_t n, double ms, const char *why) {
+    if (ms > 0.0)
+        snprintf(buf, n, "%.4f ms", ms);
+    else
+        snprintf(buf, n, "not run (%s)", why);
+}
+
 /* Picks the attention kernel (see the `gpu_attention` setting): fp32 runs
- * the fp32 kernel; otherwise cuDNN's plan is built unless flash is asked
- * for, each candidate must match the fp32 kernel on a batch of the model's
- * shape, and under auto the faster of the two on that batch runs. cuDNN
- * absent, refusing or failing its check leaves flash, with the reason in
- * attn_detail; flash failing its check refuses the engine. */
+ * the fp32 kernel; otherwise cuDNN's plan is built for auto and cudnn, each
+ * candidate (flash2 for auto and flash2) must match the fp32 kernel on a
+ * batch of the model's shape, and under auto the fastest that passed on
+ * that batch runs. cuDNN absent, refusing or failing its check, or flash2
+ * failing its check, leaves flash, with the reason in attn_detail; flash
+ * failing its check (when it may run) refuses the engine. */
 static int choose_attention(cuda_ctx *c, cuda_attn_choice choice, char *err, size_t err_len) {
     char *d = c->attn_detail;
     const size_t dl = sizeof c->attn_detail;
     if (c->dt == CUDA_DT_F32) {
         c->attn_name = "fp32";
         snprintf(d, dl, "fp32 precision runs the fp32 kernel%s",
-                 choice == CUDA_ATTN_CUDNN ? " (cudnn takes fp16/bf16)" : "");
+                 choice == CUDA_ATTN_CUDNN || choice == CUDA_ATTN_FLASH2
+                     ? " (cudnn and flash2 take fp16/bf16)"
+                     : "");
         return ENGINE_OK;
     }
     const cuda_workspace_plan *pl = &c->plan;
     const bert_config *m = &c->cfg;
-    char why[256] = "";
-    if (choice != CUDA_ATTN_FLASH) {
+    char why[256] = "", cudnn_why[160] = "not asked for", flash2_why[160] = "not asked for";
+    if (choice == CUDA_ATTN_AUTO || choice == CUDA_ATTN_CUDNN) {
         const cudnn_sdpa_desc sd = {.dtype = (int)c->dt,
                                     .max_seqs = pl->max_seqs,
                                     .max_len = m->max_positions < pl->max_tokens ? m->max_positions
@@ -899,8 +914,10 @@ static int choose_attention(cuda_ctx *c, cuda_attn_choice choice, char *err, siz
                                     .off_qkv = (const int64_t *)(c->ws + pl->sdpa_off_qkv),
                                     .off_o = (const int64_t *)(c->ws + pl->sdpa_off_o),
                                     .stream = c->stream};
-        if (cudnn_sdpa_create(&sd, &c->sdpa, why, sizeof why) < 0)
+        if (cudnn_sdpa_create(&sd, &c->sdpa, why, sizeof why) < 0) {
             snprintf(d, dl, "cudnn refused: %s", why);
+            snprintf(cudnn_why, sizeof cudnn_why, "refused: %s", why);
+        }
     }
     probe p;
     int rc = probe_make(c, &p, err, err_len);
@@ -913,42 +930,76 @@ static int choose_attention(cuda_ctx *c, cuda_attn_choice choice, char *err, siz
     }
     if (c->sdpa && probe_check(c, &p, K_CUDNN, why, sizeof why) < 0) {
         snprintf(d, dl, "cudnn failed its start-up check: %s", why);
+        snprintf(cudnn_why, sizeof cudnn_why, "failed its check: %s", why);
         cudnn_sdpa_destroy(c->sdpa);
         c->sdpa = NULL;
     }
-    const bool need_flash = !c->sdpa || choice == CUDA_ATTN_AUTO;
+    bool flash2 = false;
+    if (choice == CUDA_ATTN_AUTO || choice == CUDA_ATTN_FLASH2) {
+        flash2 = probe_check(c, &p, K_FLASH2, why, sizeof why) == 0;
+        if (!flash2) {
+            snprintf(d, dl, "flash2 failed its start-up check: %s", why);
+            snprintf(flash2_why, sizeof flash2_why, "failed its check: %s", why);
+        }
+    }
+    const bool need_flash = choice == CUDA_ATTN_AUTO || (!c->sdpa && !flash2);
     if (need_flash && probe_check(c, &p, K_FLASH, why, sizeof why) < 0) {
         snprintf(err, err_len, "the flash attention kernel failed its start-up check: %s", why);
         probe_free(&p);
         return ENGINE_EUNSUPPORTED;
     }
     const int D = m->hidden_size / m->num_heads;
-    if (c->sdpa && choice == CUDA_ATTN_AUTO) {
-        const double t_flash = probe_time(c, &p, K_FLASH), t_cudnn = probe_time(c, &p, K_CUDNN);
-        const bool cudnn = t_cudnn > 0.0 && (t_flash <= 0.0 || t_cudnn < t_flash);
-        snprintf(d, dl,
-                 "auto: flash %.4f ms, cudnn %.4f ms per layer on %d sequences (%d tokens), %d "
-                 "heads of %d; both checked",
-                 t_flash, t_cudnn, p.B, p.T, m->num_heads, D);
-        if (!cudnn) {
+    if (choice == CUDA_ATTN_AUTO && (c->sdpa || flash2)) {
+        const double t_flash = probe_time(c, &p, K_FLASH);
+        const double t_flash2 = flash2 ? probe_time(c, &p, K_FLASH2) : -1.0;
+        const double t_cudnn = c->sdpa ? probe_time(c, &p, K_CUDNN) : -1.0;
+        if (flash2 && t_flash2 <= 0.0)
+            snprintf(flash2_why, sizeof flash2_why, "its timing failed");
+        if (c->sdpa && t_cudnn <= 0.0)
+            snprintf(cudnn_why, sizeof cudnn_why, "its timing failed");
+        /* The fastest of those timed; flash when none was. */
+        double best = t_flash > 0.0 ? t_flash : INFINITY;
+        int k = K_FLASH;
+        if (t_flash2 > 0.0 && t_flash2 < best)
+            best = t_flash2, k = K_FLASH2;
+        if (t_cudnn > 0.0 && t_cudnn < best)
+            k = K_CUDNN;
+        char s2[200], sc[200];
+        fmt_time(s2, sizeof s2, t_flash2, flash2_why);
+        fmt_time(sc, sizeof sc, t_cudnn, cudnn_why);
+        /* In two steps, each piece bounded: the reasons may be long. */
+        const int n = snprintf(d, dl, "auto: flash %.4f ms, flash2 %s", t_flash, s2);
+        if (n > 0 && (size_t)n < dl)
+            snprintf(d + n, dl - (size_t)n,
+                     ", cudnn %s per layer on %d sequences (%d tokens), %d heads of %d; those "
+                     "timed were checked",
+                     sc, p.B, p.T, m->num_heads, D);
+        flash2 = k == K_FLASH2;
+        if (k != K_CUDNN && c->sdpa) {
             cudnn_sdpa_destroy(c->sdpa);
             c->sdpa = NULL;
         }
     } else if (c->sdpa) {
         snprintf(d, dl, "cudnn as configured (cuDNN %zu); checked",
                  cudnn_sdpa_version(why, sizeof why));
+    } else if (flash2) {
+        snprintf(d, dl, "flash2 as configured; checked");
     } else if (choice == CUDA_ATTN_FLASH) {
         snprintf(d, dl, "flash as configured; checked");
+    } else if (choice == CUDA_ATTN_AUTO) {
+        snprintf(d, dl, "auto: flash, the only one left (flash2 %s; cudnn %s)", flash2_why,
+                 cudnn_why);
     }
     probe_free(&p);
-    c->attn_name = c->sdpa ? "cudnn" : "flash";
+    c->flash2 = !c->sdpa && flash2;
+    c->attn_name = c->sdpa ? "cudnn" : c->flash2 ? "flash2" : "flash";
     return ENGINE_OK;
 }
 
 static const engine_iface engine_cuda = {
     .name = "cuda",
-    .summary = "the encoder on one NVIDIA GPU (sm_80+): cuBLASLt GEMMs, flash attention on "
-               "tensor cores or cuDNN's fused SDPA (gpu_attention) (plugin)",
+    .summary = "the encoder on one NVIDIA GPU (sm_80+): cuBLASLt GEMMs, flash or flash2 "
+               "attention on tensor cores or cuDNN's fused SDPA (gpu_attention) (plugin)",
     .score = cuda_score,
     .precision_unsupported = cuda_precision_unsupported,
     .init = cuda_init,

@@ -358,6 +358,8 @@ int cuda_attn_choice_parse(const char *name) {
         return CUDA_ATTN_FLASH;
     if (strcmp(name, "cudnn") == 0)
         return CUDA_ATTN_CUDNN;
+    if (strcmp(name, "flash2") == 0)
+        return CUDA_ATTN_FLASH2;
     return -1;
 }
 

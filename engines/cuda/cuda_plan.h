@@ -153,11 +153,17 @@ int cuda_head_dim_supported(int d);
 /* ---- attention kernels ------------------------------------------------------- */
 
 /* The `gpu_attention` engine option: which kernel computes attention in
- * fp16/bf16. AUTO times both on the model's own shape at start and keeps
- * the faster. */
-typedef enum cuda_attn_choice { CUDA_ATTN_AUTO, CUDA_ATTN_FLASH, CUDA_ATTN_CUDNN } cuda_attn_choice;
+ * fp16/bf16. AUTO times every kernel that passes its start-up check on the
+ * model's own shape at start and keeps the fastest. */
+typedef enum cuda_attn_choice {
+    CUDA_ATTN_AUTO,
+    CUDA_ATTN_FLASH,
+    CUDA_ATTN_CUDNN,
+    CUDA_ATTN_FLASH2
+} cuda_attn_choice;
 
-/* NULL or "" is AUTO; "auto", "flash", "cudnn"; -1 for anything else. */
+/* NULL or "" is AUTO; "auto", "flash", "cudnn", "flash2"; -1 for anything
+ * else. */
 int cuda_attn_choice_parse(const char *name);
 
 /* The oldest cuDNN whose fused SDPA operation (one backend descriptor,
@@ -193,8 +199,8 @@ void cuda_sdpa_arrays(const int32_t *cu_seqlens, int32_t batch, int32_t b_max, i
 int32_t cuda_attn_probe(int32_t max_tokens, int32_t max_seqs, int32_t max_len, int32_t *lens);
 
 /* The start-up check's bound on |kernel - fp32 kernel| over max|v| for an
- * fp16/bf16 kernel, unit roundoff u (2^-11, 2^-8): the flash kernel is
- * within 3u + 1e-5 of exact (tests/gpu/gpu_attn.c derives it), cuDNN's
+ * fp16/bf16 kernel, unit roundoff u (2^-11, 2^-8): the flash and flash2
+ * kernels are within 3u + 1e-5 of exact (tests/gpu/gpu_attn.c derives it), cuDNN's
  * likewise (fp32 accumulation, probabilities rounded to the dtype), the fp32
  * kernel within u + 1e-5 (its output's rounding): 4u + 2e-5 between them. */
 double cuda_attn_check_bound(cuda_dtype t);

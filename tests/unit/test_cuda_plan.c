@@ -168,6 +168,8 @@ Test(cuda_plan, gpu_attention_names) {
     cr_assert_eq(cuda_attn_choice_parse("auto"), CUDA_ATTN_AUTO);
     cr_assert_eq(cuda_attn_choice_parse("flash"), CUDA_ATTN_FLASH);
     cr_assert_eq(cuda_attn_choice_parse("cudnn"), CUDA_ATTN_CUDNN);
+    cr_assert_eq(cuda_attn_choice_parse("flash2"), CUDA_ATTN_FLASH2);
+    cr_assert_eq(cuda_attn_choice_parse("flash3"), -1);
     cr_assert_eq(cuda_attn_choice_parse("CUDNN"), -1);
     cr_assert_eq(cuda_attn_choice_parse("fused"), -1);
 }
