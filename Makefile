@@ -88,6 +88,12 @@ UNIT_SRC  := $(sort $(wildcard tests/unit/*.c))
 UNIT_OBJ  := $(UNIT_SRC:%.c=$(BUILD)/obj/%.o)
 BENCH_SRC := $(sort $(wildcard bench/*.c))
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/%)
+# The reader of tests/golden (golden_io.h) for the unit tests, the benchmarks
+# that read goldens and the GPU checks. The large goldens are gzipped, so
+# whatever links it also links zlib; the service itself links neither.
+GOLDEN_IO_SRC := tests/golden/golden_io.c
+GOLDEN_IO_OBJ := $(GOLDEN_IO_SRC:%.c=$(BUILD)/obj/%.o)
+ZLIB_LIBS     := $(shell pkg-config --libs zlib 2>/dev/null)
 
 LIB  := $(BUILD)/libattnserve.a
 BIN  := $(BUILD)/attnserve
@@ -116,11 +122,17 @@ $(LIB): $(LIB_OBJ)
 $(BIN): $(BUILD)/obj/server/main.o $(LIB)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(UNIT): $(UNIT_OBJ) $(LIB)
-	$(CC) $(LDFLAGS) -o $@ $^ $(TEST_LIBS) $(LDLIBS)
+$(UNIT): $(UNIT_OBJ) $(GOLDEN_IO_OBJ) $(LIB)
+	$(CC) $(LDFLAGS) -o $@ $^ $(TEST_LIBS) $(ZLIB_LIBS) $(LDLIBS)
 
 $(BUILD)/%: $(BUILD)/obj/bench/%.o $(LIB)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# The benchmarks that read goldens. private: the flags file their objects
+# depend on must not see zlib, or every other target would rebuild.
+GOLDEN_BENCH_BIN := $(BUILD)/bench_precision $(BUILD)/bench_tokenizer
+$(GOLDEN_BENCH_BIN): $(GOLDEN_IO_OBJ)
+$(GOLDEN_BENCH_BIN): private LDLIBS += $(ZLIB_LIBS)
 
 # bench_gemm compares our bf16 GEMM with the libraries that have one: oneDNN
 # and libxsmm (scripts/install-deps.sh installs both) are compiled in when
@@ -165,7 +177,7 @@ unit: $(UNIT)
 TSAN_BUILD := build-tsan
 TSAN_SRC   := tests/tsan/runner.c tests/unit/attn_ref.c tests/unit/test_attention.c \
               tests/unit/test_blas_threads.c tests/unit/test_log.c tests/unit/test_scheduler.c \
-              tests/unit/test_threadpool.c tests/unit/test_tokenizer.c
+              tests/unit/test_threadpool.c tests/unit/test_tokenizer.c $(GOLDEN_IO_SRC)
 TSAN_ARGS  ?= --exclude='attention/random_head_dim_*' --exclude=attention/every_head_dim \
               --exclude='attention/long_sequence_*'
 # Only in the sub-make: elsewhere the same object paths are Criterion's.
@@ -175,7 +187,7 @@ TSAN_OBJ   := $(TSAN_SRC:%.c=$(BUILD)/obj/%.o)
 $(TSAN_OBJ): private CFLAGS := -Itests/tsan $(CFLAGS)
 
 $(BUILD)/tsan-tests: $(TSAN_OBJ) $(LIB)
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(ZLIB_LIBS) $(LDLIBS)
 endif
 
 tsan:
@@ -238,7 +250,7 @@ bench-latency: $(BIN) $(BUILD)/bench_latency model
 
 format:
 	clang-format -i $(LIB_SRC) $(UNIT_SRC) $(BENCH_SRC) server/main.c $(wildcard */*.h) \
-	    $(wildcard engines/plugins/*.c tests/engines/*.c)
+	    $(wildcard engines/plugins/*.c tests/engines/*.c) $(GOLDEN_IO_SRC) tests/golden/golden_io.h
 
 clean:
 	rm -rf build build-san-* $(TSAN_BUILD)

@@ -2,7 +2,7 @@
  * fp32, in one process: accuracy on the golden sentences and throughput,
  * interleaved so every plan meets the same machine load.
  *
- * Accuracy: the 58 inputs of tests/golden/embeddings.json (mean_normalized)
+ * Accuracy: the 58 inputs of tests/golden/embeddings.json.gz (mean_normalized)
  * run as one packed batch through each plan; the cosine of each embedding
  * against the fp32 model's (same run) and against PyTorch's (the golden), the
  * lowest and the mean. Throughput: synthetic inputs of L tokens ([CLS],
@@ -31,8 +31,9 @@
 #include "kernels/attention.h"
 #include "kernels/threadpool.h"
 #include "model/bert.h"
+#include "tests/golden/golden_io.h"
 
-#define GOLDEN    "tests/golden/embeddings.json"
+#define GOLDEN    "tests/golden/embeddings.json.gz"
 #define MAX_PLANS 20
 
 typedef struct {
@@ -72,7 +73,7 @@ typedef struct {
 
 static int golden_load(golden *g) {
     json_error_t jerr;
-    json_t *root = json_load_file(GOLDEN, JSON_ALLOW_NUL, &jerr);
+    json_t *root = golden_load_json(GOLDEN, JSON_ALLOW_NUL, &jerr);
     if (!root) {
         fprintf(stderr, "%s: %s (run from the repository root)\n", GOLDEN, jerr.text);
         return -1;

@@ -1,7 +1,7 @@
 /* bench_tokenizer.c — tokenization speed of model/tokenizer.c on one core.
  *
  * Two corpora: English prose (what the service mostly sees) and the golden
- * corpus (tests/golden/tokenizer_cases.json: many scripts, emoji, long words).
+ * corpus (tests/golden/tokenizer_cases.json.gz: many scripts, emoji, long words).
  * Prints inputs/s, tokens/s and MB/s; a report, not a test.
  *
  *   build/bench_tokenizer [MODEL_DIR] [SECONDS]   (defaults models/all-MiniLM-L6-v2, 1) */
@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "model/tokenizer.h"
+#include "tests/golden/golden_io.h"
 
 #define MAX_TEXTS 1024
 #define CAP       512
@@ -81,7 +82,7 @@ int main(int argc, char **argv) {
         prose.len[prose.n++] = strlen(PROSE[i]);
     }
     json_error_t jerr;
-    json_t *root = json_load_file("tests/golden/tokenizer_cases.json", JSON_ALLOW_NUL, &jerr);
+    json_t *root = golden_load_json("tests/golden/tokenizer_cases.json.gz", JSON_ALLOW_NUL, &jerr);
     size_t i;
     json_t *c;
     json_array_foreach(json_object_get(root, "cases"), i, c) {

@@ -8,7 +8,7 @@
 # (scripts/gen_unicode_tables.py, gen_unicode_norm.py, gen_tok_tables.py) and checked by
 # neither: they are data, laid out by their generators.
 GENERATED_SRC := model/unicode_tables.c model/tok_tables.c model/unicode_norm.c
-LINT_SRC := $(filter-out $(GENERATED_SRC),$(LIB_SRC)) server/main.c
+LINT_SRC := $(filter-out $(GENERATED_SRC),$(LIB_SRC)) server/main.c $(GOLDEN_IO_SRC)
 FORMAT_SRC := $(LINT_SRC) $(UNIT_SRC) $(BENCH_SRC) $(wildcard tests/fuzz/*.c) \
               $(filter-out model/unicode_tables.h,$(wildcard */*.h tests/*/*.h))
 

@@ -3,11 +3,12 @@
 #   make tokenizer-goldens   retrain the tiny SentencePiece model, convert it
 #                            with transformers (tests/golden/xlmr-tiny) and
 #                            write the Hugging Face `tokenizers` goldens
-#                            (unigram_cases.json, unigram-*/, roberta-tiny/,
-#                            wordpiece_decode.json, the Unicode normalizer
-#                            variants unigram-nf*/, the Split layouts
-#                            split-*/, pair_cases.json with pair-*/); then
-#                            regenerate model/tok_tables.c and
+#                            (unigram_cases.json.gz, unigram-*/,
+#                            roberta-tiny/, wordpiece_decode.json.gz, the
+#                            Unicode normalizer variants unigram-nf*/, the
+#                            Split layouts split-*/, pair_cases.json.gz with
+#                            pair-*/; tests/golden/golden_io.py writes them);
+#                            then regenerate model/tok_tables.c and
 #                            model/unicode_norm.c
 #
 # The results are committed, so `make test` needs none of these packages; the

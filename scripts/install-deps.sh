@@ -8,10 +8,12 @@
 # promtool only: the metric tests run `promtool check metrics` on /metrics.
 # Its package enables and starts a Prometheus server where systemd runs;
 # when this script installed it, that service is disabled and stopped again.
+# zlib1g-dev is for the tests and benchmarks only: the large goldens under
+# tests/golden are gzipped (tests/golden/golden_io.c reads them).
 set -eu
 
 PACKAGES="build-essential pkg-config
-libmicrohttpd-dev libjansson-dev libuv1-dev libopenblas-dev libpcre2-dev
+libmicrohttpd-dev libjansson-dev libuv1-dev libopenblas-dev libpcre2-dev zlib1g-dev
 curl ca-certificates
 libcriterion-dev
 clang libclang-rt-14-dev valgrind linux-perf

@@ -56,10 +56,12 @@ done
 curl -sf "$URL/ready" >/dev/null || { cat "$TMP/server.log" >&2; exit 1; }
 
 export BODY="$TMP/body.json"
-/usr/bin/python3 - "$ROOT/tests/golden/embeddings.json" "$BATCH" >"$BODY" <<'EOF'
-import json, sys
-cases = [c["text"] for c in json.load(open(sys.argv[1]))["mean_normalized"]
-         if c["text"] and len(c["ids"]) <= 20]
+/usr/bin/python3 - "$ROOT/tests/golden" "$BATCH" >"$BODY" <<'EOF'
+import json, os, sys
+sys.path.insert(0, sys.argv[1])
+import golden_io
+golden = golden_io.load(os.path.join(sys.argv[1], "embeddings.json.gz"))
+cases = [c["text"] for c in golden["mean_normalized"] if c["text"] and len(c["ids"]) <= 20]
 n = int(sys.argv[2])
 print(json.dumps({"input": (cases * (n // len(cases) + 1))[:n]}))
 EOF

@@ -420,7 +420,7 @@ def request_kind(url):
 def make_cases(kind):
     if kind == "embeddings":
         cases = [c for c in rq.golden_cases(n=40) if c[1] is not None]
-        assert cases, "tests/golden/embeddings.json is needed to check embeddings"
+        assert cases, "tests/golden/embeddings.json.gz is needed to check embeddings"
         return cases
     return [rq.attention_case(seed) for seed in range(64)]
 

@@ -2,7 +2,7 @@
 """A real request to an attnserve at URL, with its answer checked.
 
 POST /v1/embeddings when the server serves it (checked against the golden
-embeddings computed by sentence-transformers, tests/golden/embeddings.json,
+embeddings computed by sentence-transformers, tests/golden/embeddings.json.gz,
 when that file is there), otherwise POST /v1/attention (checked against a
 softmax(QK^T/sqrt(d))V reference computed here). Prints which one ran and
 exits non-zero on any failure. Also imported by tests/cluster as a library.
@@ -10,7 +10,6 @@ exits non-zero on any failure. Also imported by tests/cluster as a library.
 Usage: request.py URL
        request.py --drain-load URL SECONDS   (load while the server is stopped)
 """
-import json
 import math
 import os
 import random
@@ -20,7 +19,9 @@ import time
 import requests
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-GOLDEN = os.path.join(ROOT, "tests", "golden", "embeddings.json")
+GOLDEN = os.path.join(ROOT, "tests", "golden", "embeddings.json.gz")
+sys.path.insert(0, os.path.join(ROOT, "tests", "golden"))
+import golden_io  # noqa: E402  (tests/golden/golden_io.py)
 
 
 class Failed(Exception):
@@ -36,8 +37,7 @@ def embeddings_served(session, url, timeout=30):
 def golden_cases(n=4):
     """A few (text, embedding) pairs from the golden file, or fixed texts."""
     try:
-        with open(GOLDEN) as f:
-            g = json.load(f)
+        g = golden_io.load(GOLDEN)
         # The service refuses an empty input (400, as OpenAI and TEI do);
         # the golden corpus has one for the model tests.
         cases = [(c["text"], c["embedding"]) for c in g["mean_normalized"] if c["text"].strip()]

@@ -13,6 +13,7 @@ import signal
 import socket
 import struct
 import subprocess
+import sys
 import time
 
 import pytest
@@ -22,6 +23,14 @@ BIN = os.environ.get("ATTNSERVE_BIN", "")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # The service always loads its model: the default one, fetched by `make model`.
 MODEL_DIR = os.environ.get("ATTNSERVE_TEST_MODEL", os.path.join(ROOT, "models", "all-MiniLM-L6-v2"))
+
+sys.path.insert(0, os.path.join(ROOT, "tests", "golden"))
+import golden_io  # noqa: E402  (tests/golden/golden_io.py)
+
+
+def golden(name):
+    """The golden data tests/golden/NAME (NAME.json or NAME.json.gz)."""
+    return golden_io.load(os.path.join(ROOT, "tests", "golden", name))
 
 # Small, fast settings shared by most servers; tests override what they need.
 BASE_SETTINGS = {

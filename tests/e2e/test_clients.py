@@ -14,9 +14,9 @@ import struct
 import pytest
 import requests
 
-from conftest import JSON, ROOT, Server
+from conftest import JSON, Server, golden
 
-GOLDEN = json.load(open(os.path.join(ROOT, "tests", "golden", "embeddings.json")))
+GOLDEN = golden("embeddings.json.gz")
 # Texts sentence-transformers embedded whole: within any max_seq_length the
 # service may truncate at (the model's sentence_bert_config.json says 256).
 CASES = [c for c in GOLDEN["mean_normalized"] if c["text"] and len(c["ids"]) <= 256]

@@ -8,15 +8,14 @@ import os
 import pytest
 import requests
 
-from conftest import JSON, MODEL_DIR, ROOT, Server, assert_error
+from conftest import JSON, MODEL_DIR, Server, assert_error, golden
 
-GOLDEN = json.load(open(os.path.join(ROOT, "tests", "golden", "embeddings.json")))
+GOLDEN = golden("embeddings.json.gz")
 # Whole texts under any max_seq_length the service may cut at (the model's
 # sentence_bert_config.json says 256).
 CASES = [c for c in GOLDEN["mean_normalized"] if c["text"] and len(c["ids"]) <= 256]
 EMPTY = [c for c in GOLDEN["mean_normalized"] if not c["text"]][0]
-TOKENIZER_CASES = json.load(open(os.path.join(ROOT, "tests", "golden",
-                                              "tokenizer_cases.json")))["cases"]
+TOKENIZER_CASES = golden("tokenizer_cases.json.gz")["cases"]
 DIM = len(CASES[0]["embedding"])
 MIN_COSINE = 0.99999
 

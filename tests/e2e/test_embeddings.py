@@ -14,10 +14,10 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
-from conftest import (JSON, MODEL_DIR, ROOT, Server, assert_error, attention_case, max_abs_diff,
+from conftest import (JSON, MODEL_DIR, Server, assert_error, attention_case, golden, max_abs_diff,
                       post_attention, wait_for)
 
-GOLDEN = json.load(open(os.path.join(ROOT, "tests", "golden", "embeddings.json")))
+GOLDEN = golden("embeddings.json.gz")
 CASES = GOLDEN["mean_normalized"]
 TEXTS = [c for c in CASES if c["text"]]  # the empty text is refused; its ids are sent instead
 MIN_COSINE = 0.99999

@@ -14,12 +14,12 @@ import pytest
 import requests
 
 import conftest
-from conftest import JSON, MODEL_DIR, free_port, wait_for
+from conftest import JSON, MODEL_DIR, free_port, golden, wait_for
 
 # The engine series carry the model they count (one series per served model).
 MODEL = os.path.basename(MODEL_DIR.rstrip("/"))
 
-GOLDEN = json.load(open(os.path.join(conftest.ROOT, "tests", "golden", "embeddings.json")))
+GOLDEN = golden("embeddings.json.gz")
 TEXTS = [c for c in GOLDEN["mean_normalized"] if c["text"] and len(c["ids"]) <= 64][:12]
 MIN_COSINE = 0.99999  # test_model.c's floor against PyTorch
 

@@ -23,12 +23,11 @@ import time
 import pytest
 import requests
 
-from conftest import JSON, ROOT, Server
+from conftest import JSON, ROOT, Server, golden
 
 MAX_DIFF = 1e-4
 
-with open(os.path.join(ROOT, "tests", "golden", "rerank_scores.json"), encoding="utf-8") as f:
-    GOLDEN = json.load(f)["models"]
+GOLDEN = golden("rerank_scores.json")["models"]
 RERANKER = GOLDEN["xlmr-cls-tiny"]
 CLASSIFIER = GOLDEN["bert-cls-tiny"]
 

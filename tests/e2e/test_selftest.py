@@ -18,14 +18,14 @@ import pytest
 import requests
 
 import conftest
-from conftest import (BASE_SETTINGS, JSON, ROOT, attention_case, max_abs_diff, post_attention,
-                      wait_for)
+from conftest import (BASE_SETTINGS, JSON, ROOT, attention_case, golden, max_abs_diff,
+                      post_attention, wait_for)
 
 FAULTY = os.path.join(os.path.dirname(conftest.BIN), "attnserve-faulty")
 # The tiny models of tests/golden/make_task_models.py, for `models`.
 RERANKER = os.path.join(ROOT, "tests", "golden", "xlmr-cls-tiny")
 CLASSIFIER = os.path.join(ROOT, "tests", "golden", "bert-cls-tiny")
-GOLDEN = json.load(open(os.path.join(ROOT, "tests", "golden", "embeddings.json")))
+GOLDEN = golden("embeddings.json.gz")
 TEXTS = [c for c in GOLDEN["mean_normalized"] if c["text"]][:12]
 MIN_COSINE = 0.99999
 # `attnserve selftest` runs every backend on every SIMD path: seconds under

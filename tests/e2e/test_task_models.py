@@ -16,13 +16,12 @@ import os
 import pytest
 import requests
 
-from conftest import JSON, ROOT, Server, assert_error
+from conftest import JSON, ROOT, Server, assert_error, golden
 
 GOLDEN_DIR = os.path.join(ROOT, "tests", "golden")
 MIN_COSINE = 1.0 - 1e-6
 
-with open(os.path.join(GOLDEN_DIR, "task_outputs.json"), encoding="utf-8") as f:
-    GOLDEN = json.load(f)
+GOLDEN = golden("task_outputs.json")
 
 EMBEDDERS = sorted(GOLDEN["embedders"])
 

@@ -1,7 +1,7 @@
 """The service picks its tokenizer from the model directory's tokenizer.json
 (model.type): a SentencePiece Unigram tokenizer (tests/golden/xlmr-tiny, a
 real nmt_nfkc model converted by transformers) serves /tokenize with the ids
-and byte offsets of Hugging Face `tokenizers` (tests/golden/unigram_cases.json),
+and byte offsets of Hugging Face `tokenizers` (tests/golden/unigram_cases.json.gz),
 and a tokenizer.json with a piece it does not implement stops the start with
 status 2 and a message naming that piece. The weights are the default
 model's: its vocabulary is larger than the tiny tokenizer's, so it loads."""
@@ -12,11 +12,10 @@ import subprocess
 import pytest
 import requests
 
-from conftest import BIN, MODEL_DIR, Server, free_port
+from conftest import BIN, MODEL_DIR, Server, free_port, golden
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 XLMR = os.path.join(ROOT, "tests", "golden", "xlmr-tiny", "tokenizer.json")
-CASES = os.path.join(ROOT, "tests", "golden", "unigram_cases.json")
 
 
 def model_with_tokenizer(tmp_path, name, tokenizer_json):
@@ -34,8 +33,7 @@ def model_with_tokenizer(tmp_path, name, tokenizer_json):
 def test_unigram_tokenizer_serves_tokenize(tmp_path):
     with open(XLMR, encoding="utf-8") as f:
         model = model_with_tokenizer(tmp_path, "xlmr", f.read())
-    with open(CASES, encoding="utf-8") as f:
-        cases = json.load(f)["cases"]
+    cases = golden("unigram_cases.json.gz")["cases"]
     # The chosen multilingual cases that are not empty and have no NUL (JSON
     # carries it, but keep the request plain).
     picked = [c for c in cases[:100] if c["text"].strip() and "\x00" not in c["text"]]

@@ -6,14 +6,13 @@ sentence-transformers' own (tests/golden/make_golden.py): a default call,
 the same at 512, and with the tokenizer's truncation_side "left"."""
 import json
 import math
-import os
 import subprocess
 
 import requests
 
-from conftest import BIN, JSON, ROOT, assert_error, free_port, MODEL_DIR
+from conftest import BIN, JSON, assert_error, free_port, golden, MODEL_DIR
 
-GOLDEN = json.load(open(os.path.join(ROOT, "tests", "golden", "embeddings.json")))
+GOLDEN = golden("embeddings.json.gz")
 CASES = GOLDEN["mean_normalized"]
 LONG_512 = GOLDEN["long_512"]
 LONG_LEFT = GOLDEN["long_left"]

@@ -17,9 +17,9 @@ import pytest
 import requests
 
 import conftest
-from conftest import JSON, attention_case, max_abs_diff, post_attention, wait_for
+from conftest import JSON, attention_case, golden, max_abs_diff, post_attention, wait_for
 
-GOLDEN = json.load(open(os.path.join(conftest.ROOT, "tests", "golden", "embeddings.json")))
+GOLDEN = golden("embeddings.json.gz")
 TEXTS = [c for c in GOLDEN["mean_normalized"] if c["text"] and len(c["ids"]) <= 64]
 MIN_COSINE = 0.99999
 ATTN_TOL = 2e-5  # test_attention.py's

@@ -14,13 +14,12 @@ import os
 import pytest
 import requests
 
-from conftest import JSON, ROOT, Server
+from conftest import JSON, ROOT, Server, golden
 
 XLMR_DIR = os.path.join(ROOT, "tests", "golden", "xlmr-tiny-model")
 MIN_COSINE = 1.0 - 1e-6
 
-with open(os.path.join(ROOT, "tests", "golden", "xlmr_embeddings.json"), encoding="utf-8") as f:
-    GOLDEN = json.load(f)
+GOLDEN = golden("xlmr_embeddings.json")
 CASES = GOLDEN["mean_normalized"]
 
 

@@ -2,7 +2,7 @@
 """Writes the raw seed inputs of every fuzz target into OUT/<target>/.
 
 Seeds come from the end-to-end tests' request bodies (tests/e2e/), the
-tokenizer cases (tests/golden/tokenizer_cases.json and unigram_cases.json), the real model's
+tokenizer cases (tests/golden/tokenizer_cases.json.gz and unigram_cases.json.gz), the real model's
 safetensors header (shapes cut down so the file stays small and valid) and
 config/attnserve.json. `make fuzz-seeds` runs this and folds the result into
 tests/fuzz/corpus/ with libFuzzer's -merge=1, which keeps only inputs that
@@ -12,6 +12,9 @@ import json
 import os
 import struct
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "golden"))
+import golden_io  # noqa: E402  (tests/golden/golden_io.py)
 
 OUT = sys.argv[1]
 MODEL = sys.argv[2] if len(sys.argv) > 2 else "models/all-MiniLM-L6-v2"
@@ -29,7 +32,7 @@ def body(obj):
     return json.dumps(obj).encode()
 
 
-texts = [c["text"] for c in json.load(open("tests/golden/tokenizer_cases.json"))["cases"]]
+texts = [c["text"] for c in golden_io.load("tests/golden/tokenizer_cases.json.gz")["cases"]]
 
 # ---- bodies every JSON target shares (tests/e2e/test_errors.py) ----
 common = [b"{", b"", b"[1, 2]", b'{"q": [}', b"nul", b'{"q": NaN}', b'{"q": Infinity}',
@@ -122,9 +125,9 @@ for raw in (b"caf\xe9", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xc0\xaf", b"a\x
             "supercalifragilisticexpialidocious" * 4):
     add("tokenizer", b"\x0f" + (raw if isinstance(raw, bytes) else raw.encode()))
 
-# The Unigram tokenizer's chosen cases (tests/golden/unigram_cases.json: the
+# The Unigram tokenizer's chosen cases (tests/golden/unigram_cases.json.gz: the
 # multilingual, combining-mark, whitespace and added-token texts) and broken UTF-8.
-ug = json.load(open("tests/golden/unigram_cases.json"))
+ug = golden_io.load("tests/golden/unigram_cases.json.gz")
 for target in ("tokenizer_unigram", "tokenizer_bpe"):
     for c in ug["cases"][:ug["fixed_cases"]]:
         for flags in (b"\x0f", b"\x05"):
@@ -144,7 +147,7 @@ for target, names in (("tokenizer_normalizers", ["nfkc", "nfc", "nfd", "nfkd"]),
     for pick, name in enumerate(names):
         d = ("tests/golden/unigram-" if target == "tokenizer_normalizers"
              else "tests/golden/split-") + name
-        cases = json.load(open(d + "/cases.json"))["cases"]
+        cases = golden_io.load(d + "/cases.json.gz")["cases"]
         for c in cases[:120]:
             add(target, bytes([pick, 0x0F]) + c["text"].encode("utf-8", "surrogatepass"))
         for raw in (b"caf\xe9", "\u0301" * 40 + "e", "\ufdfa" * 20, "\u1100\u1161\u11a8" * 9,

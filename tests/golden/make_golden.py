@@ -2,7 +2,7 @@
 """make_golden.py — reference embeddings of all-MiniLM-L6-v2 for the C model tests.
 
 Runs sentence-transformers (PyTorch, CPU, float32) on a varied corpus and writes
-tests/golden/embeddings.json: for every input its text, the token ids the Hugging
+tests/golden/embeddings.json.gz: for every input its text, the token ids the Hugging
 Face tokenizer produced (so the C forward test does not depend on the C
 tokenizer) and the pooled, normalised embedding. A second, smaller set runs the
 same weights with CLS pooling and no Normalize module, to check those paths.
@@ -22,7 +22,6 @@ Usage (versions used are recorded in the output):
     3.3.1; a newer transformers needs a newer torch)
     /tmp/stvenv/bin/python tests/golden/make_golden.py models/all-MiniLM-L6-v2
 """
-import json
 import platform
 import sys
 
@@ -32,6 +31,8 @@ import tokenizers
 import torch
 import transformers
 from sentence_transformers import SentenceTransformer, models
+
+import golden_io
 
 FULL_TOKENS = 512  # max_position_embeddings
 
@@ -199,9 +200,7 @@ def main():
           f"= {max_tokens}: {sum(n == max_tokens for n in lengths)}; "
           f"{len(long)} long inputs also at {FULL_TOKENS} and cut on the left",
           file=sys.stderr)
-    with open("tests/golden/embeddings.json", "w", encoding="utf-8") as f:
-        json.dump(golden, f, ensure_ascii=False, separators=(",", ":"))
-        f.write("\n")
+    golden_io.dump(golden, "tests/golden/embeddings.json.gz")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes tests/golden/unigram-{nfkc,nfc,nfd,nfkd}/{tokenizer.json,cases.json}:
+"""Writes tests/golden/unigram-{nfkc,nfc,nfd,nfkd}/{tokenizer.json,cases.json.gz}:
 the tiny SentencePiece model of tests/golden/xlmr-tiny with a Unicode
 normalizer in place of its Precompiled charsmap, and the ids, byte offsets
 and decoded text Hugging Face `tokenizers` gives with each on text in many
@@ -28,6 +28,7 @@ import tokenizers
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import golden_io  # noqa: E402
 from make_unigram_cases import CASES, make_cases  # noqa: E402
 
 TOKENIZER = os.path.join(HERE, "xlmr-tiny", "tokenizer.json")
@@ -115,10 +116,9 @@ def main():
             json.dump(tj, f, ensure_ascii=False)
         texts = NORMALIZATION_CASES + CASES + random_strings(1500, seed=len(name) * 7)
         cases = make_cases(tokenizers.Tokenizer.from_file(path), texts)
-        with open(os.path.join(d, "cases.json"), "w", encoding="utf-8") as f:
-            json.dump({"tokenizers_version": tokenizers.__version__,
-                       "fixed_cases": len(NORMALIZATION_CASES) + len(CASES), "cases": cases},
-                      f, ensure_ascii=True, indent=0)
+        golden_io.dump({"tokenizers_version": tokenizers.__version__,
+                        "fixed_cases": len(NORMALIZATION_CASES) + len(CASES), "cases": cases},
+                       os.path.join(d, "cases.json.gz"))
         print(d, len(cases), "cases")
 
 

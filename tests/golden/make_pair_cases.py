@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes tests/golden/pair_cases.json: what Hugging Face `tokenizers` gives
+"""Writes tests/golden/pair_cases.json.gz: what Hugging Face `tokenizers` gives
 for a pair of texts (a query and a document, as a cross-encoder reads them):
 ids, type ids, special-token mask and byte offsets, untruncated and truncated
 with strategy longest_first (the library's default) to several maximum
@@ -30,9 +30,11 @@ import sys
 
 import tokenizers
 
+import golden_io
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-OUT = os.path.join(HERE, "pair_cases.json")
+OUT = os.path.join(HERE, "pair_cases.json.gz")
 
 TEXTS = [
     "", " ", "what is the capital of France?", "Paris is the capital and largest city of France.",
@@ -149,8 +151,7 @@ def main():
         use = [(a, b) for a, b in pairs if not (leave_out and (leave_out(a) or leave_out(b)))]
         out["layouts"][name] = make_cases(tok, use)
         print(name, len(use), "pairs")
-    with open(OUT, "w", encoding="utf-8") as f:
-        json.dump(out, f, ensure_ascii=True, indent=0)
+    golden_io.dump(out, OUT)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ Usage (an environment with torch, transformers and sentence-transformers;
 ~/.cache/attnserve/bench-embed/venv made by `make bench-embed` has them):
     PY tests/golden/make_rerank_scores.py
 """
-import json
 import os
 import platform
 
@@ -26,6 +25,8 @@ import sentence_transformers
 import torch
 import transformers
 from sentence_transformers import CrossEncoder
+
+import golden_io
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "rerank_scores.json")
@@ -117,9 +118,7 @@ def main():
         },
         "models": {name: model_cases(name) for name in ("xlmr-cls-tiny", "bert-cls-tiny")},
     }
-    with open(OUT, "w", encoding="utf-8") as f:
-        json.dump(golden, f, ensure_ascii=False, indent=0)
-        f.write("\n")
+    golden_io.dump(golden, OUT)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ Usage (an environment with torch, transformers and sentence-transformers;
 ~/.cache/attnserve/bench-embed/venv made by `make bench-embed` has them):
     PY tests/golden/make_roberta_model.py
 """
-import json
 import os
 import platform
 import shutil
@@ -31,6 +30,8 @@ import torch
 import transformers
 from sentence_transformers import SentenceTransformer, models
 from transformers import RobertaConfig, RobertaModel, RobertaTokenizerFast
+
+import golden_io
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOKENIZER = os.path.join(HERE, "roberta-tiny", "tokenizer.json")
@@ -149,9 +150,7 @@ def main():
     }
     lengths = [len(c["ids"]) for c in right]
     assert max(lengths) == MAX_TOKENS, lengths
-    with open(GOLDEN, "w", encoding="utf-8") as f:
-        json.dump(golden, f, ensure_ascii=False, separators=(",", ":"))
-        f.write("\n")
+    golden_io.dump(golden, GOLDEN)
     size = sum(os.path.getsize(os.path.join(d, n)) for d, _, ns in os.walk(OUT) for n in ns)
     print(f"{OUT}: {size} bytes; {len(TEXTS)} + {len(LEFT)} inputs, tokens "
           f"{min(lengths)}..{max(lengths)}", file=sys.stderr)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes tests/golden/split-<name>/{tokenizer.json,cases.json}: the tiny
+"""Writes tests/golden/split-<name>/{tokenizer.json,cases.json.gz}: the tiny
 tokenizers of tests/golden (the SentencePiece Unigram of xlmr-tiny, the
 byte-level BPE of roberta-tiny) with a Split pre-tokenizer, and the ids,
 byte offsets and decoded text Hugging Face `tokenizers` gives with each.
@@ -25,6 +25,7 @@ import tokenizers
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import golden_io  # noqa: E402
 from make_normalizer_cases import NORMALIZATION_CASES  # noqa: E402
 from make_unigram_cases import CASES, make_cases  # noqa: E402
 
@@ -103,9 +104,8 @@ def write(name, tj, texts):
     with open(path, "w", encoding="utf-8") as f:
         json.dump(tj, f, ensure_ascii=False)
     cases = make_cases(tokenizers.Tokenizer.from_file(path), texts)
-    with open(os.path.join(d, "cases.json"), "w", encoding="utf-8") as f:
-        json.dump({"tokenizers_version": tokenizers.__version__, "cases": cases}, f,
-                  ensure_ascii=True, indent=0)
+    golden_io.dump({"tokenizers_version": tokenizers.__version__, "cases": cases},
+                   os.path.join(d, "cases.json.gz"))
     print(d, len(cases), "cases")
 
 

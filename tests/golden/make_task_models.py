@@ -26,7 +26,6 @@ sentence-transformers: `make task-models` makes it, or the bench's venv at
 ~/.cache/attnserve/bench-embed/venv has them):
     PY tests/golden/make_task_models.py
 """
-import json
 import os
 import platform
 import shutil
@@ -45,6 +44,8 @@ from transformers import (BertConfig, BertForSequenceClassification, BertModel,
                           BertTokenizerFast, XLMRobertaConfig,
                           XLMRobertaForSequenceClassification, XLMRobertaModel,
                           XLMRobertaTokenizerFast)
+
+import golden_io
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 XLMR_TOKENIZER = os.path.join(HERE, "xlmr-tiny", "tokenizer.json")
@@ -276,9 +277,7 @@ def main():
                     [], True),
             },
         }
-    with open(GOLDEN, "w", encoding="utf-8") as f:
-        json.dump(golden, f, ensure_ascii=False, separators=(",", ":"))
-        f.write("\n")
+    golden_io.dump(golden, GOLDEN)
 
 
 if __name__ == "__main__":

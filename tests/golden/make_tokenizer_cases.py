@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes tests/golden/tokenizer_cases.json: token ids, tokens and byte offsets
+"""Writes tests/golden/tokenizer_cases.json.gz: token ids, tokens and byte offsets
 that Hugging Face `tokenizers` gives for a corpus of hard strings, the reference
 tests/unit/test_tokenizer.c compares model/tokenizer.c against.
 
@@ -8,12 +8,13 @@ Usage: python3 tests/golden/make_tokenizer_cases.py [MODEL_DIR]
 Truncation and padding stored in tokenizer.json are switched off: the cases
 hold every token, and the C test truncates on its own.
 """
-import json
 import os
 import sys
 import unicodedata
 
 import tokenizers
+
+import golden_io
 
 LONG_WORD = "pneumonoultramicroscopicsilicovolcanoconiosis" * 3  # 135 chars
 
@@ -118,10 +119,8 @@ def main():
         "model": os.path.basename(os.path.normpath(model_dir)),
         "cases": cases,
     }
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tokenizer_cases.json")
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(doc, f, ensure_ascii=True, indent=1)
-        f.write("\n")
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tokenizer_cases.json.gz")
+    golden_io.dump(doc, path)
     print(f"{len(cases)} cases written to {path}", file=sys.stderr)
 
 

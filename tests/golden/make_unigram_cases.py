@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Writes tests/golden/unigram_cases.json: the ids, offsets and decoded text
+"""Writes tests/golden/unigram_cases.json.gz: the ids, offsets and decoded text
 Hugging Face `tokenizers` gives with tests/golden/xlmr-tiny/tokenizer.json
 (made by make_unigram_tokenizer.py) for text in many scripts and for a few
 thousand random strings; then, for other layouts of the same model
-(variants() below), tests/golden/unigram-<name>/{tokenizer.json,cases.json}.
+(variants() below), tests/golden/unigram-<name>/{tokenizer.json,cases.json.gz}.
 tests/unit/test_tokenizer_unigram.c compares model/tok_pipeline.c with them.
 
 Usage: build/venv-tok/bin/python tests/golden/make_unigram_cases.py
@@ -15,9 +15,11 @@ import random
 
 import tokenizers
 
+import golden_io
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOKENIZER = os.path.join(HERE, "xlmr-tiny", "tokenizer.json")
-OUT = os.path.join(HERE, "unigram_cases.json")
+OUT = os.path.join(HERE, "unigram_cases.json.gz")
 
 CASES = [
     "", " ", "   ", "\t\n", "Hello, world!", "hello world", "HELLO   WORLD  ",
@@ -175,10 +177,9 @@ def make_cases(tok, texts):
 def main():
     tok = tokenizers.Tokenizer.from_file(TOKENIZER)
     cases = make_cases(tok, CASES + random_strings(3000))
-    with open(OUT, "w", encoding="utf-8") as f:
-        json.dump({"tokenizers_version": tokenizers.__version__,
-                   "tokenizer": "tests/golden/xlmr-tiny/tokenizer.json",
-                   "fixed_cases": len(CASES), "cases": cases}, f, ensure_ascii=True, indent=0)
+    golden_io.dump({"tokenizers_version": tokenizers.__version__,
+                    "tokenizer": "tests/golden/xlmr-tiny/tokenizer.json",
+                    "fixed_cases": len(CASES), "cases": cases}, OUT)
     print(OUT, len(cases), "cases")
     base = json.load(open(TOKENIZER, encoding="utf-8"))
     for name, tj, leave_out in variants(base):
@@ -190,10 +191,9 @@ def main():
         texts = [t for t in CASES + random_strings(1000, seed=len(name))
                  if not (leave_out and leave_out(t))]
         vcases = make_cases(tokenizers.Tokenizer.from_file(path), texts)
-        with open(os.path.join(d, "cases.json"), "w", encoding="utf-8") as f:
-            json.dump({"tokenizers_version": tokenizers.__version__,
-                       "fixed_cases": len(CASES), "cases": vcases}, f, ensure_ascii=True,
-                      indent=0)
+        golden_io.dump({"tokenizers_version": tokenizers.__version__,
+                        "fixed_cases": len(CASES), "cases": vcases},
+                       os.path.join(d, "cases.json.gz"))
         print(d, len(vcases), "cases")
     # The byte-level BPE (RoBERTa's layout): its offsets are trimmed by
     # RobertaProcessing, whose byte arithmetic the character offsets of the
@@ -202,9 +202,8 @@ def main():
     texts = [t for t in CASES + random_strings(2000, seed=7)
              if not any(c.isspace() and ord(c) > 0x7F for c in t)]
     rcases = make_cases(tokenizers.Tokenizer.from_file(os.path.join(d, "tokenizer.json")), texts)
-    with open(os.path.join(d, "cases.json"), "w", encoding="utf-8") as f:
-        json.dump({"tokenizers_version": tokenizers.__version__,
-                   "fixed_cases": len(CASES), "cases": rcases}, f, ensure_ascii=True, indent=0)
+    golden_io.dump({"tokenizers_version": tokenizers.__version__,
+                    "fixed_cases": len(CASES), "cases": rcases}, os.path.join(d, "cases.json.gz"))
     print(d, len(rcases), "cases")
 
 

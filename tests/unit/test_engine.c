@@ -14,6 +14,7 @@
 
 #include "engines/engine.h"
 #include "kernels/threadpool.h"
+#include "tests/golden/golden_io.h"
 
 #ifndef ATTN_BUILD_DIR
 #define ATTN_BUILD_DIR "build"
@@ -21,7 +22,7 @@
 #define PLUGINS      ATTN_BUILD_DIR "/engines"
 #define TEST_PLUGINS ATTN_BUILD_DIR "/test-engines"
 #define MODEL_DIR    "models/all-MiniLM-L6-v2"
-#define GOLDEN       "tests/golden/embeddings.json"
+#define GOLDEN       "tests/golden/embeddings.json.gz"
 /* test_model.c's floor against PyTorch, for the same inputs and model. */
 #define MIN_COSINE 0.99999
 #define THREADS    2
@@ -172,7 +173,7 @@ typedef struct inputs {
 
 static inputs golden_inputs(int n) {
     json_error_t jerr;
-    json_t *root = json_load_file(GOLDEN, JSON_ALLOW_NUL, &jerr);
+    json_t *root = golden_load_json(GOLDEN, JSON_ALLOW_NUL, &jerr);
     cr_assert_not_null(root, "%s: %s", GOLDEN, jerr.text);
     json_t *arr = json_object_get(root, "mean_normalized");
     cr_assert_geq(json_array_size(arr), (size_t)n);

@@ -1,6 +1,6 @@
 /* test_model.c — the encoder against sentence-transformers (PyTorch).
  *
- * tests/golden/embeddings.json (made by tests/golden/make_golden.py) holds, for
+ * tests/golden/embeddings.json.gz (made by tests/golden/make_golden.py) holds, for
  * 58 inputs, the token ids the Hugging Face tokenizer produced and the
  * embedding PyTorch computed. Every backend must reproduce every embedding to
  * cosine >= 0.99999, and an input must get the same vector alone as inside a
@@ -19,9 +19,10 @@
 #include "kernels/simd.h"
 #include "kernels/threadpool.h"
 #include "model/bert.h"
+#include "tests/golden/golden_io.h"
 
 #define MODEL_DIR      "models/all-MiniLM-L6-v2"
-#define GOLDEN         "tests/golden/embeddings.json"
+#define GOLDEN         "tests/golden/embeddings.json.gz"
 #define MIN_COSINE     0.99999
 #define MAX_BATCH_DIFF 1e-6
 #define THREADS        2
@@ -46,7 +47,7 @@ static void golden_free(golden_set *g) {
 
 static golden_set golden_load(const char *set) {
     json_error_t jerr;
-    json_t *root = json_load_file(GOLDEN, JSON_ALLOW_NUL, &jerr); /* texts hold a NUL */
+    json_t *root = golden_load_json(GOLDEN, JSON_ALLOW_NUL, &jerr); /* texts hold a NUL */
     cr_assert_not_null(root, "%s: %s (line %d)", GOLDEN, jerr.text, jerr.line);
     json_t *arr = json_object_get(root, set);
     cr_assert(json_is_array(arr), "%s has no array %s", GOLDEN, set);

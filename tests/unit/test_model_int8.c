@@ -1,6 +1,6 @@
 /* test_model_int8.c — the encoder in int8 (bert_load_precision(GEMM_INT8),
  * i.e. bert_int8_plan) against the same model in fp32 and against PyTorch,
- * on the golden inputs of tests/golden/embeddings.json.
+ * on the golden inputs of tests/golden/embeddings.json.gz.
  *
  * Floor. int8 is not within a rounding bound of fp32 (each GEMM input is
  * rounded to 8 bits), so its floor is measured, not derived: with
@@ -24,9 +24,10 @@
 #include "kernels/simd.h"
 #include "kernels/threadpool.h"
 #include "model/bert.h"
+#include "tests/golden/golden_io.h"
 
 #define MODEL_DIR  "models/all-MiniLM-L6-v2"
-#define GOLDEN     "tests/golden/embeddings.json"
+#define GOLDEN     "tests/golden/embeddings.json.gz"
 #define INT8_FLOOR 0.991
 #define BATCH_DIFF 1e-6 /* one input alone against the same in a batch */
 #define THREADS    2
@@ -39,7 +40,7 @@ typedef struct {
 
 static golden golden_load(void) {
     json_error_t jerr;
-    json_t *root = json_load_file(GOLDEN, JSON_ALLOW_NUL, &jerr);
+    json_t *root = golden_load_json(GOLDEN, JSON_ALLOW_NUL, &jerr);
     cr_assert_not_null(root, "%s: %s (line %d)", GOLDEN, jerr.text, jerr.line);
     json_t *arr = json_object_get(root, "mean_normalized");
     cr_assert(json_is_array(arr));

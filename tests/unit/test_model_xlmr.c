@@ -29,6 +29,7 @@
 #include "kernels/threadpool.h"
 #include "model/bert.h"
 #include "model/tokenizer.h"
+#include "tests/golden/golden_io.h"
 
 #define XLMR_DIR    "tests/golden/xlmr-tiny-model"
 #define XLMR_GOLDEN "tests/golden/xlmr_embeddings.json"
@@ -52,7 +53,7 @@ typedef struct {
 
 static xgolden xgolden_load(void) {
     json_error_t jerr;
-    json_t *root = json_load_file(XLMR_GOLDEN, 0, &jerr);
+    json_t *root = golden_load_json(XLMR_GOLDEN, 0, &jerr);
     cr_assert_not_null(root, "%s: %s (line %d)", XLMR_GOLDEN, jerr.text, jerr.line);
     json_t *arr = json_object_get(root, "mean_normalized");
     cr_assert(json_is_array(arr) && json_array_size(arr) > 0);

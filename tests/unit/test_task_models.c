@@ -39,6 +39,7 @@
 #include "model/encoder.h"
 #include "model/safetensors.h"
 #include "model/tokenizer.h"
+#include "tests/golden/golden_io.h"
 
 #define GOLDEN          "tests/golden/task_outputs.json"
 #define MIN_COSINE      (1.0 - 1e-6)
@@ -70,7 +71,7 @@ typedef struct {
 
 static cases load_cases(const char *kind, const char *name) {
     json_error_t jerr;
-    cases c = {.root = json_load_file(GOLDEN, 0, &jerr)};
+    cases c = {.root = golden_load_json(GOLDEN, 0, &jerr)};
     cr_assert_not_null(c.root, "%s: %s (line %d)", GOLDEN, jerr.text, jerr.line);
     c.model = json_object_get(json_object_get(c.root, kind), name);
     cr_assert_not_null(c.model, "%s has no %s %s", GOLDEN, kind, name);

@@ -1,5 +1,5 @@
 /* test_tokenizer.c — the WordPiece tokenizer against Hugging Face `tokenizers`
- * (tests/golden/tokenizer_cases.json, made by make_tokenizer_cases.py), and its
+ * (tests/golden/tokenizer_cases.json.gz, made by make_tokenizer_cases.py), and its
  * normalizer pieces, invalid UTF-8, truncation and [UNK] on their own.
  *
  * The golden tests need the model directory (default models/all-MiniLM-L6-v2,
@@ -14,8 +14,9 @@
 
 #include "model/tokenizer.h"
 #include "model/unicode_tables.h"
+#include "tests/golden/golden_io.h"
 
-#define CASES_FILE "tests/golden/tokenizer_cases.json"
+#define CASES_FILE "tests/golden/tokenizer_cases.json.gz"
 #define CAP        4096
 
 static const char *model_dir(void) {
@@ -36,7 +37,7 @@ static tok_tokenizer *load_model(void) {
 
 static json_t *load_cases(void) {
     json_error_t jerr;
-    json_t *root = json_load_file(CASES_FILE, JSON_ALLOW_NUL, &jerr);
+    json_t *root = golden_load_json(CASES_FILE, JSON_ALLOW_NUL, &jerr);
     cr_assert_not_null(root, "%s:%d: %s", CASES_FILE, jerr.line, jerr.text);
     json_t *cases = json_object_get(root, "cases");
     cr_assert(json_array_size(cases) >= 150, "%s holds too few cases", CASES_FILE);

@@ -1,5 +1,5 @@
 /* test_tokenizer_pair.c — tok_encode_pair against Hugging Face `tokenizers`
- * encoding a pair (tests/golden/pair_cases.json, made by
+ * encoding a pair (tests/golden/pair_cases.json.gz, made by
  * make_pair_cases.py): ids, type ids, special mask and byte offsets of every
  * case, untruncated and truncated longest_first on either side, for each
  * post-processor layout (BERT's template, XLM-R's, RobertaProcessing,
@@ -15,8 +15,9 @@
 #include <unistd.h>
 
 #include "model/tokenizer.h"
+#include "tests/golden/golden_io.h"
 
-#define CASES_FILE "tests/golden/pair_cases.json"
+#define CASES_FILE "tests/golden/pair_cases.json.gz"
 #define CAP        2048
 
 static const char *model_dir(void) {
@@ -34,7 +35,7 @@ static tok_tokenizer *load(const char *dir) {
 
 static json_t *layout_cases(const char *name) {
     json_error_t jerr;
-    json_t *root = json_load_file(CASES_FILE, JSON_ALLOW_NUL, &jerr);
+    json_t *root = golden_load_json(CASES_FILE, JSON_ALLOW_NUL, &jerr);
     cr_assert_not_null(root, "%s:%d: %s", CASES_FILE, jerr.line, jerr.text);
     json_t *cases = json_object_get(json_object_get(root, "layouts"), name);
     cr_assert(json_array_size(cases) >= 800, "%s: layout %s holds too few cases", CASES_FILE, name);

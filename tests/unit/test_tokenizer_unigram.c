@@ -1,7 +1,7 @@
 /* test_tokenizer_unigram.c — the Unigram tokenizer against Hugging Face
  * `tokenizers` on a real SentencePiece model converted to tokenizer.json by
  * `transformers` (tests/golden/xlmr-tiny, made by make_unigram_tokenizer.py;
- * cases in tests/golden/unigram_cases.json, made by make_unigram_cases.py):
+ * cases in tests/golden/unigram_cases.json.gz, made by make_unigram_cases.py):
  * ids, byte offsets and decoded text of every case, then the pieces on their
  * own (truncation, invalid UTF-8, what is refused at load). */
 #include <criterion/criterion.h>
@@ -14,9 +14,10 @@
 #include <unistd.h>
 
 #include "model/tokenizer.h"
+#include "tests/golden/golden_io.h"
 
 #define TOK_DIR    "tests/golden/xlmr-tiny"
-#define CASES_FILE "tests/golden/unigram_cases.json"
+#define CASES_FILE "tests/golden/unigram_cases.json.gz"
 #define CAP        4096
 
 static tok_tokenizer *load_xlmr(void) {
@@ -30,7 +31,7 @@ static tok_tokenizer *load_xlmr(void) {
 
 static json_t *load_cases_from(const char *file, size_t at_least) {
     json_error_t jerr;
-    json_t *root = json_load_file(file, JSON_ALLOW_NUL, &jerr);
+    json_t *root = golden_load_json(file, JSON_ALLOW_NUL, &jerr);
     cr_assert_not_null(root, "%s:%d: %s", file, jerr.line, jerr.text);
     json_t *cases = json_object_get(root, "cases");
     cr_assert(json_array_size(cases) >= at_least, "%s holds too few cases", file);
@@ -193,7 +194,7 @@ Test(tokenizer_unigram, golden_variants) {
     for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
         char dir[256], file[300], err[512] = "";
         snprintf(dir, sizeof dir, "tests/golden/unigram-%s", variants[v]);
-        snprintf(file, sizeof file, "%s/cases.json", dir);
+        snprintf(file, sizeof file, "%s/cases.json.gz", dir);
         tok_tokenizer *t = NULL;
         cr_assert_eq(tok_load(&t, dir, err, sizeof err), TOK_OK, "%s: %s", dir, err);
         json_t *cases = load_cases_from(file, 800);
@@ -218,7 +219,7 @@ Test(tokenizer_unigram, golden_split) {
     for (size_t v = 0; v < sizeof splits / sizeof splits[0]; v++) {
         char dir[256], file[300], err[512] = "";
         snprintf(dir, sizeof dir, "tests/golden/split-%s", splits[v]);
-        snprintf(file, sizeof file, "%s/cases.json", dir);
+        snprintf(file, sizeof file, "%s/cases.json.gz", dir);
         tok_tokenizer *t = NULL;
         cr_assert_eq(tok_load(&t, dir, err, sizeof err), TOK_OK, "%s: %s", dir, err);
         json_t *cases = load_cases_from(file, 400);
@@ -239,7 +240,7 @@ Test(tokenizer_unigram, golden_bpe_roberta) {
     tok_tokenizer *t = NULL;
     cr_assert_eq(tok_load(&t, "tests/golden/roberta-tiny", err, sizeof err), TOK_OK, "%s", err);
     cr_expect_str_eq(tok_model_type(t), "BPE");
-    json_t *cases = load_cases_from("tests/golden/roberta-tiny/cases.json", 1500);
+    json_t *cases = load_cases_from("tests/golden/roberta-tiny/cases.json.gz", 1500);
     size_t ok = check_cases(t, cases, CHECK_IDS | CHECK_OFFSETS | CHECK_DECODE, "roberta-tiny");
     printf("tokenizer_unigram: BPE: ids, offsets and decode of %zu cases equal to HF "
            "tokenizers\n",
@@ -627,14 +628,14 @@ Test(tokenizer_unigram, trim_offsets_counts_characters) {
 
 /* tok_decode of the WordPiece tokenizer (models/all-MiniLM-L6-v2, `make
  * model`) against the library on the ids of every WordPiece golden case
- * (tests/golden/wordpiece_decode.json, make_wordpiece_decode.py). */
+ * (tests/golden/wordpiece_decode.json.gz, make_wordpiece_decode.py). */
 Test(tokenizer_unigram, wordpiece_decode) {
     const char *dir = getenv("ATTN_TEST_MODEL_DIR");
     char err[512] = "";
     tok_tokenizer *t = NULL;
     dir = dir && *dir ? dir : "models/all-MiniLM-L6-v2";
     cr_assert_eq(tok_load(&t, dir, err, sizeof err), TOK_OK, "%s (run `make model`)", err);
-    json_t *cases = load_cases_from("tests/golden/wordpiece_decode.json", 200);
+    json_t *cases = load_cases_from("tests/golden/wordpiece_decode.json.gz", 200);
     size_t i, bad = 0;
     json_t *c;
     char first[1024] = "";
