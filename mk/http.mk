@@ -1,5 +1,7 @@
 # http.mk — the HTTP front end's threads under ThreadSanitizer. Adds:
-#   make tsan-http   the server built with SANITIZE=thread (build-san-thread/),
+#   make tsan-http   the server built with SANITIZE=thread in build-tsan/ (the
+#                    library objects `make tsan` already built there, whose
+#                    flags are the same: only main.o is new),
 #                    and the bad clients of the catalogue that exercise the
 #                    connection watch thread, the cancel of a parked request
 #                    and its resume against it, the drain's linger, idle
@@ -17,7 +19,7 @@ TSAN_HTTP_TESTS := (catalogue and (racing or slowloris or max_connections or pip
 
 .PHONY: tsan-http
 tsan-http:
-	@$(MAKE) --no-print-directory SANITIZE=thread build-san-thread/attnserve
+	@$(MAKE) --no-print-directory SANITIZE=thread BUILD=$(TSAN_BUILD) $(TSAN_BUILD)/attnserve
 	@TSAN_OPTIONS=halt_on_error=0 ATTNSERVE_E2E_READY_TIMEOUT_S=300 \
-		tests/e2e/run.sh build-san-thread/attnserve \
+		tests/e2e/run.sh $(TSAN_BUILD)/attnserve \
 		-k "$(TSAN_HTTP_TESTS)"
