@@ -195,8 +195,9 @@ tsan:
 	@$(MAKE) --no-print-directory SANITIZE=thread BUILD=$(TSAN_BUILD) $(TSAN_BUILD)/tsan-tests
 	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 $(TSAN_BUILD)/tsan-tests $(TSAN_ARGS)
 
+# E2E_ARGS: extra pytest arguments (-k NAME, --ignore=FILE, ...).
 e2e: $(BIN)
-	@tests/e2e/run.sh $(BIN)
+	@tests/e2e/run.sh $(BIN) $(E2E_ARGS)
 
 # Deployment checks (each script installs the tools it needs): manifests
 # validated, three instances behind haproxy under kill -9 and a rolling

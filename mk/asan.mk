@@ -1,0 +1,22 @@
+# mk/asan.mk — CI's AddressSanitizer + UBSan pass:
+#
+#   make asan    the unit tests and the end-to-end tests that reach C code,
+#                with the objects in build-san-address-undefined/; every
+#                server the e2e tests start must exit 0 with no report
+#
+# `make SANITIZE=address,undefined test` still runs every e2e file. The files
+# left out here reach no C code that the files kept do not reach too, so
+# under the sanitizers they add minutes and no coverage:
+#   test_bench_tools.py  the benchmark scripts' Python (no server at all);
+#   test_clients.py      third-party client libraries and schemathesis over
+#                        the same routes and decoders as test_compat.py,
+#                        test_openai.py and test_embeddings.py (kept); the
+#                        decoders' random bodies are libFuzzer's job, itself
+#                        under ASan+UBSan (make fuzz).
+# They still run in `make test`, on the normal build.
+ASAN_E2E_SKIP := test_bench_tools.py test_clients.py
+
+.PHONY: asan
+asan:
+	@$(MAKE) --no-print-directory SANITIZE=address,undefined test \
+	    E2E_ARGS="$(addprefix --ignore=,$(ASAN_E2E_SKIP)) $(E2E_ARGS)"
