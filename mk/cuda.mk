@@ -98,5 +98,5 @@ cuda-lint:
 cuda-format-check:
 	clang-format --dry-run -Werror $(CUDA_LINT_SRC) $(wildcard engines/cuda/*.h)
 ifneq ($(wildcard $(NVCC)),)
-e2e: $(CUDA_PLUGIN)
+e2e-build: $(CUDA_PLUGIN)
 endif

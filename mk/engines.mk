@@ -49,6 +49,6 @@ $(BUILD)/test-engines/%.so: tests/engines/%.c $(BUILD)/flags
 # The unit and e2e tests load both.
 all: $(ENGINE_PLUGINS)
 $(UNIT): | $(ENGINE_PLUGINS) $(ENGINE_TEST_PLUGINS)
-e2e: $(ENGINE_PLUGINS) $(ENGINE_TEST_PLUGINS)
+e2e-build: $(ENGINE_PLUGINS) $(ENGINE_TEST_PLUGINS)
 
 $(BUILD)/obj/tests/unit/test_engine.o: private CFLAGS += -DATTN_BUILD_DIR='"$(BUILD)"'

@@ -15,4 +15,4 @@ $(FAULTY_BIN): $(BUILD)/obj/server/main.o $(BUILD)/obj/tests/faulty/faulty_backe
 	$(CC) $(LDFLAGS) -Wl,--wrap=gemm_run -o $@ $^ $(LDLIBS)
 
 # The e2e tests find it beside the binary they are given.
-e2e: $(FAULTY_BIN)
+e2e-build: $(FAULTY_BIN)

@@ -8,4 +8,4 @@ SHORT_SEND_SO := $(BUILD)/short_send.so
 $(SHORT_SEND_SO): tests/e2e/short_send.c
 	$(CC) -O2 -g -Wall -Wextra -Werror -shared -fPIC -o $@ $< -ldl
 
-e2e: $(SHORT_SEND_SO)
+e2e-build: $(SHORT_SEND_SO)
