@@ -17,8 +17,9 @@
 #       and the engine scores 0 with "no CUDA device: <the runtime's reason>".
 #
 # Its own directory, apart from $(BUILD)/engines: the tests of the CPU
-# plugins count what that directory holds, and a service is pointed at the
-# GPU plugin on purpose (plugin_dir), or gets it in the GPU image.
+# plugins count what that directory holds. With plugin_dir unset the service
+# looks in both, beside its binary (server/engine.c), so build/attnserve
+# offers the cuda engine, or says why not, once it is built.
 #
 # cuda_plan.c is also compiled into the unit tests (tests/unit/
 # test_cuda_plan.c), which run everywhere. Where nvcc is present the unit
