@@ -69,14 +69,21 @@ def correctness():
     synth = find(r"Synthesis: Tested: (\d+) \| Passing: (\d+) \| Failing: (\d+) \| Crashing: (\d+)",
                  unit, 0, "")
     attn = read("attention.log")
-    checked = re.findall(r"max error (\S+), bound (\S+)\s+(ok|FAILED)", attn)
-    worst = max((float(e) / float(b) for e, b, _ in checked if float(b) > 0), default=None)
+    checked = re.findall(r"^(\w+)\s+(?:fp16|bf16)\s+d\d+\s+case.*max error (\S+), bound (\S+)\s+(ok|FAILED)",
+                         attn, re.M)
+    worst = max((float(e) / float(b) for _, e, b, _ in checked if float(b) > 0), default=None)
+    per_kernel = {}
+    for k, _, _, verdict in checked:
+        n_ok, n = per_kernel.get(k, (0, 0))
+        per_kernel[k] = (n_ok + (verdict == "ok"), n + 1)
+    kernels = ", ".join("%s %d/%d" % (k, v[0], v[1]) for k, v in per_kernel.items())
     engine = read("engine.log")
     rows = [["unit tests cuda_*", status("unit"), synth.replace("Synthesis: ", "") or why("unit")],
             ["gpu-attn bounds", status("attention"),
-             "%d/%d within bound%s" % (sum(1 for c in checked if c[2] == "ok"), len(checked),
-                                      ", worst error/bound %.2f" % worst if worst is not None
-                                      else "") if checked else why("attention")]]
+             "within bound: %s%s%s" % (kernels, "; worst error/bound %.2f" % worst
+                                       if worst is not None else "",
+                                       "; " + why("attention") if why("attention") else "")
+             if checked else why("attention")]]
     for p in ("fp32", "bf16"):
         m = re.search(r"^golden %s: lowest cosine vs cpu fp32 (\S+), vs PyTorch (\S+)(.*?), floor "
                       r"(\S+)\s+(ok|FAILED)" % p, engine, re.M)
@@ -87,13 +94,17 @@ def correctness():
     rows.append(["service engine=cuda", status("service"),
                  "; ".join(filter(None, [
                      find(r"^(status .*)$", read("service.log"), 1, ""),
+                     find(r"GPU attention kernel .*?(kernel=\S+)", read("service.log"), 1, ""),
                      find(r"(precision=\S+ min_cosine=\S+ floor=\S+)", read("service-check.txt"),
                           1, "")])) or why("service")])
     if "service-engine" in S:
         rows.append(["service answers from cuda", status("service-engine"), why("service-engine")])
     if "cudnn" in S:
         rows.append(["service gpu_attention=cudnn", status("cudnn"),
-                     find(r"^(status .*)$", read("cudnn.log"), 1, "") or why("cudnn")])
+                     "; ".join(filter(None, [
+                         find(r"^(status .*)$", read("cudnn.log"), 1, ""),
+                         find(r"GPU attention kernel .*?(kernel=\S+ .*)$", read("cudnn.log"), 1,
+                              "")])) or why("cudnn")])
     else:
         rows.append(["cudnn", "NOT RUN (not built)", ""])
     table("correctness", ["check", "status", "what it found"], rows)
@@ -116,36 +127,38 @@ def throughput():
 
 
 def attention():
-    ours, backend = {}, "flash"
+    # gpu-attn: one row per shape and type, milliseconds and TFLOP/s of
+    # flash, flash2 and cudnn ("-" where cudnn did not run), then ratios.
+    ours = {}
     for line in read("attention.log").splitlines():
-        h = re.match(r"attention benchmark \((\w+)", line)
-        if h:
-            backend = h.group(1)
-            continue
-        m = re.match(r"(\d+x\d+)\s+(fp16|bf16)\s+d(\d+)\s+(?:(\w+)\s+)?[\d.]+\s+([\d.]+)\s*$", line)
+        m = re.match(r"(\d+x\d+)\s+(fp16|bf16)\s+d(\d+)\s+[\d.]+\s+([\d.]+)\s+[\d.]+\s+([\d.]+)"
+                     r"\s+\S+\s+(\S+)", line)
         if m:
-            ours[(m.group(1), m.group(2), m.group(3), m.group(4) or backend)] = m.group(5)
+            key = (m.group(1), m.group(2), m.group(3))
+            ours[key + ("flash",)] = m.group(4)
+            ours[key + ("flash2",)] = m.group(5)
+            if m.group(6) != "-":
+                ours[key + ("cudnn",)] = m.group(6)
     torch = {}
     for line in read("sdpa.log").splitlines():
         m = re.match(r"(\d+x\d+)\s+(fp16|bf16)\s+d(\d+)\s+(\w+)\s+[\d.]+\s+([\d.]+)\s*$", line)
         if m:
             torch[(m.group(1), m.group(2), m.group(3), m.group(4))] = m.group(5)
     keys = list(dict.fromkeys(k[:3] for k in list(ours) + list(torch)))  # as first printed
-    mine = sorted({k[3] for k in ours}, key=lambda b: (b != "flash", b))
+    mine = ["flash", "flash2", "cudnn"]
     theirs = ["flash", "cudnn", "efficient"]
     header = ["shape", "type", "d"] + ["ours %s" % b for b in mine] + ["sdpa %s" % b for b in theirs]
-    if "cudnn" not in mine:
-        header.insert(3 + len(mine), "ours cudnn")
     rows = []
     for k in keys:
-        r = list(k[:2]) + ["d" + k[2]] + [ours.get(k + (b,), "-") for b in mine]
-        if "cudnn" not in mine:
-            r.append("NOT RUN (not built)")
-        rows.append(r + [torch.get(k + (b,), "-") for b in theirs])
-    table("attention TFLOP/s (median of 20; ours %s, PyTorch %s)"
+        cudnn = ours.get(k + ("cudnn",), "NOT RUN" if k + ("flash",) in ours else "-")
+        rows.append(list(k[:2]) + ["d" + k[2], ours.get(k + ("flash",), "-"),
+                                   ours.get(k + ("flash2",), "-"), cudnn] +
+                    [torch.get(k + (b,), "-") for b in theirs])
+    table("attention TFLOP/s (median of 20; ours %s, PyTorch %s; ours cudnn is cuDNN's SDPA "
+          "called by the engine's plugin, sdpa cudnn the same through PyTorch)"
           % (status("attention"), status("sdpa")), header, rows or [["-"] * len(header)])
     for name in ("attention", "sdpa"):
-        if not S.get(name, ("ok",))[0] == "ok":
+        if why(name):
             print("%s: %s %s" % (name, S.get(name, ("NOT RUN",))[0], why(name)))
 
 
