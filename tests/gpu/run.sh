@@ -51,6 +51,9 @@ JOBS=${JOBS:-$(nproc)}
 RESULTS=${RESULTS:-build/gpu-results}
 mkdir -p "$RESULTS" && RESULTS=$(cd "$RESULTS" && pwd) || exit 1
 rm -f "$RESULTS"/*.log "$RESULTS/steps.tsv" "$RESULTS/service-check.txt"
+# PyTorch's peers load the model from a directory; the GPU machine reaches
+# no hub, so transformers is told not to try.
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 FAILED=0
 OURS=(env) # the command our binaries run under: with the bundle, its LD_LIBRARY_PATH
 
@@ -123,8 +126,9 @@ print(" ".join(os.path.join(p, d, "lib") for p in nvidia.__path__ for d in ("cud
 else
     BUILD=build
     MODEL=${MODEL:-models/all-MiniLM-L6-v2}
-    step build 400 make -j"$JOBS" cuda gpu-checks build/attnserve build/unit-tests
+    BUDGET_S=$((BUDGET_S + 400)) step build 400 make -j"$JOBS" cuda gpu-checks build/attnserve build/unit-tests
     [ -f "$MODEL/model.safetensors" ] || timeout 120 make model >/dev/null 2>&1
+    SECONDS=0 # the checks' budget starts once they are built
 fi
 
 GPU=1
