@@ -7,6 +7,8 @@
 #   make run                   install what is missing, fetch the model, serve it
 #   make model                 fetch the default model into models/
 #   make e2e                   end-to-end tests against the real binary
+#   make cuda | gpu-bundle     the CUDA engine plugin; the GPU checks as one archive for a
+#                              GPU machine that builds nothing (README, CUDA engine)
 #   make test-deploy | test-cluster | test-container   deployment checks
 #   make bench-attention | bench-http | bench-embed | bench-gemm | bench-latency   benchmarks
 #                              (bench/README.md)
@@ -30,12 +32,14 @@ BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
 # once with openblas_set_num_threads(1); Debian's serial OpenBLAS is not safe
 # for that (its buffer allocation takes no lock: tests/unit/test_blas_threads.c
 # shows corrupt results), the pthread build is, so a RUNPATH pins it even
-# where the system's alternatives select the serial one. Set to one thread at
+# where the system's alternatives select the serial one (RUNPATH, not RPATH:
+# LD_LIBRARY_PATH overrides it, as on a GPU machine running the bundle of
+# mk/gpu_bundle.mk with its own copy of OpenBLAS). Set to one thread at
 # model load, before any GEMM, it starts no threads of its own (checked: the
 # service runs main, MHD, connection-watch, loop, compute and pool threads
 # only).
 BLAS_LIBDIR := $(shell pkg-config --variable=libdir openblas 2>/dev/null)
-BLAS_LIBS   := $(shell pkg-config --libs openblas 2>/dev/null) $(if $(BLAS_LIBDIR),-Wl$(comma)-rpath$(comma)$(BLAS_LIBDIR))
+BLAS_LIBS   := $(shell pkg-config --libs openblas 2>/dev/null) $(if $(BLAS_LIBDIR),-Wl$(comma)--enable-new-dtags$(comma)-rpath$(comma)$(BLAS_LIBDIR))
 TEST_LIBS   := $(shell pkg-config --libs criterion 2>/dev/null)
 
 # Frame pointers everywhere so perf attributes time to every kernel;

@@ -284,6 +284,11 @@ typedef struct engine_entry {
  * engine; plugins already loaded stay mapped for the process's life. */
 int engine_registry_init(const char *plugin_dir, char *err, size_t err_len);
 
+/* Loads every *.so in dir, in name order, after the entries already listed
+ * (a name already taken is refused with the first one's origin). Returns
+ * the number of files, or -1 when dir cannot be read (reason in err). */
+int engine_registry_scan(const char *dir, char *err, size_t err_len);
+
 /* Loads one plugin file and appends its entry (offered or refused).
  * Returns the entry. */
 const engine_entry *engine_registry_load(const char *path);

@@ -5,6 +5,7 @@
 
 #include <dirent.h>
 #include <dlfcn.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -145,26 +146,30 @@ static int so_filter(const struct dirent *d) {
     return d->d_name[0] != '.' && n > 3 && strcmp(d->d_name + n - 3, ".so") == 0;
 }
 
-int engine_registry_init(const char *plugin_dir, char *err, size_t err_len) {
-    n_entries = 0;
-    for (size_t i = 0; i < sizeof builtin / sizeof builtin[0]; i++)
-        admit(append(builtin[i]->name, "built-in"), builtin[i]);
-    if (!plugin_dir || !plugin_dir[0])
-        return (int)n_entries;
+int engine_registry_scan(const char *dir, char *err, size_t err_len) {
     struct dirent **list = NULL;
-    int n = scandir(plugin_dir, &list, so_filter, alphasort);
+    int n = scandir(dir, &list, so_filter, alphasort);
     if (n < 0) {
         if (err && err_len)
-            snprintf(err, err_len, "cannot read plugin_dir '%s'", plugin_dir);
+            snprintf(err, err_len, "cannot read plugin directory '%s': %s", dir, strerror(errno));
         return -1;
     }
     for (int i = 0; i < n; i++) {
         char path[4096];
-        if (snprintf(path, sizeof path, "%s/%s", plugin_dir, list[i]->d_name) < (int)sizeof path)
+        if (snprintf(path, sizeof path, "%s/%s", dir, list[i]->d_name) < (int)sizeof path)
             engine_registry_load(path);
         free(list[i]);
     }
     free(list);
+    return n;
+}
+
+int engine_registry_init(const char *plugin_dir, char *err, size_t err_len) {
+    n_entries = 0;
+    for (size_t i = 0; i < sizeof builtin / sizeof builtin[0]; i++)
+        admit(append(builtin[i]->name, "built-in"), builtin[i]);
+    if (plugin_dir && plugin_dir[0] && engine_registry_scan(plugin_dir, err, err_len) < 0)
+        return -1;
     return (int)n_entries;
 }
 

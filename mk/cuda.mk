@@ -17,8 +17,9 @@
 #       and the engine scores 0 with "no CUDA device: <the runtime's reason>".
 #
 # Its own directory, apart from $(BUILD)/engines: the tests of the CPU
-# plugins count what that directory holds, and a service is pointed at the
-# GPU plugin on purpose (plugin_dir), or gets it in the GPU image.
+# plugins count what that directory holds. With plugin_dir unset the service
+# looks in both, beside its binary (server/engine.c), so build/attnserve
+# offers the cuda engine, or says why not, once it is built.
 #
 # cuda_plan.c is also compiled into the unit tests (tests/unit/
 # test_cuda_plan.c), which run everywhere. Where nvcc is present the unit
@@ -70,7 +71,8 @@ $(BUILD)/obj/tests/unit/test_cuda_plan.o: private CFLAGS += -DATTN_BUILD_DIR='"$
 #               cuda_plan.c and cuda_cudnn.c with libcudart;
 #   gpu-engine  the engine through the contract, loaded from $(BUILD)/gpu-engines
 #               as the service loads it: the core library only, and the
-#               goldens' reader (with zlib) for the golden embeddings.
+#               golden embeddings' loader (tests/unit/golden_embeddings.c,
+#               the unit tests' own) with the goldens' reader and zlib.
 GPU_ATTN := $(BUILD)/gpu-attn
 GPU_ENGINE := $(BUILD)/gpu-engine
 $(BUILD)/obj-plugin/cuda/tests/gpu/%.o: tests/gpu/%.c $(BUILD)/flags
@@ -79,7 +81,8 @@ $(BUILD)/obj-plugin/cuda/tests/gpu/%.o: tests/gpu/%.c $(BUILD)/flags
 $(GPU_ATTN): $(BUILD)/obj-plugin/cuda/tests/gpu/gpu_attn.o $(BUILD)/obj-plugin/cuda/engines/cuda/cuda_plan.o \
              $(BUILD)/obj-plugin/cuda/engines/cuda/cuda_cudnn.o $(CUDA_CU_OBJ)
 	$(CC) $(LDFLAGS) -o $@ $^ -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lstdc++ -ldl -lm -pthread
-$(GPU_ENGINE): $(BUILD)/obj-plugin/cuda/tests/gpu/gpu_engine.o $(GOLDEN_IO_OBJ) $(LIB)
+$(GPU_ENGINE): $(BUILD)/obj-plugin/cuda/tests/gpu/gpu_engine.o $(BUILD)/obj/tests/unit/golden_embeddings.o \
+               $(GOLDEN_IO_OBJ) $(LIB)
 	$(CC) $(LDFLAGS) -o $@ $^ $(ZLIB_LIBS) $(LDLIBS)
 .PHONY: gpu-checks
 gpu-checks: $(CUDA_PLUGIN) $(GPU_ATTN) $(GPU_ENGINE)

@@ -10,8 +10,9 @@
 #       registry's refusal cases: no descriptor symbol, another API version,
 #       a score of 0. Built for the unit tests only, never installed.
 #
-# The core binary needs none of them: with plugin_dir unset only the
-# built-in engines are offered.
+# The core binary needs none of them. With plugin_dir unset the service
+# loads those of $(BUILD)/engines (beside $(BUILD)/attnserve), never
+# $(BUILD)/test-engines; with plugin_dir none, none.
 ENGINE_PLUGINS := $(BUILD)/engines/cpu-avx512.so
 ENGINE_TEST_PLUGINS := $(patsubst tests/engines/%.c,$(BUILD)/test-engines/%.so,$(wildcard tests/engines/*.c))
 

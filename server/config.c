@@ -162,7 +162,7 @@ static const setting settings[] = {
      * loaded (and, below fp32, packed) once, and the workspace and /info's
      * worst case are sized for that engine at start. */
     STRING(engine, "auto", check_nonempty, "auto, cpu, or an offered plugin engine's name", RESTART,
-           "Engine running the encoder: a built-in one (cpu), a plugin's from plugin_dir, or "
+           "Engine running the encoder: a built-in one (cpu), a plugin's (see plugin_dir), or "
            "auto for the highest-scoring engine offered on this machine."),
     /* fp32 by default: its embeddings match sentence-transformers' to
      * 1e-12, which is what users compare against; bf16 and int8 trade that
@@ -178,9 +178,14 @@ static const setting settings[] = {
          "takes the model's shape), or auto to time those that pass their start-up check on the "
          "model's shape at start and keep the fastest; a kernel that is refused or fails its "
          "check leaves flash, and /info says why. CPU engines ignore it."),
-    STRING(plugin_dir, "", NULL, "a directory, or \"\" for none", RESTART,
+    /* Unset, the plugins are looked for where make and an install put them
+     * (server/engine.c), so a build's cuda engine is found without telling;
+     * "none" keeps a way to load no plugin at all. */
+    STRING(plugin_dir, "", NULL, "a directory, \"\" to look beside the binary, or none", RESTART,
            "Directory of engine plugins (*.so); each is offered, or listed in /info with the "
-           "reason it is refused."),
+           "reason it is refused. Unset, the directories beside the binary are searched: its "
+           "engines/ and gpu-engines/ (where make puts them) and ../lib/attnserve/engines (an "
+           "install under a prefix); none loads no plugin."),
     INT(threads, 0, 0, 4096, RESTART, "Compute threads; 0 uses every online core."),
     INT(pool_spin_us, 50, 0, 1000000, RESTART,
         "How long an idle compute thread polls for the next parallel loop before it sleeps "

@@ -2,12 +2,16 @@
 #include "engine.h"
 
 #include <cblas.h>
+#include <errno.h>
+#include <libgen.h>
 #include <math.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "config.h"
 #include "kernels/simd.h"
@@ -220,20 +224,105 @@ static int create_precisions(srv_engine *e, const engine_iface *iface, gemm_prec
     return rc;
 }
 
+/* ---- where plugins are found ------------------------------------------------- */
+
+/* With plugin_dir unset the plugins are looked for where the build and an
+ * install put them, relative to the running binary: make writes
+ * $(BUILD)/engines/ and $(BUILD)/gpu-engines/ beside $(BUILD)/attnserve, and
+ * an install under a prefix has <prefix>/bin/attnserve beside
+ * <prefix>/lib/attnserve/engines/. So after `make cuda` the service offers
+ * the cuda engine, or says why not, without being told where it is. */
+static const struct {
+    bool in_prefix; /* under the binary directory's parent, else under it */
+    const char *dir;
+} beside_binary[] = {{false, "engines"}, {false, "gpu-engines"}, {true, "lib/attnserve/engines"}};
+#define PLUGIN_DIRS_MAX (sizeof beside_binary / sizeof beside_binary[0])
+
+/* Every directory srv_engines_init looked in, in order; written before any
+ * thread reads them. */
+static char looked[PLUGIN_DIRS_MAX][4096];
+static size_t nlooked;
+
+/* The directories looked in, joined by ", ", for messages. */
+static void looked_text(char *buf, size_t len) {
+    size_t n = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < nlooked && n < len; i++)
+        n += (size_t)snprintf(buf + n, len - n, "%s%s", i ? ", " : "", looked[i]);
+}
+
+/* The running binary's directory into dir; -1 where /proc/self/exe cannot
+ * be read (no procfs). */
+static int binary_dir(char *dir, size_t len) {
+    char exe[4096];
+    const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0)
+        return -1;
+    exe[n] = '\0';
+    snprintf(dir, len, "%s", dirname(exe));
+    return 0;
+}
+
+/* Loads dir's plugins. A directory beside the binary that does not exist
+ * is passed by quietly (a build has two of the three, an install one); one
+ * that exists and cannot be read is logged. */
+static void scan(const char *dir, bool beside) {
+    if (nlooked < PLUGIN_DIRS_MAX)
+        snprintf(looked[nlooked++], sizeof looked[0], "%s", dir);
+    struct stat st;
+    if (beside && stat(dir, &st) != 0 && errno == ENOENT)
+        return;
+    char err[512];
+    if (engine_registry_scan(dir, err, sizeof err) < 0)
+        log_warn("cannot read a plugin directory; its plugins are not offered",
+                 LOG_KV("plugin_dir", dir), LOG_KV("error", err));
+}
+
+static void scan_beside_binary(void) {
+    char bin[4096], up[4096], prefix[4096], dir[4096 + 32];
+    if (binary_dir(bin, sizeof bin) != 0) {
+        log_warn("cannot find the binary's directory (/proc/self/exe); only built-in engines "
+                 "are offered",
+                 LOG_KV("error", strerror(errno)));
+        return;
+    }
+    snprintf(up, sizeof up, "%s", bin);
+    snprintf(prefix, sizeof prefix, "%s", dirname(up));
+    for (size_t i = 0; i < PLUGIN_DIRS_MAX; i++) {
+        snprintf(dir, sizeof dir, "%s/%s", beside_binary[i].in_prefix ? prefix : bin,
+                 beside_binary[i].dir);
+        scan(dir, true);
+    }
+    char dirs[sizeof looked];
+    looked_text(dirs, sizeof dirs);
+    log_info("plugin_dir unset: plugins looked for beside the binary", LOG_KV("plugin_dirs", dirs));
+}
+
 void srv_engines_init(const char *plugin_dir) {
     char err[512];
-    if (engine_registry_init(plugin_dir, err, sizeof err) < 0)
-        log_warn("cannot read plugin_dir; only built-in engines are offered",
-                 LOG_KV("plugin_dir", plugin_dir), LOG_KV("error", err));
+    nlooked = 0;
+    engine_registry_init(NULL, err, sizeof err);
+    if (!plugin_dir || !plugin_dir[0])
+        scan_beside_binary();
+    else if (strcmp(plugin_dir, SRV_PLUGIN_DIR_NONE) != 0)
+        scan(plugin_dir, false);
     log_registry();
 }
 
 int srv_engine_create(const srv_engine_options *o, srv_engine **out) {
-    char err[512];
+    char err[sizeof looked + 512]; /* an unknown engine's names where plugins were looked for */
     *out = NULL;
     const engine_iface *iface = NULL;
     gemm_precision precision = GEMM_FP32;
-    if (engine_select(o->engine, o->precision, &iface, &precision, err, sizeof err) != ENGINE_OK) {
+    const int sel = engine_select(o->engine, o->precision, &iface, &precision, err, sizeof err);
+    if (sel != ENGINE_OK) {
+        /* An engine not found at all: say where plugins were looked for. */
+        char dirs[sizeof looked];
+        looked_text(dirs, sizeof dirs);
+        const size_t n = strlen(err);
+        if (sel == ENGINE_EUNKNOWN)
+            snprintf(err + n, sizeof err - n, "; plugins looked for in: %s",
+                     nlooked ? dirs : "nowhere (plugin_dir is " SRV_PLUGIN_DIR_NONE ")");
         log_error("engine refused", LOG_KV("engine", o->engine), LOG_KV("precision", o->precision),
                   LOG_KV("reason", err), LOG_KV("model", o->model_name));
         return CONFIG_EXIT_INVALID;
@@ -390,18 +479,26 @@ json_t *srv_engine_info(const srv_engine *e, const char *engine_setting,
             list = NULL;
         }
     }
-    if (!list)
+    json_t *dirs = list ? json_array() : NULL;
+    for (size_t i = 0; dirs && i < nlooked; i++)
+        if (json_array_append_new(dirs, json_string(looked[i])) != 0) {
+            json_decref(dirs);
+            dirs = NULL;
+        }
+    if (!dirs) {
+        json_decref(list);
         return NULL;
+    }
     engine_memory m;
     engine_memory_of(e->eng, &m);
     const char *detail = "", *kernel = engine_attn_kernel(e->eng, &detail);
     json_t *o = json_pack(
-        "{s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:i, s:s, s:o}", "name", srv_engine_name(e),
+        "{s:s, s:s, s:s, s:s, s:s, s:o, s:I, s:I, s:I, s:i, s:s, s:o}", "name", srv_engine_name(e),
         "precision", srv_engine_precision(e), "engine_setting", engine_setting, "precision_setting",
-        precision_setting, "plugin_dir", plugin_dir ? plugin_dir : "", "weights_owned_bytes",
-        (json_int_t)m.weights_owned, "weights_mapped_bytes", (json_int_t)m.weights_mapped,
-        "workspace_bytes", (json_int_t)m.workspace, "api_version", ENGINE_API_VERSION,
-        "precision_check", e->check, "engines", list);
+        precision_setting, "plugin_dir", plugin_dir ? plugin_dir : "", "plugin_dirs_looked_in",
+        dirs, "weights_owned_bytes", (json_int_t)m.weights_owned, "weights_mapped_bytes",
+        (json_int_t)m.weights_mapped, "workspace_bytes", (json_int_t)m.workspace, "api_version",
+        ENGINE_API_VERSION, "precision_check", e->check, "engines", list);
     if (o && (json_object_set_new(o, "attention_kernel",
                                   kernel ? json_string(kernel) : json_null()) != 0 ||
               json_object_set_new(o, "attention_kernel_detail", json_string(detail)) != 0)) {

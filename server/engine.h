@@ -35,9 +35,14 @@ typedef struct srv_engine_options {
     const attn_backend *backend; /* the one in force at start */
 } srv_engine_options;
 
-/* Scans the registry once for the process (plugin_dir's engines beside
- * the built-in ones), logging every engine offered or refused with the
- * reason. Call before the first srv_engine_create. */
+/* plugin_dir's value that loads no plugin at all. */
+#define SRV_PLUGIN_DIR_NONE "none"
+
+/* Scans the registry once for the process, logging every engine offered
+ * or refused with the reason: the built-in engines, then plugin_dir's; with
+ * plugin_dir unset ("" or NULL), those of the directories beside the binary
+ * (srv_plugin_dirs); with SRV_PLUGIN_DIR_NONE, no plugin. Call before the
+ * first srv_engine_create. */
 void srv_engines_init(const char *plugin_dir);
 
 /* Resolves the settings against the registry and creates the engine (the
@@ -72,10 +77,11 @@ const engine_run *srv_engine_last_run(const srv_engine *e);
 /* engine_last_hidden of the engine in force. */
 const float *srv_engine_last_hidden(const srv_engine *e);
 
-/* /info's "engine" object: the one in force, the settings, the attention
- * kernel a GPU engine runs (attention_kernel, null for a CPU engine, and
- * attention_kernel_detail: how it was chosen), and every engine
- * of the registry with its origin, score and, when refused, the reason.
+/* /info's "engine" object: the one in force, the settings, the plugin
+ * directories looked in, the attention kernel a GPU engine runs
+ * (attention_kernel, null for a CPU engine, and attention_kernel_detail:
+ * how it was chosen), and every engine of the registry with its origin,
+ * score and, when refused, the reason.
  * NULL when out of memory. */
 json_t *srv_engine_info(const srv_engine *e, const char *engine_setting,
                         const char *precision_setting, const char *plugin_dir);

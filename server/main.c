@@ -1048,6 +1048,10 @@ static int start(app *a) {
         return CONFIG_EXIT_INVALID;
     }
     membudget_init(&a->budget, (size_t)c->max_request_memory_bytes);
+    /* Plugins are loaded before the baseline is read, so what their
+     * libraries hold once loaded is counted in runtime_bytes, offered or
+     * not: a refused cuda plugin's cuBLASLt keeps about 100 MB resident. */
+    srv_engines_init(c->plugin_dir);
     a->base_bytes = resident_bytes();
 
     int rc = configure_models(a);
@@ -1088,7 +1092,6 @@ static int start(app *a) {
         log_error("out of memory");
         return 1;
     }
-    srv_engines_init(c->plugin_dir);
     for (size_t i = 0; i < a->nm; i++)
         if ((rc = start_model(a, &a->m[i], backend, usable, nusable)) != 0)
             return rc;

@@ -1,8 +1,8 @@
 """The cuda engine plugin (build/gpu-engines/cuda.so, `make cuda`; e2e builds
 it wherever nvcc is) end to end on a machine without a GPU: asked for by
 name the service stops with status 2 and the reason; with the plugin present
-`auto` keeps a CPU engine, and /info lists the plugin as refused with its
-reason. On a GPU machine, asked for by name with a model its kernels cannot
+(from plugin_dir, or found beside the binary with plugin_dir unset) `auto`
+keeps a CPU engine, and /info lists the plugin as refused with its reason. On a GPU machine, asked for by name with a model its kernels cannot
 compute (a classifier, a Dense module, pooling other than mean/cls), the
 start stops with status 2 naming why.
 
@@ -88,6 +88,26 @@ def test_engine_cuda_stops_the_start_with_the_reason(tmp_path, request):
         not_run(request, "a GPU is here and the cuda engine is offered (tests/gpu/run.sh)")
     assert p.returncode == 2, out
     assert "engine 'cuda'" in out and "is not offered" in out, out
+    assert NO_DEVICE in out or "compute capability" in out, out
+
+
+def test_found_beside_the_binary_without_plugin_dir(start_server, tmp_path, request):
+    """`make cuda` puts the plugin beside build/attnserve: with plugin_dir
+    unset, auto logs why cuda is refused, and engine: cuda stops the start
+    naming the plugin's path and the reason."""
+    s = start_server()
+    i, by_name = listed(s)
+    cuda = by_name["cuda"]
+    assert cuda["origin"] == PLUGIN, cuda
+    if cuda["offered"]:
+        not_run(request, "a GPU is here and the cuda engine is offered (tests/gpu/run.sh)")
+    assert i["name"] == "cpu" and i["plugin_dir"] == ""
+    log = s.log_text()
+    assert "engine refused engine=cuda origin=%s reason=" % PLUGIN in log, log
+    p = run_bin(tmp_path, "--engine=cuda", "--precision=bf16")
+    out = p.stdout + p.stderr
+    assert p.returncode == 2, out
+    assert "engine 'cuda' (%s) is not offered" % PLUGIN in out, out
     assert NO_DEVICE in out or "compute capability" in out, out
 
 

@@ -3,11 +3,14 @@ engine runs is named in /info, /metrics and the x-engine / x-precision
 headers; the cpu-avx512 plugin (a real engine, build/engines/) serves the
 golden embeddings and is guarded by shadow verification like the built-in
 engine; broken plugins (build/test-engines/) are listed with their reasons
-and never offered; an engine or precision that cannot run stops the start
-with status 2 and the reason; engine settings are restart-only."""
+and never offered; with plugin_dir unset the plugins beside the binary (or
+under its install prefix) are found, and `none` loads none; an engine or
+precision that cannot run stops the start with status 2 and the reason;
+engine settings are restart-only."""
 import json
 import math
 import os
+import shutil
 import subprocess
 
 import pytest
@@ -105,12 +108,13 @@ def test_reduced_precision_serves_within_its_floor(start_server, precision):
     assert s.metric("attnserve_engine_info", model=MODEL, engine="cpu", precision=precision) == 1
 
 
-def test_default_is_the_builtin_cpu_engine_in_fp32(start_server):
-    s = start_server()
+def test_without_plugins_the_builtin_cpu_engine_serves_fp32(start_server):
+    s = start_server(plugin_dir="none")
     i = info(s)["engine"]
     assert i["name"] == "cpu" and i["precision"] == "fp32"
     assert i["engine_setting"] == "auto" and i["precision_setting"] == "fp32"
-    assert i["plugin_dir"] == "" and i["api_version"] == 3
+    assert i["plugin_dir"] == "none" and i["plugin_dirs_looked_in"] == []
+    assert i["api_version"] == 3
     assert i["precision_check"] == "fp32: the reference"
     assert [(e["name"], e["origin"], e["offered"]) for e in i["engines"]] == \
         [("cpu", "built-in", True)]
@@ -199,7 +203,8 @@ def test_refused_engine_or_precision_stops_the_start(tmp_path):
     assert p.returncode == 2, p.stdout + p.stderr
     assert "not offered: scores 0 on this machine" in p.stdout + p.stderr
     p = run_bin(tmp_path, "--engine=tpu")
-    assert p.returncode == 2 and "unknown engine 'tpu' (valid: cpu, auto)" in p.stdout + p.stderr
+    assert p.returncode == 2 and "unknown engine 'tpu' (valid: cpu, " in p.stdout + p.stderr
+    assert "plugins looked for in: " + os.path.join(build_dir(), "engines") in p.stdout + p.stderr
     for precision in sorted({"bf16", "int8"} - set(cpu_reduced_precisions())):
         p = run_bin(tmp_path, "--precision=" + precision)
         assert p.returncode == 2, p.stdout + p.stderr
@@ -210,6 +215,73 @@ def test_refused_engine_or_precision_stops_the_start(tmp_path):
     assert p.returncode == 0
     for setting in ("--engine", "--precision", "--plugin_dir"):
         assert setting in p.stdout
+
+
+def beside(bin_path):
+    """The plugin directories a binary at bin_path searches with plugin_dir
+    unset: its engines/ and gpu-engines/, and <prefix>/lib/attnserve/engines."""
+    d = os.path.dirname(os.path.realpath(bin_path))
+    return [os.path.join(d, "engines"), os.path.join(d, "gpu-engines"),
+            os.path.join(os.path.dirname(d), "lib", "attnserve", "engines")]
+
+
+def test_plugins_are_found_beside_the_binary(start_server):
+    """plugin_dir unset: the plugins make puts beside the binary are listed,
+    each offered or refused with its reason (build/engines' cpu-avx512 and,
+    after `make cuda`, build/gpu-engines' cuda); build/test-engines is
+    never searched, and auto still keeps the highest score offered."""
+    s = start_server()
+    i = info(s)["engine"]
+    assert i["plugin_dir"] == ""
+    assert i["plugin_dirs_looked_in"] == beside(conftest.BIN)
+    by_name = {e["name"]: e for e in i["engines"]}
+    found = {"cpu", "cpu-avx512"}
+    if os.path.exists(os.path.join(build_dir(), "gpu-engines", "cuda.so")):
+        found.add("cuda")
+    assert set(by_name) == found, by_name
+    assert by_name["cpu-avx512"]["origin"] == os.path.join(beside(conftest.BIN)[0],
+                                                           "cpu-avx512.so")
+    best = max((e for e in i["engines"] if e["offered"]), key=lambda e: e["score"])
+    assert i["name"] == best["name"]
+    log = s.log_text()
+    assert "plugin_dir unset: plugins looked for beside the binary" in log
+    for e in i["engines"][1:]:
+        assert "engine %s engine=%s origin=%s" % (
+            "offered" if e["offered"] else "refused", e["name"], e["origin"]) in log
+
+
+def test_plugin_dir_none_loads_no_plugin(start_server, tmp_path):
+    s = start_server(plugin_dir="none")
+    assert [(e["name"], e["origin"]) for e in info(s)["engine"]["engines"]] == \
+        [("cpu", "built-in")]
+    p = run_bin(tmp_path, "--plugin_dir=none", "--engine=cpu-avx512")
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert ("unknown engine 'cpu-avx512' (valid: cpu, auto); plugins looked for in: nowhere "
+            "(plugin_dir is none)") in p.stdout + p.stderr
+
+
+def test_an_installed_binary_finds_its_prefix_plugins(start_server, tmp_path, monkeypatch):
+    """A binary installed as <prefix>/bin/attnserve: with no plugin near it a
+    named engine stops the start saying where it looked; with the plugin in
+    <prefix>/lib/attnserve/engines the plugin is listed from there."""
+    plugin = os.path.join(plugins(), "cpu-avx512.so")
+    prefix = tmp_path / "prefix"
+    (prefix / "bin").mkdir(parents=True)
+    installed = str(prefix / "bin" / "attnserve")
+    shutil.copy2(conftest.BIN, installed)
+    monkeypatch.setattr(conftest, "BIN", installed)
+    p = run_bin(tmp_path, "--engine=cpu-avx512")
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert ("unknown engine 'cpu-avx512' (valid: cpu, auto); plugins looked for in: %s"
+            % ", ".join(beside(installed))) in p.stdout + p.stderr
+    lib = prefix / "lib" / "attnserve" / "engines"
+    lib.mkdir(parents=True)
+    shutil.copy2(plugin, str(lib))
+    s = start_server()
+    by_name = {e["name"]: e for e in info(s)["engine"]["engines"]}
+    assert set(by_name) == {"cpu", "cpu-avx512"}
+    assert by_name["cpu-avx512"]["origin"] == str(lib / "cpu-avx512.so")
+    assert by_name["cpu-avx512"]["offered"] == has_avx512()
 
 
 def test_engine_settings_are_restart_only(start_server):

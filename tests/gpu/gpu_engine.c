@@ -17,7 +17,6 @@
  * checked, since they were made from the original fp32 weights.
  * Throughput: batch 128 of 64-token sequences (synthetic ids, [CLS] .. [SEP]),
  * median of 10 forwards (3 for the CPU engine); printed, never asserted. */
-#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,10 +25,9 @@
 
 #include "engines/engine.h"
 #include "kernels/threadpool.h"
-#include "tests/golden/golden_io.h"
+#include "tests/unit/golden_embeddings.h"
 
 static const char *model_dir = "models/all-MiniLM-L6-v2";
-#define GOLDEN "tests/golden/embeddings.json.gz"
 
 static double now(void) {
     struct timespec t;
@@ -45,6 +43,20 @@ static double cosine(const float *a, const float *b, int n) {
         bb += (double)b[i] * b[i];
     }
     return aa > 0 && bb > 0 ? ab / sqrt(aa * bb) : 0.0;
+}
+
+/* A golden text, quoted, its first 60 bytes: bytes outside printable ASCII
+ * (the NUL one text holds, escapes, UTF-8) as \xNN. */
+static void print_text(const char *s, size_t len) {
+    putchar('"');
+    for (size_t i = 0; i < len && i < 60; i++) {
+        const unsigned char c = (unsigned char)s[i];
+        if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\')
+            putchar(c);
+        else
+            printf("\\x%02x", c);
+    }
+    printf("\"%s\n", len > 60 ? "..." : "");
 }
 
 static engine *make(const engine_iface *t, gemm_precision p, tp_pool *pool,
@@ -114,33 +126,30 @@ int main(int argc, char **argv) {
     if (argc > 2)
         model_dir = argv[2];
     char err[512] = "";
+    /* The golden set first, so that a file it cannot read fails here too,
+     * on a machine without a GPU. */
+    golden_set gold;
+    if (golden_set_load("mean_normalized", &gold, err, sizeof err) != 0) {
+        printf("FAILED: %s\n", err);
+        return 1;
+    }
     engine_registry_init(plugins, err, sizeof err);
     const engine_entry *cu_e = engine_registry_find("cuda");
     if (!cu_e || !cu_e->offered) {
         printf("NOT RUN: the cuda engine is not offered: %s\n", cu_e ? cu_e->reason : "not found");
+        golden_set_free(&gold);
         return 3;
     }
-    json_error_t jerr;
-    json_t *root = golden_load_json(GOLDEN, JSON_ALLOW_NUL, &jerr); /* texts hold a NUL */
-    if (!root) {
-        printf("FAILED: %s: %s\n", GOLDEN, jerr.text);
-        return 1;
-    }
-    json_t *arr = json_object_get(root, "mean_normalized");
-    const int n = (int)json_array_size(arr);
-    const int C = (int)json_array_size(json_object_get(json_array_get(arr, 0), "embedding"));
-    int32_t *cu = calloc((size_t)n + 1, sizeof *cu), *ids = malloc(65536 * sizeof *ids);
+    const int n = gold.n, C = gold.dim;
+    int32_t *cu = calloc((size_t)n + 1, sizeof *cu);
+    for (int i = 0; i < n; i++)
+        cu[i + 1] = cu[i] + gold.len[i];
+    int32_t *ids = malloc((size_t)cu[n] * sizeof *ids);
     float *golden = malloc((size_t)n * C * sizeof *golden);
     for (int i = 0; i < n; i++) {
-        json_t *e = json_array_get(arr, (size_t)i);
-        json_t *ji = json_object_get(e, "ids"), *je = json_object_get(e, "embedding");
-        cu[i + 1] = cu[i] + (int32_t)json_array_size(ji);
-        for (size_t t = 0; t < json_array_size(ji); t++)
-            ids[(size_t)cu[i] + t] = (int32_t)json_integer_value(json_array_get(ji, t));
-        for (int d = 0; d < C; d++)
-            golden[(size_t)i * C + d] = (float)json_number_value(json_array_get(je, (size_t)d));
+        memcpy(ids + cu[i], gold.ids[i], (size_t)gold.len[i] * sizeof *ids);
+        memcpy(golden + (size_t)i * C, gold.emb[i], (size_t)C * sizeof *golden);
     }
-    json_decref(root);
 
     tp_pool *pool = tp_create(16);
     const attn_backend *backends[] = {attn_backend_find("fused")};
@@ -160,9 +169,11 @@ int main(int argc, char **argv) {
             continue;
         }
         double lo_cpu = 1.0, lo_torch = 1.0;
+        int worst = 0;
         for (int i = 0; i < n; i++) {
             const double a = cosine(out + (size_t)i * C, ref + (size_t)i * C, C);
             const double b = cosine(out + (size_t)i * C, golden + (size_t)i * C, C);
+            worst = a < lo_cpu ? i : worst;
             lo_cpu = a < lo_cpu ? a : lo_cpu;
             lo_torch = b < lo_torch ? b : lo_torch;
         }
@@ -174,6 +185,8 @@ int main(int argc, char **argv) {
                engine_precision_name(ps[k]), lo_cpu, lo_torch,
                torch_checked ? "" : " (not checked: other weights)", floors[k],
                ok ? "ok" : "FAILED");
+        printf("  lowest vs cpu at golden %d: ", worst);
+        print_text(gold.text[worst], gold.text_len[worst]);
         engine_memory m;
         engine_memory_of(g, &m);
         printf("  memory: weights %zu B on the device, workspace %zu B (device + pinned)\n",
@@ -192,6 +205,12 @@ int main(int argc, char **argv) {
            eps[0], eps[1], cpu_eps, cpu_eps > 0 ? eps[1] / cpu_eps : 0.0);
     engine_destroy(cpu);
     tp_destroy(pool);
+    golden_set_free(&gold);
+    free(golden);
+    free(ids);
+    free(cu);
+    free(ref);
+    free(out);
     printf("engine checks: %s (%d failed)\n", failed ? "FAILED" : "passed", failed);
     return failed ? 1 : 0;
 }

@@ -6,15 +6,14 @@
  * is models/all-MiniLM-L6-v2 (`make model`); without it the model tests
  * fail, they do not skip. */
 #include <criterion/criterion.h>
-#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engines/engine.h"
+#include "golden_embeddings.h"
 #include "kernels/threadpool.h"
-#include "tests/golden/golden_io.h"
 
 #ifndef ATTN_BUILD_DIR
 #define ATTN_BUILD_DIR "build"
@@ -22,7 +21,6 @@
 #define PLUGINS      ATTN_BUILD_DIR "/engines"
 #define TEST_PLUGINS ATTN_BUILD_DIR "/test-engines"
 #define MODEL_DIR    "models/all-MiniLM-L6-v2"
-#define GOLDEN       "tests/golden/embeddings.json.gz"
 /* test_model.c's floor against PyTorch, for the same inputs and model. */
 #define MIN_COSINE 0.99999
 #define THREADS    2
@@ -172,30 +170,21 @@ typedef struct inputs {
 } inputs;
 
 static inputs golden_inputs(int n) {
-    json_error_t jerr;
-    json_t *root = golden_load_json(GOLDEN, JSON_ALLOW_NUL, &jerr);
-    cr_assert_not_null(root, "%s: %s", GOLDEN, jerr.text);
-    json_t *arr = json_object_get(root, "mean_normalized");
-    cr_assert_geq(json_array_size(arr), (size_t)n);
-    inputs in = {.n = n};
+    golden_set g;
+    char err[512] = "";
+    cr_assert_eq(golden_set_load("mean_normalized", &g, err, sizeof err), 0, "%s", err);
+    cr_assert_geq(g.n, n);
+    inputs in = {.n = n, .C = g.dim};
     in.cu = calloc((size_t)n + 1, sizeof *in.cu);
-    size_t total = 0;
     for (int i = 0; i < n; i++)
-        total += json_array_size(json_object_get(json_array_get(arr, (size_t)i), "ids"));
-    in.ids = malloc(total * sizeof *in.ids);
-    in.C = (int)json_array_size(json_object_get(json_array_get(arr, 0), "embedding"));
+        in.cu[i + 1] = in.cu[i] + g.len[i];
+    in.ids = malloc((size_t)in.cu[n] * sizeof *in.ids);
     in.golden = malloc((size_t)n * (size_t)in.C * sizeof *in.golden);
     for (int i = 0; i < n; i++) {
-        json_t *e = json_array_get(arr, (size_t)i);
-        json_t *ids = json_object_get(e, "ids"), *emb = json_object_get(e, "embedding");
-        in.cu[i + 1] = in.cu[i] + (int32_t)json_array_size(ids);
-        for (size_t t = 0; t < json_array_size(ids); t++)
-            in.ids[(size_t)in.cu[i] + t] = (int32_t)json_integer_value(json_array_get(ids, t));
-        for (int d = 0; d < in.C; d++)
-            in.golden[(size_t)i * (size_t)in.C + (size_t)d] =
-                (float)json_number_value(json_array_get(emb, (size_t)d));
+        memcpy(in.ids + in.cu[i], g.ids[i], (size_t)g.len[i] * sizeof *in.ids);
+        memcpy(in.golden + (size_t)i * (size_t)in.C, g.emb[i], (size_t)in.C * sizeof *in.golden);
     }
-    json_decref(root);
+    golden_set_free(&g);
     return in;
 }
 

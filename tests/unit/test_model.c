@@ -15,59 +15,22 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "golden_embeddings.h"
 #include "kernels/attention.h"
 #include "kernels/simd.h"
 #include "kernels/threadpool.h"
 #include "model/bert.h"
-#include "tests/golden/golden_io.h"
 
 #define MODEL_DIR      "models/all-MiniLM-L6-v2"
-#define GOLDEN         "tests/golden/embeddings.json.gz"
 #define MIN_COSINE     0.99999
 #define MAX_BATCH_DIFF 1e-6
 #define THREADS        2
 
-typedef struct {
-    int n;         /* inputs */
-    int32_t **ids; /* [n][len[i]] */
-    int32_t *len;  /* [n] */
-    float **emb;   /* [n][C] */
-    int dim;       /* C */
-} golden_set;
-
-static void golden_free(golden_set *g) {
-    for (int i = 0; i < g->n; i++) {
-        free(g->ids[i]);
-        free(g->emb[i]);
-    }
-    free(g->ids);
-    free(g->len);
-    free(g->emb);
-}
-
-static golden_set golden_load(const char *set) {
-    json_error_t jerr;
-    json_t *root = golden_load_json(GOLDEN, JSON_ALLOW_NUL, &jerr); /* texts hold a NUL */
-    cr_assert_not_null(root, "%s: %s (line %d)", GOLDEN, jerr.text, jerr.line);
-    json_t *arr = json_object_get(root, set);
-    cr_assert(json_is_array(arr), "%s has no array %s", GOLDEN, set);
-    golden_set g = {.n = (int)json_array_size(arr)};
-    g.ids = calloc((size_t)g.n, sizeof *g.ids);
-    g.len = calloc((size_t)g.n, sizeof *g.len);
-    g.emb = calloc((size_t)g.n, sizeof *g.emb);
-    for (int i = 0; i < g.n; i++) {
-        json_t *e = json_array_get(arr, (size_t)i);
-        json_t *ids = json_object_get(e, "ids"), *emb = json_object_get(e, "embedding");
-        g.len[i] = (int32_t)json_array_size(ids);
-        g.dim = (int)json_array_size(emb);
-        g.ids[i] = malloc((size_t)g.len[i] * sizeof(int32_t));
-        g.emb[i] = malloc((size_t)g.dim * sizeof(float));
-        for (int32_t t = 0; t < g.len[i]; t++)
-            g.ids[i][t] = (int32_t)json_integer_value(json_array_get(ids, (size_t)t));
-        for (int d = 0; d < g.dim; d++)
-            g.emb[i][d] = (float)json_number_value(json_array_get(emb, (size_t)d));
-    }
-    json_decref(root);
+/* The golden set, or the test fails with why. */
+static golden_set golden_require(const char *set) {
+    golden_set g;
+    char err[512] = "";
+    cr_assert_eq(golden_set_load(set, &g, err, sizeof err), 0, "%s", err);
     return g;
 }
 
@@ -136,7 +99,7 @@ static double cosine(const float *a, const float *b, int n) {
  * cosine >= floor. Returns the smallest cosine. */
 static double check_golden_at(const char *dir, const char *set, const char *name, gemm_precision p,
                               double floor) {
-    golden_set g = golden_load(set);
+    golden_set g = golden_require(set);
     bert_model *m = load_precision(dir, p);
     const int C = bert_get_config(m)->hidden_size;
     cr_assert_eq(g.dim, C);
@@ -175,7 +138,7 @@ static double check_golden_at(const char *dir, const char *set, const char *name
     free(ids);
     free(cu);
     free(idx);
-    golden_free(&g);
+    golden_set_free(&g);
     return min_cos;
 }
 
@@ -288,7 +251,7 @@ Test(model, golden_512_tokens_and_left_truncation) {
  * golden tests above do not take on a CPU with AVX-512, on a subset that
  * still has short, CJK, emoji and 512-token inputs. */
 Test(model, golden_on_every_simd_path) {
-    golden_set g = golden_load("mean_normalized");
+    golden_set g = golden_require("mean_normalized");
     bert_model *m = load_model(MODEL_DIR);
     const int C = bert_get_config(m)->hidden_size;
     const int idx[] = {0, 4, 31, 46, 48, 52, 57};
@@ -328,7 +291,7 @@ Test(model, golden_on_every_simd_path) {
     bert_free(m);
     free(ids);
     free(cu);
-    golden_free(&g);
+    golden_set_free(&g);
 }
 
 /* ---- batch independence ------------------------------------------------------ */
@@ -336,7 +299,7 @@ Test(model, golden_on_every_simd_path) {
 /* Each input alone, then all inputs in a mixed order with every third one
  * repeated, in one batch: the vectors must agree to MAX_BATCH_DIFF. */
 static void check_batch_independence(const char *name) {
-    golden_set g = golden_load("mean_normalized");
+    golden_set g = golden_require("mean_normalized");
     bert_model *m = load_model(MODEL_DIR);
     const int C = bert_get_config(m)->hidden_size;
     const attn_backend *b = backend(name);
@@ -386,7 +349,7 @@ static void check_batch_independence(const char *name) {
     free(ids);
     free(cu);
     free(idx);
-    golden_free(&g);
+    golden_set_free(&g);
 }
 
 Test(model, alone_equals_batched_naive) {
@@ -403,7 +366,7 @@ Test(model, alone_equals_batched_fused) {
  * bert_l2_normalize on them gives exactly what the model's own forward does:
  * the service serves both from one batch. */
 Test(model, raw_pooling_then_normalize_equals_forward) {
-    golden_set g = golden_load("mean_normalized");
+    golden_set g = golden_require("mean_normalized");
     bert_model *m = load_model(MODEL_DIR);
     const int C = bert_get_config(m)->hidden_size;
     const int idx[] = {0, 4, 31, 52};
@@ -438,11 +401,11 @@ Test(model, raw_pooling_then_normalize_equals_forward) {
     bert_free(m);
     free(ids);
     free(cu);
-    golden_free(&g);
+    golden_set_free(&g);
 }
 
 Test(model, thread_count_does_not_change_results) {
-    golden_set g = golden_load("mean_normalized");
+    golden_set g = golden_require("mean_normalized");
     bert_model *m = load_model(MODEL_DIR);
     const int C = bert_get_config(m)->hidden_size;
     const attn_backend *b = backend("naive");
@@ -464,7 +427,7 @@ Test(model, thread_count_does_not_change_results) {
     bert_free(m);
     free(ids);
     free(cu);
-    golden_free(&g);
+    golden_set_free(&g);
 }
 
 /* ---- model directories made for a test -------------------------------------- */

@@ -59,10 +59,15 @@ soak.TEXTS = ["Hi", "Yes", "No, thanks", "Héllo"]
 soak.QUEUED_BODY = json.dumps({"input": "Hi"}).encode()
 # Answers take memcheck's ~50x longer, more on a busy machine.
 soak.TIMEOUT = 300
-# The serving settings: small and quick under memcheck's ~50x slowdown.
+# The serving settings: small and quick under memcheck's ~50x slowdown. No
+# engine plugin: with plugin_dir unset the service would load the ones beside
+# the binary, and the cuda plugin brings the CUDA runtime and cuBLASLt
+# (540 MB of third-party code, its own allocations at load) into a check
+# of the service's memory.
 SETTINGS = dict(soak.SETTINGS, threads=2, max_batch_tokens=512, max_batch_requests=8,
                 max_queue=16, max_connections=16, connection_timeout_s=30,
-                request_timeout_ms=300000, drain_timeout_s=300, backend="fused")
+                request_timeout_ms=300000, drain_timeout_s=300, backend="fused",
+                plugin_dir="none")
 
 
 def free_port():
@@ -233,7 +238,7 @@ def startup_cases(d):
     # A free port: a case that got as far as listening would serve and hang
     # there, and its timeout would say so.
     base = {"host": "127.0.0.1", "port": free_port(), "threads": 2, "model": MODEL,
-            "max_batch_tokens": 512}
+            "max_batch_tokens": 512, "plugin_dir": "none"}
     good = write(os.path.join(d, "good.json"), json.dumps(base))
 
     def cfg(name, **changes):
