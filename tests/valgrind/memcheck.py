@@ -28,6 +28,7 @@ records what each chose (the "serving" log line's cpu_simd, OpenBLAS's
     memcheck.py --bin build/attnserve --out build/valgrind
 """
 import argparse
+import concurrent.futures
 import json
 import os
 import re
@@ -320,34 +321,48 @@ def startup_cases(d):
     return cases, busy
 
 
+def startup_case(d, i, case, a):
+    """Runs one start-up case under memcheck; returns (line to print, problems)."""
+    name, args, env, want, text = case
+    vg_log = os.path.join(d, "case%02d.valgrind.log" % i)
+    log = os.path.join(d, "case%02d.log" % i)
+    t0 = time.time()
+    with open(log, "w") as logf:
+        proc = subprocess.run(VALGRIND + ["--log-file=" + vg_log, a.bin] + args,
+                              stdout=logf, stderr=subprocess.STDOUT,
+                              env=env_without_attnserve(env), timeout=300)
+    got = proc.returncode
+    found = memcheck_problems(vg_log)
+    if got != want and not (got == 99 and found):
+        found.append("exit status %d, want %d (see %s)" % (got, want, log))
+    with open(log) as f:
+        said = f.read().strip().splitlines()
+    if not any(text in line for line in said):
+        found.append("its output does not say %r (see %s)" % (text, log))
+    line = "memcheck: start-up: %-38s exit %d in %4.1f s  %s" % (
+        name, got, time.time() - t0, "ok" if not found else "FAIL")
+    if want != 0 and said:
+        line += "\n           says: " + said[-1][:150]
+    return line, ["start-up: %s: %s" % (name, p) for p in found]
+
+
 def startup(a):
     d = os.path.join(a.out, "startup")
     shutil.rmtree(d, ignore_errors=True)
     os.makedirs(d)
     cases, busy = startup_cases(d)
     problems = []
+    # Each case is its own valgrind process, and valgrind runs a program's
+    # threads one at a time, so the cases go side by side, one per core; the
+    # cases that read bad weights self-test every backend first and take a
+    # minute each under memcheck. Lines are printed in the cases' order.
     try:
-        for i, (name, args, env, want, text) in enumerate(cases):
-            vg_log = os.path.join(d, "case%02d.valgrind.log" % i)
-            log = os.path.join(d, "case%02d.log" % i)
-            t0 = time.time()
-            with open(log, "w") as logf:
-                proc = subprocess.run(VALGRIND + ["--log-file=" + vg_log, a.bin] + args,
-                                      stdout=logf, stderr=subprocess.STDOUT,
-                                      env=env_without_attnserve(env), timeout=300)
-            got = proc.returncode
-            found = memcheck_problems(vg_log)
-            if got != want and not (got == 99 and found):
-                found.append("exit status %d, want %d (see %s)" % (got, want, log))
-            with open(log) as f:
-                said = f.read().strip().splitlines()
-            if not any(text in line for line in said):
-                found.append("its output does not say %r (see %s)" % (text, log))
-            print("memcheck: start-up: %-38s exit %d in %4.1f s  %s" % (
-                name, got, time.time() - t0, "ok" if not found else "FAIL"), flush=True)
-            if want != 0 and said:
-                print("           says: " + said[-1][:150])
-            problems += ["start-up: %s: %s" % (name, p) for p in found]
+        with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+            futures = [pool.submit(startup_case, d, i, case, a) for i, case in enumerate(cases)]
+            for f in futures:
+                line, found = f.result()
+                print(line, flush=True)
+                problems += found
     finally:
         busy.close()
     return problems
