@@ -272,12 +272,9 @@ static int load_weights(bert_model *m, const char *dir, char *err, size_t err_le
     if ((size_t)snprintf(path, sizeof path, "%s/model.safetensors", dir) >= sizeof path)
         return fail(BERT_EIO, err, err_len, "%s: path too long", dir);
     char why[512];
-    if (st_open(path, &m->file, why, sizeof why) < 0) {
-        /* A file that is absent or unreadable is BERT_EIO; one that opens but
-         * fails validation is malformed. */
-        const int io = strstr(why, "cannot open") != NULL;
-        return fail(io ? BERT_EIO : BERT_EFORMAT, err, err_len, "%s", why);
-    }
+    const int st = st_open(path, &m->file, why, sizeof why);
+    if (st < 0)
+        return fail(st == ST_EIO ? BERT_EIO : BERT_EFORMAT, err, err_len, "%s", why);
     loader ld = {.file = m->file, .path = path, .prefix = "", .err = err, .err_len = err_len};
     /* Checkpoints saved from a task head name the encoder's tensors under
      * the head's base model: "bert." or, for (XLM-)RoBERTa, "roberta.". */
@@ -362,7 +359,8 @@ static int bind_extras(bert_model *m, const char *dir, const char *prefix, float
         char dpath[4096], why[512];
         snprintf(dpath, sizeof dpath, "%s/%s/model.safetensors", dir, d->path);
         st_file *f;
-        if (st_open(dpath, &f, why, sizeof why) < 0) {
+        const int st = st_open(dpath, &f, why, sizeof why);
+        if (st < 0) {
             char bin[4096];
             snprintf(bin, sizeof bin, "%s/%s/pytorch_model.bin", dir, d->path);
             FILE *pb = fopen(bin, "rb");
@@ -373,8 +371,7 @@ static int bind_extras(bert_model *m, const char *dir, const char *prefix, float
                             "model again with sentence-transformers to get model.safetensors",
                             bin);
             }
-            return fail(strstr(why, "cannot open") ? BERT_EIO : BERT_EFORMAT, err, err_len, "%s",
-                        why);
+            return fail(st == ST_EIO ? BERT_EIO : BERT_EFORMAT, err, err_len, "%s", why);
         }
         float *w = TAKE((int64_t)d->out_features * d->in_features);
         float *b = d->bias ? TAKE(d->out_features) : NULL;

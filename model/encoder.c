@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "model/bert.h"
+#include "model/safetensors.h"
 
 /* ---- a family ------------------------------------------------------------------- */
 typedef struct encoder_family {
@@ -317,6 +318,18 @@ int encoder_load(const char *dir, gemm_precision precision, encoder **out, char 
         return rc;
     }
     *out = e;
+    return BERT_OK;
+}
+
+int encoder_check_weights(const char *dir, char *err, size_t err_len) {
+    char path[4096];
+    if ((size_t)snprintf(path, sizeof path, "%s/model.safetensors", dir) >= sizeof path)
+        return fail(BERT_EIO, err, err_len, "%s: path too long", dir);
+    st_file *f = NULL;
+    const int st = st_open(path, &f, err, err_len);
+    if (st < 0)
+        return st == ST_EIO ? BERT_EIO : BERT_EFORMAT;
+    st_close(f);
     return BERT_OK;
 }
 

@@ -70,6 +70,12 @@ int encoder_describe(const char *dir, encoder_desc **out, char *err, size_t err_
 const encoder_info *encoder_desc_info(const encoder_desc *d);
 void encoder_desc_free(encoder_desc *d);
 
+/* Opens dir's model.safetensors and validates its header and offsets as the
+ * loaders will, then closes it: BERT_OK, BERT_EIO (absent, unreadable) or
+ * BERT_EFORMAT, with the reason in err. Cheap (the header only), so a start
+ * can refuse a broken file before its self-tests rather than after. */
+int encoder_check_weights(const char *dir, char *err, size_t err_len);
+
 /* The attention bounds of every batch of at most max_tokens tokens: what a
  * backend's capability check and workspace sizing are asked about. */
 attn_shape encoder_attn_shape(const encoder_info *info, int max_tokens);

@@ -54,7 +54,7 @@ static int fail(char *err, size_t err_len, const char *path, const char *fmt, ..
             va_end(ap);
         }
     }
-    return -1;
+    return ST_EFORMAT;
 }
 
 /* A JSON integer in [0, limit], or -1. */
@@ -241,21 +241,26 @@ int st_open_memory(const void *buf, size_t len, const char *name, st_file **out,
 int st_open(const char *path, st_file **out, char *err, size_t err_len) {
     *out = NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return fail(err, err_len, path, "cannot open: %s", strerror(errno));
+    if (fd < 0) {
+        fail(err, err_len, path, "cannot open: %s", strerror(errno));
+        return ST_EIO;
+    }
     struct stat sb;
     int rc = 0;
     void *m = MAP_FAILED;
-    if (fstat(fd, &sb) < 0)
-        rc = fail(err, err_len, path, "cannot stat: %s", strerror(errno));
-    else if (!S_ISREG(sb.st_mode))
+    if (fstat(fd, &sb) < 0) {
+        fail(err, err_len, path, "cannot stat: %s", strerror(errno));
+        rc = ST_EIO;
+    } else if (!S_ISREG(sb.st_mode))
         rc = fail(err, err_len, path, "not a regular file");
     else if ((uint64_t)sb.st_size > SIZE_MAX)
         rc = fail(err, err_len, path, "file too large to map");
     else if (sb.st_size == 0)
         rc = fail(err, err_len, path, "empty file");
-    else if ((m = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0)) == MAP_FAILED)
-        rc = fail(err, err_len, path, "cannot map: %s", strerror(errno));
+    else if ((m = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0)) == MAP_FAILED) {
+        fail(err, err_len, path, "cannot map: %s", strerror(errno));
+        rc = ST_EIO;
+    }
     close(fd);
     if (rc == 0 && (rc = st_open_memory(m, (size_t)sb.st_size, path, out, err, err_len)) == 0)
         (*out)->mapped = 1;

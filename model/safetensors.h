@@ -47,8 +47,12 @@ typedef struct st_tensor {
 
 typedef struct st_file st_file;
 
-/* Maps and validates path. Returns 0 and *out, or -1 with a message naming
- * the file in err (NUL-terminated, truncated to err_len). */
+/* st_open's failures: the file could not be opened, read or mapped
+ * (absent, unreadable), or it was read and is not valid safetensors. */
+enum { ST_EFORMAT = -1, ST_EIO = -2 };
+
+/* Maps and validates path. Returns 0 and *out, or ST_EIO / ST_EFORMAT with a
+ * message naming the file in err (NUL-terminated, truncated to err_len). */
 int st_open(const char *path, st_file **out, char *err, size_t err_len);
 void st_close(st_file *f);
 

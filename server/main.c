@@ -788,6 +788,15 @@ static int load_model(const config *c, served_model *sm) {
                   LOG_KV("problem", bert_strerror(rc)), LOG_KV("error", err));
         return rc == BERT_ENOMEM ? 1 : CONFIG_EXIT_INVALID;
     }
+    /* The weights themselves load later (start_model, after every backend's
+     * self-test); their header is checked now, so a broken file refuses the
+     * start at once instead of after the self-tests. */
+    rc = encoder_check_weights(sm->path, err, sizeof err);
+    if (rc != BERT_OK) {
+        log_error("cannot load the model", LOG_KV("model", sm->path),
+                  LOG_KV("problem", bert_strerror(rc)), LOG_KV("error", err));
+        return CONFIG_EXIT_INVALID;
+    }
     sm->mcfg = encoder_desc_info(sm->mdesc);
     const encoder_info *m = sm->mcfg;
     if (tok_vocab_size(sm->tok) > m->vocab_size) {
