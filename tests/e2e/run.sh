@@ -5,7 +5,7 @@
 # a pyenv or virtualenv on PATH cannot change what runs; the client libraries
 # the tests call the service with (requirements.txt) come from PyPI into a
 # venv of that python (venv.sh). pytest's exit status is this script's.
-# Extra arguments go to pytest (-k NAME, -x, ...).
+# Extra arguments go to pytest (-k NAME, -x, test files, ...).
 set -eu
 if [ $# -lt 1 ]; then
     echo "usage: $0 BIN [pytest args]" >&2
@@ -23,4 +23,13 @@ PY=$("$HERE/venv.sh")
 cd "$HERE"
 # -rs: every skipped test's reason (each says NOT RUN and why) is in the
 # summary, so a check that could not run here shows in the output.
-ATTNSERVE_BIN="$BIN" exec "$PY" -m pytest -q -rs -p no:cacheprovider "$@" "$HERE"
+# Test files named in the arguments (test_x.py, test_x.py::name) are run
+# instead of the whole folder.
+ALL=$HERE
+for a in "$@"; do
+    case $a in
+    -*) ;;
+    *.py | *.py::*) ALL= ;;
+    esac
+done
+ATTNSERVE_BIN="$BIN" exec "$PY" -m pytest -q -rs -p no:cacheprovider "$@" ${ALL:+"$ALL"}
