@@ -17,7 +17,8 @@ TSAN_HTTP_TESTS := (catalogue and (racing or slowloris or max_connections or pip
 
 .PHONY: tsan-http
 tsan-http:
-	@$(MAKE) --no-print-directory SANITIZE=thread build-san-thread/attnserve
+	@$(MAKE) --no-print-directory SANITIZE=thread build-san-thread/attnserve \
+		build-san-thread/stall_until_reset.so
 	@TSAN_OPTIONS=halt_on_error=0 ATTNSERVE_E2E_READY_TIMEOUT_S=300 \
 		tests/e2e/run.sh build-san-thread/attnserve \
 		-k "$(TSAN_HTTP_TESTS)"
