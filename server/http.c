@@ -334,6 +334,20 @@ static void cors_headers(http_request *req, struct MHD_Response *resp) {
     MHD_add_response_header(resp, "Access-Control-Max-Age", CORS_MAX_AGE);
 }
 
+/* The CORS headers of cors_headers as lines, for an answer http.c writes
+ * itself (a browser's page reads it too); "" when the request gets none.
+ * False when they do not fit in size. */
+static bool cors_lines(const http_request *req, char *out, size_t size) {
+    const char *allow = cors_origin(req);
+    out[0] = '\0';
+    if (!allow)
+        return true;
+    int n = snprintf(out, size,
+                     "Access-Control-Allow-Origin: %s\r\n%sAccess-Control-Expose-Headers: %s\r\n",
+                     allow, req->srv->cors_any ? "" : "Vary: Origin\r\n", CORS_EXPOSE);
+    return n > 0 && (size_t)n < size;
+}
+
 static int queue(http_request *req, unsigned status, struct MHD_Response *resp, size_t body_len);
 
 static int reply_preflight(http_request *req) {
@@ -1138,13 +1152,15 @@ static bool answer_too_large_now(http_request *req) {
     }
     const char *backend =
         req->srv->backend_name ? req->srv->backend_name(req->srv->backend_ctx) : NULL;
-    char buf[1024];
-    int n = snprintf(buf, sizeof buf,
-                     "HTTP/1.1 413 Content Too Large\r\nConnection: close\r\n"
-                     "Content-Type: application/json\r\nContent-Length: %zu\r\n"
-                     "x-request-id: %s\r\nx-queue-time-ms: 0.000\r\n"
-                     "x-inference-time-ms: 0.000\r\nx-attention-backend: %s\r\n\r\n%s",
-                     strlen(body), req->id, backend ? backend : "none", body);
+    char cors[512], buf[2048];
+    int n = cors_lines(req, cors, sizeof cors)
+                ? snprintf(buf, sizeof buf,
+                           "HTTP/1.1 413 Content Too Large\r\nConnection: close\r\n"
+                           "Content-Type: application/json\r\nContent-Length: %zu\r\n"
+                           "x-request-id: %s\r\nx-queue-time-ms: 0.000\r\n"
+                           "x-inference-time-ms: 0.000\r\nx-attention-backend: %s\r\n%s\r\n%s",
+                           strlen(body), req->id, backend ? backend : "none", cors, body)
+                : 0;
     json_text_free(body); /* jansson allocated it */
     if (n <= 0 || (size_t)n >= sizeof buf)
         return false;
