@@ -129,7 +129,8 @@ struct http_request {
 
     char *body;
     size_t len, cap, discarded;
-    bool answered_early; /* the 413 of an over-limit chunked body, written by http.c */
+    bool answered_early; /* an early 413 written by http.c, the body read on after it */
+    size_t read_on;      /* how much of that body is read and thrown away before closing */
     bool framing_error;  /* its length was ambiguous: answered 400, the connection closes */
     bool uncharged;      /* holds one of the HTTP_UNCHARGED_ANSWERS */
     bool answer_cut;     /* that 413 went out only in part: the connection is shut down */
@@ -1107,27 +1108,13 @@ static int framing_check(http_request *req, const char *version) {
     return http_reply_error(req, SRV_EBADREQUEST, "ambiguous message framing: %s", why);
 }
 
-/* The first call: an announced body over the limit is refused before a byte
- * of it is read (MHD then closes the connection). */
-static int early_answer(http_request *req) {
-    const char *cl =
-        MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-    size_t max = req->srv->max_body_bytes;
-    if (!cl || strtoull(cl, NULL, 10) <= max)
-        return HTTP_DONE;
-    if (req->pending)
-        return http_reply_error(req, req->pending, req->pending_msg[0] ? "%s" : NULL,
-                                req->pending_msg);
-    return http_reply_error(req, SRV_ETOOLARGE, "request body of %s bytes exceeds the limit of %zu",
-                            cl, max);
-}
-
 /* A body without Content-Length (chunked) that passes max_body_bytes gets
- * its 413 at once, not after the client has sent it all (it may never end).
+ * its 413 at once, not after the client has sent it all (it may never end);
+ * so does one whose Content-Length is over the limit (early_answer).
  * libmicrohttpd 0.9.75 queues no response while it reads a body, so the
  * answer is written straight to the socket (empty then: MHD writes nothing
  * while a request arrives), followed by a FIN. The connection is closed
- * once the body ends or max_body_bytes more have been read and thrown away:
+ * once the body ends or read_on more bytes have been read and thrown away:
  * closing at once, with the client's bytes unread, would reset the
  * connection, and a reset can cost the client the answer it has not read
  * yet. The request's deadline stays armed meanwhile, so a client that
@@ -1182,6 +1169,42 @@ static bool answer_too_large_now(http_request *req) {
     return true;
 }
 
+/* Whether the client waits for 100 Continue before it sends its body. */
+static bool expects_continue(const http_request *req) {
+    const char *expect =
+        MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_EXPECT);
+    return !req->http10 && expect && strcasecmp(expect, "100-continue") == 0;
+}
+
+/* The first call: an announced body over the limit is refused before a byte
+ * of it is read. The 413 is written at once, then the body is read and
+ * thrown away as after the early 413 of a chunked body (above), until it
+ * ends or DISCARD_FACTOR times max_body_bytes have gone: its length is
+ * known, so it is let end rather than cut after max_body_bytes. Queued to
+ * libmicrohttpd instead, the answer would be followed by the connection's
+ * close with the body unread, which resets the connection while the client
+ * is still sending it: a client that then reports the reset never reads
+ * its 413. A client that waits for 100 Continue has sent no body, and
+ * MHD's own early answer and close suit it. */
+static int early_answer(http_request *req) {
+    const char *cl =
+        MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    size_t max = req->srv->max_body_bytes;
+    if (!cl || strtoull(cl, NULL, 10) <= max)
+        return HTTP_DONE;
+    if (req->pending)
+        return http_reply_error(req, req->pending, req->pending_msg[0] ? "%s" : NULL,
+                                req->pending_msg);
+    set_pending(req, SRV_ETOOLARGE, "request body of %s bytes exceeds the limit of %zu", cl, max);
+    if (!expects_continue(req) && answer_too_large_now(req)) {
+        req->read_on = DISCARD_FACTOR * max;
+        return HTTP_DONE;
+    }
+    if (req->answer_cut)
+        return HTTP_FAIL;
+    return http_reply_error(req, SRV_ETOOLARGE, "%s", req->pending_msg);
+}
+
 /* The request-memory budget (membudget.h) is charged for the body's buffer
  * as it grows to cap bytes, and released in on_completed. */
 static size_t body_cost(size_t cap) {
@@ -1230,14 +1253,15 @@ static int take_body(http_request *req, const char *data, size_t n) {
     size_t max = req->srv->max_body_bytes;
     if (!req->pending && req->len + n > max) {
         set_pending(req, SRV_ETOOLARGE, "request body exceeds the limit of %zu bytes", max);
-        answer_too_large_now(req);
+        if (answer_too_large_now(req))
+            req->read_on = max; /* it may never end */
     }
     if (req->answer_cut)
         return HTTP_FAIL; /* part of an answer is out: never answer again */
     if (req->pending) {
         req->discarded += n;
         if (req->answered_early)
-            return req->discarded > max ? HTTP_FAIL : HTTP_DONE;
+            return req->discarded > req->read_on ? HTTP_FAIL : HTTP_DONE;
         return req->discarded / DISCARD_FACTOR > max ? HTTP_FAIL : HTTP_DONE;
     }
     if (req->len + n > req->cap) {

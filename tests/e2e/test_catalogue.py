@@ -265,9 +265,24 @@ def test_body_over_limit_with_content_length(server, path):
     status, headers, body = read_response(c.makefile("rb"))
     err = assert_raw_error(status, headers, body, 413, "request_too_large_error", path)
     assert str(LIMIT) in err["message"]
+    assert headers["connection"] == "close"
+    c.close()
+    # A client that sends all it announced before it reads is not cut off:
+    # the server reads the body on and throws it away, then closes with a
+    # FIN. Closed with the body unread, the connection would be reset under
+    # the client while it sends (sendall fails), and a client that reports
+    # that (urllib3 does for ECONNRESET) never reads its 413.
+    big = b'{"input": "' + b"a" * LIMIT + b'"}'
+    c = raw_connect(server, timeout=60)
+    c.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n%s" % (path.encode(), len(big), big))
+    f = c.makefile("rb")
+    status, headers, body = read_response(f)
+    assert_raw_error(status, headers, body, 413, "request_too_large_error", path)
+    assert f.read(1) == b"", "the connection ends after the answer"
     c.close()
     # And through an ordinary client that sends it all.
-    assert_error(post(server, path, b'{"input": "' + b"a" * LIMIT + b'"}'), 413)
+    assert_error(post(server, path, big), 413)
 
 
 @pytest.mark.parametrize("path", ALL_POSTS)
@@ -301,6 +316,62 @@ def test_body_over_limit_chunked(server, path):
     r = post(server, path, iter([big[i:i + (1 << 20)] for i in range(0, len(big), 1 << 20)]))
     assert "Content-Length" not in r.request.headers
     assert_error(r, 413, "request_too_large_error")
+
+
+def test_body_announced_over_limit_is_read_on_for_a_while(own_server):
+    """After the early 413 of a body announced over the limit the server
+    reads on, up to 16 times max_body_bytes, so that a client that sends its
+    body before it reads gets the answer, not a reset; it does not read an
+    endless body, and a client that waits for 100 Continue is answered
+    without it and sends nothing. Every one counts as one 413, and a page's
+    request gets its CORS headers as with any other answer."""
+    limit = 1 << 20
+    s = own_server(max_body_bytes=limit, cors_allow_origins="https://app.example")
+    head = b"POST /embed HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    count = lambda: s.metric("attnserve_http_requests_total", route="/embed", status="413")
+    before = count()
+    # Announced and sent whole, far over the limit but within what is read
+    # on, and more than the kernel holds for a server that reads nothing
+    # (the client's send buffer grows to 4 MB at most): closed at once, this
+    # connection would break under the sendall.
+    body = b"a" * (12 * limit)
+    c = raw_connect(s, timeout=60)
+    c.sendall(head + b"Origin: https://app.example\r\nContent-Length: %d\r\n\r\n" % len(body)
+              + body)
+    f = c.makefile("rb")
+    status, headers, answer = read_response(f)
+    assert_raw_error(status, headers, answer, 413, "request_too_large_error", "/embed")
+    assert headers["access-control-allow-origin"] == "https://app.example", headers
+    assert "x-request-id" in headers["access-control-expose-headers"]
+    assert f.read(1) == b"", "the connection ends after the answer"
+    c.close()
+    # Announced beyond what is read on: the answer comes first, and the
+    # connection ends well before the body would (the kernel's buffers on
+    # both sides hold a few MB of what is sent after the last read).
+    c = raw_connect(s)
+    c.sendall(head + b"Content-Length: %d\r\n\r\n" % (1 << 40))
+    status, headers, answer = read_response(c.makefile("rb"))
+    assert_raw_error(status, headers, answer, 413, "request_too_large_error", "/embed")
+    piece, sent = b"a" * 65536, 0
+    try:
+        while sent < 1 << 30:
+            c.sendall(piece)
+            sent += len(piece)
+        raise AssertionError("the server read on for ever")
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # the 413 was read before: a reset now costs the client nothing
+    assert sent < 16 * limit + (64 << 20), sent
+    c.close()
+    # A client that waits for 100 Continue gets the 413 instead, and the
+    # connection ends without a byte of the body sent.
+    c = raw_connect(s)
+    c.sendall(head + b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n" % (2 * limit))
+    f = c.makefile("rb")
+    status, headers, answer = read_response(f)
+    assert_raw_error(status, headers, answer, 413, "request_too_large_error", "/embed")
+    assert f.read(1) == b""
+    c.close()
+    wait_for(lambda: count() == before + 3, what="each early 413 to be counted once")
 
 
 def test_body_over_limit_chunked_then_dribbling(own_server):
