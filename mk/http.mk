@@ -19,7 +19,8 @@ TSAN_HTTP_TESTS := (catalogue and (racing or slowloris or max_connections or pip
 
 .PHONY: tsan-http
 tsan-http:
-	@$(MAKE) --no-print-directory SANITIZE=thread BUILD=$(TSAN_BUILD) $(TSAN_BUILD)/attnserve
+	@$(MAKE) --no-print-directory SANITIZE=thread BUILD=$(TSAN_BUILD) $(TSAN_BUILD)/attnserve \
+		$(TSAN_BUILD)/stall_until_reset.so
 	@TSAN_OPTIONS=halt_on_error=0 ATTNSERVE_E2E_READY_TIMEOUT_S=300 \
 		tests/e2e/run.sh $(TSAN_BUILD)/attnserve \
 		-k "$(TSAN_HTTP_TESTS)"

@@ -129,10 +129,13 @@ struct http_request {
 
     char *body;
     size_t len, cap, discarded;
-    bool answered_early; /* the 413 of an over-limit chunked body, written by http.c */
+    bool answered_early; /* an early 413 written by http.c, the body read on after it */
+    size_t read_on;      /* how much of that body is read and thrown away before closing */
     bool framing_error;  /* its length was ambiguous: answered 400, the connection closes */
     bool uncharged;      /* holds one of the HTTP_UNCHARGED_ANSWERS */
     bool answer_cut;     /* that 413 went out only in part: the connection is shut down */
+    bool headers_only;   /* in the call with the headers: an answer now comes before the body */
+    bool http10;         /* an HTTP/1.0 request */
     size_t json_charge;  /* the parse tree's bound, charged until it is freed */
 
     conn_slot *cslot; /* NULL when the connection is not watched */
@@ -196,25 +199,90 @@ static enum MHD_Result add_header_bytes(void *cls, enum MHD_ValueKind kind, cons
     return MHD_YES;
 }
 
+typedef struct token_search {
+    const char *token;
+    bool found;
+} token_search;
+
+static enum MHD_Result find_connection_token(void *cls, enum MHD_ValueKind kind, const char *key,
+                                             const char *value) {
+    (void)kind;
+    token_search *t = cls;
+    if (strcasecmp(key, MHD_HTTP_HEADER_CONNECTION) != 0 || !value)
+        return MHD_YES;
+    const size_t n = strlen(t->token);
+    for (const char *p = value; *p;) {
+        while (*p == ' ' || *p == '\t' || *p == ',')
+            p++;
+        const char *start = p;
+        while (*p && *p != ',')
+            p++;
+        const char *end = p;
+        while (end > start && (end[-1] == ' ' || end[-1] == '\t'))
+            end--;
+        if ((size_t)(end - start) == n && strncasecmp(start, t->token, n) == 0) {
+            t->found = true;
+            return MHD_NO;
+        }
+    }
+    return MHD_YES;
+}
+
+/* Whether a Connection header of the request lists token, read as
+ * libmicrohttpd reads it: any of the headers, tokens separated by commas,
+ * spaces and tabs around them, case ignored. */
+static bool connection_token(const http_request *req, const char *token) {
+    token_search t = {token, false};
+    MHD_get_connection_values(req->conn, MHD_HEADER_KIND, find_connection_token, &t);
+    return t.found;
+}
+
+/* Whether the client's FIN is the next thing on the connection. MHD closes
+ * after the answer once it has read it, and then says so in the answer;
+ * whether it has read it yet cannot be asked, so it is taken that it has,
+ * which makes the answer's length err high. */
+static bool client_finished(const http_request *req) {
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(req->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    char byte;
+    return ci && recv(ci->connect_fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
+
+/* The Connection header libmicrohttpd 0.9.75 adds to an answer without one
+ * of its own (keepalive_possible and build_header_response there), which
+ * it decides when the answer is queued: "close" when the connection ends
+ * after it (an answer queued before the body was read, a client that asked
+ * for that or has sent its FIN, HTTP/1.0 without Keep-Alive), "Keep-Alive"
+ * to an HTTP/1.0 client that keeps it, nothing to an HTTP/1.1 one. */
+static size_t connection_header_bytes(const http_request *req, struct MHD_Response *resp) {
+    if (MHD_get_response_header(resp, MHD_HTTP_HEADER_CONNECTION))
+        return 0; /* among the response's headers */
+    if (req->headers_only || connection_token(req, "close") ||
+        (req->http10 && !connection_token(req, "Keep-Alive")) || client_finished(req))
+        return strlen("Connection: close\r\n");
+    return req->http10 ? strlen("Connection: Keep-Alive\r\n") : 0;
+}
+
 /* The bytes of the answer on the wire: the status line, MHD's Date and
- * Content-Length, the response's headers, the blank line and the body (none
- * for HEAD). Where MHD may add a Connection header the longest one is
- * counted, so the figure errs high: an answer is never taken for delivered
- * before its last byte was acknowledged. */
+ * Connection headers, Content-Length (none on 1xx and 204), the response's
+ * headers, the blank line and the body (none for HEAD, 1xx, 204 and 304),
+ * all as libmicrohttpd 0.9.75 writes them. Exact, and where it cannot be
+ * (a FIN MHD may not have read) high: an answer is never taken for
+ * delivered before its last byte was acknowledged, and one acknowledged in
+ * full always is. */
 static size_t wire_bytes(http_request *req, unsigned status, struct MHD_Response *resp,
                          size_t body_len) {
     const char *reason = MHD_get_reason_phrase_for(status);
+    const bool body_headers = status >= 200 && status != 204;
     char num[32];
     size_t n = strlen("HTTP/1.1 200 \r\n") + strlen(reason ? reason : "");
     n += strlen("Date: Mon, 30 Nov 2026 00:00:00 GMT\r\n");
-    n += (size_t)snprintf(num, sizeof num, "Content-Length: %zu\r\n", body_len);
+    if (body_headers)
+        n += (size_t)snprintf(num, sizeof num, "Content-Length: %zu\r\n", body_len);
     MHD_get_response_headers(resp, add_header_bytes, &n);
-    const char *conn_hdr =
-        MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONNECTION);
-    if (conn_hdr || !MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST))
-        n += strlen("Connection: Keep-Alive\r\n");
+    n += connection_header_bytes(req, resp);
     n += 2;
-    if (strcmp(req->method, "HEAD") != 0)
+    if (body_headers && status != 304 && strcmp(req->method, "HEAD") != 0)
         n += body_len;
     return n;
 }
@@ -265,6 +333,20 @@ static void cors_headers(http_request *req, struct MHD_Response *resp) {
     MHD_add_response_header(resp, "Access-Control-Allow-Headers",
                             asked ? asked : "authorization, content-type, x-request-id");
     MHD_add_response_header(resp, "Access-Control-Max-Age", CORS_MAX_AGE);
+}
+
+/* The CORS headers of cors_headers as lines, for an answer http.c writes
+ * itself (a browser's page reads it too); "" when the request gets none.
+ * False when they do not fit in size. */
+static bool cors_lines(const http_request *req, char *out, size_t size) {
+    const char *allow = cors_origin(req);
+    out[0] = '\0';
+    if (!allow)
+        return true;
+    int n = snprintf(out, size,
+                     "Access-Control-Allow-Origin: %s\r\n%sAccess-Control-Expose-Headers: %s\r\n",
+                     allow, req->srv->cors_any ? "" : "Vary: Origin\r\n", CORS_EXPOSE);
+    return n > 0 && (size_t)n < size;
 }
 
 static int queue(http_request *req, unsigned status, struct MHD_Response *resp, size_t body_len);
@@ -1026,27 +1108,13 @@ static int framing_check(http_request *req, const char *version) {
     return http_reply_error(req, SRV_EBADREQUEST, "ambiguous message framing: %s", why);
 }
 
-/* The first call: an announced body over the limit is refused before a byte
- * of it is read (MHD then closes the connection). */
-static int early_answer(http_request *req) {
-    const char *cl =
-        MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-    size_t max = req->srv->max_body_bytes;
-    if (!cl || strtoull(cl, NULL, 10) <= max)
-        return HTTP_DONE;
-    if (req->pending)
-        return http_reply_error(req, req->pending, req->pending_msg[0] ? "%s" : NULL,
-                                req->pending_msg);
-    return http_reply_error(req, SRV_ETOOLARGE, "request body of %s bytes exceeds the limit of %zu",
-                            cl, max);
-}
-
 /* A body without Content-Length (chunked) that passes max_body_bytes gets
- * its 413 at once, not after the client has sent it all (it may never end).
+ * its 413 at once, not after the client has sent it all (it may never end);
+ * so does one whose Content-Length is over the limit (early_answer).
  * libmicrohttpd 0.9.75 queues no response while it reads a body, so the
  * answer is written straight to the socket (empty then: MHD writes nothing
  * while a request arrives), followed by a FIN. The connection is closed
- * once the body ends or max_body_bytes more have been read and thrown away:
+ * once the body ends or read_on more bytes have been read and thrown away:
  * closing at once, with the client's bytes unread, would reset the
  * connection, and a reset can cost the client the answer it has not read
  * yet. The request's deadline stays armed meanwhile, so a client that
@@ -1071,13 +1139,15 @@ static bool answer_too_large_now(http_request *req) {
     }
     const char *backend =
         req->srv->backend_name ? req->srv->backend_name(req->srv->backend_ctx) : NULL;
-    char buf[1024];
-    int n = snprintf(buf, sizeof buf,
-                     "HTTP/1.1 413 Content Too Large\r\nConnection: close\r\n"
-                     "Content-Type: application/json\r\nContent-Length: %zu\r\n"
-                     "x-request-id: %s\r\nx-queue-time-ms: 0.000\r\n"
-                     "x-inference-time-ms: 0.000\r\nx-attention-backend: %s\r\n\r\n%s",
-                     strlen(body), req->id, backend ? backend : "none", body);
+    char cors[512], buf[2048];
+    int n = cors_lines(req, cors, sizeof cors)
+                ? snprintf(buf, sizeof buf,
+                           "HTTP/1.1 413 Content Too Large\r\nConnection: close\r\n"
+                           "Content-Type: application/json\r\nContent-Length: %zu\r\n"
+                           "x-request-id: %s\r\nx-queue-time-ms: 0.000\r\n"
+                           "x-inference-time-ms: 0.000\r\nx-attention-backend: %s\r\n%s\r\n%s",
+                           strlen(body), req->id, backend ? backend : "none", cors, body)
+                : 0;
     json_text_free(body); /* jansson allocated it */
     if (n <= 0 || (size_t)n >= sizeof buf)
         return false;
@@ -1097,6 +1167,42 @@ static bool answer_too_large_now(http_request *req) {
     req->answered_early = true;
     req->status = 413;
     return true;
+}
+
+/* Whether the client waits for 100 Continue before it sends its body. */
+static bool expects_continue(const http_request *req) {
+    const char *expect =
+        MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_EXPECT);
+    return !req->http10 && expect && strcasecmp(expect, "100-continue") == 0;
+}
+
+/* The first call: an announced body over the limit is refused before a byte
+ * of it is read. The 413 is written at once, then the body is read and
+ * thrown away as after the early 413 of a chunked body (above), until it
+ * ends or DISCARD_FACTOR times max_body_bytes have gone: its length is
+ * known, so it is let end rather than cut after max_body_bytes. Queued to
+ * libmicrohttpd instead, the answer would be followed by the connection's
+ * close with the body unread, which resets the connection while the client
+ * is still sending it: a client that then reports the reset never reads
+ * its 413. A client that waits for 100 Continue has sent no body, and
+ * MHD's own early answer and close suit it. */
+static int early_answer(http_request *req) {
+    const char *cl =
+        MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    size_t max = req->srv->max_body_bytes;
+    if (!cl || strtoull(cl, NULL, 10) <= max)
+        return HTTP_DONE;
+    if (req->pending)
+        return http_reply_error(req, req->pending, req->pending_msg[0] ? "%s" : NULL,
+                                req->pending_msg);
+    set_pending(req, SRV_ETOOLARGE, "request body of %s bytes exceeds the limit of %zu", cl, max);
+    if (!expects_continue(req) && answer_too_large_now(req)) {
+        req->read_on = DISCARD_FACTOR * max;
+        return HTTP_DONE;
+    }
+    if (req->answer_cut)
+        return HTTP_FAIL;
+    return http_reply_error(req, SRV_ETOOLARGE, "%s", req->pending_msg);
 }
 
 /* The request-memory budget (membudget.h) is charged for the body's buffer
@@ -1147,14 +1253,15 @@ static int take_body(http_request *req, const char *data, size_t n) {
     size_t max = req->srv->max_body_bytes;
     if (!req->pending && req->len + n > max) {
         set_pending(req, SRV_ETOOLARGE, "request body exceeds the limit of %zu bytes", max);
-        answer_too_large_now(req);
+        if (answer_too_large_now(req))
+            req->read_on = max; /* it may never end */
     }
     if (req->answer_cut)
         return HTTP_FAIL; /* part of an answer is out: never answer again */
     if (req->pending) {
         req->discarded += n;
         if (req->answered_early)
-            return req->discarded > max ? HTTP_FAIL : HTTP_DONE;
+            return req->discarded > req->read_on ? HTTP_FAIL : HTTP_DONE;
         return req->discarded / DISCARD_FACTOR > max ? HTTP_FAIL : HTTP_DONE;
     }
     if (req->len + n > req->cap) {
@@ -1200,9 +1307,12 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
          * from now. An early answer keeps it too, so that a client that
          * never stops sending cannot hold the connection past it. */
         request_deadline(req, true);
+        req->http10 = version && strcmp(version, MHD_HTTP_VERSION_1_0) == 0;
+        req->headers_only = true;
         r = framing_check(req, version);
         if (r == HTTP_DONE && !req->framing_error)
             r = early_answer(req);
+        req->headers_only = false;
     } else if (req->framing_error) {
         /* Answered from its headers; nothing of what follows is read as a
          * request: the connection closes once the 400 is out. */
@@ -1264,7 +1374,10 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         delivered = ti.tcpi_bytes_acked >= req->wire_end;
     unsigned status = delivered ? req->status : 0;
     const char *backend = req->backend ? req->backend : "";
-    if (delivered)
+    /* A request libmicrohttpd did not see through to the end says how it
+     * ended (closed=) and what it had answered, whether or not that answer
+     * counted as delivered. */
+    if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK)
         log_info("request", LOG_KV("request_id", req->id), LOG_KV("method", req->method),
                  LOG_KV("route", req->path), LOG_KV("status", status),
                  LOG_KV("queue_ms", req->queue_ms), LOG_KV("inference_ms", req->inference_ms),
