@@ -359,8 +359,12 @@ def info_with_configmap(k8s, container, deployment):
             limits["cpu"]).endswith("m") else 1) + 0.999))
         env = {k: v for k, v in os.environ.items() if not k.startswith("ATTNSERVE_")}
         log = open(os.path.join(d, "log"), "w+")
+        # The CPU image installs the binary alone; the build tree keeps the
+        # plugins beside it (a refused cuda plugin holds cuBLASLt resident),
+        # which the deployed process never loads.
         p = subprocess.Popen([BIN, "--config", path, "--host=127.0.0.1", "--port=%d" % port,
-                              "--model=%s" % MODEL, "--threads=%d" % threads],
+                              "--model=%s" % MODEL, "--threads=%d" % threads,
+                              "--plugin_dir=none"],
                              stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
         try:
             url = "http://127.0.0.1:%d" % port
