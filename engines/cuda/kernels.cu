@@ -769,55 +769,46 @@ extern "C" int cuda_flash_prepare(void) {
     return 0;
 }
 
-extern "C" int cuda_flash_attention(int dtype, const cuda_attn_args *a, void *stream) {
+// The (dtype, head size) pairs both tensor-core kernels are built for, each
+// sent to Launch<T, D>::run; anything else is cudaErrorInvalidValue.
+template <template <typename, int> class Launch>
+static int dispatch_tensor_core(int dtype, const cuda_attn_args *a, void *stream) {
     const cudaStream_t s = (cudaStream_t)stream;
     if (a->ntiles <= 0)
         return 0;
     if (dtype == 1) {
         switch (a->head_dim) {
         case 32:
-            return fa::launch_flash<__half, 32>(a, s);
+            return Launch<__half, 32>::run(a, s);
         case 64:
-            return fa::launch_flash<__half, 64>(a, s);
+            return Launch<__half, 64>::run(a, s);
         case 128:
-            return fa::launch_flash<__half, 128>(a, s);
+            return Launch<__half, 128>::run(a, s);
         }
     } else if (dtype == 2) {
         switch (a->head_dim) {
         case 32:
-            return fa::launch_flash<__nv_bfloat16, 32>(a, s);
+            return Launch<__nv_bfloat16, 32>::run(a, s);
         case 64:
-            return fa::launch_flash<__nv_bfloat16, 64>(a, s);
+            return Launch<__nv_bfloat16, 64>::run(a, s);
         case 128:
-            return fa::launch_flash<__nv_bfloat16, 128>(a, s);
+            return Launch<__nv_bfloat16, 128>::run(a, s);
         }
     }
     return (int)cudaErrorInvalidValue;
 }
 
+template <typename T, int D> struct flash_launch {
+    static int run(const cuda_attn_args *a, cudaStream_t s) { return fa::launch_flash<T, D>(a, s); }
+};
+template <typename T, int D> struct flash2_launch {
+    static int run(const cuda_attn_args *a, cudaStream_t s) { return fa2::launch<T, D>(a, s); }
+};
+
+extern "C" int cuda_flash_attention(int dtype, const cuda_attn_args *a, void *stream) {
+    return dispatch_tensor_core<flash_launch>(dtype, a, stream);
+}
 
 extern "C" int cuda_flash2_attention(int dtype, const cuda_attn_args *a, void *stream) {
-    const cudaStream_t s = (cudaStream_t)stream;
-    if (a->ntiles <= 0)
-        return 0;
-    if (dtype == 1) {
-        switch (a->head_dim) {
-        case 32:
-            return fa2::launch<__half, 32>(a, s);
-        case 64:
-            return fa2::launch<__half, 64>(a, s);
-        case 128:
-            return fa2::launch<__half, 128>(a, s);
-        }
-    } else if (dtype == 2) {
-        switch (a->head_dim) {
-        case 32:
-            return fa2::launch<__nv_bfloat16, 32>(a, s);
-        case 64:
-            return fa2::launch<__nv_bfloat16, 64>(a, s);
-        case 128:
-            return fa2::launch<__nv_bfloat16, 128>(a, s);
-        }
-    }
-    return (int)cudaErrorInvalidValue;
+    return dispatch_tensor_core<flash2_launch>(dtype, a, stream);
 }
