@@ -692,10 +692,11 @@ static void render_engine(FILE *f) {
         engine_labels(f, "attnserve_engine_info", i);
         fputs("1\n", f);
     }
-    header(f, "attnserve_engine_attention_info", "gauge",
-           "The attention kernel a model's engine runs on its device in place of the attention "
-           "backend (a GPU engine's flash, cudnn or fp32; always 1); no series for an engine "
-           "that runs the backend.");
+    header(
+        f, "attnserve_engine_attention_info", "gauge",
+        "The attention kernel a model's engine runs on its device in place of the attention "
+        "backend (a GPU engine's flash, flash2, cudnn or fp32; always 1); no series for an engine "
+        "that runs the backend.");
     for (int i = 0; i < M.nmodels; i++) {
         if (!M.model[i].attention)
             continue;
