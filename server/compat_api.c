@@ -18,7 +18,6 @@
 
 #include "embed_api.h"
 #include "embed_chunk.h"
-#include "embed_offload.h"
 #include "errors.h"
 #include "job.h"
 #include "log.h"
@@ -456,8 +455,7 @@ static embed_job *tei_chunk_job(const compat_api *c, json_t *inputs, json_t *chu
     return job;
 }
 
-/* /embed's decoding of a parsed body (on the I/O thread, or off it for a
- * large body: embed_offload.h). */
+/* /embed's decoding of a parsed body. */
 static embed_job *tei_embed_decode(void *ctx, json_t *root, embed_refusal *er) {
     const compat_api *c = ctx;
     refusal r = {0};
@@ -534,8 +532,6 @@ static int tei_embed(http_request *req, void *ctx) {
     json_t *root = body_of(req, &answered);
     if (!root)
         return answered;
-    if (embed_offload_wanted(req))
-        return embed_offload(req, root, tei_embed_decode, c);
     embed_refusal er = {0};
     embed_job *job = tei_embed_decode(c, root, &er);
     http_body_json_free(req, root);
@@ -552,8 +548,6 @@ static int tei_embed(http_request *req, void *ctx) {
 static int tei_embed_resumed(http_request *req, void *ctx) {
     const compat_api *c = ctx;
     int answered;
-    if (embed_offload_resumed(req, c->eapi, &answered))
-        return answered;
     embed_job *job = finished(req, c, &answered);
     if (!job)
         return answered;

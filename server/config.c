@@ -187,6 +187,11 @@ static const setting settings[] = {
            "engines/ and gpu-engines/ (where make puts them) and ../lib/attnserve/engines (an "
            "install under a prefix); none loads no plugin."),
     INT(threads, 0, 0, 4096, RESTART, "Compute threads; 0 uses every online core."),
+    INT(codec_workers, 0, 0, 4096, RESTART,
+        "Threads that decode requests (parse, check, tokenize, chunk) and write answers, so "
+        "that libmicrohttpd's I/O thread only moves bytes; 0: one per core this process may "
+        "run on. On a CPU engine they share the cores with the compute threads: a request's "
+        "decoding and encoding take a small fraction of its forward pass."),
     INT(pool_spin_us, 50, 0, 1000000, RESTART,
         "How long an idle compute thread polls for the next parallel loop before it sleeps "
         "(llama.cpp's --poll): saves a wake-up per loop, about 44 per forward. 0 sleeps at "
@@ -225,12 +230,6 @@ static const setting settings[] = {
         "Most tokens (special tokens excluded) of one document sent with \"chunking\"; a "
         "longer one gets 413 with both numbers. Its chunks run as inputs of the request, in "
         "pieces of one batch each, and its arrays are charged to max_request_memory_bytes."),
-    INT(tokenize_offload_bytes, 32768, 0, INT64_C(1) << 30, RELOAD,
-        "Embeddings and scoring requests with a larger body are tokenized on the tokenization "
-        "thread instead of the I/O thread, so a long document does not hold other clients "
-        "(/health included); smaller ones are tokenized inline, which is cheaper than the "
-        "hand-off. "
-        "0: every request."),
     BOOL(truncate, true, RESTART,
          "Cut inputs longer than max_seq_length instead of refusing them."),
     INT(max_seq_length, 0, 0, 1 << 20, RESTART,
@@ -341,7 +340,21 @@ static size_t edit_distance(const char *a, const char *b) {
 }
 
 /* " (did you mean "port"?)" for a near miss, else "". */
+/* Settings that no longer exist, and what took their place: a config that
+ * still names one is refused with that, not a bare "unknown". */
+static const struct {
+    const char *name, *why;
+} retired[] = {
+    {"tokenize_offload_bytes",
+     "removed: every request with a JSON body is decoded on the codec workers (codec_workers)"},
+};
+
 static void suggestion(const char *name, const char *prefix, char *buf, size_t len) {
+    for (size_t i = 0; i < sizeof retired / sizeof retired[0]; i++)
+        if (strcmp(name, retired[i].name) == 0) {
+            snprintf(buf, len, "; %s", retired[i].why);
+            return;
+        }
     const setting *best = NULL;
     size_t best_d = 3; /* farther than two edits is not a typo */
     for (size_t i = 0; i < N_SETTINGS; i++) {

@@ -52,6 +52,7 @@ typedef struct config {
     const char *gpu_attention;  /* "auto" | "flash" | "flash2" | "cudnn": a GPU kernel */
     char *plugin_dir;           /* engine plugins; "" = none */
     int64_t threads;            /* compute threads; 0 = all online cores */
+    int64_t codec_workers;      /* decoding and answer threads; 0 = one per core */
     int64_t pool_spin_us;       /* compute threads poll this long, then sleep */
     int64_t max_batch_tokens;   /* token budget of one batch */
     int64_t max_batch_requests; /* requests in one batch */
@@ -68,7 +69,6 @@ typedef struct config {
     char *model;                    /* model directory */
     int64_t max_inputs_per_request; /* embeddings inputs per request */
     int64_t max_document_tokens;    /* tokens of one chunked document */
-    int64_t tokenize_offload_bytes; /* bodies tokenized off the I/O thread */
     bool truncate;                  /* cut inputs to max_seq_length */
     int64_t max_seq_length;         /* tokens per input; 0: the model's sentence_bert_config */
     char *model_aliases;            /* other names /v1/embeddings accepts for the model */

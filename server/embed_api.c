@@ -9,14 +9,8 @@
 
 #include "config.h"
 #include "embed_chunk.h"
-#include "embed_offload.h"
 #include "errors.h"
 #include "membudget.h"
-
-/* embed_decode_fn for a large body, decoded off the I/O thread. */
-static embed_job *decode_openai(void *ctx, json_t *root, embed_refusal *r) {
-    return embed_api_decode_refusal(ctx, EMBED_ROUTE_OPENAI, root, r);
-}
 
 static int handle(http_request *req, embed_api *api, embed_route route) {
     if (http_draining(req))
@@ -26,8 +20,6 @@ static int handle(http_request *req, embed_api *api, embed_route route) {
     if (!root)
         return answered;
     api = embed_api_route(req, api, root);
-    if (route == EMBED_ROUTE_OPENAI && embed_offload_wanted(req))
-        return embed_offload(req, root, decode_openai, api);
     embed_refusal r;
     embed_job *job = embed_api_decode_refusal(api, route, root, &r);
     http_body_json_free(req, root);
@@ -56,9 +48,6 @@ void embed_api_stamp(http_request *req, const embed_api *api, const embed_job *j
 
 int embed_api_resumed(http_request *req, void *ctx) {
     const embed_api *api = ctx;
-    int answered;
-    if (embed_offload_resumed(req, api, &answered))
-        return answered;
     embed_job *job = http_user(req);
     embed_api_stamp(req, api, job);
     if (job->base.err != SRV_OK)

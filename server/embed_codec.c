@@ -15,7 +15,6 @@
 
 #include "config.h"
 #include "embed_chunk.h"
-#include "embed_offload.h"
 #include "errors.h"
 #include "membudget.h"
 
@@ -32,7 +31,6 @@ void embed_job_release(void *p) {
     membudget_free(job->type_ids);
     membudget_free(job->doc_cu);
     membudget_free(job->spans);
-    embed_offload_task_free(job->offload);
     json_decref(job->model);
     membudget_free(job);
 }

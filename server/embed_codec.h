@@ -200,9 +200,6 @@ struct embed_job {
     int doc_vector;       /* embed_doc_vector: how chunk vectors make a document's */
     bool stream;          /* "stream": true: NDJSON lines as the pieces complete */
     int32_t streamed_doc; /* the document of the next chunk line */
-    /* Non-NULL: this job only stands for a request whose decoding runs off
-     * the I/O thread (embed_offload.h); it is freed with the job. */
-    struct embed_offload_task *offload;
 };
 
 /* n floats as base64 of their little-endian bytes (OpenAI's

@@ -38,6 +38,7 @@
 #include "log.h"
 #include "membudget.h"
 #include "metrics.h"
+#include "workpool.h"
 
 /* A client-sent x-request-id longer than this, or with characters outside
  * printable ASCII, is replaced by a generated one. */
@@ -86,6 +87,7 @@ struct http_server {
     _Atomic bool started; /* MHD's own messages drop to debug once serving */
     _Atomic uint64_t active;
     _Atomic unsigned uncharged_answers; /* /metrics answers not charged to the budget */
+    workpool *workers; /* the codec workers; NULL: handlers run on the I/O thread */
 
     pthread_mutex_t keys_mu; /* guards keys: a reload swaps them while serving */
     char **keys;
@@ -156,6 +158,17 @@ struct http_request {
     void (*user_free)(void *);
     void *ctx; /* http_set_ctx's: the route functions' context; NULL: the route's */
     struct http_stream *stream; /* a streamed answer (http_stream_open); NULL: none */
+
+    /* Its handler and resumed function run on the codec workers (a route
+     * with a JSON body, when the server has workers): the connection stays
+     * suspended while they run, and an answer they make waits in ready for
+     * the I/O thread to queue. */
+    bool on_worker;
+    bool task_resumed; /* the task runs the resumed function, not the handler */
+    workpool_task task;
+    struct MHD_Response *ready;
+    unsigned ready_status;
+    size_t ready_len;
 };
 
 static void stream_detach(struct http_stream *s);
@@ -393,7 +406,10 @@ static int cors_init(http_server *srv, const char *list) {
     return 0;
 }
 
-static int queue(http_request *req, unsigned status, struct MHD_Response *resp, size_t body_len) {
+/* Queues resp on the I/O thread, the only thread libmicrohttpd takes an
+ * answer from while the connection runs. */
+static int queue_now(http_request *req, unsigned status, struct MHD_Response *resp,
+                     size_t body_len) {
     char num[32];
     const char *backend = req->backend;
     if (!backend && req->srv->backend_name)
@@ -422,6 +438,22 @@ static int queue(http_request *req, unsigned status, struct MHD_Response *resp, 
     if (r != MHD_YES)
         return HTTP_FAIL;
     req->status = status;
+    return HTTP_DONE;
+}
+
+/* An answer made on a codec worker waits for the I/O thread (take_ready);
+ * a second answer to one request fails, as a second MHD_queue_response
+ * would. */
+static int queue(http_request *req, unsigned status, struct MHD_Response *resp, size_t body_len) {
+    if (!req->on_worker)
+        return queue_now(req, status, resp, body_len);
+    if (req->ready) {
+        MHD_destroy_response(resp);
+        return HTTP_FAIL;
+    }
+    req->ready = resp;
+    req->ready_status = status;
+    req->ready_len = body_len;
     return HTTP_DONE;
 }
 
@@ -1291,6 +1323,78 @@ static int take_body(http_request *req, const char *data, size_t n) {
     return HTTP_DONE;
 }
 
+/* ---- the codec workers --------------------------------------------------------
+ * A route with a JSON body runs on the codec workers: the I/O thread parks
+ * the request once its body is in and posts it; the handler (parse, decode,
+ * tokenize, submit) runs there, and so does the resumed function (encode)
+ * once its work is done. Whatever a worker answers waits in req->ready, and
+ * the worker resumes the connection for the I/O thread to queue it. The
+ * connection is watched for the client closing throughout, so a request
+ * whose client left is never decoded or encoded. */
+
+/* Takes req's connection out of the watch and hands it back to the I/O
+ * thread, which queues what was answered (take_ready). */
+static void worker_done(http_request *req) {
+    unwatch_parked(req);
+    MHD_resume_connection(req->conn);
+}
+
+static void run_on_worker(workpool_task *t) {
+    http_request *req = (http_request *)((char *)t - offsetof(http_request, task));
+    if (req->task_resumed) {
+        /* http_resume took the connection out of the watch already. */
+        if (!atomic_load(&req->client_gone) &&
+            run_charged(req, req->route->resumed) == HTTP_PARKED)
+            return;
+        MHD_resume_connection(req->conn);
+        return;
+    }
+    int r = HTTP_FAIL;
+    if (!atomic_load(&req->client_gone))
+        r = run_charged(req, req->route->handler);
+    /* Parked: its work resumes it, perhaps already on another worker, and
+     * req may be gone by now. */
+    if (r != HTTP_PARKED)
+        worker_done(req);
+}
+
+/* Posts req's task; when the workers have stopped taking tasks (the server
+ * is being destroyed) it runs here instead, which is still correct, only
+ * not off this thread. */
+static void post_task(http_request *req, bool resumed) {
+    req->task_resumed = resumed;
+    req->task.run = run_on_worker;
+    if (!workpool_post(req->srv->workers, &req->task))
+        run_on_worker(&req->task);
+}
+
+/* I/O thread: the body is in; the handler runs on a worker. */
+static int to_worker(http_request *req) {
+    req->on_worker = true;
+    req->parked = true;
+    req->on_client_closed = NULL;
+    MHD_suspend_connection(req->conn);
+    watch_parked(req);
+    post_task(req, false);
+    return HTTP_PARKED;
+}
+
+/* I/O thread, once a worker resumed req: queues its answer, or closes the
+ * connection when there is none or the client has gone. */
+static int take_ready(http_request *req) {
+    struct MHD_Response *resp = req->ready;
+    req->ready = NULL;
+    if (!resp || atomic_load(&req->client_gone)) {
+        if (resp)
+            MHD_destroy_response(resp);
+        return HTTP_FAIL;
+    }
+    int r = queue_now(req, req->ready_status, resp, req->ready_len);
+    if (req->stream)
+        req->wire_end = 0; /* as http_stream_queue says */
+    return r;
+}
+
 static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const char *url,
                                  const char *method, const char *version, const char *upload_data,
                                  size_t *upload_size, void **con_cls) {
@@ -1327,7 +1431,11 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
         req->parked = false;
         /* The client is gone: close the connection, unanswered (it counts as
          * dropped). */
-        r = atomic_load(&req->client_gone) ? HTTP_FAIL : run_charged(req, req->route->resumed);
+        if (req->on_worker)
+            r = take_ready(req);
+        else
+            r = atomic_load(&req->client_gone) ? HTTP_FAIL
+                                               : run_charged(req, req->route->resumed);
     } else {
         request_deadline(req, false); /* the request is in */
         if (req->pending)
@@ -1335,6 +1443,8 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
                                  req->pending_msg);
         else if (req->preflight)
             r = reply_preflight(req);
+        else if (srv->workers && req->route->json_body)
+            r = to_worker(req);
         else
             r = run_charged(req, req->route->handler);
     }
@@ -1396,6 +1506,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     connection_busy(req, false);
     if (req->stream)
         stream_detach(req->stream);
+    if (req->ready) /* made by a worker, never queued: the connection closed first */
+        MHD_destroy_response(req->ready);
     if (req->user_free)
         req->user_free(req->user);
     free(req->body);
@@ -1534,7 +1646,26 @@ void http_body_json_free(http_request *req, json_t *root) {
     req->json_charge = 0;
 }
 
+/* Sets the callback for the client closing while req is watched: under
+ * conns_mu, as the watch reads it, and run here when the watch has already
+ * seen the close (a request on a worker is watched from the start). */
+static void set_closed_callback(http_request *req, void (*fn)(void *arg), void *arg) {
+    http_server *srv = req->srv;
+    pthread_mutex_lock(&srv->conns_mu);
+    req->on_client_closed = fn;
+    req->on_client_closed_arg = arg;
+    const bool gone = atomic_load(&req->client_gone);
+    pthread_mutex_unlock(&srv->conns_mu);
+    if (gone && fn)
+        fn(arg);
+}
+
 void http_park(http_request *req, void (*on_client_closed)(void *arg), void *arg) {
+    if (req->on_worker) {
+        /* Suspended and watched since its body came in. */
+        set_closed_callback(req, on_client_closed, arg);
+        return;
+    }
     req->parked = true;
     req->on_client_closed = on_client_closed;
     req->on_client_closed_arg = arg;
@@ -1543,8 +1674,13 @@ void http_park(http_request *req, void (*on_client_closed)(void *arg), void *arg
 }
 
 void http_resume(http_request *req) {
+    /* Out of the watch first: the client-closed callback never runs once
+     * this returns. */
     unwatch_parked(req);
-    MHD_resume_connection(req->conn);
+    if (req->on_worker)
+        post_task(req, true); /* the answer is encoded on a worker */
+    else
+        MHD_resume_connection(req->conn);
 }
 
 /* ---- streamed answers ---------------------------------------------------------
@@ -1686,8 +1822,7 @@ int http_stream_queue(http_stream *s, const char *content_type) {
     s->refs++;
     pthread_mutex_unlock(&s->mu);
     req->stream = s;
-    req->on_client_closed = stream_client_closed;
-    req->on_client_closed_arg = s;
+    set_closed_callback(req, stream_client_closed, s);
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
     /* The answer's length is unknown: its end is not where the connection's
      * bytes say (wire_end stays 0 and a cut is counted as dropped). */
@@ -1837,6 +1972,11 @@ http_server *http_create(const http_options *opt, const http_route *routes, size
     srv->backend_ctx = opt->backend_ctx;
     srv->max_body_bytes = opt->max_body_bytes;
     make_id_prefix(srv);
+    if (opt->codec_workers && !(srv->workers = workpool_create(opt->codec_workers, "codec"))) {
+        log_error("cannot start the codec workers", LOG_KV("codec_workers", opt->codec_workers));
+        http_destroy(srv);
+        return NULL;
+    }
     if (cors_init(srv, opt->cors_allow_origins) != 0) {
         log_error("out of memory copying cors_allow_origins");
         http_destroy(srv);
@@ -1922,8 +2062,14 @@ void http_destroy(http_server *srv) {
     if (!srv)
         return;
     watch_stop(srv);
+    /* What the workers hold resumes its connection before the daemon stops
+     * (libmicrohttpd must not stop with a connection suspended); a request
+     * arriving meanwhile runs its handler on the I/O thread. */
+    if (srv->workers)
+        workpool_stop(srv->workers);
     if (srv->daemon)
         MHD_stop_daemon(srv->daemon); /* its close notifications still use the table */
+    workpool_destroy(srv->workers);
     if (srv->epfd >= 0)
         close(srv->epfd);
     if (srv->stopfd >= 0)

@@ -83,6 +83,9 @@ typedef struct http_options {
     /* Origins whose browser pages may call the service ("a, b", or "*" for
      * any); "" or NULL: no CORS header is ever sent and OPTIONS is 405. */
     const char *cors_allow_origins;
+    /* Threads that run the handlers and resumed functions of the routes
+     * with a JSON body (workpool.h); 0: they run on the I/O thread. */
+    unsigned codec_workers;
 } http_options;
 
 /* ---- what a connection costs, for the worst-case memory ----

@@ -31,7 +31,7 @@
 #include "server/compat_api.h"
 #include "server/config.h"
 #include "server/embed_api.h"
-#include "server/embed_offload.h"
+#include "server/workpool.h"
 #include "server/engine.h"
 #include "server/errors.h"
 #include "server/http.h"
@@ -212,13 +212,15 @@ static size_t process_threads(void) {
 }
 
 /* The threads listening adds, on top of those start() leaves running:
- * libmicrohttpd's I/O thread and the connection watch. Everything else
- * (the pool, the scheduler's loop and compute threads, the tokenization
- * thread, the verification checker, the trace writer, and whatever an
- * engine or a plugin's runtime started) exists by then and is counted as
- * it runs, so the memory check can run before the listener opens; main
- * warns, once listening, when more run than were counted. */
-#define LISTEN_THREADS 2
+ * libmicrohttpd's I/O thread, the connection watch and the codec workers.
+ * Everything else (the pool, the scheduler's loop and compute threads, the
+ * verification checker, the trace writer, and whatever an engine or a
+ * plugin's runtime started) exists by then and is counted as it runs, so
+ * the memory check can run before the listener opens; main warns, once
+ * listening, when more run than were counted. */
+static size_t listen_threads(const config *c) {
+    return 2 + workpool_default_size(c->codec_workers);
+}
 
 /* Every thread there is once serving times the default stack size:
  * stacks are resident only where touched, so this bounds them. */
@@ -258,11 +260,11 @@ static void model_memory(const served_model *sm, json_int_t *owned, json_int_t *
  *   runtime            resident before the model was loaded (libraries'
  *                      data, the allocator, the configuration) plus every
  *                      executable mapping whole (code paged in later)
- * Not counted, each bounded: scratch the I/O thread allocates and frees
- * within one callback, at most one at a time since libmicrohttpd runs one
- * I/O thread (the tokenizer's word buffer, ~2 KiB, and its normalisation
- * run, 24 bytes per code point of the longest run of combining marks in one
- * input; the metrics text, ~20 KiB); OpenBLAS's per-thread buffers
+ * Not counted, each bounded: scratch a codec worker allocates and frees
+ * while it decodes, at most one at a time per worker (the tokenizer's word
+ * buffer, ~2 KiB, and its normalisation run, 24 bytes per code point of
+ * the longest run of combining marks in one input), and the metrics text
+ * (~20 KiB) the one I/O thread builds; OpenBLAS's per-thread buffers
  * (allocated on the first GEMM, no more later); log lines (on the stack, or
  * one line's heap while written); allocator fragmentation. Measured: 1500
  * idle connections with 3 KiB of headers and 4 KiB of a body in cost
@@ -380,8 +382,7 @@ static json_t *model_json(const served_model *sm) {
 }
 
 /* Text Embeddings Inference's /info fields, beside ours, so TEI's clients
- * read what they expect: requests are tokenized on the I/O thread, large
- * ones on the one tokenization thread,
+ * read what they expect: requests are tokenized on the codec workers,
  * the model computes in float32, a request takes max_inputs_per_request
  * inputs; model_dtype names the precision the engine computes in. */
 static int tei_info(const app *a, json_t *info) {
@@ -415,7 +416,8 @@ static int tei_info(const app *a, json_t *info) {
         sm->max_seq_length, "max_batch_tokens", (json_int_t)c->max_batch_tokens,
         "max_batch_requests", (json_int_t)c->max_batch_requests, "max_client_batch_size",
         (json_int_t)c->max_inputs_per_request, "auto_truncate", sm->truncate,
-        "tokenization_workers", 1, "sha", "docker_label");
+        "tokenization_workers", (int)workpool_default_size(c->codec_workers), "sha",
+        "docker_label");
     int rc = tei ? json_object_update_missing(info, tei) : -1;
     json_decref(tei);
     return rc;
@@ -1138,11 +1140,6 @@ static int start(app *a) {
     atomic_store(&a->api.request_timeout_ms, c->request_timeout_ms);
     for (size_t i = 0; i < a->nm; i++)
         a->m[i].eapi.sched = a->sched;
-    embed_offload_set_threshold((size_t)c->tokenize_offload_bytes);
-    if (embed_offload_start() != 0) {
-        log_error("cannot start the tokenization thread");
-        return 1;
-    }
     return 0;
 }
 
@@ -1155,7 +1152,8 @@ static int listen_http(app *a) {
                         .max_body_bytes = (size_t)c->max_body_bytes,
                         .backend_name = backend_name,
                         .backend_ctx = a,
-                        .cors_allow_origins = c->cors_allow_origins};
+                        .cors_allow_origins = c->cors_allow_origins,
+                        .codec_workers = workpool_default_size(c->codec_workers)};
     if (!(a->http = http_create(&opt, a->routes.r, a->routes.n)))
         return 1;
     if (http_set_api_keys(a->http, c->api_keys, c->n_api_keys) != 0) {
@@ -1252,7 +1250,6 @@ static void reload(app *a) {
         atomic_store(&e->max_inputs_per_request, next.max_inputs_per_request);
         atomic_store(&e->max_document_tokens, next.max_document_tokens);
     }
-    embed_offload_set_threshold((size_t)next.tokenize_offload_bytes);
     if (http_set_api_keys(a->http, next.api_keys, next.n_api_keys) != 0)
         log_error("out of memory copying API keys; keeping the old ones");
     http_set_metrics_require_key(a->http, next.metrics_require_key);
@@ -1321,7 +1318,6 @@ static int drain(app *a, int sig) {
 /* ---- main ------------------------------------------------------------------------------ */
 
 static void stop(app *a) {
-    embed_offload_stop(); /* drained: no request waits for its tokenization */
     http_destroy(a->http);
     verify_stop(a->verify); /* its trip callback may call the scheduler */
     sched_destroy(a->sched);
@@ -1413,7 +1409,7 @@ int main(int argc, char **argv) {
     /* Checked before the listener opens, so that a refused start never
      * accepts a request: every mapping exists now, and so does every thread
      * but the listener's. */
-    const size_t threads = process_threads() + LISTEN_THREADS;
+    const size_t threads = process_threads() + listen_threads(&a.cfg);
     if (rc == 0) {
         a.code_bytes = code_bytes();
         a.threads_bytes = threads_bytes(threads);

@@ -1,8 +1,7 @@
 /* score_api.c — rerank and classification routes (score_api.h): bodies
  * decoded into jobs of pairs or texts with type ids, answered in the shape
- * of the API each route imitates. Decoding (tokenization) runs on the I/O
- * thread, or for a large body on the tokenization thread (embed_offload.h);
- * the forward runs in the embeddings service's batches as the "score"
+ * of the API each route imitates. Decoding (tokenization) and answers run on
+ * the codec workers (http.h); the forward runs in the embeddings service's batches as the "score"
  * kind. */
 #include "score_api.h"
 
@@ -14,7 +13,6 @@
 #include <time.h>
 
 #include "embed_api.h"
-#include "embed_offload.h"
 #include "errors.h"
 #include "membudget.h"
 
@@ -1063,11 +1061,8 @@ static score_api *route_model(http_request *req, score_api *s, json_t *root, dec
     return to;
 }
 
-/* A route's decoding, on the I/O thread (decode) or, for a body larger than
- * tokenize_offload_bytes, on the tokenization thread (off, embed_offload.h):
- * a rerank tokenizes every document and its query, which for long texts or
- * many documents would hold every other client, /health included. */
-static int handle(http_request *req, score_api *s, decode_fn decode, embed_decode_fn off) {
+/* A route's decoding, on a codec worker. */
+static int handle(http_request *req, score_api *s, decode_fn decode) {
     if (http_draining(req))
         return http_reply_error(req, SRV_EUNAVAILABLE, "server is draining");
     int answered = HTTP_FAIL;
@@ -1083,8 +1078,6 @@ static int handle(http_request *req, score_api *s, decode_fn decode, embed_decod
         http_set_error_shape(req, HTTP_ERRORS_OPENAI);
     if (!json_is_object(root))
         refuse(&r, SRV_EBADREQUEST, "the body must be a JSON object");
-    else if (embed_offload_wanted(req))
-        return embed_offload_release(req, root, off, s, score_job_release);
     else
         j = decode(s, root, &r);
     http_body_json_free(req, root);
@@ -1096,9 +1089,6 @@ static int handle(http_request *req, score_api *s, decode_fn decode, embed_decod
 
 static int resumed(http_request *req, void *ctx) {
     const score_api *s = ctx;
-    int answered;
-    if (embed_offload_resumed(req, s->eapi, &answered))
-        return answered;
     score_job *j = http_user(req);
     embed_api_stamp(req, s->eapi, &j->e);
     if (j->e.base.err != SRV_OK)
@@ -1128,32 +1118,8 @@ static int resumed(http_request *req, void *ctx) {
     return http_reply_json(req, 200, out);
 }
 
-/* Each decoding as the tokenization thread calls it (embed_decode_fn): the
- * score_job's first member is the embed_job that thread hands back. */
-static embed_job *as_embed(score_job *j) {
-    return j ? &j->e : NULL;
-}
-static embed_job *off_predict(void *ctx, json_t *root, refusal *r) {
-    return as_embed(decode_predict(ctx, root, r));
-}
-static embed_job *off_tei_rerank(void *ctx, json_t *root, refusal *r) {
-    return as_embed(decode_tei_rerank(ctx, root, r));
-}
-static embed_job *off_rerank_either(void *ctx, json_t *root, refusal *r) {
-    return as_embed(decode_rerank_either(ctx, root, r));
-}
-static embed_job *off_v1(void *ctx, json_t *root, refusal *r) {
-    return as_embed(decode_rerank_cohere(ctx, root, SHAPE_V1_RERANK, r));
-}
-static embed_job *off_classify(void *ctx, json_t *root, refusal *r) {
-    return as_embed(decode_classify(ctx, root, r));
-}
-static embed_job *off_vllm_score(void *ctx, json_t *root, refusal *r) {
-    return as_embed(decode_vllm_score(ctx, root, r));
-}
-
 static int tei_predict(http_request *req, void *ctx) {
-    return handle(req, ctx, decode_predict, off_predict);
+    return handle(req, ctx, decode_predict);
 }
 
 static score_job *decode_v1(const score_api *s, json_t *root, refusal *r) {
@@ -1179,27 +1145,27 @@ static score_job *decode_rerank_either(const score_api *s, json_t *root, refusal
 }
 
 static int rerank_route(http_request *req, void *ctx) {
-    return handle(req, ctx, decode_rerank_either, off_rerank_either);
+    return handle(req, ctx, decode_rerank_either);
 }
 
 static int v1_rerank(http_request *req, void *ctx) {
-    return handle(req, ctx, decode_v1, off_v1);
+    return handle(req, ctx, decode_v1);
 }
 
 static int infinity_classify(http_request *req, void *ctx) {
-    return handle(req, ctx, decode_classify, off_classify);
+    return handle(req, ctx, decode_classify);
 }
 
 static int vllm_score(http_request *req, void *ctx) {
-    return handle(req, ctx, decode_vllm_score, off_vllm_score);
+    return handle(req, ctx, decode_vllm_score);
 }
 
 /* POST / and /invocations: TEI's route for the served model's task. */
 static int tei_default(http_request *req, void *ctx) {
     const score_api *s = ctx;
     if (s->num_labels == 1)
-        return handle(req, ctx, decode_tei_rerank, off_tei_rerank);
-    return handle(req, ctx, decode_predict, off_predict);
+        return handle(req, ctx, decode_tei_rerank);
+    return handle(req, ctx, decode_predict);
 }
 
 /* The trace line's "score" member (batch.h's batch_kind trace): what the
