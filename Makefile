@@ -170,8 +170,8 @@ unit: $(UNIT)
 	LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 $(UNIT) --jobs=2
 
 # ThreadSanitizer: the scheduler and the tests that run threads (pool,
-# attention on the pool, log lines from many threads, concurrent BLAS, the
-# tokenizer from four threads). Criterion cannot start under TSan
+# attention on the pool, log lines from many threads, concurrent BLAS, the codec
+# workers' pool, the tokenizer from four threads). Criterion cannot start under TSan
 # (Snaipe/Criterion#274), so these files are compiled with -Itests/tsan, where
 # criterion/criterion.h is a small stand-in, and linked with its runner
 # (tests/tsan/runner.c) instead of libcriterion. A sub-make builds everything
@@ -181,7 +181,8 @@ unit: $(UNIT)
 TSAN_BUILD := build-tsan
 TSAN_SRC   := tests/tsan/runner.c tests/unit/attn_ref.c tests/unit/test_attention.c \
               tests/unit/test_blas_threads.c tests/unit/test_log.c tests/unit/test_scheduler.c \
-              tests/unit/test_threadpool.c tests/unit/test_tokenizer.c $(GOLDEN_IO_SRC)
+              tests/unit/test_threadpool.c tests/unit/test_tokenizer.c tests/unit/test_workpool.c \
+              $(GOLDEN_IO_SRC)
 TSAN_ARGS  ?= --exclude='attention/random_head_dim_*' --exclude=attention/every_head_dim \
               --exclude='attention/long_sequence_*'
 # Only in the sub-make: elsewhere the same object paths are Criterion's.

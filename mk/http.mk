@@ -6,15 +6,15 @@
 #                    connection watch thread, the cancel of a parked request
 #                    and its resume against it, the drain's linger, idle
 #                    connections evicted at max_connections and the framing
-#                    checks, and the tokenization thread (embed_offload.h)
-#                    taking large bodies and clients gone during it; any
+#                    checks, and the codec workers (workpool.h) taking
+#                    requests at once and clients gone during them; any
 #                    report fails the run
 #                    (tests/e2e/conftest.py checks every server's log).
 # The disconnect-while-queued test itself is left out: its slow batches take
 # minutes under TSan; test_clients_racing_their_answers races the same paths.
 TSAN_HTTP_TESTS := (catalogue and (racing or slowloris or max_connections or pipelined \
                    or chunked or received_in_full)) or test_connections \
-                   or ambiguous_framing_directly or offloaded \
+                   or ambiguous_framing_directly or many_workers_at_once \
                    or client_gone_during_tokenization
 
 .PHONY: tsan-http

@@ -2,11 +2,11 @@
  * them in packed batches, encoding the answers.
  *
  * A request becomes an attn_job: its q, k, v decoded to float32, an output
- * buffer, and an embedded sched_req. The I/O thread decodes and submits; the
+ * buffer, and an embedded sched_req. A codec worker decodes and submits; the
  * compute thread packs each group of equal (heads, head_dim, causal) into
  * the service's buffers, runs one forward per group and copies each output
- * back; the loop thread's done callback hands the job back to the I/O thread,
- * which encodes the answer. */
+ * back; the loop thread's done callback hands the job back to a codec
+ * worker, which encodes the answer. */
 #include "attention_api.h"
 
 #include <math.h>

@@ -77,7 +77,7 @@ typedef struct attn_batch_info {
 } attn_batch_info;
 const attn_batch_info *attn_service_last_batch(const attn_service *svc);
 
-/* ---- the HTTP side: runs on the I/O thread ----------------------------------------- */
+/* ---- the HTTP side: runs on the codec workers -------------------------------------- */
 
 typedef struct attn_api {
     attn_service *svc;

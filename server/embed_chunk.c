@@ -1,4 +1,4 @@
-/* embed_chunk.c — cutting documents into chunks (on the I/O thread, as the
+/* embed_chunk.c — cutting documents into chunks (on a codec worker, as the
  * rest of the decoding), and the chunked answer. */
 #include "embed_chunk.h"
 

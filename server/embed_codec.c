@@ -1,6 +1,6 @@
 /* embed_codec.c — decoding embedding requests into jobs (checking and
  * tokenizing their inputs), encoding finished jobs as answers, and
- * /tokenize's answer. Runs on the I/O thread; nothing here touches the
+ * /tokenize's answer. Runs on the codec workers; nothing here touches the
  * scheduler or the model's weights.
  *
  * A request becomes an embed_job: its inputs' token ids back to back with

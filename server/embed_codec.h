@@ -4,9 +4,8 @@
  *
  * Texts are tokenized before submission: the scheduler batches by token
  * count, so the count must be known at submit, and the tokenizer (millions
- * of tokens per second) costs far less than the forward pass it feeds. A
- * small request is decoded on the I/O thread; one with a large body (a long
- * document) on the tokenization thread (embed_offload.h). One request with
+ * of tokens per second) costs far less than the forward pass it feeds.
+ * Requests are decoded on the codec workers (http.h). One request with
  * n inputs is one scheduler request of n sequences; the inputs of every
  * embedding request in a batch run through one packed bert_forward (varlen,
  * no padding).

@@ -1343,8 +1343,7 @@ static void run_on_worker(workpool_task *t) {
     http_request *req = (http_request *)((char *)t - offsetof(http_request, task));
     if (req->task_resumed) {
         /* http_resume took the connection out of the watch already. */
-        if (!atomic_load(&req->client_gone) &&
-            run_charged(req, req->route->resumed) == HTTP_PARKED)
+        if (!atomic_load(&req->client_gone) && run_charged(req, req->route->resumed) == HTTP_PARKED)
             return;
         MHD_resume_connection(req->conn);
         return;
@@ -1434,8 +1433,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
         if (req->on_worker)
             r = take_ready(req);
         else
-            r = atomic_load(&req->client_gone) ? HTTP_FAIL
-                                               : run_charged(req, req->route->resumed);
+            r = atomic_load(&req->client_gone) ? HTTP_FAIL : run_charged(req, req->route->resumed);
     } else {
         request_deadline(req, false); /* the request is in */
         if (req->pending)
@@ -2027,6 +2025,10 @@ http_server *http_create(const http_options *opt, const http_route *routes, size
     srv->port = info ? info->port : opt->port;
     atomic_store(&srv->started, true);
     return srv;
+}
+
+workpool *http_codec_pool(http_server *srv) {
+    return srv->workers;
 }
 
 int http_port(const http_server *srv) {

@@ -1,14 +1,17 @@
 /* http.h — the HTTP front end: libmicrohttpd, a routes table, bodies, auth.
  *
- * libmicrohttpd runs its own I/O thread (epoll where available). For every
- * request http.c allocates its state on the first callback, collects the body
- * up to max_body_bytes, checks the route, the method, the API key and the
- * Content-Type, and only then calls the route's handler with the whole body.
- * A handler answers at once (http_reply_*), or parks the request while its
- * work is queued elsewhere and calls http_resume from any thread when the
- * result is ready; the route's `resumed` function then writes the answer on
- * the I/O thread. The state is freed in MHD's completion callback however the
- * request ended, after the request's log line and metrics are written.
+ * libmicrohttpd runs its own I/O thread (poll). For every request http.c
+ * allocates its state on the first callback, collects the body up to
+ * max_body_bytes, checks the route, the method, the API key and the
+ * Content-Type, and only then calls the route's handler with the whole body:
+ * a route with a JSON body on one of the codec workers (codec_workers, its
+ * connection parked meanwhile), any other on the I/O thread. A handler
+ * answers at once (http_reply_*), or parks the request while its work is
+ * queued elsewhere and calls http_resume from any thread when the result is
+ * ready; the route's `resumed` function then writes the answer, on a codec
+ * worker for a JSON route. The I/O thread sends every answer. The state is
+ * freed in MHD's completion callback however the request ended, after the
+ * request's log line and metrics are written.
  *
  * One more thread, the connection watch, closes connections whose request's
  * headers do not arrive within connection_timeout_s of the connection opening
@@ -114,6 +117,10 @@ typedef struct http_options {
 #define HTTP_UNCHARGED_ANSWERS      2
 #define HTTP_UNCHARGED_ANSWER_BYTES (64 * 1024)
 #define HTTP_UNCHARGED_BYTES        ((HTTP_UNCHARGED_ANSWERS + 1) * HTTP_UNCHARGED_ANSWER_BYTES)
+
+/* The codec workers (NULL: none), for /metrics. */
+struct workpool;
+struct workpool *http_codec_pool(http_server *srv);
 
 /* Starts the daemon on its own thread with routes (n of them, kept by
  * pointer until http_destroy). Returns NULL, with a log line naming why,

@@ -31,7 +31,6 @@
 #include "server/compat_api.h"
 #include "server/config.h"
 #include "server/embed_api.h"
-#include "server/workpool.h"
 #include "server/engine.h"
 #include "server/errors.h"
 #include "server/http.h"
@@ -44,6 +43,7 @@
 #include "server/score_api.h"
 #include "server/trace.h"
 #include "server/verify.h"
+#include "server/workpool.h"
 
 #ifndef ATTNSERVE_VERSION
 #define ATTNSERVE_VERSION "0.1.0"
@@ -1161,6 +1161,7 @@ static int listen_http(app *a) {
         return 1;
     }
     http_set_metrics_require_key(a->http, c->metrics_require_key);
+    metrics_set_codec(http_codec_pool(a->http));
     return 0;
 }
 
@@ -1318,6 +1319,7 @@ static int drain(app *a, int sig) {
 /* ---- main ------------------------------------------------------------------------------ */
 
 static void stop(app *a) {
+    metrics_set_codec(NULL);
     http_destroy(a->http);
     verify_stop(a->verify); /* its trip callback may call the scheduler */
     sched_destroy(a->sched);

@@ -5,6 +5,7 @@
  * nanoseconds so they need no compare-and-swap loop. */
 #include "metrics.h"
 #include "membudget.h"
+#include "workpool.h"
 
 #include <dirent.h>
 #include <math.h>
@@ -75,6 +76,7 @@ static struct {
     _Atomic(const attn_backend *) backend;
     _Atomic int ready;
     _Atomic(sched *) sched;
+    _Atomic(struct workpool *) codec;
     /* Self-test outcomes, written at start before any reader exists. */
     struct {
         const char *simd; /* NULL: not self-tested */
@@ -236,6 +238,10 @@ void metrics_set_selftest(const attn_backend *backend, const char *simd, int pas
 void metrics_set_fallback_active(int active) {
     atomic_store(&M.fallback_active, active);
 }
+void metrics_set_codec(workpool *p) {
+    atomic_store(&M.codec, p);
+}
+
 void metrics_set_scheduler(sched *s) {
     atomic_store(&M.sched, s);
 }
@@ -317,6 +323,18 @@ static void render_requests(FILE *f) {
            "HTTP requests started and not yet completed.");
     fprintf(f, "attnserve_http_requests_in_flight %lld\n",
             (long long)atomic_load_explicit(&M.http_in_flight, memory_order_relaxed));
+    workpool *codec = atomic_load(&M.codec);
+    header(f, "attnserve_codec_workers", "gauge",
+           "Threads that decode requests and write answers (codec_workers).");
+    fprintf(f, "attnserve_codec_workers %u\n", codec ? workpool_size(codec) : 0);
+    header(f, "attnserve_codec_tasks_waiting", "gauge",
+           "Requests waiting for a codec worker, to be decoded or answered.");
+    fprintf(f, "attnserve_codec_tasks_waiting %llu\n",
+            (unsigned long long)(codec ? workpool_waiting(codec) : 0));
+    header(f, "attnserve_codec_busy_seconds_total", "counter",
+           "Time the codec workers spent decoding and answering, summed over them.");
+    fprintf(f, "attnserve_codec_busy_seconds_total %.6f\n",
+            codec ? workpool_busy_seconds(codec) : 0.0);
 }
 
 static void render_scheduler(FILE *f) {

@@ -96,6 +96,11 @@ void metrics_set_fallback_active(int active);
  * are rendered; may be NULL. */
 void metrics_set_scheduler(sched *s);
 
+/* The codec workers (workpool.h) whose size, waiting tasks and busy time
+ * are rendered; may be NULL (none run). */
+struct workpool;
+void metrics_set_codec(struct workpool *p);
+
 /* ---- shadow verification and fallback (server/verify.c) ----
  * attnserve_verify_batches_total{backend}, attnserve_verify_mismatches_total
  * {backend}, attnserve_verify_skipped_total, the histograms

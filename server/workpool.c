@@ -3,8 +3,10 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 struct workpool {
@@ -14,9 +16,16 @@ struct workpool {
     uint64_t waiting;           /* under mu */
     bool stopping;              /* under mu */
     bool joined;
+    _Atomic uint64_t busy_ns;
     unsigned n;
     pthread_t *threads;
 };
+
+static uint64_t now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
 
 static void *worker_main(void *arg) {
     workpool *p = arg;
@@ -32,7 +41,9 @@ static void *worker_main(void *arg) {
             p->tail = NULL;
         p->waiting--;
         pthread_mutex_unlock(&p->mu);
+        const uint64_t t0 = now_ns();
         t->run(t);
+        atomic_fetch_add_explicit(&p->busy_ns, now_ns() - t0, memory_order_relaxed);
         pthread_mutex_lock(&p->mu);
     }
     pthread_mutex_unlock(&p->mu);
@@ -112,6 +123,10 @@ uint64_t workpool_waiting(workpool *p) {
     uint64_t n = p->waiting;
     pthread_mutex_unlock(&p->mu);
     return n;
+}
+
+double workpool_busy_seconds(workpool *p) {
+    return (double)atomic_load_explicit(&p->busy_ns, memory_order_relaxed) * 1e-9;
 }
 
 unsigned workpool_default_size(long n) {

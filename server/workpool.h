@@ -33,8 +33,11 @@ void workpool_stop(workpool *p);
 void workpool_destroy(workpool *p);
 
 unsigned workpool_size(const workpool *p);
-/* Tasks queued and not yet started (for /metrics). */
+/* Tasks queued and not yet started, and the seconds the threads have spent
+ * running tasks since the start (for /metrics: its rate over the size is
+ * how busy the workers are). */
 uint64_t workpool_waiting(workpool *p);
+double workpool_busy_seconds(workpool *p);
 
 /* The number of codec workers a setting of n asks for: n, or with 0 one
  * per core this process may run on. */

@@ -1,12 +1,10 @@
 #!/usr/bin/env python3
 """io_stall.py — does tokenizing a long document hold the I/O thread?
 
-Starts attnserve (the binary given) twice per round, interleaved: once with
-tokenize_offload_bytes past the body size (every request tokenized inline on
-libmicrohttpd's I/O thread, as before the tokenization thread existed) and
-once with the default (large bodies tokenized on the tokenization thread).
-In each, a prober sends GET /health back to back on one keep-alive
-connection while one client sends a 1 MB document:
+Starts attnserve (the binary given) twice per round, interleaved: with one
+codec worker and with one per core (codec_workers; decoding never runs on
+libmicrohttpd's I/O thread, which answers /health). In each, a prober
+sends GET /health back to back on one keep-alive connection while one client sends a 1 MB document:
 
 - plain: POST /embed {"inputs": doc, "truncate": true}: the tokenizer reads
   the whole megabyte to count it, the forward is one 256-token window;
@@ -147,8 +145,8 @@ def main():
     doc = document(args.size)
     print("uptime:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
     print("document: %d bytes" % len(doc.encode()))
-    variants = {"inline": {"tokenize_offload_bytes": 1 << 30},
-                "offload": {"tokenize_offload_bytes": 32768}}
+    variants = {"one worker": {"codec_workers": 1},
+                "per core": {"codec_workers": 0}}
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         for rnd in range(args.rounds):

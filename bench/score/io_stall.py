@@ -3,12 +3,11 @@
 
 Starts attnserve (each binary given, interleaved per round) on the tiny
 XLM-R cross-encoder (tests/golden/xlmr-cls-tiny, a Unigram tokenizer) with
-tokenize_offload_bytes past the body size (tokenized inline on
-libmicrohttpd's I/O thread) and at its default (large bodies on the
-tokenization thread, server/embed_offload.h). A prober sends GET /health back
-to back on one keep-alive connection while one client sends POST /rerank
-with a --query-kb query and --texts short documents (TEI's body, truncation
-on: every pair is cut to the model's 64 tokens, but each text is read whole).
+one codec worker and with one per core (codec_workers; decoding never runs on
+libmicrohttpd's I/O thread, which answers /health). A prober sends
+GET /health back to back on one keep-alive connection while one client
+sends POST /rerank with a --query-kb query and --texts short documents (TEI's
+body, truncation on: every pair is cut to the model's 64 tokens, but each text is read whole).
 
 Prints, per binary and variant, the rerank's time and the /health latency
 (median, p99, max, ms) over the probes sent while the rerank was handled,
@@ -66,8 +65,8 @@ def main():
     print("uptime:", up())
     print("load: POST /rerank, query %d bytes, %d texts of 200 bytes, body %d bytes" % (
         len(query), len(texts), len(body)))
-    variants = {"inline": {"tokenize_offload_bytes": 1 << 30},
-                "offload": {"tokenize_offload_bytes": 32768}}
+    variants = {"one worker": {"codec_workers": 1},
+                "per core": {"codec_workers": 0}}
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         for rnd in range(args.rounds):

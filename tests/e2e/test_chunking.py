@@ -19,6 +19,7 @@ Checked here, on the WordPiece model (all-MiniLM-L6-v2) and the Unigram one
 - the chunks run in the ordinary batches (one request, many batches);
 - max_document_tokens (reloaded on SIGHUP) and the request-memory budget
   bound a document: 413 with the numbers, in each API's error shape."""
+import concurrent.futures
 import json
 import math
 import os
@@ -416,9 +417,9 @@ def test_memory_budget_bounds_a_document(start_server):
     assert post(s, "/v1/embeddings", {"input": "still serving"}).status_code == 200
 
 
-# ---- tokenization off the I/O thread (server/embed_offload.h) ----------------------
+# ---- decoding on the codec workers (server/workpool.h) ----------------------------
 
-OFFLOAD_CASES = [
+WORKER_CASES = [
     ("/v1/embeddings", {"input": ["hello world", ENGLISH * 3]}),
     ("/v1/embeddings", {"input": ENGLISH * 6, "chunking": {"max_tokens": 40, "overlap": 4}}),
     ("/embeddings", {"input": "an Infinity client", "dimensions": 32}),
@@ -435,25 +436,25 @@ OFFLOAD_CASES = [
 ]
 
 
-def test_offloaded_decoding_answers_as_inline(start_server):
-    """tokenize_offload_bytes 0: every request is decoded on the tokenization
-    thread; the answers (vectors, chunks, errors and their shapes) are the
-    ones decoded on the I/O thread give."""
-    inline = start_server(tokenize_offload_bytes=1 << 30, max_document_tokens=1000)
-    offload = start_server(tokenize_offload_bytes=0, max_document_tokens=1000)
-    for path, body in OFFLOAD_CASES:
-        a, b = post(inline, path, body), post(offload, path, body)
+def test_many_workers_at_once_answer_as_one_does(start_server):
+    """Every case sent three times at once to four codec workers gets what
+    one worker, taking them one by one, answers: vectors, chunks, errors and
+    their shapes (a worker's state leaking into another's request would
+    show here)."""
+    one = start_server(codec_workers=1, max_document_tokens=1000)
+    four = start_server(codec_workers=4, max_document_tokens=1000)
+    want = [post(one, path, body) for path, body in WORKER_CASES]
+    jobs = [(i, path, body) for i, (path, body) in enumerate(WORKER_CASES)] * 3
+    with concurrent.futures.ThreadPoolExecutor(len(jobs)) as pool:
+        got = list(pool.map(lambda j: (j[0], post(four, j[1], j[2])), jobs))
+    for i, b in got:
+        a = want[i]
+        path, body = WORKER_CASES[i]
         assert a.status_code == b.status_code, (path, body, a.text[:200], b.text[:200])
-        ja, jb = a.json(), b.json()
-        if a.status_code != 200:
-            assert ja == jb, (path, ja, jb)
-            continue
-        flat = lambda x: x if not isinstance(x, dict) else x["data"]  # noqa: E731
-        assert json.dumps(flat(ja))[:200] == json.dumps(flat(jb))[:200]
-        assert len(json.dumps(ja)) == len(json.dumps(jb))
-    # The budget refuses as inline does: 413 when the request alone could
-    # never fit.
-    small = start_server(tokenize_offload_bytes=0, max_request_memory_bytes=1 << 20,
+        assert a.json() == b.json(), (path, a.text[:200], b.text[:200])
+    # The budget refuses as before: 413 when the request alone could never
+    # fit.
+    small = start_server(codec_workers=2, max_request_memory_bytes=1 << 20,
                          max_body_bytes=256 << 10)
     err = assert_error(post(small, "/embed", {"inputs": ENGLISH * 600,
                                               "chunking": {"max_tokens": 32}}), 413)
@@ -461,9 +462,9 @@ def test_offloaded_decoding_answers_as_inline(start_server):
 
 
 def test_a_client_gone_during_tokenization(start_server):
-    """A client that closes while its document waits for (or is in) the
-    tokenization thread: nothing is computed for it and the server goes on."""
-    s = start_server(tokenize_offload_bytes=0)
+    """A client that closes while its document waits for (or is in) its
+    codec worker: nothing is computed for it and the server goes on."""
+    s = start_server(codec_workers=1)
     body = json.dumps({"input": ENGLISH * 2000, "chunking": {"max_tokens": 64}}).encode()
     b0 = s.metric("attnserve_embedding_inputs_total")
     for _ in range(3):

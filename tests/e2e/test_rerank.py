@@ -14,6 +14,7 @@ to the models' 64 tokens on either side. The floor, |score difference| <=
 sigmoid or softmax only shrinks differences: both are 1-Lipschitz or less in
 each logit).
 """
+import concurrent.futures
 import json
 import math
 import os
@@ -408,9 +409,9 @@ def test_predict_single_shapes_and_infinity_classify(classifier):
     assert "3 labels" in err["error"]
 
 
-# ---- tokenization off the I/O thread (server/embed_offload.h) ---------------------------------
+# ---- decoding on the codec workers (server/workpool.h) -----------------------------------------
 
-OFFLOAD_CASES = [
+WORKER_CASES = [
     ("/rerank", {"query": "capital of France", "texts": ["Paris", "Berlin is big", ""],
                  "return_text": True, "raw_scores": True}),
     ("/rerank", {"query": "capital", "documents": ["Paris", "Rome"], "top_n": 1,
@@ -430,15 +431,20 @@ OFFLOAD_CASES = [
 ]
 
 
-def test_offloaded_scoring_answers_as_inline(start_server):
-    """tokenize_offload_bytes 0: every scoring request is decoded on the
-    tokenization thread; answers and refusals equal the inline ones."""
+def test_many_workers_at_once_score_as_one_does(start_server):
+    """Every scoring case sent three times at once to four codec workers
+    gets what one worker, taking them one by one, answers; refusals too."""
     model = os.path.join(ROOT, RERANKER["dir"])
-    inline = start_server(model=model, tokenize_offload_bytes=1 << 30, max_inputs_per_request=8)
-    offload = start_server(model=model, tokenize_offload_bytes=0, max_inputs_per_request=8)
+    one = start_server(model=model, codec_workers=1, max_inputs_per_request=8)
+    four = start_server(model=model, codec_workers=4, max_inputs_per_request=8)
     drop = ("id", "created")
-    for path, body in OFFLOAD_CASES:
-        a, b = post(inline, path, body), post(offload, path, body)
+    want = [post(one, path, body) for path, body in WORKER_CASES]
+    jobs = [(i, path, body) for i, (path, body) in enumerate(WORKER_CASES)] * 3
+    with concurrent.futures.ThreadPoolExecutor(len(jobs)) as pool:
+        got = list(pool.map(lambda j: (j[0], post(four, j[1], j[2])), jobs))
+    for i, b in got:
+        a = want[i]
+        path, body = WORKER_CASES[i]
         assert a.status_code == b.status_code, (path, body, a.text[:200], b.text[:200])
         ja, jb = a.json(), b.json()
         if isinstance(ja, dict):
@@ -449,11 +455,14 @@ def test_offloaded_scoring_answers_as_inline(start_server):
 
 def test_health_answers_while_a_large_rerank_is_tokenized(start_server):
     """A rerank whose query takes the tokenizer a second (4 MB, read whole to
-    count it, then refused: truncation is off) is tokenized off the I/O
-    thread: /health, sent while it is tokenized, is answered before it. An
-    order, not a time limit; inline, /health waits for the refusal."""
+    count it, then refused: truncation is off) is tokenized on one codec
+    worker: /health (the I/O thread's) and a small rerank (the other
+    worker's), sent while it is tokenized, are answered before it. An order,
+    not a time limit; on the I/O thread, or with one worker, the small
+    rerank would wait for the refusal."""
     s = start_server(model=os.path.join(ROOT, RERANKER["dir"]), max_body_bytes=8 << 20,
-                     max_request_memory_bytes=1 << 30, request_timeout_ms=600000)
+                     max_request_memory_bytes=1 << 30, request_timeout_ms=600000,
+                     codec_workers=2)
     words = "the service users process documents and every client writes its own ".split()
     query = " ".join(words[i % len(words)] + str(i % 97) for i in range(500000))[:4 << 20]
     done = {}
@@ -467,12 +476,17 @@ def test_health_answers_while_a_large_rerank_is_tokenized(start_server):
     time.sleep(0.15)  # the body (4 MB on loopback) is in, its tokenization under way
     h = requests.get(s.url("/health"), timeout=600)
     health_at = time.monotonic()
+    small = post(s, "/rerank", {"query": "capital of France", "texts": ["Paris", "Rome"]})
+    small_at = time.monotonic()
     th.join()
-    assert h.status_code == 200
+    assert h.status_code == 200 and small.status_code == 200, small.text[:200]
     assert done["status"] == 422
     assert health_at < done["at"], "/health was answered %.3f s after the rerank" % (
         health_at - done["at"])
-    print("/health answered %.2f s before the rerank's refusal" % (done["at"] - health_at))
+    assert small_at < done["at"], "the small rerank was answered %.3f s after the large" % (
+        small_at - done["at"])
+    print("/health answered %.2f s, a small rerank %.2f s before the large one's refusal" % (
+        done["at"] - health_at, done["at"] - small_at))
 
 
 def test_top_n_zero_is_all_on_v1_and_refused_by_infinity(reranker):

@@ -65,7 +65,8 @@ def test_metrics_format_and_names(server):
                  "attnserve_attention_kernel_seconds_total", "attnserve_attention_kernel_calls_total",
                  "attnserve_requests_rejected_total", "attnserve_requests_timed_out_total",
                  "attnserve_requests_dropped_total", "process_resident_memory_bytes",
-                 "attnserve_workspace_bytes", "attnserve_build_info"):
+                 "attnserve_workspace_bytes", "attnserve_build_info", "attnserve_codec_workers",
+                 "attnserve_codec_tasks_waiting", "attnserve_codec_busy_seconds_total"):
         assert name in names, name
     assert m[("attnserve_http_requests_total", (("route", "/health"), ("status", "200")))] >= 1
     build = [labels for name, labels in m if name == "attnserve_build_info"]
@@ -74,6 +75,20 @@ def test_metrics_format_and_names(server):
     assert m[("attnserve_backend_active", (("backend", "naive"),))] == 1
     assert sum(v for (name, _), v in m.items() if name == "attnserve_backend_active") == 1
     assert m[("process_resident_memory_bytes", ())] > 1 << 20
+
+
+def test_codec_workers_are_counted(start_server):
+    """codec_workers threads decode and answer; /metrics shows how many, what
+    waits for them and how long they worked, and TEI's /info says how many
+    tokenize."""
+    s = start_server(codec_workers=3)
+    assert s.metric("attnserve_codec_workers") == 3
+    busy = s.metric("attnserve_codec_busy_seconds_total")
+    r = requests.post(s.url("/v1/embeddings"), json={"input": ["one", "two"] * 64}, timeout=60)
+    assert r.status_code == 200, r.text[:200]
+    assert s.metric("attnserve_codec_busy_seconds_total") > busy
+    assert s.metric("attnserve_codec_tasks_waiting") == 0
+    assert requests.get(s.url("/info"), timeout=5).json()["tokenization_workers"] == 3
 
 
 def test_unknown_path_is_404(server):

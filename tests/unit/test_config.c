@@ -355,6 +355,16 @@ Test(config, unknown_flag_with_suggestion) {
                  NULL);
 }
 
+/* A setting that no longer exists says what took its place, from a flag or
+ * from a file. */
+Test(config, retired_setting_names_its_replacement) {
+    expect_error(FRAGS("unknown flag --tokenize_offload_bytes", "removed", "codec_workers"),
+                 "--tokenize_offload_bytes=0", NULL);
+    write_file("r.json", "{\"tokenize_offload_bytes\": 0}");
+    expect_error(FRAGS("unknown setting \"tokenize_offload_bytes\"", "codec_workers"),
+                 "--config=r.json", NULL);
+}
+
 Test(config, positional_argument_is_refused) {
     expect_error(FRAGS("unexpected argument \"serve\""), "serve", NULL);
 }
