@@ -286,21 +286,7 @@ int attn_service_trace(void *ctx, const sched_batch *part, char *buf, size_t cap
 
 /* ---- decoding ----------------------------------------------------------------- */
 
-/* Why a request is refused: the SRV_E* code and a message. */
-typedef struct refusal {
-    int err;
-    char msg[256];
-} refusal;
-
-static int refuse(refusal *r, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int refuse(refusal *r, int err, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(r->msg, sizeof r->msg, fmt, ap);
-    va_end(ap);
-    r->err = err;
-    return err;
-}
+typedef srv_refusal refusal;
 
 /* What a tensor claims before any of its numbers are read. */
 typedef struct tensor_desc {

@@ -10,7 +10,6 @@
 #include "compat_api.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,20 +23,7 @@
 #include "log.h"
 #include "membudget.h"
 
-typedef struct refusal {
-    int err;
-    char msg[256];
-} refusal;
-
-static int refuse(refusal *r, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int refuse(refusal *r, int err, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(r->msg, sizeof r->msg, fmt, ap);
-    va_end(ap);
-    r->err = err;
-    return err;
-}
+typedef srv_refusal refusal;
 
 /* ---- set-up ------------------------------------------------------------------------ */
 

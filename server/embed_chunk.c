@@ -3,24 +3,12 @@
 #include "embed_chunk.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "errors.h"
 #include "membudget.h"
-
-static int refuse(embed_refusal *r, int err, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int refuse(embed_refusal *r, int err, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(r->msg, sizeof r->msg, fmt, ap);
-    va_end(ap);
-    r->err = err;
-    return err;
-}
 
 /* ---- the "chunking" object ---------------------------------------------------------- */
 

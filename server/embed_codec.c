@@ -8,7 +8,6 @@
  * (job.h). */
 #include "embed_codec.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,16 +39,6 @@ void embed_job_release(void *p) {
 /* ---- decoding ----------------------------------------------------------------- */
 
 typedef embed_refusal refusal;
-
-static int refuse(refusal *r, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int refuse(refusal *r, int err, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(r->msg, sizeof r->msg, fmt, ap);
-    va_end(ap);
-    r->err = err;
-    return err;
-}
 
 /* What `input` / `inputs` holds. */
 enum { IN_TEXTS, IN_IDS };

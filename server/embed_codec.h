@@ -34,6 +34,7 @@
 #include <stdint.h>
 
 #include "embed_service.h"
+#include "errors.h"
 #include "job.h"
 #include "model/bert.h"
 #include "model/encoder.h"
@@ -81,15 +82,8 @@ embed_job *embed_api_decode(const embed_api *api, embed_route route, json_t *roo
                             char *msg, size_t msg_len);
 void embed_job_free(embed_job *job);
 
-/* Why a request was refused: the SRV_E* code, a message, and for OpenAI's
- * error body the request field at fault and a string code (each NULL when
- * none applies; static strings). */
-typedef struct embed_refusal {
-    int err;
-    char msg[256];
-    const char *param;
-    const char *code;
-} embed_refusal;
+/* Why a request was refused (errors.h). */
+typedef srv_refusal embed_refusal;
 
 /* embed_api_decode with the whole refusal. */
 embed_job *embed_api_decode_refusal(const embed_api *api, embed_route route, json_t *root,
