@@ -35,6 +35,7 @@
 
 #include "embed_service.h"
 #include "errors.h"
+#include "fields.h"
 #include "job.h"
 #include "model/bert.h"
 #include "model/encoder.h"
@@ -144,10 +145,18 @@ json_t *embed_api_tokens(const embed_api *api, json_t *root, int *err, char *msg
 /* Which end of a long input truncation cuts (TEI's truncation_direction). */
 typedef enum embed_truncation { EMBED_TRUNCATE_RIGHT, EMBED_TRUNCATE_LEFT } embed_truncation;
 
-/* TEI's truncation_direction value: "Right" or "Left" (TEI's spelling) or
- * the same in lower case; NULL (absent) or JSON null is Right. Returns 0, or
- * -1 for anything else. */
+/* TEI's truncation_direction, as every route that imitates TEI reads it:
+ * "Right" or "Left" (TEI's spelling) or the same in lower case, into an int
+ * (embed_truncation) at offset at; absent or null is Right. */
+extern const fld_choice embed_truncation_choices[];
 int embed_truncation_parse(const json_t *v, embed_truncation *out);
+#define EMBED_TRUNCATION_MSG "truncation_direction must be \"Left\" or \"Right\""
+#define EMBED_TRUNCATION_ROW(at)                                                                   \
+    {                                                                                              \
+        "truncation_direction", FLD_ENUM, 0, (at),                                                 \
+            .dflt = EMBED_TRUNCATE_RIGHT, .choices = embed_truncation_choices,                     \
+            .msg = EMBED_TRUNCATION_MSG, .type_msg = EMBED_TRUNCATION_MSG                          \
+    }
 
 /* The most tokens of one text input, special tokens included: the
  * max_seq_length setting, or the model's (sentence_bert_config.json). */
