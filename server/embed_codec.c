@@ -107,20 +107,6 @@ const fld_choice embed_truncation_choices[] = {{"Right", EMBED_TRUNCATE_RIGHT},
                                                {"left", EMBED_TRUNCATE_LEFT},
                                                {NULL, 0}};
 
-int embed_truncation_parse(const json_t *v, embed_truncation *out) {
-    *out = EMBED_TRUNCATE_RIGHT;
-    if (!v || json_is_null(v))
-        return 0;
-    const char *s = json_string_value(v);
-    if (s && (strcmp(s, "Right") == 0 || strcmp(s, "right") == 0))
-        return 0;
-    if (s && (strcmp(s, "Left") == 0 || strcmp(s, "left") == 0)) {
-        *out = EMBED_TRUNCATE_LEFT;
-        return 0;
-    }
-    return -1;
-}
-
 int32_t embed_max_seq_length(const embed_api *api) {
     if (api->max_seq_length > 0)
         return api->max_seq_length;

@@ -149,7 +149,6 @@ typedef enum embed_truncation { EMBED_TRUNCATE_RIGHT, EMBED_TRUNCATE_LEFT } embe
  * "Right" or "Left" (TEI's spelling) or the same in lower case, into an int
  * (embed_truncation) at offset at; absent or null is Right. */
 extern const fld_choice embed_truncation_choices[];
-int embed_truncation_parse(const json_t *v, embed_truncation *out);
 #define EMBED_TRUNCATION_MSG "truncation_direction must be \"Left\" or \"Right\""
 #define EMBED_TRUNCATION_ROW(at)                                                                   \
     {                                                                                              \
