@@ -341,20 +341,15 @@ static embed_job *job_of_ids(const compat_api *c, json_t *list, bool normalize, 
 /* ---- the request bodies' fields -------------------------------------------------- */
 
 /* Every TEI and llama.cpp body here, in one struct: each table fills its
- * own fields. The inputs are read by inputs_ids and the routes, null
- * included where a null is answered as a value of the wrong shape. */
+ * own fields, with the embed_api as the decoder's ctx. The inputs are read
+ * by inputs_ids and the routes, null included where a null is answered as
+ * a value of the wrong shape. */
 typedef struct compat_req {
     json_t *inputs, *prompt_name, *chunking, *stream, *parameters;
     bool normalize, truncate, skip_special, add_special, parse_special, with_pieces;
     int direction;      /* embed_truncation */
     int64_t dimensions; /* 0: every dimension */
 } compat_req;
-
-/* A shortened vector keeps 1..C of the model's C dimensions. */
-static void dimension_bounds(const void *ctx, int64_t *lo, int64_t *hi) {
-    *lo = 1;
-    *hi = ((const compat_api *)ctx)->eapi->model->output_dim;
-}
 
 #define AT(f) offsetof(compat_req, f)
 #define BOOL_ROW(name, slot, on)                                                                   \
@@ -373,8 +368,7 @@ static const fld_row EMBED_ROWS[] = {
     TRUNCATE_ROW,
     EMBED_TRUNCATION_ROW(AT(direction)),
     PROMPT_ROW,
-    {"dimensions", FLD_INT, 0, AT(dimensions), .bounds = dimension_bounds,
-     .range = FLD_RANGE_MODEL},
+    EMBED_DIMENSIONS_ROW(AT(dimensions)),
     {"chunking", FLD_ANY, 0, AT(chunking), .param = NULL},
     {"stream", FLD_ANY, 0, AT(stream), .param = NULL},
 };
@@ -507,7 +501,8 @@ static embed_job *tei_embed_decode(void *ctx, json_t *root, embed_refusal *r) {
     compat_req q = {.truncate = c->eapi->truncate};
     text_opts o = {0};
     bool streamed = false;
-    if (fld_decode(&EMBED, root, &q, c, r) != SRV_OK || text_opts_of(c, &q, &o, r) != SRV_OK ||
+    if (fld_decode(&EMBED, root, &q, c->eapi, r) != SRV_OK ||
+        text_opts_of(c, &q, &o, r) != SRV_OK ||
         embed_stream_parse(q.stream, q.chunking, &streamed, r) != SRV_OK)
         return NULL;
     embed_job *job;
@@ -585,10 +580,10 @@ static int tei_embed_all(http_request *req, void *ctx) {
     refusal r = {0};
     compat_req q = {.truncate = c->eapi->truncate};
     text_opts o = {0};
-    json_t *list =
-        fld_decode(&EMBED_ALL, root, &q, c, &r) == SRV_OK && text_opts_of(c, &q, &o, &r) == SRV_OK
-            ? inputs_ids(c, q.inputs, &o, &r)
-            : NULL;
+    json_t *list = fld_decode(&EMBED_ALL, root, &q, c->eapi, &r) == SRV_OK &&
+                           text_opts_of(c, &q, &o, &r) == SRV_OK
+                       ? inputs_ids(c, q.inputs, &o, &r)
+                       : NULL;
     embed_job *job = list ? job_of_ids(c, list, false, &r) : NULL;
     http_body_json_free(req, root);
     if (job) {
@@ -647,7 +642,7 @@ static int tei_similarity(http_request *req, void *ctx) {
     refusal r = {0};
     compat_req q = {.truncate = c->eapi->truncate};
     text_opts o = {0};
-    fld_decode(&SIMILARITY, root, &q, c, &r);
+    fld_decode(&SIMILARITY, root, &q, c->eapi, &r);
     json_t *source = json_object_get(q.inputs, "source_sentence");
     json_t *sentences = json_object_get(q.inputs, "sentences");
     if (r.err) {
@@ -656,7 +651,7 @@ static int tei_similarity(http_request *req, void *ctx) {
                "inputs must be {\"source_sentence\": string, \"sentences\": [string, ...]}");
     } else if (json_array_size(sentences) == 0) {
         refuse(&r, SRV_EEMPTY, "`inputs.sentences` cannot be empty");
-    } else if (!q.parameters || fld_decode(&PARAMETERS, q.parameters, &q, c, &r) == SRV_OK) {
+    } else if (!q.parameters || fld_decode(&PARAMETERS, q.parameters, &q, c->eapi, &r) == SRV_OK) {
         text_opts_of(c, &q, &o, &r);
     }
     json_t *texts = r.err ? NULL : json_array();
@@ -746,7 +741,7 @@ static int tei_decode(http_request *req, void *ctx) {
     refusal r = {0};
     compat_req q;
     json_t *out = NULL;
-    if (fld_decode(&DECODE, root, &q, c, &r) == SRV_OK) {
+    if (fld_decode(&DECODE, root, &q, c->eapi, &r) == SRV_OK) {
         json_t *ids = q.inputs;
         const bool skip_special = q.skip_special;
         if (!json_is_array(ids)) {
@@ -799,7 +794,7 @@ static int llama_detokenize(http_request *req, void *ctx) {
 
 static json_t *llama_tokens(const compat_api *c, json_t *root, refusal *r) {
     compat_req q;
-    if (fld_decode(&LLAMA_TOKENS, root, &q, c, r) != SRV_OK)
+    if (fld_decode(&LLAMA_TOKENS, root, &q, c->eapi, r) != SRV_OK)
         return NULL;
     json_t *content = q.inputs;
     const bool specials = q.add_special, parse_special = q.parse_special,

@@ -305,24 +305,22 @@ enum { FORMAT_FLOAT, FORMAT_BASE64 };
 
 static const fld_choice FORMATS[] = {{"float", FORMAT_FLOAT}, {"base64", FORMAT_BASE64}, {NULL, 0}};
 
-/* A shortened vector keeps 1..C of the model's C dimensions. */
-static void dimension_bounds(const void *ctx, int64_t *lo, int64_t *hi) {
+void embed_dimension_bounds(const void *api, int64_t *lo, int64_t *hi) {
     *lo = 1;
-    *hi = ((const embed_api *)ctx)->model->output_dim;
+    *hi = ((const embed_api *)api)->model->output_dim;
 }
 
-static int model_check(const void *ctx, const json_t *v, refusal *r) {
-    return embed_check_model(ctx, v, r);
+int embed_model_check(const void *api, const json_t *model, refusal *r) {
+    return embed_check_model(api, model, r);
 }
 
 #define OPENAI(f) offsetof(openai_req, f)
 static const fld_row OPENAI_ROWS[] = {
     {"input", FLD_ANY, FLD_NULL, OPENAI(input), .param = "input"},
-    {"model", FLD_STRING, 0, OPENAI(model), .param = "model", .check = model_check},
+    EMBED_MODEL_ROW(OPENAI(model)),
     {"encoding_format", FLD_ENUM, 0, OPENAI(format), .dflt = FORMAT_FLOAT, .choices = FORMATS,
      .param = "encoding_format"},
-    {"dimensions", FLD_INT, 0, OPENAI(dimensions), .bounds = dimension_bounds,
-     .range = FLD_RANGE_MODEL, .param = "dimensions"},
+    EMBED_DIMENSIONS_ROW(OPENAI(dimensions)),
     {"user", FLD_STRING, 0, OPENAI(user), .param = "user"},
     {"chunking", FLD_ANY, 0, OPENAI(chunking), .param = "chunking"},
     {"stream", FLD_ANY, 0, OPENAI(stream), .param = "stream"},

@@ -157,6 +157,19 @@ extern const fld_choice embed_truncation_choices[];
             .msg = EMBED_TRUNCATION_MSG, .type_msg = EMBED_TRUNCATION_MSG                          \
     }
 
+/* The rows every dialect that takes `model` or `dimensions` shares; the
+ * table's ctx is the embed_api. A model is checked as embed_check_model
+ * does; dimensions keep 1..C of the model's C. */
+int embed_model_check(const void *api, const json_t *model, embed_refusal *r);
+void embed_dimension_bounds(const void *api, int64_t *lo, int64_t *hi);
+#define EMBED_MODEL_ROW(at)                                                                        \
+    { "model", FLD_STRING, 0, (at), .param = "model", .check = embed_model_check }
+#define EMBED_DIMENSIONS_ROW(at)                                                                   \
+    {                                                                                              \
+        "dimensions", FLD_INT, 0, (at), .bounds = embed_dimension_bounds,                          \
+                                        .range = FLD_RANGE_MODEL, .param = "dimensions"            \
+    }
+
 /* The most tokens of one text input, special tokens included: the
  * max_seq_length setting, or the model's (sentence_bert_config.json). */
 int32_t embed_max_seq_length(const embed_api *api);

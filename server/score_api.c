@@ -428,9 +428,10 @@ static json_t *texts_of(json_t *documents, refusal *r) {
 
 /* ---- decoding each body -------------------------------------------------------------------- */
 
-/* Every score dialect's fields, in one struct: each table fills its own.
- * The inputs (query, documents, texts...) are read by the decoders below,
- * null included where a null is answered as a value of the wrong shape. */
+/* Every score dialect's fields, in one struct: each table fills its own,
+ * with the embed_api as the decoder's ctx. The inputs (query, documents,
+ * texts...) are read by the decoders below, null included where a null is
+ * answered as a value of the wrong shape. */
 typedef struct score_req {
     json_t *model, *query, *documents, *inputs, *text_1, *text_2, *truncate_prompt_tokens;
     json_t *unused; /* fields taken for compatibility and not applied */
@@ -439,22 +440,24 @@ typedef struct score_req {
     int64_t top_n; /* 0: all */
 } score_req;
 
-static int model_check(const void *ctx, const json_t *v, refusal *r) {
-    return embed_check_model(((const score_api *)ctx)->eapi, v, r);
-}
-
 #define AT(f) offsetof(score_req, f)
-#define MODEL_ROW                                                                                  \
-    { "model", FLD_STRING, 0, AT(model), .param = "model", .check = model_check }
 #define BOOL_ROW(name, slot, on)                                                                   \
     { name, FLD_BOOL, 0, AT(slot), .dflt = (on) }
 #define UNUSED_ROW(name)                                                                           \
     { name, FLD_ANY, 0, AT(unused), .param = NULL }
 
+/* TEI answers an empty `texts` as Empty before it reads the other fields. */
+static int texts_check(const void *ctx, const json_t *v, refusal *r) {
+    (void)ctx;
+    if (json_is_array(v) && json_array_size(v) == 0)
+        return refuse(r, SRV_EEMPTY, "`texts` cannot be empty");
+    return SRV_OK;
+}
+
 /* TEI's /rerank; truncate's default is the setting. */
 static const fld_row TEI_RERANK_ROWS[] = {
     {"query", FLD_ANY, FLD_NULL, AT(query), .param = NULL},
-    {"texts", FLD_ANY, FLD_NULL, AT(documents), .param = NULL},
+    {"texts", FLD_ANY, FLD_NULL, AT(documents), .param = NULL, .check = texts_check},
     BOOL_ROW("raw_scores", raw, false),
     BOOL_ROW("return_text", ret, false),
     {"truncate", FLD_BOOL, FLD_PRESET, AT(truncate), .param = NULL},
@@ -469,14 +472,14 @@ static const fld_row INFINITY_RERANK_ROWS[] = {
     BOOL_ROW("return_documents", ret, false),
     BOOL_ROW("raw_scores", raw, false),
     {"top_n", FLD_INT, 0, AT(top_n), .min = 1, .max = INT64_MAX, .range = FLD_RANGE_AT_LEAST},
-    MODEL_ROW,
+    EMBED_MODEL_ROW(AT(model)),
 };
 static const fld_table INFINITY_RERANK = FLD_TABLE(INFINITY_RERANK_ROWS, NULL, NULL);
 
 /* Cohere's and vLLM's /v1/rerank: top_n 0 is all (vLLM's default), the
  * documents are returned unless asked not to be. */
 static const fld_row V1_RERANK_ROWS[] = {
-    MODEL_ROW,
+    EMBED_MODEL_ROW(AT(model)),
     {"query", FLD_ANY, FLD_NULL, AT(query), .param = NULL},
     {"documents", FLD_ANY, FLD_NULL, AT(documents), .param = NULL},
     {"top_n", FLD_INT, 0, AT(top_n), .min = 0, .max = INT64_MAX, .range = FLD_RANGE_AT_LEAST},
@@ -500,7 +503,7 @@ static const fld_table PREDICT = FLD_TABLE(PREDICT_ROWS, NULL, NULL);
 /* Infinity's /classify. */
 static const fld_row CLASSIFY_ROWS[] = {
     {"input", FLD_ANY, FLD_NULL, AT(inputs), .param = "input"},
-    MODEL_ROW,
+    EMBED_MODEL_ROW(AT(model)),
     BOOL_ROW("raw_scores", raw, false),
 };
 static const fld_table CLASSIFY = FLD_TABLE(CLASSIFY_ROWS, NULL, NULL);
@@ -518,7 +521,7 @@ static int priority_check(const void *ctx, const json_t *v, refusal *r) {
 /* vLLM's /score. Its activation flag goes by three names (vllm_activation);
  * the multi-modal processor's options have nothing to apply to. */
 static const fld_row VLLM_SCORE_ROWS[] = {
-    MODEL_ROW,
+    EMBED_MODEL_ROW(AT(model)),
     {"text_1", FLD_ANY, 0, AT(text_1), .param = "text_1"},
     {"text_2", FLD_ANY, 0, AT(text_2), .param = "text_2"},
     {"truncate_prompt_tokens", FLD_ANY, 0, AT(truncate_prompt_tokens),
@@ -534,13 +537,9 @@ static const fld_table VLLM_SCORE = FLD_TABLE(VLLM_SCORE_ROWS, NULL, NULL);
 
 static score_job *decode_tei_rerank(const score_api *s, json_t *root, refusal *r) {
     score_req q = {.truncate = s->eapi->truncate};
-    if (fld_decode(&TEI_RERANK, root, &q, s, r) != SRV_OK)
+    if (fld_decode(&TEI_RERANK, root, &q, s->eapi, r) != SRV_OK)
         return NULL;
     json_t *texts = q.documents;
-    if (json_is_array(texts) && json_array_size(texts) == 0) {
-        refuse(r, SRV_EEMPTY, "`texts` cannot be empty");
-        return NULL;
-    }
     const bool raw = q.raw, ret = q.ret, trunc = q.truncate;
     const bool left = q.direction == EMBED_TRUNCATE_LEFT;
     int32_t n = 0;
@@ -568,7 +567,7 @@ static score_job *decode_rerank_cohere(const score_api *s, json_t *root, score_s
                                        refusal *r) {
     const bool v1 = shape == SHAPE_V1_RERANK;
     score_req q = {.truncate = s->eapi->truncate};
-    if (fld_decode(v1 ? &V1_RERANK : &INFINITY_RERANK, root, &q, s, r) != SRV_OK)
+    if (fld_decode(v1 ? &V1_RERANK : &INFINITY_RERANK, root, &q, s->eapi, r) != SRV_OK)
         return NULL;
     const bool raw = q.raw, ret = q.ret, trunc = q.truncate;
     const int32_t top_n = q.top_n > INT32_MAX ? INT32_MAX : (int32_t)q.top_n;
@@ -657,7 +656,7 @@ static score_input *predict_inputs(json_t *inputs, int32_t *n, bool *batch, refu
 
 static score_job *decode_predict(const score_api *s, json_t *root, refusal *r) {
     score_req q = {.truncate = s->eapi->truncate};
-    if (fld_decode(&PREDICT, root, &q, s, r) != SRV_OK)
+    if (fld_decode(&PREDICT, root, &q, s->eapi, r) != SRV_OK)
         return NULL;
     const bool raw = q.raw, trunc = q.truncate, left = q.direction == EMBED_TRUNCATE_LEFT;
     bool batch;
@@ -680,7 +679,7 @@ static score_job *decode_predict(const score_api *s, json_t *root, refusal *r) {
 
 static score_job *decode_classify(const score_api *s, json_t *root, refusal *r) {
     score_req q;
-    if (fld_decode(&CLASSIFY, root, &q, s, r) != SRV_OK)
+    if (fld_decode(&CLASSIFY, root, &q, s->eapi, r) != SRV_OK)
         return NULL;
     const bool raw = q.raw;
     json_t *input = q.inputs;
@@ -825,7 +824,7 @@ static int vllm_truncation(const score_api *s, json_t *v, bool *trunc, int32_t *
  * scored by the served cross-encoder, answered in input order. */
 static score_job *decode_vllm_score(const score_api *s, json_t *root, refusal *r) {
     score_req q;
-    if (fld_decode(&VLLM_SCORE, root, &q, s, r) != SRV_OK)
+    if (fld_decode(&VLLM_SCORE, root, &q, s->eapi, r) != SRV_OK)
         return NULL;
     json_t *t1 = q.text_1, *t2 = q.text_2;
     size_t n1 = 0, n2 = 0;
