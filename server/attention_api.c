@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "errors.h"
+#include "fields.h"
 #include "job.h"
 #include "log.h"
 #include "membudget.h"
@@ -286,21 +287,7 @@ int attn_service_trace(void *ctx, const sched_batch *part, char *buf, size_t cap
 
 /* ---- decoding ----------------------------------------------------------------- */
 
-/* Why a request is refused: the SRV_E* code and a message. */
-typedef struct refusal {
-    int err;
-    char msg[256];
-} refusal;
-
-static int refuse(refusal *r, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int refuse(refusal *r, int err, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(r->msg, sizeof r->msg, fmt, ap);
-    va_end(ap);
-    r->err = err;
-    return err;
-}
+typedef srv_refusal refusal;
 
 /* What a tensor claims before any of its numbers are read. */
 typedef struct tensor_desc {
@@ -495,30 +482,30 @@ static int decode_base64(const tensor_desc *t, float *out, refusal *r) {
     return SRV_OK;
 }
 
+/* The request's fields: the tensors are read by describe (a missing one
+ * included, after causal), and null is no tensor nor a flag. */
+typedef struct attn_req {
+    json_t *tensor[3];
+    bool causal;
+} attn_req;
+
+#define AT(f) offsetof(attn_req, f)
+static const fld_row REQUEST_ROWS[] = {
+    {"q", FLD_ANY, FLD_NULL, AT(tensor[0]), .param = NULL},
+    {"k", FLD_ANY, FLD_NULL, AT(tensor[1]), .param = NULL},
+    {"v", FLD_ANY, FLD_NULL, AT(tensor[2]), .param = NULL},
+    {"causal", FLD_BOOL, FLD_NULL, AT(causal), .dflt = false},
+};
+static const fld_table REQUEST = FLD_TABLE(REQUEST_ROWS, NULL, NULL);
+
 /* Checks the whole request and decodes it into a new job. */
 static attn_job *decode_request(const attn_api *api, json_t *root, refusal *r) {
-    tensor_desc t[3] = {{.name = "q"}, {.name = "k"}, {.name = "v"}};
-    json_t *causal = NULL;
-    const char *key;
-    json_t *value;
-    json_object_foreach(root, key, value) {
-        if (strcmp(key, "q") == 0)
-            t[0].json = value;
-        else if (strcmp(key, "k") == 0)
-            t[1].json = value;
-        else if (strcmp(key, "v") == 0)
-            t[2].json = value;
-        else if (strcmp(key, "causal") == 0)
-            causal = value;
-        else {
-            refuse(r, SRV_EBADREQUEST, "unknown field \"%.64s\" (expected q, k, v, causal)", key);
-            return NULL;
-        }
-    }
-    if (causal && !json_is_boolean(causal)) {
-        refuse(r, SRV_EBADREQUEST, "causal must be true or false");
+    attn_req q;
+    if (fld_decode(&REQUEST, root, &q, api, r) != SRV_OK)
         return NULL;
-    }
+    tensor_desc t[3] = {{.name = "q", .json = q.tensor[0]},
+                        {.name = "k", .json = q.tensor[1]},
+                        {.name = "v", .json = q.tensor[2]}};
     for (int i = 0; i < 3; i++)
         if (describe(&t[i], r) != SRV_OK)
             return NULL;
@@ -577,7 +564,7 @@ static attn_job *decode_request(const attn_api *api, json_t *root, refusal *r) {
     job->seq = (int32_t)seq;
     job->heads = (int32_t)heads;
     job->head_dim = (int32_t)head_dim;
-    job->causal = causal && json_is_true(causal);
+    job->causal = q.causal;
     job->encoding = t[0].encoding;
     sched_req_init(&job->base.sreq, (int32_t)cost, 1, 0, NULL);
     job->base.kind = api->kind;

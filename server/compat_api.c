@@ -10,7 +10,6 @@
 #include "compat_api.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,24 +18,12 @@
 #include "embed_api.h"
 #include "embed_chunk.h"
 #include "errors.h"
+#include "fields.h"
 #include "job.h"
 #include "log.h"
 #include "membudget.h"
 
-typedef struct refusal {
-    int err;
-    char msg[256];
-} refusal;
-
-static int refuse(refusal *r, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int refuse(refusal *r, int err, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(r->msg, sizeof r->msg, fmt, ap);
-    va_end(ap);
-    r->err = err;
-    return err;
-}
+typedef srv_refusal refusal;
 
 /* ---- set-up ------------------------------------------------------------------------ */
 
@@ -350,27 +337,83 @@ static embed_job *job_of_ids(const compat_api *c, json_t *list, bool normalize, 
     return job;
 }
 
-static int want_bool(json_t *v, const char *name, bool def, bool *out, refusal *r) {
-    *out = def;
-    if (!v || json_is_null(v))
-        return SRV_OK;
-    if (!json_is_boolean(v))
-        return refuse(r, SRV_EBADREQUEST, "%s must be true or false", name);
-    *out = json_is_true(v);
-    return SRV_OK;
-}
+/* ---- the request bodies' fields -------------------------------------------------- */
 
-/* TEI's truncate, truncation_direction and prompt_name. */
-static int tei_text_opts(const compat_api *c, json_t *truncate, json_t *direction,
-                         json_t *prompt_name, text_opts *o, refusal *r) {
-    if (want_bool(truncate, "truncate", c->eapi->truncate, &o->truncate, r) != SRV_OK)
-        return r->err;
-    embed_truncation dir = EMBED_TRUNCATE_RIGHT;
-    if (embed_truncation_parse(direction, &dir) != 0)
-        return refuse(r, json_is_string(direction) ? SRV_EINVALID : SRV_EBADREQUEST,
-                      "truncation_direction must be \"Left\" or \"Right\"");
-    o->left = dir == EMBED_TRUNCATE_LEFT;
-    return prompt_text(c, prompt_name, &o->prompt, r);
+/* Every TEI and llama.cpp body here, in one struct: each table fills its
+ * own fields, with the embed_api as the decoder's ctx. The inputs are read
+ * by inputs_ids and the routes, null included where a null is answered as
+ * a value of the wrong shape. */
+typedef struct compat_req {
+    json_t *inputs, *prompt_name, *chunking, *stream, *parameters;
+    bool normalize, truncate, skip_special, add_special, parse_special, with_pieces;
+    int direction;      /* embed_truncation */
+    int64_t dimensions; /* 0: every dimension */
+} compat_req;
+
+#define AT(f) offsetof(compat_req, f)
+#define BOOL_ROW(name, slot, on)                                                                   \
+    { name, FLD_BOOL, 0, AT(slot), .dflt = (on) }
+/* TEI's text options: truncate's default is the setting (preset). */
+#define TRUNCATE_ROW                                                                               \
+    { "truncate", FLD_BOOL, FLD_PRESET, AT(truncate), .param = NULL }
+#define PROMPT_ROW                                                                                 \
+    { "prompt_name", FLD_STRING, 0, AT(prompt_name), .param = NULL }
+#define INPUTS_ROW                                                                                 \
+    { "inputs", FLD_ANY, FLD_NULL, AT(inputs), .param = NULL }
+
+static const fld_row EMBED_ROWS[] = {
+    INPUTS_ROW,
+    BOOL_ROW("normalize", normalize, true),
+    TRUNCATE_ROW,
+    EMBED_TRUNCATION_ROW(AT(direction)),
+    PROMPT_ROW,
+    EMBED_DIMENSIONS_ROW(AT(dimensions)),
+    {"chunking", FLD_ANY, 0, AT(chunking), .param = NULL},
+    {"stream", FLD_ANY, 0, AT(stream), .param = NULL},
+};
+static const fld_table EMBED = FLD_TABLE(EMBED_ROWS, NULL, NULL);
+
+static const fld_row EMBED_ALL_ROWS[] = {
+    INPUTS_ROW,
+    TRUNCATE_ROW,
+    EMBED_TRUNCATION_ROW(AT(direction)),
+    PROMPT_ROW,
+};
+static const fld_table EMBED_ALL = FLD_TABLE(EMBED_ALL_ROWS, NULL, NULL);
+
+/* /similarity's inputs are read whole by the route; its parameters take
+ * the text options and, as TEI's, ignore any other member. */
+static const fld_row SIMILARITY_ROWS[] = {
+    {"inputs", FLD_ANY, FLD_NULL, AT(inputs), .param = NULL},
+    {"parameters", FLD_OBJECT, 0, AT(parameters), .param = NULL},
+};
+static const fld_table SIMILARITY = FLD_TABLE(SIMILARITY_ROWS, NULL, NULL);
+static const fld_row PARAMETERS_ROWS[] = {
+    TRUNCATE_ROW,
+    EMBED_TRUNCATION_ROW(AT(direction)),
+    PROMPT_ROW,
+};
+static const fld_table PARAMETERS = FLD_OPEN_TABLE(PARAMETERS_ROWS);
+
+static const fld_row DECODE_ROWS[] = {
+    {"ids", FLD_ANY, FLD_NULL, AT(inputs), .param = NULL},
+    BOOL_ROW("skip_special_tokens", skip_special, true),
+};
+static const fld_table DECODE = FLD_TABLE(DECODE_ROWS, NULL, NULL);
+
+static const fld_row LLAMA_TOKENS_ROWS[] = {
+    {"content", FLD_ANY, FLD_NULL, AT(inputs), .param = NULL},
+    BOOL_ROW("add_special", add_special, false),
+    BOOL_ROW("parse_special", parse_special, true),
+    BOOL_ROW("with_pieces", with_pieces, false),
+};
+static const fld_table LLAMA_TOKENS = FLD_TABLE(LLAMA_TOKENS_ROWS, NULL, NULL);
+
+/* The text options a decoded body asks for. */
+static int text_opts_of(const compat_api *c, const compat_req *q, text_opts *o, refusal *r) {
+    o->truncate = q->truncate;
+    o->left = q->direction == EMBED_TRUNCATE_LEFT;
+    return prompt_text(c, q->prompt_name, &o->prompt, r);
 }
 
 /* ---- answering --------------------------------------------------------------------- */
@@ -431,96 +474,45 @@ static json_t *floats(const float *v, size_t n) {
  * model's default one included, rather than dropped silently. */
 static embed_job *tei_chunk_job(const compat_api *c, json_t *inputs, json_t *chunking,
                                 const text_opts *o, bool normalize, refusal *r) {
-    embed_refusal er = {0};
     /* A classifier is refused before its chunking is read, as unchunked. */
-    if (embed_check_task(c->eapi, &er) != SRV_OK) {
-        refuse(r, er.err, "%s", er.msg);
+    if (embed_check_task(c->eapi, r) != SRV_OK)
         return NULL;
-    }
     if (o->prompt && *o->prompt) {
         refuse(r, SRV_EINVALID,
                "chunking does not apply a prompt (prompt_name, or the model's default prompt)");
         return NULL;
     }
     embed_chunking ch;
-    embed_job *job = embed_chunking_parse(c->eapi, chunking, &ch, &er) == SRV_OK
-                         ? embed_chunk_job(c->eapi, "inputs", inputs, &ch, &er)
+    embed_job *job = embed_chunking_parse(c->eapi, chunking, &ch, r) == SRV_OK
+                         ? embed_chunk_job(c->eapi, "inputs", inputs, &ch, r)
                          : NULL;
-    if (!job) {
-        refuse(r, er.err, "%s", er.msg);
+    if (!job)
         return NULL;
-    }
     job->api = API_TEI;
     job->normalize = normalize;
     return job;
 }
 
 /* /embed's decoding of a parsed body. */
-static embed_job *tei_embed_decode(void *ctx, json_t *root, embed_refusal *er) {
-    const compat_api *c = ctx;
-    refusal r = {0};
-    json_t *inputs = NULL, *normalize = NULL, *truncate = NULL, *direction = NULL, *prompt = NULL,
-           *dims = NULL, *chunking = NULL, *stream = NULL;
-    const char *key;
-    json_t *value;
-    json_object_foreach(root, key, value) {
-        if (strcmp(key, "inputs") == 0)
-            inputs = value;
-        else if (strcmp(key, "chunking") == 0)
-            chunking = value;
-        else if (strcmp(key, "stream") == 0)
-            stream = value;
-        else if (strcmp(key, "normalize") == 0)
-            normalize = value;
-        else if (strcmp(key, "truncate") == 0)
-            truncate = value;
-        else if (strcmp(key, "truncation_direction") == 0)
-            direction = value;
-        else if (strcmp(key, "prompt_name") == 0)
-            prompt = value;
-        else if (strcmp(key, "dimensions") == 0)
-            dims = value;
-        else if (!r.err)
-            refuse(&r, SRV_EBADREQUEST,
-                   "unknown field \"%.64s\" (expected inputs, normalize, truncate, "
-                   "truncation_direction, prompt_name, dimensions, chunking, stream)",
-                   key);
-    }
-    bool norm = true;
+static embed_job *tei_embed_decode(const compat_api *c, json_t *root, refusal *r) {
+    compat_req q = {.truncate = c->eapi->truncate};
     text_opts o = {0};
-    const int C = c->eapi->model->output_dim;
-    if (!r.err && want_bool(normalize, "normalize", true, &norm, &r) == SRV_OK &&
-        tei_text_opts(c, truncate, direction, prompt, &o, &r) == SRV_OK && dims &&
-        !json_is_null(dims)) {
-        if (!json_is_integer(dims))
-            refuse(&r, SRV_EBADREQUEST, "dimensions must be an integer");
-        else if (json_integer_value(dims) < 1 || json_integer_value(dims) > C)
-            refuse(&r, SRV_EINVALID, "dimensions is %lld; this model allows 1..%d",
-                   (long long)json_integer_value(dims), C);
-    }
-    embed_job *job = NULL;
     bool streamed = false;
-    if (!r.err) {
-        embed_refusal sr = {0};
-        if (embed_stream_parse(stream, chunking && !json_is_null(chunking), &streamed, &sr) !=
-            SRV_OK)
-            refuse(&r, sr.err, "%s", sr.msg);
-    }
-    if (chunking && !json_is_null(chunking)) {
-        if (!r.err)
-            job = tei_chunk_job(c, inputs, chunking, &o, norm, &r);
+    if (fld_decode(&EMBED, root, &q, c->eapi, r) != SRV_OK ||
+        text_opts_of(c, &q, &o, r) != SRV_OK ||
+        embed_stream_parse(q.stream, q.chunking, &streamed, r) != SRV_OK)
+        return NULL;
+    embed_job *job;
+    if (q.chunking) {
+        job = tei_chunk_job(c, q.inputs, q.chunking, &o, q.normalize, r);
         if (job)
             job->stream = streamed;
     } else {
-        json_t *list = r.err ? NULL : inputs_ids(c, inputs, &o, &r);
-        job = list ? job_of_ids(c, list, norm, &r) : NULL;
+        json_t *list = inputs_ids(c, q.inputs, &o, r);
+        job = list ? job_of_ids(c, list, q.normalize, r) : NULL;
     }
-    if (job && dims && json_is_integer(dims))
-        job->dimensions = (int)json_integer_value(dims);
-    if (!job) {
-        er->err = r.err;
-        snprintf(er->msg, sizeof er->msg, "%s", r.msg);
-    }
+    if (job)
+        job->dimensions = (int)q.dimensions;
     return job;
 }
 
@@ -532,14 +524,11 @@ static int tei_embed(http_request *req, void *ctx) {
     json_t *root = body_of(req, &answered);
     if (!root)
         return answered;
-    embed_refusal er = {0};
-    embed_job *job = tei_embed_decode(c, root, &er);
+    refusal r = {0};
+    embed_job *job = tei_embed_decode(c, root, &r);
     http_body_json_free(req, root);
-    if (!job) {
-        refusal r = {.err = er.err};
-        snprintf(r.msg, sizeof r.msg, "%s", er.msg);
+    if (!job)
         return refused(req, &r);
-    }
     return submit(req, c, job);
 }
 
@@ -579,22 +568,12 @@ static int tei_embed_all(http_request *req, void *ctx) {
     if (!root)
         return answered;
     refusal r = {0};
-    const char *key;
-    json_t *value;
-    json_object_foreach(root, key, value) {
-        if (strcmp(key, "inputs") != 0 && strcmp(key, "truncate") != 0 &&
-            strcmp(key, "truncation_direction") != 0 && strcmp(key, "prompt_name") != 0 && !r.err)
-            refuse(&r, SRV_EBADREQUEST,
-                   "unknown field \"%.64s\" (expected inputs, truncate, truncation_direction, "
-                   "prompt_name)",
-                   key);
-    }
+    compat_req q = {.truncate = c->eapi->truncate};
     text_opts o = {0};
-    if (!r.err)
-        tei_text_opts(c, json_object_get(root, "truncate"),
-                      json_object_get(root, "truncation_direction"),
-                      json_object_get(root, "prompt_name"), &o, &r);
-    json_t *list = r.err ? NULL : inputs_ids(c, json_object_get(root, "inputs"), &o, &r);
+    json_t *list = fld_decode(&EMBED_ALL, root, &q, c->eapi, &r) == SRV_OK &&
+                           text_opts_of(c, &q, &o, &r) == SRV_OK
+                       ? inputs_ids(c, q.inputs, &o, &r)
+                       : NULL;
     embed_job *job = list ? job_of_ids(c, list, false, &r) : NULL;
     http_body_json_free(req, root);
     if (job) {
@@ -651,29 +630,19 @@ static int tei_similarity(http_request *req, void *ctx) {
     if (!root)
         return answered;
     refusal r = {0};
-    json_t *inputs = json_object_get(root, "inputs"), *params = json_object_get(root, "parameters");
-    json_t *source = json_object_get(inputs, "source_sentence");
-    json_t *sentences = json_object_get(inputs, "sentences");
-    const char *key;
-    json_t *value;
-    json_object_foreach(root, key, value) {
-        if (strcmp(key, "inputs") != 0 && strcmp(key, "parameters") != 0 && !r.err)
-            refuse(&r, SRV_EBADREQUEST, "unknown field \"%.64s\" (expected inputs, parameters)",
-                   key);
-    }
+    compat_req q = {.truncate = c->eapi->truncate};
     text_opts o = {0};
+    fld_decode(&SIMILARITY, root, &q, c->eapi, &r);
+    json_t *source = json_object_get(q.inputs, "source_sentence");
+    json_t *sentences = json_object_get(q.inputs, "sentences");
     if (r.err) {
-    } else if (!json_is_object(inputs) || !json_is_string(source) || !json_is_array(sentences)) {
+    } else if (!json_is_object(q.inputs) || !json_is_string(source) || !json_is_array(sentences)) {
         refuse(&r, SRV_EBADREQUEST,
                "inputs must be {\"source_sentence\": string, \"sentences\": [string, ...]}");
     } else if (json_array_size(sentences) == 0) {
         refuse(&r, SRV_EEMPTY, "`inputs.sentences` cannot be empty");
-    } else if (params && !json_is_null(params) && !json_is_object(params)) {
-        refuse(&r, SRV_EBADREQUEST, "parameters must be an object");
-    } else {
-        tei_text_opts(c, json_object_get(params, "truncate"),
-                      json_object_get(params, "truncation_direction"),
-                      json_object_get(params, "prompt_name"), &o, &r);
+    } else if (!q.parameters || fld_decode(&PARAMETERS, q.parameters, &q, c->eapi, &r) == SRV_OK) {
+        text_opts_of(c, &q, &o, &r);
     }
     json_t *texts = r.err ? NULL : json_array();
     if (texts && (json_array_append(texts, source) != 0 || json_array_extend(texts, sentences))) {
@@ -760,21 +729,11 @@ static int tei_decode(http_request *req, void *ctx) {
     if (!root)
         return answered;
     refusal r = {0};
-    json_t *ids = NULL, *skip = NULL;
-    const char *key;
-    json_t *value;
-    json_object_foreach(root, key, value) {
-        if (strcmp(key, "ids") == 0)
-            ids = value;
-        else if (strcmp(key, "skip_special_tokens") == 0)
-            skip = value;
-        else if (!r.err)
-            refuse(&r, SRV_EBADREQUEST,
-                   "unknown field \"%.64s\" (expected ids, skip_special_tokens)", key);
-    }
-    bool skip_special = true;
+    compat_req q;
     json_t *out = NULL;
-    if (!r.err && want_bool(skip, "skip_special_tokens", true, &skip_special, &r) == SRV_OK) {
+    if (fld_decode(&DECODE, root, &q, c->eapi, &r) == SRV_OK) {
+        json_t *ids = q.inputs;
+        const bool skip_special = q.skip_special;
         if (!json_is_array(ids)) {
             refuse(&r, SRV_EBADREQUEST,
                    "ids must be a non-empty array of token ids or of arrays of token ids");
@@ -824,31 +783,12 @@ static int llama_detokenize(http_request *req, void *ctx) {
 /* ---- /tokenize: TEI's shape for `inputs`, llama.cpp's for `content` ----------------------- */
 
 static json_t *llama_tokens(const compat_api *c, json_t *root, refusal *r) {
-    json_t *content = NULL, *add = NULL, *parse = NULL, *pieces = NULL;
-    const char *key;
-    json_t *value;
-    json_object_foreach(root, key, value) {
-        if (strcmp(key, "content") == 0)
-            content = value;
-        else if (strcmp(key, "add_special") == 0)
-            add = value;
-        else if (strcmp(key, "parse_special") == 0)
-            parse = value;
-        else if (strcmp(key, "with_pieces") == 0)
-            pieces = value;
-        else {
-            refuse(r, SRV_EBADREQUEST,
-                   "unknown field \"%.64s\" (expected content, add_special, parse_special, "
-                   "with_pieces)",
-                   key);
-            return NULL;
-        }
-    }
-    bool specials = false, parse_special = true, with_pieces = false;
-    if (want_bool(add, "add_special", false, &specials, r) != SRV_OK ||
-        want_bool(parse, "parse_special", true, &parse_special, r) != SRV_OK ||
-        want_bool(pieces, "with_pieces", false, &with_pieces, r) != SRV_OK)
+    compat_req q;
+    if (fld_decode(&LLAMA_TOKENS, root, &q, c->eapi, r) != SRV_OK)
         return NULL;
+    json_t *content = q.inputs;
+    const bool specials = q.add_special, parse_special = q.parse_special,
+               with_pieces = q.with_pieces;
     if (!json_is_string(content)) {
         refuse(r, SRV_EBADREQUEST, "content must be a string");
         return NULL;

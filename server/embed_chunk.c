@@ -3,72 +3,63 @@
 #include "embed_chunk.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "errors.h"
+#include "fields.h"
 #include "membudget.h"
-
-static int refuse(embed_refusal *r, int err, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int refuse(embed_refusal *r, int err, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(r->msg, sizeof r->msg, fmt, ap);
-    va_end(ap);
-    r->err = err;
-    return err;
-}
 
 /* ---- the "chunking" object ---------------------------------------------------------- */
 
-static int want_int(const json_t *v, const char *name, int64_t lo, int64_t hi, int32_t *out,
-                    embed_refusal *r) {
-    if (!v || json_is_null(v))
-        return SRV_OK;
-    if (!json_is_integer(v))
-        return refuse(r, SRV_EBADREQUEST, "chunking.%s must be an integer", name);
-    const json_int_t x = json_integer_value(v);
-    if (x < lo || x > hi)
-        return refuse(r, SRV_EINVALID, "chunking.%s is %lld; it must be in %lld..%lld", name,
-                      (long long)x, (long long)lo, (long long)hi);
-    *out = (int32_t)x;
-    return SRV_OK;
+/* The "chunking" object's fields; every refusal names "chunking" as its
+ * param. */
+typedef struct chunking_req {
+    int64_t max_tokens, overlap;
+    int doc_vector; /* embed_doc_vector */
+} chunking_req;
+
+/* A chunk holds the special tokens and at least one more, and at most the
+ * longest input. */
+static void max_tokens_bounds(const void *ctx, int64_t *lo, int64_t *hi) {
+    const embed_api *api = ctx;
+    *lo = tok_num_special(api->tok) + 1;
+    *hi = embed_max_seq_length(api);
 }
+
+static const fld_choice DOC_VECTORS[] = {{"none", EMBED_DOCVEC_NONE},
+                                         {"mean", EMBED_DOCVEC_MEAN},
+                                         {"token_weighted", EMBED_DOCVEC_TOKEN_WEIGHTED},
+                                         {NULL, 0}};
+
+#define AT(f) offsetof(chunking_req, f)
+static const fld_row CHUNKING_ROWS[] = {
+    {"max_tokens", FLD_INT, FLD_PRESET, AT(max_tokens), .bounds = max_tokens_bounds,
+     .param = "chunking"},
+    {"overlap", FLD_INT, 0, AT(overlap), .dflt = 0, .min = 0, .max = INT32_MAX,
+     .param = "chunking"},
+    {"document_vector", FLD_ENUM, 0, AT(doc_vector), .dflt = EMBED_DOCVEC_MEAN,
+     .choices = DOC_VECTORS, .param = "chunking",
+     .type_msg = "chunking.document_vector must be \"none\", \"mean\" or \"token_weighted\""},
+};
+static const fld_table CHUNKING = FLD_TABLE(CHUNKING_ROWS, "chunking.", "chunking");
 
 int embed_chunking_parse(const embed_api *api, const json_t *v, embed_chunking *out,
                          embed_refusal *r) {
     const int32_t max = embed_max_seq_length(api), specials = tok_num_special(api->tok);
-    *out = (embed_chunking){.max_tokens = max, .overlap = 0, .doc_vector = EMBED_DOCVEC_MEAN};
+    chunking_req q = {.max_tokens = max};
     r->param = "chunking";
     if (!json_is_object(v))
         return refuse(r, SRV_EBADREQUEST,
                       "chunking must be an object {\"max_tokens\", \"overlap\", "
                       "\"document_vector\"}");
-    const json_t *mt = NULL, *ov = NULL, *dv = NULL;
-    const char *key;
-    json_t *value;
-    json_object_foreach((json_t *)v, key, value) {
-        if (strcmp(key, "max_tokens") == 0)
-            mt = value;
-        else if (strcmp(key, "overlap") == 0)
-            ov = value;
-        else if (strcmp(key, "document_vector") == 0)
-            dv = value;
-        else
-            return refuse(r, SRV_EBADREQUEST,
-                          "unknown field \"chunking.%.64s\" (expected max_tokens, overlap, "
-                          "document_vector)",
-                          key);
-    }
-    /* A chunk holds the special tokens and at least one more. */
-    if (want_int(mt, "max_tokens", specials + 1, max, &out->max_tokens, r) != SRV_OK)
+    if (fld_decode(&CHUNKING, v, &q, api, r) != SRV_OK)
         return r->err;
+    *out = (embed_chunking){.max_tokens = (int32_t)q.max_tokens,
+                            .overlap = (int32_t)q.overlap,
+                            .doc_vector = q.doc_vector};
     const int32_t window = out->max_tokens - specials;
-    if (want_int(ov, "overlap", 0, INT32_MAX, &out->overlap, r) != SRV_OK)
-        return r->err;
     /* At most half a window of overlap: a chunk ends in its window's last
      * quarter (or at its end), so the next one starts at least a quarter of
      * a window further on, and the forward runs at most about four times the
@@ -80,19 +71,6 @@ int embed_chunking_parse(const embed_api *api, const json_t *v, embed_chunking *
                       "chunking.overlap is %d; it must be at most half of max_tokens %d minus "
                       "the %d special tokens, %d",
                       (int)out->overlap, (int)out->max_tokens, (int)specials, (int)(window / 2));
-    if (dv && !json_is_null(dv)) {
-        const char *s = json_string_value(dv);
-        if (s && strcmp(s, "none") == 0)
-            out->doc_vector = EMBED_DOCVEC_NONE;
-        else if (s && strcmp(s, "mean") == 0)
-            out->doc_vector = EMBED_DOCVEC_MEAN;
-        else if (s && strcmp(s, "token_weighted") == 0)
-            out->doc_vector = EMBED_DOCVEC_TOKEN_WEIGHTED;
-        else
-            return refuse(r, s ? SRV_EINVALID : SRV_EBADREQUEST,
-                          "chunking.document_vector must be \"none\", \"mean\" or "
-                          "\"token_weighted\"");
-    }
     r->param = NULL;
     return SRV_OK;
 }

@@ -8,7 +8,6 @@
  * (job.h). */
 #include "embed_codec.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,16 +37,6 @@ void embed_job_release(void *p) {
 /* ---- decoding ----------------------------------------------------------------- */
 
 typedef embed_refusal refusal;
-
-static int refuse(refusal *r, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int refuse(refusal *r, int err, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(r->msg, sizeof r->msg, fmt, ap);
-    va_end(ap);
-    r->err = err;
-    return err;
-}
 
 /* What `input` / `inputs` holds. */
 enum { IN_TEXTS, IN_IDS };
@@ -110,24 +99,16 @@ static int reserve(embed_job *job, size_t have, size_t more, refusal *r) {
     return SRV_OK;
 }
 
+const fld_choice embed_truncation_choices[] = {{"Right", EMBED_TRUNCATE_RIGHT},
+                                               {"right", EMBED_TRUNCATE_RIGHT},
+                                               {"Left", EMBED_TRUNCATE_LEFT},
+                                               {"left", EMBED_TRUNCATE_LEFT},
+                                               {NULL, 0}};
+
 int32_t embed_max_seq_length(const embed_api *api) {
     if (api->max_seq_length > 0)
         return api->max_seq_length;
     return api->model->max_seq_length > 0 ? api->model->max_seq_length : api->model->max_positions;
-}
-
-int embed_truncation_parse(const json_t *v, embed_truncation *out) {
-    *out = EMBED_TRUNCATE_RIGHT;
-    if (!v || json_is_null(v))
-        return 0;
-    const char *s = json_string_value(v);
-    if (s && (strcmp(s, "Right") == 0 || strcmp(s, "right") == 0))
-        return 0;
-    if (s && (strcmp(s, "Left") == 0 || strcmp(s, "left") == 0)) {
-        *out = EMBED_TRUNCATE_LEFT;
-        return 0;
-    }
-    return -1;
 }
 
 int embed_tokenize(const embed_api *api, const char *text, size_t len, bool truncate,
@@ -307,99 +288,92 @@ static embed_job *make_job(const embed_api *api, const char *field, json_t *in, 
     return job;
 }
 
-static int want_bool(json_t *v, const char *name, bool *out, refusal *r) {
-    if (!v)
-        return SRV_OK;
-    if (!json_is_boolean(v))
-        return refuse(r, SRV_EBADREQUEST, "%s must be true or false", name);
-    *out = json_is_true(v);
-    return SRV_OK;
+/* ---- the request bodies' fields ------------------------------------------------------ */
+
+/* /v1/embeddings' fields. null is absent for every optional one (OpenAI's
+ * clients send it); `input` is read by make_job or the chunking, null
+ * included. */
+typedef struct openai_req {
+    json_t *input, *model, *user, *chunking, *stream;
+    int format;
+    int64_t dimensions; /* 0: every dimension */
+} openai_req;
+
+enum { FORMAT_FLOAT, FORMAT_BASE64 };
+
+static const fld_choice FORMATS[] = {{"float", FORMAT_FLOAT}, {"base64", FORMAT_BASE64}, {NULL, 0}};
+
+void embed_dimension_bounds(const void *api, int64_t *lo, int64_t *hi) {
+    *lo = 1;
+    *hi = ((const embed_api *)api)->model->output_dim;
 }
 
-/* Whether the JSON string s is exactly lit (s may hold U+0000). */
-static bool string_is(const json_t *s, const char *lit) {
-    return json_string_length(s) == strlen(lit) &&
-           memcmp(json_string_value(s), lit, strlen(lit)) == 0;
+int embed_model_check(const void *api, const json_t *model, refusal *r) {
+    return embed_check_model(api, model, r);
 }
+
+#define OPENAI(f) offsetof(openai_req, f)
+static const fld_row OPENAI_ROWS[] = {
+    {"input", FLD_ANY, FLD_NULL, OPENAI(input), .param = "input"},
+    EMBED_MODEL_ROW(OPENAI(model)),
+    {"encoding_format", FLD_ENUM, 0, OPENAI(format), .dflt = FORMAT_FLOAT, .choices = FORMATS,
+     .param = "encoding_format"},
+    EMBED_DIMENSIONS_ROW(OPENAI(dimensions)),
+    {"user", FLD_STRING, 0, OPENAI(user), .param = "user"},
+    {"chunking", FLD_ANY, 0, OPENAI(chunking), .param = "chunking"},
+    {"stream", FLD_ANY, 0, OPENAI(stream), .param = "stream"},
+};
+static const fld_table OPENAI_TABLE = FLD_TABLE(OPENAI_ROWS, NULL, NULL);
+
+/* /embed's (embed_api_decode's EMBED_ROUTE_TEI): null is refused where a
+ * boolean goes, as TEI's serde does. */
+typedef struct tei_req {
+    json_t *inputs, *chunking;
+    bool normalize, truncate;
+    int direction; /* embed_truncation */
+} tei_req;
+
+#define TEI(f) offsetof(tei_req, f)
+static const fld_row TEI_ROWS[] = {
+    {"inputs", FLD_ANY, FLD_NULL, TEI(inputs), .param = "inputs"},
+    {"normalize", FLD_BOOL, FLD_NULL, TEI(normalize), .dflt = true},
+    {"truncate", FLD_BOOL, FLD_NULL | FLD_PRESET, TEI(truncate), .param = NULL},
+    EMBED_TRUNCATION_ROW(TEI(direction)),
+    {"chunking", FLD_ANY, 0, TEI(chunking), .param = "chunking"},
+};
+static const fld_table TEI_TABLE = FLD_TABLE(TEI_ROWS, NULL, NULL);
+
+/* /tokenize's (TEI's shape). */
+typedef struct tokens_req {
+    json_t *inputs;
+    bool specials;
+} tokens_req;
+
+#define TOKENS(f) offsetof(tokens_req, f)
+static const fld_row TOKENS_ROWS[] = {
+    {"inputs", FLD_ANY, FLD_NULL, TOKENS(inputs), .param = "inputs"},
+    {"add_special_tokens", FLD_BOOL, FLD_NULL, TOKENS(specials), .dflt = true},
+};
+static const fld_table TOKENS_TABLE = FLD_TABLE(TOKENS_ROWS, NULL, NULL);
 
 /* POST /v1/embeddings */
 static embed_job *decode_openai(const embed_api *api, json_t *root, refusal *r) {
-    json_t *input = NULL, *model = NULL, *format = NULL, *dims = NULL, *chunking = NULL,
-           *stream = NULL;
-    const char *key;
-    json_t *value;
-    json_object_foreach(root, key, value) {
-        if (strcmp(key, "input") == 0)
-            input = value;
-        else if (strcmp(key, "chunking") == 0)
-            chunking = value;
-        else if (strcmp(key, "stream") == 0)
-            stream = value;
-        else if (strcmp(key, "model") == 0)
-            model = value;
-        else if (strcmp(key, "encoding_format") == 0)
-            format = value;
-        else if (strcmp(key, "dimensions") == 0)
-            dims = value;
-        else if (strcmp(key, "user") == 0) {
-            if (!json_is_null(value) && !json_is_string(value)) {
-                refuse(r, SRV_EBADREQUEST, "user must be a string");
-                r->param = "user";
-                return NULL;
-            }
-        } else {
-            refuse(r, SRV_EBADREQUEST,
-                   "unknown field \"%.64s\" (expected input, model, encoding_format, dimensions, "
-                   "user, chunking, stream)",
-                   key);
-            return NULL;
-        }
-    }
-    /* null is absent, for every optional field (OpenAI's clients send it). */
-    model = json_is_null(model) ? NULL : model;
-    format = json_is_null(format) ? NULL : format;
-    dims = json_is_null(dims) ? NULL : dims;
-    if (embed_check_model(api, model, r) != SRV_OK)
+    openai_req q;
+    if (fld_decode(&OPENAI_TABLE, root, &q, api, r) != SRV_OK)
         return NULL;
-    bool base64 = false;
-    if (format && !json_is_string(format)) {
-        refuse(r, SRV_EBADREQUEST, "encoding_format must be a string");
-        r->param = "encoding_format";
-        return NULL;
-    }
-    if (format) {
-        base64 = string_is(format, "base64");
-        if (!base64 && !string_is(format, "float")) {
-            refuse(r, SRV_EINVALID, "encoding_format must be \"float\" or \"base64\"");
-            r->param = "encoding_format";
-            return NULL;
-        }
-    }
-    const int C = api->model->output_dim;
-    if (dims && !json_is_integer(dims)) {
-        refuse(r, SRV_EBADREQUEST, "dimensions must be an integer");
-        r->param = "dimensions";
-        return NULL;
-    }
-    if (dims && (json_integer_value(dims) < 1 || json_integer_value(dims) > C)) {
-        refuse(r, SRV_EINVALID, "dimensions is %lld; this model allows 1..%d",
-               (long long)json_integer_value(dims), C);
-        r->param = "dimensions";
-        return NULL;
-    }
+    json_t *input = q.input, *model = q.model, *chunking = q.chunking;
+    const bool base64 = q.format == FORMAT_BASE64;
     if (embed_check_task(api, r) != SRV_OK)
         return NULL;
     embed_chunking ch;
     bool streamed;
-    if (chunking && !json_is_null(chunking) &&
-        embed_chunking_parse(api, chunking, &ch, r) != SRV_OK)
+    if (chunking && embed_chunking_parse(api, chunking, &ch, r) != SRV_OK)
         return NULL;
-    if (embed_stream_parse(stream, chunking && !json_is_null(chunking), &streamed, r) != SRV_OK)
+    if (embed_stream_parse(q.stream, chunking, &streamed, r) != SRV_OK)
         return NULL;
     embed_job *job =
-        chunking && !json_is_null(chunking)
-            ? embed_chunk_job(api, "input", input, &ch, r)
-            : make_job(api, "input", input, true, api->truncate, EMBED_TRUNCATE_RIGHT, r);
+        chunking ? embed_chunk_job(api, "input", input, &ch, r)
+                 : make_job(api, "input", input, true, api->truncate, EMBED_TRUNCATE_RIGHT, r);
     if (!job)
         return NULL;
     job->stream = streamed;
@@ -408,7 +382,7 @@ static embed_job *decode_openai(const embed_api *api, json_t *root, refusal *r) 
      * /v1/embeddings) are: clients compare them by dot product. */
     job->normalize = true;
     job->base64 = base64;
-    job->dimensions = dims ? (int)json_integer_value(dims) : 0;
+    job->dimensions = (int)q.dimensions;
     /* A copy, charged to the budget: the request's tree is freed next. */
     job->model = model ? json_stringn(json_string_value(model), json_string_length(model))
                        : json_string(api->model_name);
@@ -422,51 +396,21 @@ static embed_job *decode_openai(const embed_api *api, json_t *root, refusal *r) 
 
 /* POST /embed */
 static embed_job *decode_tei(const embed_api *api, json_t *root, refusal *r) {
-    json_t *inputs = NULL, *normalize = NULL, *truncate = NULL, *direction = NULL, *chunking = NULL;
-    const char *key;
-    json_t *value;
-    json_object_foreach(root, key, value) {
-        if (strcmp(key, "inputs") == 0)
-            inputs = value;
-        else if (strcmp(key, "chunking") == 0)
-            chunking = value;
-        else if (strcmp(key, "normalize") == 0)
-            normalize = value;
-        else if (strcmp(key, "truncate") == 0)
-            truncate = value;
-        else if (strcmp(key, "truncation_direction") == 0)
-            direction = value;
-        else {
-            refuse(r, SRV_EBADREQUEST,
-                   "unknown field \"%.64s\" (expected inputs, normalize, truncate, "
-                   "truncation_direction, chunking)",
-                   key);
-            return NULL;
-        }
-    }
-    bool norm = true, trunc = api->truncate;
-    embed_truncation dir = EMBED_TRUNCATE_RIGHT;
-    if (want_bool(normalize, "normalize", &norm, r) != SRV_OK ||
-        want_bool(truncate, "truncate", &trunc, r) != SRV_OK)
+    tei_req q = {.truncate = api->truncate};
+    if (fld_decode(&TEI_TABLE, root, &q, api, r) != SRV_OK)
         return NULL;
-    if (embed_truncation_parse(direction, &dir) != 0) {
-        refuse(r, json_is_string(direction) ? SRV_EINVALID : SRV_EBADREQUEST,
-               "truncation_direction must be \"Left\" or \"Right\"");
-        return NULL;
-    }
     if (embed_check_task(api, r) != SRV_OK)
         return NULL;
     embed_chunking ch;
-    if (chunking && !json_is_null(chunking) &&
-        embed_chunking_parse(api, chunking, &ch, r) != SRV_OK)
+    if (q.chunking && embed_chunking_parse(api, q.chunking, &ch, r) != SRV_OK)
         return NULL;
-    embed_job *job = chunking && !json_is_null(chunking)
-                         ? embed_chunk_job(api, "inputs", inputs, &ch, r)
-                         : make_job(api, "inputs", inputs, false, trunc, dir, r);
+    embed_job *job = q.chunking ? embed_chunk_job(api, "inputs", q.inputs, &ch, r)
+                                : make_job(api, "inputs", q.inputs, false, q.truncate,
+                                           (embed_truncation)q.direction, r);
     if (!job)
         return NULL;
     job->api = API_TEI;
-    job->normalize = norm;
+    job->normalize = q.normalize;
     return job;
 }
 
@@ -723,27 +667,16 @@ static json_t *tokenize_one(const embed_api *api, int32_t i, json_t *in, bool sp
 
 json_t *embed_api_tokens(const embed_api *api, json_t *root, int *err, char *msg, size_t msg_len) {
     refusal r = {0};
-    json_t *inputs = NULL, *add = NULL, *list = NULL, *out = NULL;
-    const char *key;
-    json_t *value;
-    json_object_foreach(root, key, value) {
-        if (strcmp(key, "inputs") == 0)
-            inputs = value;
-        else if (strcmp(key, "add_special_tokens") == 0)
-            add = value;
-        else if (!r.err)
-            refuse(&r, SRV_EBADREQUEST,
-                   "unknown field \"%.64s\" (expected inputs, add_special_tokens)", key);
-    }
-    bool specials = true;
+    tokens_req q;
+    json_t *list = NULL, *out = NULL;
     int kind = IN_TEXTS;
     int32_t n = 0;
-    if (!r.err && want_bool(add, "add_special_tokens", &specials, &r) == SRV_OK &&
-        classify(api, "inputs", inputs, false, &kind, &n, &list, &r) == SRV_OK) {
+    if (fld_decode(&TOKENS_TABLE, root, &q, api, &r) == SRV_OK &&
+        classify(api, "inputs", q.inputs, false, &kind, &n, &list, &r) == SRV_OK) {
         out = json_array();
         for (int32_t i = 0; out && i < n; i++) {
-            json_t *tokens =
-                tokenize_one(api, i, list ? json_array_get(list, (size_t)i) : inputs, specials, &r);
+            json_t *tokens = tokenize_one(api, i, list ? json_array_get(list, (size_t)i) : q.inputs,
+                                          q.specials, &r);
             if (!tokens || json_array_append_new(out, tokens) != 0) {
                 json_decref(out);
                 out = NULL;

@@ -33,6 +33,8 @@
 #include <stdint.h>
 
 #include "embed_service.h"
+#include "errors.h"
+#include "fields.h"
 #include "job.h"
 #include "model/bert.h"
 #include "model/encoder.h"
@@ -80,15 +82,8 @@ embed_job *embed_api_decode(const embed_api *api, embed_route route, json_t *roo
                             char *msg, size_t msg_len);
 void embed_job_free(embed_job *job);
 
-/* Why a request was refused: the SRV_E* code, a message, and for OpenAI's
- * error body the request field at fault and a string code (each NULL when
- * none applies; static strings). */
-typedef struct embed_refusal {
-    int err;
-    char msg[256];
-    const char *param;
-    const char *code;
-} embed_refusal;
+/* Why a request was refused (errors.h). */
+typedef srv_refusal embed_refusal;
 
 /* embed_api_decode with the whole refusal. */
 embed_job *embed_api_decode_refusal(const embed_api *api, embed_route route, json_t *root,
@@ -149,10 +144,30 @@ json_t *embed_api_tokens(const embed_api *api, json_t *root, int *err, char *msg
 /* Which end of a long input truncation cuts (TEI's truncation_direction). */
 typedef enum embed_truncation { EMBED_TRUNCATE_RIGHT, EMBED_TRUNCATE_LEFT } embed_truncation;
 
-/* TEI's truncation_direction value: "Right" or "Left" (TEI's spelling) or
- * the same in lower case; NULL (absent) or JSON null is Right. Returns 0, or
- * -1 for anything else. */
-int embed_truncation_parse(const json_t *v, embed_truncation *out);
+/* TEI's truncation_direction, as every route that imitates TEI reads it:
+ * "Right" or "Left" (TEI's spelling) or the same in lower case, into an int
+ * (embed_truncation) at offset at; absent or null is Right. */
+extern const fld_choice embed_truncation_choices[];
+#define EMBED_TRUNCATION_MSG "truncation_direction must be \"Left\" or \"Right\""
+#define EMBED_TRUNCATION_ROW(at)                                                                   \
+    {                                                                                              \
+        "truncation_direction", FLD_ENUM, 0, (at),                                                 \
+            .dflt = EMBED_TRUNCATE_RIGHT, .choices = embed_truncation_choices,                     \
+            .msg = EMBED_TRUNCATION_MSG, .type_msg = EMBED_TRUNCATION_MSG                          \
+    }
+
+/* The rows every dialect that takes `model` or `dimensions` shares; the
+ * table's ctx is the embed_api. A model is checked as embed_check_model
+ * does; dimensions keep 1..C of the model's C. */
+int embed_model_check(const void *api, const json_t *model, embed_refusal *r);
+void embed_dimension_bounds(const void *api, int64_t *lo, int64_t *hi);
+#define EMBED_MODEL_ROW(at)                                                                        \
+    { "model", FLD_STRING, 0, (at), .param = "model", .check = embed_model_check }
+#define EMBED_DIMENSIONS_ROW(at)                                                                   \
+    {                                                                                              \
+        "dimensions", FLD_INT, 0, (at), .bounds = embed_dimension_bounds,                          \
+                                        .range = FLD_RANGE_MODEL, .param = "dimensions"            \
+    }
 
 /* The most tokens of one text input, special tokens included: the
  * max_seq_length setting, or the model's (sentence_bert_config.json). */

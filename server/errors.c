@@ -1,7 +1,9 @@
 /* errors.c — lookups over the SRV_ERRORS list and the one error body. */
 #include "errors.h"
 
+#include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
 
 typedef struct srv_error_entry {
     int code;
@@ -44,4 +46,13 @@ json_t *srv_error_body_tei(int err, const char *message) {
     const srv_error_entry *e = find(err);
     return json_pack("{s:s, s:s}", "error", message ? message : e->message, "error_type",
                      e->tei_type);
+}
+
+int refuse(srv_refusal *r, int err, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->msg, sizeof r->msg, fmt, ap);
+    va_end(ap);
+    r->err = err;
+    return err;
 }

@@ -72,4 +72,20 @@ json_t *srv_error_body_at(int err, const char *message, const char *param, const
  * type, the same HTTP status (srv_error_status). */
 json_t *srv_error_body_tei(int err, const char *message);
 
+/* Why a request was refused: the SRV_E* code, a message, and for OpenAI's
+ * error body the request field at fault and a string code (each NULL when
+ * none applies; static strings). Every decoder writes its refusals here,
+ * and each route answers it in its own shape. */
+typedef struct srv_refusal {
+    int err;
+    char msg[256];
+    const char *param;
+    const char *code;
+} srv_refusal;
+
+/* Sets r's code to err and its message from fmt; returns err, so that a
+ * decoder can `return refuse(r, ...)`. param and code are left as they are.
+ * The one helper every decoder shares, hence the short name. */
+int refuse(srv_refusal *r, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 #endif

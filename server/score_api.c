@@ -6,7 +6,6 @@
 #include "score_api.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,19 +13,10 @@
 
 #include "embed_api.h"
 #include "errors.h"
+#include "fields.h"
 #include "membudget.h"
 
 typedef embed_refusal refusal;
-
-static int refuse(refusal *r, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int refuse(refusal *r, int err, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(r->msg, sizeof r->msg, fmt, ap);
-    va_end(ap);
-    r->err = err;
-    return err;
-}
 
 /* ---- scores --------------------------------------------------------------------------- */
 
@@ -335,20 +325,6 @@ static int want_bool(json_t *v, const char *name, bool def, bool *out, refusal *
     return SRV_OK;
 }
 
-/* top_n: absent, null (all) or at least min; vLLM's /v1/rerank takes 0 for
- * all (its default), Infinity refuses anything below 1. */
-static int want_top_n(json_t *v, int min, int32_t *out, refusal *r) {
-    *out = 0;
-    if (!v || json_is_null(v))
-        return SRV_OK;
-    if (!json_is_integer(v))
-        return refuse(r, SRV_EBADREQUEST, "top_n must be an integer");
-    if (json_integer_value(v) < min)
-        return refuse(r, SRV_EINVALID, "top_n must be at least %d", min);
-    *out = json_integer_value(v) > INT32_MAX ? INT32_MAX : (int32_t)json_integer_value(v);
-    return SRV_OK;
-}
-
 /* The refusal of a model that is not a reranker, as TEI words it. */
 static bool not_reranker(const score_api *s, refusal *r) {
     if (s->classifier && s->num_labels == 1)
@@ -448,68 +424,124 @@ static json_t *texts_of(json_t *documents, refusal *r) {
     return out;
 }
 
-static bool is_known(const char *key, const char *const *keys) {
-    for (; *keys; keys++)
-        if (strcmp(key, *keys) == 0)
-            return true;
-    return false;
-}
-
-/* An unknown member, refused with the list of those the route takes. */
-static int unknown_fields(json_t *root, const char *const *keys, refusal *r) {
-    const char *key;
-    json_t *value;
-    json_object_foreach(root, key, value) {
-        if (is_known(key, keys))
-            continue;
-        char list[256] = "";
-        size_t at = 0;
-        for (const char *const *k = keys; *k && at < sizeof list; k++)
-            at += (size_t)snprintf(list + at, sizeof list - at, "%s%s", k == keys ? "" : ", ", *k);
-        return refuse(r, SRV_EBADREQUEST, "unknown field \"%.64s\" (expected %s)", key, list);
-    }
-    return SRV_OK;
-}
-
-/* TEI's truncate (default: the truncate setting) and truncation_direction. */
-static int truncation(const score_api *s, json_t *truncate, json_t *direction, bool *trunc,
-                      bool *left, refusal *r) {
-    if (want_bool(truncate, "truncate", s->eapi->truncate, trunc, r) != SRV_OK)
-        return r->err;
-    embed_truncation dir = EMBED_TRUNCATE_RIGHT;
-    if (embed_truncation_parse(direction, &dir) != 0)
-        return refuse(r, json_is_string(direction) ? SRV_EINVALID : SRV_EBADREQUEST,
-                      "truncation_direction must be \"Left\" or \"Right\"");
-    *left = dir == EMBED_TRUNCATE_LEFT;
-    return SRV_OK;
-}
-
 /* ---- decoding each body -------------------------------------------------------------------- */
 
-static const char *const TEI_RERANK_KEYS[] = {
-    "query", "texts", "raw_scores", "return_text", "truncate", "truncation_direction", NULL};
-static const char *const INFINITY_RERANK_KEYS[] = {
-    "query", "documents", "return_documents", "raw_scores", "top_n", "model", NULL};
-static const char *const V1_RERANK_KEYS[] = {
-    "model",       "query",    "documents", "top_n", "return_documents", "max_chunks_per_doc",
-    "rank_fields", "truncate", "user",      NULL};
+/* Every score dialect's fields, in one struct: each table fills its own,
+ * with the embed_api as the decoder's ctx. The inputs (query, documents,
+ * texts...) are read by the decoders below, null included where a null is
+ * answered as a value of the wrong shape. */
+typedef struct score_req {
+    json_t *model, *query, *documents, *inputs, *text_1, *text_2, *truncate_prompt_tokens;
+    json_t *unused; /* fields taken for compatibility and not applied */
+    bool raw, ret, truncate;
+    int direction; /* embed_truncation */
+    int64_t top_n; /* 0: all */
+} score_req;
+
+#define AT(f) offsetof(score_req, f)
+#define BOOL_ROW(name, slot, on)                                                                   \
+    { name, FLD_BOOL, 0, AT(slot), .dflt = (on) }
+#define UNUSED_ROW(name)                                                                           \
+    { name, FLD_ANY, 0, AT(unused), .param = NULL }
+
+/* TEI answers an empty `texts` as Empty before it reads the other fields. */
+static int texts_check(const void *ctx, const json_t *v, refusal *r) {
+    (void)ctx;
+    if (json_is_array(v) && json_array_size(v) == 0)
+        return refuse(r, SRV_EEMPTY, "`texts` cannot be empty");
+    return SRV_OK;
+}
+
+/* TEI's /rerank; truncate's default is the setting. */
+static const fld_row TEI_RERANK_ROWS[] = {
+    {"query", FLD_ANY, FLD_NULL, AT(query), .param = NULL},
+    {"texts", FLD_ANY, FLD_NULL, AT(documents), .param = NULL, .check = texts_check},
+    BOOL_ROW("raw_scores", raw, false),
+    BOOL_ROW("return_text", ret, false),
+    {"truncate", FLD_BOOL, FLD_PRESET, AT(truncate), .param = NULL},
+    EMBED_TRUNCATION_ROW(AT(direction)),
+};
+static const fld_table TEI_RERANK = FLD_TABLE(TEI_RERANK_ROWS, NULL, NULL);
+
+/* Infinity's /rerank: top_n at least 1. */
+static const fld_row INFINITY_RERANK_ROWS[] = {
+    {"query", FLD_ANY, FLD_NULL, AT(query), .param = NULL},
+    {"documents", FLD_ANY, FLD_NULL, AT(documents), .param = NULL},
+    BOOL_ROW("return_documents", ret, false),
+    BOOL_ROW("raw_scores", raw, false),
+    {"top_n", FLD_INT, 0, AT(top_n), .min = 1, .max = INT64_MAX, .range = FLD_RANGE_AT_LEAST},
+    EMBED_MODEL_ROW(AT(model)),
+};
+static const fld_table INFINITY_RERANK = FLD_TABLE(INFINITY_RERANK_ROWS, NULL, NULL);
+
+/* Cohere's and vLLM's /v1/rerank: top_n 0 is all (vLLM's default), the
+ * documents are returned unless asked not to be. */
+static const fld_row V1_RERANK_ROWS[] = {
+    EMBED_MODEL_ROW(AT(model)),
+    {"query", FLD_ANY, FLD_NULL, AT(query), .param = NULL},
+    {"documents", FLD_ANY, FLD_NULL, AT(documents), .param = NULL},
+    {"top_n", FLD_INT, 0, AT(top_n), .min = 0, .max = INT64_MAX, .range = FLD_RANGE_AT_LEAST},
+    BOOL_ROW("return_documents", ret, true),
+    UNUSED_ROW("max_chunks_per_doc"),
+    UNUSED_ROW("rank_fields"),
+    {"truncate", FLD_BOOL, FLD_PRESET, AT(truncate), .param = NULL},
+    UNUSED_ROW("user"),
+};
+static const fld_table V1_RERANK = FLD_TABLE(V1_RERANK_ROWS, NULL, NULL);
+
+/* TEI's /predict. */
+static const fld_row PREDICT_ROWS[] = {
+    {"inputs", FLD_ANY, FLD_NULL, AT(inputs), .param = NULL},
+    BOOL_ROW("raw_scores", raw, false),
+    {"truncate", FLD_BOOL, FLD_PRESET, AT(truncate), .param = NULL},
+    EMBED_TRUNCATION_ROW(AT(direction)),
+};
+static const fld_table PREDICT = FLD_TABLE(PREDICT_ROWS, NULL, NULL);
+
+/* Infinity's /classify. */
+static const fld_row CLASSIFY_ROWS[] = {
+    {"input", FLD_ANY, FLD_NULL, AT(inputs), .param = "input"},
+    EMBED_MODEL_ROW(AT(model)),
+    BOOL_ROW("raw_scores", raw, false),
+};
+static const fld_table CLASSIFY = FLD_TABLE(CLASSIFY_ROWS, NULL, NULL);
+
+/* vLLM's priority: 0, the only one there is without priority scheduling. */
+static int priority_check(const void *ctx, const json_t *v, refusal *r) {
+    (void)ctx;
+    if (json_is_integer(v) && json_integer_value(v) == 0)
+        return SRV_OK;
+    return refuse(r, SRV_EBADREQUEST,
+                  "priority must be 0: this service schedules in arrival order, as vLLM does "
+                  "without priority scheduling");
+}
+
+/* vLLM's /score. Its activation flag goes by three names (vllm_activation);
+ * the multi-modal processor's options have nothing to apply to. */
+static const fld_row VLLM_SCORE_ROWS[] = {
+    EMBED_MODEL_ROW(AT(model)),
+    {"text_1", FLD_ANY, 0, AT(text_1), .param = "text_1"},
+    {"text_2", FLD_ANY, 0, AT(text_2), .param = "text_2"},
+    {"truncate_prompt_tokens", FLD_ANY, 0, AT(truncate_prompt_tokens),
+     .param = "truncate_prompt_tokens"},
+    {"priority", FLD_ANY, 0, AT(unused), .param = "priority", .check = priority_check},
+    UNUSED_ROW("softmax"),
+    UNUSED_ROW("activation"),
+    UNUSED_ROW("use_activation"),
+    {"mm_processor_kwargs", FLD_OBJECT, 0, AT(unused), .param = "mm_processor_kwargs"},
+    UNUSED_ROW("user"),
+};
+static const fld_table VLLM_SCORE = FLD_TABLE(VLLM_SCORE_ROWS, NULL, NULL);
 
 static score_job *decode_tei_rerank(const score_api *s, json_t *root, refusal *r) {
-    if (unknown_fields(root, TEI_RERANK_KEYS, r) != SRV_OK)
+    score_req q = {.truncate = s->eapi->truncate};
+    if (fld_decode(&TEI_RERANK, root, &q, s->eapi, r) != SRV_OK)
         return NULL;
-    json_t *texts = json_object_get(root, "texts");
-    if (json_is_array(texts) && json_array_size(texts) == 0) {
-        refuse(r, SRV_EEMPTY, "`texts` cannot be empty");
-        return NULL;
-    }
-    bool raw, ret, trunc, left;
-    if (want_bool(json_object_get(root, "raw_scores"), "raw_scores", false, &raw, r) ||
-        want_bool(json_object_get(root, "return_text"), "return_text", false, &ret, r) ||
-        truncation(s, json_object_get(root, "truncate"),
-                   json_object_get(root, "truncation_direction"), &trunc, &left, r))
-        return NULL;
+    json_t *texts = q.documents;
+    const bool raw = q.raw, ret = q.ret, trunc = q.truncate;
+    const bool left = q.direction == EMBED_TRUNCATE_LEFT;
     int32_t n = 0;
-    score_input *in = rerank_inputs(json_object_get(root, "query"), texts, "texts", false, &n, r);
+    score_input *in = rerank_inputs(q.query, texts, "texts", false, &n, r);
     if (!in)
         return NULL;
     /* The body first, then the model, as TEI checks them. */
@@ -532,20 +564,14 @@ static score_job *decode_tei_rerank(const score_api *s, json_t *root, refusal *r
 static score_job *decode_rerank_cohere(const score_api *s, json_t *root, score_shape shape,
                                        refusal *r) {
     const bool v1 = shape == SHAPE_V1_RERANK;
-    if (unknown_fields(root, v1 ? V1_RERANK_KEYS : INFINITY_RERANK_KEYS, r) != SRV_OK)
+    score_req q = {.truncate = s->eapi->truncate};
+    if (fld_decode(v1 ? &V1_RERANK : &INFINITY_RERANK, root, &q, s->eapi, r) != SRV_OK)
         return NULL;
-    bool raw = false, ret = false, trunc = s->eapi->truncate;
-    int32_t top_n = 0;
-    json_t *documents = json_object_get(root, "documents");
-    if (embed_check_model(s->eapi, json_object_get(root, "model"), r) ||
-        (!v1 && want_bool(json_object_get(root, "raw_scores"), "raw_scores", false, &raw, r)) ||
-        want_bool(json_object_get(root, "return_documents"), "return_documents", v1, &ret, r) ||
-        (v1 && want_bool(json_object_get(root, "truncate"), "truncate", trunc, &trunc, r)) ||
-        want_top_n(json_object_get(root, "top_n"), v1 ? 0 : 1, &top_n, r))
-        return NULL;
+    const bool raw = q.raw, ret = q.ret, trunc = q.truncate;
+    const int32_t top_n = q.top_n > INT32_MAX ? INT32_MAX : (int32_t)q.top_n;
+    json_t *documents = q.documents;
     int32_t n = 0;
-    score_input *in =
-        rerank_inputs(json_object_get(root, "query"), documents, "documents", v1, &n, r);
+    score_input *in = rerank_inputs(q.query, documents, "documents", v1, &n, r);
     if (!in)
         return NULL;
     if (not_reranker(s, r)) {
@@ -626,18 +652,14 @@ static score_input *predict_inputs(json_t *inputs, int32_t *n, bool *batch, refu
     return in;
 }
 
-static const char *const PREDICT_KEYS[] = {"inputs", "raw_scores", "truncate",
-                                           "truncation_direction", NULL};
-
 static score_job *decode_predict(const score_api *s, json_t *root, refusal *r) {
-    bool raw, trunc, left, batch;
-    if (unknown_fields(root, PREDICT_KEYS, r) != SRV_OK ||
-        want_bool(json_object_get(root, "raw_scores"), "raw_scores", false, &raw, r) ||
-        truncation(s, json_object_get(root, "truncate"),
-                   json_object_get(root, "truncation_direction"), &trunc, &left, r))
+    score_req q = {.truncate = s->eapi->truncate};
+    if (fld_decode(&PREDICT, root, &q, s->eapi, r) != SRV_OK)
         return NULL;
+    const bool raw = q.raw, trunc = q.truncate, left = q.direction == EMBED_TRUNCATE_LEFT;
+    bool batch;
     int32_t n = 0;
-    score_input *in = predict_inputs(json_object_get(root, "inputs"), &n, &batch, r);
+    score_input *in = predict_inputs(q.inputs, &n, &batch, r);
     if (!in)
         return NULL;
     if (not_classifier(s, r)) {
@@ -653,15 +675,12 @@ static score_job *decode_predict(const score_api *s, json_t *root, refusal *r) {
     return j;
 }
 
-static const char *const CLASSIFY_KEYS[] = {"input", "model", "raw_scores", NULL};
-
 static score_job *decode_classify(const score_api *s, json_t *root, refusal *r) {
-    bool raw;
-    json_t *input = json_object_get(root, "input");
-    if (unknown_fields(root, CLASSIFY_KEYS, r) != SRV_OK ||
-        embed_check_model(s->eapi, json_object_get(root, "model"), r) ||
-        want_bool(json_object_get(root, "raw_scores"), "raw_scores", false, &raw, r))
+    score_req q;
+    if (fld_decode(&CLASSIFY, root, &q, s->eapi, r) != SRV_OK)
         return NULL;
+    const bool raw = q.raw;
+    json_t *input = q.inputs;
     if (!json_is_array(input) || json_array_size(input) == 0 ||
         json_array_size(input) > INT32_MAX) {
         r->param = "input";
@@ -799,41 +818,20 @@ static int vllm_truncation(const score_api *s, json_t *v, bool *trunc, int32_t *
     return SRV_OK;
 }
 
-static const char *const VLLM_SCORE_KEYS[] = {
-    "model",   "text_1",     "text_2",         "truncate_prompt_tokens", "priority",
-    "softmax", "activation", "use_activation", "mm_processor_kwargs",    "user",
-    NULL};
-
 /* vLLM's /score: text_1 and text_2 paired 1:1, 1:N or N:N, each pair
  * scored by the served cross-encoder, answered in input order. */
 static score_job *decode_vllm_score(const score_api *s, json_t *root, refusal *r) {
-    if (unknown_fields(root, VLLM_SCORE_KEYS, r) != SRV_OK)
+    score_req q;
+    if (fld_decode(&VLLM_SCORE, root, &q, s->eapi, r) != SRV_OK)
         return NULL;
-    json_t *t1 = json_object_get(root, "text_1"), *t2 = json_object_get(root, "text_2");
-    json_t *priority = json_object_get(root, "priority");
-    json_t *mm = json_object_get(root, "mm_processor_kwargs");
+    json_t *t1 = q.text_1, *t2 = q.text_2;
     size_t n1 = 0, n2 = 0;
     bool raw, trunc;
     int32_t limit;
-    if (embed_check_model(s->eapi, json_object_get(root, "model"), r) ||
-        vllm_texts(t1, "text_1", &n1, r) || vllm_texts(t2, "text_2", &n2, r) ||
+    if (vllm_texts(t1, "text_1", &n1, r) || vllm_texts(t2, "text_2", &n2, r) ||
         vllm_activation(root, &raw, r) ||
-        vllm_truncation(s, json_object_get(root, "truncate_prompt_tokens"), &trunc, &limit, r))
+        vllm_truncation(s, q.truncate_prompt_tokens, &trunc, &limit, r))
         return NULL;
-    if (priority && !json_is_null(priority) &&
-        (!json_is_integer(priority) || json_integer_value(priority) != 0)) {
-        r->param = "priority";
-        refuse(r, SRV_EBADREQUEST,
-               "priority must be 0: this service schedules in arrival order, as vLLM does "
-               "without priority scheduling");
-        return NULL;
-    }
-    /* The multi-modal processor's options: nothing to apply them to. */
-    if (mm && !json_is_null(mm) && !json_is_object(mm)) {
-        r->param = "mm_processor_kwargs";
-        refuse(r, SRV_EBADREQUEST, "mm_processor_kwargs must be an object");
-        return NULL;
-    }
     if (n1 > 1 && n1 != n2) {
         refuse(r, SRV_EBADREQUEST,
                "text_1 has %zu texts and text_2 %zu: the lengths must be 1:1, 1:N or N:N", n1, n2);
