@@ -25,6 +25,7 @@
 #include "model/bert.h"
 #include "model/encoder.h"
 #include "model/tokenizer.h"
+#include "server/app.h"
 #include "server/attention_api.h"
 #include "server/backend_selftest.h"
 #include "server/batch.h"
@@ -37,6 +38,7 @@
 #include "server/http.h"
 #include "server/log.h"
 #include "server/membudget.h"
+#include "server/memmodel.h"
 #include "server/metrics.h"
 #include "server/openapi.h"
 #include "server/routes.h"
@@ -49,91 +51,10 @@
 #define ATTNSERVE_VERSION "0.1.0"
 #endif
 
-/* ---- worst-case memory -------------------------------------------------------------
- *
- * What connections hold whatever they send, beyond the request-memory
- * budget (membudget.h), which holds everything that grows with a request:
- * per connection HTTP_CONNECTION_BYTES (http.h: libmicrohttpd's pool and
- * connection struct, our request state and one error answer), for
- * max_connections + 1 (one evicted connection may still be closing as its
- * replacement opens), and once per server the /metrics answers that are
- * never charged to the budget while sent (HTTP_UNCHARGED_BYTES).
- * Socket buffers are the kernel's, not the process's. */
-#define CONNECTION_BYTES HTTP_CONNECTION_BYTES
-
 /* Every model's kinds and metrics slot must have room: a change to one
  * bound that forgets the others fails here, not at start. */
 static_assert(BATCH_MAX_KINDS >= 1 + 2 * CONFIG_MAX_MODELS, "an attention kind, two per model");
 static_assert(METRICS_MAX_MODELS >= CONFIG_MAX_MODELS, "a metrics slot per model");
-
-/* One served model: its directory, tokenizer, engine (which owns the
- * weights), embeddings service and the API modules' state for it. Every
- * model has its own; the compute pool, the scheduler (each model is a
- * scheduler group, so a batch is one forward of one model), the HTTP server and the
- * attention backend in force are the process's. */
-typedef struct served_model {
-    char *name;              /* what `model` names it by */
-    char *path;              /* its directory */
-    char *aliases;           /* comma-separated other names */
-    bool truncate;           /* the default of truncation */
-    int64_t max_seq_setting; /* max_seq_length as configured; 0: the model's */
-    char *engine_setting;    /* engine and precision as configured */
-    char *precision_setting;
-    tok_tokenizer *tok;
-    encoder_desc *mdesc; /* the model directory's description, read before the engine loads it */
-    const encoder_info *mcfg; /* encoder_desc_info(mdesc) */
-    srv_engine *engine;       /* the engine (owns the weights) and the backend in force */
-    int32_t max_seq_length;   /* where truncation cuts: the setting, or the model's */
-    embed_service *embed;
-    embed_api eapi;
-    compat_api compat; /* TEI's, Infinity's and llama.cpp's routes */
-    score_api score;   /* rerank and classification routes */
-} served_model;
-
-typedef struct app {
-    pthread_mutex_t cfg_mu; /* /info reads cfg on the I/O thread while SIGHUP swaps it */
-    config cfg;
-    int nthreads;
-    const char *simd;
-    tp_pool *pool;
-    /* The models, in configured order (the `models` setting, else the one
-     * `model`); engine is the first's, whose backend in force is every
-     * model's and /v1/attention's. */
-    served_model m[CONFIG_MAX_MODELS];
-    size_t nm;
-    const char *model_names[CONFIG_MAX_MODELS]; /* m[i].name: the trace's model of group i */
-    embed_api *eapis[CONFIG_MAX_MODELS];        /* each model's, for the modules' peers */
-    compat_api *compats[CONFIG_MAX_MODELS];
-    score_api *scores[CONFIG_MAX_MODELS];
-    srv_engine *engine;
-    attn_service *svc;
-    /* The backend the setting names, resolved for the configured shapes
-     * whatever its self-test said (NULL when it cannot run them); the one
-     * in force differs while a fallback is active. Guarded by cfg_mu. */
-    const attn_backend *configured;
-    batch_runner *runner;
-    sched *sched;
-    http_server *http;
-    attn_api api;
-    routes routes; /* every module's, registered at start */
-    _Atomic bool ready;
-    /* ---- shadow verification, fallback and trace ---- */
-    verifier *verify;
-    tracer *trace;
-    pthread_mutex_t backend_mu; /* one backend decision at a time: reload or verification */
-    char fallback_reason[320];  /* why verification switched ("" if it has not); cfg_mu */
-    /* Backends shadow verification caught giving wrong results: never
-     * selected again by this process, whatever a reload asks (a reload of
-     * any setting re-selects the backend, and must not bring back one known
-     * to be wrong); a restart re-runs the self-test. Written under
-     * backend_mu, read by select_backend, which runs under it after start. */
-    const attn_backend *caught[ATTN_MAX_BACKENDS];
-    size_t ncaught;
-    membudget budget;     /* what requests hold (max_request_memory_bytes) */
-    size_t base_bytes;    /* resident before the model was loaded */
-    size_t code_bytes;    /* executable mappings: code resident at most */
-    size_t threads_bytes; /* every thread's stack, whole */
-} app;
 
 /* ---- operations endpoints ------------------------------------------------------ */
 
@@ -158,202 +79,6 @@ static int handle_metrics(http_request *req, void *ctx) {
     int r = http_reply_text(req, 200, "text/plain; version=0.0.4; charset=utf-8", text, len);
     free(text);
     return r;
-}
-
-static size_t workspace_bytes(const app *a) {
-    size_t total = attn_service_workspace_bytes(a->svc);
-    for (size_t i = 0; i < a->nm; i++) {
-        engine_memory em;
-        engine_memory_of(srv_engine_instance(a->m[i].engine), &em);
-        total += embed_service_workspace_bytes(a->m[i].embed) + em.workspace;
-    }
-    return total;
-}
-
-/* Resident memory now (/proc/self/statm), 0 if unknown. */
-static size_t resident_bytes(void) {
-    FILE *f = fopen("/proc/self/statm", "r");
-    unsigned long long size = 0, resident = 0;
-    if (f && fscanf(f, "%llu %llu", &size, &resident) != 2)
-        resident = 0;
-    if (f)
-        fclose(f);
-    return (size_t)resident * (size_t)sysconf(_SC_PAGESIZE);
-}
-
-/* The size of every executable file mapping (our code, libc, OpenBLAS,
- * libmicrohttpd, ...): what code can ever be resident. */
-static size_t code_bytes(void) {
-    FILE *f = fopen("/proc/self/maps", "r");
-    size_t total = 0;
-    char line[512];
-    while (f && fgets(line, sizeof line, f)) {
-        unsigned long long lo, hi;
-        char perms[8];
-        if (sscanf(line, "%llx-%llx %7s", &lo, &hi, perms) == 3 && perms[2] == 'x')
-            total += (size_t)(hi - lo);
-    }
-    if (f)
-        fclose(f);
-    return total;
-}
-
-/* The threads of the process now (/proc/self/status), 0 if unknown. */
-static size_t process_threads(void) {
-    size_t threads = 0;
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "Threads: %zu", &threads) == 1)
-            break;
-    if (f)
-        fclose(f);
-    return threads;
-}
-
-/* The threads listening adds, on top of those start() leaves running:
- * libmicrohttpd's I/O thread and the connection watch. Everything else
- * (the pool, the scheduler's loop and compute threads, the tokenization
- * thread, the verification checker, the trace writer, and whatever an
- * engine or a plugin's runtime started) exists by then and is counted as
- * it runs, so the memory check can run before the listener opens; main
- * warns, once listening, when more run than were counted. */
-#define LISTEN_THREADS 2
-
-/* Every thread there is once serving times the default stack size:
- * stacks are resident only where touched, so this bounds them. */
-static size_t threads_bytes(size_t threads) {
-    size_t stack = 8u << 20;
-    pthread_attr_t attr;
-    if (pthread_getattr_default_np(&attr) == 0) {
-        pthread_attr_getstacksize(&attr, &stack);
-        pthread_attr_destroy(&attr);
-    }
-    return threads * stack;
-}
-
-/* One model's weights and workspace. */
-static void model_memory(const served_model *sm, json_int_t *owned, json_int_t *mapped,
-                         json_int_t *workspace) {
-    engine_memory em;
-    engine_memory_of(srv_engine_instance(sm->engine), &em);
-    *owned = (json_int_t)em.weights_owned;
-    *mapped = (json_int_t)em.weights_mapped;
-    *workspace = (json_int_t)(embed_service_workspace_bytes(sm->embed) + em.workspace);
-}
-
-/* The most memory the configuration lets the service hold:
- *   weights            the model, owned and mapped (the mapped file counted
- *                      whole: without AVX-512 each forward reads every page
- *                      of it; with it the linear layers read their packed
- *                      copy, owned, and the file's pages of them may stay
- *                      cold, so the figure is an upper bound there)
- *   workspace          allocated once at start for max_batch_tokens
- *   connections        (max_connections + 1) x CONNECTION_BYTES, plus the
- *                      uncharged /metrics answers (HTTP_UNCHARGED_BYTES)
- *   request_memory     max_request_memory_bytes: every byte requests hold
- *                      (bodies, parsed JSON, jobs, responses until sent),
- *                      whatever the queue and the number of connections
- *   threads            every thread's stack, whole
- *   runtime            resident before the model was loaded (libraries'
- *                      data, the allocator, the configuration) plus every
- *                      executable mapping whole (code paged in later)
- * Not counted, each bounded: scratch the I/O thread allocates and frees
- * within one callback, at most one at a time since libmicrohttpd runs one
- * I/O thread (the tokenizer's word buffer, ~2 KiB, and its normalisation
- * run, 24 bytes per code point of the longest run of combining marks in one
- * input; the metrics text, ~20 KiB); OpenBLAS's per-thread buffers
- * (allocated on the first GEMM, no more later); log lines (on the stack, or
- * one line's heap while written); allocator fragmentation. Measured: 1500
- * idle connections with 3 KiB of headers and 4 KiB of a body in cost
- * 12.7 KiB each (4 KiB of it body, charged to the budget) against
- * CONNECTION_BYTES' 23. Several models: each one's weights and workspace
- * are summed (each engine owns its weights and a workspace sized for a
- * whole batch). */
-static json_t *memory_json(const app *a) {
-    const config *c = &a->cfg;
-    json_int_t owned = 0, mapped = 0, model_ws = 0;
-    for (size_t i = 0; i < a->nm; i++) {
-        json_int_t o, m, w;
-        model_memory(&a->m[i], &o, &m, &w);
-        owned += o, mapped += m, model_ws += w;
-    }
-    json_int_t weights = owned + mapped;
-    json_int_t attn_ws = (json_int_t)attn_service_workspace_bytes(a->svc);
-    json_int_t workspace = attn_ws + model_ws;
-    json_int_t conns =
-        ((json_int_t)c->max_connections + 1) * CONNECTION_BYTES + HTTP_UNCHARGED_BYTES;
-    json_int_t requests = (json_int_t)a->budget.limit;
-    json_int_t threads = (json_int_t)a->threads_bytes;
-    json_int_t runtime = (json_int_t)(a->base_bytes + a->code_bytes);
-    /* Issue 7: the verification capture slot and the trace ring, both
-     * allocated at start. */
-    json_int_t verify = (json_int_t)(verify_bytes(a->verify) + trace_bytes(a->trace));
-    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
-                     "weights_bytes", weights, "weights_mapped_bytes", mapped,
-                     "weights_owned_bytes", owned, "workspace_bytes", workspace,
-                     "attention_workspace_bytes", attn_ws, "model_workspace_bytes", model_ws,
-                     "connections_bytes", conns, "connection_bytes", (json_int_t)CONNECTION_BYTES,
-                     "request_memory_bytes", requests, "request_memory_in_use_bytes",
-                     (json_int_t)membudget_used(&a->budget), "threads_bytes", threads,
-                     "runtime_bytes", runtime, "verification_bytes", verify, "worst_case_bytes",
-                     weights + workspace + conns + requests + threads + runtime + verify);
-}
-
-static size_t worst_case_bytes(const app *a) {
-    json_t *m = memory_json(a);
-    size_t worst = (size_t)json_integer_value(json_object_get(m, "worst_case_bytes"));
-    json_decref(m);
-    return worst;
-}
-
-/* The memory the process may use: the setting, else the tightest limit of
- * the process's cgroup and those above it (membudget_cgroup_limit); 0 when
- * there is none. *explicit_ is true for the setting. */
-static uint64_t memory_limit(const config *c, char *from, size_t from_len, bool *explicit_) {
-    *explicit_ = c->memory_limit_bytes > 0;
-    if (*explicit_) {
-        snprintf(from, from_len, "memory_limit_bytes");
-        return (uint64_t)c->memory_limit_bytes;
-    }
-    return membudget_cgroup_limit("/sys/fs/cgroup", "/proc/self/cgroup", from, from_len);
-}
-
-/* A worst case above the memory the process may use would be killed under
- * load, when the budget fills, rather than refused at start. Start refuses
- * it when memory_limit_bytes says so; above a limit it only found in its
- * cgroup it warns and serves, so a deployment sized on an earlier release's
- * figures keeps starting (the limit may also be one the operator knows
- * the load never reaches). Returns 0, or the exit status, with the worst
- * case, the limit and each model's share logged. */
-static int check_memory_limit(const app *a) {
-    char from[2400];
-    bool explicit_;
-    const uint64_t limit = memory_limit(&a->cfg, from, sizeof from, &explicit_);
-    const size_t worst = worst_case_bytes(a);
-    if (!limit || worst <= limit)
-        return 0;
-    const log_level level = explicit_ ? LOG_ERROR : LOG_WARN;
-    if (explicit_)
-        log_error("the worst-case memory is above the memory limit; lower max_batch_tokens, "
-                  "max_connections, max_request_memory_bytes or the models, or raise the limit",
-                  LOG_KV("worst_case_bytes", (uint64_t)worst), LOG_KV("limit_bytes", limit),
-                  LOG_KV("limit_from", from));
-    else
-        log_warn("the worst-case memory is above the cgroup's memory limit: under full load "
-                 "the process can be killed; lower max_batch_tokens, max_connections, "
-                 "max_request_memory_bytes or the models, raise the limit, or set "
-                 "memory_limit_bytes to refuse such a start",
-                 LOG_KV("worst_case_bytes", (uint64_t)worst), LOG_KV("limit_bytes", limit),
-                 LOG_KV("limit_from", from));
-    for (size_t i = 0; i < a->nm; i++) {
-        json_int_t owned, mapped, ws;
-        model_memory(&a->m[i], &owned, &mapped, &ws);
-        LOG_AT_(level, "the worst-case memory's share of a model", LOG_KV("model", a->m[i].name),
-                LOG_KV("weights_bytes", (int64_t)(owned + mapped)),
-                LOG_KV("workspace_bytes", (int64_t)ws));
-    }
-    return explicit_ ? CONFIG_EXIT_INVALID : 0;
 }
 
 static json_t *model_json(const served_model *sm) {
@@ -443,7 +168,7 @@ static json_t *models_json(const app *a) {
     for (size_t i = 0; list && i < a->nm; i++) {
         const served_model *sm = &a->m[i];
         json_int_t owned, mapped, ws;
-        model_memory(sm, &owned, &mapped, &ws);
+        memmodel_model(sm, &owned, &mapped, &ws);
         json_t *one = model_json(sm);
         json_t *extra = json_pack(
             "{s:o, s:s, s:s, s:I, s:I}", "aliases", config_names_json(sm->aliases), "engine",
@@ -486,7 +211,7 @@ static json_t *info_json(app *a) {
         "drain_timeout_s", (json_int_t)c->drain_timeout_s, "max_inputs_per_request",
         (json_int_t)c->max_inputs_per_request, "attention_max_heads", ATTN_API_MAX_HEADS,
         "attention_max_head_dim", ATTN_API_MAX_HEAD_DIM, "attention_row_floats",
-        ATTN_API_ROW_FLOATS, "memory", memory_json(a), "model", model_json(&a->m[0]));
+        ATTN_API_ROW_FLOATS, "memory", memmodel_json(a), "model", model_json(&a->m[0]));
     /* Safety net: the self-test of every backend, whether the
      * backend in force is a fallback for the configured one (after a failed
      * self-test or a verification trip), and verification's state. */
@@ -1061,7 +786,7 @@ static int start(app *a) {
      * libraries hold once loaded is counted in runtime_bytes, offered or
      * not: a refused cuda plugin's cuBLASLt keeps about 100 MB resident. */
     srv_engines_init(c->plugin_dir);
-    a->base_bytes = resident_bytes();
+    a->base_bytes = memmodel_resident_bytes();
 
     int rc = configure_models(a);
     for (size_t i = 0; rc == 0 && i < a->nm; i++)
@@ -1122,7 +847,7 @@ static int start(app *a) {
     }
     if ((rc = start_verification(a)) != 0) /**/
         return rc;
-    metrics_set_workspace_bytes(workspace_bytes(a));
+    metrics_set_workspace_bytes(memmodel_workspace_bytes(a));
     metrics_set_backend(backend);
 
     sched_config sc = {
@@ -1351,7 +1076,7 @@ static void stop(app *a) {
 
 static void log_start(app *a) {
     json_t *settings = config_to_json(&a->cfg);
-    json_t *memory = memory_json(a);
+    json_t *memory = memmodel_json(a);
     const attn_backend *b = srv_engine_backend(a->engine);
     log_info("serving", LOG_KV("version", ATTNSERVE_VERSION), LOG_KV("host", a->cfg.host),
              LOG_KV("port", http_port(a->http)), LOG_KV("backend", b->name),
@@ -1413,11 +1138,11 @@ int main(int argc, char **argv) {
     /* Checked before the listener opens, so that a refused start never
      * accepts a request: every mapping exists now, and so does every thread
      * but the listener's. */
-    const size_t threads = process_threads() + LISTEN_THREADS;
+    const size_t threads = memmodel_process_threads() + MEMMODEL_LISTEN_THREADS;
     if (rc == 0) {
-        a.code_bytes = code_bytes();
-        a.threads_bytes = threads_bytes(threads);
-        rc = check_memory_limit(&a);
+        a.code_bytes = memmodel_code_bytes();
+        a.threads_bytes = memmodel_threads_bytes(threads);
+        rc = memmodel_check_limit(&a);
     }
     if (rc == 0)
         rc = listen_http(&a);
@@ -1425,11 +1150,11 @@ int main(int argc, char **argv) {
         stop(&a);
         return rc;
     }
-    const size_t running = process_threads();
+    const size_t running = memmodel_process_threads();
     if (running > threads)
         log_warn("more threads run than the worst-case memory counts",
                  LOG_KV("threads", (uint64_t)running), LOG_KV("counted", (uint64_t)threads));
-    metrics_set_memory(worst_case_bytes(&a), &a.budget);
+    metrics_set_memory(memmodel_worst_case_bytes(&a), &a.budget);
     atomic_store(&a.ready, true);
     metrics_set_ready(1);
     log_start(&a);
