@@ -27,6 +27,7 @@
 #include "model/tokenizer.h"
 #include "server/app.h"
 #include "server/attention_api.h"
+#include "server/backend_choice.h"
 #include "server/backend_selftest.h"
 #include "server/batch.h"
 #include "server/compat_api.h"
@@ -64,173 +65,6 @@ static const char *backend_name(void *ctx) {
 
 /* ---- start-up -------------------------------------------------------------------- */
 
-static attn_shape bounds_of(const config *c) {
-    return attn_service_bounds((int32_t)c->max_batch_tokens, (int32_t)c->max_batch_requests);
-}
-
-/* Model i's attention bounds for the configured batch size. */
-static attn_shape model_bounds_of(const app *a, size_t i, const config *c) {
-    return encoder_attn_shape(a->m[i].mcfg, (int)c->max_batch_tokens);
-}
-
-/* Whether backend can run every model's batches; why says which it
- * refuses. */
-static bool runs_every_model(const app *a, const config *c, const attn_backend *backend, char *why,
-                             size_t why_len) {
-    for (size_t i = 0; i < a->nm; i++) {
-        attn_shape model = model_bounds_of(a, i, c);
-        if (backend->supports(&model, why, why_len) != ATTN_OK)
-            return false;
-    }
-    return true;
-}
-
-/* Resolves a backend name for the attention endpoint's bounds and every
- * model's: the backend in force runs every batch, whichever model's. */
-static int resolve_backend(const app *a, const config *c, const char *name,
-                           const attn_backend **out, char *why, size_t why_len) {
-    attn_shape bounds = bounds_of(c);
-    if (attn_backend_select(name, &bounds, out, why, why_len) != ATTN_OK)
-        return -1;
-    return runs_every_model(a, c, *out, why, why_len) ? 0 : -1;
-}
-
-/* Switches every model's engine to backend in one step between batches:
- * all of them or, on an error, none. */
-static int set_backend(app *a, const attn_backend *backend) {
-    srv_engine *engines[CONFIG_MAX_MODELS];
-    for (size_t i = 0; i < a->nm; i++)
-        engines[i] = a->m[i].engine;
-    return srv_engine_set_backend(engines, a->nm, a->sched, backend);
-}
-
-/* A backend that can run the configured shapes and passed its start-up
- * self-test on this machine: the only kind the service uses. */
-static int select_backend(const app *a, const config *c, const char *name, const attn_backend **out,
-                          char *why, size_t why_len) {
-    if (resolve_backend(a, c, name, out, why, why_len) != 0)
-        return -1;
-    for (size_t i = 0; i < a->ncaught; i++)
-        if (a->caught[i] == *out) {
-            snprintf(why, why_len,
-                     "backend '%s' was caught by shadow verification giving wrong results; "
-                     "restart the service to self-test it again",
-                     (*out)->name);
-            return -1;
-        }
-    if (backend_passed_selftest(*out))
-        return 0;
-    const attn_selftest_result *r = attn_selftest_kept(*out);
-    snprintf(why, why_len, "backend '%s' failed its start-up self-test: %s", (*out)->name,
-             r ? r->reason : "not self-tested");
-    return -1;
-}
-
-/* The configured backend as resolved, whatever its self-test said. */
-static const attn_backend *configured_backend(const app *a, const config *c) {
-    const attn_backend *b = NULL;
-    char why[256];
-    return resolve_backend(a, c, c->backend, &b, why, sizeof why) == 0 ? b : NULL;
-}
-
-/* The configured backend, or else the first of fallback_backends that
- * accepts the bounds and passed its self-test; NULL when none does. */
-static const attn_backend *choose_backend(const app *a) {
-    const config *c = &a->cfg;
-    const attn_backend *b = NULL;
-    char why[512];
-    if (select_backend(a, c, c->backend, &b, why, sizeof why) == 0)
-        return b;
-    log_warn("configured backend refused", LOG_KV("backend", c->backend), LOG_KV("reason", why));
-    char list[256];
-    snprintf(list, sizeof list, "%s", c->fallback_backends ? c->fallback_backends : "");
-    char *save = NULL;
-    for (char *name = strtok_r(list, ",", &save); name; name = strtok_r(NULL, ",", &save)) {
-        if (select_backend(a, c, name, &b, why, sizeof why) == 0) {
-            log_warn("using fallback backend", LOG_KV("backend", name));
-            return b;
-        }
-        log_warn("fallback backend refused", LOG_KV("backend", name), LOG_KV("reason", why));
-    }
-    return NULL;
-}
-
-/* ---- shadow verification: switching to a fallback --------------------- */
-
-/* The first of c's fallback_backends that can run the configured shapes,
- * passed its self-test on this machine and is not `failing`; NULL if none. */
-static const attn_backend *next_fallback(const app *a, const config *c,
-                                         const attn_backend *failing) {
-    char list[256], why[256];
-    snprintf(list, sizeof list, "%s", c->fallback_backends ? c->fallback_backends : "");
-    char *save = NULL;
-    for (char *name = strtok_r(list, ",", &save); name; name = strtok_r(NULL, ",", &save)) {
-        const attn_backend *b = NULL;
-        if (select_backend(a, c, name, &b, why, sizeof why) == 0 && b != failing &&
-            backend_passed_selftest(b))
-            return b;
-    }
-    return NULL;
-}
-
-/* The verifier's trip callback (checker thread): mismatches reached the
- * threshold within the window. Switches between batches (sched_call), so no
- * request is dropped or computed half by one backend and half by another;
- * the caught backend is never selected again by this process (see app.caught). */
-static bool on_verify_trip(const verify_evidence *ev, void *ctx) {
-    app *a = ctx;
-    const attn_check *c = &ev->check;
-    pthread_mutex_lock(&a->backend_mu);
-    const attn_backend *cur = srv_engine_backend(a->engine);
-    if (ev->backend != cur) {
-        log_warn("shadow verification: mismatches from a backend no longer in force; no switch",
-                 LOG_KV("backend", ev->backend->name), LOG_KV("in_force", cur->name));
-        pthread_mutex_unlock(&a->backend_mu);
-        return false;
-    }
-    pthread_mutex_lock(&a->cfg_mu);
-    const attn_backend *to = next_fallback(a, &a->cfg, cur);
-    const int64_t window_s = a->cfg.verify_window_s;
-    pthread_mutex_unlock(&a->cfg_mu);
-    if (!to) {
-        log_error("shadow verification: backend gives wrong results and no fallback backend is "
-                  "usable; keeping it",
-                  LOG_KV("backend", cur->name), LOG_KV("layer", ev->layer),
-                  LOG_KV("max_error_ratio", c->max_ratio));
-        pthread_mutex_unlock(&a->backend_mu);
-        return false;
-    }
-    int rc = set_backend(a, to);
-    if (rc != SCHED_OK) {
-        log_error("shadow verification: cannot switch backend",
-                  LOG_KV("error", sched_strerror(rc)));
-        pthread_mutex_unlock(&a->backend_mu);
-        return false;
-    }
-    metrics_set_backend(to);
-    if (a->ncaught < ATTN_MAX_BACKENDS)
-        a->caught[a->ncaught++] = cur;
-    metrics_set_fallback_active(1);
-    pthread_mutex_lock(&a->cfg_mu);
-    snprintf(a->fallback_reason, sizeof a->fallback_reason,
-             "shadow verification: %s (%s) exceeded the error bound %d times within %lld s "
-             "(layer %d, token %d, head %d, dim %d: got %.6g, want %.6g, bound %.3g)",
-             cur->name, cur->simd_path(), ev->mismatches_in_window, (long long)window_s, ev->layer,
-             c->bad_token, c->bad_head, c->bad_dim, (double)c->bad_got, c->bad_want, c->bad_bound);
-    pthread_mutex_unlock(&a->cfg_mu);
-    log_error("SHADOW VERIFICATION FAILED: backend gives wrong results; switched to the fallback "
-              "for the life of this process (a restart self-tests it again)",
-              LOG_KV("backend", cur->name), LOG_KV("simd", cur->simd_path()),
-              LOG_KV("to", to->name), LOG_KV("layer", ev->layer), LOG_KV("batch", ev->batch_id),
-              LOG_KV("seq", c->bad_seq), LOG_KV("token", c->bad_token), LOG_KV("head", c->bad_head),
-              LOG_KV("dim", c->bad_dim), LOG_KV("got", c->bad_got), LOG_KV("want", c->bad_want),
-              LOG_KV("error", fabs((double)c->bad_got - c->bad_want)),
-              LOG_KV("bound", c->bad_bound), LOG_KV("max_error_ratio", c->max_ratio),
-              LOG_KV("mismatches", ev->mismatches_in_window), LOG_KV("window_s", window_s));
-    pthread_mutex_unlock(&a->backend_mu);
-    return true;
-}
-
 /* The verifier and the trace, sized for the largest attention call the
  * service can run: the model's per-layer problem or the /v1/attention
  * bounds, whichever is larger. */
@@ -256,7 +90,7 @@ static int start_verification(app *a) {
         .mismatch_threshold = (int32_t)c->verify_mismatch_threshold,
         .window_s = c->verify_window_s,
         .seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32),
-        .trip = on_verify_trip,
+        .trip = backend_choice_on_verify_trip,
         .trip_ctx = a,
     };
     char err[256];
@@ -417,16 +251,6 @@ static int configure_models(app *a) {
         return 1;
     }
     return 0;
-}
-
-/* The built-in backends that can run every model's batches: the ones a
- * reload may select, so each model workspace holds scratch for each. */
-static size_t model_backends(const app *a, const attn_backend **out, size_t cap) {
-    size_t n = 0;
-    for (const attn_backend *const *b = attn_backends(); *b && n < cap; b++)
-        if (runs_every_model(a, &a->cfg, *b, NULL, 0))
-            out[n++] = *b;
-    return n;
 }
 
 /* Model sm's engine (its weights), embeddings service and API state. */
@@ -590,29 +414,28 @@ static int start(app *a) {
     }
     tp_set_spin_us(a->pool, (unsigned)c->pool_spin_us);
     /* Every backend that could serve is self-tested on this machine before
-     * /ready turns 200; one that fails is never used (choose_backend and
-     * reload_backend go through select_backend). */
+     * /ready turns 200; one that fails is never used (backend_choice.h). */
     const encoder_info *infos[CONFIG_MAX_MODELS];
     for (size_t i = 0; i < a->nm; i++)
         infos[i] = a->m[i].mcfg;
     attn_selftest_spec specs[CONFIG_MAX_MODELS];
     const size_t nspecs = backend_selftest_specs(infos, a->nm, specs);
-    attn_shape shapes[1 + CONFIG_MAX_MODELS] = {bounds_of(c)};
+    attn_shape shapes[1 + CONFIG_MAX_MODELS] = {backend_choice_bounds(c)};
     for (size_t i = 0; i < a->nm; i++)
-        shapes[1 + i] = model_bounds_of(a, i, c);
+        shapes[1 + i] = backend_choice_model_bounds(a, i, c);
     const attn_parallel par = tp_parallel(a->pool);
     if (backend_selftest_start(specs, nspecs, shapes, 1 + a->nm, &par) != 0)
         return 1;
-    const attn_backend *backend = choose_backend(a);
+    const attn_backend *backend = backend_choice_choose(a);
     if (!backend) {
         log_error("no attention backend can run the configured shapes and passed its self-test",
                   LOG_KV("backend", c->backend), LOG_KV("fallback_backends", c->fallback_backends));
         return CONFIG_EXIT_INVALID;
     }
-    a->configured = configured_backend(a, c);
+    a->configured = backend_choice_configured(a, c);
     metrics_set_fallback_active(backend != a->configured);
     const attn_backend *usable[16];
-    size_t nusable = model_backends(a, usable, sizeof usable / sizeof usable[0]);
+    size_t nusable = backend_choice_usable(a, usable, sizeof usable / sizeof usable[0]);
     if (!(a->runner = batch_runner_create((int32_t)c->max_batch_requests))) {
         log_error("out of memory");
         return 1;
@@ -695,57 +518,6 @@ static void on_change(void *ctx, const char *name, const char *old_value, const 
                  LOG_KV("running", old_value), LOG_KV("requested", new_value));
 }
 
-/* A backend change takes effect between batches; a backend that refuses the
- * configured shapes, failed its start-up self-test or was caught by shadow
- * verification is refused and the one in force kept. */
-static void reload_backend_locked(app *a, const config *next) {
-    const attn_backend *cur = srv_engine_backend(a->engine), *want = NULL;
-    char why[512];
-    const attn_backend *configured = configured_backend(a, next);
-    pthread_mutex_lock(&a->cfg_mu);
-    a->configured = configured;
-    pthread_mutex_unlock(&a->cfg_mu);
-    if (select_backend(a, next, next->backend, &want, why, sizeof why) != 0) {
-        log_warn("backend refused on reload; keeping the one in force",
-                 LOG_KV("requested", next->backend), LOG_KV("kept", cur->name),
-                 LOG_KV("reason", why));
-    } else if (want != cur) {
-        int rc = set_backend(a, want);
-        if (rc != SCHED_OK) {
-            log_error("cannot switch backend", LOG_KV("error", sched_strerror(rc)));
-        } else {
-            metrics_set_backend(want);
-            log_info("backend switched", LOG_KV("from", cur->name), LOG_KV("to", want->name),
-                     LOG_KV("simd", want->simd_path()));
-        }
-    }
-    metrics_set_fallback_active(srv_engine_backend(a->engine) != configured);
-}
-
-/* Issue 7 §2: backend decisions are serialised with verification's switch
- * (backend_mu). reload_backend_locked sets the fallback gauge: whether the
- * backend in force is the configured one. A reload that changes the backend
- * in force re-arms verification, so the new backend starts with an empty
- * mismatch window; one that changes nothing else keeps the window, so
- * frequent SIGHUPs cannot keep a bad backend from tripping. */
-static void reload_backend(app *a, const config *next) {
-    pthread_mutex_lock(&a->backend_mu);
-    const attn_backend *before = srv_engine_backend(a->engine);
-    reload_backend_locked(a, next);
-    const attn_backend *now = srv_engine_backend(a->engine);
-    if (now != before)
-        verify_rearm(a->verify);
-    verify_set_rate(a->verify, next->verify_sample_rate);
-    verify_set_policy(a->verify, (int32_t)next->verify_mismatch_threshold, next->verify_window_s);
-    trace_set_path(a->trace, next->trace_file);
-    if (now == a->configured) { /* a->configured is written on this thread only */
-        pthread_mutex_lock(&a->cfg_mu);
-        a->fallback_reason[0] = '\0';
-        pthread_mutex_unlock(&a->cfg_mu);
-    }
-    pthread_mutex_unlock(&a->backend_mu);
-}
-
 static void reload(app *a) {
     config next;
     char err[512];
@@ -757,7 +529,7 @@ static void reload(app *a) {
     if (log_configure(next.log_level, next.log_format) != 0)
         log_warn("log settings refused", LOG_KV("level", next.log_level),
                  LOG_KV("format", next.log_format));
-    reload_backend(a, &next);
+    backend_choice_reload(a, &next);
     sched_limits lim = limits_of(&next);
     if (sched_set_limits(a->sched, &lim) != SCHED_OK)
         log_warn("batch limits refused; keeping the ones in force");
