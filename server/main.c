@@ -1,13 +1,11 @@
-/* main.c — attnserve: configuration, model, compute pool, backend,
- * scheduler and HTTP wired together, the operations endpoints, and the
- * lifecycle.
+/* main.c — attnserve: configuration, models, compute pool, backend,
+ * scheduler and HTTP wired together, and the lifecycle (start, serve,
+ * reload, drain, stop).
  *
  * Signals are blocked in every thread and taken synchronously by the main
  * thread with sigwaitinfo, so reload and drain run as ordinary code rather
  * than in signal handlers. */
-#include <assert.h>
 #include <errno.h>
-#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -19,23 +17,16 @@
 #include <unistd.h>
 
 #include "kernels/attention.h"
-#include "kernels/selftest.h"
 #include "kernels/simd.h"
 #include "kernels/threadpool.h"
-#include "model/bert.h"
-#include "model/encoder.h"
-#include "model/tokenizer.h"
 #include "server/app.h"
 #include "server/attention_api.h"
 #include "server/backend_choice.h"
 #include "server/backend_selftest.h"
 #include "server/batch.h"
-#include "server/compat_api.h"
 #include "server/config.h"
-#include "server/embed_api.h"
 #include "server/embed_offload.h"
 #include "server/engine.h"
-#include "server/errors.h"
 #include "server/http.h"
 #include "server/info.h"
 #include "server/log.h"
@@ -44,22 +35,17 @@
 #include "server/metrics.h"
 #include "server/models.h"
 #include "server/openapi.h"
-#include "server/routes.h"
+#include "server/reload.h"
 #include "server/scheduler.h"
-#include "server/score_api.h"
 #include "server/trace.h"
 #include "server/verify.h"
 
-#ifndef ATTNSERVE_VERSION
-#define ATTNSERVE_VERSION "0.1.0"
-#endif
+/* ---- start-up -------------------------------------------------------------------- */
 
 static const char *backend_name(void *ctx) {
     const app *a = ctx;
     return srv_engine_backend(a->engine)->name;
 }
-
-/* ---- start-up -------------------------------------------------------------------- */
 
 /* The verifier and the trace, sized for the largest attention call the
  * service can run: the model's per-layer problem or the /v1/attention
@@ -107,13 +93,6 @@ static void on_batch(const sched_batch *b, int run_status, void *ctx) {
     (void)ctx;
     metrics_batch(b);
     metrics_model_batch((int)b->group, b); /* the group is the model's index */
-}
-
-static sched_limits limits_of(const config *c) {
-    return (sched_limits){.max_batch_tokens = (int32_t)c->max_batch_tokens,
-                          .max_batch_requests = (int32_t)c->max_batch_requests,
-                          .max_wait_us = (uint32_t)c->max_wait_us,
-                          .max_queue = (uint32_t)c->max_queue};
 }
 
 static int start(app *a) {
@@ -202,8 +181,10 @@ static int start(app *a) {
     metrics_set_workspace_bytes(memmodel_workspace_bytes(a));
     metrics_set_backend(backend);
 
-    sched_config sc = {
-        .limits = limits_of(c), .run_batch = batch_run, .run_ctx = a->runner, .on_batch = on_batch};
+    sched_config sc = {.limits = reload_sched_limits(c),
+                       .run_batch = batch_run,
+                       .run_ctx = a->runner,
+                       .on_batch = on_batch};
     rc = sched_create(&a->sched, &sc);
     if (rc != SCHED_OK) {
         log_error("cannot start the scheduler", LOG_KV("error", sched_strerror(rc)));
@@ -241,54 +222,6 @@ static int listen_http(app *a) {
     }
     http_set_metrics_require_key(a->http, c->metrics_require_key);
     return 0;
-}
-
-/* ---- reload (SIGHUP) ---------------------------------------------------------------- */
-
-static void on_change(void *ctx, const char *name, const char *old_value, const char *new_value,
-                      bool applied) {
-    (void)ctx;
-    if (applied)
-        log_info("setting changed", LOG_KV("name", name), LOG_KV("from", old_value),
-                 LOG_KV("to", new_value));
-    else
-        log_warn("setting needs a restart; keeping the running value", LOG_KV("name", name),
-                 LOG_KV("running", old_value), LOG_KV("requested", new_value));
-}
-
-static void reload(app *a) {
-    config next;
-    char err[512];
-    log_info("reloading configuration");
-    if (config_reload(&a->cfg, &next, on_change, a, err, sizeof err) != 0) {
-        log_error("reload refused; configuration unchanged", LOG_KV("error", err));
-        return;
-    }
-    if (log_configure(next.log_level, next.log_format) != 0)
-        log_warn("log settings refused", LOG_KV("level", next.log_level),
-                 LOG_KV("format", next.log_format));
-    backend_choice_reload(a, &next);
-    sched_limits lim = limits_of(&next);
-    if (sched_set_limits(a->sched, &lim) != SCHED_OK)
-        log_warn("batch limits refused; keeping the ones in force");
-    atomic_store(&a->api.request_timeout_ms, next.request_timeout_ms);
-    for (size_t i = 0; i < a->nm; i++) {
-        embed_api *e = &a->m[i].eapi;
-        atomic_store(&e->request_timeout_ms, next.request_timeout_ms);
-        atomic_store(&e->max_inputs_per_request, next.max_inputs_per_request);
-        atomic_store(&e->max_document_tokens, next.max_document_tokens);
-    }
-    embed_offload_set_threshold((size_t)next.tokenize_offload_bytes);
-    if (http_set_api_keys(a->http, next.api_keys, next.n_api_keys) != 0)
-        log_error("out of memory copying API keys; keeping the old ones");
-    http_set_metrics_require_key(a->http, next.metrics_require_key);
-
-    pthread_mutex_lock(&a->cfg_mu);
-    config old = a->cfg;
-    a->cfg = next;
-    pthread_mutex_unlock(&a->cfg_mu);
-    config_free(&old);
-    log_info("configuration reloaded", LOG_KV("backend", srv_engine_backend(a->engine)->name));
 }
 
 /* ---- drain (SIGTERM, SIGINT) -------------------------------------------------------- */
@@ -454,7 +387,7 @@ int main(int argc, char **argv) {
         if (sig < 0 && errno == EINTR)
             continue;
         if (sig == SIGHUP) {
-            reload(&a);
+            reload_settings(&a);
             continue;
         }
         if (drain(&a, sig) != 0) {
