@@ -1,7 +1,8 @@
 /* config.h — every setting of attnserve, where it comes from, and reloading.
  *
  * One table in config.c (name, type, default, bounds or allowed values, help,
- * reloadable) drives loading, validation, --help, --print-config and reload.
+ * and for a reloadable setting the function that applies it) drives loading,
+ * validation, --help, --print-config and reload.
  * Precedence, lowest first:
  *   built-in defaults < config file (JSON) < environment ATTNSERVE_<NAME> < flags
  * Flags are --name=value or --name value ('-' may stand for '_' in names).
@@ -170,6 +171,19 @@ typedef void (*config_change_fn)(void *ctx, const char *name, const char *old_va
  * the caller swaps and frees. on_change may be NULL. */
 int config_reload(const config *cur, config *next, config_change_fn on_change, void *ctx, char *err,
                   size_t err_len);
+
+/* Applies a new value of reloadable settings to the running service
+ * (service: what the table's functions expect, the app) taking the whole of
+ * next, which holds every setting. */
+typedef void (*config_apply_fn)(void *service, const config *next);
+
+/* SIGHUP, after config_reload succeeded and before the caller swaps next in:
+ * runs the apply function of every reloadable setting, each function once
+ * however many settings name it, whether or not their values changed (a
+ * reload re-reads the key file and reopens the trace file whatever the
+ * settings say). The logging settings' comes first, so what applying the
+ * others logs is at the new level and in the new format; then table order. */
+void config_apply(const config *next, void *service);
 
 /* The settings as a JSON object in table order (a new reference; NULL only
  * when out of memory). Never contains API keys. */

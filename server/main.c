@@ -1,13 +1,11 @@
-/* main.c — attnserve: configuration, model, compute pool, backend,
- * scheduler and HTTP wired together, the operations endpoints, and the
- * lifecycle.
+/* main.c — attnserve: configuration, models, compute pool, backend,
+ * scheduler and HTTP wired together, and the lifecycle (start, serve,
+ * reload, drain, stop).
  *
  * Signals are blocked in every thread and taken synchronously by the main
  * thread with sigwaitinfo, so reload and drain run as ordinary code rather
  * than in signal handlers. */
-#include <assert.h>
 #include <errno.h>
-#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -19,702 +17,34 @@
 #include <unistd.h>
 
 #include "kernels/attention.h"
-#include "kernels/selftest.h"
 #include "kernels/simd.h"
 #include "kernels/threadpool.h"
-#include "model/bert.h"
-#include "model/encoder.h"
-#include "model/tokenizer.h"
+#include "server/app.h"
 #include "server/attention_api.h"
+#include "server/backend_choice.h"
 #include "server/backend_selftest.h"
 #include "server/batch.h"
-#include "server/compat_api.h"
 #include "server/config.h"
-#include "server/embed_api.h"
 #include "server/engine.h"
-#include "server/errors.h"
 #include "server/http.h"
+#include "server/info.h"
 #include "server/log.h"
 #include "server/membudget.h"
+#include "server/memmodel.h"
 #include "server/metrics.h"
+#include "server/models.h"
 #include "server/openapi.h"
-#include "server/routes.h"
+#include "server/reload.h"
 #include "server/scheduler.h"
-#include "server/score_api.h"
 #include "server/trace.h"
 #include "server/verify.h"
 #include "server/workpool.h"
 
-#ifndef ATTNSERVE_VERSION
-#define ATTNSERVE_VERSION "0.1.0"
-#endif
-
-/* ---- worst-case memory -------------------------------------------------------------
- *
- * What connections hold whatever they send, beyond the request-memory
- * budget (membudget.h), which holds everything that grows with a request:
- * per connection HTTP_CONNECTION_BYTES (http.h: libmicrohttpd's pool and
- * connection struct, our request state and one error answer), for
- * max_connections + 1 (one evicted connection may still be closing as its
- * replacement opens), and once per server the /metrics answers that are
- * never charged to the budget while sent (HTTP_UNCHARGED_BYTES).
- * Socket buffers are the kernel's, not the process's. */
-#define CONNECTION_BYTES HTTP_CONNECTION_BYTES
-
-/* Every model's kinds and metrics slot must have room: a change to one
- * bound that forgets the others fails here, not at start. */
-static_assert(BATCH_MAX_KINDS >= 1 + 2 * CONFIG_MAX_MODELS, "an attention kind, two per model");
-static_assert(METRICS_MAX_MODELS >= CONFIG_MAX_MODELS, "a metrics slot per model");
-
-/* One served model: its directory, tokenizer, engine (which owns the
- * weights), embeddings service and the API modules' state for it. Every
- * model has its own; the compute pool, the scheduler (each model is a
- * scheduler group, so a batch is one forward of one model), the HTTP server and the
- * attention backend in force are the process's. */
-typedef struct served_model {
-    char *name;              /* what `model` names it by */
-    char *path;              /* its directory */
-    char *aliases;           /* comma-separated other names */
-    bool truncate;           /* the default of truncation */
-    int64_t max_seq_setting; /* max_seq_length as configured; 0: the model's */
-    char *engine_setting;    /* engine and precision as configured */
-    char *precision_setting;
-    tok_tokenizer *tok;
-    encoder_desc *mdesc; /* the model directory's description, read before the engine loads it */
-    const encoder_info *mcfg; /* encoder_desc_info(mdesc) */
-    srv_engine *engine;       /* the engine (owns the weights) and the backend in force */
-    int32_t max_seq_length;   /* where truncation cuts: the setting, or the model's */
-    embed_service *embed;
-    embed_api eapi;
-    compat_api compat; /* TEI's, Infinity's and llama.cpp's routes */
-    score_api score;   /* rerank and classification routes */
-} served_model;
-
-typedef struct app {
-    pthread_mutex_t cfg_mu; /* /info reads cfg on the I/O thread while SIGHUP swaps it */
-    config cfg;
-    int nthreads;
-    const char *simd;
-    tp_pool *pool;
-    /* The models, in configured order (the `models` setting, else the one
-     * `model`); engine is the first's, whose backend in force is every
-     * model's and /v1/attention's. */
-    served_model m[CONFIG_MAX_MODELS];
-    size_t nm;
-    const char *model_names[CONFIG_MAX_MODELS]; /* m[i].name: the trace's model of group i */
-    embed_api *eapis[CONFIG_MAX_MODELS];        /* each model's, for the modules' peers */
-    compat_api *compats[CONFIG_MAX_MODELS];
-    score_api *scores[CONFIG_MAX_MODELS];
-    srv_engine *engine;
-    attn_service *svc;
-    /* The backend the setting names, resolved for the configured shapes
-     * whatever its self-test said (NULL when it cannot run them); the one
-     * in force differs while a fallback is active. Guarded by cfg_mu. */
-    const attn_backend *configured;
-    batch_runner *runner;
-    sched *sched;
-    http_server *http;
-    attn_api api;
-    routes routes; /* every module's, registered at start */
-    _Atomic bool ready;
-    /* ---- shadow verification, fallback and trace ---- */
-    verifier *verify;
-    tracer *trace;
-    pthread_mutex_t backend_mu; /* one backend decision at a time: reload or verification */
-    char fallback_reason[320];  /* why verification switched ("" if it has not); cfg_mu */
-    /* Backends shadow verification caught giving wrong results: never
-     * selected again by this process, whatever a reload asks (a reload of
-     * any setting re-selects the backend, and must not bring back one known
-     * to be wrong); a restart re-runs the self-test. Written under
-     * backend_mu, read by select_backend, which runs under it after start. */
-    const attn_backend *caught[ATTN_MAX_BACKENDS];
-    size_t ncaught;
-    membudget budget;     /* what requests hold (max_request_memory_bytes) */
-    size_t base_bytes;    /* resident before the model was loaded */
-    size_t code_bytes;    /* executable mappings: code resident at most */
-    size_t threads_bytes; /* every thread's stack, whole */
-} app;
-
-/* ---- operations endpoints ------------------------------------------------------ */
-
-static int handle_health(http_request *req, void *ctx) {
-    (void)ctx;
-    return http_reply_json(req, 200, json_pack("{s:s}", "status", "ok"));
-}
-
-static int handle_ready(http_request *req, void *ctx) {
-    app *a = ctx;
-    if (!atomic_load(&a->ready))
-        return http_reply_error(req, SRV_EUNAVAILABLE, "not ready: starting or draining");
-    return http_reply_json(req, 200, json_pack("{s:s}", "status", "ready"));
-}
-
-static int handle_metrics(http_request *req, void *ctx) {
-    (void)ctx;
-    size_t len = 0;
-    char *text = metrics_render(&len);
-    if (!text)
-        return http_reply_error(req, SRV_EINTERNAL, "out of memory rendering metrics");
-    int r = http_reply_text(req, 200, "text/plain; version=0.0.4; charset=utf-8", text, len);
-    free(text);
-    return r;
-}
-
-static size_t workspace_bytes(const app *a) {
-    size_t total = attn_service_workspace_bytes(a->svc);
-    for (size_t i = 0; i < a->nm; i++) {
-        engine_memory em;
-        engine_memory_of(srv_engine_instance(a->m[i].engine), &em);
-        total += embed_service_workspace_bytes(a->m[i].embed) + em.workspace;
-    }
-    return total;
-}
-
-/* Resident memory now (/proc/self/statm), 0 if unknown. */
-static size_t resident_bytes(void) {
-    FILE *f = fopen("/proc/self/statm", "r");
-    unsigned long long size = 0, resident = 0;
-    if (f && fscanf(f, "%llu %llu", &size, &resident) != 2)
-        resident = 0;
-    if (f)
-        fclose(f);
-    return (size_t)resident * (size_t)sysconf(_SC_PAGESIZE);
-}
-
-/* The size of every executable file mapping (our code, libc, OpenBLAS,
- * libmicrohttpd, ...): what code can ever be resident. */
-static size_t code_bytes(void) {
-    FILE *f = fopen("/proc/self/maps", "r");
-    size_t total = 0;
-    char line[512];
-    while (f && fgets(line, sizeof line, f)) {
-        unsigned long long lo, hi;
-        char perms[8];
-        if (sscanf(line, "%llx-%llx %7s", &lo, &hi, perms) == 3 && perms[2] == 'x')
-            total += (size_t)(hi - lo);
-    }
-    if (f)
-        fclose(f);
-    return total;
-}
-
-/* The threads of the process now (/proc/self/status), 0 if unknown. */
-static size_t process_threads(void) {
-    size_t threads = 0;
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "Threads: %zu", &threads) == 1)
-            break;
-    if (f)
-        fclose(f);
-    return threads;
-}
-
-/* The threads listening adds, on top of those start() leaves running:
- * libmicrohttpd's I/O thread, the connection watch and the codec workers.
- * Everything else (the pool, the scheduler's loop and compute threads, the
- * verification checker, the trace writer, and whatever an engine or a
- * plugin's runtime started) exists by then and is counted as it runs, so
- * the memory check can run before the listener opens; main warns, once
- * listening, when more run than were counted. */
-static size_t listen_threads(const config *c) {
-    return 2 + workpool_default_size(c->codec_workers);
-}
-
-/* Every thread there is once serving times the default stack size:
- * stacks are resident only where touched, so this bounds them. */
-static size_t threads_bytes(size_t threads) {
-    size_t stack = 8u << 20;
-    pthread_attr_t attr;
-    if (pthread_getattr_default_np(&attr) == 0) {
-        pthread_attr_getstacksize(&attr, &stack);
-        pthread_attr_destroy(&attr);
-    }
-    return threads * stack;
-}
-
-/* One model's weights and workspace. */
-static void model_memory(const served_model *sm, json_int_t *owned, json_int_t *mapped,
-                         json_int_t *workspace) {
-    engine_memory em;
-    engine_memory_of(srv_engine_instance(sm->engine), &em);
-    *owned = (json_int_t)em.weights_owned;
-    *mapped = (json_int_t)em.weights_mapped;
-    *workspace = (json_int_t)(embed_service_workspace_bytes(sm->embed) + em.workspace);
-}
-
-/* The most memory the configuration lets the service hold:
- *   weights            the model, owned and mapped (the mapped file counted
- *                      whole: without AVX-512 each forward reads every page
- *                      of it; with it the linear layers read their packed
- *                      copy, owned, and the file's pages of them may stay
- *                      cold, so the figure is an upper bound there)
- *   workspace          allocated once at start for max_batch_tokens
- *   connections        (max_connections + 1) x CONNECTION_BYTES, plus the
- *                      uncharged /metrics answers (HTTP_UNCHARGED_BYTES)
- *   request_memory     max_request_memory_bytes: every byte requests hold
- *                      (bodies, parsed JSON, jobs, responses until sent),
- *                      whatever the queue and the number of connections
- *   threads            every thread's stack, whole
- *   runtime            resident before the model was loaded (libraries'
- *                      data, the allocator, the configuration) plus every
- *                      executable mapping whole (code paged in later)
- * Not counted, each bounded: scratch a codec worker allocates and frees
- * while it decodes, at most one at a time per worker (the tokenizer's word
- * buffer, ~2 KiB, and its normalisation run, 24 bytes per code point of
- * the longest run of combining marks in one input), and the metrics text
- * (~20 KiB) the one I/O thread builds; OpenBLAS's per-thread buffers
- * (allocated on the first GEMM, no more later); log lines (on the stack, or
- * one line's heap while written); allocator fragmentation. Measured: 1500
- * idle connections with 3 KiB of headers and 4 KiB of a body in cost
- * 12.7 KiB each (4 KiB of it body, charged to the budget) against
- * CONNECTION_BYTES' 23. Several models: each one's weights and workspace
- * are summed (each engine owns its weights and a workspace sized for a
- * whole batch). */
-static json_t *memory_json(const app *a) {
-    const config *c = &a->cfg;
-    json_int_t owned = 0, mapped = 0, model_ws = 0;
-    for (size_t i = 0; i < a->nm; i++) {
-        json_int_t o, m, w;
-        model_memory(&a->m[i], &o, &m, &w);
-        owned += o, mapped += m, model_ws += w;
-    }
-    json_int_t weights = owned + mapped;
-    json_int_t attn_ws = (json_int_t)attn_service_workspace_bytes(a->svc);
-    json_int_t workspace = attn_ws + model_ws;
-    json_int_t conns =
-        ((json_int_t)c->max_connections + 1) * CONNECTION_BYTES + HTTP_UNCHARGED_BYTES;
-    json_int_t requests = (json_int_t)a->budget.limit;
-    json_int_t threads = (json_int_t)a->threads_bytes;
-    json_int_t runtime = (json_int_t)(a->base_bytes + a->code_bytes);
-    /* Issue 7: the verification capture slot and the trace ring, both
-     * allocated at start. */
-    json_int_t verify = (json_int_t)(verify_bytes(a->verify) + trace_bytes(a->trace));
-    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
-                     "weights_bytes", weights, "weights_mapped_bytes", mapped,
-                     "weights_owned_bytes", owned, "workspace_bytes", workspace,
-                     "attention_workspace_bytes", attn_ws, "model_workspace_bytes", model_ws,
-                     "connections_bytes", conns, "connection_bytes", (json_int_t)CONNECTION_BYTES,
-                     "request_memory_bytes", requests, "request_memory_in_use_bytes",
-                     (json_int_t)membudget_used(&a->budget), "threads_bytes", threads,
-                     "runtime_bytes", runtime, "verification_bytes", verify, "worst_case_bytes",
-                     weights + workspace + conns + requests + threads + runtime + verify);
-}
-
-static size_t worst_case_bytes(const app *a) {
-    json_t *m = memory_json(a);
-    size_t worst = (size_t)json_integer_value(json_object_get(m, "worst_case_bytes"));
-    json_decref(m);
-    return worst;
-}
-
-/* The memory the process may use: the setting, else the tightest limit of
- * the process's cgroup and those above it (membudget_cgroup_limit); 0 when
- * there is none. *explicit_ is true for the setting. */
-static uint64_t memory_limit(const config *c, char *from, size_t from_len, bool *explicit_) {
-    *explicit_ = c->memory_limit_bytes > 0;
-    if (*explicit_) {
-        snprintf(from, from_len, "memory_limit_bytes");
-        return (uint64_t)c->memory_limit_bytes;
-    }
-    return membudget_cgroup_limit("/sys/fs/cgroup", "/proc/self/cgroup", from, from_len);
-}
-
-/* A worst case above the memory the process may use would be killed under
- * load, when the budget fills, rather than refused at start. Start refuses
- * it when memory_limit_bytes says so; above a limit it only found in its
- * cgroup it warns and serves, so a deployment sized on an earlier release's
- * figures keeps starting (the limit may also be one the operator knows
- * the load never reaches). Returns 0, or the exit status, with the worst
- * case, the limit and each model's share logged. */
-static int check_memory_limit(const app *a) {
-    char from[2400];
-    bool explicit_;
-    const uint64_t limit = memory_limit(&a->cfg, from, sizeof from, &explicit_);
-    const size_t worst = worst_case_bytes(a);
-    if (!limit || worst <= limit)
-        return 0;
-    const log_level level = explicit_ ? LOG_ERROR : LOG_WARN;
-    if (explicit_)
-        log_error("the worst-case memory is above the memory limit; lower max_batch_tokens, "
-                  "max_connections, max_request_memory_bytes or the models, or raise the limit",
-                  LOG_KV("worst_case_bytes", (uint64_t)worst), LOG_KV("limit_bytes", limit),
-                  LOG_KV("limit_from", from));
-    else
-        log_warn("the worst-case memory is above the cgroup's memory limit: under full load "
-                 "the process can be killed; lower max_batch_tokens, max_connections, "
-                 "max_request_memory_bytes or the models, raise the limit, or set "
-                 "memory_limit_bytes to refuse such a start",
-                 LOG_KV("worst_case_bytes", (uint64_t)worst), LOG_KV("limit_bytes", limit),
-                 LOG_KV("limit_from", from));
-    for (size_t i = 0; i < a->nm; i++) {
-        json_int_t owned, mapped, ws;
-        model_memory(&a->m[i], &owned, &mapped, &ws);
-        LOG_AT_(level, "the worst-case memory's share of a model", LOG_KV("model", a->m[i].name),
-                LOG_KV("weights_bytes", (int64_t)(owned + mapped)),
-                LOG_KV("workspace_bytes", (int64_t)ws));
-    }
-    return explicit_ ? CONFIG_EXIT_INVALID : 0;
-}
-
-static json_t *model_json(const served_model *sm) {
-    const encoder_info *m = engine_model(srv_engine_instance(sm->engine));
-    /* max_length: what the position embeddings allow (token-id inputs may
-     * be that long); max_seq_length: where text inputs are truncated, and
-     * max_seq_length_model the model's own (sentence_bert_config.json).
-     * task, architecture, output_dim and labels: what the model answers. */
-    json_t *labels = json_array();
-    for (int32_t i = 0; labels && i < m->num_labels; i++)
-        json_array_append_new(labels, json_string(m->labels[i]));
-    return json_pack("{s:s, s:s, s:b, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:s, s:b, s:b, s:s, "
-                     "s:s, s:s, s:i, s:i, s:o, s:s, s:b}",
-                     "name", sm->name, "path", sm->path, "loaded", 1, "hidden_size", m->hidden_size,
-                     "layers", m->num_layers, "heads", m->num_heads, "intermediate_size",
-                     m->intermediate_size, "vocab_size", m->vocab_size, "max_length",
-                     m->max_positions, "max_seq_length", sm->max_seq_length, "max_seq_length_model",
-                     m->max_seq_length, "pooling", m->pooling, "normalize", m->normalize,
-                     "truncate", sm->truncate, "task",
-                     m->task == ENCODER_TASK_CLASSIFY ? "classify" : "embed", "model_type",
-                     m->model_type, "architecture", m->architecture, "output_dim", m->output_dim,
-                     "dense_modules", m->dense_modules, "labels", labels, "problem_type",
-                     m->problem_type, "token_types", m->token_types);
-}
-
-/* Text Embeddings Inference's /info fields, beside ours, so TEI's clients
- * read what they expect: requests are tokenized on the codec workers,
- * the model computes in float32, a request takes max_inputs_per_request
- * inputs; model_dtype names the precision the engine computes in. */
-static int tei_info(const app *a, json_t *info) {
-    const config *c = &a->cfg;
-    const served_model *sm = &a->m[0];
-    const encoder_info *m = engine_model(srv_engine_instance(sm->engine));
-    const char *prec = srv_engine_precision(sm->engine);
-    const char *dtype = !strcmp(prec, "bf16")   ? "bfloat16"
-                        : !strcmp(prec, "int8") ? "int8"
-                                                : "float32";
-    /* TEI's model_type: {"embedding": {"pooling"}}, or for a classifier
-     * {"classifier" | "reranker": {"id2label", "label2id"}}, a reranker being
-     * a classifier with one label, as TEI decides. */
-    json_t *kind = NULL;
-    if (m->task == ENCODER_TASK_CLASSIFY) {
-        json_t *id2label = json_object(), *label2id = json_object();
-        for (int32_t i = 0; id2label && label2id && i < m->num_labels; i++) {
-            char key[16];
-            snprintf(key, sizeof key, "%d", (int)i);
-            json_object_set_new(id2label, key, json_string(m->labels[i]));
-            json_object_set_new(label2id, m->labels[i], json_integer(i));
-        }
-        kind = json_pack("{s:{s:o, s:o}}", m->num_labels == 1 ? "reranker" : "classifier",
-                         "id2label", id2label, "label2id", label2id);
-    } else
-        kind = json_pack("{s:{s:s}}", "embedding", "pooling", m->pooling);
-    json_t *tei = json_pack(
-        "{s:s, s:s, s:n, s:s, s:o, s:I, s:i, s:I, s:I, s:I, s:b, s:i, s:n, s:n}", "model_id",
-        sm->name, "served_model_name", sm->name, "model_sha", "model_dtype", dtype, "model_type",
-        kind, "max_concurrent_requests", (json_int_t)c->max_queue, "max_input_length",
-        sm->max_seq_length, "max_batch_tokens", (json_int_t)c->max_batch_tokens,
-        "max_batch_requests", (json_int_t)c->max_batch_requests, "max_client_batch_size",
-        (json_int_t)c->max_inputs_per_request, "auto_truncate", sm->truncate,
-        "tokenization_workers", (int)workpool_default_size(c->codec_workers), "sha",
-        "docker_label");
-    int rc = tei ? json_object_update_missing(info, tei) : -1;
-    json_decref(tei);
-    return rc;
-}
-
-/* Issue 7 §2: the verification settings and whether it has switched. */
-static json_t *verification_json(const app *a) {
-    const config *c = &a->cfg;
-    uint64_t checked = 0, mismatched = 0, skipped = 0;
-    if (a->verify)
-        verify_counts(a->verify, &checked, &mismatched, &skipped);
-    return json_pack(
-        "{s:f, s:I, s:I, s:I, s:b, s:s, s:I, s:I, s:I, s:s}", "sample_rate", c->verify_sample_rate,
-        "mismatch_threshold", (json_int_t)c->verify_mismatch_threshold, "window_s",
-        (json_int_t)c->verify_window_s, "max_rows", (json_int_t)c->verify_max_rows, "tripped",
-        a->verify && verify_tripped(a->verify), "fallback_reason", a->fallback_reason, "checked",
-        (json_int_t)checked, "mismatches", (json_int_t)mismatched, "skipped", (json_int_t)skipped,
-        "trace_file", c->trace_file);
-}
-
-/* /info's "models": every served model as "model" describes the first,
- * with its aliases, engine, precision and share of the memory. */
-static json_t *models_json(const app *a) {
-    json_t *list = json_array();
-    for (size_t i = 0; list && i < a->nm; i++) {
-        const served_model *sm = &a->m[i];
-        json_int_t owned, mapped, ws;
-        model_memory(sm, &owned, &mapped, &ws);
-        json_t *one = model_json(sm);
-        json_t *extra = json_pack(
-            "{s:o, s:s, s:s, s:I, s:I}", "aliases", config_names_json(sm->aliases), "engine",
-            srv_engine_name(sm->engine), "precision", srv_engine_precision(sm->engine),
-            "weights_bytes", owned + mapped, "workspace_bytes", ws);
-        int rc = one && extra ? json_object_update_missing(one, extra) : -1;
-        json_decref(extra);
-        if (rc != 0)
-            json_decref(one);
-        if (rc != 0 || json_array_append_new(list, one) != 0) {
-            json_decref(list);
-            list = NULL;
-        }
-    }
-    return list;
-}
-
-static json_t *info_json(app *a) {
-    pthread_mutex_lock(&a->cfg_mu);
-    const config *c = &a->cfg;
-    const attn_backend *b = srv_engine_backend(a->engine);
-    json_t *backends = json_array();
-    for (const attn_backend *const *it = attn_backends(); backends && *it; it++)
-        if (json_array_append_new(backends, json_string((*it)->name)) != 0) {
-            json_decref(backends); /* a part missing: no document (h-http2) */
-            backends = NULL;
-        }
-    /* `o`, not `o*`: a part that could not be made (the budget refused it)
-     * fails the whole document rather than silently leaving it out. */
-    json_t *info = json_pack(
-        "{s:s, s:s, s:s, s:o, s:s, s:s, s:i, s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, "
-        "s:i, s:i, s:i}, s:o, s:o}",
-        "version", ATTNSERVE_VERSION, "backend", b->name, "backend_setting", c->backend, "backends",
-        backends, "simd", b->simd_path(), "cpu_simd", a->simd, "threads", a->nthreads, "limits",
-        "max_batch_tokens", (json_int_t)c->max_batch_tokens, "max_batch_requests",
-        (json_int_t)c->max_batch_requests, "max_wait_us", (json_int_t)c->max_wait_us, "max_queue",
-        (json_int_t)c->max_queue, "request_timeout_ms", (json_int_t)c->request_timeout_ms,
-        "max_body_bytes", (json_int_t)c->max_body_bytes, "max_connections",
-        (json_int_t)c->max_connections, "connection_timeout_s", (json_int_t)c->connection_timeout_s,
-        "drain_timeout_s", (json_int_t)c->drain_timeout_s, "max_inputs_per_request",
-        (json_int_t)c->max_inputs_per_request, "attention_max_heads", ATTN_API_MAX_HEADS,
-        "attention_max_head_dim", ATTN_API_MAX_HEAD_DIM, "attention_row_floats",
-        ATTN_API_ROW_FLOATS, "memory", memory_json(a), "model", model_json(&a->m[0]));
-    /* Safety net: the self-test of every backend, whether the
-     * backend in force is a fallback for the configured one (after a failed
-     * self-test or a verification trip), and verification's state. */
-    if (info &&
-        (json_object_set_new(info, "backend_configured",
-                             a->configured ? json_string(a->configured->name) : json_null()) ||
-         json_object_set_new(info, "fallback_active", json_boolean(b != a->configured)) ||
-         json_object_set_new(info, "selftest", backend_selftest_json()) ||
-         json_object_set_new(info, "engine",
-                             srv_engine_info(a->engine, a->m[0].engine_setting,
-                                             a->m[0].precision_setting, c->plugin_dir)) ||
-         json_object_set_new(info, "verification", verification_json(a)) ||
-         json_object_set_new(info, "models", models_json(a)) ||
-         /* Chunking's bound beside the other request limits. */
-         json_object_set_new(json_object_get(info, "limits"), "max_document_tokens",
-                             json_integer((json_int_t)c->max_document_tokens)) ||
-         tei_info(a, info))) {
-        json_decref(info);
-        info = NULL;
-    }
-    pthread_mutex_unlock(&a->cfg_mu);
-    return info;
-}
-
-static int handle_info(http_request *req, void *ctx) {
-    json_t *info = info_json(ctx);
-    /* h-http2: a refusal by the request-memory budget is its 503 (or 413),
-     * not a 500, and never a 200 with parts missing. */
-    if (membudget_refused()) {
-        json_decref(info);
-        return http_reply_error(req, membudget_error(), "%s", membudget_message());
-    }
-    if (!info)
-        return http_reply_error(req, SRV_EINTERNAL, "out of memory");
-    return http_reply_json(req, 200, info);
-}
+/* ---- start-up -------------------------------------------------------------------- */
 
 static const char *backend_name(void *ctx) {
     const app *a = ctx;
     return srv_engine_backend(a->engine)->name;
-}
-
-/* The operations routes: health, readiness, /info and /metrics. */
-static int register_ops(app *a) {
-    const http_route ops[] = {
-        {"GET", "/health", false, HTTP_AUTH_OPEN, handle_health, NULL, a, HTTP_ERRORS_OPENAI},
-        {"GET", "/ready", false, HTTP_AUTH_OPEN, handle_ready, NULL, a, HTTP_ERRORS_OPENAI},
-        {"GET", "/info", false, HTTP_AUTH_KEY, handle_info, NULL, a, HTTP_ERRORS_OPENAI},
-        {"GET", "/metrics", false, HTTP_AUTH_METRICS, handle_metrics, NULL, a, HTTP_ERRORS_OPENAI},
-        /* TEI's health routes: / (its Inference API) and /ping (SageMaker's). */
-        {"GET", "/", false, HTTP_AUTH_OPEN, handle_ready, NULL, a, HTTP_ERRORS_TEI},
-        {"GET", "/ping", false, HTTP_AUTH_OPEN, handle_ready, NULL, a, HTTP_ERRORS_TEI},
-    };
-    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
-        if (routes_add(&a->routes, ops[i]) != 0)
-            return -1;
-    return 0;
-}
-
-/* ---- start-up -------------------------------------------------------------------- */
-
-static attn_shape bounds_of(const config *c) {
-    return attn_service_bounds((int32_t)c->max_batch_tokens, (int32_t)c->max_batch_requests);
-}
-
-/* Model i's attention bounds for the configured batch size. */
-static attn_shape model_bounds_of(const app *a, size_t i, const config *c) {
-    return encoder_attn_shape(a->m[i].mcfg, (int)c->max_batch_tokens);
-}
-
-/* Whether backend can run every model's batches; why says which it
- * refuses. */
-static bool runs_every_model(const app *a, const config *c, const attn_backend *backend, char *why,
-                             size_t why_len) {
-    for (size_t i = 0; i < a->nm; i++) {
-        attn_shape model = model_bounds_of(a, i, c);
-        if (backend->supports(&model, why, why_len) != ATTN_OK)
-            return false;
-    }
-    return true;
-}
-
-/* Resolves a backend name for the attention endpoint's bounds and every
- * model's: the backend in force runs every batch, whichever model's. */
-static int resolve_backend(const app *a, const config *c, const char *name,
-                           const attn_backend **out, char *why, size_t why_len) {
-    attn_shape bounds = bounds_of(c);
-    if (attn_backend_select(name, &bounds, out, why, why_len) != ATTN_OK)
-        return -1;
-    return runs_every_model(a, c, *out, why, why_len) ? 0 : -1;
-}
-
-/* Switches every model's engine to backend in one step between batches:
- * all of them or, on an error, none. */
-static int set_backend(app *a, const attn_backend *backend) {
-    srv_engine *engines[CONFIG_MAX_MODELS];
-    for (size_t i = 0; i < a->nm; i++)
-        engines[i] = a->m[i].engine;
-    return srv_engine_set_backend(engines, a->nm, a->sched, backend);
-}
-
-/* A backend that can run the configured shapes and passed its start-up
- * self-test on this machine: the only kind the service uses. */
-static int select_backend(const app *a, const config *c, const char *name, const attn_backend **out,
-                          char *why, size_t why_len) {
-    if (resolve_backend(a, c, name, out, why, why_len) != 0)
-        return -1;
-    for (size_t i = 0; i < a->ncaught; i++)
-        if (a->caught[i] == *out) {
-            snprintf(why, why_len,
-                     "backend '%s' was caught by shadow verification giving wrong results; "
-                     "restart the service to self-test it again",
-                     (*out)->name);
-            return -1;
-        }
-    if (backend_passed_selftest(*out))
-        return 0;
-    const attn_selftest_result *r = attn_selftest_kept(*out);
-    snprintf(why, why_len, "backend '%s' failed its start-up self-test: %s", (*out)->name,
-             r ? r->reason : "not self-tested");
-    return -1;
-}
-
-/* The configured backend as resolved, whatever its self-test said. */
-static const attn_backend *configured_backend(const app *a, const config *c) {
-    const attn_backend *b = NULL;
-    char why[256];
-    return resolve_backend(a, c, c->backend, &b, why, sizeof why) == 0 ? b : NULL;
-}
-
-/* The configured backend, or else the first of fallback_backends that
- * accepts the bounds and passed its self-test; NULL when none does. */
-static const attn_backend *choose_backend(const app *a) {
-    const config *c = &a->cfg;
-    const attn_backend *b = NULL;
-    char why[512];
-    if (select_backend(a, c, c->backend, &b, why, sizeof why) == 0)
-        return b;
-    log_warn("configured backend refused", LOG_KV("backend", c->backend), LOG_KV("reason", why));
-    char list[256];
-    snprintf(list, sizeof list, "%s", c->fallback_backends ? c->fallback_backends : "");
-    char *save = NULL;
-    for (char *name = strtok_r(list, ",", &save); name; name = strtok_r(NULL, ",", &save)) {
-        if (select_backend(a, c, name, &b, why, sizeof why) == 0) {
-            log_warn("using fallback backend", LOG_KV("backend", name));
-            return b;
-        }
-        log_warn("fallback backend refused", LOG_KV("backend", name), LOG_KV("reason", why));
-    }
-    return NULL;
-}
-
-/* ---- shadow verification: switching to a fallback --------------------- */
-
-/* The first of c's fallback_backends that can run the configured shapes,
- * passed its self-test on this machine and is not `failing`; NULL if none. */
-static const attn_backend *next_fallback(const app *a, const config *c,
-                                         const attn_backend *failing) {
-    char list[256], why[256];
-    snprintf(list, sizeof list, "%s", c->fallback_backends ? c->fallback_backends : "");
-    char *save = NULL;
-    for (char *name = strtok_r(list, ",", &save); name; name = strtok_r(NULL, ",", &save)) {
-        const attn_backend *b = NULL;
-        if (select_backend(a, c, name, &b, why, sizeof why) == 0 && b != failing &&
-            backend_passed_selftest(b))
-            return b;
-    }
-    return NULL;
-}
-
-/* The verifier's trip callback (checker thread): mismatches reached the
- * threshold within the window. Switches between batches (sched_call), so no
- * request is dropped or computed half by one backend and half by another;
- * the caught backend is never selected again by this process (see app.caught). */
-static bool on_verify_trip(const verify_evidence *ev, void *ctx) {
-    app *a = ctx;
-    const attn_check *c = &ev->check;
-    pthread_mutex_lock(&a->backend_mu);
-    const attn_backend *cur = srv_engine_backend(a->engine);
-    if (ev->backend != cur) {
-        log_warn("shadow verification: mismatches from a backend no longer in force; no switch",
-                 LOG_KV("backend", ev->backend->name), LOG_KV("in_force", cur->name));
-        pthread_mutex_unlock(&a->backend_mu);
-        return false;
-    }
-    pthread_mutex_lock(&a->cfg_mu);
-    const attn_backend *to = next_fallback(a, &a->cfg, cur);
-    const int64_t window_s = a->cfg.verify_window_s;
-    pthread_mutex_unlock(&a->cfg_mu);
-    if (!to) {
-        log_error("shadow verification: backend gives wrong results and no fallback backend is "
-                  "usable; keeping it",
-                  LOG_KV("backend", cur->name), LOG_KV("layer", ev->layer),
-                  LOG_KV("max_error_ratio", c->max_ratio));
-        pthread_mutex_unlock(&a->backend_mu);
-        return false;
-    }
-    int rc = set_backend(a, to);
-    if (rc != SCHED_OK) {
-        log_error("shadow verification: cannot switch backend",
-                  LOG_KV("error", sched_strerror(rc)));
-        pthread_mutex_unlock(&a->backend_mu);
-        return false;
-    }
-    metrics_set_backend(to);
-    if (a->ncaught < ATTN_MAX_BACKENDS)
-        a->caught[a->ncaught++] = cur;
-    metrics_set_fallback_active(1);
-    pthread_mutex_lock(&a->cfg_mu);
-    snprintf(a->fallback_reason, sizeof a->fallback_reason,
-             "shadow verification: %s (%s) exceeded the error bound %d times within %lld s "
-             "(layer %d, token %d, head %d, dim %d: got %.6g, want %.6g, bound %.3g)",
-             cur->name, cur->simd_path(), ev->mismatches_in_window, (long long)window_s, ev->layer,
-             c->bad_token, c->bad_head, c->bad_dim, (double)c->bad_got, c->bad_want, c->bad_bound);
-    pthread_mutex_unlock(&a->cfg_mu);
-    log_error("SHADOW VERIFICATION FAILED: backend gives wrong results; switched to the fallback "
-              "for the life of this process (a restart self-tests it again)",
-              LOG_KV("backend", cur->name), LOG_KV("simd", cur->simd_path()),
-              LOG_KV("to", to->name), LOG_KV("layer", ev->layer), LOG_KV("batch", ev->batch_id),
-              LOG_KV("seq", c->bad_seq), LOG_KV("token", c->bad_token), LOG_KV("head", c->bad_head),
-              LOG_KV("dim", c->bad_dim), LOG_KV("got", c->bad_got), LOG_KV("want", c->bad_want),
-              LOG_KV("error", fabs((double)c->bad_got - c->bad_want)),
-              LOG_KV("bound", c->bad_bound), LOG_KV("max_error_ratio", c->max_ratio),
-              LOG_KV("mismatches", ev->mismatches_in_window), LOG_KV("window_s", window_s));
-    pthread_mutex_unlock(&a->backend_mu);
-    return true;
 }
 
 /* The verifier and the trace, sized for the largest attention call the
@@ -742,7 +72,7 @@ static int start_verification(app *a) {
         .mismatch_threshold = (int32_t)c->verify_mismatch_threshold,
         .window_s = c->verify_window_s,
         .seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32),
-        .trip = on_verify_trip,
+        .trip = backend_choice_on_verify_trip,
         .trip_ctx = a,
     };
     char err[256];
@@ -763,281 +93,6 @@ static void on_batch(const sched_batch *b, int run_status, void *ctx) {
     (void)ctx;
     metrics_batch(b);
     metrics_model_batch((int)b->group, b); /* the group is the model's index */
-}
-
-static sched_limits limits_of(const config *c) {
-    return (sched_limits){.max_batch_tokens = (int32_t)c->max_batch_tokens,
-                          .max_batch_requests = (int32_t)c->max_batch_requests,
-                          .max_wait_us = (uint32_t)c->max_wait_us,
-                          .max_queue = (uint32_t)c->max_queue};
-}
-
-/* The tokenizer and the model's shapes, and the settings checked against
- * them. What the model directory or the settings get wrong is a start-up
- * error (status 2); only running out of memory is status 1. */
-static int load_model(const config *c, served_model *sm) {
-    char err[512];
-    int rc = tok_load(&sm->tok, sm->path, err, sizeof err);
-    if (rc != TOK_OK) {
-        log_error("cannot load the tokenizer", LOG_KV("model", sm->path), LOG_KV("error", err));
-        return rc == TOK_ENOMEM ? 1 : CONFIG_EXIT_INVALID;
-    }
-    /* The shapes only: the engine loads the weights (start), once the
-     * attention backends its workspace must serve are known from them. */
-    rc = encoder_describe(sm->path, &sm->mdesc, err, sizeof err);
-    if (rc != BERT_OK) {
-        log_error("cannot load the model", LOG_KV("model", sm->path),
-                  LOG_KV("problem", bert_strerror(rc)), LOG_KV("error", err));
-        return rc == BERT_ENOMEM ? 1 : CONFIG_EXIT_INVALID;
-    }
-    /* The weights themselves load later (start_model, after every backend's
-     * self-test); their header is checked now, so a broken file refuses the
-     * start at once instead of after the self-tests. */
-    rc = encoder_check_weights(sm->path, err, sizeof err);
-    if (rc != BERT_OK) {
-        log_error("cannot load the model", LOG_KV("model", sm->path),
-                  LOG_KV("problem", bert_strerror(rc)), LOG_KV("error", err));
-        return CONFIG_EXIT_INVALID;
-    }
-    sm->mcfg = encoder_desc_info(sm->mdesc);
-    const encoder_info *m = sm->mcfg;
-    if (tok_vocab_size(sm->tok) > m->vocab_size) {
-        log_error("the tokenizer's vocabulary is larger than the model's",
-                  LOG_KV("model", sm->path), LOG_KV("tokenizer_vocab", tok_vocab_size(sm->tok)),
-                  LOG_KV("model_vocab", m->vocab_size));
-        return CONFIG_EXIT_INVALID;
-    }
-    /* An input of the model's full length must fit one batch: with
-     * truncation off any input may be that long, and with it on inputs are
-     * cut to exactly that length. */
-    if (c->max_batch_tokens < m->max_positions) {
-        log_error("max_batch_tokens is below the model's maximum input length; raise it",
-                  LOG_KV("max_batch_tokens", c->max_batch_tokens),
-                  LOG_KV("model_max_length", m->max_positions), LOG_KV("model", sm->path));
-        return CONFIG_EXIT_INVALID;
-    }
-    /* Truncation as sentence-transformers does it: at the model's
-     * max_seq_length unless the setting overrides it, never beyond what the
-     * position embeddings allow. */
-    if (sm->max_seq_setting > m->max_positions ||
-        (sm->max_seq_setting && sm->max_seq_setting <= tok_num_special(sm->tok))) {
-        log_error("max_seq_length must leave room for a token beside the special tokens and be "
-                  "at most the model's max_position_embeddings",
-                  LOG_KV("max_seq_length", sm->max_seq_setting),
-                  LOG_KV("special_tokens", tok_num_special(sm->tok)),
-                  LOG_KV("max_position_embeddings", m->max_positions), LOG_KV("model", sm->path));
-        return CONFIG_EXIT_INVALID;
-    }
-    sm->max_seq_length = sm->max_seq_setting ? (int32_t)sm->max_seq_setting : m->max_seq_length;
-    log_info("model config read", LOG_KV("model", sm->path), LOG_KV("name", sm->name),
-             LOG_KV("hidden_size", m->hidden_size), LOG_KV("layers", m->num_layers),
-             LOG_KV("max_length", m->max_positions));
-    return 0;
-}
-
-static char *dup_or_null(const char *s, bool *oom) {
-    char *d = strdup(s);
-    *oom = *oom || !d;
-    return d;
-}
-
-/* A copy of the directory's last component, which names the one model:
- * "models/x/" is "x". */
-static char *dir_name(const char *path, bool *oom) {
-    size_t end = strlen(path);
-    while (end > 1 && path[end - 1] == '/')
-        end--;
-    size_t start = end;
-    while (start > 0 && path[start - 1] != '/')
-        start--;
-    if (start == end) /* "/" */
-        start = 0;
-    char *d = strndup(path + start, end - start);
-    *oom = *oom || !d;
-    return d;
-}
-
-/* The served models from the settings: the `models` list, or else the one
- * `model` (named by its directory's last component, "models/x/" is "x")
- * with model_aliases, max_seq_length and truncate. Copies, since a reload
- * replaces cfg's strings (these settings need a restart). */
-static int configure_models(app *a) {
-    const config *c = &a->cfg;
-    config_model list[CONFIG_MAX_MODELS];
-    size_t n = 0;
-    char err[512];
-    if (c->models[0] &&
-        config_models_parse(c->models, list, CONFIG_MAX_MODELS, &n, err, sizeof err) != 0) {
-        log_error("setting \"models\" is invalid", LOG_KV("error", err));
-        return CONFIG_EXIT_INVALID;
-    }
-    bool oom = false;
-    if (n == 0) {
-        /* The one `model`, from the settings themselves: nothing is cut to
-         * a buffer's size (a long path must still name its model). */
-        served_model *sm = &a->m[0];
-        sm->path = dup_or_null(c->model, &oom);
-        sm->name = dir_name(c->model, &oom);
-        sm->aliases = dup_or_null(c->model_aliases, &oom);
-        sm->engine_setting = dup_or_null(c->engine, &oom);
-        sm->precision_setting = dup_or_null(c->precision, &oom);
-        sm->truncate = c->truncate;
-        sm->max_seq_setting = c->max_seq_length;
-        a->nm = 1;
-    }
-    for (size_t i = 0; i < n; i++) {
-        served_model *sm = &a->m[i];
-        sm->name = dup_or_null(list[i].name, &oom);
-        sm->path = dup_or_null(list[i].path, &oom);
-        sm->aliases = dup_or_null(list[i].aliases, &oom);
-        sm->engine_setting = dup_or_null(list[i].engine[0] ? list[i].engine : c->engine, &oom);
-        sm->precision_setting =
-            dup_or_null(list[i].precision[0] ? list[i].precision : c->precision, &oom);
-        sm->truncate = list[i].truncate >= 0 ? list[i].truncate != 0 : c->truncate;
-        sm->max_seq_setting =
-            list[i].max_seq_length >= 0 ? list[i].max_seq_length : c->max_seq_length;
-        a->nm = i + 1;
-    }
-    if (oom) {
-        log_error("out of memory");
-        return 1;
-    }
-    return 0;
-}
-
-/* The built-in backends that can run every model's batches: the ones a
- * reload may select, so each model workspace holds scratch for each. */
-static size_t model_backends(const app *a, const attn_backend **out, size_t cap) {
-    size_t n = 0;
-    for (const attn_backend *const *b = attn_backends(); *b && n < cap; b++)
-        if (runs_every_model(a, &a->cfg, *b, NULL, 0))
-            out[n++] = *b;
-    return n;
-}
-
-/* Model sm's engine (its weights), embeddings service and API state. */
-static int start_model(app *a, served_model *sm, const attn_backend *backend,
-                       const attn_backend *const *usable, size_t nusable) {
-    const config *c = &a->cfg;
-    char err[256];
-    const srv_engine_options eo = {.engine = sm->engine_setting,
-                                   .precision = sm->precision_setting,
-                                   .plugin_dir = c->plugin_dir,
-                                   .gpu_attention = c->gpu_attention,
-                                   .model_dir = sm->path,
-                                   .model_name = sm->name,
-                                   .max_tokens = (int32_t)c->max_batch_tokens,
-                                   .max_seqs = (int32_t)c->max_batch_requests,
-                                   .pool = a->pool,
-                                   .backends = usable,
-                                   .nbackends = nusable,
-                                   .backend = backend};
-    int rc = srv_engine_create(&eo, &sm->engine);
-    if (rc != 0)
-        return rc;
-    sm->embed = embed_service_create(sm->engine, (int32_t)c->max_batch_tokens,
-                                     (int32_t)c->max_batch_requests, err, sizeof err);
-    if (!sm->embed) {
-        log_error("cannot allocate the model workspace", LOG_KV("model", sm->name),
-                  LOG_KV("error", err));
-        return 1;
-    }
-    const size_t i = (size_t)(sm - a->m);
-    const encoder_info *m = engine_model(srv_engine_instance(sm->engine));
-    embed_api *e = &sm->eapi;
-    e->svc = sm->embed;
-    e->tok = sm->tok;
-    e->model = m;
-    e->model_name = sm->name;
-    e->max_batch_tokens = (int32_t)c->max_batch_tokens;
-    e->max_batch_requests = (int32_t)c->max_batch_requests;
-    e->truncate = sm->truncate;
-    e->max_seq_length = sm->max_seq_length;
-    e->model_aliases = sm->aliases;
-    e->accept_any_model = c->accept_any_model;
-    e->created = (int64_t)time(NULL);
-    atomic_store(&e->max_inputs_per_request, c->max_inputs_per_request);
-    atomic_store(&e->max_document_tokens, c->max_document_tokens);
-    atomic_store(&e->request_timeout_ms, c->request_timeout_ms);
-    e->group = (uint32_t)i;
-    score_api *s = &sm->score;
-    s->eapi = e;
-    s->classifier = m->task == ENCODER_TASK_CLASSIFY;
-    s->num_labels = m->num_labels;
-    s->labels = m->labels;
-    s->multi_label = m->problem_type && strcmp(m->problem_type, "multi_label_classification") == 0;
-    s->type_vocab_size = m->type_vocab_size > 0 ? m->type_vocab_size : 1;
-    s->max_length = embed_max_seq_length(e);
-    if (compat_api_init(&sm->compat, e, sm->path, err, sizeof err) != 0) {
-        log_error("cannot read the model's prompts", LOG_KV("model", sm->name),
-                  LOG_KV("error", err));
-        return CONFIG_EXIT_INVALID;
-    }
-    /* The metrics slot is the scheduler group: on_batch counts group i's
-     * batches in slot i. */
-    if (metrics_add_model(sm->name, s->classifier ? "classify" : "embed",
-                          srv_engine_name(sm->engine),
-                          srv_engine_precision(sm->engine)) != (int)i) {
-        log_error("cannot register the model's metrics", LOG_KV("model", sm->name));
-        return 1;
-    }
-    srv_engine_set_metrics_slot(sm->engine, (int)i);
-    metrics_set_model_attention((int)i, engine_attn_kernel(srv_engine_instance(sm->engine), NULL));
-    a->model_names[i] = sm->name;
-    a->eapis[i] = e;
-    a->compats[i] = &sm->compat;
-    a->scores[i] = &sm->score;
-    return 0;
-}
-
-/* The first classifier with one label (reranker) or with more (not), else
- * the first classifier of any kind, or -1: rerank routes prefer a
- * reranker, /predict and /classify a classifier of several labels. */
-static int first_classifier(const app *a, bool reranker) {
-    for (size_t i = 0; i < a->nm; i++)
-        if (a->m[i].score.classifier && (a->m[i].score.num_labels == 1) == reranker)
-            return (int)i;
-    for (size_t i = 0; i < a->nm; i++)
-        if (a->m[i].score.classifier)
-            return (int)i;
-    return -1;
-}
-
-/* Each model's kinds, and every route once: routes without a model field
- * (TEI's) are the first embedder's or the first classifier's, POST / and
- * /invocations the first model's task, as TEI serving that model routes
- * them; a request naming a model is handed to it (the modules' peers). */
-static int register_models(app *a) {
-    int embedder = -1;
-    for (size_t i = 0; i < a->nm && embedder < 0; i++)
-        if (!a->m[i].score.classifier)
-            embedder = (int)i;
-    const int classifier = first_classifier(a, false), reranker = first_classifier(a, true);
-    const size_t e = embedder >= 0 ? (size_t)embedder : 0;
-    const size_t k = classifier >= 0 ? (size_t)classifier : 0;
-    for (size_t i = 0; i < a->nm; i++) {
-        served_model *sm = &a->m[i];
-        if (a->nm > 1) {
-            sm->eapi.peers = a->eapis;
-            sm->eapi.npeers = a->nm;
-            sm->compat.peers = a->compats;
-            sm->score.peers = a->scores;
-            sm->score.rerank = reranker >= 0 ? a->scores[reranker] : NULL;
-            sm->score.root = a->scores[0];
-        }
-        sm->compat.no_root = i != e || a->m[0].score.classifier;
-        sm->score.no_root = i != k || !a->m[0].score.classifier;
-        int rc = i == e ? embed_api_register(&sm->eapi, a->runner, &a->routes)
-                        : embed_api_add_kind(&sm->eapi, a->runner);
-        if (rc == 0)
-            rc = i == k ? score_api_register(&sm->score, sm->embed, a->runner, &a->routes)
-                        : score_api_add_kind(&sm->score, sm->embed, a->runner);
-        if (rc == 0 && i == e)
-            rc = compat_api_register(&sm->compat, &a->routes);
-        if (rc != 0)
-            return -1;
-    }
-    return 0;
 }
 
 static int start(app *a) {
@@ -1063,11 +118,11 @@ static int start(app *a) {
      * libraries hold once loaded is counted in runtime_bytes, offered or
      * not: a refused cuda plugin's cuBLASLt keeps about 100 MB resident. */
     srv_engines_init(c->plugin_dir);
-    a->base_bytes = resident_bytes();
+    a->base_bytes = memmodel_resident_bytes();
 
-    int rc = configure_models(a);
+    int rc = models_configure(a);
     for (size_t i = 0; rc == 0 && i < a->nm; i++)
-        rc = load_model(c, &a->m[i]);
+        rc = models_load(c, &a->m[i]);
     if (rc != 0)
         return rc;
     if (!(a->pool = tp_create(a->nthreads))) {
@@ -1076,35 +131,34 @@ static int start(app *a) {
     }
     tp_set_spin_us(a->pool, (unsigned)c->pool_spin_us);
     /* Every backend that could serve is self-tested on this machine before
-     * /ready turns 200; one that fails is never used (choose_backend and
-     * reload_backend go through select_backend). */
+     * /ready turns 200; one that fails is never used (backend_choice.h). */
     const encoder_info *infos[CONFIG_MAX_MODELS];
     for (size_t i = 0; i < a->nm; i++)
         infos[i] = a->m[i].mcfg;
     attn_selftest_spec specs[CONFIG_MAX_MODELS];
     const size_t nspecs = backend_selftest_specs(infos, a->nm, specs);
-    attn_shape shapes[1 + CONFIG_MAX_MODELS] = {bounds_of(c)};
+    attn_shape shapes[1 + CONFIG_MAX_MODELS] = {backend_choice_bounds(c)};
     for (size_t i = 0; i < a->nm; i++)
-        shapes[1 + i] = model_bounds_of(a, i, c);
+        shapes[1 + i] = backend_choice_model_bounds(a, i, c);
     const attn_parallel par = tp_parallel(a->pool);
     if (backend_selftest_start(specs, nspecs, shapes, 1 + a->nm, &par) != 0)
         return 1;
-    const attn_backend *backend = choose_backend(a);
+    const attn_backend *backend = backend_choice_choose(a);
     if (!backend) {
         log_error("no attention backend can run the configured shapes and passed its self-test",
                   LOG_KV("backend", c->backend), LOG_KV("fallback_backends", c->fallback_backends));
         return CONFIG_EXIT_INVALID;
     }
-    a->configured = configured_backend(a, c);
+    a->configured = backend_choice_configured(a, c);
     metrics_set_fallback_active(backend != a->configured);
     const attn_backend *usable[16];
-    size_t nusable = model_backends(a, usable, sizeof usable / sizeof usable[0]);
+    size_t nusable = backend_choice_usable(a, usable, sizeof usable / sizeof usable[0]);
     if (!(a->runner = batch_runner_create((int32_t)c->max_batch_requests))) {
         log_error("out of memory");
         return 1;
     }
     for (size_t i = 0; i < a->nm; i++)
-        if ((rc = start_model(a, &a->m[i], backend, usable, nusable)) != 0)
+        if ((rc = models_start(a, &a->m[i], backend, usable, nusable)) != 0)
             return rc;
     a->engine = a->m[0].engine;
     batch_runner_set_models(a->runner, a->model_names, a->nm);
@@ -1117,18 +171,20 @@ static int start(app *a) {
     /* Each API registers its compute kind with the runner and its routes;
      * kinds run in this order within a batch. */
     a->api.svc = a->svc;
-    if (register_ops(a) != 0 || attn_api_register(&a->api, a->runner, &a->routes) != 0 ||
-        register_models(a) != 0 || openapi_register(&a->routes) != 0) {
+    if (info_register(a) != 0 || attn_api_register(&a->api, a->runner, &a->routes) != 0 ||
+        models_register(a) != 0 || openapi_register(&a->routes) != 0) {
         log_error("cannot register the routes (a route taken twice or the table full)");
         return 1;
     }
     if ((rc = start_verification(a)) != 0) /**/
         return rc;
-    metrics_set_workspace_bytes(workspace_bytes(a));
+    metrics_set_workspace_bytes(memmodel_workspace_bytes(a));
     metrics_set_backend(backend);
 
-    sched_config sc = {
-        .limits = limits_of(c), .run_batch = batch_run, .run_ctx = a->runner, .on_batch = on_batch};
+    sched_config sc = {.limits = reload_sched_limits(c),
+                       .run_batch = batch_run,
+                       .run_ctx = a->runner,
+                       .on_batch = on_batch};
     rc = sched_create(&a->sched, &sc);
     if (rc != SCHED_OK) {
         log_error("cannot start the scheduler", LOG_KV("error", sched_strerror(rc)));
@@ -1163,104 +219,6 @@ static int listen_http(app *a) {
     http_set_metrics_require_key(a->http, c->metrics_require_key);
     metrics_set_codec(http_codec_pool(a->http));
     return 0;
-}
-
-/* ---- reload (SIGHUP) ---------------------------------------------------------------- */
-
-static void on_change(void *ctx, const char *name, const char *old_value, const char *new_value,
-                      bool applied) {
-    (void)ctx;
-    if (applied)
-        log_info("setting changed", LOG_KV("name", name), LOG_KV("from", old_value),
-                 LOG_KV("to", new_value));
-    else
-        log_warn("setting needs a restart; keeping the running value", LOG_KV("name", name),
-                 LOG_KV("running", old_value), LOG_KV("requested", new_value));
-}
-
-/* A backend change takes effect between batches; a backend that refuses the
- * configured shapes, failed its start-up self-test or was caught by shadow
- * verification is refused and the one in force kept. */
-static void reload_backend_locked(app *a, const config *next) {
-    const attn_backend *cur = srv_engine_backend(a->engine), *want = NULL;
-    char why[512];
-    const attn_backend *configured = configured_backend(a, next);
-    pthread_mutex_lock(&a->cfg_mu);
-    a->configured = configured;
-    pthread_mutex_unlock(&a->cfg_mu);
-    if (select_backend(a, next, next->backend, &want, why, sizeof why) != 0) {
-        log_warn("backend refused on reload; keeping the one in force",
-                 LOG_KV("requested", next->backend), LOG_KV("kept", cur->name),
-                 LOG_KV("reason", why));
-    } else if (want != cur) {
-        int rc = set_backend(a, want);
-        if (rc != SCHED_OK) {
-            log_error("cannot switch backend", LOG_KV("error", sched_strerror(rc)));
-        } else {
-            metrics_set_backend(want);
-            log_info("backend switched", LOG_KV("from", cur->name), LOG_KV("to", want->name),
-                     LOG_KV("simd", want->simd_path()));
-        }
-    }
-    metrics_set_fallback_active(srv_engine_backend(a->engine) != configured);
-}
-
-/* Issue 7 §2: backend decisions are serialised with verification's switch
- * (backend_mu). reload_backend_locked sets the fallback gauge: whether the
- * backend in force is the configured one. A reload that changes the backend
- * in force re-arms verification, so the new backend starts with an empty
- * mismatch window; one that changes nothing else keeps the window, so
- * frequent SIGHUPs cannot keep a bad backend from tripping. */
-static void reload_backend(app *a, const config *next) {
-    pthread_mutex_lock(&a->backend_mu);
-    const attn_backend *before = srv_engine_backend(a->engine);
-    reload_backend_locked(a, next);
-    const attn_backend *now = srv_engine_backend(a->engine);
-    if (now != before)
-        verify_rearm(a->verify);
-    verify_set_rate(a->verify, next->verify_sample_rate);
-    verify_set_policy(a->verify, (int32_t)next->verify_mismatch_threshold, next->verify_window_s);
-    trace_set_path(a->trace, next->trace_file);
-    if (now == a->configured) { /* a->configured is written on this thread only */
-        pthread_mutex_lock(&a->cfg_mu);
-        a->fallback_reason[0] = '\0';
-        pthread_mutex_unlock(&a->cfg_mu);
-    }
-    pthread_mutex_unlock(&a->backend_mu);
-}
-
-static void reload(app *a) {
-    config next;
-    char err[512];
-    log_info("reloading configuration");
-    if (config_reload(&a->cfg, &next, on_change, a, err, sizeof err) != 0) {
-        log_error("reload refused; configuration unchanged", LOG_KV("error", err));
-        return;
-    }
-    if (log_configure(next.log_level, next.log_format) != 0)
-        log_warn("log settings refused", LOG_KV("level", next.log_level),
-                 LOG_KV("format", next.log_format));
-    reload_backend(a, &next);
-    sched_limits lim = limits_of(&next);
-    if (sched_set_limits(a->sched, &lim) != SCHED_OK)
-        log_warn("batch limits refused; keeping the ones in force");
-    atomic_store(&a->api.request_timeout_ms, next.request_timeout_ms);
-    for (size_t i = 0; i < a->nm; i++) {
-        embed_api *e = &a->m[i].eapi;
-        atomic_store(&e->request_timeout_ms, next.request_timeout_ms);
-        atomic_store(&e->max_inputs_per_request, next.max_inputs_per_request);
-        atomic_store(&e->max_document_tokens, next.max_document_tokens);
-    }
-    if (http_set_api_keys(a->http, next.api_keys, next.n_api_keys) != 0)
-        log_error("out of memory copying API keys; keeping the old ones");
-    http_set_metrics_require_key(a->http, next.metrics_require_key);
-
-    pthread_mutex_lock(&a->cfg_mu);
-    config old = a->cfg;
-    a->cfg = next;
-    pthread_mutex_unlock(&a->cfg_mu);
-    config_free(&old);
-    log_info("configuration reloaded", LOG_KV("backend", srv_engine_backend(a->engine)->name));
 }
 
 /* ---- drain (SIGTERM, SIGINT) -------------------------------------------------------- */
@@ -1327,19 +285,7 @@ static void stop(app *a) {
     trace_destroy(a->trace);
     batch_runner_destroy(a->runner);
     attn_service_destroy(a->svc);
-    for (size_t i = 0; i < a->nm; i++) {
-        served_model *sm = &a->m[i];
-        embed_service_destroy(sm->embed);
-        srv_engine_destroy(sm->engine);
-        tok_free(sm->tok);
-        encoder_desc_free(sm->mdesc);
-        compat_api_free(&sm->compat);
-        free(sm->name);
-        free(sm->path);
-        free(sm->aliases);
-        free(sm->engine_setting);
-        free(sm->precision_setting);
-    }
+    models_free(a);
     tp_destroy(a->pool);
     openapi_free();
     config_free(&a->cfg);
@@ -1349,7 +295,7 @@ static void stop(app *a) {
 
 static void log_start(app *a) {
     json_t *settings = config_to_json(&a->cfg);
-    json_t *memory = memory_json(a);
+    json_t *memory = memmodel_json(a);
     const attn_backend *b = srv_engine_backend(a->engine);
     log_info("serving", LOG_KV("version", ATTNSERVE_VERSION), LOG_KV("host", a->cfg.host),
              LOG_KV("port", http_port(a->http)), LOG_KV("backend", b->name),
@@ -1411,11 +357,11 @@ int main(int argc, char **argv) {
     /* Checked before the listener opens, so that a refused start never
      * accepts a request: every mapping exists now, and so does every thread
      * but the listener's. */
-    const size_t threads = process_threads() + listen_threads(&a.cfg);
+    const size_t threads = memmodel_process_threads() + memmodel_listen_threads(&a.cfg);
     if (rc == 0) {
-        a.code_bytes = code_bytes();
-        a.threads_bytes = threads_bytes(threads);
-        rc = check_memory_limit(&a);
+        a.code_bytes = memmodel_code_bytes();
+        a.threads_bytes = memmodel_threads_bytes(threads);
+        rc = memmodel_check_limit(&a);
     }
     if (rc == 0)
         rc = listen_http(&a);
@@ -1423,11 +369,11 @@ int main(int argc, char **argv) {
         stop(&a);
         return rc;
     }
-    const size_t running = process_threads();
+    const size_t running = memmodel_process_threads();
     if (running > threads)
         log_warn("more threads run than the worst-case memory counts",
                  LOG_KV("threads", (uint64_t)running), LOG_KV("counted", (uint64_t)threads));
-    metrics_set_memory(worst_case_bytes(&a), &a.budget);
+    metrics_set_memory(memmodel_worst_case_bytes(&a), &a.budget);
     atomic_store(&a.ready, true);
     metrics_set_ready(1);
     log_start(&a);
@@ -1438,7 +384,7 @@ int main(int argc, char **argv) {
         if (sig < 0 && errno == EINTR)
             continue;
         if (sig == SIGHUP) {
-            reload(&a);
+            reload_settings(&a);
             continue;
         }
         if (drain(&a, sig) != 0) {
