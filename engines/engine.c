@@ -85,6 +85,9 @@ void engine_destroy(engine *e) {
 const char *engine_name(const engine *e) {
     return e->iface->name;
 }
+const char *engine_summary(const engine *e) {
+    return e->iface->summary ? e->iface->summary : "";
+}
 const char *engine_attn_kernel(const engine *e, const char **detail) {
     const char *d = "", *k = e->iface->attn_kernel ? e->iface->attn_kernel(e->ctx, &d) : NULL;
     if (detail)

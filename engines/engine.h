@@ -206,6 +206,8 @@ int engine_create(const engine_iface *iface, const engine_options *opt, engine *
 void engine_destroy(engine *e);
 
 const char *engine_name(const engine *e);
+/* The table's one line for /info ("" when it has none). */
+const char *engine_summary(const engine *e);
 gemm_precision engine_precision(const engine *e);
 const encoder_info *engine_model(const engine *e);
 /* Floats per sequence in engine_batch.out: engine_model(e)->output_dim. */

@@ -368,7 +368,10 @@ int srv_engine_create(const srv_engine_options *o, srv_engine **out) {
     }
     engine_memory m;
     engine_memory_of(e->eng, &m);
+    /* The summary names what the engine is, a test engine's included: the
+     * start log then says when the answers are not the model's. */
     log_info("engine started", LOG_KV("engine", iface->name),
+             LOG_KV("summary", engine_summary(e->eng)),
              LOG_KV("precision", engine_precision_name(precision)), LOG_KV("check", e->check),
              LOG_KV("weights_owned_bytes", m.weights_owned),
              LOG_KV("weights_mapped_bytes", m.weights_mapped),
@@ -499,7 +502,8 @@ json_t *srv_engine_info(const srv_engine *e, const char *engine_setting,
         dirs, "weights_owned_bytes", (json_int_t)m.weights_owned, "weights_mapped_bytes",
         (json_int_t)m.weights_mapped, "workspace_bytes", (json_int_t)m.workspace, "api_version",
         ENGINE_API_VERSION, "precision_check", e->check, "engines", list);
-    if (o && (json_object_set_new(o, "attention_kernel",
+    if (o && (json_object_set_new(o, "summary", json_string(engine_summary(e->eng))) != 0 ||
+              json_object_set_new(o, "attention_kernel",
                                   kernel ? json_string(kernel) : json_null()) != 0 ||
               json_object_set_new(o, "attention_kernel_detail", json_string(detail)) != 0)) {
         json_decref(o);
