@@ -8,7 +8,9 @@
 #       (engines/plugins/cpu_avx512.c) are compiled without AVX-512.
 #   $(BUILD)/test-engines/*.so  small broken plugins (tests/engines/) for the
 #       registry's refusal cases: no descriptor symbol, another API version,
-#       a score of 0. Built for the unit tests only, never installed.
+#       a score of 0; and `instant`, which answers a hash of the token ids at
+#       once, for measuring the front end (make bench-frontend). Built for the
+#       tests and benchmarks only, never installed.
 #
 # The core binary needs none of them. With plugin_dir unset the service
 # loads those of $(BUILD)/engines (beside $(BUILD)/attnserve), never
@@ -46,6 +48,25 @@ $(BUILD)/engines/cpu-avx512.so: $(CPU_AVX512_OBJ) $(BUILD)/obj-plugin/cpu-avx512
 $(BUILD)/test-engines/%.so: tests/engines/%.c $(BUILD)/flags
 	@mkdir -p $(@D)
 	$(CC) $(PLUGIN_CFLAGS) $(LDFLAGS) -shared -o $@ $<
+
+# instant reads the model directory's description (encoder_describe), and
+# model/encoder.c's family table names the CPU encoder's load and forward:
+# those come along, never called, each file with the core's per-file ISA
+# flags (not cpu-avx512's AVX-512 everywhere), so it loads on any x86-64.
+INSTANT_SRC := model/encoder.c model/bert.c model/bert_config.c model/safetensors.c model/gelu.c \
+               model/gelu_avx2.c model/gelu_avx512.c kernels/attention.c kernels/simd.c \
+               kernels/naive.c kernels/threadpool.c $(wildcard kernels/gemm*.c)
+INSTANT_OBJ := $(INSTANT_SRC:%.c=$(BUILD)/obj-plugin/portable/%.o)
+
+$(BUILD)/obj-plugin/portable/%.o: %.c $(BUILD)/flags
+	@mkdir -p $(@D)
+	$(CC) $(PLUGIN_CFLAGS) $(if $(filter %_avx512.c,$<),$(AVX512_FLAGS)) $(if $(filter %_avx2.c,$<),$(AVX2_FLAGS)) $(if $(filter %_avx512bf16.c,$<),$(BF16_FLAGS)) $(if $(filter $(VNNI_SRC),$<),$(VNNI_FLAGS)) \
+	    -c $< -o $@
+
+$(BUILD)/test-engines/instant.so: tests/engines/instant.c $(INSTANT_OBJ) $(BUILD)/flags
+	@mkdir -p $(@D)
+	$(CC) $(PLUGIN_CFLAGS) $(LDFLAGS) -shared -Wl,-z,defs -o $@ $< $(INSTANT_OBJ) \
+	    $(PKG_LIBS) $(BLAS_LIBS) -lm -pthread
 
 # The unit and e2e tests load both.
 all: $(ENGINE_PLUGINS)

@@ -3,7 +3,8 @@ engine runs is named in /info, /metrics and the x-engine / x-precision
 headers; the cpu-avx512 plugin (a real engine, build/engines/) serves the
 golden embeddings and is guarded by shadow verification like the built-in
 engine; broken plugins (build/test-engines/) are listed with their reasons
-and never offered; with plugin_dir unset the plugins beside the binary (or
+and never offered (but `instant`, the front end's test engine, scored below
+cpu so that auto never picks it: test_instant.py); with plugin_dir unset the plugins beside the binary (or
 under its install prefix) are found, and `none` loads none; an engine or
 precision that cannot run stops the start with status 2 and the reason;
 engine settings are restart-only."""
@@ -172,8 +173,8 @@ def test_broken_plugins_listed_with_reasons(start_server):
     i = info(s)["engine"]
     assert i["name"] == "cpu"
     by_name = {e["name"]: e for e in i["engines"]}
-    assert set(by_name) == {"cpu", "no-cpu", "no_symbol", "old_api", "picky"}
-    assert sorted(n for n, e in by_name.items() if e["offered"]) == ["cpu", "picky"]
+    assert set(by_name) == {"cpu", "instant", "no-cpu", "no_symbol", "old_api", "picky"}
+    assert sorted(n for n, e in by_name.items() if e["offered"]) == ["cpu", "instant", "picky"]
     assert "no symbol attnserve_engine_plugin" in by_name["no_symbol"]["reason"]
     assert "engine API version 1, this binary speaks version 3" in by_name["old_api"]["reason"]
     assert "scores 0 on this machine" in by_name["no-cpu"]["reason"]

@@ -2,9 +2,9 @@
  *
  * Plugins come from the build: $(BUILD)/engines/cpu-avx512.so is the real
  * cpu engine built as a plugin (mk/engines.mk); $(BUILD)/test-engines/ holds
- * small broken plugins, one per refusal the registry must make. The model
- * is models/all-MiniLM-L6-v2 (`make model`); without it the model tests
- * fail, they do not skip. */
+ * small broken plugins, one per refusal the registry must make, and the
+ * instant test engine. The model is models/all-MiniLM-L6-v2 (`make model`);
+ * without it the model tests fail, they do not skip. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -81,7 +81,7 @@ Test(engine_registry, reduced_precision_refused_with_reason) {
 
 Test(engine_registry, bad_plugins_refused_with_reasons) {
     char err[256] = "";
-    cr_assert_eq(engine_registry_init(TEST_PLUGINS, err, sizeof err), 5, "%s", err);
+    cr_assert_eq(engine_registry_init(TEST_PLUGINS, err, sizeof err), 6, "%s", err);
     const engine_entry *no_sym = entry("no_symbol");
     cr_assert_not(no_sym->offered);
     cr_assert(strstr(no_sym->reason, "no symbol " ENGINE_PLUGIN_SYMBOL), "%s", no_sym->reason);
@@ -112,13 +112,19 @@ Test(engine_registry, bad_plugins_refused_with_reasons) {
     cr_assert_eq(engine_select_except("auto", skip, 1, &t, &p, err, sizeof err), ENGINE_OK, "%s",
                  err);
     cr_assert_eq(t, &engine_cpu);
-    const engine_iface *all[] = {skip[0], &engine_cpu};
-    cr_assert_eq(engine_select_except("auto", all, 2, &t, &p, err, sizeof err),
+    /* instant, the front end's test engine, scores below cpu: auto reaches
+     * it only once every real engine is passed by. */
+    cr_assert_eq(engine_select_except("auto", (const engine_iface *[]){skip[0], &engine_cpu}, 2, &t,
+                                      &p, err, sizeof err),
+                 ENGINE_OK, "%s", err);
+    cr_assert_eq(t, entry("instant")->iface);
+    const engine_iface *all[] = {skip[0], &engine_cpu, t};
+    cr_assert_eq(engine_select_except("auto", all, 3, &t, &p, err, sizeof err),
                  ENGINE_EUNSUPPORTED);
     cr_assert_null(t);
     char names[128];
     engine_names(names, sizeof names);
-    cr_assert_str_eq(names, "cpu, picky, auto");
+    cr_assert_str_eq(names, "cpu, instant, picky, auto");
 }
 
 Test(engine_registry, missing_dir_keeps_builtins) {
