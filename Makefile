@@ -10,8 +10,8 @@
 #   make cuda | gpu-bundle     the CUDA engine plugin; the GPU checks as one archive for a
 #                              GPU machine that builds nothing (README, CUDA engine)
 #   make test-deploy | test-cluster | test-container   deployment checks
-#   make bench-attention | bench-http | bench-embed | bench-gemm | bench-latency   benchmarks
-#                              (bench/README.md)
+#   make bench-attention | bench-http | bench-embed | bench-gemm | bench-latency | bench-frontend
+#                              benchmarks (bench/README.md)
 #   make deps                  install the Debian packages the project needs
 #
 # Objects go to $(BUILD) (default build/, or build-san-<list> with SANITIZE), so
@@ -104,7 +104,7 @@ BIN  := $(BUILD)/attnserve
 UNIT := $(BUILD)/unit-tests
 
 .PHONY: all test unit tsan e2e e2e-build test-build run model bench-attention bench-http bench-embed bench-gemm \
-        bench-latency deps clean format \
+        bench-latency bench-frontend deps clean format \
         test-deploy test-cluster test-container
 all: $(BIN) $(BENCH_BIN)
 
@@ -260,6 +260,14 @@ BENCH_BINS ?= $(BIN)
 bench-latency: $(BIN) $(BUILD)/bench_latency model
 	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(BUILD)/bench_latency --model $(MODEL_DIR)
 	MODEL=$(MODEL_DIR) bench/latency/run.sh $(BENCH_BINS)
+
+# The HTTP front end without the engine's cost: /v1/embeddings answered by
+# the instant test engine (and by the cpu engine beside it), embeddings/s and
+# the service's CPU time per embedding from /proc (bench/frontend/run.sh).
+# Knobs: ROUNDS (3), DURATION (3 s a cell), WORKERS, CONNS, e.g.
+# make bench-frontend ROUNDS=5 DURATION=10 for a longer run.
+bench-frontend: $(BIN) $(BUILD)/test-engines/instant.so model
+	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE bench/frontend/run.sh $(BIN) $(MODEL_DIR)
 
 format:
 	clang-format -i $(LIB_SRC) $(UNIT_SRC) $(BENCH_SRC) server/main.c $(wildcard */*.h) \

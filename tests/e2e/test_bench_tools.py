@@ -1,7 +1,10 @@
 """The benchmark's own arithmetic: bench/latency/queue_bound.py, whose bound
 the latency benchmark quotes against the server, checked against queueing
-theory where theory has a closed form; and bench/embed/report.py's rounds,
-whose medians must not let one slow spell decide a cell."""
+theory where theory has a closed form; bench/embed/report.py's rounds,
+whose medians must not let one slow spell decide a cell; and
+bench/frontend/report.py's CPU time per embedding from two /proc/PID/stat
+readings, its medians and ranges, and its targets' verdicts."""
+import importlib.util
 import json
 import os
 import subprocess
@@ -10,6 +13,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 QUEUE_BOUND = os.path.join(ROOT, "bench", "latency", "queue_bound.py")
 REPORT = os.path.join(ROOT, "bench", "embed", "report.py")
+FRONTEND_REPORT = os.path.join(ROOT, "bench", "frontend", "report.py")
 
 
 def bound(*args):
@@ -112,3 +116,78 @@ def test_a_round_missing_a_peer_is_left_out(tmp_path):
     # they would read 1.875x; the cell is round 1's 1.2x, and says so.
     _, rows = embed_report(tmp_path, [(120, 80, 100), (150, 80, None), (150, 80, None)])
     assert "1.20× vs OpenVINO fp32 (1 of 3 rounds) (met)" in rows[-1], rows
+
+
+def frontend_report():
+    spec = importlib.util.spec_from_file_location("frontend_report", FRONTEND_REPORT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def proc_stat(utime, stime, comm="attnserve"):
+    """A /proc/PID/stat line with utime (field 14) and stime (field 15)."""
+    return ("4242 (%s) S 1 4242 4242 0 -1 4194304 100 0 0 0 %d %d 0 0 20 0 12 0 5 "
+            "606060544 54011" % (comm, utime, stime))
+
+
+def test_cpu_per_embedding_from_two_proc_readings():
+    r = frontend_report()
+    assert r.stat_cpu_ticks(proc_stat(157, 38)) == 195
+    # The command name may hold spaces and parentheses: fields count from
+    # the last ')'.
+    assert r.stat_cpu_ticks(proc_stat(7, 3, comm="a) b (c")) == 10
+    # 150 ticks of utime and 50 of stime at 100 ticks/s: 2 s of CPU over
+    # 40,000 embeddings is 50 µs each.
+    us = r.cpu_us_per_embedding(proc_stat(1000, 200), proc_stat(1150, 250), 100, 40000)
+    assert abs(us - 50.0) < 1e-9, us
+    try:
+        r.cpu_us_per_embedding(proc_stat(10, 0), proc_stat(5, 0), 100, 1)
+    except ValueError:
+        pass
+    else:
+        raise AssertionError("CPU time going backwards was accepted")
+
+
+def frontend_cell(rnd, workers, enc, batch, requests, answered, ticks, status="ok"):
+    rec = {"kind": "cell", "round": rnd, "engine": "instant", "workers": workers,
+           "encoding": enc, "batch": batch, "via": "direct", "status": status}
+    if status == "ok":
+        rec.update(requests=requests, answered=answered, seconds=2.0, non2xx=0, clk_tck=100,
+                   stat_before=proc_stat(0, 0), stat_after=proc_stat(ticks, 0))
+    return rec
+
+
+def test_frontend_cells_are_medians_with_ranges_and_targets_have_margins(tmp_path):
+    r = frontend_report()
+    assert r.median_range([3.0, 1.0, 2.0, 10.0]) == (2.5, 1.0, 10.0)
+    # One worker, float at 32 inputs, three rounds: 40, 60 and 50 µs an
+    # embedding (2000 answers of 32 = 64,000 embeddings against 256, 384
+    # and 320 ticks): median 50, the target met with nothing to spare, the
+    # range beside it. Two workers cost 55 µs in every round: the float
+    # target missed by 5 µs, and 1.10x one worker's, met exactly. base64 at
+    # two workers did not run, and its targets say so.
+    recs = [{"kind": "run", "rounds": 3, "codec_workers": True}]
+    for rnd, ticks in ((1, 256), (2, 384), (3, 320)):
+        recs.append(frontend_cell(rnd, "1", "float", 32, 2000, 2000, ticks))
+        recs.append(frontend_cell(rnd, "2", "float", 32, 2000, 2000, 352))
+        recs.append(frontend_cell(rnd, "2", "base64", 32, 0, 0, 0, status="n/a (setting absent)"))
+    path = tmp_path / "cells.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in recs))
+    out = subprocess.run([sys.executable, FRONTEND_REPORT, str(path)], check=True,
+                         capture_output=True, text=True).stdout
+    row = [l for l in out.splitlines() if l.startswith("| instant | 1 | float | 32 | direct |")]
+    # 2000 requests of 32 in 2 s: 32,000 embeddings/s in every round.
+    assert row == ["| instant | 1 | float | 32 | direct | 32000 (32000–32000) "
+                   "| 50.0 (40.0–60.0) | 0 |"], out
+    assert "| float ≤ 50 µs/embedding | 1 workers, direct | 50.00 µs | met by 0.00 µs (0%) |" \
+        in out, out
+    assert "| float ≤ 50 µs/embedding | 2 workers, direct | 55.00 µs | missed by 5.00 µs (10%) |" \
+        in out, out
+    assert "| 2 workers ≤ 1.10× 1 worker | float, 32 inputs, direct | 1.100× | met by 0.00× (0%) |" \
+        in out, out
+    assert "| base64 ≤ 25 µs/embedding | 2 workers, direct | - | n/a (setting absent) |" in out
+    assert "| 2 workers ≤ 1.10× 1 worker | base64, 32 inputs, direct | - | n/a (setting absent) |" \
+        in out, out
+    # A missed target says by how much.
+    assert r.verdict(60.0, 50.0, " µs") == "missed by 10.00 µs (20%)"
