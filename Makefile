@@ -264,7 +264,8 @@ bench-latency: $(BIN) $(BUILD)/bench_latency model
 # The HTTP front end without the engine's cost: /v1/embeddings answered by
 # the instant test engine (and by the cpu engine beside it), embeddings/s and
 # the service's CPU time per embedding from /proc (bench/frontend/run.sh).
-# Knobs: ROUNDS (3), DURATION (3 s a cell), WORKERS, CONNS, e.g.
+# Knobs: ROUNDS (3), DURATION (3 s a cell; the cpu engine's CPU_DURATION 9 s),
+# WORKERS, CONNS, e.g.
 # make bench-frontend ROUNDS=5 DURATION=10 for a longer run.
 bench-frontend: $(BIN) $(BUILD)/test-engines/instant.so model
 	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE bench/frontend/run.sh $(BIN) $(MODEL_DIR)

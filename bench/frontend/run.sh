@@ -16,8 +16,9 @@
 # haproxy (deploy/haproxy.cfg with loopback binds, as tests/cluster runs it;
 # "n/a (haproxy absent)" without it). The cpu engine runs fewer cells (float,
 # direct). ROUNDS rounds, each running every cell once for DURATION seconds
-# after a warm-up per server start; report.py takes the medians and ranges
-# and prints the targets met or missed. Raw records and the report go to OUT.
+# (CPU_DURATION for the cpu engine) after a warm-up per server start;
+# report.py takes the medians and ranges and prints the targets met or
+# missed. Raw records and the report go to OUT.
 #
 #   bench/frontend/run.sh build/attnserve models/all-MiniLM-L6-v2
 #   ROUNDS=5 DURATION=10 bench/frontend/run.sh build/attnserve models/all-MiniLM-L6-v2
@@ -27,6 +28,9 @@ MODEL=$(realpath "${2:?usage: $0 BIN MODEL_DIR}")
 HERE=$(dirname "$(realpath "$0")")
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-3}
+# The cpu engine answers a hundredth as many: a longer window, or a cell is
+# a handful of requests.
+CPU_DURATION=${CPU_DURATION:-$((DURATION * 3))}
 WARMUP=${WARMUP:-1}
 CONNS=${CONNS:-64}
 WORKERS=${WORKERS:-"unset 1 2"}
@@ -77,6 +81,14 @@ wait_ok() { # URL: up to 30 s for a 200
     return 1
 }
 
+# The CPU's name, with its family and model numbers where the name alone
+# says little (a VM's "AMD EPYC").
+cpu_model() {
+    awk -F': *' '$1 ~ /^model name/ && !n {n = $2} $1 ~ /^cpu family/ && !f {f = $2}
+        $1 ~ /^model[ \t]*$/ && !m {m = $2}
+        END {printf "%s (family %s, model %s)", n, f, m}' /proc/cpuinfo
+}
+
 for enc in float base64; do
     for n in 1 32; do
         python3 "$HERE/prep.py" body "$n" "$enc" >"$TMP/body-$enc-$n.json"
@@ -84,10 +96,10 @@ for enc in float base64; do
 done
 echo '{}' >"$TMP/config.json"
 
-printf '{"kind": "run", "date": "%s", "cpu": "%s", "cores": %d, "loadavg_before": "%s", "command": "ROUNDS=%s DURATION=%s CONNS=%s WORKERS=\\"%s\\" bench/frontend/run.sh %s %s", "rounds": %s, "duration": "%ss", "connections": %s, "haproxy": "%s", "codec_workers": %s}\n' \
-    "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')" \
-    "$(nproc)" "$(cut -d' ' -f1-3 /proc/loadavg)" "$ROUNDS" "$DURATION" "$CONNS" "$WORKERS" \
-    "$1" "$2" "$ROUNDS" "$DURATION" "$CONNS" "$HAPROXY" "$CODEC" >>"$CELLS"
+printf '{"kind": "run", "date": "%s", "cpu": "%s", "cores": %d, "loadavg_before": "%s", "command": "ROUNDS=%s DURATION=%s CPU_DURATION=%s CONNS=%s WORKERS=\\"%s\\" bench/frontend/run.sh %s %s", "rounds": %s, "duration": "%ss (the cpu engine %ss)", "connections": %s, "haproxy": "%s", "codec_workers": %s}\n' \
+    "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$(cpu_model)" \
+    "$(nproc)" "$(cut -d' ' -f1-3 /proc/loadavg)" "$ROUNDS" "$DURATION" "$CPU_DURATION" "$CONNS" \
+    "$WORKERS" "$1" "$2" "$ROUNDS" "$DURATION" "$CPU_DURATION" "$CONNS" "$HAPROXY" "$CODEC" >>"$CELLS"
 
 # The cells of one engine: "encoding batch via" lines.
 cells_of() {
@@ -178,7 +190,9 @@ for round in $(seq "$ROUNDS"); do
                 wait_idle
                 before=$(cat "/proc/$SERVER/stat")
                 served_before=$(answered)
-                out=$(wrk_run "$DURATION" "$url")
+                window=$DURATION
+                [ "$engine" = cpu ] && window=$CPU_DURATION
+                out=$(wrk_run "$window" "$url")
                 wait_idle
                 served_after=$(answered)
                 after=$(cat "/proc/$SERVER/stat")
