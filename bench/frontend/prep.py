@@ -1,8 +1,8 @@
 """prep.py — the inputs of bench/frontend/run.sh.
 
   prep.py body N ENCODING          a /v1/embeddings request of N medium-length
-                                   sentences (20 to 40 tokens each for
-                                   all-MiniLM-L6-v2), all different,
+                                   sentences (about 20 to 40 tokens each for
+                                   all-MiniLM-L6-v2, mean 28), all different,
                                    encoding_format ENCODING (float, base64)
   prep.py haproxy PORT STATS SERVER  deploy/haproxy.cfg with loopback binds
                                    and one server line, 127.0.0.1:SERVER

@@ -12,7 +12,7 @@
 # Cells: codec workers (WORKERS: "unset" passes no setting; N passes
 # --codec_workers=N, and a binary without that setting gets the cell
 # "n/a (setting absent)"), float and base64 answers, 1 and 32 sentences of
-# 20 to 40 tokens a request, CONNS keep-alive connections, direct and through
+# about 20 to 40 tokens a request, CONNS keep-alive connections, direct and through
 # haproxy (deploy/haproxy.cfg with loopback binds, as tests/cluster runs it;
 # "n/a (haproxy absent)" without it). The cpu engine runs fewer cells (float,
 # direct). ROUNDS rounds, each running every cell once for DURATION seconds
