@@ -11,7 +11,8 @@
 #
 # Cells: codec workers (WORKERS: "unset" passes no setting; N passes
 # --codec_workers=N, and a binary without that setting gets the cell
-# "n/a (setting absent)"), float and base64 answers, 1 and 32 sentences of
+# "n/a (setting absent)"; by default "1 2", and "unset 1 2" where the
+# setting is absent, so an older binary still gives its numbers), float and base64 answers, 1 and 32 sentences of
 # about 20 to 40 tokens a request, CONNS keep-alive connections, direct and through
 # haproxy (deploy/haproxy.cfg with loopback binds, as tests/cluster runs it;
 # "n/a (haproxy absent)" without it). The cpu engine runs fewer cells (float,
@@ -33,7 +34,7 @@ DURATION=${DURATION:-3}
 CPU_DURATION=${CPU_DURATION:-$((DURATION * 3))}
 WARMUP=${WARMUP:-1}
 CONNS=${CONNS:-64}
-WORKERS=${WORKERS:-"unset 1 2"}
+WORKERS=${WORKERS:-}
 WRK_THREADS=${WRK_THREADS:-2}
 OUT=${OUT:-$(dirname "$BIN")/bench-frontend}
 PLUGINS=$(dirname "$BIN")/test-engines
@@ -49,6 +50,10 @@ HAPROXY="absent (scripts/install-deps.sh installs it)"
 command -v haproxy >/dev/null && HAPROXY=$(haproxy -v | head -n 1)
 CODEC=false
 "$BIN" --help 2>&1 | grep -q -- '--codec_workers' && CODEC=true
+if [ -z "$WORKERS" ]; then
+    WORKERS="unset 1 2"
+    [ "$CODEC" = true ] && WORKERS="1 2"
+fi
 
 mkdir -p "$OUT"
 TMP=$(mktemp -d)
