@@ -89,11 +89,12 @@ def collect(records):
     return cells
 
 
-def verdict(measured, limit, unit):
+def verdict(measured, limit, unit, digits=2):
     """'met'/'missed' with the margin against an upper limit."""
     margin = limit - measured
     word = "met" if margin >= 0 else "missed"
-    return "%s by %.2f%s (%.0f%%)" % (word, abs(margin), unit, 100 * abs(margin) / limit)
+    return "%s by %.*f%s (%.1f%%)" % (word, digits, abs(margin), unit,
+                                     100 * abs(margin) / limit)
 
 
 def targets(cells):
@@ -104,7 +105,7 @@ def targets(cells):
         if engine != "instant" or batch != TARGET_BATCH or enc not in TARGET_US:
             continue
         name = "%s ≤ %g µs/embedding" % (enc, TARGET_US[enc])
-        where = "%s workers, %s" % (workers, via)
+        where = "codec_workers %s, %s" % (workers, via)
         if c["status"] != "ok" or not c["cpu_us"]:
             rows.append((name, where, "-", c["status"]))
             continue
@@ -122,7 +123,7 @@ def targets(cells):
                          (one["status"] if one else "n/a (no 1-worker cell)")))
             continue
         ratio = statistics.median(c["cpu_us"]) / statistics.median(one["cpu_us"])
-        rows.append((name, where, "%.3f×" % ratio, verdict(ratio, TARGET_WORKERS_RATIO, "×")))
+        rows.append((name, where, "%.3f×" % ratio, verdict(ratio, TARGET_WORKERS_RATIO, "×", 3)))
     return rows
 
 

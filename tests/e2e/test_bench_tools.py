@@ -180,14 +180,14 @@ def test_frontend_cells_are_medians_with_ranges_and_targets_have_margins(tmp_pat
     # 2000 requests of 32 in 2 s: 32,000 embeddings/s in every round.
     assert row == ["| instant | 1 | float | 32 | direct | 32000 (32000–32000) "
                    "| 50.0 (40.0–60.0) | 0 |"], out
-    assert "| float ≤ 50 µs/embedding | 1 workers, direct | 50.00 µs | met by 0.00 µs (0%) |" \
+    assert "| float ≤ 50 µs/embedding | codec_workers 1, direct | 50.00 µs | met by 0.00 µs (0.0%) |" \
         in out, out
-    assert "| float ≤ 50 µs/embedding | 2 workers, direct | 55.00 µs | missed by 5.00 µs (10%) |" \
+    assert "| float ≤ 50 µs/embedding | codec_workers 2, direct | 55.00 µs | missed by 5.00 µs (10.0%) |" \
         in out, out
-    assert "| 2 workers ≤ 1.10× 1 worker | float, 32 inputs, direct | 1.100× | met by 0.00× (0%) |" \
+    assert "| 2 workers ≤ 1.10× 1 worker | float, 32 inputs, direct | 1.100× | met by 0.000× (0.0%) |" \
         in out, out
-    assert "| base64 ≤ 25 µs/embedding | 2 workers, direct | - | n/a (setting absent) |" in out
+    assert "| base64 ≤ 25 µs/embedding | codec_workers 2, direct | - | n/a (setting absent) |" in out
     assert "| 2 workers ≤ 1.10× 1 worker | base64, 32 inputs, direct | - | n/a (setting absent) |" \
         in out, out
     # A missed target says by how much.
-    assert r.verdict(60.0, 50.0, " µs") == "missed by 10.00 µs (20%)"
+    assert r.verdict(60.0, 50.0, " µs") == "missed by 10.00 µs (20.0%)"
