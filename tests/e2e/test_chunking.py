@@ -440,9 +440,10 @@ def test_many_workers_at_once_answer_as_one_does(start_server):
     """Every case sent three times at once to four codec workers gets what
     one worker, taking them one by one, answers: vectors, chunks, errors and
     their shapes (a worker's state leaking into another's request would
-    show here)."""
-    one = start_server(codec_workers=1, max_document_tokens=1000)
-    four = start_server(codec_workers=4, max_document_tokens=1000)
+    show here). The deadline is far: under TSan (make tsan-http) the 33
+    requests together take longer than the default 30 s."""
+    one = start_server(codec_workers=1, max_document_tokens=1000, request_timeout_ms=600000)
+    four = start_server(codec_workers=4, max_document_tokens=1000, request_timeout_ms=600000)
     want = [post(one, path, body) for path, body in WORKER_CASES]
     jobs = [(i, path, body) for i, (path, body) in enumerate(WORKER_CASES)] * 3
     with concurrent.futures.ThreadPoolExecutor(len(jobs)) as pool:

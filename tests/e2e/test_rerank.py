@@ -433,10 +433,13 @@ WORKER_CASES = [
 
 def test_many_workers_at_once_score_as_one_does(start_server):
     """Every scoring case sent three times at once to four codec workers
-    gets what one worker, taking them one by one, answers; refusals too."""
+    gets what one worker, taking them one by one, answers; refusals too.
+    The deadline is far, for TSan's pace (make tsan-http)."""
     model = os.path.join(ROOT, RERANKER["dir"])
-    one = start_server(model=model, codec_workers=1, max_inputs_per_request=8)
-    four = start_server(model=model, codec_workers=4, max_inputs_per_request=8)
+    one = start_server(model=model, codec_workers=1, max_inputs_per_request=8,
+                       request_timeout_ms=600000)
+    four = start_server(model=model, codec_workers=4, max_inputs_per_request=8,
+                        request_timeout_ms=600000)
     drop = ("id", "created")
     want = [post(one, path, body) for path, body in WORKER_CASES]
     jobs = [(i, path, body) for i, (path, body) in enumerate(WORKER_CASES)] * 3
