@@ -85,7 +85,7 @@ BF16_FLAGS   := $(AVX512_FLAGS) -mavx512bf16
 endif
 VNNI_SRC := kernels/gemm_int8_avx512.c kernels/peak_int8_avx512.c
 
-LIB_SRC   := $(sort $(wildcard kernels/*.c) $(filter-out server/main.c,$(wildcard server/*.c)) $(wildcard model/*.c) \
+LIB_SRC   := $(sort $(wildcard kernels/*.c) $(filter-out server/main.c,$(wildcard server/*.c server/*/*.c)) $(wildcard model/*.c) \
                    $(wildcard engines/*.c))
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 UNIT_SRC  := $(sort $(wildcard tests/unit/*.c))
@@ -271,7 +271,7 @@ bench-frontend: $(BIN) $(BUILD)/test-engines/instant.so model
 	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE bench/frontend/run.sh $(BIN) $(MODEL_DIR)
 
 format:
-	clang-format -i $(LIB_SRC) $(UNIT_SRC) $(BENCH_SRC) server/main.c $(wildcard */*.h) \
+	clang-format -i $(LIB_SRC) $(UNIT_SRC) $(BENCH_SRC) server/main.c $(wildcard */*.h server/*/*.h) \
 	    $(wildcard engines/plugins/*.c tests/engines/*.c) $(GOLDEN_IO_SRC) tests/golden/golden_io.h
 
 clean:

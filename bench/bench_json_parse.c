@@ -15,7 +15,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "server/http.h"
+#include "server/http/http.h"
 
 static double now(void) {
     struct timespec ts;

@@ -16,7 +16,7 @@
 #include "kernels/attention.h"
 #include "kernels/threadpool.h"
 #include "model/bert.h"
-#include "server/verify.h"
+#include "server/ops/verify.h"
 
 typedef struct tap_ctx {
     verifier *v;

@@ -111,7 +111,7 @@ double gemm_error_bound(gemm_precision p, int K, double sum_abs, double abs_y);
  * largest error as a fraction of its bound. Allocates and frees its own
  * buffers (about 5 MB). `attnserve selftest` runs it for every precision on
  * every SIMD path; the service's start-up check of a reduced precision is
- * instead the model's own cosine against fp32 (server/engine.c), which
+ * instead the model's own cosine against fp32 (server/ops/engine.c), which
  * needs the weights this does not. */
 int gemm_selftest(gemm_precision p, const attn_parallel *par, double *worst, char *why,
                   size_t why_len);

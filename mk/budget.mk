@@ -1,4 +1,4 @@
-# mk/budget.mk — targets for the request-memory budget (server/membudget.c).
+# mk/budget.mk — targets for the request-memory budget (server/work/membudget.c).
 #
 # Adds tests/unit/test_membudget.c to `make tsan`'s binary: its threads test
 # races eight threads on the budget's lock-free counter at its limit, and the

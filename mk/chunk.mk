@@ -1,4 +1,4 @@
-# mk/chunk.mk — benchmarks of server-side chunking (server/embed_chunk.h).
+# mk/chunk.mk — benchmarks of server-side chunking (server/api/embed_chunk.h).
 #
 #   make bench-chunk   server-side chunking against LangChain's splitters plus
 #                      plain requests: throughput and words split

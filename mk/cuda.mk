@@ -18,7 +18,7 @@
 #
 # Its own directory, apart from $(BUILD)/engines: the tests of the CPU
 # plugins count what that directory holds. With plugin_dir unset the service
-# looks in both, beside its binary (server/engine.c), so build/attnserve
+# looks in both, beside its binary (server/ops/engine.c), so build/attnserve
 # offers the cuda engine, or says why not, once it is built.
 #
 # cuda_plan.c is also compiled into the unit tests (tests/unit/

@@ -10,7 +10,7 @@
 GENERATED_SRC := model/unicode_tables.c model/tok_tables.c model/unicode_norm.c
 LINT_SRC := $(filter-out $(GENERATED_SRC),$(LIB_SRC)) server/main.c $(GOLDEN_IO_SRC)
 FORMAT_SRC := $(LINT_SRC) $(UNIT_SRC) $(BENCH_SRC) $(wildcard tests/fuzz/*.c) \
-              $(filter-out model/unicode_tables.h,$(wildcard */*.h tests/*/*.h))
+              $(filter-out model/unicode_tables.h,$(wildcard */*.h server/*/*.h tests/*/*.h))
 
 .PHONY: lint format-check
 lint:

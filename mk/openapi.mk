@@ -1,6 +1,6 @@
-# The OpenAPI document and its page are built into server/openapi.o with
+# The OpenAPI document and its page are built into server/http/openapi.o with
 # .incbin, which the compiler's dependency files do not record.
-$(BUILD)/obj/server/openapi.o: server/openapi.json server/docs.html
+$(BUILD)/obj/server/http/openapi.o: server/http/openapi.json server/http/docs.html
 
 # The committed document is what scripts/gen_openapi.py writes.
 .PHONY: openapi-check

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""gen_openapi.py — writes server/openapi.json, the OpenAPI 3.1 document that
+"""gen_openapi.py — writes server/http/openapi.json, the OpenAPI 3.1 document that
 GET /openapi.json serves (the binary embeds the file).
 
 Edit the routes here and run `python3 scripts/gen_openapi.py`; the e2e test
@@ -14,7 +14,7 @@ import os
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-OUT = os.path.join(ROOT, "server", "openapi.json")
+OUT = os.path.join(ROOT, "server", "http", "openapi.json")
 
 
 def ref(name):
@@ -520,7 +520,7 @@ SCHEMAS = {
 
 
 # What each status means on TEI's routes, and the error_types it comes with
-# (server/errors.h): TEI's router answers Validation and Tokenizer 422 and
+# (server/api/errors.h): TEI's router answers Validation and Tokenizer 422 and
 # Empty 400, as these routes do.
 TEI_STATUSES = {
     400: ("a body of the wrong types or fields (Validation), or an empty input: an empty "
@@ -751,7 +751,7 @@ def main():
     if len(sys.argv) > 1 and sys.argv[1] == "--check":
         with open(OUT) as f:
             if f.read() != text:
-                print("server/openapi.json is stale: run scripts/gen_openapi.py", file=sys.stderr)
+                print("server/http/openapi.json is stale: run scripts/gen_openapi.py", file=sys.stderr)
                 return 1
         return 0
     with open(OUT, "w") as f:

@@ -6,7 +6,7 @@
 #include "config.h"
 
 #include "kernels/attention.h"
-#include "server/reload.h"
+#include "server/ops/reload.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -184,7 +184,7 @@ static const setting settings[] = {
          "model's shape at start and keep the fastest; a kernel that is refused or fails its "
          "check leaves flash, and /info says why. CPU engines ignore it."),
     /* Unset, the plugins are looked for where make and an install put them
-     * (server/engine.c), so a build's cuda engine is found without telling;
+     * (server/ops/engine.c), so a build's cuda engine is found without telling;
      * "none" keeps a way to load no plugin at all. */
     STRING(plugin_dir, "", NULL, "a directory, \"\" to look beside the binary, or none", RESTART,
            "Directory of engine plugins (*.so); each is offered, or listed in /info with the "
@@ -213,7 +213,7 @@ static const setting settings[] = {
     DOUBLE(verify_sample_rate, 0.001, 0.0, 1.0, reload_backend,
            "Fraction of batches whose attention (one layer, chosen at random) is recomputed "
            "in float64 on a checker thread and compared; 0 turns verification off."),
-    /* Shadow verification and trace (server/verify.c). */
+    /* Shadow verification and trace (server/ops/verify.c). */
     INT(verify_mismatch_threshold, 3, 1, 1024, reload_backend,
         "Mismatches within verify_window_s that switch the service to the next fallback "
         "backend."),
@@ -1554,7 +1554,7 @@ void config_print_help(FILE *out, const char *prog) {
             "       %s selftest [--config PATH] [--NAME=VALUE ...]\n"
             "       %s --help | --version\n\n"
             "An HTTP service for embeddings and attention.\n\n"
-            /* the self-test command (server/backend_selftest.h) */
+            /* the self-test command (server/ops/backend_selftest.h) */
             "selftest: reads the same settings and each served model's config.json (not its\n"
             "weights), checks every backend on every SIMD path this CPU has against a float64\n"
             "reference for each model (the check the service runs at start), prints a table per\n"

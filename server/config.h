@@ -60,7 +60,7 @@ typedef struct config {
     int64_t max_wait_us;        /* linger after a batch, for a fuller next */
     int64_t max_queue;          /* requests waiting; more get 429 */
     double verify_sample_rate;  /* fraction of batches checked against naive */
-    /* shadow verification and trace (server/verify.c) */
+    /* shadow verification and trace (server/ops/verify.c) */
     int64_t verify_mismatch_threshold; /* mismatches within the window that switch */
     int64_t verify_window_s;           /* the window */
     int64_t verify_max_rows;           /* query rows compared per check */

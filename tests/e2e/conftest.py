@@ -308,7 +308,7 @@ def post_attention(server, body, timeout=60, session=None, **kw):
 # TEI's (llama.cpp's `content` gets the OpenAI shape).
 TEI_PATHS = {"/", "/embed", "/embed_all", "/invocations", "/similarity", "/decode", "/tokenize",
              "/ping"}
-# Each of our error types as TEI's error_type names it (server/errors.h); the rest are
+# Each of our error types as TEI's error_type names it (server/api/errors.h); the rest are
 # Validation, but for Empty and Tokenizer, which share OpenAI's types with Validation.
 TEI_TYPES = {"overloaded_error": "Overloaded", "unavailable_error": "Unhealthy",
              "timeout_error": "Backend", "internal_error": "Backend",

@@ -1,5 +1,5 @@
 """Server-side chunking: `"chunking": {"max_tokens", "overlap", "document_vector"}`
-on /v1/embeddings and /embed (server/embed_chunk.h).
+on /v1/embeddings and /embed (server/api/embed_chunk.h).
 
 Checked here, on the WordPiece model (all-MiniLM-L6-v2) and the Unigram one
 (tests/golden/xlmr-tiny-model, which cuts inside words differently):
@@ -417,7 +417,7 @@ def test_memory_budget_bounds_a_document(start_server):
     assert post(s, "/v1/embeddings", {"input": "still serving"}).status_code == 200
 
 
-# ---- decoding on the codec workers (server/workpool.h) ----------------------------
+# ---- decoding on the codec workers (server/work/workpool.h) ----------------------------
 
 WORKER_CASES = [
     ("/v1/embeddings", {"input": ["hello world", ENGLISH * 3]}),

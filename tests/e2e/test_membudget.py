@@ -144,7 +144,7 @@ def test_probes_answer_when_the_budget_is_full(start_server):
 
 
 def membudget_cost(n):
-    """server/membudget.c's membudget_cost: what glibc's malloc(n) costs."""
+    """server/work/membudget.c's membudget_cost: what glibc's malloc(n) costs."""
     if n >= 128 * 1024 - 16:
         return (n + 16 + 4095) & ~4095
     return max((n + 8 + 15) & ~15, 32)

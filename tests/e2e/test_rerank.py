@@ -1,4 +1,4 @@
-"""Rerank and classification routes (server/score_api.h) end to end.
+"""Rerank and classification routes (server/api/score_api.h) end to end.
 
 On the default embedding model every scoring route refuses, in its own API's
 shape, with TEI's status (424), and the bodies are checked before that.
@@ -409,7 +409,7 @@ def test_predict_single_shapes_and_infinity_classify(classifier):
     assert "3 labels" in err["error"]
 
 
-# ---- decoding on the codec workers (server/workpool.h) -----------------------------------------
+# ---- decoding on the codec workers (server/work/workpool.h) -----------------------------------------
 
 WORKER_CASES = [
     ("/rerank", {"query": "capital of France", "texts": ["Paris", "Berlin is big", ""],

@@ -1,6 +1,6 @@
 """Requests larger than a batch (max_inputs_per_request, default 2048, as
 OpenAI): split into pieces of one batch each, queued one at a time
-(server/job.h), answered in input order once every piece is done.
+(server/work/job.h), answered in input order once every piece is done.
 
 Checked here: a 2048-input request is answered whole and in order, 2049 is
 422; a small request sent while a large one runs is computed at most one

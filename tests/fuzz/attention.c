@@ -8,9 +8,9 @@
 #include <string.h>
 
 #include "fuzz_util.h"
-#include "server/attention_api.h"
-#include "server/errors.h"
-#include "server/http.h"
+#include "server/api/attention_api.h"
+#include "server/api/errors.h"
+#include "server/http/http.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char why[256] = "";

@@ -10,9 +10,9 @@
 #include "fuzz_util.h"
 #include "model/encoder.h"
 #include "model/tokenizer.h"
-#include "server/embed_api.h"
-#include "server/errors.h"
-#include "server/http.h"
+#include "server/api/embed_api.h"
+#include "server/api/errors.h"
+#include "server/http/http.h"
 
 static embed_api fuzz_api;
 static encoder_desc *fuzz_model;

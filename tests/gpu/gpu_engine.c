@@ -10,7 +10,7 @@
  *     and test_engine.c hold the CPU engines (the GEMMs run in true fp32,
  *     CUBLAS_COMPUTE_32F, no TF32);
  *   bf16 against the CPU fp32 engine: 0.9999, the service's start-up floor
- *     for bf16 (server/engine.c), which the engine must meet to be served.
+ *     for bf16 (server/ops/engine.c), which the engine must meet to be served.
  * A model directory other than models/all-MiniLM-L6-v2 (a copy converted to
  * fp16 to travel to an offline GPU machine, say) is compared with the CPU
  * engine on the same weights; PyTorch's vectors are then printed, not

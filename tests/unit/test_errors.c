@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "server/errors.h"
+#include "server/api/errors.h"
 
 #define SRV_ERR_CODE(name, code, ...) name,
 static const int codes[] = {SRV_ERRORS(SRV_ERR_CODE)};

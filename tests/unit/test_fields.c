@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "server/fields.h"
+#include "server/api/fields.h"
 
 typedef struct req {
     json_t *input, *name;

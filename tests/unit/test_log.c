@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "server/log.h"
+#include "server/ops/log.h"
 
 static FILE *sink;
 

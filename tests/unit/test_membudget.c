@@ -14,8 +14,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "server/errors.h"
-#include "server/membudget.h"
+#include "server/api/errors.h"
+#include "server/work/membudget.h"
 
 Test(membudget, reserves_up_to_the_limit_and_no_further) {
     membudget b;

@@ -1,12 +1,12 @@
-/* test_model_route.c — finding the model a request names (server/embed_codec.h):
+/* test_model_route.c — finding the model a request names (server/api/embed_codec.h):
  * by name or alias over several models, the route's default when the body
  * names none or an unknown one, and the one set of refusals for `model`
  * that every route answers with. No model is loaded: routing reads names. */
 #include <criterion/criterion.h>
 #include <string.h>
 
-#include "server/embed_codec.h"
-#include "server/errors.h"
+#include "server/api/embed_codec.h"
+#include "server/api/errors.h"
 
 static embed_api minilm = {.model_name = "minilm", .model_aliases = "st/minilm, mini", .group = 0};
 static embed_api rerank = {.model_name = "rerank", .group = 1};

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "server/scheduler.h"
+#include "server/work/scheduler.h"
 
 #define MAX_REQS     8192
 #define MAX_BATCHES  8192

@@ -1,4 +1,4 @@
-/* test_score.c — the rerank and classification codec (server/score_api.h)
+/* test_score.c — the rerank and classification codec (server/api/score_api.h)
  * without a model: pairs and texts into jobs with type ids (compared with
  * tok_encode_pair and tok_encode, whose goldens are test_tokenizer_pair.c's),
  * truncation and the refusals, and the scores' activation (sigmoid,
@@ -9,8 +9,8 @@
 #include <string.h>
 
 #include "model/tokenizer.h"
-#include "server/errors.h"
-#include "server/score_api.h"
+#include "server/api/errors.h"
+#include "server/api/score_api.h"
 
 static tok_tokenizer *load(const char *dir) {
     char err[512] = "";

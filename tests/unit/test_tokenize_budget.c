@@ -17,9 +17,9 @@
 
 #include "model/bert.h"
 #include "model/tokenizer.h"
-#include "server/embed_api.h"
-#include "server/errors.h"
-#include "server/membudget.h"
+#include "server/api/embed_api.h"
+#include "server/api/errors.h"
+#include "server/work/membudget.h"
 
 static const char *model_dir(void) {
     const char *d = getenv("ATTN_TEST_MODEL_DIR");

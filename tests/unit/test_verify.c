@@ -1,4 +1,4 @@
-/* test_verify.c — shadow verification (server/verify.c): sampling, the rows
+/* test_verify.c — shadow verification (server/ops/verify.c): sampling, the rows
  * a check compares, the mismatch window, and the verifier end to end on real
  * backends' output (clean, corrupted everywhere, corrupted on one row,
  * strided as the model lays out Q/K/V, a busy checker). No timed
@@ -11,8 +11,8 @@
 #include <string.h>
 
 #include "kernels/attention.h"
-#include "server/metrics.h"
-#include "server/verify.h"
+#include "server/ops/metrics.h"
+#include "server/ops/verify.h"
 #include "tests/unit/attn_ref.h"
 
 #define WAIT_MS 60000

@@ -1,4 +1,4 @@
-/* test_workpool.c — the codec workers' pool (server/workpool.h): every task
+/* test_workpool.c — the codec workers' pool (server/work/workpool.h): every task
  * posted runs exactly once; one worker runs them in the order posted; the
  * ones still queued when the pool stops run before it returns; a post after
  * the stop is refused and its task never runs. Run under TSan too (make
@@ -7,7 +7,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 
-#include "server/workpool.h"
+#include "server/work/workpool.h"
 
 enum { TASKS = 5000 };
 

@@ -1,0 +1,63 @@
+/* compat_api.h — the routes and shapes of the embedding servers clients
+ * already speak, beside /v1/embeddings:
+ *
+ *   Text Embeddings Inference: POST /embed (and POST / and POST /invocations,
+ *     TEI's route for an embedding model and SageMaker's), POST /similarity,
+ *     POST /decode, POST /tokenize (TEI's shape when the body has `inputs`);
+ *     errors in TEI's {"error", "error_type"}.
+ *   Infinity: POST /embeddings (OpenAI's shape), GET /models.
+ *   llama.cpp server: POST /embedding, POST /tokenize (its shape when the
+ *     body has `content`), POST /detokenize.
+ *
+ * Every embedding route tokenizes its texts here (prompts, truncation side),
+ * hands the ids to the OpenAI decoding of embed_codec.h, so the limits, the
+ * memory budget and the batching are the ones /v1/embeddings has, and answers
+ * from the job's raw vectors in its own shape. */
+#ifndef ATTN_COMPAT_API_H
+#define ATTN_COMPAT_API_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "server/api/embed_codec.h"
+#include "server/http/routes.h"
+
+typedef struct compat_api {
+    embed_api *eapi; /* the tokenizer, the model, the scheduler and the limits */
+    /* config_sentence_transformers.json: prompt name → text (NULL: none),
+     * and the text of its default_prompt_name (NULL: none). */
+    json_t *prompts;
+    const char *default_prompt;
+    /* Ids the tokenizer marks special (tokenizer.json's added tokens with
+     * special: true): what /decode's skip_special_tokens drops. */
+    int32_t *special;
+    size_t nspecial;
+    int64_t created; /* /models' `created`: when the model was loaded */
+    /* Several models: every model's compat_api in the configured order (as
+     * eapi->peers), so /models lists them all and a request naming a model
+     * is answered by that one; no_root: POST / and /invocations belong to
+     * another model's task. NULL / false: one model. */
+    struct compat_api *const *peers;
+    bool no_root;
+} compat_api;
+
+/* Reads the model directory's prompts and special tokens. Returns 0, or -1
+ * with a message in err (a malformed config_sentence_transformers.json, or a
+ * default_prompt_name that names no prompt). */
+int compat_api_init(compat_api *c, embed_api *eapi, const char *model_dir, char *err,
+                    size_t err_len);
+void compat_api_free(compat_api *c);
+
+/* Registers the routes above (taking POST /tokenize and POST /embed from the
+ * embeddings module). Returns 0, or -1 (routes_add). */
+int compat_api_register(compat_api *c, routes *t);
+
+/* tokenizers' WordPiece decoder (prefix "##", cleanup on): the text of ids,
+ * without special ids when skip_special. Written to out (cap bytes, always
+ * NUL-terminated); returns the length it needs, so a result >= cap means cut. */
+size_t compat_decode(const compat_api *c, const int32_t *ids, size_t n, bool skip_special,
+                     char *out, size_t cap);
+
+#endif

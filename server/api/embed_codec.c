@@ -1,0 +1,697 @@
+/* embed_codec.c — decoding embedding requests into jobs (checking and
+ * tokenizing their inputs), encoding finished jobs as answers, and
+ * /tokenize's answer. Runs on the codec workers; nothing here touches the
+ * scheduler or the model's weights.
+ *
+ * A request becomes an embed_job: its inputs' token ids back to back with
+ * their cu_seqlens, an output of one vector per input, and an embedded job
+ * (job.h). */
+#include "server/api/embed_codec.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/api/embed_chunk.h"
+#include "server/api/errors.h"
+#include "server/config.h"
+#include "server/work/membudget.h"
+
+/* Jobs are charged to the request-memory budget (membudget.h) while they
+ * live: allocated in the handler's scope, released here. */
+void embed_job_release(void *p) {
+    embed_job *job = p;
+    if (!job)
+        return;
+    membudget_free(job->cu);
+    membudget_free(job->ids);
+    membudget_free(job->out);
+    membudget_free(job->hidden);
+    membudget_free(job->type_ids);
+    membudget_free(job->doc_cu);
+    membudget_free(job->spans);
+    json_decref(job->model);
+    membudget_free(job);
+}
+
+/* ---- decoding ----------------------------------------------------------------- */
+
+typedef embed_refusal refusal;
+
+/* What `input` / `inputs` holds. */
+enum { IN_TEXTS, IN_IDS };
+
+/* Checks the shape of the inputs: a string, or a non-empty array of strings;
+ * with allow_ids also an array of token ids or an array of such arrays.
+ * Sets *kind and *n (inputs), and *list: the array of inputs, or NULL when
+ * `in` itself is the one input. */
+static int classify(const embed_api *api, const char *field, json_t *in, bool allow_ids, int *kind,
+                    int32_t *n, json_t **list, refusal *r) {
+    const char *allowed = allow_ids ? "a string, an array of strings, an array of token ids or "
+                                      "an array of arrays of token ids"
+                                    : "a string or an array of strings";
+    *list = NULL;
+    if (!in)
+        return refuse(r, SRV_EBADREQUEST, "missing field \"%s\"", field);
+    if (json_is_string(in)) {
+        *kind = IN_TEXTS;
+        *n = 1;
+        return SRV_OK;
+    }
+    if (!json_is_array(in))
+        return refuse(r, SRV_EBADREQUEST, "%s must be %s", field, allowed);
+    size_t size = json_array_size(in);
+    if (size == 0)
+        return refuse(r, SRV_EEMPTY, "%s is an empty array", field);
+    json_t *first = json_array_get(in, 0);
+    if (allow_ids && json_is_integer(first)) {
+        *kind = IN_IDS;
+        *n = 1;
+        return SRV_OK;
+    }
+    const int64_t max_inputs = atomic_load(&api->max_inputs_per_request);
+    if ((int64_t)size > max_inputs)
+        return refuse(r, SRV_EINVALID, "%s has %zu inputs; max_inputs_per_request is %lld", field,
+                      size, (long long)max_inputs);
+    *kind = allow_ids && json_is_array(first) ? IN_IDS : IN_TEXTS;
+    for (size_t i = 0; i < size; i++) {
+        json_t *x = json_array_get(in, i);
+        if (*kind == IN_TEXTS ? !json_is_string(x) : !json_is_array(x))
+            return refuse(r, SRV_EBADREQUEST, "%s[%zu]: %s must be %s", field, i, field, allowed);
+    }
+    *n = (int32_t)size;
+    *list = in;
+    return SRV_OK;
+}
+
+/* Room in job->ids for more ints after the first have. */
+static int reserve(embed_job *job, size_t have, size_t more, refusal *r) {
+    if (have + more <= job->ids_cap)
+        return SRV_OK;
+    size_t cap = job->ids_cap ? job->ids_cap : 256;
+    while (cap < have + more)
+        cap *= 2;
+    int32_t *ids = membudget_realloc(job->ids, cap * sizeof *ids);
+    if (!ids)
+        return refuse(r, SRV_EINTERNAL, "out of memory");
+    job->ids = ids;
+    job->ids_cap = cap;
+    return SRV_OK;
+}
+
+const fld_choice embed_truncation_choices[] = {{"Right", EMBED_TRUNCATE_RIGHT},
+                                               {"right", EMBED_TRUNCATE_RIGHT},
+                                               {"Left", EMBED_TRUNCATE_LEFT},
+                                               {"left", EMBED_TRUNCATE_LEFT},
+                                               {NULL, 0}};
+
+int32_t embed_max_seq_length(const embed_api *api) {
+    if (api->max_seq_length > 0)
+        return api->max_seq_length;
+    return api->model->max_seq_length > 0 ? api->model->max_seq_length : api->model->max_positions;
+}
+
+int embed_tokenize(const embed_api *api, const char *text, size_t len, bool truncate,
+                   embed_truncation dir, int32_t *ids, int32_t *n, int32_t *n_full,
+                   size_t *error_at) {
+    const int32_t max = embed_max_seq_length(api);
+    /* Right, or an input that fits: the tokenizer keeps the first pieces. */
+    tok_output o = {.ids = ids, .capacity = max};
+    int rc = tok_encode(api->tok, text, len, truncate && dir == EMBED_TRUNCATE_RIGHT, &o);
+    *n = o.n;
+    *n_full = o.n_full;
+    *error_at = o.error_at;
+    if (rc != TOK_ETOOLONG || !truncate)
+        return rc;
+    /* Left: the whole input, then its special tokens around the last pieces
+     * that fit, as Hugging Face tokenizers do with truncation_side "left":
+     * the cut happens before the post-processor adds [CLS] and [SEP]. The
+     * specials come from the tokenizer's own mask: an empty span is not one
+     * (trimmed byte-level offsets give whitespace pieces empty spans). */
+    tok_output all = {.capacity = o.n_full};
+    all.ids = membudget_malloc((size_t)all.capacity * sizeof *all.ids);
+    all.special = membudget_malloc((size_t)all.capacity * sizeof *all.special);
+    rc = all.ids && all.special ? tok_encode(api->tok, text, len, 0, &all) : TOK_ENOMEM;
+    if (rc == TOK_OK) {
+        int32_t lead = 0, trail = 0;
+        while (lead < all.n && all.special[lead])
+            lead++;
+        while (trail < all.n - lead && all.special[all.n - 1 - trail])
+            trail++;
+        /* The post-processor adds tok_num_special() tokens, fewer than max
+         * (a max_seq_length below that is refused at start); anything else
+         * is a tokenizer this code does not understand, refused, never cut. */
+        const int32_t keep = max - lead - trail;
+        if (keep < 1 || keep > all.n - lead - trail) {
+            rc = TOK_EINVAL;
+        } else {
+            memcpy(ids, all.ids, (size_t)lead * sizeof *ids);
+            memcpy(ids + lead, all.ids + all.n - trail - keep,
+                   (size_t)(keep + trail) * sizeof *ids);
+            *n = max;
+        }
+    }
+    membudget_free(all.ids);
+    membudget_free(all.special);
+    return rc;
+}
+
+static int tokenize_text(const embed_api *api, embed_job *job, int32_t i, json_t *text,
+                         bool truncate, embed_truncation dir, refusal *r) {
+    const size_t len = json_string_length(text);
+    const int32_t max_len = embed_max_seq_length(api);
+    if (len == 0)
+        return refuse(r, SRV_EBADREQUEST, "input %d is an empty string", (int)i);
+    int rc = reserve(job, (size_t)job->cu[i], (size_t)max_len, r);
+    if (rc != SRV_OK)
+        return rc;
+    int32_t n = 0, n_full = 0;
+    size_t error_at = 0;
+    rc = embed_tokenize(api, json_string_value(text), len, truncate, dir, job->ids + job->cu[i], &n,
+                        &n_full, &error_at);
+    if (rc == TOK_EUTF8)
+        return refuse(r, SRV_EBADREQUEST, "input %d is not valid UTF-8 (byte %zu)", (int)i,
+                      error_at);
+    if (rc == TOK_ETOOLONG)
+        return refuse(r, SRV_EINVALID,
+                      "input %d has %d tokens; max_seq_length is %d and truncation is off", (int)i,
+                      (int)n_full, (int)max_len);
+    if (rc == TOK_ECOMPLEX)
+        return refuse(r, SRV_ETOKENIZER, "input %d: %s", (int)i, tok_strerror(rc));
+    if (rc == TOK_ENOMEM)
+        return refuse(r, SRV_EINTERNAL, "out of memory");
+    if (rc != TOK_OK)
+        return refuse(r, SRV_EINTERNAL, "tokenizer: %s", tok_strerror(rc));
+    job->cu[i + 1] = job->cu[i] + n;
+    return SRV_OK;
+}
+
+/* Token ids go to the model as given: in the vocabulary, 1..max length. */
+static int take_ids(const embed_api *api, embed_job *job, int32_t i, json_t *arr, refusal *r) {
+    const size_t len = json_array_size(arr);
+    const int32_t max_len = api->model->max_positions, vocab = api->model->vocab_size;
+    if (len == 0)
+        return refuse(r, SRV_EBADREQUEST, "input %d is an empty array of token ids", (int)i);
+    if (len > (size_t)max_len)
+        return refuse(r, SRV_EINVALID, "input %d has %zu token ids; the model takes at most %d",
+                      (int)i, len, (int)max_len);
+    int rc = reserve(job, (size_t)job->cu[i], len, r);
+    if (rc != SRV_OK)
+        return rc;
+    for (size_t k = 0; k < len; k++) {
+        json_t *x = json_array_get(arr, k);
+        if (!json_is_integer(x))
+            return refuse(r, SRV_EBADREQUEST, "input %d, token %zu is not an integer id", (int)i,
+                          k);
+        json_int_t id = json_integer_value(x);
+        /* LangChain's OpenAIEmbeddings sends tiktoken ids (cl100k, about
+         * 100k of them) unless check_embedding_ctx_length is false: ids past
+         * this vocabulary are the sign, and no BERT model can read them. */
+        if (id < 0 || id >= vocab)
+            return refuse(r, SRV_EINVALID,
+                          "input %d, token %zu: id %lld outside the vocabulary [0, %d) of this "
+                          "model's tokenizer; token ids must come from this model's tokenizer "
+                          "(tiktoken ids, as LangChain's OpenAIEmbeddings sends by default, are "
+                          "not: set check_embedding_ctx_length=False to send text)",
+                          (int)i, k, (long long)id, (int)vocab);
+        job->ids[job->cu[i] + (int32_t)k] = (int32_t)id;
+    }
+    job->cu[i + 1] = job->cu[i] + (int32_t)len;
+    return SRV_OK;
+}
+
+/* A classifier's forward answers logits, not a vector to embed with: every
+ * embedding route refuses it with TEI's status for a model that does not do
+ * the task (424). */
+int embed_check_task(const embed_api *api, refusal *r) {
+    if (api->model->task == ENCODER_TASK_EMBED)
+        return SRV_OK;
+    return refuse(r, SRV_ETASK,
+                  "Model is not an embedding model: %s is a classifier (%s, %d labels); it answers "
+                  "/predict, /rerank, /classify and /v1/rerank, not embeddings",
+                  api->model_name ? api->model_name : "", api->model->architecture,
+                  (int)api->model->num_labels);
+}
+
+/* A new job with every input of `in` tokenized (or taken as ids), checked
+ * against the limits, and its output allocated. */
+static embed_job *make_job(const embed_api *api, const char *field, json_t *in, bool allow_ids,
+                           bool truncate, embed_truncation dir, refusal *r) {
+    int kind = IN_TEXTS;
+    int32_t n = 0;
+    json_t *list = NULL;
+    if (embed_check_task(api, r) != SRV_OK)
+        return NULL;
+    /* Every refusal from here on is about the inputs. */
+    r->param = field;
+    if (classify(api, field, in, allow_ids, &kind, &n, &list, r) != SRV_OK)
+        return NULL;
+    embed_job *job = membudget_calloc(1, sizeof *job);
+    if (!job || !(job->cu = membudget_calloc((size_t)n + 1, sizeof *job->cu))) {
+        membudget_free(job);
+        refuse(r, SRV_EINTERNAL, "out of memory");
+        return NULL;
+    }
+    job->n = n;
+    for (int32_t i = 0; i < n; i++) {
+        json_t *x = list ? json_array_get(list, (size_t)i) : in;
+        int rc = kind == IN_IDS ? take_ids(api, job, i, x, r)
+                                : tokenize_text(api, job, i, x, truncate, dir, r);
+        if (rc != SRV_OK) {
+            embed_job_release(job);
+            return NULL;
+        }
+    }
+    /* Any number of inputs up to max_inputs_per_request: the job runs in
+     * pieces of one batch each (job.h); an input larger than a batch can
+     * never run. */
+    for (int32_t i = 0; i < n; i++)
+        if (job->cu[i + 1] - job->cu[i] > api->max_batch_tokens) {
+            refuse(r, SRV_EINVALID,
+                   "input %d has %d tokens; a batch holds at most %d (max_batch_tokens)", (int)i,
+                   (int)(job->cu[i + 1] - job->cu[i]), (int)api->max_batch_tokens);
+            embed_job_release(job);
+            return NULL;
+        }
+    job->out_dim = api->model->output_dim;
+    job->out = membudget_malloc((size_t)n * (size_t)api->model->output_dim * sizeof *job->out);
+    if (!job->out) {
+        embed_job_release(job);
+        refuse(r, SRV_EINTERNAL, "out of memory");
+        return NULL;
+    }
+    r->param = NULL;
+    job->base.kind = api->kind;
+    job->base.sreq.group = api->group;
+    job->base.n_items = n;
+    job->base.items_cu = job->cu;
+    return job;
+}
+
+/* ---- the request bodies' fields ------------------------------------------------------ */
+
+/* /v1/embeddings' fields. null is absent for every optional one (OpenAI's
+ * clients send it); `input` is read by make_job or the chunking, null
+ * included. */
+typedef struct openai_req {
+    json_t *input, *model, *user, *chunking, *stream;
+    int format;
+    int64_t dimensions; /* 0: every dimension */
+} openai_req;
+
+enum { FORMAT_FLOAT, FORMAT_BASE64 };
+
+static const fld_choice FORMATS[] = {{"float", FORMAT_FLOAT}, {"base64", FORMAT_BASE64}, {NULL, 0}};
+
+void embed_dimension_bounds(const void *api, int64_t *lo, int64_t *hi) {
+    *lo = 1;
+    *hi = ((const embed_api *)api)->model->output_dim;
+}
+
+int embed_model_check(const void *api, const json_t *model, refusal *r) {
+    return embed_check_model(api, model, r);
+}
+
+#define OPENAI(f) offsetof(openai_req, f)
+static const fld_row OPENAI_ROWS[] = {
+    {"input", FLD_ANY, FLD_NULL, OPENAI(input), .param = "input"},
+    EMBED_MODEL_ROW(OPENAI(model)),
+    {"encoding_format", FLD_ENUM, 0, OPENAI(format), .dflt = FORMAT_FLOAT, .choices = FORMATS,
+     .param = "encoding_format"},
+    EMBED_DIMENSIONS_ROW(OPENAI(dimensions)),
+    {"user", FLD_STRING, 0, OPENAI(user), .param = "user"},
+    {"chunking", FLD_ANY, 0, OPENAI(chunking), .param = "chunking"},
+    {"stream", FLD_ANY, 0, OPENAI(stream), .param = "stream"},
+};
+static const fld_table OPENAI_TABLE = FLD_TABLE(OPENAI_ROWS, NULL, NULL);
+
+/* /embed's (embed_api_decode's EMBED_ROUTE_TEI): null is refused where a
+ * boolean goes, as TEI's serde does. */
+typedef struct tei_req {
+    json_t *inputs, *chunking;
+    bool normalize, truncate;
+    int direction; /* embed_truncation */
+} tei_req;
+
+#define TEI(f) offsetof(tei_req, f)
+static const fld_row TEI_ROWS[] = {
+    {"inputs", FLD_ANY, FLD_NULL, TEI(inputs), .param = "inputs"},
+    {"normalize", FLD_BOOL, FLD_NULL, TEI(normalize), .dflt = true},
+    {"truncate", FLD_BOOL, FLD_NULL | FLD_PRESET, TEI(truncate), .param = NULL},
+    EMBED_TRUNCATION_ROW(TEI(direction)),
+    {"chunking", FLD_ANY, 0, TEI(chunking), .param = "chunking"},
+};
+static const fld_table TEI_TABLE = FLD_TABLE(TEI_ROWS, NULL, NULL);
+
+/* /tokenize's (TEI's shape). */
+typedef struct tokens_req {
+    json_t *inputs;
+    bool specials;
+} tokens_req;
+
+#define TOKENS(f) offsetof(tokens_req, f)
+static const fld_row TOKENS_ROWS[] = {
+    {"inputs", FLD_ANY, FLD_NULL, TOKENS(inputs), .param = "inputs"},
+    {"add_special_tokens", FLD_BOOL, FLD_NULL, TOKENS(specials), .dflt = true},
+};
+static const fld_table TOKENS_TABLE = FLD_TABLE(TOKENS_ROWS, NULL, NULL);
+
+/* POST /v1/embeddings */
+static embed_job *decode_openai(const embed_api *api, json_t *root, refusal *r) {
+    openai_req q;
+    if (fld_decode(&OPENAI_TABLE, root, &q, api, r) != SRV_OK)
+        return NULL;
+    json_t *input = q.input, *model = q.model, *chunking = q.chunking;
+    const bool base64 = q.format == FORMAT_BASE64;
+    if (embed_check_task(api, r) != SRV_OK)
+        return NULL;
+    embed_chunking ch;
+    bool streamed;
+    if (chunking && embed_chunking_parse(api, chunking, &ch, r) != SRV_OK)
+        return NULL;
+    if (embed_stream_parse(q.stream, chunking, &streamed, r) != SRV_OK)
+        return NULL;
+    embed_job *job =
+        chunking ? embed_chunk_job(api, "input", input, &ch, r)
+                 : make_job(api, "input", input, true, api->truncate, EMBED_TRUNCATE_RIGHT, r);
+    if (!job)
+        return NULL;
+    job->stream = streamed;
+    job->api = API_OPENAI;
+    /* Unit vectors whatever the model's modules say, as OpenAI's (and TEI's
+     * /v1/embeddings) are: clients compare them by dot product. */
+    job->normalize = true;
+    job->base64 = base64;
+    job->dimensions = (int)q.dimensions;
+    /* A copy, charged to the budget: the request's tree is freed next. */
+    job->model = model ? json_stringn(json_string_value(model), json_string_length(model))
+                       : json_string(api->model_name);
+    if (!job->model) {
+        embed_job_release(job);
+        refuse(r, SRV_EINTERNAL, "out of memory");
+        return NULL;
+    }
+    return job;
+}
+
+/* POST /embed */
+static embed_job *decode_tei(const embed_api *api, json_t *root, refusal *r) {
+    tei_req q = {.truncate = api->truncate};
+    if (fld_decode(&TEI_TABLE, root, &q, api, r) != SRV_OK)
+        return NULL;
+    if (embed_check_task(api, r) != SRV_OK)
+        return NULL;
+    embed_chunking ch;
+    if (q.chunking && embed_chunking_parse(api, q.chunking, &ch, r) != SRV_OK)
+        return NULL;
+    embed_job *job = q.chunking ? embed_chunk_job(api, "inputs", q.inputs, &ch, r)
+                                : make_job(api, "inputs", q.inputs, false, q.truncate,
+                                           (embed_truncation)q.direction, r);
+    if (!job)
+        return NULL;
+    job->api = API_TEI;
+    job->normalize = q.normalize;
+    return job;
+}
+
+/* ---- encoding ------------------------------------------------------------------- */
+
+static const char b64_chars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/* n floats as base64 of their little-endian bytes. */
+json_t *embed_floats_base64(const float *v, size_t n) {
+    size_t bytes = n * 4, len = (bytes + 2) / 3 * 4;
+    unsigned char *raw = membudget_malloc(bytes);
+    char *text = membudget_malloc(len + 1);
+    json_t *out = NULL;
+    if (raw && text) {
+        for (size_t i = 0; i < n; i++) {
+            uint32_t u;
+            memcpy(&u, &v[i], sizeof u);
+            for (int j = 0; j < 4; j++)
+                raw[4 * i + (size_t)j] = (unsigned char)(u >> (8 * j));
+        }
+        size_t o = 0;
+        for (size_t i = 0; i < bytes; i += 3) {
+            size_t take = bytes - i < 3 ? bytes - i : 3;
+            uint32_t triple = (uint32_t)raw[i] << 16 | (take > 1 ? (uint32_t)raw[i + 1] << 8 : 0) |
+                              (take > 2 ? raw[i + 2] : 0);
+            text[o++] = b64_chars[triple >> 18 & 63];
+            text[o++] = b64_chars[triple >> 12 & 63];
+            text[o++] = take > 1 ? b64_chars[triple >> 6 & 63] : '=';
+            text[o++] = take > 2 ? b64_chars[triple & 63] : '=';
+        }
+        out = json_stringn(text, o);
+    }
+    membudget_free(raw);
+    membudget_free(text);
+    return out;
+}
+
+static json_t *floats_array(const float *v, size_t n) {
+    json_t *arr = json_array();
+    for (size_t i = 0; arr && i < n; i++)
+        if (json_array_append_new(arr, json_real(v[i])) != 0) {
+            json_decref(arr);
+            arr = NULL;
+        }
+    return arr;
+}
+
+static json_t *encode_openai(embed_job *job, int C) {
+    const size_t d = job->dimensions ? (size_t)job->dimensions : (size_t)C;
+    json_t *data = json_array();
+    for (int32_t i = 0; data && i < job->n; i++) {
+        float *v = job->out + (size_t)i * (size_t)C;
+        /* A shortened vector is renormalised, as OpenAI's are. */
+        if (d < (size_t)C)
+            bert_l2_normalize(v, (int)d);
+        json_t *e = job->base64 ? embed_floats_base64(v, d) : floats_array(v, d);
+        if (!e ||
+            json_array_append_new(data, json_pack("{s:s, s:i, s:o}", "object", "embedding", "index",
+                                                  (json_int_t)i, "embedding", e)) != 0) {
+            json_decref(data);
+            data = NULL;
+        }
+    }
+    if (!data)
+        return NULL;
+    const json_int_t tokens = job->cu[job->n];
+    return json_pack("{s:s, s:o, s:O, s:{s:I, s:I}}", "object", "list", "data", data, "model",
+                     job->model, "usage", "prompt_tokens", tokens, "total_tokens", tokens);
+}
+
+static json_t *encode_tei(const embed_job *job, int C) {
+    json_t *out = json_array();
+    for (int32_t i = 0; out && i < job->n; i++) {
+        json_t *v = floats_array(job->out + (size_t)i * (size_t)C, (size_t)C);
+        if (!v || json_array_append_new(out, v) != 0) {
+            json_decref(out);
+            out = NULL;
+        }
+    }
+    return out;
+}
+
+/* ---- the codec's entry points ------------------------------------------------------- */
+
+/* Whether name[0, len) is api's model's name or one of its aliases. */
+static bool model_known(const embed_api *api, const char *name, size_t len) {
+    if (strlen(api->model_name) == len && memcmp(api->model_name, name, len) == 0)
+        return true;
+    size_t l;
+    for (const char *p = api->model_aliases, *a; (a = config_names_next(&p, ',', &l));)
+        if (l && l == len && memcmp(a, name, len) == 0)
+            return true;
+    return false;
+}
+
+int embed_model_find(const embed_api *api, const char *name, size_t len) {
+    if (!api->peers)
+        return model_known(api, name, len) ? 0 : -1;
+    for (size_t i = 0; i < api->npeers; i++)
+        if (model_known(api->peers[i], name, len))
+            return (int)i;
+    return -1;
+}
+
+uint32_t embed_route_index(const embed_api *api, const json_t *root, uint32_t dflt) {
+    const json_t *model = json_is_object(root) ? json_object_get(root, "model") : NULL;
+    const int i = json_is_string(model) && api->peers
+                      ? embed_model_find(api, json_string_value(model), json_string_length(model))
+                      : -1;
+    return i >= 0 ? (uint32_t)i : dflt;
+}
+
+embed_api *embed_api_route(http_request *req, embed_api *api, const json_t *root) {
+    if (!api->peers)
+        return api;
+    embed_api *to = api->peers[embed_route_index(api, root, api->group)];
+    if (to != api)
+        http_set_ctx(req, to);
+    return to;
+}
+
+int embed_unknown_model(const embed_api *api, const char *name, refusal *r) {
+    /* Every served model by name; their aliases are one request away. */
+    char served[160];
+    const size_t n = api->peers ? api->npeers : 1;
+    size_t used = 0;
+    served[0] = '\0';
+    for (size_t i = 0; i < n && used < sizeof served; i++) {
+        const int w = snprintf(served + used, sizeof served - used, "%s`%s`", i ? ", " : "",
+                               (api->peers ? api->peers[i] : api)->model_name);
+        used = w < 0 ? sizeof served : used + (size_t)w;
+    }
+    if (used < sizeof served)
+        snprintf(served + used, sizeof served - used, " (their aliases: GET /v1/models)");
+    r->param = "model";
+    r->code = "model_not_found";
+    return refuse(r, SRV_ENOTFOUND, "The model `%.60s` does not exist; served: %s", name, served);
+}
+
+int embed_check_model(const embed_api *api, const json_t *model, refusal *r) {
+    if (!model || json_is_null(model))
+        return SRV_OK;
+    if (!json_is_string(model)) {
+        r->param = "model";
+        return refuse(r, SRV_EBADREQUEST, "model must be a string");
+    }
+    if (api->accept_any_model ||
+        model_known(api, json_string_value(model), json_string_length(model)))
+        return SRV_OK;
+    return embed_unknown_model(api, json_string_value(model), r);
+}
+
+embed_job *embed_api_decode_refusal(const embed_api *api, embed_route route, json_t *root,
+                                    embed_refusal *r) {
+    *r = (embed_refusal){0};
+    return route == EMBED_ROUTE_OPENAI ? decode_openai(api, root, r) : decode_tei(api, root, r);
+}
+
+embed_job *embed_api_decode(const embed_api *api, embed_route route, json_t *root, int *err,
+                            char *msg, size_t msg_len) {
+    refusal r = {0};
+    embed_job *job =
+        route == EMBED_ROUTE_OPENAI ? decode_openai(api, root, &r) : decode_tei(api, root, &r);
+    *err = job ? SRV_OK : r.err;
+    snprintf(msg, msg_len, "%s", job ? "" : r.msg);
+    return job;
+}
+
+size_t embed_job_bytes(const embed_job *job) {
+    const size_t C = job->out ? (size_t)job->out_dim : 0;
+    return membudget_cost(sizeof *job) + membudget_cost(((size_t)job->n + 1) * sizeof *job->cu) +
+           membudget_cost(job->ids_cap * sizeof *job->ids) +
+           (job->type_ids ? membudget_cost(job->ids_cap * sizeof *job->type_ids) : 0) +
+           (job->out ? membudget_cost((size_t)job->n * C * sizeof *job->out) : 0) +
+           (job->doc_cu ? membudget_cost(((size_t)job->n_docs + 1) * sizeof *job->doc_cu) +
+                              membudget_cost((size_t)job->n * 2 * sizeof *job->spans)
+                        : 0);
+}
+
+void embed_job_free(embed_job *job) {
+    embed_job_release(job);
+}
+
+int32_t embed_job_inputs(const embed_job *job, const int32_t **cu, const int32_t **ids) {
+    *cu = job->cu;
+    *ids = job->ids;
+    return job->n;
+}
+
+/* ---- POST /tokenize ------------------------------------------------------------------- */
+
+/* One token in TEI's shape: special tokens have their vocabulary string and
+ * null offsets; others the input's bytes [start, stop) they came from. */
+static json_t *token_json(const embed_api *api, const char *text, int32_t id, tok_span sp) {
+    /* The post-processor's tokens, and only they, have empty spans. */
+    if (sp.start == sp.end)
+        return json_pack("{s:i, s:s, s:b, s:n, s:n}", "id", (json_int_t)id, "text",
+                         tok_id_to_token(api->tok, id), "special", 1, "start", "stop");
+    json_t *piece = json_stringn(text + sp.start, sp.end - sp.start);
+    /* NULL is also the budget refusing the string: then the token fails
+     * (and so the answer, with the budget's error), never "[UNK]" or a
+     * vocabulary string standing in for it. */
+    if (!piece && membudget_refused())
+        return NULL;
+    if (!piece) /* not whole characters: fall back to the vocabulary string */
+        piece = json_string(tok_id_to_token(api->tok, id));
+    return json_pack("{s:i, s:o, s:b, s:i, s:i}", "id", (json_int_t)id, "text", piece, "special", 0,
+                     "start", (json_int_t)sp.start, "stop", (json_int_t)sp.end);
+}
+
+/* The tokens of one input, all of them: /tokenize never truncates (as TEI),
+ * so a client can count what truncation would cut. */
+static json_t *tokenize_one(const embed_api *api, int32_t i, json_t *in, bool specials,
+                            refusal *r) {
+    const char *text = json_string_value(in);
+    const size_t len = json_string_length(in);
+    if (len == 0) {
+        refuse(r, SRV_EEMPTY, "input %d is an empty string", (int)i);
+        return NULL;
+    }
+    tok_output o = {.capacity = api->model->max_positions};
+    int rc = TOK_ETOOLONG;
+    for (int pass = 0; pass < 2 && rc == TOK_ETOOLONG; pass++) {
+        if (pass)
+            o.capacity = o.n_full;
+        membudget_free(o.ids);
+        membudget_free(o.offsets);
+        o.ids = membudget_malloc((size_t)o.capacity * sizeof *o.ids);
+        o.offsets = membudget_malloc((size_t)o.capacity * sizeof *o.offsets);
+        rc = o.ids && o.offsets ? tok_encode(api->tok, text, len, 0, &o) : TOK_ENOMEM;
+    }
+    json_t *out = NULL;
+    if (rc == TOK_EUTF8)
+        refuse(r, SRV_EBADREQUEST, "input %d is not valid UTF-8 (byte %zu)", (int)i, o.error_at);
+    else if (rc == TOK_ECOMPLEX)
+        refuse(r, SRV_ETOKENIZER, "input %d: %s", (int)i, tok_strerror(rc));
+    else if (rc != TOK_OK)
+        refuse(r, SRV_EINTERNAL, "tokenizer: %s", tok_strerror(rc));
+    else if (!(out = json_array()))
+        refuse(r, SRV_EINTERNAL, "out of memory");
+    for (int32_t k = 0; out && k < o.n; k++) {
+        if (!specials && o.offsets[k].start == o.offsets[k].end)
+            continue;
+        if (json_array_append_new(out, token_json(api, text, o.ids[k], o.offsets[k])) != 0) {
+            json_decref(out);
+            out = NULL;
+            refuse(r, SRV_EINTERNAL, "out of memory");
+        }
+    }
+    membudget_free(o.ids);
+    membudget_free(o.offsets);
+    return out;
+}
+
+json_t *embed_api_tokens(const embed_api *api, json_t *root, int *err, char *msg, size_t msg_len) {
+    refusal r = {0};
+    tokens_req q;
+    json_t *list = NULL, *out = NULL;
+    int kind = IN_TEXTS;
+    int32_t n = 0;
+    if (fld_decode(&TOKENS_TABLE, root, &q, api, &r) == SRV_OK &&
+        classify(api, "inputs", q.inputs, false, &kind, &n, &list, &r) == SRV_OK) {
+        out = json_array();
+        for (int32_t i = 0; out && i < n; i++) {
+            json_t *tokens = tokenize_one(api, i, list ? json_array_get(list, (size_t)i) : q.inputs,
+                                          q.specials, &r);
+            if (!tokens || json_array_append_new(out, tokens) != 0) {
+                json_decref(out);
+                out = NULL;
+            }
+        }
+        if (!out && !r.err)
+            refuse(&r, SRV_EINTERNAL, "out of memory");
+    }
+    *err = out ? SRV_OK : r.err;
+    snprintf(msg, msg_len, "%s", out ? "" : r.msg);
+    return out;
+}
+
+json_t *embed_encode(embed_job *job, int C) {
+    if (job->doc_cu)
+        return embed_chunk_encode(job, C);
+    return job->api == API_OPENAI ? encode_openai(job, C) : encode_tei(job, C);
+}

@@ -1,0 +1,14 @@
+/* routes.c — the route table. */
+#include "server/http/routes.h"
+
+#include <string.h>
+
+int routes_add(routes *t, http_route route) {
+    for (size_t i = 0; i < t->n; i++)
+        if (strcmp(t->r[i].method, route.method) == 0 && strcmp(t->r[i].path, route.path) == 0)
+            return -1;
+    if (t->n == ROUTES_MAX)
+        return -1;
+    t->r[t->n++] = route;
+    return 0;
+}

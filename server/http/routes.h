@@ -1,0 +1,22 @@
+/* routes.h — the route table every module adds its routes to before the
+ * server starts (http_create takes the result). Each API module registers
+ * its own routes; main only wires the modules together. */
+#ifndef ATTN_ROUTES_H
+#define ATTN_ROUTES_H
+
+#include <stddef.h>
+
+#include "server/http/http.h"
+
+#define ROUTES_MAX 64
+
+typedef struct routes {
+    http_route r[ROUTES_MAX];
+    size_t n;
+} routes;
+
+/* Appends route; -1 (nothing added) when the table is full or the method
+ * and path are already taken, so two modules can never claim one route. */
+int routes_add(routes *t, http_route route);
+
+#endif
