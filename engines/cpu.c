@@ -88,7 +88,7 @@ static int cpu_set_attn_tap(void *ctx, int layer, engine_attn_tap_fn fn, void *f
     return 0;
 }
 
-static void cpu_stage_ns(void *ctx, bert_stage_ns *out) {
+static void cpu_stage_ns(void *ctx, encoder_stage_ns *out) {
     *out = *encoder_workspace_stage_ns(((cpu_ctx *)ctx)->ws);
 }
 

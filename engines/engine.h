@@ -32,12 +32,11 @@
 #include "kernels/attention.h"
 #include "kernels/gemm.h"
 #include "kernels/parallel.h"
-#include "model/bert.h"
 #include "model/encoder.h"
 
 /* Bumped whenever anything a plugin is built against changes in any way:
  * engine_iface, engine_options, engine_batch and engine_plugin, and the
- * structs they hand over, encoder_info (model/encoder.h), bert_stage_ns
+ * structs they hand over, encoder_info (model/encoder.h), encoder_stage_ns
  * (model/bert.h), attn_backend, attn_problem and attn_shape
  * (kernels/attention.h) and attn_parallel (kernels/parallel.h). A plugin
  * built against another value is refused. */
@@ -49,7 +48,7 @@
  * a field renamed or reordered, needs the bump all the same.) */
 #if UINTPTR_MAX == 0xffffffffffffffffu /* the sizes below are LP64's */
 _Static_assert(sizeof(encoder_info) == 112, "encoder_info changed: bump ENGINE_API_VERSION");
-_Static_assert(sizeof(bert_stage_ns) == 64, "bert_stage_ns changed: bump ENGINE_API_VERSION");
+_Static_assert(sizeof(encoder_stage_ns) == 64, "encoder_stage_ns changed: bump ENGINE_API_VERSION");
 _Static_assert(sizeof(attn_backend) == 64, "attn_backend changed: bump ENGINE_API_VERSION");
 _Static_assert(sizeof(attn_problem) == 104, "attn_problem changed: bump ENGINE_API_VERSION");
 _Static_assert(sizeof(attn_shape) == 24, "attn_shape changed: bump ENGINE_API_VERSION");
@@ -173,7 +172,7 @@ typedef struct engine_iface {
 
     /* OPTIONAL. Wall time of each stage of the last forward (default: zero;
      * the wrapper's total is kept either way). */
-    void (*stage_ns)(void *ctx, bert_stage_ns *out);
+    void (*stage_ns)(void *ctx, encoder_stage_ns *out);
 
     /* OPTIONAL. (T, C) every token's last hidden state of the last forward,
      * packed as that batch was, valid until the next forward: what TEI's
@@ -229,7 +228,7 @@ typedef struct engine_run {
     uint64_t ns;       /* the engine's forward, wall time */
     double flops;      /* whole encoder: GEMMs and attention */
     double attn_flops; /* attention alone (attn_flops over all layers) */
-    bert_stage_ns stages;
+    encoder_stage_ns stages;
     bool hooked; /* the hook was installed for this forward */
 } engine_run;
 

@@ -22,6 +22,7 @@
 #include "kernels/parallel.h"
 
 #include "model/bert_config.h"
+#include "model/encoder.h"
 
 /* ---- weights ----------------------------------------------------------------- */
 typedef struct bert_model bert_model;
@@ -130,20 +131,9 @@ typedef void (*bert_attn_tap_fn)(const attn_problem *p, int layer, void *ctx);
  * model) turns it off. */
 void bert_workspace_set_attn_tap(bert_workspace *ws, int layer, bert_attn_tap_fn fn, void *ctx);
 
-/* Wall time of each stage of the last forward on ws, summed over layers, and
- * the attention FLOPs it ran (attn_flops over all layers): for the trace and
- * the kernel metrics. The tap's own time counts in none of them. */
-typedef struct bert_stage_ns {
-    uint64_t embeddings; /* lookup and LayerNorm */
-    uint64_t qkv;        /* the fused QKV GEMM */
-    uint64_t attention;  /* the backend's forward */
-    uint64_t out_proj;   /* attention output projection, residual and LayerNorm */
-    uint64_t ffn;        /* both FFN GEMMs with GELU, residual and LayerNorm */
-    uint64_t norms;      /* residual LayerNorms run apart from a GEMM: none today,
-                            they are fused into the two GEMMs above */
-    uint64_t pooling;
-    double attn_flops;
-} bert_stage_ns;
+/* The stage times of the last forward on ws (encoder_stage_ns, whose
+ * fields are this family's stages). */
+typedef encoder_stage_ns bert_stage_ns;
 
 const bert_stage_ns *bert_workspace_stage_ns(const bert_workspace *ws);
 

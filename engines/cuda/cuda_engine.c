@@ -63,7 +63,7 @@ typedef struct cuda_ctx {
     cublasLtMatmulDesc_t mm[2]; /* [0]: bias epilogue, beta 0; [1]: the same, used with beta 1 */
     cudaEvent_t *ev;
     int nev;
-    bert_stage_ns stages;
+    encoder_stage_ns stages;
     const char *lt_status; /* cuBLASLt's status name of the last failed call */
                            /* Shadow verification (fp32 only, see cuda_set_attn_tap): layer
                             * `tap_layer`'s attention copied back, qkv then out, (T, 4C) floats. */
@@ -445,7 +445,7 @@ static int cuda_set_attn_tap(void *ctx, int layer, engine_attn_tap_fn fn, void *
     return 0;
 }
 
-static void cuda_stage_ns(void *ctx, bert_stage_ns *out) {
+static void cuda_stage_ns(void *ctx, encoder_stage_ns *out) {
     *out = ((cuda_ctx *)ctx)->stages;
 }
 
@@ -686,7 +686,7 @@ static int cuda_forward(void *ctx, const engine_batch *bt, const attn_backend *a
     memcpy(bt->out, h_out, (size_t)B * C * sizeof(float));
 
     /* Stage times from the events (device time, summed over layers). */
-    bert_stage_ns s = {0};
+    encoder_stage_ns s = {0};
     s.embeddings = ev_ns(c->ev[0], c->ev[1]);
     for (int l = 0; l < m->num_layers; l++) {
         cudaEvent_t *v = &c->ev[1 + EV_PER_LAYER * l];
