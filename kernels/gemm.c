@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/gelu.h"
+#include "kernels/gelu.h"
 #include "simd.h"
 #if defined(__x86_64__) || defined(__i386__)
 #define ATTN_HAVE_GEMM_BF16 1

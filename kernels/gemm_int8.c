@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "gemm_panel.h"
-#include "model/gelu.h"
+#include "kernels/gelu.h"
 #include "simd.h"
 
 static size_t align64(size_t n) {

@@ -25,8 +25,8 @@ PLUGIN_CFLAGS := $(CFLAGS) -fPIC -fvisibility=hidden
 # engine the backend in force), but for the naive one and the serial pool
 # that int8's calibration forward runs at load.
 CPU_AVX512_SRC := engines/cpu.c model/encoder.c model/bert.c model/bert_config.c model/safetensors.c \
-                  model/gelu.c \
-                  model/gelu_avx2.c model/gelu_avx512.c kernels/attention.c kernels/simd.c \
+                  kernels/gelu.c \
+                  kernels/gelu_avx2.c kernels/gelu_avx512.c kernels/attention.c kernels/simd.c \
                   kernels/naive.c kernels/threadpool.c \
                   $(wildcard kernels/gemm*.c)
 CPU_AVX512_OBJ := $(CPU_AVX512_SRC:%.c=$(BUILD)/obj-plugin/cpu-avx512/%.o)
@@ -53,8 +53,8 @@ $(BUILD)/test-engines/%.so: tests/engines/%.c $(BUILD)/flags
 # model/encoder.c's family table names the CPU encoder's load and forward:
 # those come along, never called, each file with the core's per-file ISA
 # flags (not cpu-avx512's AVX-512 everywhere), so it loads on any x86-64.
-INSTANT_SRC := model/encoder.c model/bert.c model/bert_config.c model/safetensors.c model/gelu.c \
-               model/gelu_avx2.c model/gelu_avx512.c kernels/attention.c kernels/simd.c \
+INSTANT_SRC := model/encoder.c model/bert.c model/bert_config.c model/safetensors.c kernels/gelu.c \
+               kernels/gelu_avx2.c kernels/gelu_avx512.c kernels/attention.c kernels/simd.c \
                kernels/naive.c kernels/threadpool.c $(wildcard kernels/gemm*.c)
 INSTANT_OBJ := $(INSTANT_SRC:%.c=$(BUILD)/obj-plugin/portable/%.o)
 

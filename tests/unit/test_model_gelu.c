@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/gelu.h"
 #include "kernels/simd.h"
-#include "model/gelu.h"
 
 static double gelu_ref(double x) {
     return 0.5 * x * erfc(-x / sqrt(2.0));
