@@ -2,11 +2,10 @@
  * config file, ATTNSERVE_* environment variables, flags, API keys, --help,
  * --print-config and SIGHUP reload. Adding a setting is one field in
  * config.h and one row in the table below, which names, for a reloadable
- * setting, the function that applies a new value (reload.h). */
+ * setting, the group whose function applies a new value (config_apply). */
 #include "config.h"
 
 #include "kernels/attention.h"
-#include "server/ops/reload.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -41,8 +40,8 @@ typedef struct setting {
     setting_type type;
     size_t offset; /* of the field in struct config */
     /* Reloadable settings: how a reload applies the new value to the running
-     * service (config_apply); NULL: the setting needs a restart. */
-    config_apply_fn apply;
+     * service (config_apply); CONFIG_RESTART: the setting needs a restart. */
+    config_apply_group apply;
     const char *help;
     int64_t i_def, i_min, i_max;
     double d_def, d_min, d_max;
@@ -53,7 +52,7 @@ typedef struct setting {
     const char *check_doc;     /* what check allows, for messages and --help */
 } setting;
 
-#define RESTART NULL
+#define RESTART CONFIG_RESTART
 #define INT(n, def, lo, hi, reload, h)                                                             \
     {                                                                                              \
         .name = #n, .type = T_INT, .offset = offsetof(config, n), .apply = (reload), .help = (h),  \
@@ -104,8 +103,8 @@ static int check_models(const char *value, char *why, size_t why_len);
 static int check_model_aliases(const char *value, char *why, size_t why_len);
 
 /* Reloadable means the running service can adopt the value between batches:
- * such a row names the function that applies it (reload.h), RESTART rows
- * none.
+ * such a row names the group whose function applies it (config_apply_group;
+ * reload.c gives the functions), RESTART rows none.
  * Settings that size memory at start (batch shape, queue, bodies), bind
  * sockets or load the model need a restart, which keeps the worst-case
  * memory computed at start true for the life of the process. */
@@ -140,9 +139,9 @@ static const setting settings[] = {
         "of /info is above it. 0: only a warning when the worst case is above the tightest "
         "limit of the process's cgroup and those above it (memory.max, or v1's "
         "memory.limit_in_bytes)."),
-    INT(request_timeout_ms, 30000, 1, 3600000, reload_requests,
+    INT(request_timeout_ms, 30000, 1, 3600000, CONFIG_APPLY_REQUESTS,
         "Deadline from arrival; a request still queued past it gets 504."),
-    INT(drain_timeout_s, 20, 0, 3600, reload_by_swap,
+    INT(drain_timeout_s, 20, 0, 3600, CONFIG_APPLY_SWAP,
         "On SIGTERM, time allowed to answer accepted requests before exit "
         "(below the 30 s Kubernetes grace period)."),
     /* 2000 ms: the shipped haproxy.cfg takes at most 1.5 s (inter 1 s, then
@@ -151,14 +150,14 @@ static const setting settings[] = {
      * them, with Connection: close, for that long means none is refused,
      * and a keep-alive request already on the wire at the signal (an RTT,
      * milliseconds) is answered rather than reset. */
-    INT(drain_linger_ms, 2000, 0, 60000, reload_by_swap,
+    INT(drain_linger_ms, 2000, 0, 60000, CONFIG_APPLY_SWAP,
         "On SIGTERM, time to keep accepting connections and serving requests, each answer "
         "with Connection: close, while /ready is 503, before the listener closes (counted "
         "within drain_timeout_s)."),
-    ENUM(backend, "auto", backend_values, reload_backend,
+    ENUM(backend, "auto", backend_values, CONFIG_APPLY_BACKEND,
          "Attention backend; auto picks the fastest that supports the model."),
     STRING(fallback_backends, "fused,naive", check_backend_list,
-           "comma-separated backend names (no spaces), or empty", reload_backend,
+           "comma-separated backend names (no spaces), or empty", CONFIG_APPLY_BACKEND,
            "Backends to try, in order, when the configured one cannot run the configured "
            "shapes, fails its start-up self-test, or fails shadow verification "
            "(verify_sample_rate)."),
@@ -204,35 +203,35 @@ static const setting settings[] = {
     INT(max_batch_tokens, 16384, 1, 1 << 20, RESTART,
         "Token budget of one batch; workspaces are allocated for it at start."),
     INT(max_batch_requests, 64, 1, 65536, RESTART, "Most requests packed into one batch."),
-    INT(max_wait_us, 0, 0, 10000000, reload_batching,
+    INT(max_wait_us, 0, 0, 10000000, CONFIG_APPLY_BATCHING,
         "Batches are continuous: a request that finds the engine idle starts at once, and "
         "requests that arrive during a batch form the next one. This adds a linger: for this "
         "long after a batch ends, a next batch that is not full waits for more requests "
         "(rounded up to whole milliseconds). 0: never wait."),
     INT(max_queue, 1024, 1, 1000000, RESTART, "Requests waiting for compute; more get 429."),
-    DOUBLE(verify_sample_rate, 0.001, 0.0, 1.0, reload_backend,
+    DOUBLE(verify_sample_rate, 0.001, 0.0, 1.0, CONFIG_APPLY_BACKEND,
            "Fraction of batches whose attention (one layer, chosen at random) is recomputed "
            "in float64 on a checker thread and compared; 0 turns verification off."),
     /* Shadow verification and trace (server/ops/verify.c). */
-    INT(verify_mismatch_threshold, 3, 1, 1024, reload_backend,
+    INT(verify_mismatch_threshold, 3, 1, 1024, CONFIG_APPLY_BACKEND,
         "Mismatches within verify_window_s that switch the service to the next fallback "
         "backend."),
-    INT(verify_window_s, 300, 1, 86400, reload_backend,
+    INT(verify_window_s, 300, 1, 86400, CONFIG_APPLY_BACKEND,
         "The window verify_mismatch_threshold counts in."),
     INT(verify_max_rows, 16, 1, 1024, RESTART,
         "Query rows compared per check (each sequence's first and last, then random ones); "
         "sizes the capture slot."),
-    STRING(trace_file, "", NULL, "a file path, or \"\" for off", reload_backend,
+    STRING(trace_file, "", NULL, "a file path, or \"\" for off", CONFIG_APPLY_BACKEND,
            "Appends one JSON line per batch (sizes, per-stage times, backend, verified) to this "
            "file, written off the compute thread; lines that find the buffer full are "
            "dropped and counted."),
     STRING(model, "models/all-MiniLM-L6-v2", check_nonempty, "a non-empty path", RESTART,
            "Model directory (config.json, tokenizer, safetensors weights)."),
-    INT(max_inputs_per_request, 2048, 1, 65536, reload_requests,
+    INT(max_inputs_per_request, 2048, 1, 65536, CONFIG_APPLY_REQUESTS,
         "Most inputs in one embeddings request (OpenAI's limit by default); more get 422. "
         "A request larger than a batch runs in pieces of one batch each, queued one at a "
         "time so that other requests are not held back."),
-    INT(max_document_tokens, 524288, 1, 1 << 24, reload_requests,
+    INT(max_document_tokens, 524288, 1, 1 << 24, CONFIG_APPLY_REQUESTS,
         "Most tokens (special tokens excluded) of one document sent with \"chunking\"; a "
         "longer one gets 413 with both numbers. Its chunks run as inputs of the request, in "
         "pieces of one batch each, and its arrays are charged to max_request_memory_bytes."),
@@ -263,17 +262,17 @@ static const setting settings[] = {
            "max_seq_length and truncate."),
     BOOL(accept_any_model, false, RESTART,
          "Accept any `model` in /v1/embeddings and echo it back, as TEI does."),
-    STRING(api_key_file, "", NULL, "a file path, or \"\" for none", reload_access,
+    STRING(api_key_file, "", NULL, "a file path, or \"\" for none", CONFIG_APPLY_ACCESS,
            "File of API keys, one per line ('#' comments); with $ATTNSERVE_API_KEY. "
            "No keys: no authentication. SIGHUP re-reads it."),
-    BOOL(metrics_require_key, false, reload_access, "Whether /metrics needs an API key."),
+    BOOL(metrics_require_key, false, CONFIG_APPLY_ACCESS, "Whether /metrics needs an API key."),
     STRING(cors_allow_origins, "", check_origins,
            "comma-separated origins (scheme://host[:port]), \"*\" for any, or \"\" for off",
            RESTART,
            "Browser pages from these origins may call the service: answers carry "
            "Access-Control-Allow-Origin and preflights (OPTIONS) get 204. Off by default."),
-    ENUM(log_level, "info", log_level_values, reload_log, "Least severe level logged."),
-    ENUM(log_format, "text", log_format_values, reload_log,
+    ENUM(log_level, "info", log_level_values, CONFIG_APPLY_LOG, "Least severe level logged."),
+    ENUM(log_format, "text", log_format_values, CONFIG_APPLY_LOG,
          "Log lines as human-readable text or one JSON object per line."),
 };
 #define N_SETTINGS (sizeof settings / sizeof settings[0])
@@ -1452,12 +1451,12 @@ int config_reload(const config *cur, config *next, config_change_fn on_change, v
         char was[STRING_MAX + 8], now[STRING_MAX + 8];
         format_value(cur, s, was, sizeof was);
         format_value(next, s, now, sizeof now);
-        if (!s->apply && copy_value(next, cur, s) != 0) {
+        if (s->apply == CONFIG_RESTART && copy_value(next, cur, s) != 0) {
             config_free(next);
             return fail(err, err_len, "out of memory");
         }
         if (on_change)
-            on_change(ctx, s->name, was, now, s->apply != NULL);
+            on_change(ctx, s->name, was, now, s->apply != CONFIG_RESTART);
     }
     if (!same_keys(cur, next) && on_change) {
         char was[32], now[32];
@@ -1468,7 +1467,7 @@ int config_reload(const config *cur, config *next, config_change_fn on_change, v
     return 0;
 }
 
-/* Whether a row before settings[i] names its apply function. */
+/* Whether a row before settings[i] names its apply group. */
 static bool applied_before(size_t i) {
     for (size_t j = 0; j < i; j++)
         if (settings[j].apply == settings[i].apply)
@@ -1481,12 +1480,13 @@ static bool is_log_setting(const setting *s) {
     return s->offset == offsetof(config, log_level) || s->offset == offsetof(config, log_format);
 }
 
-void config_apply(const config *next, void *service) {
+void config_apply(const config *next, const config_apply_fn fns[CONFIG_APPLY_GROUPS],
+                  void *service) {
     for (int logging = 1; logging >= 0; logging--)
         for (size_t i = 0; i < N_SETTINGS; i++) {
             const setting *s = &settings[i];
-            if (s->apply && is_log_setting(s) == logging && !applied_before(i))
-                s->apply(service, next);
+            if (s->apply != CONFIG_RESTART && is_log_setting(s) == logging && !applied_before(i))
+                fns[s->apply](service, next);
         }
 }
 
@@ -1579,7 +1579,7 @@ void config_print_help(FILE *out, const char *prog) {
         env_name(s, env, sizeof env);
         fprintf(out, "  --%s=%s\n      %s\n      default %s; allowed: %s\n      env %s; %s\n",
                 s->name, type_label(s), s->help, def, allowed, env,
-                s->apply ? "reloadable on SIGHUP" : "needs a restart");
+                s->apply != CONFIG_RESTART ? "reloadable on SIGHUP" : "needs a restart");
     }
     config_free(&defaults);
 }

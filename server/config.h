@@ -1,7 +1,7 @@
 /* config.h — every setting of attnserve, where it comes from, and reloading.
  *
  * One table in config.c (name, type, default, bounds or allowed values, help,
- * and for a reloadable setting the function that applies it) drives loading,
+ * and for a reloadable setting the group that applies it) drives loading,
  * validation, --help, --print-config and reload.
  * Precedence, lowest first:
  *   built-in defaults < config file (JSON) < environment ATTNSERVE_<NAME> < flags
@@ -173,17 +173,34 @@ int config_reload(const config *cur, config *next, config_change_fn on_change, v
                   size_t err_len);
 
 /* Applies a new value of reloadable settings to the running service
- * (service: what the table's functions expect, the app) taking the whole of
- * next, which holds every setting. */
+ * (service: what the functions expect, the app) taking the whole of next,
+ * which holds every setting. */
 typedef void (*config_apply_fn)(void *service, const config *next);
 
+/* How a setting's new value reaches the running service: each row of the
+ * table names its group, and the caller of config_apply gives one function
+ * per group (reload.c), so this module knows no module above it. RESTART:
+ * the setting needs a restart. */
+typedef enum config_apply_group {
+    CONFIG_RESTART = 0,
+    CONFIG_APPLY_LOG,      /* log_level, log_format */
+    CONFIG_APPLY_BACKEND,  /* backend, fallbacks, verification, trace */
+    CONFIG_APPLY_BATCHING, /* the scheduler's limits */
+    CONFIG_APPLY_REQUESTS, /* the limits every API reads per request */
+    CONFIG_APPLY_ACCESS,   /* API keys and metrics_require_key */
+    CONFIG_APPLY_SWAP,     /* read from the configuration in force when used */
+    CONFIG_APPLY_GROUPS
+} config_apply_group;
+
 /* SIGHUP, after config_reload succeeded and before the caller swaps next in:
- * runs the apply function of every reloadable setting, each function once
+ * runs fns[g] for every group g a reloadable setting names, each once
  * however many settings name it, whether or not their values changed (a
  * reload re-reads the key file and reopens the trace file whatever the
- * settings say). The logging settings' comes first, so what applying the
- * others logs is at the new level and in the new format; then table order. */
-void config_apply(const config *next, void *service);
+ * settings say). The logging group comes first, so what applying the
+ * others logs is at the new level and in the new format; then table order.
+ * Every group a row names must have its function. */
+void config_apply(const config *next, const config_apply_fn fns[CONFIG_APPLY_GROUPS],
+                  void *service);
 
 /* The settings as a JSON object in table order (a new reference; NULL only
  * when out of memory). Never contains API keys. */

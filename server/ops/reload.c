@@ -17,27 +17,30 @@ sched_limits reload_sched_limits(const config *c) {
                           .max_queue = (uint32_t)c->max_queue};
 }
 
-/* ---- the settings table's apply functions -------------------------------------- */
+/* ---- the settings table's apply functions -------------------------------------- *
+ * One per config_apply_group (service is the app). Each takes the whole of
+ * next and applies every setting of its group, so a reload runs it once. */
 
-void reload_log(void *service, const config *next) {
+static void reload_log(void *service, const config *next) {
     (void)service;
     if (log_configure(next->log_level, next->log_format) != 0)
         log_warn("log settings refused", LOG_KV("level", next->log_level),
                  LOG_KV("format", next->log_format));
 }
 
-void reload_backend(void *service, const config *next) {
+/* One decision under the backend lock (backend_choice_reload). */
+static void reload_backend(void *service, const config *next) {
     backend_choice_reload(service, next);
 }
 
-void reload_batching(void *service, const config *next) {
+static void reload_batching(void *service, const config *next) {
     app *a = service;
     sched_limits lim = reload_sched_limits(next);
     if (sched_set_limits(a->sched, &lim) != SCHED_OK)
         log_warn("batch limits refused; keeping the ones in force");
 }
 
-void reload_requests(void *service, const config *next) {
+static void reload_requests(void *service, const config *next) {
     app *a = service;
     atomic_store(&a->api.request_timeout_ms, next->request_timeout_ms);
     for (size_t i = 0; i < a->nm; i++) {
@@ -48,14 +51,18 @@ void reload_requests(void *service, const config *next) {
     }
 }
 
-void reload_access(void *service, const config *next) {
+/* The key file and $ATTNSERVE_API_KEY are re-read whether or not the
+ * file's name changed. */
+static void reload_access(void *service, const config *next) {
     app *a = service;
     if (http_set_api_keys(a->http, next->api_keys, next->n_api_keys) != 0)
         log_error("out of memory copying API keys; keeping the old ones");
     http_set_metrics_require_key(a->http, next->metrics_require_key);
 }
 
-void reload_by_swap(void *service, const config *next) {
+/* drain_timeout_s and drain_linger_ms are read from the configuration in
+ * force when the signal comes: the swap that ends a reload applies them. */
+static void reload_by_swap(void *service, const config *next) {
     (void)service;
     (void)next;
 }
@@ -81,7 +88,11 @@ void reload_settings(app *a) {
         log_error("reload refused; configuration unchanged", LOG_KV("error", err));
         return;
     }
-    config_apply(&next, a);
+    static const config_apply_fn apply[CONFIG_APPLY_GROUPS] = {
+        [CONFIG_APPLY_LOG] = reload_log,           [CONFIG_APPLY_BACKEND] = reload_backend,
+        [CONFIG_APPLY_BATCHING] = reload_batching, [CONFIG_APPLY_REQUESTS] = reload_requests,
+        [CONFIG_APPLY_ACCESS] = reload_access,     [CONFIG_APPLY_SWAP] = reload_by_swap};
+    config_apply(&next, apply, a);
 
     pthread_mutex_lock(&a->cfg_mu);
     config old = a->cfg;

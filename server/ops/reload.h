@@ -19,25 +19,4 @@ void reload_settings(app *a);
  * with them, a reload sets them again. */
 sched_limits reload_sched_limits(const config *c);
 
-/* The apply functions the settings table names (config_apply_fn; service is
- * the app). Each takes the whole of next and applies every setting that
- * names it, so a reload runs it once. */
-
-/* log_level, log_format. */
-void reload_log(void *service, const config *next);
-/* backend, fallback_backends, the verification settings and trace_file: one
- * decision under the backend lock (backend_choice_reload). */
-void reload_backend(void *service, const config *next);
-/* max_wait_us: the scheduler's limits, between batches. */
-void reload_batching(void *service, const config *next);
-/* The request limits every API reads per request. */
-void reload_requests(void *service, const config *next);
-/* The API keys (api_key_file and $ATTNSERVE_API_KEY, re-read whether or
- * not the file's name changed) and metrics_require_key. */
-void reload_access(void *service, const config *next);
-/* Settings read from the configuration in force whenever they are used
- * (drain_timeout_s and drain_linger_ms, when the signal comes): the swap
- * that ends a reload applies them, so this does nothing. */
-void reload_by_swap(void *service, const config *next);
-
 #endif
