@@ -22,7 +22,7 @@
 #include "kernels/parallel.h"
 
 #include "model/bert_config.h"
-#include "model/encoder.h"
+#include "model/encoder_stages.h"
 
 /* ---- weights ----------------------------------------------------------------- */
 typedef struct bert_model bert_model;

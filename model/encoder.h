@@ -27,6 +27,7 @@
 #include "kernels/gemm.h"
 #include "kernels/parallel.h"
 #include "model/bert_config.h"
+#include "model/encoder_stages.h"
 
 typedef enum encoder_task { ENCODER_TASK_EMBED, ENCODER_TASK_CLASSIFY } encoder_task;
 
@@ -98,22 +99,6 @@ size_t encoder_mapped_bytes(const encoder *e);
 /* ---- workspace and forward ------------------------------------------------------ */
 typedef struct encoder_workspace encoder_workspace;
 
-/* Wall time of each stage of the last forward, summed over layers, and the
- * attention FLOPs it ran (attn_flops over all layers): for the trace and
- * the kernel metrics. The attention tap's own time counts in none of them.
- * Engines hand it over through the plugin interface, which is why it lives
- * here and not with a family. */
-typedef struct encoder_stage_ns {
-    uint64_t embeddings; /* lookup and LayerNorm */
-    uint64_t qkv;        /* the fused QKV GEMM */
-    uint64_t attention;  /* the backend's forward */
-    uint64_t out_proj;   /* attention output projection, residual and LayerNorm */
-    uint64_t ffn;        /* both FFN GEMMs with GELU, residual and LayerNorm */
-    uint64_t norms;      /* residual LayerNorms run apart from a GEMM: none today,
-                            they are fused into the two GEMMs above */
-    uint64_t pooling;
-    double attn_flops;
-} encoder_stage_ns;
 /* Called right after layer `layer`'s attention with the problem the
  * backend just computed; must not modify it. */
 typedef void (*encoder_attn_tap_fn)(const attn_problem *p, int layer, void *ctx);

@@ -37,9 +37,13 @@
 #include "model/tokenizer.h"
 #include "server/api/errors.h"
 #include "server/api/fields.h"
-#include "server/work/embed_service.h"
 #include "server/work/job.h"
 #include "server/work/scheduler.h"
+
+/* The embeddings service that computes the jobs (work/embed_service.h): a
+ * name only, so that the service, which reads the jobs, and this codec,
+ * which makes them, do not include each other. */
+typedef struct embed_service embed_service;
 
 typedef struct embed_api {
     embed_service *svc;
