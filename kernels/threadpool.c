@@ -39,6 +39,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -161,6 +162,10 @@ static bool spin_until_ready(const waiter *w) {
 static void *worker_main(void *argp) {
     worker_arg arg = *(worker_arg *)argp;
     free(argp);
+    char name[32]; /* cut to the kernel's 16 bytes, terminator included */
+    snprintf(name, sizeof name, "attn-pool-%d", arg.worker);
+    name[15] = '\0';
+    pthread_setname_np(pthread_self(), name);
     tp_pool *p = arg.pool;
     waiter w = {.pool = p, .seen = 0, .helper = true};
     for (;;) {

@@ -810,6 +810,7 @@ static void parked_event(http_server *srv, uint64_t data) {
 
 static void *watch_main(void *arg) {
     http_server *srv = arg;
+    pthread_setname_np(pthread_self(), "http-watch");
     struct epoll_event ev[64];
     for (;;) {
         uint64_t now = now_ns();

@@ -444,6 +444,7 @@ static void on_deadline_timer(uv_timer_t *t) {
 
 static void *loop_main(void *arg) {
     sched *s = arg;
+    pthread_setname_np(pthread_self(), "attn-loop");
     uv_run(&s->loop, UV_RUN_DEFAULT);
     return NULL;
 }
@@ -452,6 +453,7 @@ static void *loop_main(void *arg) {
 
 static void *compute_main(void *arg) {
     sched *s = arg;
+    pthread_setname_np(pthread_self(), "attn-compute");
     pthread_mutex_lock(&s->mu);
     for (;;) {
         if (s->call) {
