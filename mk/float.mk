@@ -1,0 +1,17 @@
+# mk/float.mk — float32 text (server/f32text.c) beyond the unit tests.
+#
+#   make float-roundtrip-all   every one of the 2^32 float32 bit patterns through
+#                              f32text_write: each reads back (strtof, and strtod then
+#                              a cast), no decimal one digit shorter does, a negative's
+#                              text is its magnitude's with a '-'; one thread per core,
+#                              the time printed (bench/README.md); not part of make test
+
+FLOAT_ALL := $(BUILD)/float_roundtrip_all
+
+.PHONY: float-roundtrip-all
+
+$(FLOAT_ALL): $(BUILD)/obj/tests/float/roundtrip_all.o $(LIB)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+float-roundtrip-all: $(FLOAT_ALL)
+	$(FLOAT_ALL)
