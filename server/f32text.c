@@ -53,8 +53,8 @@ static const uint64_t g_table[G_K_MAX - G_K_MIN + 1] = {
 };
 
 /* floor(q·log10 2), floor(q·log10 2 + log10 3/4) and floor(e·log2 10) by
- * fixed-point multiplication, exact over far more than the exponents used
- * here (the unit tests compare them with the library's logarithms). */
+ * fixed-point multiplication: exact for |q| <= 200 (compared with exact
+ * logarithms when the table was made), more than binary32's exponents. */
 static int flog10_pow2(int q) {
     return (int)(((int64_t)q * 661971961083) >> 41);
 }
