@@ -308,3 +308,33 @@ Test(jwriter, base64_as_bytes) {
                   want);
     }
 }
+
+/* A refused growth fails the writer for good: later writes do nothing, the
+ * text is never handed out, and the budget's refusal is what is left. */
+static membudget small;
+
+static void install_small(void) {
+    membudget_init(&small, 64 << 10);
+    membudget_install(&small);
+}
+
+Test(jwriter_budget, a_refusal_fails_the_writer, .init = install_small) {
+    static float v[4096];
+    membudget_enter(0);
+    jwriter w;
+    jw_init(&w, 0);
+    jw_lit(&w, "[");
+    for (int i = 0; i < 16 && !w.failed; i++)
+        jw_f32s(&w, v, 4096); /* 4096 floats reserve 68 KiB: past the budget */
+    cr_assert(w.failed);
+    const size_t len_then = w.len;
+    jw_lit(&w, "]");
+    jw_int(&w, 7);
+    cr_assert_eq(w.len, len_then);
+    size_t len;
+    cr_assert_null(jw_take(&w, &len));
+    cr_assert_eq(len, 0);
+    cr_assert_eq(membudget_refused(), 2); /* the writer alone needs more than the budget */
+    membudget_leave();
+    cr_assert_eq(membudget_used(&small), 0);
+}
