@@ -65,13 +65,22 @@ static int flog2_pow10(int e) {
     return (int)(((int64_t)e * 913124641741) >> 38);
 }
 
-/* The integer part of g·cp / 2^95, its lowest bit set when anything below
- * it (from bit 64 of the product up) is not zero: rounding to odd keeps
- * "exactly an integer" apart from "just above it". */
-static uint32_t rop(uint64_t g, uint64_t cp) {
-    const uint64_t x1 = (uint64_t)(((unsigned __int128)g * cp) >> 64);
-    return (uint32_t)(x1 >> 31) | (uint32_t)((x1 & 0xffffffffu) != 0);
+/* g·cp / 2^64: a scaled value with 31 bits of fraction. */
+static uint64_t scaled(uint64_t g, uint64_t cp) {
+    return (uint64_t)(((unsigned __int128)g * cp) >> 64);
 }
+
+/* The integer part of a scaled value, its lowest bit set when any fraction
+ * is left: rounding to odd keeps "exactly an integer" apart from "just
+ * above it". */
+static uint32_t round_to_odd(uint64_t x) {
+    return (uint32_t)(x >> 31) | (uint32_t)((x & 0xffffffffu) != 0);
+}
+
+/* 2^-21 of a scaled unit, in units of its fraction: more than half a
+ * double's ulp at any scaled interval end (below 2^31, so an ulp is below
+ * 2^-21 of a unit). */
+#define NEAR_END (1u << 10)
 
 /* The shortest decimal f·10^e in the rounding interval of c·2^q (closest to
  * it when several are that short). */
@@ -89,7 +98,20 @@ static void to_decimal(int q, uint32_t c, uint32_t *f, int *e) {
     }
     const int h = q + flog2_pow10(-k) + 32;
     const uint64_t g = g_table[-k - G_K_MIN];
-    const uint32_t vb = rop(g, cb << h), vbl = rop(g, cbl << h), vbr = rop(g, cbr << h);
+    const uint64_t xl = scaled(g, cbl << h), xr = scaled(g, cbr << h);
+    const uint32_t vb = round_to_odd(scaled(g, cb << h));
+    uint32_t vbl = round_to_odd(xl), vbr = round_to_odd(xr);
+    if (out) {
+        /* A client that reads the text as a double and casts that to float
+         * rounds twice: a decimal within half a double's ulp of an end of
+         * the interval reads as that end, and the cast settles the tie on
+         * the even neighbour, not on this odd float. Such decimals count as
+         * outside: the end is moved onto the integer it is that close to. */
+        if ((xl & 0x7fffffffu) >= (1u << 31) - NEAR_END)
+            vbl = (uint32_t)(xl >> 31) + 1;
+        if ((xr & 0x7fffffffu) < NEAR_END)
+            vbr = (uint32_t)(xr >> 31);
+    }
     const uint32_t s = vb >> 2;
     *e = k;
     /* The interval is narrower than ten: it holds at most one multiple of

@@ -2,10 +2,12 @@
  *
  * Answers carry hundreds of floats per vector; printing each with "%.9g"
  * costs more than the rest of the answer. This writes, without printf, the
- * fewest significant digits whose decimal value lies in the float's rounding
- * interval (any correct strtof or double-then-float parse gives the float
- * back), and of those the closest to the float (Schubfach, R. Giulietti,
- * "The Schubfach way to render doubles", 2020, here for binary32). */
+ * fewest significant digits that read back to the float both ways clients
+ * read JSON numbers: a correct strtof, and a correct strtod then a cast to
+ * float (which rounds twice, so a decimal within half a double's ulp of the
+ * float's rounding interval's excluded end is avoided); of those, the
+ * closest to the float (Schubfach, R. Giulietti, "The Schubfach way to
+ * render doubles", 2020, here for binary32). */
 #ifndef ATTN_F32TEXT_H
 #define ATTN_F32TEXT_H
 
