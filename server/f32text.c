@@ -7,9 +7,11 @@
  * holds one or two integers s, s + 1 (and perhaps a multiple of ten, which
  * is one digit shorter): the answer is one of them times 10^k. The scaling
  * multiplies by a 64-bit upper approximation g of 10^-k and keeps the
- * integer part with a sticky bit ("round to odd"); the paper proves that the
- * comparisons with the interval's ends stay exact with that much of g.
- * `make float-roundtrip-all` checks every one of the 2^32 floats. */
+ * integer part with a sticky bit ("round to odd"), which keeps the
+ * comparisons with the interval's ends exact (the paper proves it for
+ * binary32 with 63 bits of g; `make float-roundtrip-all` checks every one
+ * of the 2^32 floats). An odd float's interval is narrowed a hair so that
+ * the text also survives being read as a double first. */
 #include "f32text.h"
 
 #include <stdbool.h>
