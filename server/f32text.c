@@ -16,6 +16,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 enum {
@@ -81,12 +82,15 @@ static uint32_t round_to_odd(uint64_t x) {
 
 /* 2^-21 of a scaled unit, in units of its fraction: more than half a
  * double's ulp at any scaled interval end (below 2^31, so an ulp is below
- * 2^-21 of a unit). */
+ * 2^-22 of a unit). */
 #define NEAR_END (1u << 10)
 
 /* The shortest decimal f·10^e in the rounding interval of c·2^q (closest to
- * it when several are that short). */
-static void to_decimal(int q, uint32_t c, uint32_t *f, int *e) {
+ * it when several are that short). Returns whether c is odd and an end of
+ * its interval lies within NEAR_END of an integer: then a decimal there may
+ * read back as the end through a double (f32text_write checks); narrow
+ * moves such an end onto that integer, excluding it. */
+static bool to_decimal(int q, uint32_t c, bool narrow, uint32_t *f, int *e) {
     const uint32_t out = c & 1; /* an odd float's interval excludes its ends */
     const uint64_t cb = (uint64_t)c << 2, cbr = cb + 2;
     uint64_t cbl;
@@ -103,17 +107,12 @@ static void to_decimal(int q, uint32_t c, uint32_t *f, int *e) {
     const uint64_t xl = scaled(g, cbl << h), xr = scaled(g, cbr << h);
     const uint32_t vb = round_to_odd(scaled(g, cb << h));
     uint32_t vbl = round_to_odd(xl), vbr = round_to_odd(xr);
-    if (out) {
-        /* A client that reads the text as a double and casts that to float
-         * rounds twice: a decimal within half a double's ulp of an end of
-         * the interval reads as that end, and the cast settles the tie on
-         * the even neighbour, not on this odd float. Such decimals count as
-         * outside: the end is moved onto the integer it is that close to. */
-        if ((xl & 0x7fffffffu) >= (1u << 31) - NEAR_END)
-            vbl = (uint32_t)(xl >> 31) + 1;
-        if ((xr & 0x7fffffffu) < NEAR_END)
-            vbr = (uint32_t)(xr >> 31);
-    }
+    const bool near_l = out && (xl & 0x7fffffffu) >= (1u << 31) - NEAR_END;
+    const bool near_r = out && (xr & 0x7fffffffu) < NEAR_END;
+    if (narrow && near_l)
+        vbl = (uint32_t)(xl >> 31) + 1;
+    if (narrow && near_r)
+        vbr = (uint32_t)(xr >> 31);
     const uint32_t s = vb >> 2;
     *e = k;
     /* The interval is narrower than ten: it holds at most one multiple of
@@ -122,17 +121,18 @@ static void to_decimal(int q, uint32_t c, uint32_t *f, int *e) {
     const bool upin = vbl + out <= sp10 << 2, wpin = (tp10 << 2) + out <= vbr;
     if (upin != wpin) {
         *f = upin ? sp10 : tp10;
-        return;
+        return near_l || near_r;
     }
     const uint32_t t = s + 1;
     const bool uin = vbl + out <= s << 2, win = (t << 2) + out <= vbr;
     if (uin != win) {
         *f = uin ? s : t;
-        return;
+        return near_l || near_r;
     }
     /* Both inside: the closer, the even one on a tie. */
     const int64_t cmp = (int64_t)vb - (int64_t)((uint64_t)(s + t) << 1);
     *f = cmp < 0 || (cmp == 0 && (s & 1) == 0) ? s : t;
+    return near_l || near_r;
 }
 
 static const char digit_pairs[] = "00010203040506070809"
@@ -210,6 +210,16 @@ static size_t put_decimal(char *out, uint32_t f, int e) {
     return (size_t)(p - out);
 }
 
+/* Whether text[0, n) read as a double and cast to float is v. Only texts
+ * near an end of an odd float's interval get here: one float in about a
+ * million. */
+static bool reads_back_through_double(const char *text, size_t n, float v) {
+    char s[F32TEXT_MAX + 1];
+    memcpy(s, text, n);
+    s[n] = '\0';
+    return (float)strtod(s, NULL) == v;
+}
+
 size_t f32text_write(char *out, float v) {
     uint32_t bits;
     memcpy(&bits, &v, sizeof bits);
@@ -222,23 +232,22 @@ size_t f32text_write(char *out, float v) {
     char *p = out;
     if (bits >> 31)
         *p++ = '-';
-    uint32_t f;
-    int e;
     if (bq == 0 && t == 0) {
         memcpy(p, "0.0", 3);
         return (size_t)(p - out) + 3;
     }
-    if (bq != 0) {
-        const int mq = -Q_MIN + 1 - bq; /* the value is c·2^-mq */
-        const uint32_t c = C_MIN | t;
-        if (mq > 0 && mq < P && (c >> mq) << mq == c) { /* an integer below 2^24: exact */
-            f = c >> mq;
-            e = 0;
-        } else {
-            to_decimal(-mq, c, &f, &e);
-        }
-    } else {
-        to_decimal(Q_MIN, t, &f, &e);
+    const int mq = -Q_MIN + 1 - bq; /* a normal float is c·2^-mq */
+    const uint32_t c = bq ? C_MIN | t : t;
+    const int q = bq ? -mq : Q_MIN;
+    if (bq && mq > 0 && mq < P && (c >> mq) << mq == c) /* an integer below 2^24: exact */
+        return (size_t)(p - out) + put_decimal(p, c >> mq, 0);
+    uint32_t f;
+    int e;
+    const bool near = to_decimal(q, c, false, &f, &e);
+    size_t n = put_decimal(p, f, e);
+    if (near && !reads_back_through_double(out, (size_t)(p - out) + n, v)) {
+        to_decimal(q, c, true, &f, &e);
+        n = put_decimal(p, f, e);
     }
-    return (size_t)(p - out) + put_decimal(p, f, e);
+    return (size_t)(p - out) + n;
 }

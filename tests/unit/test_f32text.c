@@ -144,6 +144,9 @@ Test(f32text, edges) {
          * midpoint to the next float, which the cast rounds to even: one
          * digit more. */
         {7.03853069e-26f, "7.0385307e-26"},
+        /* Near the midpoint too, yet not within half a double's ulp of it:
+         * the shortest text stands. */
+        {1.43091194e-9f, "1.430912e-9"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char s[F32TEXT_MAX + 1];
