@@ -19,6 +19,7 @@
 
 #include "server/api/errors.h"
 #include "server/api/fields.h"
+#include "server/api/jwriter.h"
 #include "server/ops/log.h"
 #include "server/ops/metrics.h"
 #include "server/ops/verify.h"
@@ -594,58 +595,36 @@ void attn_job_free(attn_job *job) {
 
 /* ---- encoding ------------------------------------------------------------------- */
 
-static const char b64_chars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-static json_t *encode_base64(const attn_job *job) {
-    size_t bytes = job->n * 4, len = (bytes + 2) / 3 * 4;
-    char *text = membudget_malloc(len + 1);
-    if (!text)
-        return NULL;
-    size_t o = 0;
-    for (size_t i = 0; i < bytes; i += 3) {
-        unsigned char b[3] = {0, 0, 0};
-        size_t take = bytes - i < 3 ? bytes - i : 3;
-        for (size_t j = 0; j < take; j++) {
-            size_t at = i + j;
-            uint32_t u;
-            memcpy(&u, &job->out[at / 4], sizeof u);
-            b[j] = (unsigned char)(u >> (8 * (at % 4)));
-        }
-        uint32_t triple = (uint32_t)b[0] << 16 | (uint32_t)b[1] << 8 | b[2];
-        text[o++] = b64_chars[triple >> 18 & 63];
-        text[o++] = b64_chars[triple >> 12 & 63];
-        text[o++] = take > 1 ? b64_chars[triple >> 6 & 63] : '=';
-        text[o++] = take > 2 ? b64_chars[triple & 63] : '=';
-    }
-    json_t *out = json_pack("{s:[i,i,i], s:s%}", "shape", (json_int_t)job->seq,
-                            (json_int_t)job->heads, (json_int_t)job->head_dim, "data", text, o);
-    membudget_free(text);
-    return out;
+/* {"shape": [seq, heads, head_dim], "data": base64 of the floats}. */
+static void encode_base64(jwriter *w, const attn_job *job) {
+    jw_lit(w, "{\"shape\":[");
+    jw_int(w, job->seq);
+    jw_lit(w, ",");
+    jw_int(w, job->heads);
+    jw_lit(w, ",");
+    jw_int(w, job->head_dim);
+    jw_lit(w, "],\"data\":");
+    jw_f32_base64(w, job->out, job->n);
+    jw_lit(w, "}");
 }
 
-static json_t *encode_nested(const attn_job *job) {
-    json_t *out = json_array();
-    size_t o = 0;
-    for (int32_t s = 0; out && s < job->seq; s++) {
-        json_t *row = json_array();
-        for (int32_t h = 0; row && h < job->heads; h++) {
-            json_t *vec = json_array();
-            for (int32_t d = 0; vec && d < job->head_dim; d++)
-                if (json_array_append_new(vec, json_real(job->out[o++])) != 0) {
-                    json_decref(vec);
-                    vec = NULL;
-                }
-            if (!vec || json_array_append_new(row, vec) != 0) {
-                json_decref(row);
-                row = NULL;
-            }
+/* [seq][heads][head_dim] nested arrays. */
+static void encode_nested(jwriter *w, const attn_job *job) {
+    const size_t d = (size_t)job->head_dim;
+    const float *v = job->out;
+    jw_lit(w, "[");
+    for (int32_t s = 0; s < job->seq && !w->failed; s++) {
+        if (s)
+            jw_lit(w, ",");
+        jw_lit(w, "[");
+        for (int32_t h = 0; h < job->heads; h++, v += d) {
+            if (h)
+                jw_lit(w, ",");
+            jw_f32s(w, v, d);
         }
-        if (!row || json_array_append_new(out, row) != 0) {
-            json_decref(out);
-            out = NULL;
-        }
+        jw_lit(w, "]");
     }
-    return out;
+    jw_lit(w, "]");
 }
 
 /* ---- the route ---------------------------------------------------------------------- */
@@ -679,13 +658,17 @@ int attn_api_resumed(http_request *req, void *ctx) {
         return http_reply_error(req, job->base.err, "%s", job->base.why);
     if (!job->base.ran)
         return http_reply_error(req, SRV_EINTERNAL, "the batch did not run this request");
-    json_t *out = job->encoding == ENC_BASE64 ? encode_base64(job) : encode_nested(job);
-    if (!out && membudget_refused())
-        return http_reply_error(req, membudget_error(), "%s", membudget_message());
-    if (!out)
-        return http_reply_error(req, SRV_EINTERNAL, "out of memory encoding the output");
-    return http_reply_json(req, 200,
-                           json_pack("{s:o, s:s}", "output", out, "backend", job->base.ran->name));
+    jwriter w;
+    jw_init(&w, job->encoding == ENC_BASE64 ? JW_BASE64_LEN(job->n) + 256 : 13 * job->n + 256);
+    jw_lit(&w, "{\"output\":");
+    if (job->encoding == ENC_BASE64)
+        encode_base64(&w, job);
+    else
+        encode_nested(&w, job);
+    jw_lit(&w, ",\"backend\":");
+    jw_str(&w, job->base.ran->name, strlen(job->base.ran->name));
+    jw_lit(&w, "}");
+    return jw_reply(req, 200, &w);
 }
 
 int attn_api_register(attn_api *api, batch_runner *runner, routes *t) {

@@ -457,16 +457,6 @@ static int reply(http_request *req, json_t *out) {
     return http_reply_json(req, 200, out);
 }
 
-static json_t *floats(const float *v, size_t n) {
-    json_t *a = json_array();
-    for (size_t i = 0; a && i < n; i++)
-        if (json_array_append_new(a, json_real(v[i])) != 0) {
-            json_decref(a);
-            return NULL;
-        }
-    return a;
-}
-
 /* ---- TEI: /embed, /, /invocations ------------------------------------------------------- */
 
 /* /embed with "chunking" (embed_chunk.h): texts only, chunked whole. A prompt
@@ -541,20 +531,24 @@ static int tei_embed_resumed(http_request *req, void *ctx) {
     if (!job)
         return answered;
     const size_t C = (size_t)c->eapi->model->output_dim;
-    if (job->doc_cu) /* chunking: an object per input */
-        return reply(req, embed_chunk_encode(job, (int)C));
+    jwriter w;
+    jw_init(&w, embed_answer_hint(job, (int)C));
+    if (job->doc_cu) { /* chunking: an object per input */
+        embed_chunk_encode(job, (int)C, &w);
+        return jw_reply(req, 200, &w);
+    }
     const size_t d = job->dimensions ? (size_t)job->dimensions : C;
-    json_t *out = json_array();
-    for (int32_t i = 0; out && i < job->n; i++) {
+    jw_lit(&w, "[");
+    for (int32_t i = 0; i < job->n && !w.failed; i++) {
         float *v = job->out + (size_t)i * C;
         if (job->normalize && d < C)
             bert_l2_normalize(v, (int)d);
-        if (json_array_append_new(out, floats(v, d)) != 0) {
-            json_decref(out);
-            out = NULL;
-        }
+        if (i)
+            jw_lit(&w, ",");
+        jw_f32s(&w, v, d);
     }
-    return reply(req, out);
+    jw_lit(&w, "]");
+    return jw_reply(req, 200, &w);
 }
 
 /* ---- TEI: /embed_all --------------------------------------------------------------------- */
@@ -603,20 +597,22 @@ static int tei_embed_all_resumed(http_request *req, void *ctx) {
     const size_t C = (size_t)c->eapi->model->hidden_size;
     const int32_t *cu, *ids;
     const int32_t n = embed_job_inputs(job, &cu, &ids);
-    json_t *out = json_array();
-    for (int32_t i = 0; out && i < n; i++) {
-        json_t *tokens = json_array();
-        for (int32_t t = cu[i]; tokens && t < cu[i + 1]; t++)
-            if (json_array_append_new(tokens, floats(job->hidden + (size_t)t * C, C)) != 0) {
-                json_decref(tokens);
-                tokens = NULL;
-            }
-        if (json_array_append_new(out, tokens) != 0) {
-            json_decref(out);
-            out = NULL;
+    jwriter w;
+    jw_init(&w, (size_t)cu[n] * (13 * C + 2) + 2 * (size_t)n + 2);
+    jw_lit(&w, "[");
+    for (int32_t i = 0; i < n && !w.failed; i++) {
+        if (i)
+            jw_lit(&w, ",");
+        jw_lit(&w, "[");
+        for (int32_t t = cu[i]; t < cu[i + 1]; t++) {
+            if (t > cu[i])
+                jw_lit(&w, ",");
+            jw_f32s(&w, job->hidden + (size_t)t * C, C);
         }
+        jw_lit(&w, "]");
     }
-    return reply(req, out);
+    jw_lit(&w, "]");
+    return jw_reply(req, 200, &w);
 }
 
 /* ---- TEI: /similarity ------------------------------------------------------------------- */
@@ -943,19 +939,22 @@ static int llama_embedding_resumed(http_request *req, void *ctx) {
     if (!job)
         return answered;
     const size_t C = (size_t)c->eapi->model->output_dim;
-    json_t *out = json_array();
-    for (int32_t i = 0; out && i < job->n; i++) {
+    jwriter w;
+    jw_init(&w, (size_t)job->n * (13 * C + 40) + 2);
+    jw_lit(&w, "[");
+    for (int32_t i = 0; i < job->n && !w.failed; i++) {
         float *v = job->out + (size_t)i * C;
         llama_normalize(v, C, job->dimensions);
-        json_t *vec = floats(v, C);
-        json_t *one =
-            vec ? json_pack("{s:i, s:[o]}", "index", (json_int_t)i, "embedding", vec) : NULL;
-        if (!one || json_array_append_new(out, one) != 0) {
-            json_decref(out);
-            out = NULL;
-        }
+        if (i)
+            jw_lit(&w, ",");
+        jw_lit(&w, "{\"index\":");
+        jw_int(&w, i);
+        jw_lit(&w, ",\"embedding\":[");
+        jw_f32s(&w, v, C);
+        jw_lit(&w, "]}");
     }
-    return reply(req, out);
+    jw_lit(&w, "]");
+    return jw_reply(req, 200, &w);
 }
 
 /* ---- Infinity: /models ------------------------------------------------------------------ */

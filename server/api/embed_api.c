@@ -55,12 +55,10 @@ int embed_api_resumed(http_request *req, void *ctx) {
     if (!job->base.ran)
         return http_reply_error(req, SRV_EINTERNAL, "the batch did not run this request");
     const int C = api->model->output_dim;
-    json_t *out = embed_encode(job, C);
-    if (!out && membudget_refused())
-        return http_reply_error(req, membudget_error(), "%s", membudget_message());
-    if (!out)
-        return http_reply_error(req, SRV_EINTERNAL, "out of memory encoding the embeddings");
-    return http_reply_json(req, 200, out);
+    jwriter w;
+    jw_init(&w, embed_answer_hint(job, C));
+    embed_encode(job, C, &w);
+    return jw_reply(req, 200, &w);
 }
 
 /* ---- GET /v1/models, GET /v1/models/{id} (OpenAI) ------------------------------------ */

@@ -447,77 +447,80 @@ void embed_chunk_doc_vector(const embed_job *job, int32_t d, int C, float *v) {
         bert_l2_normalize(v, C);
 }
 
-static json_t *floats_array(const float *v, size_t n) {
-    json_t *arr = json_array();
-    for (size_t i = 0; arr && i < n; i++)
-        if (json_array_append_new(arr, json_real(v[i])) != 0) {
-            json_decref(arr);
-            arr = NULL;
-        }
-    return arr;
-}
-
 /* A vector in the job's encoding, cut to d (renormalised when normalising). */
-static json_t *vector(const embed_job *job, float *v, size_t d, int C) {
+static void vector(jwriter *w, const embed_job *job, float *v, size_t d, int C) {
     if (d < (size_t)C && job->normalize)
         bert_l2_normalize(v, (int)d);
-    return job->base64 ? embed_floats_base64(v, d) : floats_array(v, d);
+    embed_write_vector(w, job, v, d);
 }
 
-static json_t *chunks_of(embed_job *job, int32_t d, size_t dim, int C) {
-    json_t *arr = json_array();
-    for (int32_t k = job->doc_cu[d]; arr && k < job->doc_cu[d + 1]; k++) {
-        json_t *e = vector(job, job->out + (size_t)k * (size_t)C, dim, C);
-        json_t *chunk =
-            e ? json_pack("{s:I, s:I, s:I, s:I, s:o}", "index", (json_int_t)(k - job->doc_cu[d]),
-                          "start", (json_int_t)job->spans[2 * k], "stop",
-                          (json_int_t)job->spans[2 * k + 1], "tokens",
-                          (json_int_t)(job->cu[k + 1] - job->cu[k]), "embedding", e)
-              : NULL;
-        if (!chunk || json_array_append_new(arr, chunk) != 0) {
-            json_decref(arr);
-            arr = NULL;
-        }
+/* Chunk k of document d's "index", "start", "stop" and "tokens". */
+static void chunk_fields(jwriter *w, const embed_job *job, int32_t d, int32_t k) {
+    jw_lit(w, "\"index\":");
+    jw_int(w, k - job->doc_cu[d]);
+    jw_lit(w, ",\"start\":");
+    jw_int(w, job->spans[2 * k]);
+    jw_lit(w, ",\"stop\":");
+    jw_int(w, job->spans[2 * k + 1]);
+    jw_lit(w, ",\"tokens\":");
+    jw_int(w, job->cu[k + 1] - job->cu[k]);
+}
+
+static void chunks_of(jwriter *w, embed_job *job, int32_t d, size_t dim, int C) {
+    jw_lit(w, "[");
+    for (int32_t k = job->doc_cu[d]; k < job->doc_cu[d + 1] && !w->failed; k++) {
+        if (k > job->doc_cu[d])
+            jw_lit(w, ",");
+        jw_lit(w, "{");
+        chunk_fields(w, job, d, k);
+        jw_lit(w, ",\"embedding\":");
+        vector(w, job, job->out + (size_t)k * (size_t)C, dim, C);
+        jw_lit(w, "}");
     }
-    return arr;
+    jw_lit(w, "]");
 }
 
-/* Document d's vector as the answer gives it (cut to dim), in doc's C
- * floats of scratch; JSON null without a document vector; NULL when out of
- * memory. */
-static json_t *doc_vector_json(embed_job *job, int32_t d, size_t dim, int C, float *doc) {
-    if (job->doc_vector == EMBED_DOCVEC_NONE)
-        return json_null();
+/* Document d's vector as the answer gives it (cut to dim), made in doc's C
+ * floats of scratch; JSON null without a document vector. */
+static void doc_vector(jwriter *w, embed_job *job, int32_t d, size_t dim, int C, float *doc) {
+    if (job->doc_vector == EMBED_DOCVEC_NONE) {
+        jw_lit(w, "null");
+        return;
+    }
     embed_chunk_doc_vector(job, d, C, doc);
-    return vector(job, doc, dim, C);
+    vector(w, job, doc, dim, C);
 }
 
-json_t *embed_chunk_encode(embed_job *job, int C) {
+void embed_chunk_encode(embed_job *job, int C, jwriter *w) {
     const size_t dim = job->dimensions ? (size_t)job->dimensions : (size_t)C;
     float *doc = membudget_malloc((size_t)C * sizeof *doc);
-    json_t *items = doc ? json_array() : NULL;
-    for (int32_t d = 0; items && d < job->n_docs; d++) {
-        json_t *vec = doc_vector_json(job, d, dim, C, doc);
-        json_t *chunks = vec ? chunks_of(job, d, dim, C) : NULL;
-        json_t *item = NULL;
-        if (chunks && job->api == API_OPENAI)
-            item = json_pack("{s:s, s:I, s:o, s:o}", "object", "embedding", "index", (json_int_t)d,
-                             "embedding", vec, "chunks", chunks);
-        else if (chunks)
-            item = json_pack("{s:o, s:o}", "embedding", vec, "chunks", chunks);
-        else
-            json_decref(vec);
-        if (!item || json_array_append_new(items, item) != 0) {
-            json_decref(items);
-            items = NULL;
+    if (!doc)
+        w->failed = true;
+    const bool openai = job->api == API_OPENAI;
+    if (openai)
+        jw_lit(w, "{\"object\":\"list\",\"data\":[");
+    else
+        jw_lit(w, "[");
+    for (int32_t d = 0; d < job->n_docs && !w->failed; d++) {
+        if (d)
+            jw_lit(w, ",");
+        if (openai) {
+            jw_lit(w, "{\"object\":\"embedding\",\"index\":");
+            jw_int(w, d);
+            jw_lit(w, ",\"embedding\":");
+        } else {
+            jw_lit(w, "{\"embedding\":");
         }
+        doc_vector(w, job, d, dim, C, doc);
+        jw_lit(w, ",\"chunks\":");
+        chunks_of(w, job, d, dim, C);
+        jw_lit(w, "}");
     }
     membudget_free(doc);
-    if (!items || job->api != API_OPENAI)
-        return items;
-    const json_int_t tokens = job->cu[job->n];
-    return json_pack("{s:s, s:o, s:O, s:{s:I, s:I}}", "object", "list", "data", items, "model",
-                     job->model, "usage", "prompt_tokens", tokens, "total_tokens", tokens);
+    if (openai)
+        embed_write_openai_tail(w, job);
+    else
+        jw_lit(w, "]");
 }
 
 /* ---- the streamed answer ------------------------------------------------------------------ */
@@ -538,26 +541,13 @@ int embed_stream_parse(const json_t *v, bool chunked, bool *out, embed_refusal *
     return SRV_OK;
 }
 
-/* Writes v as one NDJSON line; false when it cannot be sent. */
-static bool write_line(http_stream *st, json_t *v) {
-    char *text = v ? json_dumps(v, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
-    json_decref(v);
-    if (!text)
-        return false;
-    /* One write for the line and its newline: written in two, a refusal of
-     * the second would run this line into the next one. */
-    size_t n = strlen(text);
-    char *line = membudget_malloc(n + 1);
-    if (line) {
-        memcpy(line, text, n);
-        line[n] = '\n';
-    }
-    json_malloc_t jmalloc;
-    json_free_t jfree;
-    json_get_alloc_funcs(&jmalloc, &jfree);
-    jfree(text);
-    const bool ok = line && http_stream_write(st, line, n + 1);
-    membudget_free(line);
+/* Sends what w holds as one NDJSON line (one write for the line and its
+ * newline: written in two, a refusal of the second would run this line into
+ * the next one) and empties w; false when it cannot be sent. */
+static bool write_line(http_stream *st, jwriter *w) {
+    jw_lit(w, "\n");
+    const bool ok = !w->failed && !w->nonfinite && http_stream_write(st, w->buf, w->len);
+    jw_free(w);
     return ok;
 }
 
@@ -574,13 +564,16 @@ void embed_chunk_stream_piece(job *j) {
             job->streamed_doc++;
         const int32_t d = job->streamed_doc;
         memcpy(v, job->out + (size_t)k * (size_t)C, (size_t)C * sizeof *v);
-        json_t *e = vector(job, v, dim, C);
-        ok = e && write_line(j->stream,
-                             json_pack("{s:I, s:I, s:I, s:I, s:I, s:o}", "document", (json_int_t)d,
-                                       "index", (json_int_t)(k - job->doc_cu[d]), "start",
-                                       (json_int_t)job->spans[2 * k], "stop",
-                                       (json_int_t)job->spans[2 * k + 1], "tokens",
-                                       (json_int_t)(job->cu[k + 1] - job->cu[k]), "embedding", e));
+        jwriter w;
+        jw_init(&w, 0);
+        jw_lit(&w, "{\"document\":");
+        jw_int(&w, d);
+        jw_lit(&w, ",");
+        chunk_fields(&w, job, d, k);
+        jw_lit(&w, ",\"embedding\":");
+        vector(&w, job, v, dim, C);
+        jw_lit(&w, "}");
+        ok = write_line(j->stream, &w);
     }
     membudget_free(v);
     /* A line that cannot be sent: the client is gone or the budget is
@@ -593,35 +586,49 @@ void embed_chunk_stream_piece(job *j) {
 
 void embed_chunk_stream_end(job *j) {
     embed_job *job = (embed_job *)j;
+    jwriter w;
     if (j->err != SRV_OK) {
-        write_line(j->stream, json_pack("{s:{s:s, s:I}}", "error", "message", j->why, "code",
-                                        (json_int_t)srv_error_status(j->err)));
+        jw_init(&w, 0);
+        jw_lit(&w, "{\"error\":{\"message\":");
+        jw_str(&w, j->why, strlen(j->why));
+        jw_lit(&w, ",\"code\":");
+        jw_int(&w, srv_error_status(j->err));
+        jw_lit(&w, "}}");
+        write_line(j->stream, &w);
         return;
     }
     const int C = job->out_dim;
     const size_t dim = job->dimensions ? (size_t)job->dimensions : (size_t)C;
     float *doc = membudget_malloc((size_t)C * sizeof *doc);
-    json_t *items = doc ? json_array() : NULL;
-    for (int32_t d = 0; items && d < job->n_docs; d++) {
-        json_t *vec = doc_vector_json(job, d, dim, C, doc);
-        json_t *item = vec ? json_pack("{s:I, s:o, s:I}", "index", (json_int_t)d, "embedding", vec,
-                                       "chunks", (json_int_t)(job->doc_cu[d + 1] - job->doc_cu[d]))
-                           : NULL;
-        if (!item || json_array_append_new(items, item) != 0) {
-            json_decref(items);
-            items = NULL;
-        }
+    jw_init(&w, 0);
+    if (!doc)
+        w.failed = true;
+    if (job->api == API_OPENAI)
+        jw_lit(&w, "{\"object\":\"list\",\"data\":[");
+    else
+        jw_lit(&w, "{\"data\":[");
+    for (int32_t d = 0; d < job->n_docs && !w.failed; d++) {
+        if (d)
+            jw_lit(&w, ",");
+        jw_lit(&w, "{\"index\":");
+        jw_int(&w, d);
+        jw_lit(&w, ",\"embedding\":");
+        doc_vector(&w, job, d, dim, C, doc);
+        jw_lit(&w, ",\"chunks\":");
+        jw_int(&w, job->doc_cu[d + 1] - job->doc_cu[d]);
+        jw_lit(&w, "}");
     }
     membudget_free(doc);
-    const json_int_t tokens = job->cu[job->n];
-    json_t *last = NULL;
-    if (items && job->api == API_OPENAI)
-        last = json_pack("{s:s, s:o, s:O, s:{s:I, s:I}}", "object", "list", "data", items, "model",
-                         job->model, "usage", "prompt_tokens", tokens, "total_tokens", tokens);
-    else if (items)
-        last = json_pack("{s:o, s:{s:I, s:I}}", "data", items, "usage", "prompt_tokens", tokens,
-                         "total_tokens", tokens);
-    if (!write_line(j->stream, last)) {
+    if (job->api == API_OPENAI) {
+        embed_write_openai_tail(&w, job);
+    } else {
+        jw_lit(&w, "],\"usage\":{\"prompt_tokens\":");
+        jw_int(&w, job->cu[job->n]);
+        jw_lit(&w, ",\"total_tokens\":");
+        jw_int(&w, job->cu[job->n]);
+        jw_lit(&w, "}}");
+    }
+    if (!write_line(j->stream, &w)) {
         j->err = SRV_EUNAVAILABLE;
         snprintf(j->why, sizeof j->why, "the streamed answer could not be written");
     }

@@ -70,9 +70,9 @@ void embed_chunk_doc_vector(const embed_job *job, int32_t d, int C, float *v);
 /* The answer of a chunked job in its route's shape: OpenAI's list whose items
  * carry `chunks` (and `embedding`: the document vector, or null), or for TEI
  * an array of {"embedding", "chunks"} per input. Vectors cut to
- * job->dimensions when set (renormalised when normalising). NULL when memory
- * ran short. */
-json_t *embed_chunk_encode(embed_job *job, int C);
+ * job->dimensions when set (renormalised when normalising). Written to w; a
+ * refusal leaves w failed. */
+void embed_chunk_encode(embed_job *job, int C, jwriter *w);
 
 /* "stream": true on a chunked request (a boolean; true without chunking is
  * refused). Returns SRV_OK, or the SRV_E* code with the message in r. */

@@ -416,81 +416,59 @@ static embed_job *decode_tei(const embed_api *api, json_t *root, refusal *r) {
 
 /* ---- encoding ------------------------------------------------------------------- */
 
-static const char b64_chars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-/* n floats as base64 of their little-endian bytes. */
-json_t *embed_floats_base64(const float *v, size_t n) {
-    size_t bytes = n * 4, len = (bytes + 2) / 3 * 4;
-    unsigned char *raw = membudget_malloc(bytes);
-    char *text = membudget_malloc(len + 1);
-    json_t *out = NULL;
-    if (raw && text) {
-        for (size_t i = 0; i < n; i++) {
-            uint32_t u;
-            memcpy(&u, &v[i], sizeof u);
-            for (int j = 0; j < 4; j++)
-                raw[4 * i + (size_t)j] = (unsigned char)(u >> (8 * j));
-        }
-        size_t o = 0;
-        for (size_t i = 0; i < bytes; i += 3) {
-            size_t take = bytes - i < 3 ? bytes - i : 3;
-            uint32_t triple = (uint32_t)raw[i] << 16 | (take > 1 ? (uint32_t)raw[i + 1] << 8 : 0) |
-                              (take > 2 ? raw[i + 2] : 0);
-            text[o++] = b64_chars[triple >> 18 & 63];
-            text[o++] = b64_chars[triple >> 12 & 63];
-            text[o++] = take > 1 ? b64_chars[triple >> 6 & 63] : '=';
-            text[o++] = take > 2 ? b64_chars[triple & 63] : '=';
-        }
-        out = json_stringn(text, o);
-    }
-    membudget_free(raw);
-    membudget_free(text);
-    return out;
+void embed_write_vector(jwriter *w, const embed_job *job, const float *v, size_t d) {
+    if (job->base64)
+        jw_f32_base64(w, v, d);
+    else
+        jw_f32s(w, v, d);
 }
 
-static json_t *floats_array(const float *v, size_t n) {
-    json_t *arr = json_array();
-    for (size_t i = 0; arr && i < n; i++)
-        if (json_array_append_new(arr, json_real(v[i])) != 0) {
-            json_decref(arr);
-            arr = NULL;
-        }
-    return arr;
+size_t embed_answer_hint(const embed_job *job, int C) {
+    const size_t d =
+        job->dimensions > 0 && job->dimensions < C ? (size_t)job->dimensions : (size_t)C;
+    /* Most floats of a unit vector print in 11 to 13 bytes, comma included. */
+    const size_t per = job->base64 ? JW_BASE64_LEN(d) : 13 * d;
+    const size_t vectors = (size_t)job->n + (job->doc_cu ? (size_t)job->n_docs : 0);
+    return vectors * (per + 96) + 256;
 }
 
-static json_t *encode_openai(embed_job *job, int C) {
+void embed_write_openai_tail(jwriter *w, const embed_job *job) {
+    jw_lit(w, "],\"model\":");
+    jw_str(w, json_string_value(job->model), json_string_length(job->model));
+    jw_lit(w, ",\"usage\":{\"prompt_tokens\":");
+    jw_int(w, job->cu[job->n]);
+    jw_lit(w, ",\"total_tokens\":");
+    jw_int(w, job->cu[job->n]);
+    jw_lit(w, "}}");
+}
+
+static void encode_openai(embed_job *job, int C, jwriter *w) {
     const size_t d = job->dimensions ? (size_t)job->dimensions : (size_t)C;
-    json_t *data = json_array();
-    for (int32_t i = 0; data && i < job->n; i++) {
+    jw_lit(w, "{\"object\":\"list\",\"data\":[");
+    for (int32_t i = 0; i < job->n && !w->failed; i++) {
         float *v = job->out + (size_t)i * (size_t)C;
         /* A shortened vector is renormalised, as OpenAI's are. */
         if (d < (size_t)C)
             bert_l2_normalize(v, (int)d);
-        json_t *e = job->base64 ? embed_floats_base64(v, d) : floats_array(v, d);
-        if (!e ||
-            json_array_append_new(data, json_pack("{s:s, s:i, s:o}", "object", "embedding", "index",
-                                                  (json_int_t)i, "embedding", e)) != 0) {
-            json_decref(data);
-            data = NULL;
-        }
+        if (i)
+            jw_lit(w, ",");
+        jw_lit(w, "{\"object\":\"embedding\",\"index\":");
+        jw_int(w, i);
+        jw_lit(w, ",\"embedding\":");
+        embed_write_vector(w, job, v, d);
+        jw_lit(w, "}");
     }
-    if (!data)
-        return NULL;
-    const json_int_t tokens = job->cu[job->n];
-    return json_pack("{s:s, s:o, s:O, s:{s:I, s:I}}", "object", "list", "data", data, "model",
-                     job->model, "usage", "prompt_tokens", tokens, "total_tokens", tokens);
+    embed_write_openai_tail(w, job);
 }
 
-static json_t *encode_tei(const embed_job *job, int C) {
-    json_t *out = json_array();
-    for (int32_t i = 0; out && i < job->n; i++) {
-        json_t *v = floats_array(job->out + (size_t)i * (size_t)C, (size_t)C);
-        if (!v || json_array_append_new(out, v) != 0) {
-            json_decref(out);
-            out = NULL;
-        }
+static void encode_tei(const embed_job *job, int C, jwriter *w) {
+    jw_lit(w, "[");
+    for (int32_t i = 0; i < job->n && !w->failed; i++) {
+        if (i)
+            jw_lit(w, ",");
+        jw_f32s(w, job->out + (size_t)i * (size_t)C, (size_t)C);
     }
-    return out;
+    jw_lit(w, "]");
 }
 
 /* ---- the codec's entry points ------------------------------------------------------- */
@@ -690,8 +668,11 @@ json_t *embed_api_tokens(const embed_api *api, json_t *root, int *err, char *msg
     return out;
 }
 
-json_t *embed_encode(embed_job *job, int C) {
+void embed_encode(embed_job *job, int C, jwriter *w) {
     if (job->doc_cu)
-        return embed_chunk_encode(job, C);
-    return job->api == API_OPENAI ? encode_openai(job, C) : encode_tei(job, C);
+        embed_chunk_encode(job, C, w);
+    else if (job->api == API_OPENAI)
+        encode_openai(job, C, w);
+    else
+        encode_tei(job, C, w);
 }

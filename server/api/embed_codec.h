@@ -37,6 +37,7 @@
 #include "model/tokenizer.h"
 #include "server/api/errors.h"
 #include "server/api/fields.h"
+#include "server/api/jwriter.h"
 #include "server/work/job.h"
 #include "server/work/scheduler.h"
 
@@ -220,12 +221,20 @@ struct embed_job {
     int32_t streamed_doc; /* the document of the next chunk line */
 };
 
-/* n floats as base64 of their little-endian bytes (OpenAI's
- * encoding_format "base64"). */
-json_t *embed_floats_base64(const float *v, size_t n);
+/* One vector of d floats in the job's encoding: a JSON array, or for
+ * OpenAI's encoding_format "base64" a string of their little-endian bytes. */
+void embed_write_vector(jwriter *w, const embed_job *job, const float *v, size_t d);
 
-/* The answer for a finished job in its route's shape (C: the model's
- * hidden size), or NULL when memory ran short. */
-json_t *embed_encode(embed_job *job, int C);
+/* OpenAI's list from the end of its data array on: "],", the model echoed,
+ * the usage, "}". */
+void embed_write_openai_tail(jwriter *w, const embed_job *job);
+
+/* About the bytes a finished job's answer takes (C: the model's output
+ * size): what to reserve at once, so that the buffer seldom grows. */
+size_t embed_answer_hint(const embed_job *job, int C);
+
+/* Writes the answer for a finished job in its route's shape (C: the model's
+ * output size) to w; a refusal leaves w failed (jwriter.h). */
+void embed_encode(embed_job *job, int C, jwriter *w);
 
 #endif

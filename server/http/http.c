@@ -512,6 +512,20 @@ int http_reply_text(http_request *req, unsigned status, const char *content_type
     return resp ? queue(req, status, resp, len) : HTTP_FAIL;
 }
 
+int http_reply_buffer(http_request *req, unsigned status, const char *content_type, char *buf,
+                      size_t len) {
+    if (buf && status < 300 && membudget_refused()) {
+        membudget_free(buf);
+        buf = NULL;
+    }
+    if (!buf && membudget_refused())
+        return http_reply_error(req, membudget_error(), "%s", membudget_message());
+    if (!buf)
+        return status == 500 ? HTTP_FAIL : http_reply_error(req, SRV_EINTERNAL, "out of memory");
+    struct MHD_Response *resp = response_from(buf, len, content_type, membudget_free);
+    return resp ? queue(req, status, resp, len) : HTTP_FAIL;
+}
+
 void http_set_error_shape(http_request *req, http_error_shape shape) {
     req->errors = shape;
 }

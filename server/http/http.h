@@ -215,6 +215,14 @@ void http_set_engine(http_request *req, const char *engine, const char *precisio
 int http_reply_json(http_request *req, unsigned status, json_t *body);
 int http_reply_text(http_request *req, unsigned status, const char *content_type, const char *text,
                     size_t len);
+/* buf (len bytes from membudget_malloc) is sent as is and freed once MHD
+ * has sent it, so it stays charged to the request-memory budget until then;
+ * the call takes it whatever happens. NULL says building the answer failed:
+ * the budget's 503 (or 413) goes when it refused anything in this scope,
+ * else a 500. Likewise a success is never sent after a refusal in this
+ * scope, since the text may be incomplete. */
+int http_reply_buffer(http_request *req, unsigned status, const char *content_type, char *buf,
+                      size_t len);
 /* text lives as long as the server (a document built at start): sent as is,
  * never copied, so it costs the request nothing. */
 int http_reply_static(http_request *req, unsigned status, const char *content_type,

@@ -118,12 +118,12 @@ def test_the_deadline_covers_the_whole_request(start_server):
 
 
 def test_budget_refusals_hold_for_split_requests(start_server):
-    # Alone over the budget: 2048 vectors as JSON numbers are a tree of about
-    # 37 MB (48 bytes a number), over 32 MiB: refused by the budget (its 413,
-    # or 503 when it counts part of the request as held by others), and the
-    # budget is given back. As base64 (4 MB of strings, the 4 MB text dumped
-    # from them, the 3 MB job) the same request fits.
-    s = start_server(max_request_memory_bytes=32 << 20, max_body_bytes=1 << 20,
+    # Alone over the budget: 2048 vectors as JSON numbers are about 10 MB of
+    # text (13 bytes a number reserved) beside the 3 MB job, over 11 MiB:
+    # refused by the budget (its 413, or 503 when it counts part of the
+    # request as held by others), and the budget is given back. As base64
+    # (4.3 MB of text, the 3 MB job) the same request fits.
+    s = start_server(max_request_memory_bytes=11 << 20, max_body_bytes=1 << 20,
                      request_timeout_ms=SLOW)
     r = post(s, "/v1/embeddings", {"input": texts(MAX_INPUTS, 1)}, timeout=600)
     err = assert_error(r, r.status_code)
