@@ -631,10 +631,8 @@ static void encode_nested(jwriter *w, const attn_job *job) {
 
 int attn_api_handle(http_request *req, void *ctx) {
     attn_api *api = ctx;
-    if (http_draining(req))
-        return http_reply_error(req, SRV_EUNAVAILABLE, "server is draining");
-    int answered = HTTP_FAIL;
-    json_t *root = http_body_json(req, &answered);
+    int answered;
+    json_t *root = http_work_body(req, &answered);
     if (!root)
         return answered;
     int err = SRV_OK;

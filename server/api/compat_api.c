@@ -508,10 +508,8 @@ static embed_job *tei_embed_decode(const compat_api *c, json_t *root, refusal *r
 
 static int tei_embed(http_request *req, void *ctx) {
     compat_api *c = ctx;
-    if (http_draining(req))
-        return http_reply_error(req, SRV_EUNAVAILABLE, "server is draining");
     int answered;
-    json_t *root = body_of(req, &answered);
+    json_t *root = http_work_body(req, &answered);
     if (!root)
         return answered;
     refusal r = {0};
@@ -555,10 +553,8 @@ static int tei_embed_resumed(http_request *req, void *ctx) {
 
 static int tei_embed_all(http_request *req, void *ctx) {
     compat_api *c = ctx;
-    if (http_draining(req))
-        return http_reply_error(req, SRV_EUNAVAILABLE, "server is draining");
     int answered;
-    json_t *root = body_of(req, &answered);
+    json_t *root = http_work_body(req, &answered);
     if (!root)
         return answered;
     refusal r = {0};
@@ -619,10 +615,8 @@ static int tei_embed_all_resumed(http_request *req, void *ctx) {
 
 static int tei_similarity(http_request *req, void *ctx) {
     compat_api *c = ctx;
-    if (http_draining(req))
-        return http_reply_error(req, SRV_EUNAVAILABLE, "server is draining");
     int answered;
-    json_t *root = body_of(req, &answered);
+    json_t *root = http_work_body(req, &answered);
     if (!root)
         return answered;
     refusal r = {0};
@@ -859,10 +853,8 @@ static int tokenize(http_request *req, void *ctx) {
 
 static int llama_embedding(http_request *req, void *ctx) {
     compat_api *c = ctx;
-    if (http_draining(req))
-        return http_reply_error(req, SRV_EUNAVAILABLE, "server is draining");
     int answered;
-    json_t *root = body_of(req, &answered);
+    json_t *root = http_work_body(req, &answered);
     if (!root)
         return answered;
     /* Several models: `model` picks one as on every other route, and an

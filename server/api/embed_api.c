@@ -13,10 +13,8 @@
 #include "server/work/membudget.h"
 
 static int handle(http_request *req, embed_api *api, embed_route route) {
-    if (http_draining(req))
-        return http_reply_error(req, SRV_EUNAVAILABLE, "server is draining");
-    int answered = HTTP_FAIL;
-    json_t *root = http_body_json(req, &answered);
+    int answered;
+    json_t *root = http_work_body(req, &answered);
     if (!root)
         return answered;
     api = embed_api_route(req, api, root);

@@ -1061,10 +1061,8 @@ static score_api *route_model(http_request *req, score_api *s, json_t *root, dec
 
 /* A route's decoding, on a codec worker. */
 static int handle(http_request *req, score_api *s, decode_fn decode) {
-    if (http_draining(req))
-        return http_reply_error(req, SRV_EUNAVAILABLE, "server is draining");
-    int answered = HTTP_FAIL;
-    json_t *root = http_body_json(req, &answered);
+    int answered;
+    json_t *root = http_work_body(req, &answered);
     if (!root)
         return answered;
     s = route_model(req, s, root, decode);

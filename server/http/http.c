@@ -1649,6 +1649,15 @@ json_t *http_body_json(http_request *req, int *answered) {
     return root;
 }
 
+json_t *http_work_body(http_request *req, int *answered) {
+    if (http_draining(req)) {
+        *answered = http_reply_error(req, SRV_EUNAVAILABLE, "server is draining");
+        return NULL;
+    }
+    *answered = HTTP_FAIL;
+    return http_body_json(req, answered);
+}
+
 size_t http_body_held(const http_request *req) {
     return body_cost(req->cap) + req->json_charge;
 }

@@ -177,6 +177,9 @@ const char *http_path(const http_request *req);
  * handler can return HTTP_DONE or HTTP_FAIL. */
 #define HTTP_JSON_MAX_DEPTH 64
 json_t *http_body_json(http_request *req, int *answered);
+/* http_body_json for a route that queues work: while the server drains,
+ * the 503 ("server is draining") instead, so that no new work starts. */
+json_t *http_work_body(http_request *req, int *answered);
 /* Frees the tree http_body_json gave (NULL: none) and gives back its charge
  * to the request-memory budget; nothing taken from the tree may be kept. */
 void http_body_json_free(http_request *req, json_t *root);
