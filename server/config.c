@@ -194,8 +194,8 @@ static const setting settings[] = {
     INT(codec_workers, 0, 0, 4096, RESTART,
         "Threads that decode requests (parse, check, tokenize, chunk) and write answers, so "
         "that libmicrohttpd's I/O thread only moves bytes; 0: one per core this process may "
-        "run on. On a CPU engine they share the cores with the compute threads: a request's "
-        "decoding and encoding take a small fraction of its forward pass."),
+        "run on (within its CPU quota). On a CPU engine they share the cores with the compute "
+        "threads: a request's decoding and encoding take a small fraction of its forward pass."),
     INT(pool_spin_us, 50, 0, 1000000, RESTART,
         "How long an idle compute thread polls for the next parallel loop before it sleeps "
         "(llama.cpp's --poll): saves a wake-up per loop, about 44 per forward. 0 sleeps at "

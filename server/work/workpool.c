@@ -129,14 +129,36 @@ double workpool_busy_seconds(workpool *p) {
     return (double)atomic_load_explicit(&p->busy_ns, memory_order_relaxed) * 1e-9;
 }
 
+/* The CPU time a cgroup v2 quota allows, in whole CPUs rounded up (a
+ * container's --cpus, a pod's CPU limit); 0: no quota. */
+static unsigned cgroup_cpus(void) {
+    FILE *f = fopen("/sys/fs/cgroup/cpu.max", "r");
+    if (!f)
+        return 0;
+    char quota[32] = "";
+    unsigned long period = 0;
+    const int n = fscanf(f, "%31s %lu", quota, &period);
+    fclose(f);
+    char *end;
+    const unsigned long q = strtoul(quota, &end, 10);
+    if (n != 2 || *end || !q || !period)
+        return 0; /* "max": none */
+    return (unsigned)((q + period - 1) / period);
+}
+
 unsigned workpool_default_size(long n) {
     if (n > 0)
         return (unsigned)n;
-    /* The CPUs this process may run on (a container's cpuset), not every
-     * core of the machine. */
+    /* The CPUs this process may run on (a container's cpuset, within its
+     * quota), not every core of the machine. */
+    unsigned cpus = 0;
     cpu_set_t set;
     if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
-        return (unsigned)CPU_COUNT(&set);
-    long online = sysconf(_SC_NPROCESSORS_ONLN);
-    return online > 0 ? (unsigned)online : 1;
+        cpus = (unsigned)CPU_COUNT(&set);
+    if (!cpus) {
+        long online = sysconf(_SC_NPROCESSORS_ONLN);
+        cpus = online > 0 ? (unsigned)online : 1;
+    }
+    const unsigned quota = cgroup_cpus();
+    return quota && quota < cpus ? quota : cpus;
 }

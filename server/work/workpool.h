@@ -40,7 +40,8 @@ uint64_t workpool_waiting(workpool *p);
 double workpool_busy_seconds(workpool *p);
 
 /* The number of codec workers a setting of n asks for: n, or with 0 one
- * per core this process may run on. */
+ * per core this process may run on (its affinity, capped by a cgroup v2
+ * CPU quota rounded up). */
 unsigned workpool_default_size(long n);
 
 #endif

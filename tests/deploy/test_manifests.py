@@ -299,6 +299,9 @@ def test_threads_follow_cpu_limit(container):
     v = env_value(container, "ATTNSERVE_THREADS")
     assert isinstance(v, dict) and v["resourceFieldRef"]["resource"] == "limits.cpu", (
         "ATTNSERVE_THREADS should come from limits.cpu so threads match the CPUs the pod has")
+    v = env_value(container, "ATTNSERVE_CODEC_WORKERS")
+    assert isinstance(v, dict) and v["resourceFieldRef"]["resource"] == "limits.cpu", (
+        "ATTNSERVE_CODEC_WORKERS should come from limits.cpu, not the node's core count")
     assert "cpu" in container["resources"]["limits"]
 
 
@@ -364,6 +367,7 @@ def info_with_configmap(k8s, container, deployment):
         # which the deployed process never loads.
         p = subprocess.Popen([BIN, "--config", path, "--host=127.0.0.1", "--port=%d" % port,
                               "--model=%s" % MODEL, "--threads=%d" % threads,
+                              "--codec_workers=%d" % threads,
                               "--plugin_dir=none"],
                              stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
         try:
