@@ -18,6 +18,7 @@
 
 #include "bench/bench_util.h"
 #include "server/api/embed_codec.h"
+#include "server/api/embed_dialect.h"
 #include "server/api/f32text.h"
 #include "server/api/jwriter.h"
 #include "server/work/membudget.h"

@@ -1,4 +1,4 @@
-# mk/fuzz.mk — libFuzzer targets (tests/fuzz/, issue 6 §1).
+# mk/fuzz.mk — libFuzzer targets (tests/fuzz/).
 #
 #   make fuzz-build               build every target in build-fuzz/ (clang,
 #                                 -fsanitize=fuzzer,address,undefined)

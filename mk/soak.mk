@@ -1,4 +1,4 @@
-# Soak and memcheck (issue 6 §3):
+# Soak and memcheck:
 #   make soak [SOAK_SECONDS=N]   the bounded soak: steady valid and invalid load
 #                                on loopback for N seconds (60..600, default 180);
 #                                flat RSS, no fd growth, every status as expected

@@ -1,4 +1,4 @@
-# mk/verify.mk — shadow verification and profiling (issue 7 §2, §3).
+# mk/verify.mk — shadow verification and profiling.
 #
 #   make bench-verify    /v1/embeddings throughput at verify_sample_rate 0,
 #                        0.001 and 1 in one run (bench/verify/run.sh; about

@@ -17,6 +17,7 @@
 
 #include "server/api/embed_api.h"
 #include "server/api/embed_chunk.h"
+#include "server/api/embed_dialect.h"
 #include "server/api/errors.h"
 #include "server/api/fields.h"
 #include "server/ops/log.h"

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "server/api/embed_chunk.h"
+#include "server/api/embed_dialect.h"
 #include "server/api/errors.h"
 #include "server/config.h"
 #include "server/work/membudget.h"

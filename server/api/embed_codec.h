@@ -73,26 +73,14 @@ typedef struct embed_api {
     size_t npeers;
 } embed_api;
 
-/* Decoding on its own: the routes call these, and tests/fuzz drives them
- * with arbitrary bodies. They read tok, model, model_name, truncate and the
- * limits of api, never svc or sched. */
+/* Which embeddings body a request is (embed_dialect.h decodes both). */
 typedef enum embed_route { EMBED_ROUTE_OPENAI, EMBED_ROUTE_TEI } embed_route;
 typedef struct embed_job embed_job;
 
-/* Checks, tokenizes and decodes a request's JSON object as /v1/embeddings
- * (EMBED_ROUTE_OPENAI) or /embed (EMBED_ROUTE_TEI) does. Returns the job,
- * freed with embed_job_free, or NULL with the SRV_E* code in *err and a
- * message in msg. */
-embed_job *embed_api_decode(const embed_api *api, embed_route route, json_t *root, int *err,
-                            char *msg, size_t msg_len);
 void embed_job_free(embed_job *job);
 
 /* Why a request was refused (errors.h). */
 typedef srv_refusal embed_refusal;
-
-/* embed_api_decode with the whole refusal. */
-embed_job *embed_api_decode_refusal(const embed_api *api, embed_route route, json_t *root,
-                                    embed_refusal *r);
 
 /* SRV_OK when the served model embeds; otherwise SRV_ETASK (TEI's 424 for a
  * model that does not do the task) with the message in r. Every embedding
@@ -148,6 +136,12 @@ json_t *embed_api_tokens(const embed_api *api, json_t *root, int *err, char *msg
 
 /* Which end of a long input truncation cuts (TEI's truncation_direction). */
 typedef enum embed_truncation { EMBED_TRUNCATE_RIGHT, EMBED_TRUNCATE_LEFT } embed_truncation;
+
+/* A new job with every input of `in` (the body's `field`) tokenized, or
+ * taken as token ids where allow_ids, checked against the limits, and its
+ * output allocated; NULL with the refusal in r. */
+embed_job *embed_make_job(const embed_api *api, const char *field, json_t *in, bool allow_ids,
+                          bool truncate, embed_truncation dir, embed_refusal *r);
 
 /* TEI's truncation_direction, as every route that imitates TEI reads it:
  * "Right" or "Left" (TEI's spelling) or the same in lower case, into an int
@@ -232,9 +226,5 @@ void embed_write_openai_tail(jwriter *w, const embed_job *job);
 /* About the bytes a finished job's answer takes (C: the model's output
  * size): what to reserve at once, so that the buffer seldom grows. */
 size_t embed_answer_hint(const embed_job *job, int C);
-
-/* Writes the answer for a finished job in its route's shape (C: the model's
- * output size) to w; a refusal leaves w failed (jwriter.h). */
-void embed_encode(embed_job *job, int C, jwriter *w);
 
 #endif

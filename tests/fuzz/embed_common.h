@@ -11,6 +11,7 @@
 #include "model/encoder.h"
 #include "model/tokenizer.h"
 #include "server/api/embed_api.h"
+#include "server/api/embed_dialect.h"
 #include "server/api/errors.h"
 #include "server/http/http.h"
 
