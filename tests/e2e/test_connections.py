@@ -55,12 +55,16 @@ def test_linger_serves_keep_alive_and_new_connections(start_server):
         assert read_answer(f)[0] == 200
     t0 = time.monotonic()
     s.terminate()
-    # The signal and a request cross: sent at once, answered in full.
+    # The signal and a request cross: sent at once, answered in full. It says
+    # Connection: close unless it was answered before the main thread took
+    # the signal (on a loaded machine the request can win the race); then its
+    # connection stays open, and its next request, sent once the drain has
+    # begun, is answered with close (below).
     kept[0].sendall(raw("POST", "/v1/embeddings", body))
     status, headers, answer = read_answer(files[0])
     assert status == 200, answer
-    assert headers.get("connection", "").lower() == "close"
     assert len(json.loads(answer)["data"][0]["embedding"]) == 384
+    crossed_first = headers.get("connection", "").lower() != "close"
     # /ready says draining while it lingers...
     wait_for(lambda: requests.get(s.url("/ready"), timeout=5).status_code == 503,
              what="/ready to turn 503")
@@ -68,6 +72,11 @@ def test_linger_serves_keep_alive_and_new_connections(start_server):
     kept[1].sendall(raw("POST", "/v1/embeddings", body))
     status, headers, _ = read_answer(files[1])
     assert status == 200 and headers["connection"].lower() == "close"
+    if crossed_first:
+        print("the crossing request was answered before the signal was taken")
+        kept[0].sendall(raw("POST", "/v1/embeddings", body))
+        status, headers, _ = read_answer(files[0])
+        assert status == 200 and headers["connection"].lower() == "close"
     r = requests.post(s.url("/v1/embeddings"), json={"input": "new during the linger"},
                       timeout=10)
     assert r.status_code == 200 and r.headers["Connection"].lower() == "close"
