@@ -3,12 +3,15 @@
  *
  * MHD calls on_access several times per request: once when the headers are
  * in (the state is allocated and every header-level check is made), once per
- * piece of body, and once more when the body is complete (the handler runs).
- * A parked request is called once more after http_resume. on_completed frees
- * the state whatever happened. Only the I/O thread touches a request, except
- * http_resume, what the handler's own worker writes into its user state
- * before calling it, and the connection watch (its own thread, below), which
- * marks a parked request whose client went away. */
+ * piece of body, and once more when the body is complete (a JSON route's
+ * request is then suspended and its handler runs on a codec worker; any
+ * other route's handler runs there and then). A suspended request is called
+ * once more when a worker resumes it, to send what the worker answered.
+ * on_completed frees the state whatever happened. Only the I/O thread
+ * touches a request, except the codec worker that runs its handler or its
+ * resumed function while it is suspended, http_resume, and the connection
+ * watch (its own thread, below), which marks a suspended request whose
+ * client went away. */
 #include "server/http/http.h"
 
 #include <ctype.h>
@@ -87,7 +90,7 @@ struct http_server {
     _Atomic bool started; /* MHD's own messages drop to debug once serving */
     _Atomic uint64_t active;
     _Atomic unsigned uncharged_answers; /* /metrics answers not charged to the budget */
-    workpool *workers; /* the codec workers; NULL: handlers run on the I/O thread */
+    workpool *workers;                  /* the codec workers: every JSON route runs there */
 
     pthread_mutex_t keys_mu; /* guards keys: a reload swaps them while serving */
     char **keys;
@@ -1443,12 +1446,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
         r = HTTP_FAIL; /* the body is over: close, as the answer said */
     } else if (req->parked) {
         req->parked = false;
-        /* The client is gone: close the connection, unanswered (it counts as
-         * dropped). */
-        if (req->on_worker)
-            r = take_ready(req);
-        else
-            r = atomic_load(&req->client_gone) ? HTTP_FAIL : run_charged(req, req->route->resumed);
+        r = take_ready(req); /* a worker answered, or the client is gone */
     } else {
         request_deadline(req, false); /* the request is in */
         if (req->pending)
@@ -1456,7 +1454,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
                                  req->pending_msg);
         else if (req->preflight)
             r = reply_preflight(req);
-        else if (srv->workers && req->route->json_body)
+        else if (req->route->json_body)
             r = to_worker(req);
         else
             r = run_charged(req, req->route->handler);
@@ -1683,26 +1681,21 @@ static void set_closed_callback(http_request *req, void (*fn)(void *arg), void *
 }
 
 void http_park(http_request *req, void (*on_client_closed)(void *arg), void *arg) {
-    if (req->on_worker) {
-        /* Suspended and watched since its body came in. */
-        set_closed_callback(req, on_client_closed, arg);
-        return;
+    if (!req->on_worker) {
+        /* Only a JSON route's handler, on a worker, has a connection to
+         * park; a route on the I/O thread answers at once. */
+        log_error("http_park outside a codec worker", LOG_KV("route", req->path));
+        abort();
     }
-    req->parked = true;
-    req->on_client_closed = on_client_closed;
-    req->on_client_closed_arg = arg;
-    MHD_suspend_connection(req->conn);
-    watch_parked(req);
+    /* Suspended and watched since its body came in. */
+    set_closed_callback(req, on_client_closed, arg);
 }
 
 void http_resume(http_request *req) {
     /* Out of the watch first: the client-closed callback never runs once
      * this returns. */
     unwatch_parked(req);
-    if (req->on_worker)
-        post_task(req, true); /* the answer is encoded on a worker */
-    else
-        MHD_resume_connection(req->conn);
+    post_task(req, true); /* the answer is written on a worker */
 }
 
 /* ---- streamed answers ---------------------------------------------------------
@@ -1994,7 +1987,7 @@ http_server *http_create(const http_options *opt, const http_route *routes, size
     srv->backend_ctx = opt->backend_ctx;
     srv->max_body_bytes = opt->max_body_bytes;
     make_id_prefix(srv);
-    if (opt->codec_workers && !(srv->workers = workpool_create(opt->codec_workers, "codec"))) {
+    if (!(srv->workers = workpool_create(opt->codec_workers ? opt->codec_workers : 1, "codec"))) {
         log_error("cannot start the codec workers", LOG_KV("codec_workers", opt->codec_workers));
         http_destroy(srv);
         return NULL;
@@ -2092,7 +2085,7 @@ void http_destroy(http_server *srv) {
      * (libmicrohttpd must not stop with a connection suspended); a request
      * arriving meanwhile runs its handler on the I/O thread. */
     if (srv->workers)
-        workpool_stop(srv->workers);
+        workpool_stop(srv->workers); /* NULL: the start failed before it */
     if (srv->daemon)
         MHD_stop_daemon(srv->daemon); /* its close notifications still use the table */
     workpool_destroy(srv->workers);

@@ -87,7 +87,7 @@ typedef struct http_options {
      * any); "" or NULL: no CORS header is ever sent and OPTIONS is 405. */
     const char *cors_allow_origins;
     /* Threads that run the handlers and resumed functions of the routes
-     * with a JSON body (workpool.h); 0: they run on the I/O thread. */
+     * with a JSON body (workpool.h); at least one (0 is taken as 1). */
     unsigned codec_workers;
 } http_options;
 
@@ -118,7 +118,7 @@ typedef struct http_options {
 #define HTTP_UNCHARGED_ANSWER_BYTES (64 * 1024)
 #define HTTP_UNCHARGED_BYTES        ((HTTP_UNCHARGED_ANSWERS + 1) * HTTP_UNCHARGED_ANSWER_BYTES)
 
-/* The codec workers (NULL: none), for /metrics. */
+/* The codec workers, for /metrics. */
 struct workpool;
 struct workpool *http_codec_pool(http_server *srv);
 
@@ -238,9 +238,10 @@ int http_reply_error(http_request *req, int err, const char *fmt, ...)
 int http_reply_error_at(http_request *req, int err, const char *param, const char *code,
                         const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 
-/* Parks the request: MHD stops reading the connection until http_resume.
- * Call before handing the request to another thread, then return
- * HTTP_PARKED. If the client closes the connection while the request is
+/* Parks the request (only a JSON route's handler, which runs on a codec
+ * worker with its connection already suspended): its answer waits until
+ * http_resume. Call before handing the request to another thread, then
+ * return HTTP_PARKED. If the client closes the connection while the request is
  * parked, on_client_closed(arg) (may be NULL) runs once, on http.c's watch
  * thread and before http_resume returns on any thread: it must be quick and
  * call no http_* function (e.g. cancel the queued work). http_resume is
@@ -248,14 +249,14 @@ int http_reply_error_at(http_request *req, int err, const char *param, const cha
  * closed unanswered and the request counted as dropped (status 0). */
 void http_park(http_request *req, void (*on_client_closed)(void *arg), void *arg);
 
-/* From any thread, once per park: the route's `resumed` runs next on the
- * I/O thread and must answer. */
+/* From any thread, once per park: the route's `resumed` runs next on a
+ * codec worker and must answer. */
 void http_resume(http_request *req);
 
 /* ---- streamed answers ----
  * A 200 whose body is written as it is produced (NDJSON lines, say), from any
- * thread. http_stream_open (I/O thread, in a handler, before the work is
- * handed on) makes the stream; http_stream_queue sends the headers, and the
+ * thread. http_stream_open (in a handler, before the work is handed on)
+ * makes the stream; http_stream_queue sends the headers, and the
  * handler returns what it returned. The producer calls http_stream_write any
  * number of times and http_stream_end once, its last use of the stream.
  * Whenever everything written is sent and the stream has not ended, the
