@@ -1407,10 +1407,20 @@ static int load_decoder(ug_model *m, json_t *d, const char *file, char *err, siz
     return TOK_OK;
 }
 
+/* A post-processor's token is a piece of the model or an added token past
+ * them (Qwen's <|endoftext|>, ModernBERT's [CLS]). */
+static bool known_id(const ug_model *m, json_int_t id) {
+    if (id >= 0 && id < m->n)
+        return true;
+    for (int i = 0; i < m->n_added; i++)
+        if (m->added[i].id == id)
+            return true;
+    return false;
+}
+
 static int special_id(ug_model *m, json_t *pair, int32_t *dst, int32_t *n) {
     json_t *id = json_array_get(pair, 1);
-    if (!json_is_integer(id) || json_integer_value(id) < 0 || json_integer_value(id) >= m->n ||
-        *n == UG_MAX_SPECIAL)
+    if (!json_is_integer(id) || !known_id(m, json_integer_value(id)) || *n == UG_MAX_SPECIAL)
         return -1;
     dst[(*n)++] = (int32_t)json_integer_value(id);
     return 0;
@@ -1423,8 +1433,7 @@ static int template_ids(ug_model *m, json_t *specials, const char *name, int32_t
     if (!json_is_array(ids))
         return -1;
     json_array_foreach(ids, i, v) {
-        if (!json_is_integer(v) || *n == UG_MAX_SPECIAL || json_integer_value(v) < 0 ||
-            json_integer_value(v) >= m->n)
+        if (!json_is_integer(v) || *n == UG_MAX_SPECIAL || !known_id(m, json_integer_value(v)))
             return -1;
         dst[(*n)++] = (int32_t)json_integer_value(v);
     }
@@ -1752,9 +1761,9 @@ int tok_pipeline_load(void **impl, const char *file, char *err, size_t err_len) 
     }
     if ((rc = load_normalizer(m, json_object_get(root, "normalizer"), file, err, err_len)) ||
         (rc = load_pretok(m, json_object_get(root, "pre_tokenizer"), file, err, err_len)) ||
+        (rc = load_added(m, json_object_get(root, "added_tokens"), file, err, err_len)) ||
         (rc = load_post(m, json_object_get(root, "post_processor"), file, err, err_len)) ||
-        (rc = load_decoder(m, json_object_get(root, "decoder"), file, err, err_len)) ||
-        (rc = load_added(m, json_object_get(root, "added_tokens"), file, err, err_len)))
+        (rc = load_decoder(m, json_object_get(root, "decoder"), file, err, err_len)))
         goto out;
     rc = TOK_ELOAD;
     if (m->bpe && !bpe_covers_bytes(m)) {

@@ -63,7 +63,32 @@ typedef struct result {
     tok_output out;
 } result;
 
-enum { CHECK_IDS = 1, CHECK_OFFSETS = 2, CHECK_DECODE = 4 };
+enum { CHECK_IDS = 1, CHECK_OFFSETS = 2, CHECK_DECODE = 4, CHECK_CHAR_OFFSETS = 8 };
+
+/* The Python binding's character offsets of bytes [start, end) of text, as
+ * its BytesToCharOffsetConverter makes them: a byte inside a character is
+ * that character, and an end past the last byte is one past the character
+ * holding the byte before it. Returns 0, leaving *cs and *ce, where the binding has none. */
+static int char_span(const char *text, size_t len, uint32_t start, uint32_t end, uint32_t *cs,
+                     uint32_t *ce) {
+    uint32_t ci = 0, cstart = 0, cend = 0;
+    int have_start = 0, have_end = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (((unsigned char)text[i] & 0xC0) != 0x80 && i > 0)
+            ci++;
+        if (i == start)
+            cstart = ci, have_start = 1;
+        if (i == end)
+            cend = ci, have_end = 1;
+        if (end > 0 && i == end - 1 && end == len)
+            cend = ci + 1, have_end = 1;
+    }
+    if (!have_start || !have_end)
+        return 0;
+    *cs = cstart;
+    *ce = cend;
+    return 1;
+}
 
 /* One case; on a mismatch, the details in why and 0. */
 static int check_case(const tok_tokenizer *t, json_t *c, int what, char *why, size_t cap) {
@@ -97,11 +122,26 @@ static int check_case(const tok_tokenizer *t, json_t *c, int what, char *why, si
                      r.special[i], want_special);
             return 0;
         }
-        if (!(what & CHECK_OFFSETS))
+        if (!(what & (CHECK_OFFSETS | CHECK_CHAR_OFFSETS)))
             continue;
         json_t *o = json_array_get(offs, i);
         uint32_t s = (uint32_t)json_integer_value(json_array_get(o, 0));
         uint32_t e = (uint32_t)json_integer_value(json_array_get(o, 1));
+        if (what & CHECK_CHAR_OFFSETS) {
+            /* The binding leaves the template's tokens and the spans it
+             * cannot convert (an empty one at the end) in bytes. */
+            uint32_t cs = r.offsets[i].start, ce = r.offsets[i].end;
+            if (!r.special[i])
+                char_span(text, len, r.offsets[i].start, r.offsets[i].end, &cs, &ce);
+            if (cs != s || ce != e) {
+                snprintf(why, cap,
+                         "\"%s\": token %zu (%d) spans bytes [%u, %u), characters "
+                         "[%u, %u), expected characters [%u, %u)",
+                         esc, i, got, r.offsets[i].start, r.offsets[i].end, cs, ce, s, e);
+                return 0;
+            }
+            continue;
+        }
         if (r.offsets[i].start != s || r.offsets[i].end != e) {
             snprintf(why, cap, "\"%s\": token %zu (%d) spans [%u, %u), expected [%u, %u)", esc, i,
                      got, r.offsets[i].start, r.offsets[i].end, s, e);
@@ -247,6 +287,40 @@ Test(tokenizer_unigram, golden_bpe_roberta) {
            ok);
     json_decref(cases);
     tok_free(t);
+}
+
+/* The layouts of the newer embedding families (make_family_tokenizers.py):
+ * MPNet's WordPiece with its template and <mask> lstrip, ModernBERT's
+ * byte-level BPE with a [CLS]/[SEP] template and normalized added tokens,
+ * Qwen3-Embedding's NFC + Split + ByteLevel with <|endoftext|> appended,
+ * EmbeddingGemma's BPE with byte fallback, and added tokens using lstrip,
+ * rstrip, single_word and normalized in combination. */
+static const char *const families[] = {"qwen3"};
+
+Test(tokenizer_unigram, golden_families) {
+    for (size_t v = 0; v < sizeof families / sizeof families[0]; v++) {
+        char dir[256], file[300], err[512] = "";
+        snprintf(dir, sizeof dir, "tests/golden/fam-%s", families[v]);
+        snprintf(file, sizeof file, "%s/cases.json.gz", dir);
+        tok_tokenizer *t = NULL;
+        if (tok_load(&t, dir, err, sizeof err) != TOK_OK) {
+            cr_expect_fail("%s: %s", dir, err);
+            continue;
+        }
+        json_error_t jerr;
+        json_t *root = golden_load_json(file, JSON_ALLOW_NUL, &jerr);
+        cr_assert_not_null(root, "%s:%d: %s", file, jerr.line, jerr.text);
+        json_t *cases = json_object_get(root, "cases");
+        cr_assert(json_array_size(cases) >= 800, "%s holds too few cases", file);
+        int offsets = json_is_true(json_object_get(root, "char_offsets")) ? CHECK_CHAR_OFFSETS
+                                                                          : CHECK_OFFSETS;
+        size_t ok = check_cases(t, cases, CHECK_IDS | offsets | CHECK_DECODE, dir);
+        printf("tokenizer_unigram: fam-%s: ids, offsets and decode of %zu cases equal to HF "
+               "tokenizers\n",
+               families[v], ok);
+        json_decref(root);
+        tok_free(t);
+    }
 }
 
 static void *worker(void *arg) {
