@@ -20,6 +20,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include "model/tok_added.h"
 #include "model/tok_impl.h"
 #include "model/tok_tables.h"
 #include "model/unicode_norm.h"
@@ -914,13 +915,6 @@ static int pre_split(const pretok *p, const words *in, words *out) {
 
 /* ---- the model ---------------------------------------------------------- */
 
-typedef struct added_token {
-    char *content;
-    size_t len;
-    int32_t id;
-    bool lstrip, rstrip, special;
-} added_token;
-
 typedef struct ug_model {
     /* Pieces packed in one blob, addressed by id, with their scores. */
     char *blob;
@@ -953,8 +947,7 @@ typedef struct ug_model {
     int32_t n_head, n_tail;
     bool trim_offsets, trim_prefix_space; /* RobertaProcessing */
 
-    added_token added[UG_MAX_ADDED];
-    int n_added;
+    tok_added_set added;
 } ug_model;
 
 static uint32_t fnv(const void *p, size_t n) {
@@ -1412,10 +1405,7 @@ static int load_decoder(ug_model *m, json_t *d, const char *file, char *err, siz
 static bool known_id(const ug_model *m, json_int_t id) {
     if (id >= 0 && id < m->n)
         return true;
-    for (int i = 0; i < m->n_added; i++)
-        if (m->added[i].id == id)
-            return true;
-    return false;
+    return id >= 0 && id <= INT32_MAX && tok_added_by_id(&m->added, (int32_t)id);
 }
 
 static int special_id(ug_model *m, json_t *pair, int32_t *dst, int32_t *n) {
@@ -1493,42 +1483,7 @@ static int load_post(ug_model *m, json_t *pp, const char *file, char *err, size_
 }
 
 static int load_added(ug_model *m, json_t *arr, const char *file, char *err, size_t err_len) {
-    size_t i;
-    json_t *a;
-    json_array_foreach(arr, i, a) {
-        const char *content = json_string_value(json_object_get(a, "content"));
-        json_t *id = json_object_get(a, "id");
-        if (!content || !*content || !json_is_integer(id) || json_integer_value(id) < 0 ||
-            json_integer_value(id) >= (json_int_t)m->n + UG_MAX_ADDED) {
-            set_err(err, err_len, "%s: added_tokens[%zu] without content or id", file, i);
-            return TOK_ELOAD;
-        }
-        if (json_is_true(json_object_get(a, "single_word")) ||
-            json_is_true(json_object_get(a, "normalized"))) {
-            set_err(err, err_len,
-                    "%s: added token %s uses single_word or normalized, which this tokenizer "
-                    "does not implement",
-                    file, content);
-            return TOK_ELOAD;
-        }
-        if (m->n_added == UG_MAX_ADDED) {
-            set_err(err, err_len, "%s: more than %d added tokens", file, UG_MAX_ADDED);
-            return TOK_ELOAD;
-        }
-        added_token *t = &m->added[m->n_added];
-        t->content = strdup(content);
-        if (!t->content) {
-            set_err(err, err_len, "%s: out of memory", file);
-            return TOK_ENOMEM;
-        }
-        m->n_added++;
-        t->len = strlen(content);
-        t->id = (int32_t)json_integer_value(id);
-        t->lstrip = json_is_true(json_object_get(a, "lstrip"));
-        t->rstrip = json_is_true(json_object_get(a, "rstrip"));
-        t->special = json_is_true(json_object_get(a, "special"));
-    }
-    return TOK_OK;
+    return tok_added_load(&m->added, arr, (int64_t)m->n + UG_MAX_ADDED, file, err, err_len);
 }
 
 static void ug_free(void *p) {
@@ -1555,8 +1510,7 @@ static void ug_free(void *p) {
         free(m->decs[i].pat);
         free(m->decs[i].with);
     }
-    for (int i = 0; i < m->n_added; i++)
-        free(m->added[i].content);
+    tok_added_free(&m->added);
     free(m);
 }
 
@@ -1727,6 +1681,8 @@ static bool bpe_covers_bytes(const ug_model *m) {
     return byte_level;
 }
 
+static int normalize_added(ug_model *m, const char *file, char *err, size_t err_len);
+
 int tok_pipeline_load(void **impl, const char *file, char *err, size_t err_len) {
     *impl = NULL;
     json_error_t jerr;
@@ -1763,7 +1719,8 @@ int tok_pipeline_load(void **impl, const char *file, char *err, size_t err_len) 
         (rc = load_pretok(m, json_object_get(root, "pre_tokenizer"), file, err, err_len)) ||
         (rc = load_added(m, json_object_get(root, "added_tokens"), file, err, err_len)) ||
         (rc = load_post(m, json_object_get(root, "post_processor"), file, err, err_len)) ||
-        (rc = load_decoder(m, json_object_get(root, "decoder"), file, err, err_len)))
+        (rc = load_decoder(m, json_object_get(root, "decoder"), file, err, err_len)) ||
+        (rc = normalize_added(m, file, err, err_len)))
         goto out;
     rc = TOK_ELOAD;
     if (m->bpe && !bpe_covers_bytes(m)) {
@@ -2088,11 +2045,9 @@ static int encode_word_bpe(enc *e, const nchar *chars, size_t n) {
     return TOK_OK;
 }
 
-/* One piece of text between added tokens: normalize, pre-tokenize, model. */
-static int encode_segment(enc *e, const char *text, uint32_t from, uint32_t to) {
+/* text[from, to) through the normalizers into e->a. */
+static int normalize_segment(enc *e, const char *text, uint32_t from, uint32_t to) {
     const ug_model *m = e->m;
-    if (from >= to)
-        return TOK_OK;
     e->a.n = 0;
     for (uint32_t i = from; i < to;) {
         uint32_t cp = 0;
@@ -2130,11 +2085,12 @@ static int encode_segment(enc *e, const char *text, uint32_t from, uint32_t to) 
             e->b = t;
         }
     }
-    /* The whole normalized segment is the first word. */
-    words *in = &e->w1, *out = &e->w2;
-    nstr t = in->s;
-    in->s = e->a;
-    e->a = t;
+    return TOK_OK;
+}
+
+/* Pre-tokenizes and models in->s (one normalized piece) as its first word. */
+static int model_piece(enc *e, words *in, words *out) {
+    const ug_model *m = e->m;
     in->n = 0;
     if (words_add(in, 0, in->s.n))
         return TOK_ENOMEM;
@@ -2160,48 +2116,116 @@ static int encode_segment(enc *e, const char *text, uint32_t from, uint32_t to) 
     return TOK_OK;
 }
 
-/* The leftmost-longest added token at or after i: its start and end with
- * lstrip/rstrip whitespace taken in; NULL when none is left. */
-static const added_token *next_added(const ug_model *m, const char *text, size_t len, size_t i,
-                                     size_t floor, size_t *s, size_t *e) {
-    for (size_t p = i; p < len; p++) {
-        const added_token *best = NULL;
-        for (int k = 0; k < m->n_added; k++) {
-            const added_token *a = &m->added[k];
-            if (a->len <= len - p && (!best || a->len > best->len) &&
-                memcmp(text + p, a->content, a->len) == 0)
-                best = a;
-        }
-        if (!best)
-            continue;
-        size_t start = p, end = p + best->len;
-        if (best->lstrip) {
-            /* Back over whitespace, not into the previous match. */
-            while (start > floor) {
-                size_t q = start - 1;
-                while (q > floor && ((uint8_t)text[q] & 0xC0) == 0x80)
-                    q--;
-                uint32_t cp = 0;
-                if (tok_utf8_get((const uint8_t *)text + q, start - q, &cp) != start - q ||
-                    !is_ws(cp))
-                    break;
-                start = q;
-            }
-        }
-        if (best->rstrip) {
-            while (end < len) {
-                uint32_t cp = 0;
-                size_t k = tok_utf8_get((const uint8_t *)text + end, len - end, &cp);
-                if (!k || !is_ws(cp))
-                    break;
-                end += k;
-            }
-        }
-        *s = start;
-        *e = end;
-        return best;
+/* The normalized characters c[from, to) as a piece of their own. */
+static int model_chars(enc *e, const nchar *c, size_t from, size_t to) {
+    if (from >= to)
+        return TOK_OK;
+    e->w1.s.n = 0;
+    for (size_t i = from; i < to; i++)
+        if (nstr_push(&e->w1.s, c[i].cp, c[i].start, c[i].end))
+            return TOK_ENOMEM;
+    return model_piece(e, &e->w1, &e->w2);
+}
+
+/* The added tokens with normalized true, found in the normalized text e->a
+ * (as UTF-8, each byte knowing its character) as the library finds them in
+ * each normalized piece; the pieces between them are modelled on their own.
+ * A token's offsets are those of the normalized characters it covers. */
+static int split_normalized_added(enc *e) {
+    const nstr *a = &e->a;
+    size_t bytes = 0;
+    for (size_t i = 0; i < a->n; i++) {
+        char tmp[4];
+        bytes += tok_utf8_put(tmp, a->c[i].cp);
     }
-    return NULL;
+    char *u = tok_scratch_realloc(NULL, bytes + 1);
+    uint32_t *char_of = tok_scratch_realloc(NULL, (bytes + 1) * sizeof *char_of);
+    int rc = u && char_of ? TOK_OK : TOK_ENOMEM;
+    size_t o = 0;
+    for (size_t i = 0; i < a->n && !rc; i++) {
+        size_t k = tok_utf8_put(u + o, a->c[i].cp);
+        for (size_t j = 0; j < k; j++)
+            char_of[o + j] = (uint32_t)i;
+        o += k;
+    }
+    if (!rc)
+        char_of[bytes] = (uint32_t)a->n;
+    tok_added_iter it = {0, 0};
+    size_t at = 0;
+    while (!rc) {
+        size_t s, en;
+        const tok_added_token *t = tok_added_next(&e->m->added, true, u, bytes, &it, &s, &en);
+        if (!t) {
+            rc = model_chars(e, a->c, char_of[at], a->n);
+            break;
+        }
+        rc = model_chars(e, a->c, char_of[at], char_of[s]);
+        if (!rc && en > s)
+            emit(e, t->id, u + s, en - s, a->c[char_of[s]].start, a->c[char_of[en - 1]].end);
+        at = en;
+    }
+    tok_scratch_free(u);
+    tok_scratch_free(char_of);
+    return rc;
+}
+
+static void enc_free(enc *e) {
+    tok_scratch_free(e->a.c);
+    tok_scratch_free(e->b.c);
+    tok_scratch_free(e->w1.s.c);
+    tok_scratch_free(e->w1.from);
+    tok_scratch_free(e->w1.to);
+    tok_scratch_free(e->w2.s.c);
+    tok_scratch_free(e->w2.from);
+    tok_scratch_free(e->w2.to);
+    tok_scratch_free(e->tr.v);
+    tok_scratch_free(e->td.v);
+    tok_scratch_free(e->th.v);
+    tok_scratch_free(e->bytes);
+    tok_scratch_free(e->char_of);
+    tok_scratch_free(e->lat);
+}
+
+/* A token with normalized true is searched for as the normalizers write its
+ * content, as the library builds its second automaton. */
+static int normalize_added(ug_model *m, const char *file, char *err, size_t err_len) {
+    int rc = TOK_OK;
+    for (int i = 0; i < m->added.n && !rc; i++) {
+        const tok_added_token *t = &m->added.v[i];
+        if (!t->normalized)
+            continue;
+        enc e = {.m = m};
+        rc = normalize_segment(&e, t->content, 0, (uint32_t)t->len);
+        char *u = rc ? NULL : malloc(4 * e.a.n + 1);
+        size_t o = 0;
+        if (!rc && !u)
+            rc = TOK_ENOMEM;
+        for (size_t k = 0; u && k < e.a.n; k++)
+            o += tok_utf8_put(u + o, e.a.c[k].cp);
+        if (!rc)
+            rc = tok_added_set_match(&m->added, i, u, o);
+        free(u);
+        enc_free(&e);
+    }
+    if (rc)
+        set_err(err, err_len, "%s: cannot normalize the added tokens: %s", file, tok_strerror(rc));
+    return rc;
+}
+
+/* One piece of text between added tokens: normalize, pre-tokenize, model. */
+static int encode_segment(enc *e, const char *text, uint32_t from, uint32_t to) {
+    if (from >= to)
+        return TOK_OK;
+    int rc = normalize_segment(e, text, from, to);
+    if (rc)
+        return rc;
+    if (e->m->added.any_normalized)
+        return split_normalized_added(e);
+    /* The whole normalized segment is the first word. */
+    nstr t = e->w1.s;
+    e->w1.s = e->a;
+    e->a = t;
+    return model_piece(e, &e->w1, &e->w2);
 }
 
 static int ug_encode(const void *mp, const char *text, size_t len, int truncate, tok_output *out) {
@@ -2223,10 +2247,11 @@ static int ug_encode(const void *mp, const char *text, size_t len, int truncate,
     }
     enc e = {.m = m, .out = out, .body_cap = out->capacity - nspecial};
     int rc = TOK_OK;
-    size_t at = 0, floor = 0;
+    size_t at = 0;
+    tok_added_iter it = {0, 0};
     while (!rc && at < len) {
         size_t s, en;
-        const added_token *a = next_added(m, text, len, at, floor, &s, &en);
+        const tok_added_token *a = tok_added_next(&m->added, false, text, len, &it, &s, &en);
         if (!a) {
             rc = encode_segment(&e, text, (uint32_t)at, (uint32_t)len);
             break;
@@ -2235,22 +2260,9 @@ static int ug_encode(const void *mp, const char *text, size_t len, int truncate,
         if (!rc)
             /* Its string is the text matched, stripped spaces included. */
             emit(&e, a->id, text + s, en - s, (uint32_t)s, (uint32_t)en);
-        at = floor = en;
+        at = en;
     }
-    tok_scratch_free(e.a.c);
-    tok_scratch_free(e.b.c);
-    tok_scratch_free(e.w1.s.c);
-    tok_scratch_free(e.w1.from);
-    tok_scratch_free(e.w1.to);
-    tok_scratch_free(e.w2.s.c);
-    tok_scratch_free(e.w2.from);
-    tok_scratch_free(e.w2.to);
-    tok_scratch_free(e.tr.v);
-    tok_scratch_free(e.td.v);
-    tok_scratch_free(e.th.v);
-    tok_scratch_free(e.bytes);
-    tok_scratch_free(e.char_of);
-    tok_scratch_free(e.lat);
+    enc_free(&e);
     if (rc)
         return rc;
     int32_t kept = e.pieces < e.body_cap ? e.pieces : e.body_cap;
@@ -2537,11 +2549,8 @@ static int dec_byte_level(strs *v) {
     return TOK_OK;
 }
 
-static const added_token *added_of(const ug_model *m, int32_t id) {
-    for (int i = 0; i < m->n_added; i++)
-        if (m->added[i].id == id)
-            return &m->added[i];
-    return NULL;
+static const tok_added_token *added_of(const ug_model *m, int32_t id) {
+    return tok_added_by_id(&m->added, id);
 }
 
 static int ug_decode(const void *mp, const int32_t *ids, size_t n, int skip_special, char **text,
@@ -2550,15 +2559,18 @@ static int ug_decode(const void *mp, const int32_t *ids, size_t n, int skip_spec
     strs v = {calloc(n + 1, sizeof(char *)), calloc(n + 1, sizeof(size_t)), 0};
     int rc = v.s && v.len ? TOK_OK : TOK_ENOMEM;
     for (size_t i = 0; i < n && !rc; i++) {
-        const added_token *a = added_of(m, ids[i]);
+        const tok_added_token *a = added_of(m, ids[i]);
         if (!a && (ids[i] < 0 || ids[i] >= m->n)) {
             rc = TOK_EINVAL;
             break;
         }
-        if (a && a->special && skip_special)
+        /* An added token decodes as it is searched for (a normalized one
+         * as the normalizer wrote it); the library skips a token whose
+         * string is a special token's content, whatever its id. */
+        const char *s = a ? a->match : m->blob + m->at[ids[i]];
+        size_t l = a ? a->match_len : m->len[ids[i]];
+        if (skip_special && tok_added_is_special(&m->added, s, l))
             continue;
-        const char *s = a ? a->content : m->blob + m->at[ids[i]];
-        size_t l = a ? a->len : m->len[ids[i]];
         if (!(v.s[v.n] = malloc(l + 1))) {
             rc = TOK_ENOMEM;
             break;
@@ -2623,24 +2635,24 @@ static int32_t ug_num_special(const void *mp) {
 static int32_t ug_vocab_size(const void *mp) {
     const ug_model *m = mp;
     int32_t n = m->n;
-    for (int i = 0; i < m->n_added; i++)
-        if (m->added[i].id >= n)
-            n = m->added[i].id + 1;
+    for (int i = 0; i < m->added.n; i++)
+        if (m->added.v[i].id >= n)
+            n = m->added.v[i].id + 1;
     return n;
 }
 static const char *ug_id_to_token(const void *mp, int32_t id) {
     const ug_model *m = mp;
     if (id >= 0 && id < m->n)
         return m->blob + m->at[id];
-    const added_token *a = added_of(m, id);
-    return a ? a->content : NULL;
+    const tok_added_token *a = added_of(m, id);
+    return a ? a->match : NULL;
 }
 static int32_t ug_token_to_id(const void *mp, const char *s, size_t len) {
     const ug_model *m = mp;
     int32_t id = ug_find(m, s, len);
-    for (int i = 0; i < m->n_added && id < 0; i++)
-        if (m->added[i].len == len && memcmp(m->added[i].content, s, len) == 0)
-            id = m->added[i].id;
+    for (int i = 0; i < m->added.n && id < 0; i++)
+        if (m->added.v[i].len == len && memcmp(m->added.v[i].content, s, len) == 0)
+            id = m->added.v[i].id;
     return id;
 }
 static int32_t ug_unk_id(const void *mp) {
