@@ -930,7 +930,7 @@ typedef struct ug_model {
     double min_score;
 
     /* BPE: the merges as an open-addressing hash of (left id, right id). */
-    bool bpe;
+    bool bpe, fuse_unk, ignore_merges;
     uint64_t *merge_keys; /* (left << 32 | right) + 1, 0 empty */
     int32_t *merge_rank, *merge_new;
     uint32_t merge_mask;
@@ -1569,10 +1569,6 @@ static int load_bpe(ug_model *m, json_t *model, const char *file, char *err, siz
         bad = "dropout";
     else if ((pre && *pre) || (suf && *suf))
         bad = "continuing_subword_prefix or end_of_word_suffix";
-    else if (json_is_true(json_object_get(model, "byte_fallback")))
-        bad = "byte_fallback";
-    else if (json_is_true(json_object_get(model, "ignore_merges")))
-        bad = "ignore_merges";
     if (bad) {
         set_err(err, err_len, "%s: BPE with %s is not supported", file, bad);
         return TOK_ELOAD;
@@ -1662,23 +1658,17 @@ static int load_bpe(ug_model *m, json_t *model, const char *file, char *err, siz
     json_t *unk = json_object_get(model, "unk_token");
     m->unk_id =
         json_is_string(unk) ? ug_find(m, json_string_value(unk), json_string_length(unk)) : -1;
+    if (json_is_string(unk) && m->unk_id < 0) {
+        /* The library fails every text with a character it needs unk for. */
+        set_err(err, err_len, "%s: BPE unk_token %s is not in the vocabulary", file,
+                json_string_value(unk));
+        return TOK_ELOAD;
+    }
+    m->byte_fallback = json_is_true(json_object_get(model, "byte_fallback"));
+    m->fuse_unk = json_is_true(json_object_get(model, "fuse_unk"));
+    m->ignore_merges = json_is_true(json_object_get(model, "ignore_merges"));
     m->bpe = true;
     return TOK_OK;
-}
-
-/* Every character BPE sees is one of the 256 byte-level characters, so
- * each has a piece and no unknown token is needed. */
-static bool bpe_covers_bytes(const ug_model *m) {
-    bool byte_level = false;
-    for (int i = 0; i < m->n_pres; i++)
-        byte_level |= m->pres[i].kind == P_BYTE_LEVEL;
-    for (int b = 0; b < 256 && byte_level; b++) {
-        char s[4];
-        size_t k = tok_utf8_put(s, byte_char((uint8_t)b));
-        if (ug_find(m, s, k) < 0)
-            return false;
-    }
-    return byte_level;
 }
 
 static int normalize_added(ug_model *m, const char *file, char *err, size_t err_len);
@@ -1722,14 +1712,6 @@ int tok_pipeline_load(void **impl, const char *file, char *err, size_t err_len) 
         (rc = load_decoder(m, json_object_get(root, "decoder"), file, err, err_len)) ||
         (rc = normalize_added(m, file, err, err_len)))
         goto out;
-    rc = TOK_ELOAD;
-    if (m->bpe && !bpe_covers_bytes(m)) {
-        set_err(err, err_len,
-                "%s: BPE is supported only with the ByteLevel pre-tokenizer and a vocabulary "
-                "holding every byte",
-                file);
-        goto out;
-    }
     rc = TOK_OK;
 out:
     json_decref(root);
@@ -1943,8 +1925,8 @@ static int encode_word(enc *e, const nchar *chars, size_t n) {
 
 typedef struct bpe_sym {
     int32_t id;
-    int32_t prev, next;   /* neighbours, -1 none */
-    uint32_t first, last; /* the word's characters it covers */
+    int32_t prev, next; /* neighbours, -1 none */
+    uint32_t len;       /* bytes of the word it stands for */
     bool gone;
 } bpe_sym;
 
@@ -1999,23 +1981,93 @@ static void push_pair(const ug_model *m, const bpe_sym *sy, int32_t pos, bpe_mer
  * merged, then the pairs it makes with its neighbours join the queue; an
  * entry whose pair has changed since is skipped. Each merge removes a
  * symbol and adds at most two entries, so the queue holds under 3n. */
+/* The byte pieces <0xNN> of the character cp into ids, when the
+ * vocabulary has every one of them; else 0. */
+static size_t byte_pieces(const ug_model *m, uint32_t cp, int32_t ids[4]) {
+    char b[4], name[8];
+    size_t k = tok_utf8_put(b, cp);
+    for (size_t j = 0; j < k; j++) {
+        snprintf(name, sizeof name, "<0x%02X>", (unsigned char)b[j]);
+        if ((ids[j] = ug_find(m, name, 6)) < 0)
+            return 0;
+    }
+    return k;
+}
+
+/* The word's first symbols, as the library's merge_word makes them: a
+ * character's piece; else with byte_fallback its bytes' pieces (one byte
+ * each); else unk, consecutive ones fused into one with fuse_unk (a pending
+ * unk is added when the next character with a piece comes, so it follows
+ * byte pieces met in between, as in the library); else nothing. Each
+ * symbol has a length in bytes; returns the count. */
+static size_t bpe_symbols(const ug_model *m, const nchar *chars, size_t n, bpe_sym *sy) {
+    size_t ns = 0;
+    uint32_t unk = 0; /* bytes of the pending unk, 0 none */
+    for (size_t i = 0; i < n; i++) {
+        char b[4];
+        int32_t bytes[4];
+        uint32_t k = (uint32_t)tok_utf8_put(b, chars[i].cp);
+        int32_t id = ug_find(m, b, k);
+        if (id >= 0) {
+            if (unk)
+                sy[ns++] = (bpe_sym){m->unk_id, 0, 0, unk, false};
+            unk = 0;
+            sy[ns++] = (bpe_sym){id, 0, 0, k, false};
+            continue;
+        }
+        if (m->byte_fallback && byte_pieces(m, chars[i].cp, bytes)) {
+            for (uint32_t j = 0; j < k; j++)
+                sy[ns++] = (bpe_sym){bytes[j], 0, 0, 1, false};
+            continue;
+        }
+        if (m->unk_id < 0)
+            continue;
+        if (unk && m->fuse_unk) {
+            unk += k;
+            continue;
+        }
+        if (unk)
+            sy[ns++] = (bpe_sym){m->unk_id, 0, 0, unk, false};
+        unk = k;
+    }
+    if (unk)
+        sy[ns++] = (bpe_sym){m->unk_id, 0, 0, unk, false};
+    for (size_t i = 0; i < ns; i++) {
+        sy[i].prev = (int32_t)i - 1;
+        sy[i].next = i + 1 < ns ? (int32_t)i + 1 : -1;
+    }
+    return ns;
+}
+
 static int encode_word_bpe(enc *e, const nchar *chars, size_t n) {
     const ug_model *m = e->m;
-    bpe_sym *sy = tok_scratch_realloc(NULL, n * sizeof *sy);
-    bpe_merge *h = tok_scratch_realloc(NULL, (3 * n + 1) * sizeof *h);
+    if (m->ignore_merges) {
+        /* A word that is a piece whole is that piece, merges unread. */
+        char *u = tok_scratch_realloc(NULL, 4 * n + 1);
+        if (!u)
+            return TOK_ENOMEM;
+        size_t o = 0;
+        for (size_t i = 0; i < n; i++)
+            o += tok_utf8_put(u + o, chars[i].cp);
+        int32_t id = ug_find(m, u, o);
+        tok_scratch_free(u);
+        if (id >= 0) {
+            emit(e, id, m->blob + m->at[id], m->len[id], chars[0].start, chars[n - 1].end);
+            return TOK_OK;
+        }
+    }
+    /* At most four byte pieces a character. */
+    bpe_sym *sy = tok_scratch_realloc(NULL, 4 * n * sizeof *sy);
+    bpe_merge *h = tok_scratch_realloc(NULL, (12 * n + 1) * sizeof *h);
     if (!sy || !h) {
         tok_scratch_free(sy);
         tok_scratch_free(h);
         return TOK_ENOMEM;
     }
-    for (size_t i = 0; i < n; i++) {
-        char b[4];
-        size_t k = tok_utf8_put(b, chars[i].cp);
-        sy[i] = (bpe_sym){ug_find(m, b, k), (int32_t)i - 1, i + 1 < n ? (int32_t)i + 1 : -1,
-                          (uint32_t)i,      (uint32_t)i,    false};
-    }
+    size_t ns = bpe_symbols(m, chars, n, sy);
     size_t hn = 0;
-    for (size_t i = 0; i + 1 < n; i++)
+    int rc = TOK_OK;
+    for (size_t i = 0; i + 1 < ns; i++)
         push_pair(m, sy, (int32_t)i, h, &hn);
     while (hn > 0) {
         bpe_merge top = heap_pop(h, &hn);
@@ -2027,7 +2079,7 @@ static int encode_word_bpe(enc *e, const nchar *chars, size_t n) {
         if (merge_find(m, a->id, b->id, &now) < 0 || now != top.new_id)
             continue;
         a->id = top.new_id;
-        a->last = b->last;
+        a->len += b->len;
         a->next = b->next;
         b->gone = true;
         if (a->next >= 0)
@@ -2036,13 +2088,30 @@ static int encode_word_bpe(enc *e, const nchar *chars, size_t n) {
             push_pair(m, sy, a->prev, h, &hn);
         push_pair(m, sy, top.pos, h, &hn);
     }
-    for (int32_t i = 0; i >= 0 && (size_t)i < n; i = sy[i].next) {
-        const char *tok = m->blob + m->at[sy[i].id];
-        emit(e, sy[i].id, tok, m->len[sy[i].id], chars[sy[i].first].start, chars[sy[i].last].end);
+    /* The library places the symbols one after another by their lengths,
+     * whatever was dropped or reordered before them, and maps those bytes
+     * of the word back to the input. */
+    if (!grow_word(e, 4 * n + 4)) {
+        size_t len = 0;
+        for (size_t i = 0; i < n; i++) {
+            size_t k = tok_utf8_put(e->bytes + len, chars[i].cp);
+            for (size_t j = 0; j < k; j++)
+                e->char_of[len + j] = (uint32_t)i;
+            len += k;
+        }
+        uint32_t at = 0;
+        for (int32_t i = 0; i >= 0 && (size_t)i < ns; i = sy[i].next) {
+            const char *tok = m->blob + m->at[sy[i].id];
+            emit(e, sy[i].id, tok, m->len[sy[i].id], chars[e->char_of[at]].start,
+                 chars[e->char_of[at + sy[i].len - 1]].end);
+            at += sy[i].len;
+        }
+    } else {
+        rc = TOK_ENOMEM;
     }
     tok_scratch_free(sy);
     tok_scratch_free(h);
-    return TOK_OK;
+    return rc;
 }
 
 /* text[from, to) through the normalizers into e->a. */
