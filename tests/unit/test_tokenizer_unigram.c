@@ -255,7 +255,7 @@ Test(tokenizer_unigram, golden_bpe_roberta) {
  * Qwen3-Embedding's NFC + Split + ByteLevel with <|endoftext|> appended,
  * EmbeddingGemma's BPE with byte fallback, and added tokens using lstrip,
  * rstrip, single_word and normalized in combination. */
-static const char *const families[] = {"modernbert", "qwen3", "gemma3", "flags"};
+static const char *const families[] = {"mpnet", "modernbert", "qwen3", "gemma3", "flags"};
 
 Test(tokenizer_unigram, golden_families) {
     for (size_t v = 0; v < sizeof families / sizeof families[0]; v++) {
