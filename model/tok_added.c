@@ -212,11 +212,10 @@ const tok_added_token *tok_added_next(const tok_added_set *s, bool normalized, c
         }
         size_t from = p;
         if (a->lstrip) {
+            /* Not into the previous kept match, as the library's max(). */
             size_t q;
-            while (from > 0 && is_space(char_before(text, from, &q)))
+            while (from > it->floor && is_space(char_before(text, from, &q)))
                 from = q;
-            if (from < it->floor)
-                from = it->floor;
         }
         if (a->rstrip) {
             uint32_t cp = 0;

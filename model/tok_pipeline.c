@@ -2039,6 +2039,18 @@ static size_t bpe_symbols(const ug_model *m, const nchar *chars, size_t n, bpe_s
     return ns;
 }
 
+/* The character of the word holding its byte want, searching on from
+ * character *c, which starts at byte *cb (both advanced). */
+static size_t char_holding(const nchar *chars, size_t *c, uint32_t *cb, uint32_t want) {
+    char b[4];
+    uint32_t cl;
+    while ((cl = (uint32_t)tok_utf8_put(b, chars[*c].cp)) <= want - *cb) {
+        *cb += cl;
+        (*c)++;
+    }
+    return *c;
+}
+
 static int encode_word_bpe(enc *e, const nchar *chars, size_t n) {
     const ug_model *m = e->m;
     if (m->ignore_merges) {
@@ -2056,17 +2068,17 @@ static int encode_word_bpe(enc *e, const nchar *chars, size_t n) {
             return TOK_OK;
         }
     }
-    /* At most four byte pieces a character. */
-    bpe_sym *sy = tok_scratch_realloc(NULL, 4 * n * sizeof *sy);
-    bpe_merge *h = tok_scratch_realloc(NULL, (12 * n + 1) * sizeof *h);
-    if (!sy || !h) {
+    /* With byte fallback a character can be four symbols. */
+    bpe_sym *sy = tok_scratch_realloc(NULL, (m->byte_fallback ? 4 : 1) * n * sizeof *sy);
+    if (!sy)
+        return TOK_ENOMEM;
+    size_t ns = bpe_symbols(m, chars, n, sy);
+    bpe_merge *h = tok_scratch_realloc(NULL, (3 * ns + 1) * sizeof *h);
+    if (!h) {
         tok_scratch_free(sy);
-        tok_scratch_free(h);
         return TOK_ENOMEM;
     }
-    size_t ns = bpe_symbols(m, chars, n, sy);
     size_t hn = 0;
-    int rc = TOK_OK;
     for (size_t i = 0; i + 1 < ns; i++)
         push_pair(m, sy, (int32_t)i, h, &hn);
     while (hn > 0) {
@@ -2090,28 +2102,20 @@ static int encode_word_bpe(enc *e, const nchar *chars, size_t n) {
     }
     /* The library places the symbols one after another by their lengths,
      * whatever was dropped or reordered before them, and maps those bytes
-     * of the word back to the input. */
-    if (!grow_word(e, 4 * n + 4)) {
-        size_t len = 0;
-        for (size_t i = 0; i < n; i++) {
-            size_t k = tok_utf8_put(e->bytes + len, chars[i].cp);
-            for (size_t j = 0; j < k; j++)
-                e->char_of[len + j] = (uint32_t)i;
-            len += k;
-        }
-        uint32_t at = 0;
-        for (int32_t i = 0; i >= 0 && (size_t)i < ns; i = sy[i].next) {
-            const char *tok = m->blob + m->at[sy[i].id];
-            emit(e, sy[i].id, tok, m->len[sy[i].id], chars[e->char_of[at]].start,
-                 chars[e->char_of[at + sy[i].len - 1]].end);
-            at += sy[i].len;
-        }
-    } else {
-        rc = TOK_ENOMEM;
+     * of the word back to the input: c is the character holding byte at,
+     * which starts at byte cb of the word. */
+    size_t c = 0;
+    uint32_t at = 0, cb = 0;
+    for (int32_t i = 0; i >= 0 && (size_t)i < ns; i = sy[i].next) {
+        const char *tok = m->blob + m->at[sy[i].id];
+        size_t first = char_holding(chars, &c, &cb, at);
+        size_t last = char_holding(chars, &c, &cb, at + sy[i].len - 1);
+        emit(e, sy[i].id, tok, m->len[sy[i].id], chars[first].start, chars[last].end);
+        at += sy[i].len;
     }
     tok_scratch_free(sy);
     tok_scratch_free(h);
-    return rc;
+    return TOK_OK;
 }
 
 /* text[from, to) through the normalizers into e->a. */
