@@ -14,7 +14,8 @@
 #include "model/tok_impl.h"
 #include "model/unicode_tables.h"
 
-#define TOK_ADDED_MAX 4096
+/* Gemma's tokenizer.json lists some 6,000 added tokens. */
+#define TOK_ADDED_MAX (1 << 16)
 
 static void set_err(char *err, size_t err_len, const char *fmt, ...) {
     if (!err || !err_len)
@@ -62,6 +63,37 @@ static int make_word_bitmap(tok_added_set *s, const char *file, char *err, size_
     return rc;
 }
 
+static int by_first_byte_then_longest(const void *a, const void *b, void *arg) {
+    const tok_added_token *v = arg, *x = &v[*(const int *)a], *y = &v[*(const int *)b];
+    uint8_t fx = (uint8_t)x->match[0], fy = (uint8_t)y->match[0];
+    if (fx != fy)
+        return fx < fy ? -1 : 1;
+    if (x->match_len != y->match_len)
+        return x->match_len > y->match_len ? -1 : 1;
+    return *(const int *)a - *(const int *)b;
+}
+
+/* The first-byte filter and the tokens grouped by first byte, longest
+ * first, from every token's search form. */
+static void index_tokens(tok_added_set *s) {
+    memset(s->first, 0, sizeof s->first);
+    memset(s->at, 0, sizeof s->at);
+    int n = 0;
+    for (int k = 0; k < s->n; k++) {
+        /* A token the normalizer turns into nothing never matches, as in
+         * the library. */
+        if (!s->v[k].match_len)
+            continue;
+        uint8_t b = (uint8_t)s->v[k].match[0];
+        s->first[b] |= s->v[k].normalized ? 2 : 1;
+        s->order[n++] = k;
+        s->at[b + 1]++;
+    }
+    for (int b = 0; b < 256; b++)
+        s->at[b + 1] += s->at[b];
+    qsort_r(s->order, (size_t)n, sizeof *s->order, by_first_byte_then_longest, s->v);
+}
+
 static bool is_word(const tok_added_set *s, uint32_t cp) {
     return (s->word[cp >> 3] >> (cp & 7)) & 1;
 }
@@ -74,7 +106,7 @@ int tok_added_load(tok_added_set *s, json_t *arr, int64_t max_id, const char *fi
         set_err(err, err_len, "%s: more than %d added tokens", file, TOK_ADDED_MAX);
         return TOK_ELOAD;
     }
-    if (n && !(s->v = calloc(n, sizeof *s->v))) {
+    if (n && (!(s->v = calloc(n, sizeof *s->v)) || !(s->order = calloc(n, sizeof *s->order)))) {
         set_err(err, err_len, "%s: out of memory", file);
         return TOK_ENOMEM;
     }
@@ -107,8 +139,8 @@ int tok_added_load(tok_added_set *s, json_t *arr, int64_t max_id, const char *fi
         t->special = json_is_true(json_object_get(a, "special"));
         s->any_normalized |= t->normalized;
         single_word |= t->single_word;
-        s->first[(uint8_t)t->match[0]] |= t->normalized ? 2 : 1;
     }
+    index_tokens(s);
     return single_word ? make_word_bitmap(s, file, err, err_len) : TOK_OK;
 }
 
@@ -123,11 +155,7 @@ int tok_added_set_match(tok_added_set *s, int i, const char *match, size_t len) 
         free(t->match);
     t->match = m;
     t->match_len = len;
-    /* The first-byte filter is rebuilt from every token's search form. */
-    memset(s->first, 0, sizeof s->first);
-    for (int k = 0; k < s->n; k++)
-        if (s->v[k].match_len)
-            s->first[(uint8_t)s->v[k].match[0]] |= s->v[k].normalized ? 2 : 1;
+    index_tokens(s);
     return TOK_OK;
 }
 
@@ -138,6 +166,7 @@ void tok_added_free(tok_added_set *s) {
         free(s->v[i].content);
     }
     free(s->v);
+    free(s->order);
     free(s->word);
     memset(s, 0, sizeof *s);
 }
@@ -174,17 +203,14 @@ static const tok_added_token *leftmost_longest(const tok_added_set *s, uint8_t k
     for (size_t p = from; p < len; p++) {
         if (!(s->first[(uint8_t)text[p]] & kind))
             continue;
-        const tok_added_token *best = NULL;
-        for (int k = 0; k < s->n; k++) {
-            const tok_added_token *a = &s->v[k];
+        uint8_t b = (uint8_t)text[p];
+        for (int k = s->at[b]; k < s->at[b + 1]; k++) {
+            const tok_added_token *a = &s->v[s->order[k]];
             if ((a->normalized ? 2 : 1) == kind && a->match_len <= len - p &&
-                (!best || a->match_len > best->match_len) && a->match_len &&
-                memcmp(text + p, a->match, a->match_len) == 0)
-                best = a;
-        }
-        if (best) {
-            *at = p;
-            return best;
+                memcmp(text + p, a->match, a->match_len) == 0) {
+                *at = p;
+                return a;
+            }
         }
     }
     return NULL;

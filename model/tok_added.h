@@ -31,6 +31,8 @@ typedef struct tok_added_set {
     int n;
     bool any_normalized;
     uint8_t first[256]; /* bit 1: a raw token starts with this byte; bit 2: a normalized one */
+    int *order;         /* [n] token indices by first byte, longest first within one */
+    int at[257];        /* order[at[b], at[b + 1]): the tokens starting with byte b */
     uint8_t *word;      /* [0x110000 / 8] the regex crate's \w, only with a single_word token */
 } tok_added_set;
 

@@ -26,9 +26,9 @@
 #include "model/unicode_norm.h"
 #include "model/unicode_tables.h"
 
-#define UG_MAX_STAGES  8 /* normalizers, pre-tokenizers or decoders in one Sequence */
-#define UG_MAX_SPECIAL 8 /* post-processor tokens before or after the text */
-#define UG_MAX_ADDED   256
+#define UG_MAX_STAGES  8     /* normalizers, pre-tokenizers or decoders in one Sequence */
+#define UG_MAX_SPECIAL 8     /* post-processor tokens before or after the text */
+#define UG_MAX_ADDED   65536 /* added tokens' ids run at most this far past the pieces */
 #define UG_UNK_PENALTY 10.0
 #define METASPACE      0x2581 /* ▁ */
 
@@ -2280,8 +2280,8 @@ static int normalize_added(ug_model *m, const char *file, char *err, size_t err_
         free(u);
         enc_free(&e);
     }
-    if (rc)
-        set_err(err, err_len, "%s: cannot normalize the added tokens: %s", file, tok_strerror(rc));
+    if (rc == TOK_ENOMEM)
+        set_err(err, err_len, "%s: out of memory normalizing the added tokens", file);
     return rc;
 }
 

@@ -587,6 +587,20 @@ Test(tokenizer_unigram, bpe_merge_word_as_the_library) {
     tok_free(t);
 }
 
+/* An added token with normalized true that the normalizer turns into
+ * nothing (" " through Strip) loads and never matches, as in tokenizers
+ * 0.23.3: "a a" is a, unk, a. */
+Test(tokenizer_unigram, added_token_normalized_to_nothing) {
+    tok_tokenizer *t = load_json("{\"model\": {\"type\": \"Unigram\", \"unk_id\": 0, \"vocab\": "
+                                 "[[\"<unk>\", 0], [\"a\", -1]]}, \"normalizer\": {\"type\": "
+                                 "\"Strip\", \"strip_left\": true, \"strip_right\": true}, "
+                                 "\"added_tokens\": [{\"id\": 2, \"content\": \" \", "
+                                 "\"normalized\": true}]}");
+    static const uint32_t want[][3] = {{1, 0, 1}, {0, 1, 2}, {1, 2, 3}};
+    expect_tokens(t, "a a", want, 3);
+    tok_free(t);
+}
+
 /* A Split pattern that backtracks exponentially, (a+)+b on 30 a's then "cb",
  * passes PCRE2's match limit: the input is refused as too complex
  * (TOK_ECOMPLEX, which the routes answer with 422), not as out of memory
