@@ -1432,10 +1432,63 @@ static int template_ids(ug_model *m, json_t *specials, const char *name, int32_t
 
 /* Post-processors of a single sequence: the ids around it, and for
  * RobertaProcessing whether offsets are trimmed (trim_offsets). */
+static int load_post(ug_model *m, json_t *pp, const char *file, char *err, size_t err_len);
+
+/* ByteLevel as a post-processor adds no token; with trim_offsets it trims
+ * the pieces' offsets as RobertaProcessing does (the library's
+ * process_offsets, shared by both). */
+static void load_post_byte_level(ug_model *m, json_t *pp) {
+    json_t *trim = json_object_get(pp, "trim_offsets");
+    json_t *aps = json_object_get(pp, "add_prefix_space");
+    m->trim_offsets = trim ? json_is_true(trim) : true;
+    m->trim_prefix_space = aps ? json_is_true(aps) : true;
+}
+
+/* Sequence (Llama-3's ByteLevel then TemplateProcessing): ByteLevel and one
+ * post-processor that adds tokens. A trimming ByteLevel after the tokens
+ * are added would trim theirs too, which is not done here: refused. */
+static int load_post_sequence(ug_model *m, json_t *pp, const char *file, char *err,
+                              size_t err_len) {
+    size_t i;
+    json_t *p;
+    bool adds = false;
+    json_array_foreach(json_object_get(pp, "processors"), i, p) {
+        const char *type = json_string_value(json_object_get(p, "type"));
+        if (type && strcmp(type, "ByteLevel") == 0) {
+            json_t *trim = json_object_get(p, "trim_offsets");
+            if (adds && (!trim || json_is_true(trim))) {
+                set_err(err, err_len,
+                        "%s: post_processor Sequence with a trimming ByteLevel after the "
+                        "special tokens is not supported",
+                        file);
+                return TOK_ELOAD;
+            }
+            load_post_byte_level(m, p);
+            continue;
+        }
+        if (adds || (type && strcmp(type, "Sequence") == 0)) {
+            set_err(err, err_len, "%s: post_processor Sequence with %s is not supported", file,
+                    type ? type : "?");
+            return TOK_ELOAD;
+        }
+        int rc = load_post(m, p, file, err, err_len);
+        if (rc)
+            return rc;
+        adds = true;
+    }
+    return TOK_OK;
+}
+
 static int load_post(ug_model *m, json_t *pp, const char *file, char *err, size_t err_len) {
     if (!pp || json_is_null(pp))
         return TOK_OK;
     const char *type = json_string_value(json_object_get(pp, "type"));
+    if (type && strcmp(type, "ByteLevel") == 0) {
+        load_post_byte_level(m, pp);
+        return TOK_OK;
+    }
+    if (type && strcmp(type, "Sequence") == 0)
+        return load_post_sequence(m, pp, file, err, err_len);
     if (type && (strcmp(type, "BertProcessing") == 0 || strcmp(type, "RobertaProcessing") == 0)) {
         if (special_id(m, json_object_get(pp, "cls"), m->head, &m->n_head) ||
             special_id(m, json_object_get(pp, "sep"), m->tail, &m->n_tail)) {

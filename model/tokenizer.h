@@ -14,7 +14,8 @@
  *              Replace, Sequence;
  *   BPE        byte-level (RoBERTa, ModernBERT, Qwen3) or with byte fallback
  *              (Gemma), through the same pieces plus the ByteLevel
- *              pre-tokenizer and decoder.
+ *              pre-tokenizer, decoder and post-processor, and a Sequence of
+ *              ByteLevel and one post-processor that adds tokens.
  * Added tokens with lstrip, rstrip, single_word and normalized (not on
  * WordPiece) are found as the library finds them (model/tok_added.h).
  * Any other model type, normalizer, pre-tokenizer, post-processor or decoder

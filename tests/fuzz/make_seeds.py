@@ -157,7 +157,7 @@ for target, names in (("tokenizer_normalizers", ["nfkc", "nfc", "nfd", "nfkd"]),
 # The families target: its first byte picks the tokenizer (tests/golden/fam-*),
 # then the flags byte and the text, from each layout's cases (the added-token
 # texts among them) and texts for byte fallback and runs of added tokens.
-for pick, name in enumerate(["mpnet", "modernbert", "qwen3", "gemma3", "flags"]):
+for pick, name in enumerate(["mpnet", "modernbert", "qwen3", "gemma3", "flags", "bytelevel"]):
     cases = golden_io.load("tests/golden/fam-" + name + "/cases.json.gz")["cases"]
     for c in cases[:160]:
         add("tokenizer_families", bytes([pick, 0x0F]) + c["text"].encode("utf-8", "surrogatepass"))

@@ -3,13 +3,13 @@
  * picks one of tests/golden/fam-* (MPNet's WordPiece with <mask> lstrip,
  * ModernBERT's byte-level BPE with normalized added tokens, Qwen3's NFC +
  * Split + ByteLevel, EmbeddingGemma's BPE with byte fallback, added tokens
- * with lstrip/rstrip/single_word/normalized), the rest goes to the checks of
- * tokenizer_common.h. */
+ * with lstrip/rstrip/single_word/normalized, Llama-3's ByteLevel-then-template
+ * post-processor), the rest goes to the checks of tokenizer_common.h. */
 #include "tokenizer_common.h"
 
 static const char *const dirs[] = {"tests/golden/fam-mpnet", "tests/golden/fam-modernbert",
                                    "tests/golden/fam-qwen3", "tests/golden/fam-gemma3",
-                                   "tests/golden/fam-flags"};
+                                   "tests/golden/fam-flags", "tests/golden/fam-bytelevel"};
 #define NDIRS (sizeof dirs / sizeof dirs[0])
 
 static const tok_tokenizer *current;

@@ -253,9 +253,11 @@ Test(tokenizer_unigram, golden_bpe_roberta) {
  * MPNet's WordPiece with its template and <mask> lstrip, ModernBERT's
  * byte-level BPE with a [CLS]/[SEP] template and normalized added tokens,
  * Qwen3-Embedding's NFC + Split + ByteLevel with <|endoftext|> appended,
- * EmbeddingGemma's BPE with byte fallback, and added tokens using lstrip,
- * rstrip, single_word and normalized in combination. */
-static const char *const families[] = {"mpnet", "modernbert", "qwen3", "gemma3", "flags"};
+ * EmbeddingGemma's BPE with byte fallback, added tokens using lstrip,
+ * rstrip, single_word and normalized in combination, and Llama-3's
+ * post-processor Sequence (ByteLevel trimming offsets, then a template). */
+static const char *const families[] = {"mpnet",  "modernbert", "qwen3",
+                                       "gemma3", "flags",      "bytelevel"};
 
 Test(tokenizer_unigram, golden_families) {
     for (size_t v = 0; v < sizeof families / sizeof families[0]; v++) {
@@ -264,7 +266,7 @@ Test(tokenizer_unigram, golden_families) {
         snprintf(file, sizeof file, "%s/cases.json.gz", dir);
         tok_tokenizer *t = NULL;
         cr_assert_eq(tok_load(&t, dir, err, sizeof err), TOK_OK, "%s: %s", dir, err);
-        json_t *cases = load_cases_from(file, 800);
+        json_t *cases = load_cases_from(file, 700);
         size_t ok = check_cases(t, cases, CHECK_IDS | CHECK_OFFSETS | CHECK_DECODE, dir);
         printf("tokenizer_unigram: fam-%s: ids, offsets and decode of %zu cases equal to HF "
                "tokenizers\n",
@@ -519,8 +521,12 @@ Test(tokenizer_unigram, refused_by_name) {
     expect_refused("{" UG_MODEL ", \"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": "
                    "{\"Regex\": \"(x\"}, \"behavior\": \"Isolated\"}}",
                    "missing closing parenthesis");
-    expect_refused("{" UG_MODEL ", \"post_processor\": {\"type\": \"ByteLevel\"}}",
-                   "post_processor ByteLevel");
+    expect_refused("{" UG_MODEL ", \"post_processor\": {\"type\": \"Bogus\"}}",
+                   "post_processor Bogus");
+    expect_refused("{" UG_MODEL ", \"post_processor\": {\"type\": \"Sequence\", \"processors\": "
+                   "[{\"type\": \"BertProcessing\", \"sep\": [\"a\", 1], \"cls\": [\"a\", 1]}, "
+                   "{\"type\": \"ByteLevel\"}]}}",
+                   "trimming ByteLevel after the special tokens");
     expect_refused("{" UG_MODEL ", \"decoder\": {\"type\": \"CTC\"}}", "decoder CTC");
     expect_refused("{\"model\": {\"type\": \"Unigram\", \"vocab\": [[\"a\", -1]]}}", "unk_id");
     expect_refused("{" UG_MODEL ", \"normalizer\": {\"type\": \"Precompiled\", "
