@@ -2256,8 +2256,9 @@ static int model_chars(enc *e, const nchar *c, size_t from, size_t to) {
 /* The added tokens with normalized true, found in the normalized text e->a
  * (as UTF-8, each byte knowing its character) as the library finds them in
  * each normalized piece; the pieces between them are modelled on their own.
- * A token's offsets are those of the normalized characters it covers. */
-static int split_normalized_added(enc *e) {
+ * A token's offsets are those of the normalized characters it covers. With
+ * none found, *none is set and nothing is modelled. */
+static int split_normalized_added(enc *e, bool *none) {
     const nstr *a = &e->a;
     size_t bytes = 0;
     for (size_t i = 0; i < a->n; i++) {
@@ -2278,9 +2279,13 @@ static int split_normalized_added(enc *e) {
         char_of[bytes] = (uint32_t)a->n;
     tok_added_iter it = {0, 0};
     size_t at = 0;
+    *none = true;
     while (!rc) {
         size_t s, en;
         const tok_added_token *t = tok_added_next(&e->m->added, true, u, bytes, &it, &s, &en);
+        if (!t && *none) /* the caller models the piece whole, uncopied */
+            break;
+        *none = false;
         if (!t) {
             rc = model_chars(e, a->c, char_of[at], a->n);
             break;
@@ -2345,8 +2350,9 @@ static int encode_segment(enc *e, const char *text, uint32_t from, uint32_t to) 
     int rc = normalize_segment(e, text, from, to);
     if (rc)
         return rc;
-    if (e->m->added.any_normalized)
-        return split_normalized_added(e);
+    bool none = true;
+    if (e->m->added.any_normalized && ((rc = split_normalized_added(e, &none)) || !none))
+        return rc;
     /* The whole normalized segment is the first word. */
     nstr t = e->w1.s;
     e->w1.s = e->a;
