@@ -19,22 +19,26 @@ if [ -n "$need" ]; then
     $SUDO apt-get update -q >/dev/null
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends $need >/dev/null
 fi
-# kubernetes-validate (PyPI, pinned) carries the official Kubernetes schemas:
+# kubernetes-validate (PyPI, pinned) carries the official Kubernetes schemas;
+# jsonschema, which it validates with, is pinned too, since KServe's CRD
+# schema (test_kserve_manifests.py) is validated with it directly. Both are
 # installed once into a cache outside the repository.
 KV_VERSION=1.37.0
-KV_DIR=${ATTNSERVE_DEPLOY_PYDEPS:-${XDG_CACHE_HOME:-$HOME/.cache}/attnserve/kubernetes-validate-$KV_VERSION}
-if ! PYTHONPATH=$KV_DIR /usr/bin/python3 -c 'import kubernetes_validate' 2>/dev/null; then
+JSONSCHEMA_VERSION=4.26.0
+KV_DIR=${ATTNSERVE_DEPLOY_PYDEPS:-${XDG_CACHE_HOME:-$HOME/.cache}/attnserve/kubernetes-validate-$KV_VERSION-jsonschema-$JSONSCHEMA_VERSION}
+if ! PYTHONPATH=$KV_DIR /usr/bin/python3 -c 'import kubernetes_validate, jsonschema' 2>/dev/null; then
     /usr/bin/python3 -m pip --version >/dev/null 2>&1 || {
         SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
         $SUDO apt-get update -q >/dev/null
         DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends python3-pip >/dev/null
     }
-    echo "deploy-test: installing kubernetes-validate $KV_VERSION into $KV_DIR" >&2
+    echo "deploy-test: installing kubernetes-validate $KV_VERSION and jsonschema $JSONSCHEMA_VERSION into $KV_DIR" >&2
     rm -rf "$KV_DIR.partial"
     timeout 600 /usr/bin/python3 -m pip install -q --disable-pip-version-check --no-warn-script-location \
-        --target "$KV_DIR.partial" "kubernetes-validate==$KV_VERSION" 2>&1 | grep -v 'as the .root. user' >&2 || true
-    PYTHONPATH=$KV_DIR.partial /usr/bin/python3 -c 'import kubernetes_validate' ||
-        { echo "deploy-test: FAIL: kubernetes-validate did not install" >&2; exit 1; }
+        --target "$KV_DIR.partial" "kubernetes-validate==$KV_VERSION" "jsonschema==$JSONSCHEMA_VERSION" 2>&1 | grep -v 'as the .root. user' >&2 || true
+    PYTHONPATH=$KV_DIR.partial /usr/bin/python3 -c "import kubernetes_validate, importlib.metadata as m
+assert m.version('jsonschema') == '$JSONSCHEMA_VERSION', m.version('jsonschema')" ||
+        { echo "deploy-test: FAIL: kubernetes-validate or jsonschema did not install" >&2; exit 1; }
     rm -rf "$KV_DIR" && mv "$KV_DIR.partial" "$KV_DIR"
 fi
 export ATTNSERVE_DEPLOY_PYDEPS_DIR=$KV_DIR
