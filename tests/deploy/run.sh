@@ -3,7 +3,9 @@
 # test_manifests.py) with Debian's python3 and haproxy, installed when
 # missing. With BIN (default build/attnserve) built and the model fetched, the
 # ConfigMap's config is also fed to the real binary and its /info worst-case
-# memory compared with the Deployment's limit.
+# memory compared with the Deployment's limit (and the InferenceService's:
+# test_kserve_manifests.py), and two instances are run behind the vLLM
+# router on 127.0.0.1 (test_vllm_router.py).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 export ATTNSERVE_BIN=$(realpath "${1:-$ROOT/build/attnserve}")
@@ -42,4 +44,21 @@ assert m.version('jsonschema') == '$JSONSCHEMA_VERSION', m.version('jsonschema')
     rm -rf "$KV_DIR" && mv "$KV_DIR.partial" "$KV_DIR"
 fi
 export ATTNSERVE_DEPLOY_PYDEPS_DIR=$KV_DIR
+# vllm-router (PyPI, pinned): the vLLM project's router, a Rust extension
+# with a Python launcher (test_vllm_router.py). Installed without its
+# dependencies (fastapi, uvicorn, aiohttp: only its Python debugging balancer
+# imports them; the test starts the Rust router directly), 70 MB, once, into
+# a cache outside the repository.
+ROUTER_VERSION=0.1.17
+ROUTER_DIR=${ATTNSERVE_DEPLOY_ROUTER:-${XDG_CACHE_HOME:-$HOME/.cache}/attnserve/vllm-router-$ROUTER_VERSION}
+if ! PYTHONPATH=$ROUTER_DIR /usr/bin/python3 -c 'import vllm_router_rs' 2>/dev/null; then
+    echo "deploy-test: installing vllm-router $ROUTER_VERSION into $ROUTER_DIR" >&2
+    rm -rf "$ROUTER_DIR.partial"
+    timeout 600 /usr/bin/python3 -m pip install -q --disable-pip-version-check --no-warn-script-location \
+        --no-deps --target "$ROUTER_DIR.partial" "vllm-router==$ROUTER_VERSION" 2>&1 | grep -v 'as the .root. user' >&2 || true
+    PYTHONPATH=$ROUTER_DIR.partial /usr/bin/python3 -c 'import vllm_router_rs' ||
+        { echo "deploy-test: FAIL: vllm-router did not install" >&2; exit 1; }
+    rm -rf "$ROUTER_DIR" && mv "$ROUTER_DIR.partial" "$ROUTER_DIR"
+fi
+export ATTNSERVE_DEPLOY_ROUTER_DIR=$ROUTER_DIR
 exec timeout -k 10 180 /usr/bin/python3 -m pytest -p no:cacheprovider -q -rs "$ROOT/tests/deploy"

@@ -161,3 +161,20 @@ def test_vllm_load_gauges_mirror_ours(start_server):
     for t in slow:
         t.join(timeout=120)
     assert results == [200, 200], results
+
+
+def test_vllm_load_gauges_as_the_production_stack_reads_them(server):
+    """The production stack's router parses the whole /metrics text with
+    prometheus_client's parser and keeps the last sample named
+    vllm:num_requests_running (and _waiting): every line must parse, and
+    those samples must be the values of the gauges they mirror."""
+    from prometheus_client.parser import text_string_to_metric_families
+    text = scrape(server)
+    last = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            last[sample.name] = sample.value
+    for vllm_name, ours in VLLM_GAUGES.items():
+        assert vllm_name in last, sorted(last)[:20]
+        mirrored = [v for n, _, v in samples(text) if n == ours]
+        assert [last[vllm_name]] == mirrored, (vllm_name, last[vllm_name], mirrored)
