@@ -17,7 +17,9 @@ a broken manifest.
 The container is then checked with the same helpers test_manifests.py uses
 for the Deployment (probes, security, threads, grace period, config mount,
 memory limit against /info's worst case from a real start) and the GPU
-variant with test_gpu_manifests.py's."""
+variant with test_gpu_manifests.py's; the PodDisruptionBudget beside it
+against the official Kubernetes schemas, the labels KServe gives the pods,
+and deploy/k8s's selectors (no overlap)."""
 import copy
 import json
 import os
@@ -29,9 +31,11 @@ import yaml
 
 from test_gpu_manifests import check_gpu_container, check_gpu_image, gpu_deployment  # noqa: F401
 from test_gpu_manifests import container as deployment_container
-from test_manifests import (MODEL, ROOT, check_grace_period, check_memory_limit, check_probes,
-                            check_security, check_threads_follow_cpu_limit, config_map_file,
-                            dockerfile, info_of, k8s, one)  # noqa: F401
+from test_manifests import K8S_VERSIONS, MODEL, ROOT
+from test_manifests import VALIDATE as K8S_VALIDATE
+from test_manifests import (check_grace_period, check_memory_limit, check_probes, check_security,
+                            check_threads_follow_cpu_limit, config_map_file, dockerfile, info_of,
+                            k8s, one)  # noqa: F401
 
 KSERVE = os.path.join(ROOT, "deploy", "kserve")
 SCHEMA = os.path.join(ROOT, "tests", "deploy", "kserve", "inferenceservice.v1beta1.schema.json")
@@ -48,16 +52,20 @@ def kustomization(folder):
         return yaml.safe_load(f)
 
 
-def load_cpu():
+def load_kserve():
+    """{kind: the one document of that kind} of deploy/kserve."""
     kust = kustomization(KSERVE)
-    docs = []
+    docs = {}
     for name in kust["resources"]:
         with open(os.path.join(KSERVE, name)) as f:
-            docs += [d for d in yaml.safe_load_all(f) if d]
+            for d in yaml.safe_load_all(f):
+                if d:
+                    assert d["kind"] not in docs, "two %s" % d["kind"]
+                    docs[d["kind"]] = d
     on_disk = {n for n in os.listdir(KSERVE) if n.endswith(".yaml") and n != "kustomization.yaml"}
     assert set(kust["resources"]) == on_disk, (kust["resources"], on_disk)
-    assert len(docs) == 1 and docs[0]["kind"] == "InferenceService", docs
-    return docs[0]
+    assert set(docs) == {"InferenceService", "PodDisruptionBudget"}, sorted(docs)
+    return docs
 
 
 def pointer(path):
@@ -102,8 +110,13 @@ def load_gpu(cpu):
 
 
 @pytest.fixture(scope="module")
-def isvc():
-    return load_cpu()
+def kserve():
+    return load_kserve()
+
+
+@pytest.fixture(scope="module")
+def isvc(kserve):
+    return kserve["InferenceService"]
 
 
 @pytest.fixture(scope="module")
@@ -113,6 +126,15 @@ def isvc_gpu(isvc):
 
 def predictor(doc):
     return doc["spec"]["predictor"]
+
+
+def pod_labels(doc):
+    """The labels KServe gives the predictor's pods (buildObjectMeta in its
+    components/predictor.go): the InferenceService's, the predictor's, its
+    name and the component."""
+    return dict(doc["metadata"].get("labels", {}), **predictor(doc).get("labels", {}),
+                **{"serving.kserve.io/inferenceservice": doc["metadata"]["name"],
+                   "component": "predictor"})
 
 
 def kserve_container(doc):
@@ -295,6 +317,7 @@ def test_gpu_overlay_asks_for_a_gpu_and_the_cuda_engine(isvc, isvc_gpu):
     assert ({k: v for k, v in predictor(isvc).items() if k not in strip}
             == {k: v for k, v in predictor(isvc_gpu).items() if k not in strip})
     assert isvc["metadata"] == isvc_gpu["metadata"]
+    assert pod_labels(isvc) == pod_labels(isvc_gpu)
 
 
 def test_gpu_overlay_matches_the_gpu_image(isvc_gpu):
@@ -306,3 +329,33 @@ def test_gpu_resources_as_deploy_k8s_gpu(isvc_gpu, gpu_deployment):  # noqa: F81
     not measured yet: deploy/k8s/gpu/deployment-patch.yaml says so)."""
     _, k8s_gpu = gpu_deployment
     assert kserve_container(isvc_gpu)["resources"] == deployment_container(k8s_gpu)["resources"]
+
+
+# ---- the disruption budget -------------------------------------------------------------------
+
+def test_pdb_fits_the_predictor_and_not_deploy_k8s(k8s, kserve, isvc, isvc_gpu):
+    pdb = kserve["PodDisruptionBudget"]
+    sel = pdb["spec"]["selector"]["matchLabels"]
+    for doc in (isvc, isvc_gpu):
+        labels = pod_labels(doc)
+        assert sel.items() <= labels.items(), (sel, labels)
+        assert int(pdb["spec"]["maxUnavailable"]) < predictor(doc)["minReplicas"]
+        # deploy/k8s's selectors never pick these pods, nor this budget theirs.
+        for kind in ("Service", "PodDisruptionBudget"):
+            k8s_sel = one(k8s, kind)["spec"]["selector"]
+            k8s_sel = k8s_sel.get("matchLabels", k8s_sel)
+            assert not k8s_sel.items() <= labels.items(), (kind, k8s_sel, labels)
+    k8s_pods = one(k8s, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert not sel.items() <= k8s_pods.items()
+
+
+def test_pdb_schema_strict(kserve):
+    pydeps = os.environ.get("ATTNSERVE_DEPLOY_PYDEPS_DIR")
+    if not pydeps:
+        pytest.fail("kubernetes-validate not installed (tests/deploy/run.sh installs it)")
+    for version in K8S_VERSIONS:
+        r = subprocess.run(["/usr/bin/python3", "-c", K8S_VALIDATE, version,
+                            os.path.join(KSERVE, "pdb.yaml")],
+                           capture_output=True, text=True, timeout=120,
+                           env=dict(os.environ, PYTHONPATH=pydeps))
+        assert r.returncode == 0, "against Kubernetes %s:\n%s%s" % (version, r.stdout, r.stderr)
