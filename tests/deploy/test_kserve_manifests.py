@@ -284,7 +284,8 @@ def test_kserve_specifics(k8s, isvc):
     # the name it is served under is the directory's.
     assert os.path.dirname(e["ATTNSERVE_MODEL"]) == KSERVE_MODEL_DIR, e["ATTNSERVE_MODEL"]
     assert "ATTNSERVE_MODELS" not in e
-    assert ann["serving.kserve.io/deploymentMode"] in ("RawDeployment", "Standard")
+    # KServe's name for it since 0.16 (what its webhook's checks expect).
+    assert ann["serving.kserve.io/deploymentMode"] == "Standard"
     ports = [p["containerPort"] for p in c["ports"]]
     assert ann["serving.kserve.io/enable-prometheus-scraping"] == "true"
     assert int(ann["prometheus.kserve.io/port"]) in ports
@@ -294,6 +295,8 @@ def test_kserve_specifics(k8s, isvc):
     assert pred["scaleMetric"] == "cpu"
     target = hpa["metrics"][0]["resource"]["target"]["averageUtilization"]
     assert pred["scaleTarget"] == target
+    # KServe's admission check of an HPA-scaled predictor: a cpu target is a percentage.
+    assert 1 <= pred["scaleTarget"] <= 100
 
 
 def test_memory_limit_covers_worst_case(k8s, isvc):
