@@ -2,7 +2,7 @@
 deploy/kserve/gpu) against KServe's CRD schema and against what the service
 depends on.
 
-Schema: tests/deploy/kserve/inferenceservice.v1beta1.schema.json is KServe's
+Schema: tests/deploy/kserve/inferenceservice.v1beta1.schema.json.gz is KServe's
 own openAPIV3Schema for serving.kserve.io/v1beta1 InferenceService, trimmed
 (its $comment and trim_crd.py say from which commit and what was cut; KServe
 is Apache-2.0, LICENSE.kserve beside it). Validated with the pinned jsonschema
@@ -21,6 +21,7 @@ variant with test_gpu_manifests.py's; the PodDisruptionBudget beside it
 against the official Kubernetes schemas, the labels KServe gives the pods,
 and deploy/k8s's selectors (no overlap)."""
 import copy
+import gzip
 import json
 import os
 import re
@@ -38,7 +39,7 @@ from test_manifests import (check_grace_period, check_memory_limit, check_probes
                             k8s, one)  # noqa: F401
 
 KSERVE = os.path.join(ROOT, "deploy", "kserve")
-SCHEMA = os.path.join(ROOT, "tests", "deploy", "kserve", "inferenceservice.v1beta1.schema.json")
+SCHEMA = os.path.join(ROOT, "tests", "deploy", "kserve", "inferenceservice.v1beta1.schema.json.gz")
 # Where KServe mounts a custom container's STORAGE_URI (constants.DefaultModelLocalMountPath).
 KSERVE_MODEL_DIR = "/mnt/models"
 # The container KServe mounts the model into and reads STORAGE_URI from.
@@ -146,7 +147,7 @@ def kserve_container(doc):
 # ---- KServe's CRD schema, strict ------------------------------------------------------------
 
 VALIDATE = r"""
-import json, sys
+import gzip, json, sys
 import jsonschema
 
 def strict(node):
@@ -164,7 +165,7 @@ def strict(node):
         for v in node:
             strict(v)
 
-schema = json.load(open(sys.argv[1]))
+schema = json.load(gzip.open(sys.argv[1], "rt"))
 strict(schema)
 jsonschema.Draft7Validator.check_schema(schema)
 v = jsonschema.Draft7Validator(schema)
@@ -189,7 +190,7 @@ def schema_errors(docs):
 
 
 def test_schema_is_kserves_with_its_source_and_licence():
-    with open(SCHEMA) as f:
+    with gzip.open(SCHEMA, "rt") as f:
         schema = json.load(f)
     note = schema["$comment"]
     assert re.search(r"kserve/kserve at commit [0-9a-f]{40}", note), note

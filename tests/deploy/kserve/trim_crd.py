@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""trim_crd.py CRD_YAML SOURCE_COMMIT > inferenceservice.v1beta1.schema.json
+"""trim_crd.py CRD_YAML SOURCE_COMMIT OUT.json.gz
 
 Writes the openAPIV3Schema of KServe's InferenceService CRD
 (config/crd/full/serving.kserve.io_inferenceservices.yaml in kserve/kserve,
@@ -9,6 +9,7 @@ spec.transformer, spec.explainer, spec.canary and status. Everything kept is
 KServe's text unchanged; the test makes it strict (tests/deploy/
 test_kserve_manifests.py), so an InferenceService that uses a dropped
 branch is refused by this copy: refresh it with the branch kept then."""
+import gzip
 import json
 import sys
 
@@ -17,7 +18,7 @@ import yaml
 KEEP_SPEC = ("predictor",)
 
 
-def main(path, commit):
+def main(path, commit, out):
     with open(path) as f:
         crd = yaml.safe_load(f)
     assert crd["kind"] == "CustomResourceDefinition"
@@ -34,9 +35,12 @@ def main(path, commit):
         "Apache License 2.0 (Copyright The KServe Authors). Trimmed by "
         "tests/deploy/kserve/trim_crd.py: status and spec.%s removed; the rest unchanged."
         % (commit, ", spec.".join(dropped)))
-    json.dump(schema, sys.stdout, indent=1, sort_keys=True)
-    sys.stdout.write("\n")
+    # Compact and gzipped (600 KB of indented JSON is 8 KB so), like the
+    # big goldens; mtime 0 so that a refresh from the same commit is the
+    # same bytes.
+    with gzip.GzipFile(out, "wb", mtime=0) as f:
+        f.write(json.dumps(schema, sort_keys=True, separators=(",", ":")).encode())
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(sys.argv[1], sys.argv[2], sys.argv[3])
