@@ -14,6 +14,7 @@
 #include "server/api/embed_api.h"
 #include "server/api/errors.h"
 #include "server/api/fields.h"
+#include "server/api/job_tokens.h"
 #include "server/work/membudget.h"
 
 typedef embed_refusal refusal;
@@ -66,58 +67,6 @@ int32_t score_first_not_finite(const float *logits, int32_t n, int32_t k, bool r
 
 /* ---- decoding --------------------------------------------------------------------------- */
 
-/* Room for `more` tokens after `have` in both ids and type_ids. */
-static int reserve(embed_job *job, size_t have, size_t more, refusal *r) {
-    if (have + more <= job->ids_cap && job->type_ids)
-        return SRV_OK;
-    size_t cap = job->ids_cap ? job->ids_cap : 256;
-    while (cap < have + more)
-        cap *= 2;
-    int32_t *ids = membudget_realloc(job->ids, cap * sizeof *ids);
-    if (ids)
-        job->ids = ids;
-    int32_t *types = ids ? membudget_realloc(job->type_ids, cap * sizeof *types) : NULL;
-    if (types)
-        job->type_ids = types;
-    if (!ids || !types)
-        return refuse(r, SRV_EMEMORY, "out of memory");
-    job->ids_cap = cap;
-    return SRV_OK;
-}
-
-/* One text cut on the left to o->capacity tokens: the whole text, then
- * its special tokens around the last pieces that fit, as Hugging Face cuts
- * before the post-processor adds them (the tokenizer's mask tells them). */
-static int encode_left(const tok_tokenizer *tok, const char *text, size_t len, tok_output *o) {
-    int rc = tok_encode(tok, text, len, 0, o);
-    if (rc != TOK_ETOOLONG)
-        return rc;
-    tok_output all = {.capacity = o->n_full};
-    all.ids = membudget_malloc((size_t)all.capacity * sizeof *all.ids);
-    all.special = membudget_malloc((size_t)all.capacity * sizeof *all.special);
-    rc = all.ids && all.special ? tok_encode(tok, text, len, 0, &all) : TOK_ENOMEM;
-    if (rc == TOK_OK) {
-        int32_t lead = 0, trail = 0;
-        while (lead < all.n && all.special[lead])
-            lead++;
-        while (trail < all.n - lead && all.special[all.n - 1 - trail])
-            trail++;
-        const int32_t keep = o->capacity - lead - trail;
-        if (keep < 0 || keep > all.n - lead - trail) {
-            rc = TOK_EINVAL;
-        } else {
-            memcpy(o->ids, all.ids, (size_t)lead * sizeof *o->ids);
-            memcpy(o->ids + lead, all.ids + all.n - trail - keep,
-                   (size_t)(keep + trail) * sizeof *o->ids);
-            o->n = o->capacity;
-            memset(o->type_ids, 0, (size_t)o->n * sizeof *o->type_ids);
-        }
-    }
-    membudget_free(all.ids);
-    membudget_free(all.special);
-    return rc;
-}
-
 /* A request's pairs as their texts encoded alone (tok_pair_text_encode):
  * the first text kept while the next pair has the same one (a rerank's
  * query, encoded once per request, not once per document), the second
@@ -165,9 +114,9 @@ static int encode_pair(const tok_tokenizer *tok, pair_cache *c, const score_inpu
 
 static int tokenize(const score_api *s, embed_job *job, int32_t i, const score_input *in,
                     bool truncate, bool left, int32_t max, pair_cache *cache, refusal *r) {
-    int rc = reserve(job, (size_t)job->cu[i], (size_t)max, r);
-    if (rc != SRV_OK)
-        return rc;
+    if (job_tokens_reserve(job, (size_t)job->cu[i], (size_t)max, true) != 0)
+        return refuse(r, SRV_EMEMORY, "out of memory");
+    int rc;
     tok_output o = {
         .ids = job->ids + job->cu[i], .type_ids = job->type_ids + job->cu[i], .capacity = max};
     const tok_truncation trunc = !truncate ? TOK_TRUNCATE_NONE
@@ -177,7 +126,7 @@ static int tokenize(const score_api *s, embed_job *job, int32_t i, const score_i
     if (in->b) {
         rc = encode_pair(tok, cache, in, trunc, &o);
     } else if (trunc == TOK_TRUNCATE_LEFT) {
-        rc = encode_left(tok, in->a, in->alen, &o);
+        rc = job_tokens_encode_left(tok, in->a, in->alen, 0, &o);
     } else {
         rc = tok_encode(tok, in->a, in->alen, truncate, &o);
     }
@@ -228,13 +177,11 @@ embed_job *score_job_make(const score_api *s, const score_input *in, int32_t n, 
                (long long)max_inputs);
         return NULL;
     }
-    embed_job *job = membudget_calloc(1, sizeof *job);
-    if (!job || !(job->cu = membudget_calloc((size_t)n + 1, sizeof *job->cu))) {
-        membudget_free(job);
+    embed_job *job = job_tokens_new(n);
+    if (!job) {
         refuse(r, SRV_EMEMORY, "out of memory");
         return NULL;
     }
-    job->n = n;
     pair_cache cache = {0};
     for (int32_t i = 0; i < n; i++)
         if (tokenize(s, job, i, &in[i], truncate, left, max, &cache, r) != SRV_OK) {
@@ -243,27 +190,11 @@ embed_job *score_job_make(const score_api *s, const score_input *in, int32_t n, 
             return NULL;
         }
     pair_cache_free(&cache);
-    /* Inputs run in pieces of one batch each (job.h); one larger than a
-     * batch never could. */
-    for (int32_t i = 0; i < n; i++)
-        if (job->cu[i + 1] - job->cu[i] > api->max_batch_tokens) {
-            refuse(r, SRV_EINVALID,
-                   "input %d has %d tokens; a batch holds at most %d (max_batch_tokens)", (int)i,
-                   (int)(job->cu[i + 1] - job->cu[i]), (int)api->max_batch_tokens);
-            embed_job_release(job);
-            return NULL;
-        }
-    job->out_dim = s->num_labels;
-    job->out = membudget_malloc((size_t)n * (size_t)s->num_labels * sizeof *job->out);
-    if (!job->out) {
+    if (job_tokens_seal(job, api->max_batch_tokens, s->num_labels, s->kind, api->group, SRV_EMEMORY,
+                        r) != SRV_OK) {
         embed_job_release(job);
-        refuse(r, SRV_EMEMORY, "out of memory");
         return NULL;
     }
-    job->base.kind = s->kind;
-    job->base.sreq.group = s->eapi->group;
-    job->base.n_items = n;
-    job->base.items_cu = job->cu;
     return job;
 }
 
