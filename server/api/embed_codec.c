@@ -125,19 +125,12 @@ static int tokenize_text(const embed_api *api, embed_job *job, int32_t i, json_t
     size_t error_at = 0;
     int rc = embed_tokenize(api, json_string_value(text), len, truncate, dir, job->ids + job->cu[i],
                             &n, &n_full, &error_at);
-    if (rc == TOK_EUTF8)
-        return refuse(r, SRV_EBADREQUEST, "input %d is not valid UTF-8 (byte %zu)", (int)i,
-                      error_at);
     if (rc == TOK_ETOOLONG)
         return refuse(r, SRV_EINVALID,
                       "input %d has %d tokens; max_seq_length is %d and truncation is off", (int)i,
                       (int)n_full, (int)max_len);
-    if (rc == TOK_ECOMPLEX)
-        return refuse(r, SRV_ETOKENIZER, "input %d: %s", (int)i, tok_strerror(rc));
-    if (rc == TOK_ENOMEM)
-        return refuse(r, SRV_EINTERNAL, "out of memory");
     if (rc != TOK_OK)
-        return refuse(r, SRV_EINTERNAL, "tokenizer: %s", tok_strerror(rc));
+        return job_tokens_refuse(rc, i, error_at, SRV_EINTERNAL, r);
     job->cu[i + 1] = job->cu[i] + n;
     return SRV_OK;
 }

@@ -68,6 +68,17 @@ int job_tokens_encode_left(const tok_tokenizer *tok, const char *text, size_t le
     return rc;
 }
 
+int job_tokens_refuse(int rc, int32_t i, size_t error_at, int oom, srv_refusal *r) {
+    if (rc == TOK_EUTF8)
+        return refuse(r, SRV_EBADREQUEST, "input %d is not valid UTF-8 (byte %zu)", (int)i,
+                      error_at);
+    if (rc == TOK_ECOMPLEX)
+        return refuse(r, SRV_ETOKENIZER, "input %d: %s", (int)i, tok_strerror(rc));
+    if (rc == TOK_ENOMEM)
+        return refuse(r, oom, "out of memory");
+    return refuse(r, SRV_EINTERNAL, "tokenizer: %s", tok_strerror(rc));
+}
+
 int job_tokens_seal(embed_job *job, int32_t max_batch_tokens, int out_dim, int kind, uint32_t group,
                     int oom, srv_refusal *r) {
     for (int32_t i = 0; i < job->n; i++)

@@ -35,6 +35,13 @@ int job_tokens_reserve(embed_job *job, size_t have, size_t more, bool types);
 int job_tokens_encode_left(const tok_tokenizer *tok, const char *text, size_t len, int32_t least,
                            tok_output *o);
 
+/* The refusal of input i's tokenizer code rc that every route words the
+ * same (TOK_ETOOLONG, which names the route's limit, is not one): text
+ * that is not UTF-8 (error_at, its first bad byte), a text too complex for
+ * the tokenizer, oom when out of memory, else an internal error. Returns
+ * the refusal's code. */
+int job_tokens_refuse(int rc, int32_t i, size_t error_at, int oom, srv_refusal *r);
+
 /* The end of making a job of tokenized inputs: every input within a
  * batch's max_batch_tokens (the job runs in pieces of one batch each,
  * job.h; a larger input never could), the output of out_dim floats an

@@ -129,9 +129,6 @@ static int tokenize(const score_api *s, embed_job *job, int32_t i, const score_i
     if (rc == TOK_EUTF8 && in->b && o.error_at >= in->alen)
         return refuse(r, SRV_EBADREQUEST, "input %d: the second text is not valid UTF-8 (byte %zu)",
                       (int)i, o.error_at - in->alen);
-    if (rc == TOK_EUTF8)
-        return refuse(r, SRV_EBADREQUEST, "input %d is not valid UTF-8 (byte %zu)", (int)i,
-                      o.error_at);
     if (rc == TOK_ETOOLONG)
         return refuse(r, SRV_EINVALID,
                       "input %d has %d tokens; at most %d are taken and truncation is off", (int)i,
@@ -140,12 +137,8 @@ static int tokenize(const score_api *s, embed_job *job, int32_t i, const score_i
         return refuse(r, SRV_ETOKENIZER,
                       "the model's tokenizer has no template for a pair of texts (its "
                       "post_processor has no \"pair\")");
-    if (rc == TOK_ECOMPLEX)
-        return refuse(r, SRV_ETOKENIZER, "input %d: %s", (int)i, tok_strerror(rc));
-    if (rc == TOK_ENOMEM)
-        return refuse(r, SRV_EMEMORY, "out of memory");
     if (rc != TOK_OK)
-        return refuse(r, SRV_EINTERNAL, "tokenizer: %s", tok_strerror(rc));
+        return job_tokens_refuse(rc, i, o.error_at, SRV_EMEMORY, r);
     /* A pair template that types the second text 1 on a model with one
      * token type (a tokenizer and model that do not belong together) would
      * index past the model's type embeddings. */
