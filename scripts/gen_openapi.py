@@ -597,11 +597,15 @@ def post(summary, request, response, error_shape=OPENAI_ERROR, tag="attnserve", 
                      "requestBody": body, "responses": responses}}
 
 
-def get(summary, responses, tag="attnserve", op=None, error_shape=OPENAI_ERROR):
+def get(summary, responses, tag="attnserve", op=None, error_shape=OPENAI_ERROR, keyed=True):
+    """keyed=False: a route open to all, keys configured or not (the route
+    table's HTTP_AUTH_OPEN), which overrides the document's security."""
     responses = dict(responses)
     responses.setdefault("default", json_body(ref(error_shape), "any other error"))
-    return {"get": {"summary": summary, "operationId": op, "tags": [tag],
-                    "responses": responses}}
+    out = {"summary": summary, "operationId": op, "tags": [tag], "responses": responses}
+    if not keyed:
+        out["security"] = []
+    return {"get": out}
 
 
 HTML = {"description": "an HTML page", "content": {"text/html": {"schema": {"type": "string"}}}}
@@ -620,10 +624,10 @@ SCORE_EX = {"text_1": "A man is eating something.", "text_2": DOCS_EX}
 
 PATHS = {
     "/health": get("Liveness: 200 while the process serves.",
-                   {"200": json_body(ref("Status"))}, op="health"),
+                   {"200": json_body(ref("Status"))}, op="health", keyed=False),
     "/ready": get("Readiness: 200 once the model is loaded and while not draining.",
                   dict({"200": json_body(ref("Status"))}, **errors(OPENAI_ERROR, 503)),
-                  op="ready"),
+                  op="ready", keyed=False),
     "/info": get("Version, backend, limits, memory, model, self-test and verification, with "
                  "TEI's fields beside them.",
                  dict({"200": json_body(ref("Info"))}, **errors(OPENAI_ERROR, 401, 503)),
@@ -631,10 +635,10 @@ PATHS = {
     "/metrics": get("Prometheus metrics.", dict({"200": TEXT}, **errors(OPENAI_ERROR, 401)),
                     op="metrics"),
     "/openapi.json": get("This document.",
-                         {"200": json_body({"type": "object"})}, op="openapi"),
+                         {"200": json_body({"type": "object"})}, op="openapi", keyed=False),
     "/docs": get("This document as a page you can send requests from (Swagger UI, served "
                  "by the service itself: no resource from outside it).",
-                 {"200": HTML}, op="docs"),
+                 {"200": HTML}, op="docs", keyed=False),
     "/docs/{file}": {"get": dict(
         get("A file of the /docs page: Swagger UI's script, stylesheet, icon and licence, "
             "and the script that starts it.",
@@ -645,7 +649,7 @@ PATHS = {
                                                                "format": "binary"}},
                                       "text/plain": {"schema": {"type": "string"}}}}},
                  **errors(OPENAI_ERROR, 404)),
-            op="docs_file")["get"],
+            op="docs_file", keyed=False)["get"],
         parameters=[{"name": "file", "in": "path", "required": True,
                      "schema": {"type": "string",
                                 "enum": ["swagger-ui-bundle.js", "swagger-ui.css",
@@ -672,7 +676,7 @@ PATHS = {
     "/": dict(
         get("TEI: health (as /ready).",
             dict({"200": json_body(ref("Status"))}, **errors(TEI_ERROR, 503)), tag=TEI_TAG,
-            op="root_health", error_shape=TEI_ERROR),
+            op="root_health", error_shape=TEI_ERROR, keyed=False),
         **post("TEI: the route of the served model's task: /embed for an embedding model, "
                "/rerank for a reranker (one label), /predict for another classifier.",
                {"oneOf": [ref("TeiEmbedRequest"), ref("TeiRerankRequest"),
@@ -705,7 +709,7 @@ PATHS = {
                      TEI_ERROR, tag=TEI_TAG, op="predict"),
     "/ping": get("SageMaker: health (as /ready).",
                  dict({"200": json_body(ref("Status"))}, **errors(TEI_ERROR, 503)), tag=TEI_TAG,
-                 op="ping", error_shape=TEI_ERROR),
+                 op="ping", error_shape=TEI_ERROR, keyed=False),
     "/similarity": post("TEI: cosine similarity of source_sentence with each sentence.",
                         ref("TeiSimilarityRequest"), ref("TeiSimilarityResponse"), TEI_ERROR,
                         tag=TEI_TAG, op="similarity",
@@ -772,6 +776,10 @@ def document():
             "schemas": SCHEMAS,
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },
+        # A key (Authorization: Bearer) on every route not marked open, once
+        # keys are configured; none without them. /docs sends the one entered
+        # under its Authorize button.
+        "security": [{"bearer": []}, {}],
     }
 
 

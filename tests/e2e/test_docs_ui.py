@@ -79,7 +79,7 @@ class Browser:
         self.log.seek(0)
         return self.log.read()[-4000:]
 
-    def call(self, method, timeout=60, **params):
+    def call(self, method, timeout=120, **params):
         self.next_id += 1
         mine = self.next_id
         self.ws.send(json.dumps({"id": mine, "method": method, "params": params}))
@@ -165,13 +165,35 @@ def page_problems(b, server):
     return problems
 
 
+OP = "document.querySelector(%r)" % EMBEDDINGS_OP
+ANSWER_ROW = OP + ".querySelector('.live-responses-table tr.response %s')"
+
+
+def type_into(b, selector, text):
+    """Focus, select all, type: the keystrokes' input events, as a user's."""
+    b.js("document.querySelector(%r).focus()" % selector)
+    b.js("document.querySelector(%r).select()" % selector)
+    b.call("Input.insertText", text=text)
+
+
+def execute(b):
+    """Execute on the opened, tried-out POST /v1/embeddings: the status and
+    the body the page shows."""
+    b.js(OP + ".querySelector('button.execute').click()")
+    status = b.wait(ANSWER_ROW % ".response-col_status" + "?.innerText.trim()",
+                    "the answer's status shown")
+    shown = b.wait(ANSWER_ROW % ".response-col_description pre" + "?.innerText",
+                   "the answer's body shown")
+    return status, shown
+
+
 def test_docs_page_sends_a_request_and_shows_its_answer(server, browser):
     b = browser
     open_docs(b, server)
 
     # Opened: its body's example and, on the Schema tab, every field.
     b.js("document.querySelector('%s .opblock-summary-control').click()" % EMBEDDINGS_OP)
-    op = "document.querySelector(%r)" % EMBEDDINGS_OP
+    op = OP
     b.wait(op + ".querySelector('.opblock-body .body-param__example')",
            "the request body's example shown")
     assert "The food was delicious" in b.js(op + ".querySelector('.body-param__example')"
@@ -195,18 +217,10 @@ def test_docs_page_sends_a_request_and_shows_its_answer(server, browser):
     # Try it out: the body typed in (select all, type), then Execute.
     b.js(op + ".querySelector('.try-out__btn').click()")
     b.wait(op + ".querySelector('textarea.body-param__text')", "the body editor shown")
-    b.js(op + ".querySelector('textarea.body-param__text').focus()")
-    b.js(op + ".querySelector('textarea.body-param__text').select()")
-    b.call("Input.insertText", text=json.dumps(BODY))
+    type_into(b, EMBEDDINGS_OP + " textarea.body-param__text", json.dumps(BODY))
     assert json.loads(b.js(op + ".querySelector('textarea.body-param__text').value")) == BODY
-    b.js(op + ".querySelector('button.execute').click()")
-
-    row = op + ".querySelector('.live-responses-table tr.response %s')"
-    status = b.wait(row % ".response-col_status" + "?.innerText.trim()",
-                    "the answer's status shown")
+    status, shown = execute(b)
     assert status == "200", status
-    shown = b.wait(row % ".response-col_description pre" + "?.innerText",
-                   "the answer's body shown")
     answer = json.loads(shown)
     vector = answer["data"][0]["embedding"]
     assert len(vector) == 384 and all(isinstance(x, float) for x in vector)
@@ -229,8 +243,11 @@ def test_every_route_opens_with_its_schemas_resolved(server, browser):
     b = browser
     open_docs(b, server)
     b.js("document.querySelectorAll('.opblock-summary-control').forEach(c => c.click())")
+    # Each opening resolves the operation's part of the document: about 0.7 s
+    # of the renderer's CPU each on an idle core, minutes on a loaded machine.
     b.wait("document.querySelectorAll('.opblock-body').length === "
-           "document.querySelectorAll('.opblock').length", "every operation opened")
+           "document.querySelectorAll('.opblock').length", "every operation opened",
+           timeout=300)
     b.js("document.querySelectorAll('.tab button, .tablinks')"
          ".forEach(t => { if (t.innerText.trim() === 'Schema') t.click(); })")
     # Nested models open one level a click.
@@ -244,3 +261,35 @@ def test_every_route_opens_with_its_schemas_resolved(server, browser):
     assert not b.js("!!document.querySelector('.errors-wrapper')"), \
         b.js("document.querySelector('.errors-wrapper').innerText")
     assert page_problems(b, server) == []
+
+
+def test_docs_page_sends_the_key_entered_under_authorize(start_server, browser):
+    """With a key configured, Try it out is 401 until the key is entered under
+    Authorize; then the page sends it (Authorization: Bearer) and gets 200."""
+    s = start_server(env={"ATTNSERVE_API_KEY": "docs-page-key"})
+    b = browser
+    open_docs(b, s)
+    b.js(OP + ".querySelector('.opblock-summary-control').click()")
+    b.wait(OP + ".querySelector('.try-out__btn')", "the operation opened")
+    b.js(OP + ".querySelector('.try-out__btn').click()")
+    b.wait(OP + ".querySelector('textarea.body-param__text')", "the body editor shown")
+    status, shown = execute(b)
+    assert status == "401", (status, shown)
+
+    b.js("document.querySelector('.auth-wrapper button.authorize').click()")
+    b.wait("document.querySelector('#auth-bearer-value')", "the Authorize dialog shown")
+    type_into(b, "#auth-bearer-value", "docs-page-key")
+    b.js("document.querySelector('.auth-btn-wrapper button.authorize').click()")
+    b.wait("document.querySelector('.auth-btn-wrapper button.btn-done')", "the key applied")
+    b.js("document.querySelector('.auth-btn-wrapper button.btn-done').click()")
+    b.js(OP + ".querySelector('button.btn-clear')?.click()")
+    b.wait("!" + OP + ".querySelector('.live-responses-table')", "the old answer cleared")
+    status, shown = execute(b)
+    assert status == "200", (status, shown)
+    assert len(json.loads(shown)["data"][0]["embedding"]) == 384
+    curl = b.js(OP + ".querySelector('.curl-command').innerText")
+    assert "Authorization: Bearer docs-page-key" in curl, curl
+    # The first Execute's 401 is the one console error.
+    refused = ("Failed to load resource: the server responded with a status of 401 "
+               "(Unauthorized)", s.url("/v1/embeddings"))
+    assert [p for p in page_problems(b, s) if p != refused] == []

@@ -77,6 +77,34 @@ def test_every_request_example_is_accepted(debug_server):
     assert 424 in sent.values(), sent  # the rerank examples, on an embedder
 
 
+def test_security_says_which_routes_need_the_key(start_server):
+    """With a key configured, exactly the operations the document marks open
+    (security: []) answer without it; every other one is 401, so /docs asks
+    for the key (Authorize) where the service will. (/metrics needs it only
+    with metrics_require_key, set here.)"""
+    s = start_server(env={"ATTNSERVE_API_KEY": "docs-key"}, metrics_require_key=True)
+    doc = document(s)
+    assert doc["security"] == [{"bearer": []}, {}]
+    assert doc["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
+    fill = {"{id}": "x", "{file}": "docs.js"}
+    opened = set()
+    for path, item in doc["paths"].items():
+        url = path
+        for k, v in fill.items():
+            url = url.replace(k, v)
+        for method, op in item.items():
+            if method == "parameters":
+                continue
+            r = requests.request(method, s.url(url), json={} if method == "post" else None,
+                                 timeout=30)
+            if op.get("security") == []:
+                opened.add((method, path))
+                assert r.status_code != 401, (method, path)
+            else:
+                assert r.status_code == 401, (method, path, r.status_code, r.text[:300])
+    assert ("get", "/docs") in opened and ("get", "/health") in opened
+
+
 def test_committed_document_is_what_the_generator_writes():
     r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "gen_openapi.py"),
                         "--check"], capture_output=True, text=True)
