@@ -11,9 +11,10 @@
 # zlib1g-dev is for the tests and benchmarks only: the large goldens under
 # tests/golden are gzipped (tests/golden/golden_io.c reads them).
 # chromium is for the tests only: test_docs_ui.py drives the /docs page in
-# headless Chromium (through its DevTools protocol, so no chromium-driver). python3-pip downloads the pinned
-# Swagger UI wheel that scripts/get-swagger-ui.sh unpacks for the build (the
-# last step here, run whether or not a package was missing).
+# headless Chromium (through its DevTools protocol, so no chromium-driver).
+# python3-pip downloads the pinned Swagger UI wheel that
+# scripts/get-swagger-ui.sh unpacks for the build (the last step here, run
+# whether or not a package was missing).
 set -eu
 HERE=$(dirname "$0")
 
