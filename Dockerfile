@@ -32,7 +32,8 @@ ARG CUDA_RUNTIME_IMAGE=nvidia/cuda:13.0.0-runtime-ubuntu24.04
 # ---- build: the toolchain and -dev packages, from the project's own list ----
 FROM ${DEBIAN_IMAGE} AS build
 WORKDIR /src
-COPY scripts/install-deps.sh scripts/install-deps.sh
+# install-deps.sh also fetches Swagger UI for /docs (get-swagger-ui.sh).
+COPY scripts/install-deps.sh scripts/get-swagger-ui.sh scripts/
 RUN scripts/install-deps.sh && rm -rf /var/lib/apt/lists/*
 COPY . .
 # Only the service binary (the default target also builds benchmarks). The
@@ -46,6 +47,7 @@ RUN make -j"$(nproc)" build/attnserve \
     && deploy/docker/runtime-packages.sh build/attnserve > /out/usr/share/attnserve/runtime-packages \
     && ldd build/attnserve | awk '$2 == "=>" { print $1, $3 }' | sort > /out/usr/share/attnserve/libraries \
     && install -D -m 0755 deploy/docker/healthcheck.sh /out/usr/local/bin/attnserve-healthcheck \
+    && install -D -m 0644 THIRD_PARTY_NOTICES /out/usr/share/doc/attnserve/THIRD_PARTY_NOTICES \
     && mkdir -p /out/etc/attnserve /out/models \
     && if [ -f config/attnserve.json ]; then \
            cp config/attnserve.json /out/etc/attnserve/attnserve.json; \
@@ -79,15 +81,19 @@ WORKDIR /src
 RUN apt-get update -q \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
          build-essential pkg-config libmicrohttpd-dev libjansson-dev libuv1-dev libopenblas-dev \
+         python3-pip ca-certificates \
     && rm -rf /var/lib/apt/lists/*
 COPY . .
-RUN make -j"$(nproc)" build/attnserve cuda CUDA_HOME=/usr/local/cuda \
+# Swagger UI for /docs, built into the binary (pip only downloads its wheel).
+RUN scripts/get-swagger-ui.sh \
+    && make -j"$(nproc)" build/attnserve cuda CUDA_HOME=/usr/local/cuda \
     && install -D -m 0755 build/attnserve /out/usr/local/bin/attnserve \
     && install -D -m 0644 build/gpu-engines/cuda.so /out/usr/lib/attnserve/engines/cuda.so \
     && mkdir -p /out/usr/share/attnserve \
     && deploy/docker/runtime-packages.sh build/attnserve > /out/usr/share/attnserve/runtime-packages \
     && ldd build/attnserve | awk '$2 == "=>" { print $1, $3 }' | sort > /out/usr/share/attnserve/libraries \
     && install -D -m 0755 deploy/docker/healthcheck.sh /out/usr/local/bin/attnserve-healthcheck \
+    && install -D -m 0644 THIRD_PARTY_NOTICES /out/usr/share/doc/attnserve/THIRD_PARTY_NOTICES \
     && mkdir -p /out/etc/attnserve /out/models \
     && if [ -f config/attnserve.json ]; then \
            cp config/attnserve.json /out/etc/attnserve/attnserve.json; \

@@ -8,7 +8,7 @@
 #   make model                 fetch the default model into models/
 #   make e2e                   end-to-end tests against the real binary
 #   make cuda | gpu-bundle     the CUDA engine plugin; the GPU checks as one archive for a
-#                              GPU machine that builds nothing (README, CUDA engine)
+#                              GPU machine that builds nothing (docs/cuda.md)
 #   make test-deploy | test-cluster | test-container   deployment checks
 #   make bench-attention | bench-http | bench-embed | bench-gemm | bench-latency | bench-frontend
 #                              benchmarks (bench/README.md)

@@ -12,9 +12,13 @@
 #                        the same routes and decoders as test_compat.py,
 #                        test_openai.py and test_embeddings.py (kept); the
 #                        decoders' random bodies are libFuzzer's job, itself
-#                        under ASan+UBSan (make fuzz).
+#                        under ASan+UBSan (make fuzz);
+#   test_docs_ui.py      the /docs page in headless Chromium: the service's side
+#                        is the static answers and the embeddings route that
+#                        test_openapi.py and test_openai.py (kept) reach; its
+#                        time is the browser's (about half a minute of CPU).
 # They still run in `make test`, on the normal build.
-ASAN_E2E_SKIP := test_bench_tools.py test_clients.py
+ASAN_E2E_SKIP := test_bench_tools.py test_clients.py test_docs_ui.py
 
 .PHONY: asan
 asan:

@@ -639,7 +639,7 @@ int bert_load(const char *dir, bert_model **out, char *err, size_t err_len) {
  * three whose inputs come from a LayerNorm or the attention smoothed with
  * α = 0.5, FFN out (input after GELU) not smoothed, which measured best.
  * Lowest cosine against fp32 on the golden inputs 0.99205 (bench_precision;
- * README, "int8 precision"): unsmoothed 0.98302, FFN out in fp32 0.99754 at
+ * docs/engines.md, "int8 precision"): unsmoothed 0.98302, FFN out in fp32 0.99754 at
  * about two thirds of the speed. */
 const bert_plan bert_int8_plan = {
     .p = {[BERT_LINEAR_QKV] = GEMM_INT8,

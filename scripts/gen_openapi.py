@@ -584,8 +584,10 @@ TASK_ERRORS = POST_ERRORS + (424,)
 
 
 def post(summary, request, response, error_shape=OPENAI_ERROR, tag="attnserve", op=None,
-         statuses=TASK_ERRORS, ndjson=False):
+         statuses=TASK_ERRORS, ndjson=False, example=None):
     body = {"required": True, "content": {"application/json": {"schema": request}}}
+    if example is not None:  # the body /docs fills in for "Try it out"
+        body["content"]["application/json"]["example"] = example
     responses = {"200": json_body(response)}
     if ndjson:  # "stream": true: one JSON value a line
         responses["200"]["content"]["application/x-ndjson"] = {"schema": {"oneOf": [
@@ -595,11 +597,15 @@ def post(summary, request, response, error_shape=OPENAI_ERROR, tag="attnserve", 
                      "requestBody": body, "responses": responses}}
 
 
-def get(summary, responses, tag="attnserve", op=None, error_shape=OPENAI_ERROR):
+def get(summary, responses, tag="attnserve", op=None, error_shape=OPENAI_ERROR, keyed=True):
+    """keyed=False: a route open to all, keys configured or not (the route
+    table's HTTP_AUTH_OPEN), which overrides the document's security."""
     responses = dict(responses)
     responses.setdefault("default", json_body(ref(error_shape), "any other error"))
-    return {"get": {"summary": summary, "operationId": op, "tags": [tag],
-                    "responses": responses}}
+    out = {"summary": summary, "operationId": op, "tags": [tag], "responses": responses}
+    if not keyed:
+        out["security"] = []
+    return {"get": out}
 
 
 HTML = {"description": "an HTML page", "content": {"text/html": {"schema": {"type": "string"}}}}
@@ -608,12 +614,20 @@ TEXT = {"description": "Prometheus text",
 
 TEI_TAG = "Text Embeddings Inference"
 
+# Request bodies that the /docs page offers as they are: Swagger UI's own
+# filling ("string" in every field, every option set) would be refused.
+TEXT_EX = "The food was delicious and the waiter was friendly."
+DOCS_EX = ["A man is eating pasta.", "The new movie is awesome.", "A man is eating food."]
+OPENAI_EMBED_EX = {"input": TEXT_EX}
+RERANK_EX = {"query": "A man is eating something.", "documents": DOCS_EX}
+SCORE_EX = {"text_1": "A man is eating something.", "text_2": DOCS_EX}
+
 PATHS = {
     "/health": get("Liveness: 200 while the process serves.",
-                   {"200": json_body(ref("Status"))}, op="health"),
+                   {"200": json_body(ref("Status"))}, op="health", keyed=False),
     "/ready": get("Readiness: 200 once the model is loaded and while not draining.",
                   dict({"200": json_body(ref("Status"))}, **errors(OPENAI_ERROR, 503)),
-                  op="ready"),
+                  op="ready", keyed=False),
     "/info": get("Version, backend, limits, memory, model, self-test and verification, with "
                  "TEI's fields beside them.",
                  dict({"200": json_body(ref("Info"))}, **errors(OPENAI_ERROR, 401, 503)),
@@ -621,14 +635,30 @@ PATHS = {
     "/metrics": get("Prometheus metrics.", dict({"200": TEXT}, **errors(OPENAI_ERROR, 401)),
                     op="metrics"),
     "/openapi.json": get("This document.",
-                         {"200": json_body({"type": "object"})}, op="openapi"),
-    "/docs": get("This document as a page (no resource from outside the service).",
-                 {"200": HTML}, op="docs"),
+                         {"200": json_body({"type": "object"})}, op="openapi", keyed=False),
+    "/docs": get("This document as a page you can send requests from (Swagger UI, served "
+                 "by the service itself: no resource from outside it).",
+                 {"200": HTML}, op="docs", keyed=False),
+    "/docs/{file}": {"get": dict(
+        get("A file of the /docs page: Swagger UI's script, stylesheet, icon and licence, "
+            "and the script that starts it.",
+            dict({"200": {"description": "the file",
+                          "content": {"text/javascript": {"schema": {"type": "string"}},
+                                      "text/css": {"schema": {"type": "string"}},
+                                      "image/png": {"schema": {"type": "string",
+                                                               "format": "binary"}},
+                                      "text/plain": {"schema": {"type": "string"}}}}},
+                 **errors(OPENAI_ERROR, 404)),
+            op="docs_file", keyed=False)["get"],
+        parameters=[{"name": "file", "in": "path", "required": True,
+                     "schema": {"type": "string",
+                                "enum": ["swagger-ui-bundle.js", "swagger-ui.css",
+                                         "favicon-32x32.png", "docs.js", "LICENSE"]}}])},
     "/v1/attention": post("The attention operator on one sequence.", ref("AttentionRequest"),
                           ref("AttentionResponse"), op="attention", statuses=POST_ERRORS),
     "/v1/embeddings": post("OpenAI embeddings.", ref("OpenAIEmbeddingRequest"),
                            ref("OpenAIEmbeddingResponse"), tag="OpenAI",
-                           op="openai_embeddings", ndjson=True),
+                           op="openai_embeddings", ndjson=True, example=OPENAI_EMBED_EX),
     "/v1/models": get("OpenAI: every served model and its aliases (models, or model and "
                       "model_aliases).",
                       dict({"200": json_body(ref("ModelList"))}, **errors(OPENAI_ERROR, 401)),
@@ -641,11 +671,12 @@ PATHS = {
                      "schema": {"type": "string"}}])},
     # Text Embeddings Inference
     "/embed": post("TEI: pooled embeddings.", ref("TeiEmbedRequest"), ref("TeiEmbedResponse"),
-                   TEI_ERROR, tag=TEI_TAG, op="embed", ndjson=True),
+                   TEI_ERROR, tag=TEI_TAG, op="embed", ndjson=True,
+                   example={"inputs": TEXT_EX}),
     "/": dict(
         get("TEI: health (as /ready).",
             dict({"200": json_body(ref("Status"))}, **errors(TEI_ERROR, 503)), tag=TEI_TAG,
-            op="root_health", error_shape=TEI_ERROR),
+            op="root_health", error_shape=TEI_ERROR, keyed=False),
         **post("TEI: the route of the served model's task: /embed for an embedding model, "
                "/rerank for a reranker (one label), /predict for another classifier.",
                {"oneOf": [ref("TeiEmbedRequest"), ref("TeiRerankRequest"),
@@ -678,10 +709,12 @@ PATHS = {
                      TEI_ERROR, tag=TEI_TAG, op="predict"),
     "/ping": get("SageMaker: health (as /ready).",
                  dict({"200": json_body(ref("Status"))}, **errors(TEI_ERROR, 503)), tag=TEI_TAG,
-                 op="ping", error_shape=TEI_ERROR),
+                 op="ping", error_shape=TEI_ERROR, keyed=False),
     "/similarity": post("TEI: cosine similarity of source_sentence with each sentence.",
                         ref("TeiSimilarityRequest"), ref("TeiSimilarityResponse"), TEI_ERROR,
-                        tag=TEI_TAG, op="similarity"),
+                        tag=TEI_TAG, op="similarity",
+                        example={"inputs": {"source_sentence": "A man is eating something.",
+                                            "sentences": DOCS_EX}}),
     "/decode": post("TEI: token ids back to text (the WordPiece decoder).",
                     ref("TeiDecodeRequest"), ref("TeiDecodeResponse"), TEI_ERROR, tag=TEI_TAG,
                     op="decode"),
@@ -698,27 +731,27 @@ PATHS = {
     # Infinity
     "/embeddings": post("Infinity (and TEI): OpenAI embeddings.", ref("OpenAIEmbeddingRequest"),
                         ref("OpenAIEmbeddingResponse"), tag="Infinity",
-                        op="infinity_embeddings", ndjson=True),
+                        op="infinity_embeddings", ndjson=True, example=OPENAI_EMBED_EX),
     "/classify": post("Infinity: the served classifier's labels for each text, best first.",
                       ref("InfinityClassifyRequest"), ref("InfinityClassifyResponse"),
                       tag="Infinity", op="classify"),
     "/v1/rerank": post("Cohere, Jina and vLLM: rerank documents against a query with the served "
                        "reranker.", ref("RerankRequest"), ref("RerankResponse"), tag="OpenAI",
-                       op="v1_rerank"),
+                       op="v1_rerank", example=RERANK_EX),
     "/v2/rerank": post("vLLM: /v1/rerank under its Cohere v2 path.", ref("RerankRequest"),
-                       ref("RerankResponse"), tag="OpenAI", op="v2_rerank"),
+                       ref("RerankResponse"), tag="OpenAI", op="v2_rerank", example=RERANK_EX),
     "/score": post("vLLM: the served reranker's score of each pair of text_1 and text_2, in "
                    "input order.", ref("ScoreRequest"), ref("ScoreResponse"), tag="OpenAI",
-                   op="score"),
+                   op="score", example=SCORE_EX),
     "/v1/score": post("vLLM: /score under its /v1 path.", ref("ScoreRequest"),
-                      ref("ScoreResponse"), tag="OpenAI", op="v1_score"),
+                      ref("ScoreResponse"), tag="OpenAI", op="v1_score", example=SCORE_EX),
     "/models": get("Infinity: the model served.",
                    dict({"200": json_body(ref("ModelList"))}, **errors(OPENAI_ERROR, 401)),
                    tag="Infinity", op="infinity_models"),
     # llama.cpp
     "/embedding": post("llama.cpp: pooled embeddings, one list of one vector per input.",
                        ref("LlamaEmbeddingRequest"), ref("LlamaEmbeddingResponse"),
-                       tag="llama.cpp", op="llama_embedding"),
+                       tag="llama.cpp", op="llama_embedding", example={"content": TEXT_EX}),
     "/detokenize": post("llama.cpp: token ids back to text.", ref("LlamaDetokenizeRequest"),
                         ref("LlamaDetokenizeResponse"), tag="llama.cpp", op="detokenize"),
 }
@@ -743,6 +776,10 @@ def document():
             "schemas": SCHEMAS,
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },
+        # A key (Authorization: Bearer) on every route not marked open, once
+        # keys are configured; none without them. /docs sends the one entered
+        # under its Authorize button.
+        "security": [{"bearer": []}, {}],
     }
 
 

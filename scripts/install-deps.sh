@@ -10,7 +10,13 @@
 # when this script installed it, that service is disabled and stopped again.
 # zlib1g-dev is for the tests and benchmarks only: the large goldens under
 # tests/golden are gzipped (tests/golden/golden_io.c reads them).
+# chromium is for the tests only: test_docs_ui.py drives the /docs page in
+# headless Chromium (through its DevTools protocol, so no chromium-driver).
+# python3-pip downloads the pinned Swagger UI wheel that
+# scripts/get-swagger-ui.sh unpacks for the build (the last step here, run
+# whether or not a package was missing).
 set -eu
+HERE=$(dirname "$0")
 
 PACKAGES="build-essential pkg-config
 libmicrohttpd-dev libjansson-dev libuv1-dev libopenblas-dev libpcre2-dev zlib1g-dev
@@ -18,7 +24,8 @@ curl ca-certificates
 libcriterion-dev
 clang libclang-rt-14-dev valgrind linux-perf
 cppcheck clang-format
-python3-pytest python3-requests python3-venv haproxy
+python3-pytest python3-requests python3-venv python3-pip haproxy
+chromium
 libdnnl-dev libxsmm-dev prometheus"
 
 missing=""
@@ -26,11 +33,16 @@ for p in $PACKAGES; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
         missing="$missing $p"
 done
-[ -z "$missing" ] && exit 0
-
-echo "install-deps: installing:$missing"
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+# Root only when the files are not there yet.
+swagger_ui() { "$HERE/get-swagger-ui.sh" --check || $SUDO "$HERE/get-swagger-ui.sh"; }
+if [ -z "$missing" ]; then
+    swagger_ui
+    exit 0
+fi
+
+echo "install-deps: installing:$missing"
 $SUDO apt-get update -q
 DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends $missing
 case " $missing " in
@@ -40,3 +52,4 @@ case " $missing " in
     fi
     ;;
 esac
+swagger_ui

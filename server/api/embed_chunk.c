@@ -9,6 +9,7 @@
 
 #include "server/api/errors.h"
 #include "server/api/fields.h"
+#include "server/api/job_tokens.h"
 #include "server/work/membudget.h"
 
 /* ---- the "chunking" object ---------------------------------------------------------- */
@@ -262,17 +263,6 @@ static int tokenize_all(const embed_api *api, const char *text, size_t len, int3
     return rc;
 }
 
-static int tok_refusal(int rc, int32_t d, size_t error_at, embed_refusal *r) {
-    if (rc == TOK_EUTF8)
-        return refuse(r, SRV_EBADREQUEST, "input %d is not valid UTF-8 (byte %zu)", (int)d,
-                      error_at);
-    if (rc == TOK_ECOMPLEX)
-        return refuse(r, SRV_ETOKENIZER, "input %d: %s", (int)d, tok_strerror(rc));
-    if (rc == TOK_ENOMEM)
-        return refuse(r, SRV_EINTERNAL, "out of memory");
-    return refuse(r, SRV_EINTERNAL, "tokenizer: %s", tok_strerror(rc));
-}
-
 /* Chunks document d, text[0, len), into the job. */
 static int chunk_document(const embed_api *api, builder *b, int32_t d, const char *text, size_t len,
                           const embed_chunking *c, int32_t *scratch, embed_refusal *r) {
@@ -292,7 +282,7 @@ static int chunk_document(const embed_api *api, builder *b, int32_t d, const cha
         goto done;
     }
     if (rc != TOK_OK) {
-        tok_refusal(rc, d, o.error_at, r);
+        job_tokens_refuse(rc, d, o.error_at, SRV_EINTERNAL, r);
         goto done;
     }
     /* The pieces: the tokens between the post-processor's. */
@@ -334,7 +324,7 @@ static int chunk_document(const embed_api *api, builder *b, int32_t d, const cha
                        (int)d, (int)p, (unsigned)start, (unsigned)stop, (int)alone.n_full,
                        (int)c->max_tokens);
             else
-                tok_refusal(rc, d, alone.error_at, r);
+                job_tokens_refuse(rc, d, alone.error_at, SRV_EINTERNAL, r);
             goto done;
         }
         if (rc != SRV_OK || e == P)

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "server/api/errors.h"
+#include "server/api/job_tokens.h"
 #include "server/config.h"
 #include "server/work/membudget.h"
 
@@ -83,21 +84,6 @@ static int classify(const embed_api *api, const char *field, json_t *in, bool al
     return SRV_OK;
 }
 
-/* Room in job->ids for more ints after the first have. */
-static int reserve(embed_job *job, size_t have, size_t more, refusal *r) {
-    if (have + more <= job->ids_cap)
-        return SRV_OK;
-    size_t cap = job->ids_cap ? job->ids_cap : 256;
-    while (cap < have + more)
-        cap *= 2;
-    int32_t *ids = membudget_realloc(job->ids, cap * sizeof *ids);
-    if (!ids)
-        return refuse(r, SRV_EINTERNAL, "out of memory");
-    job->ids = ids;
-    job->ids_cap = cap;
-    return SRV_OK;
-}
-
 const fld_choice embed_truncation_choices[] = {{"Right", EMBED_TRUNCATE_RIGHT},
                                                {"right", EMBED_TRUNCATE_RIGHT},
                                                {"Left", EMBED_TRUNCATE_LEFT},
@@ -114,44 +100,16 @@ int embed_tokenize(const embed_api *api, const char *text, size_t len, bool trun
                    embed_truncation dir, int32_t *ids, int32_t *n, int32_t *n_full,
                    size_t *error_at) {
     const int32_t max = embed_max_seq_length(api);
-    /* Right, or an input that fits: the tokenizer keeps the first pieces. */
+    /* The post-processor adds tok_num_special() tokens, fewer than max (a
+     * max_seq_length below that is refused at start): a left cut keeps at
+     * least one piece of text. */
     tok_output o = {.ids = ids, .capacity = max};
-    int rc = tok_encode(api->tok, text, len, truncate && dir == EMBED_TRUNCATE_RIGHT, &o);
+    int rc = truncate && dir == EMBED_TRUNCATE_LEFT
+                 ? job_tokens_encode_left(api->tok, text, len, 1, &o)
+                 : tok_encode(api->tok, text, len, truncate, &o);
     *n = o.n;
     *n_full = o.n_full;
     *error_at = o.error_at;
-    if (rc != TOK_ETOOLONG || !truncate)
-        return rc;
-    /* Left: the whole input, then its special tokens around the last pieces
-     * that fit, as Hugging Face tokenizers do with truncation_side "left":
-     * the cut happens before the post-processor adds [CLS] and [SEP]. The
-     * specials come from the tokenizer's own mask: an empty span is not one
-     * (trimmed byte-level offsets give whitespace pieces empty spans). */
-    tok_output all = {.capacity = o.n_full};
-    all.ids = membudget_malloc((size_t)all.capacity * sizeof *all.ids);
-    all.special = membudget_malloc((size_t)all.capacity * sizeof *all.special);
-    rc = all.ids && all.special ? tok_encode(api->tok, text, len, 0, &all) : TOK_ENOMEM;
-    if (rc == TOK_OK) {
-        int32_t lead = 0, trail = 0;
-        while (lead < all.n && all.special[lead])
-            lead++;
-        while (trail < all.n - lead && all.special[all.n - 1 - trail])
-            trail++;
-        /* The post-processor adds tok_num_special() tokens, fewer than max
-         * (a max_seq_length below that is refused at start); anything else
-         * is a tokenizer this code does not understand, refused, never cut. */
-        const int32_t keep = max - lead - trail;
-        if (keep < 1 || keep > all.n - lead - trail) {
-            rc = TOK_EINVAL;
-        } else {
-            memcpy(ids, all.ids, (size_t)lead * sizeof *ids);
-            memcpy(ids + lead, all.ids + all.n - trail - keep,
-                   (size_t)(keep + trail) * sizeof *ids);
-            *n = max;
-        }
-    }
-    membudget_free(all.ids);
-    membudget_free(all.special);
     return rc;
 }
 
@@ -161,26 +119,18 @@ static int tokenize_text(const embed_api *api, embed_job *job, int32_t i, json_t
     const int32_t max_len = embed_max_seq_length(api);
     if (len == 0)
         return refuse(r, SRV_EBADREQUEST, "input %d is an empty string", (int)i);
-    int rc = reserve(job, (size_t)job->cu[i], (size_t)max_len, r);
-    if (rc != SRV_OK)
-        return rc;
+    if (job_tokens_reserve(job, (size_t)job->cu[i], (size_t)max_len, false) != 0)
+        return refuse(r, SRV_EINTERNAL, "out of memory");
     int32_t n = 0, n_full = 0;
     size_t error_at = 0;
-    rc = embed_tokenize(api, json_string_value(text), len, truncate, dir, job->ids + job->cu[i], &n,
-                        &n_full, &error_at);
-    if (rc == TOK_EUTF8)
-        return refuse(r, SRV_EBADREQUEST, "input %d is not valid UTF-8 (byte %zu)", (int)i,
-                      error_at);
+    int rc = embed_tokenize(api, json_string_value(text), len, truncate, dir, job->ids + job->cu[i],
+                            &n, &n_full, &error_at);
     if (rc == TOK_ETOOLONG)
         return refuse(r, SRV_EINVALID,
                       "input %d has %d tokens; max_seq_length is %d and truncation is off", (int)i,
                       (int)n_full, (int)max_len);
-    if (rc == TOK_ECOMPLEX)
-        return refuse(r, SRV_ETOKENIZER, "input %d: %s", (int)i, tok_strerror(rc));
-    if (rc == TOK_ENOMEM)
-        return refuse(r, SRV_EINTERNAL, "out of memory");
     if (rc != TOK_OK)
-        return refuse(r, SRV_EINTERNAL, "tokenizer: %s", tok_strerror(rc));
+        return job_tokens_refuse(rc, i, error_at, SRV_EINTERNAL, r);
     job->cu[i + 1] = job->cu[i] + n;
     return SRV_OK;
 }
@@ -194,9 +144,8 @@ static int take_ids(const embed_api *api, embed_job *job, int32_t i, json_t *arr
     if (len > (size_t)max_len)
         return refuse(r, SRV_EINVALID, "input %d has %zu token ids; the model takes at most %d",
                       (int)i, len, (int)max_len);
-    int rc = reserve(job, (size_t)job->cu[i], len, r);
-    if (rc != SRV_OK)
-        return rc;
+    if (job_tokens_reserve(job, (size_t)job->cu[i], len, false) != 0)
+        return refuse(r, SRV_EINTERNAL, "out of memory");
     for (size_t k = 0; k < len; k++) {
         json_t *x = json_array_get(arr, k);
         if (!json_is_integer(x))
@@ -243,13 +192,11 @@ embed_job *embed_make_job(const embed_api *api, const char *field, json_t *in, b
     r->param = field;
     if (classify(api, field, in, allow_ids, &kind, &n, &list, r) != SRV_OK)
         return NULL;
-    embed_job *job = membudget_calloc(1, sizeof *job);
-    if (!job || !(job->cu = membudget_calloc((size_t)n + 1, sizeof *job->cu))) {
-        membudget_free(job);
+    embed_job *job = job_tokens_new(n);
+    if (!job) {
         refuse(r, SRV_EINTERNAL, "out of memory");
         return NULL;
     }
-    job->n = n;
     for (int32_t i = 0; i < n; i++) {
         json_t *x = list ? json_array_get(list, (size_t)i) : in;
         int rc = kind == IN_IDS ? take_ids(api, job, i, x, r)
@@ -259,29 +206,13 @@ embed_job *embed_make_job(const embed_api *api, const char *field, json_t *in, b
             return NULL;
         }
     }
-    /* Any number of inputs up to max_inputs_per_request: the job runs in
-     * pieces of one batch each (job.h); an input larger than a batch can
-     * never run. */
-    for (int32_t i = 0; i < n; i++)
-        if (job->cu[i + 1] - job->cu[i] > api->max_batch_tokens) {
-            refuse(r, SRV_EINVALID,
-                   "input %d has %d tokens; a batch holds at most %d (max_batch_tokens)", (int)i,
-                   (int)(job->cu[i + 1] - job->cu[i]), (int)api->max_batch_tokens);
-            embed_job_release(job);
-            return NULL;
-        }
-    job->out_dim = api->model->output_dim;
-    job->out = membudget_malloc((size_t)n * (size_t)api->model->output_dim * sizeof *job->out);
-    if (!job->out) {
+    /* Any number of inputs up to max_inputs_per_request. */
+    if (job_tokens_seal(job, api->max_batch_tokens, api->model->output_dim, api->kind, api->group,
+                        SRV_EINTERNAL, r) != SRV_OK) {
         embed_job_release(job);
-        refuse(r, SRV_EINTERNAL, "out of memory");
         return NULL;
     }
     r->param = NULL;
-    job->base.kind = api->kind;
-    job->base.sreq.group = api->group;
-    job->base.n_items = n;
-    job->base.items_cu = job->cu;
     return job;
 }
 

@@ -33,6 +33,11 @@
  * as the model's tokenizer encodes a pair (tok_encode_pair: type ids,
  * longest_first truncation to the model's maximum length).
  *
+ * Each API is a thin dialect file (score_tei.c, score_infinity.c,
+ * score_cohere.c, score_vllm.c: its fields' table and its answer) over one
+ * canonical request (score_request.h), which makes every job and
+ * post-processes every score.
+ *
  * Every pair or text is one input of an embed_job with type ids: the job
  * runs in the scheduler's batches beside embeddings, in pieces when it is
  * larger than a batch (job.h), under max_inputs_per_request and the

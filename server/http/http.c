@@ -535,11 +535,18 @@ void http_set_error_shape(http_request *req, http_error_shape shape) {
 
 int http_reply_static(http_request *req, unsigned status, const char *content_type,
                       const char *text, size_t len) {
+    return http_reply_static_headers(req, status, content_type, text, len, NULL);
+}
+
+int http_reply_static_headers(http_request *req, unsigned status, const char *content_type,
+                              const char *text, size_t len, const char *const *headers) {
     struct MHD_Response *resp =
         MHD_create_response_from_buffer(len, (void *)text, MHD_RESPMEM_PERSISTENT);
     if (!resp)
         return HTTP_FAIL;
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
+    for (const char *const *h = headers; h && h[0] && h[1]; h += 2)
+        MHD_add_response_header(resp, h[0], h[1]);
     return queue(req, status, resp, len);
 }
 

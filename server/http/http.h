@@ -230,6 +230,10 @@ int http_reply_buffer(http_request *req, unsigned status, const char *content_ty
  * never copied, so it costs the request nothing. */
 int http_reply_static(http_request *req, unsigned status, const char *content_type,
                       const char *text, size_t len);
+/* The same with more headers: headers is a NULL-terminated list of name,
+ * value pairs (copied before the call returns); NULL adds none. */
+int http_reply_static_headers(http_request *req, unsigned status, const char *content_type,
+                              const char *text, size_t len, const char *const *headers);
 /* err is an SRV_E* code; fmt NULL means the default message. */
 int http_reply_error(http_request *req, int err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -70,7 +70,7 @@ static void log_blas(const engine_iface *iface, gemm_precision p) {
  * tokens, so short and long sequences and every layer are covered) through
  * both, and the lowest cosine between their pooled vectors
  * must reach the precision's floor. The floors are the accuracy each
- * precision is accepted at (README, Engines): bf16 0.9999, int8 0.99. One
+ * precision is accepted at (docs/engines.md): bf16 0.9999, int8 0.99. One
  * that fails is refused (a named precision stops the start; `auto` moves on
  * to the next faster-to-slower precision, fp32 last, which is the
  * reference and needs no check). */

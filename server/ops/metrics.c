@@ -337,6 +337,34 @@ static void render_requests(FILE *f) {
             codec ? workpool_busy_seconds(codec) : 0.0);
 }
 
+static void label_value(FILE *f, const char *v);
+
+/* vLLM's two load gauges under vLLM's names, so that routers and autoscalers
+ * written for vLLM (the production stack's router scrapes exactly these two
+ * from /metrics) balance over attnserve as over vLLM: running is the batch
+ * on the engine (attnserve_batch_requests_in_flight), waiting the queue
+ * (attnserve_queue_depth), from the same snapshot. vLLM serves one model per
+ * process and labels it model_name; one process here may serve several from
+ * one queue, so the label is set only when there is one model and the value
+ * always counts the whole process, which is the load a router compares. */
+static void render_vllm_load(FILE *f, const sched_stats *st) {
+    static const char *const names[] = {"vllm:num_requests_running", "vllm:num_requests_waiting"};
+    static const char *const helps[] = {
+        "vLLM's name for attnserve_batch_requests_in_flight: requests in the running batch.",
+        "vLLM's name for attnserve_queue_depth: requests accepted and waiting for a batch."};
+    const uint64_t values[] = {st->in_flight, st->queue_depth};
+    for (int k = 0; k < 2; k++) {
+        header(f, names[k], "gauge", helps[k]);
+        fputs(names[k], f);
+        if (M.nmodels == 1) {
+            fputs("{model_name=\"", f);
+            label_value(f, M.model[0].name);
+            fputs("\"}", f);
+        }
+        fprintf(f, " %llu\n", (unsigned long long)values[k]);
+    }
+}
+
 static void render_scheduler(FILE *f) {
     header(f, "attnserve_request_queue_seconds", "histogram",
            "Time a request waited in the queue before its batch started.");
@@ -357,6 +385,7 @@ static void render_scheduler(FILE *f) {
     fprintf(f, "attnserve_queue_depth %llu\n", (unsigned long long)st.queue_depth);
     header(f, "attnserve_batch_requests_in_flight", "gauge", "Requests in the running batch.");
     fprintf(f, "attnserve_batch_requests_in_flight %llu\n", (unsigned long long)st.in_flight);
+    render_vllm_load(f, &st);
     header(f, "attnserve_requests_rejected_total", "counter",
            "Requests refused at admission, by reason.");
     fprintf(f, "attnserve_requests_rejected_total{reason=\"queue_full\"} %llu\n",

@@ -80,7 +80,12 @@ def dockerfile_stage(name):
 
 def test_gpu_patch_asks_for_a_gpu_and_the_cuda_engine(gpu_deployment):
     base, doc = gpu_deployment
-    c, b = container(doc), container(base)
+    check_gpu_container(container(base), container(doc), doc["spec"]["template"]["spec"])
+
+
+def check_gpu_container(b, c, pod):
+    """The GPU variant's container c against the CPU variant's b: one GPU,
+    the cuda engine, and everything else the CPU variant relies on kept."""
     res = c["resources"]
     assert res["limits"]["nvidia.com/gpu"] == "1"
     # Extended resources cannot be overcommitted: requests equal limits.
@@ -94,12 +99,17 @@ def test_gpu_patch_asks_for_a_gpu_and_the_cuda_engine(gpu_deployment):
               "volumeMounts", "args", "ports"):
         assert c[k] == b[k], k
     assert env(b).items() <= e.items()
-    tol = doc["spec"]["template"]["spec"]["tolerations"]
+    tol = pod["tolerations"]
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in tol
 
 
 def test_gpu_patch_matches_the_gpu_image(gpu_deployment):
     _, doc = gpu_deployment
+    check_gpu_image(container(doc))
+
+
+def check_gpu_image(c):
+    """The GPU image (the Dockerfile's runtime-cuda) sets what c relies on."""
     stage = dockerfile_stage("runtime-cuda")
     assert stage[0].startswith("FROM ${CUDA_RUNTIME_IMAGE}")
     text = open(os.path.join(ROOT, "Dockerfile")).read()
@@ -107,14 +117,14 @@ def test_gpu_patch_matches_the_gpu_image(gpu_deployment):
     envs = " ".join(l for l in stage if l.upper().startswith("ENV "))
     m = re.search(r"ATTNSERVE_PLUGIN_DIR=(\S+)", envs)
     assert m, "runtime-cuda sets no ATTNSERVE_PLUGIN_DIR"
-    assert env(container(doc))["ATTNSERVE_PLUGIN_DIR"] == m.group(1)
+    assert env(c)["ATTNSERVE_PLUGIN_DIR"] == m.group(1)
     assert any("engines/cuda.so" in l for l in dockerfile_stage("build-cuda"))
     # The same entrypoint, command, user and health check as the CPU image.
     cpu = dockerfile_stage("runtime")
     for instr in ("ENTRYPOINT", "CMD", "USER", "STOPSIGNAL", "HEALTHCHECK", "EXPOSE"):
         pick = [l for l in stage if l.upper().startswith(instr + " ")]
         assert pick and pick == [l for l in cpu if l.upper().startswith(instr + " ")], instr
-    assert json.loads([l for l in stage if l.startswith("CMD ")][0][4:]) == container(doc)["args"]
+    assert json.loads([l for l in stage if l.startswith("CMD ")][0][4:]) == c["args"]
 
 
 def test_gpu_deployment_schemas_strict(gpu_deployment):

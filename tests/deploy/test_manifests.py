@@ -89,8 +89,14 @@ def runtime_stage(lines):
     return lines[starts[-1]:]
 
 
-def config_map_file(k8s, container, deployment):
-    """(path passed by --config, the ConfigMap key's text)."""
+def pod_spec(deployment):
+    return deployment["spec"]["template"]["spec"]
+
+
+def config_map_file(k8s, container, pod):
+    """(path passed by --config, the ConfigMap key's text) for a container of
+    the pod spec `pod` (a Deployment's template or an InferenceService's
+    predictor), the ConfigMap looked up in deploy/k8s."""
     args = container.get("args", []) + container.get("command", [])
     path = None
     for i, a in enumerate(args):
@@ -100,7 +106,7 @@ def config_map_file(k8s, container, deployment):
             path = a.split("=", 1)[1]
     assert path, "the container passes no --config PATH"
     mounts = container.get("volumeMounts", [])
-    vols = {v["name"]: v for v in deployment["spec"]["template"]["spec"].get("volumes", [])}
+    vols = {v["name"]: v for v in pod.get("volumes", [])}
     for m in mounts:
         mp = m["mountPath"].rstrip("/")
         vol = vols.get(m["name"], {})
@@ -184,6 +190,12 @@ def test_compose_parses():
 # ---- Deployment against the container and the service ---------------------------------
 
 def test_probes_match_container_port(container, dockerfile):
+    check_probes(container, dockerfile)
+
+
+def check_probes(container, dockerfile):
+    """Probe paths and ports against the container's ports, the image's
+    EXPOSE and ATTNSERVE_PORT; readiness faster than liveness."""
     ports = {p.get("name"): p["containerPort"] for p in container["ports"]}
     exposed = {int(p.split("/")[0]) for e in df_instr(dockerfile, "EXPOSE") for p in e.split()}
     assert set(ports.values()) <= exposed, "containerPort %s not EXPOSEd (%s)" % (ports, exposed)
@@ -224,7 +236,7 @@ def test_service_targets_container_port(k8s, deployment, container):
 
 
 def test_config_mount_matches_config_arg(k8s, container, deployment):
-    path, text = config_map_file(k8s, container, deployment)
+    path, text = config_map_file(k8s, container, pod_spec(deployment))
     cfg = json.loads(text)
     assert isinstance(cfg, dict)
     # The image's own default is the same path, so the Dockerfile's CMD and the
@@ -235,7 +247,7 @@ def test_config_mount_matches_config_arg(k8s, container, deployment):
 def test_config_accepted_by_the_binary(k8s, container, deployment):
     if not binary_serves():
         pytest.fail("build/attnserve is missing or its --help fails: make first")
-    _, text = config_map_file(k8s, container, deployment)
+    _, text = config_map_file(k8s, container, pod_spec(deployment))
     with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
         f.write(text)
         f.flush()
@@ -247,11 +259,11 @@ def test_config_accepted_by_the_binary(k8s, container, deployment):
         assert eff[k] == v, "setting %s: file says %r, effective %r" % (k, v, eff[k])
 
 
-def drain_timeout(k8s, container, deployment):
+def drain_timeout(k8s, container, pod):
     env = env_value(container, "ATTNSERVE_DRAIN_TIMEOUT_S")
     if env is not None:
         return int(env)
-    _, text = config_map_file(k8s, container, deployment)
+    _, text = config_map_file(k8s, container, pod)
     return int(json.loads(text).get("drain_timeout_s", DEFAULT_DRAIN_TIMEOUT_S))
 
 
@@ -266,28 +278,35 @@ def test_default_drain_timeout_is_what_this_test_assumes():
 
 
 def test_grace_period_exceeds_drain(k8s, container, deployment):
-    spec = deployment["spec"]["template"]["spec"]
-    grace = spec.get("terminationGracePeriodSeconds", 30)
-    pre = 0
-    cmd = container.get("lifecycle", {}).get("preStop", {}).get("exec", {}).get("command", [])
-    if cmd[:1] == ["sleep"]:
-        pre = float(cmd[1])
-    pre += container.get("lifecycle", {}).get("preStop", {}).get("sleep", {}).get("seconds", 0)
-    drain = drain_timeout(k8s, container, deployment)
-    assert grace > pre + drain, (
-        "terminationGracePeriodSeconds %s must exceed preStop %s s + drain_timeout_s %s s"
-        % (grace, pre, drain))
+    check_grace_period(k8s, pod_spec(deployment), container)
     # The rollout never takes a ready pod away before its replacement is ready.
     ru = deployment["spec"]["strategy"]["rollingUpdate"]
     assert ru["maxUnavailable"] in (0, "0%")
 
 
+def check_grace_period(k8s, pod, container):
+    grace = pod.get("terminationGracePeriodSeconds", 30)
+    pre = 0
+    cmd = container.get("lifecycle", {}).get("preStop", {}).get("exec", {}).get("command", [])
+    if cmd[:1] == ["sleep"]:
+        pre = float(cmd[1])
+    pre += container.get("lifecycle", {}).get("preStop", {}).get("sleep", {}).get("seconds", 0)
+    drain = drain_timeout(k8s, container, pod)
+    assert grace > pre + drain, (
+        "terminationGracePeriodSeconds %s must exceed preStop %s s + drain_timeout_s %s s"
+        % (grace, pre, drain))
+
+
 def test_security_matches_image(deployment, container, dockerfile):
+    check_security(pod_spec(deployment), container, dockerfile)
+
+
+def check_security(pod, container, dockerfile):
     users = df_instr(runtime_stage(dockerfile), "USER")
     assert users, "the runtime stage sets no USER"
     uid = int(users[-1].split(":")[0])
     assert uid != 0
-    psc = deployment["spec"]["template"]["spec"]["securityContext"]
+    psc = pod["securityContext"]
     assert psc["runAsNonRoot"] is True
     assert psc.get("runAsUser", uid) == uid
     csc = container["securityContext"]
@@ -296,6 +315,10 @@ def test_security_matches_image(deployment, container, dockerfile):
 
 
 def test_threads_follow_cpu_limit(container):
+    check_threads_follow_cpu_limit(container)
+
+
+def check_threads_follow_cpu_limit(container):
     v = env_value(container, "ATTNSERVE_THREADS")
     assert isinstance(v, dict) and v["resourceFieldRef"]["resource"] == "limits.cpu", (
         "ATTNSERVE_THREADS should come from limits.cpu so threads match the CPUs the pod has")
@@ -345,12 +368,20 @@ def worst_case_bytes(info):
 @pytest.fixture(scope="module")
 def info_with_configmap(k8s, container, deployment):
     """/info of the real binary started with the ConfigMap's config."""
+    _, text = config_map_file(k8s, container, pod_spec(deployment))
+    return info_of(text, container)
+
+
+def info_of(text, container, paths=None):
+    """(/info, resident bytes) of the real binary started with the config
+    file `text` and the container's environment (its plain values, each
+    path in `paths` mapped to this machine's), with as many threads and
+    codec workers as its CPU limit gives it."""
     if not binary_serves():
         pytest.fail("build/attnserve is not built: make first")
     if not os.path.exists(os.path.join(MODEL, "model.safetensors")):
         pytest.fail("no model: make model")
     import requests
-    _, text = config_map_file(k8s, container, deployment)
     cfg = json.loads(text)
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "attnserve.json")
@@ -361,14 +392,21 @@ def info_with_configmap(k8s, container, deployment):
         threads = max(1, int(float(str(limits["cpu"]).rstrip("m")) / (1000 if str(
             limits["cpu"]).endswith("m") else 1) + 0.999))
         env = {k: v for k, v in os.environ.items() if not k.startswith("ATTNSERVE_")}
+        for e in container.get("env", []):
+            if "value" in e:
+                v = e["value"]
+                for there, here in (paths or {}).items():
+                    v = v.replace(there, here)
+                env[e["name"]] = v
         log = open(os.path.join(d, "log"), "w+")
         # The CPU image installs the binary alone; the build tree keeps the
         # plugins beside it (a refused cuda plugin holds cuBLASLt resident),
         # which the deployed process never loads.
+        # The image's ATTNSERVE_MODEL, here, unless the container sets its own.
+        model = [] if "ATTNSERVE_MODEL" in env else ["--model=%s" % MODEL]
         p = subprocess.Popen([BIN, "--config", path, "--host=127.0.0.1", "--port=%d" % port,
-                              "--model=%s" % MODEL, "--threads=%d" % threads,
-                              "--codec_workers=%d" % threads,
-                              "--plugin_dir=none"],
+                              "--threads=%d" % threads, "--codec_workers=%d" % threads,
+                              "--plugin_dir=none"] + model,
                              stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
         try:
             url = "http://127.0.0.1:%d" % port
@@ -402,7 +440,10 @@ def info_with_configmap(k8s, container, deployment):
 
 
 def test_memory_limit_covers_worst_case(container, info_with_configmap):
-    info, rss = info_with_configmap
+    check_memory_limit(container, *info_with_configmap)
+
+
+def check_memory_limit(container, info, rss):
     key, worst = worst_case_bytes(info)
     res = container["resources"]
     limit = parse_quantity(res["limits"]["memory"])

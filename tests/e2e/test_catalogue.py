@@ -4,7 +4,7 @@ the one JSON error shape, while a background client keeps calling /health and
 a small /v1/embeddings on the same server and every one of its calls must
 succeed: the service keeps serving other clients throughout.
 
-One test per item; the error statuses are those of README.md's API section."""
+One test per item; the error statuses are those of docs/api.md's Limits."""
 import base64
 import json
 import os

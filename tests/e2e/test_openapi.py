@@ -57,6 +57,54 @@ def test_every_reference_resolves(debug_server):
     assert refs and refs <= set(doc["components"]["schemas"])
 
 
+def test_every_request_example_is_accepted(debug_server):
+    """The bodies /docs offers for "Try it out" are answered as they are: 200,
+    or 424 where the route's task is not the served model's (a rerank on this
+    embedding model)."""
+    doc = document(debug_server)
+    sent = {}
+    for path, item in doc["paths"].items():
+        for method, op in item.items():
+            media = op.get("requestBody", {}).get("content", {}).get("application/json", {})
+            if "example" not in media:
+                continue
+            r = requests.request(method, debug_server.url(path), json=media["example"],
+                                 timeout=30)
+            sent[path] = r.status_code
+            assert r.status_code in (200, 424), (path, r.status_code, r.text[:500])
+            assert str(r.status_code) in op["responses"], (path, r.status_code)
+    assert sent.get("/v1/embeddings") == 200 and sent.get("/embed") == 200, sent
+    assert 424 in sent.values(), sent  # the rerank examples, on an embedder
+
+
+def test_security_says_which_routes_need_the_key(start_server):
+    """With a key configured, exactly the operations the document marks open
+    (security: []) answer without it; every other one is 401, so /docs asks
+    for the key (Authorize) where the service will. (/metrics needs it only
+    with metrics_require_key, set here.)"""
+    s = start_server(env={"ATTNSERVE_API_KEY": "docs-key"}, metrics_require_key=True)
+    doc = document(s)
+    assert doc["security"] == [{"bearer": []}, {}]
+    assert doc["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
+    fill = {"{id}": "x", "{file}": "docs.js"}
+    opened = set()
+    for path, item in doc["paths"].items():
+        url = path
+        for k, v in fill.items():
+            url = url.replace(k, v)
+        for method, op in item.items():
+            if method == "parameters":
+                continue
+            r = requests.request(method, s.url(url), json={} if method == "post" else None,
+                                 timeout=30)
+            if op.get("security") == []:
+                opened.add((method, path))
+                assert r.status_code != 401, (method, path)
+            else:
+                assert r.status_code == 401, (method, path, r.status_code, r.text[:300])
+    assert ("get", "/docs") in opened and ("get", "/health") in opened
+
+
 def test_committed_document_is_what_the_generator_writes():
     r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "gen_openapi.py"),
                         "--check"], capture_output=True, text=True)
@@ -65,15 +113,63 @@ def test_committed_document_is_what_the_generator_writes():
 
 def test_docs_page_needs_nothing_from_elsewhere(debug_server):
     r = requests.get(debug_server.url("/docs"), timeout=5)
-    assert r.status_code == 200 and r.headers["Content-Type"].startswith("text/html")
+    assert r.status_code == 200 and r.headers["Content-Type"] == "text/html; charset=utf-8"
     page = r.text
     assert "openapi.json" in page
+    # Only this origin, and no inline script or style for the policy to allow.
+    csp = dict(d.strip().split(" ", 1) for d in r.headers["Content-Security-Policy"].split(";"))
+    assert csp["default-src"] == "'none'" and csp["script-src"] == "'self'"
+    assert csp["style-src"] == "'self'" and csp["connect-src"] == "'self'"
+    assert csp["img-src"] == "'self' data:" and csp["frame-ancestors"] == "'none'"
+    assert r.headers["Cache-Control"] == "no-cache"
+    assert r.headers["X-Content-Type-Options"] == "nosniff"
+    assert "<style" not in page and not re.search(r"<script(?![^>]*\bsrc=)", page)
     # No script, style, font or image from another host: every src/href is
     # relative, and nothing is imported by URL.
-    for url in re.findall(r'(?:src|href)\s*=\s*"([^"]*)"', page):
+    links = re.findall(r'(?:src|href)\s*=\s*"([^"]*)"', page)
+    for url in links:
         assert not re.match(r"^(?:[a-z]+:)?//", url), url
     assert "@import" not in page and "cdn" not in page.lower()
-    assert not re.search(r"fetch\(\s*['\"]https?:", page)
+    # Every file the page links is served, typed and cached as it should be:
+    # Swagger UI's carry its version and are kept for good, the starter script
+    # is asked for again each time.
+    want = {"docs/swagger-ui-bundle.js": ("text/javascript; charset=utf-8", True),
+            "docs/swagger-ui.css": ("text/css; charset=utf-8", True),
+            "docs/favicon-32x32.png": ("image/png", True),
+            "docs/docs.js": ("text/javascript; charset=utf-8", False)}
+    assert {u.split("?")[0] for u in links} == set(want) | {"openapi.json"}, links
+    for url in links:
+        if url == "openapi.json":
+            continue
+        r = requests.get(debug_server.url("/" + url), timeout=5)
+        ctype, versioned = want[url.split("?")[0]]
+        assert r.status_code == 200 and r.headers["Content-Type"] == ctype, url
+        assert r.headers["X-Content-Type-Options"] == "nosniff"
+        if versioned:
+            assert re.fullmatch(r"v=\d+\.\d+\.\d+", url.split("?")[1]), url
+            assert r.headers["Cache-Control"] == "public, max-age=31536000, immutable"
+        else:
+            assert r.headers["Cache-Control"] == "no-cache"
+        assert len(r.content) > 100, url
+    starter = requests.get(debug_server.url("/docs/docs.js"), timeout=5).text
+    assert 'url: "openapi.json"' in starter and "validatorUrl: null" in starter
+    assert not re.search(r"https?://", starter.replace("validator.swagger.io", ""))
+    # Swagger UI's licence is served beside it, and it is Apache-2.0.
+    r = requests.get(debug_server.url("/docs/LICENSE"), timeout=5)
+    assert r.status_code == 200 and "Apache License, Version 2.0" in r.text
+    assert_error(requests.get(debug_server.url("/docs/nothing.js"), timeout=5), 404)
+
+
+def test_docs_page_shows_the_bundled_swagger_ui_version(debug_server):
+    """The version in the page's links is the one the build took in, as
+    scripts/get-swagger-ui.sh pins it."""
+    pinned = re.search(r"^VERSION=(\S+)$", open(os.path.join(ROOT, "scripts",
+                                                             "get-swagger-ui.sh")).read(),
+                       re.M).group(1)
+    page = requests.get(debug_server.url("/docs"), timeout=5).text
+    assert set(re.findall(r"\?v=([^\"]+)", page)) == {pinned}
+    bundle = requests.get(debug_server.url("/docs/swagger-ui-bundle.js"), timeout=5).text
+    assert 'PACKAGE_VERSION:"%s"' % pinned in bundle
 
 
 def test_cors_off_by_default(debug_server):

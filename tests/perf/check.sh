@@ -1,7 +1,7 @@
 #!/bin/sh
 # check.sh BIN MODEL_DIR — kernels are visible to a standard profiler
 # (make perf-check; issue 7 §3). Serves BIN with the fused backend, keeps it
-# busy with /v1/attention requests, runs the README's recipe
+# busy with /v1/attention requests, runs the recipe of docs/safety-net.md
 #
 #     perf record -g -p "$(pidof attnserve)" -- sleep 10 && perf report --no-children
 #

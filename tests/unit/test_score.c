@@ -11,6 +11,8 @@
 #include "model/tokenizer.h"
 #include "server/api/errors.h"
 #include "server/api/score_api.h"
+#include "server/api/score_request.h"
+#include "server/work/membudget.h"
 
 static tok_tokenizer *load(const char *dir) {
     char err[512] = "";
@@ -295,4 +297,117 @@ Test(score, scores_that_are_not_finite_are_found) {
     cr_expect_eq(score_first_not_finite(one, 3, 1, false, false), -1);
     cr_expect_eq(score_first_not_finite(one, 3, 1, true, false), 1);
     cr_expect_eq(score_first_not_finite(one, 4, 1, false, false), 3);
+}
+
+/* ---- the canonical request: every dialect through one decode, one job, one ranking ---- */
+
+/* body decoded by dialect d into a job, the inputs freed as the route does. */
+static score_job *job_of(const fixture *f, const score_dialect *d, json_t *body) {
+    score_request q = {.truncate = true, .dialect = d};
+    embed_refusal r = {0};
+    const int rc = score_request_decode(&f->s, body, &q, &r);
+    score_job *j = rc == SRV_OK ? score_request_job(&f->s, &q, body, &r) : NULL;
+    membudget_free(q.in);
+    cr_assert_not_null(j, "%s", r.msg);
+    return j;
+}
+
+/* results[k] has index want[k] (and with docs, that document's text). */
+static void expect_ranked(json_t *results, const int *want, size_t n, const char *const *docs,
+                          bool doc_object) {
+    cr_assert_eq(json_array_size(results), n);
+    for (size_t k = 0; k < n; k++) {
+        json_t *item = json_array_get(results, k);
+        cr_expect_eq(json_integer_value(json_object_get(item, "index")), want[k], "rank %zu", k);
+        json_t *doc = json_object_get(item, "document");
+        if (!docs) {
+            cr_expect_null(doc);
+            continue;
+        }
+        cr_expect_str_eq(json_string_value(doc_object ? json_object_get(doc, "text") : doc),
+                         docs[want[k]]);
+    }
+}
+
+Test(score, every_rerank_dialect_ranks_in_one_place) {
+    fixture f;
+    setup(&f, "tests/golden/pair-bert", 64);
+    const char *const docs[] = {"alpha", "beta", "gamma"};
+    /* Cohere's documents may be objects; its documents come back unless
+     * return_documents is false; top_n cuts. */
+    json_t *body = json_pack("{s:s, s:[s, {s:s}, s], s:i}", "query", "which?", "documents", docs[0],
+                             "text", docs[1], docs[2], "top_n", 2);
+    score_job *j = job_of(&f, &score_cohere_rerank, body);
+    cr_expect_eq(j->e.n, 3);
+    cr_expect_str_eq(json_string_value(j->e.model), "test");
+    /* Equal best-but-one logits: Cohere, Infinity and vLLM put the lower
+     * index first, TEI the higher. */
+    const float logits[] = {0.5f, 0.5f, 2.0f};
+    memcpy(j->e.out, logits, sizeof logits);
+    json_t *res = score_rerank_results(j, "relevance_score", "document", true);
+    expect_ranked(res, (const int[]){2, 0}, 2, docs, true);
+    cr_expect_float_eq(json_real_value(json_object_get(json_array_get(res, 0), "relevance_score")),
+                       1.0 / (1.0 + exp(-2.0)), 1e-6);
+    json_decref(res);
+    j->dialect = &score_tei_rerank;
+    j->top_n = 0;
+    res = score_rerank_results(j, "relevance_score", "document", true);
+    expect_ranked(res, (const int[]){2, 1, 0}, 3, docs, true);
+    json_decref(res);
+    score_job_release(j);
+    json_decref(body);
+
+    /* Infinity's: no documents unless asked, top_n at least 1, raw scores. */
+    body = json_pack("{s:s, s:[s, s, s], s:b}", "query", "which?", "documents", docs[0], docs[1],
+                     docs[2], "raw_scores", 1);
+    j = job_of(&f, &score_infinity_rerank, body);
+    memcpy(j->e.out, logits, sizeof logits);
+    res = score_rerank_results(j, "relevance_score", "document", false);
+    expect_ranked(res, (const int[]){2, 0, 1}, 3, NULL, false);
+    cr_expect_float_eq(json_real_value(json_object_get(json_array_get(res, 0), "relevance_score")),
+                       2.0, 1e-6);
+    json_decref(res);
+    score_job_release(j);
+    json_decref(body);
+    tok_free(f.tok);
+}
+
+Test(score, every_dialect_reads_its_inputs_into_one_request) {
+    fixture f;
+    setup(&f, "tests/golden/pair-bert", 64);
+    embed_refusal r = {0};
+    /* vLLM's 1:N: text_1 paired with each of text_2, cut to 8 tokens. */
+    json_t *body = json_pack("{s:s, s:[s, s], s:i}", "text_1", "the query", "text_2", "one", "two",
+                             "truncate_prompt_tokens", 8);
+    score_request q = {.dialect = &score_vllm_score};
+    cr_assert_eq(score_request_decode(&f.s, body, &q, &r), SRV_OK, "%s", r.msg);
+    cr_expect_eq(q.n, 2);
+    cr_expect(q.truncate);
+    cr_expect_eq(q.limit, 8);
+    cr_expect_eq(q.in[0].a, q.in[1].a);
+    cr_expect_str_eq(q.in[1].b, "two");
+    membudget_free(q.in);
+    json_decref(body);
+    /* TEI's /predict: one pair is not a batch; a list of them is. */
+    body = json_pack("{s:[s, s]}", "inputs", "a", "b");
+    q = (score_request){.dialect = &score_tei_predict};
+    cr_assert_eq(score_request_decode(&f.s, body, &q, &r), SRV_OK, "%s", r.msg);
+    cr_expect(q.n == 1 && !q.batch && q.in[0].b);
+    membudget_free(q.in);
+    json_decref(body);
+    body = json_pack("{s:[[s, s], [s]], s:s}", "inputs", "a", "b", "c", "truncation_direction",
+                     "Left");
+    q = (score_request){.dialect = &score_tei_predict};
+    cr_assert_eq(score_request_decode(&f.s, body, &q, &r), SRV_OK, "%s", r.msg);
+    cr_expect(q.n == 2 && q.batch && !q.in[1].b);
+    cr_expect_eq(q.direction, EMBED_TRUNCATE_LEFT);
+    membudget_free(q.in);
+    json_decref(body);
+    /* A field the dialect's table does not name is refused by the one decoder. */
+    body = json_pack("{s:[s], s:i}", "input", "a", "top_n", 1);
+    q = (score_request){.dialect = &score_infinity_classify};
+    cr_expect_eq(score_request_decode(&f.s, body, &q, &r), SRV_EBADREQUEST);
+    cr_expect_null(q.in);
+    json_decref(body);
+    tok_free(f.tok);
 }
