@@ -28,7 +28,8 @@ FUZZ_BUILD   := build-fuzz
 FUZZ_CC      ?= clang
 FUZZ_CFLAGS  ?= -O1 -g -fsanitize=fuzzer-no-link
 FUZZ_TARGETS := attention embeddings embed tokenize tokenizer tokenizer_unigram tokenizer_bpe \
-                tokenizer_normalizers tokenizer_split tokenizer_pair safetensors config
+                tokenizer_normalizers tokenizer_split tokenizer_families tokenizer_pair \
+                safetensors config
 # A total bound, not a per-target one, so that adding a target costs CI no
 # time: each target's share shrinks instead (libFuzzer runs one thread, so
 # the cores each take a target).

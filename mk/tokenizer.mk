@@ -6,7 +6,8 @@
 #                            (unigram_cases.json.gz, unigram-*/,
 #                            roberta-tiny/, wordpiece_decode.json.gz, the
 #                            Unicode normalizer variants unigram-nf*/, the
-#                            Split layouts split-*/, pair_cases.json.gz with
+#                            Split layouts split-*/, the families' layouts
+#                            fam-*/, pair_cases.json.gz with
 #                            pair-*/; tests/golden/golden_io.py writes them);
 #                            then regenerate model/tok_tables.c and
 #                            model/unicode_norm.c
@@ -24,6 +25,7 @@ tokenizer-goldens: model
 	$(TOK_VENV)/bin/python tests/golden/make_unigram_cases.py
 	$(TOK_VENV)/bin/python tests/golden/make_normalizer_cases.py
 	$(TOK_VENV)/bin/python tests/golden/make_split_cases.py
+	$(TOK_VENV)/bin/python tests/golden/make_family_tokenizers.py
 	$(TOK_VENV)/bin/python tests/golden/make_wordpiece_decode.py $(MODEL_DIR)
 	$(TOK_VENV)/bin/python tests/golden/make_pair_cases.py $(MODEL_DIR)
 	$(TOK_VENV)/bin/python scripts/gen_tok_tables.py > model/tok_tables.c

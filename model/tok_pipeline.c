@@ -20,14 +20,15 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include "model/tok_added.h"
 #include "model/tok_impl.h"
 #include "model/tok_tables.h"
 #include "model/unicode_norm.h"
 #include "model/unicode_tables.h"
 
-#define UG_MAX_STAGES  8 /* normalizers, pre-tokenizers or decoders in one Sequence */
-#define UG_MAX_SPECIAL 8 /* post-processor tokens before or after the text */
-#define UG_MAX_ADDED   256
+#define UG_MAX_STAGES  8     /* normalizers, pre-tokenizers or decoders in one Sequence */
+#define UG_MAX_SPECIAL 8     /* post-processor tokens before or after the text */
+#define UG_MAX_ADDED   65536 /* added tokens' ids run at most this far past the pieces */
 #define UG_UNK_PENALTY 10.0
 #define METASPACE      0x2581 /* ▁ */
 
@@ -914,13 +915,6 @@ static int pre_split(const pretok *p, const words *in, words *out) {
 
 /* ---- the model ---------------------------------------------------------- */
 
-typedef struct added_token {
-    char *content;
-    size_t len;
-    int32_t id;
-    bool lstrip, rstrip, special;
-} added_token;
-
 typedef struct ug_model {
     /* Pieces packed in one blob, addressed by id, with their scores. */
     char *blob;
@@ -936,7 +930,7 @@ typedef struct ug_model {
     double min_score;
 
     /* BPE: the merges as an open-addressing hash of (left id, right id). */
-    bool bpe;
+    bool bpe, fuse_unk, ignore_merges;
     uint64_t *merge_keys; /* (left << 32 | right) + 1, 0 empty */
     int32_t *merge_rank, *merge_new;
     uint32_t merge_mask;
@@ -953,8 +947,7 @@ typedef struct ug_model {
     int32_t n_head, n_tail;
     bool trim_offsets, trim_prefix_space; /* RobertaProcessing */
 
-    added_token added[UG_MAX_ADDED];
-    int n_added;
+    tok_added_set added;
 } ug_model;
 
 static uint32_t fnv(const void *p, size_t n) {
@@ -1407,10 +1400,17 @@ static int load_decoder(ug_model *m, json_t *d, const char *file, char *err, siz
     return TOK_OK;
 }
 
+/* A post-processor's token is a piece of the model or an added token past
+ * them (Qwen's <|endoftext|>, ModernBERT's [CLS]). */
+static bool known_id(const ug_model *m, json_int_t id) {
+    if (id >= 0 && id < m->n)
+        return true;
+    return id >= 0 && id <= INT32_MAX && tok_added_by_id(&m->added, (int32_t)id);
+}
+
 static int special_id(ug_model *m, json_t *pair, int32_t *dst, int32_t *n) {
     json_t *id = json_array_get(pair, 1);
-    if (!json_is_integer(id) || json_integer_value(id) < 0 || json_integer_value(id) >= m->n ||
-        *n == UG_MAX_SPECIAL)
+    if (!json_is_integer(id) || !known_id(m, json_integer_value(id)) || *n == UG_MAX_SPECIAL)
         return -1;
     dst[(*n)++] = (int32_t)json_integer_value(id);
     return 0;
@@ -1423,8 +1423,7 @@ static int template_ids(ug_model *m, json_t *specials, const char *name, int32_t
     if (!json_is_array(ids))
         return -1;
     json_array_foreach(ids, i, v) {
-        if (!json_is_integer(v) || *n == UG_MAX_SPECIAL || json_integer_value(v) < 0 ||
-            json_integer_value(v) >= m->n)
+        if (!json_is_integer(v) || *n == UG_MAX_SPECIAL || !known_id(m, json_integer_value(v)))
             return -1;
         dst[(*n)++] = (int32_t)json_integer_value(v);
     }
@@ -1433,10 +1432,63 @@ static int template_ids(ug_model *m, json_t *specials, const char *name, int32_t
 
 /* Post-processors of a single sequence: the ids around it, and for
  * RobertaProcessing whether offsets are trimmed (trim_offsets). */
+static int load_post(ug_model *m, json_t *pp, const char *file, char *err, size_t err_len);
+
+/* ByteLevel as a post-processor adds no token; with trim_offsets it trims
+ * the pieces' offsets as RobertaProcessing does (the library's
+ * process_offsets, shared by both). */
+static void load_post_byte_level(ug_model *m, json_t *pp) {
+    json_t *trim = json_object_get(pp, "trim_offsets");
+    json_t *aps = json_object_get(pp, "add_prefix_space");
+    m->trim_offsets = trim ? json_is_true(trim) : true;
+    m->trim_prefix_space = aps ? json_is_true(aps) : true;
+}
+
+/* Sequence (Llama-3's ByteLevel then TemplateProcessing): ByteLevel and one
+ * post-processor that adds tokens. A trimming ByteLevel after the tokens
+ * are added would trim theirs too, which is not done here: refused. */
+static int load_post_sequence(ug_model *m, json_t *pp, const char *file, char *err,
+                              size_t err_len) {
+    size_t i;
+    json_t *p;
+    bool adds = false;
+    json_array_foreach(json_object_get(pp, "processors"), i, p) {
+        const char *type = json_string_value(json_object_get(p, "type"));
+        if (type && strcmp(type, "ByteLevel") == 0) {
+            json_t *trim = json_object_get(p, "trim_offsets");
+            if (adds && (!trim || json_is_true(trim))) {
+                set_err(err, err_len,
+                        "%s: post_processor Sequence with a trimming ByteLevel after the "
+                        "special tokens is not supported",
+                        file);
+                return TOK_ELOAD;
+            }
+            load_post_byte_level(m, p);
+            continue;
+        }
+        if (adds || (type && strcmp(type, "Sequence") == 0)) {
+            set_err(err, err_len, "%s: post_processor Sequence with %s is not supported", file,
+                    type ? type : "?");
+            return TOK_ELOAD;
+        }
+        int rc = load_post(m, p, file, err, err_len);
+        if (rc)
+            return rc;
+        adds = true;
+    }
+    return TOK_OK;
+}
+
 static int load_post(ug_model *m, json_t *pp, const char *file, char *err, size_t err_len) {
     if (!pp || json_is_null(pp))
         return TOK_OK;
     const char *type = json_string_value(json_object_get(pp, "type"));
+    if (type && strcmp(type, "ByteLevel") == 0) {
+        load_post_byte_level(m, pp);
+        return TOK_OK;
+    }
+    if (type && strcmp(type, "Sequence") == 0)
+        return load_post_sequence(m, pp, file, err, err_len);
     if (type && (strcmp(type, "BertProcessing") == 0 || strcmp(type, "RobertaProcessing") == 0)) {
         if (special_id(m, json_object_get(pp, "cls"), m->head, &m->n_head) ||
             special_id(m, json_object_get(pp, "sep"), m->tail, &m->n_tail)) {
@@ -1484,42 +1536,7 @@ static int load_post(ug_model *m, json_t *pp, const char *file, char *err, size_
 }
 
 static int load_added(ug_model *m, json_t *arr, const char *file, char *err, size_t err_len) {
-    size_t i;
-    json_t *a;
-    json_array_foreach(arr, i, a) {
-        const char *content = json_string_value(json_object_get(a, "content"));
-        json_t *id = json_object_get(a, "id");
-        if (!content || !*content || !json_is_integer(id) || json_integer_value(id) < 0 ||
-            json_integer_value(id) >= (json_int_t)m->n + UG_MAX_ADDED) {
-            set_err(err, err_len, "%s: added_tokens[%zu] without content or id", file, i);
-            return TOK_ELOAD;
-        }
-        if (json_is_true(json_object_get(a, "single_word")) ||
-            json_is_true(json_object_get(a, "normalized"))) {
-            set_err(err, err_len,
-                    "%s: added token %s uses single_word or normalized, which this tokenizer "
-                    "does not implement",
-                    file, content);
-            return TOK_ELOAD;
-        }
-        if (m->n_added == UG_MAX_ADDED) {
-            set_err(err, err_len, "%s: more than %d added tokens", file, UG_MAX_ADDED);
-            return TOK_ELOAD;
-        }
-        added_token *t = &m->added[m->n_added];
-        t->content = strdup(content);
-        if (!t->content) {
-            set_err(err, err_len, "%s: out of memory", file);
-            return TOK_ENOMEM;
-        }
-        m->n_added++;
-        t->len = strlen(content);
-        t->id = (int32_t)json_integer_value(id);
-        t->lstrip = json_is_true(json_object_get(a, "lstrip"));
-        t->rstrip = json_is_true(json_object_get(a, "rstrip"));
-        t->special = json_is_true(json_object_get(a, "special"));
-    }
-    return TOK_OK;
+    return tok_added_load(&m->added, arr, (int64_t)m->n + UG_MAX_ADDED, file, err, err_len);
 }
 
 static void ug_free(void *p) {
@@ -1546,8 +1563,7 @@ static void ug_free(void *p) {
         free(m->decs[i].pat);
         free(m->decs[i].with);
     }
-    for (int i = 0; i < m->n_added; i++)
-        free(m->added[i].content);
+    tok_added_free(&m->added);
     free(m);
 }
 
@@ -1606,10 +1622,6 @@ static int load_bpe(ug_model *m, json_t *model, const char *file, char *err, siz
         bad = "dropout";
     else if ((pre && *pre) || (suf && *suf))
         bad = "continuing_subword_prefix or end_of_word_suffix";
-    else if (json_is_true(json_object_get(model, "byte_fallback")))
-        bad = "byte_fallback";
-    else if (json_is_true(json_object_get(model, "ignore_merges")))
-        bad = "ignore_merges";
     if (bad) {
         set_err(err, err_len, "%s: BPE with %s is not supported", file, bad);
         return TOK_ELOAD;
@@ -1699,24 +1711,20 @@ static int load_bpe(ug_model *m, json_t *model, const char *file, char *err, siz
     json_t *unk = json_object_get(model, "unk_token");
     m->unk_id =
         json_is_string(unk) ? ug_find(m, json_string_value(unk), json_string_length(unk)) : -1;
+    if (json_is_string(unk) && m->unk_id < 0) {
+        /* The library fails every text with a character it needs unk for. */
+        set_err(err, err_len, "%s: BPE unk_token %s is not in the vocabulary", file,
+                json_string_value(unk));
+        return TOK_ELOAD;
+    }
+    m->byte_fallback = json_is_true(json_object_get(model, "byte_fallback"));
+    m->fuse_unk = json_is_true(json_object_get(model, "fuse_unk"));
+    m->ignore_merges = json_is_true(json_object_get(model, "ignore_merges"));
     m->bpe = true;
     return TOK_OK;
 }
 
-/* Every character BPE sees is one of the 256 byte-level characters, so
- * each has a piece and no unknown token is needed. */
-static bool bpe_covers_bytes(const ug_model *m) {
-    bool byte_level = false;
-    for (int i = 0; i < m->n_pres; i++)
-        byte_level |= m->pres[i].kind == P_BYTE_LEVEL;
-    for (int b = 0; b < 256 && byte_level; b++) {
-        char s[4];
-        size_t k = tok_utf8_put(s, byte_char((uint8_t)b));
-        if (ug_find(m, s, k) < 0)
-            return false;
-    }
-    return byte_level;
-}
+static int normalize_added(ug_model *m, const char *file, char *err, size_t err_len);
 
 int tok_pipeline_load(void **impl, const char *file, char *err, size_t err_len) {
     *impl = NULL;
@@ -1752,18 +1760,11 @@ int tok_pipeline_load(void **impl, const char *file, char *err, size_t err_len) 
     }
     if ((rc = load_normalizer(m, json_object_get(root, "normalizer"), file, err, err_len)) ||
         (rc = load_pretok(m, json_object_get(root, "pre_tokenizer"), file, err, err_len)) ||
+        (rc = load_added(m, json_object_get(root, "added_tokens"), file, err, err_len)) ||
         (rc = load_post(m, json_object_get(root, "post_processor"), file, err, err_len)) ||
         (rc = load_decoder(m, json_object_get(root, "decoder"), file, err, err_len)) ||
-        (rc = load_added(m, json_object_get(root, "added_tokens"), file, err, err_len)))
+        (rc = normalize_added(m, file, err, err_len)))
         goto out;
-    rc = TOK_ELOAD;
-    if (m->bpe && !bpe_covers_bytes(m)) {
-        set_err(err, err_len,
-                "%s: BPE is supported only with the ByteLevel pre-tokenizer and a vocabulary "
-                "holding every byte",
-                file);
-        goto out;
-    }
     rc = TOK_OK;
 out:
     json_decref(root);
@@ -1977,8 +1978,8 @@ static int encode_word(enc *e, const nchar *chars, size_t n) {
 
 typedef struct bpe_sym {
     int32_t id;
-    int32_t prev, next;   /* neighbours, -1 none */
-    uint32_t first, last; /* the word's characters it covers */
+    int32_t prev, next; /* neighbours, -1 none */
+    uint32_t len;       /* bytes of the word it stands for */
     bool gone;
 } bpe_sym;
 
@@ -2033,23 +2034,105 @@ static void push_pair(const ug_model *m, const bpe_sym *sy, int32_t pos, bpe_mer
  * merged, then the pairs it makes with its neighbours join the queue; an
  * entry whose pair has changed since is skipped. Each merge removes a
  * symbol and adds at most two entries, so the queue holds under 3n. */
-static int encode_word_bpe(enc *e, const nchar *chars, size_t n) {
-    const ug_model *m = e->m;
-    bpe_sym *sy = tok_scratch_realloc(NULL, n * sizeof *sy);
-    bpe_merge *h = tok_scratch_realloc(NULL, (3 * n + 1) * sizeof *h);
-    if (!sy || !h) {
-        tok_scratch_free(sy);
-        tok_scratch_free(h);
-        return TOK_ENOMEM;
+/* The byte pieces <0xNN> of the character cp into ids, when the
+ * vocabulary has every one of them; else 0. */
+static size_t byte_pieces(const ug_model *m, uint32_t cp, int32_t ids[4]) {
+    char b[4], name[8];
+    size_t k = tok_utf8_put(b, cp);
+    for (size_t j = 0; j < k; j++) {
+        snprintf(name, sizeof name, "<0x%02X>", (unsigned char)b[j]);
+        if ((ids[j] = ug_find(m, name, 6)) < 0)
+            return 0;
     }
+    return k;
+}
+
+/* The word's first symbols, as the library's merge_word makes them: a
+ * character's piece; else with byte_fallback its bytes' pieces (one byte
+ * each); else unk, consecutive ones fused into one with fuse_unk (a pending
+ * unk is added when the next character with a piece comes, so it follows
+ * byte pieces met in between, as in the library); else nothing. Each
+ * symbol has a length in bytes; returns the count. */
+static size_t bpe_symbols(const ug_model *m, const nchar *chars, size_t n, bpe_sym *sy) {
+    size_t ns = 0;
+    uint32_t unk = 0; /* bytes of the pending unk, 0 none */
     for (size_t i = 0; i < n; i++) {
         char b[4];
-        size_t k = tok_utf8_put(b, chars[i].cp);
-        sy[i] = (bpe_sym){ug_find(m, b, k), (int32_t)i - 1, i + 1 < n ? (int32_t)i + 1 : -1,
-                          (uint32_t)i,      (uint32_t)i,    false};
+        int32_t bytes[4];
+        uint32_t k = (uint32_t)tok_utf8_put(b, chars[i].cp);
+        int32_t id = ug_find(m, b, k);
+        if (id >= 0) {
+            if (unk)
+                sy[ns++] = (bpe_sym){m->unk_id, 0, 0, unk, false};
+            unk = 0;
+            sy[ns++] = (bpe_sym){id, 0, 0, k, false};
+            continue;
+        }
+        if (m->byte_fallback && byte_pieces(m, chars[i].cp, bytes)) {
+            for (uint32_t j = 0; j < k; j++)
+                sy[ns++] = (bpe_sym){bytes[j], 0, 0, 1, false};
+            continue;
+        }
+        if (m->unk_id < 0)
+            continue;
+        if (unk && m->fuse_unk) {
+            unk += k;
+            continue;
+        }
+        if (unk)
+            sy[ns++] = (bpe_sym){m->unk_id, 0, 0, unk, false};
+        unk = k;
+    }
+    if (unk)
+        sy[ns++] = (bpe_sym){m->unk_id, 0, 0, unk, false};
+    for (size_t i = 0; i < ns; i++) {
+        sy[i].prev = (int32_t)i - 1;
+        sy[i].next = i + 1 < ns ? (int32_t)i + 1 : -1;
+    }
+    return ns;
+}
+
+/* The character of the word holding its byte want, searching on from
+ * character *c, which starts at byte *cb (both advanced). */
+static size_t char_holding(const nchar *chars, size_t *c, uint32_t *cb, uint32_t want) {
+    char b[4];
+    uint32_t cl;
+    while ((cl = (uint32_t)tok_utf8_put(b, chars[*c].cp)) <= want - *cb) {
+        *cb += cl;
+        (*c)++;
+    }
+    return *c;
+}
+
+static int encode_word_bpe(enc *e, const nchar *chars, size_t n) {
+    const ug_model *m = e->m;
+    if (m->ignore_merges) {
+        /* A word that is a piece whole is that piece, merges unread. */
+        char *u = tok_scratch_realloc(NULL, 4 * n + 1);
+        if (!u)
+            return TOK_ENOMEM;
+        size_t o = 0;
+        for (size_t i = 0; i < n; i++)
+            o += tok_utf8_put(u + o, chars[i].cp);
+        int32_t id = ug_find(m, u, o);
+        tok_scratch_free(u);
+        if (id >= 0) {
+            emit(e, id, m->blob + m->at[id], m->len[id], chars[0].start, chars[n - 1].end);
+            return TOK_OK;
+        }
+    }
+    /* With byte fallback a character can be four symbols. */
+    bpe_sym *sy = tok_scratch_realloc(NULL, (m->byte_fallback ? 4 : 1) * n * sizeof *sy);
+    if (!sy)
+        return TOK_ENOMEM;
+    size_t ns = bpe_symbols(m, chars, n, sy);
+    bpe_merge *h = tok_scratch_realloc(NULL, (3 * ns + 1) * sizeof *h);
+    if (!h) {
+        tok_scratch_free(sy);
+        return TOK_ENOMEM;
     }
     size_t hn = 0;
-    for (size_t i = 0; i + 1 < n; i++)
+    for (size_t i = 0; i + 1 < ns; i++)
         push_pair(m, sy, (int32_t)i, h, &hn);
     while (hn > 0) {
         bpe_merge top = heap_pop(h, &hn);
@@ -2061,7 +2144,7 @@ static int encode_word_bpe(enc *e, const nchar *chars, size_t n) {
         if (merge_find(m, a->id, b->id, &now) < 0 || now != top.new_id)
             continue;
         a->id = top.new_id;
-        a->last = b->last;
+        a->len += b->len;
         a->next = b->next;
         b->gone = true;
         if (a->next >= 0)
@@ -2070,20 +2153,27 @@ static int encode_word_bpe(enc *e, const nchar *chars, size_t n) {
             push_pair(m, sy, a->prev, h, &hn);
         push_pair(m, sy, top.pos, h, &hn);
     }
-    for (int32_t i = 0; i >= 0 && (size_t)i < n; i = sy[i].next) {
+    /* The library places the symbols one after another by their lengths,
+     * whatever was dropped or reordered before them, and maps those bytes
+     * of the word back to the input: c is the character holding byte at,
+     * which starts at byte cb of the word. */
+    size_t c = 0;
+    uint32_t at = 0, cb = 0;
+    for (int32_t i = 0; i >= 0 && (size_t)i < ns; i = sy[i].next) {
         const char *tok = m->blob + m->at[sy[i].id];
-        emit(e, sy[i].id, tok, m->len[sy[i].id], chars[sy[i].first].start, chars[sy[i].last].end);
+        size_t first = char_holding(chars, &c, &cb, at);
+        size_t last = char_holding(chars, &c, &cb, at + sy[i].len - 1);
+        emit(e, sy[i].id, tok, m->len[sy[i].id], chars[first].start, chars[last].end);
+        at += sy[i].len;
     }
     tok_scratch_free(sy);
     tok_scratch_free(h);
     return TOK_OK;
 }
 
-/* One piece of text between added tokens: normalize, pre-tokenize, model. */
-static int encode_segment(enc *e, const char *text, uint32_t from, uint32_t to) {
+/* text[from, to) through the normalizers into e->a. */
+static int normalize_segment(enc *e, const char *text, uint32_t from, uint32_t to) {
     const ug_model *m = e->m;
-    if (from >= to)
-        return TOK_OK;
     e->a.n = 0;
     for (uint32_t i = from; i < to;) {
         uint32_t cp = 0;
@@ -2121,11 +2211,12 @@ static int encode_segment(enc *e, const char *text, uint32_t from, uint32_t to) 
             e->b = t;
         }
     }
-    /* The whole normalized segment is the first word. */
-    words *in = &e->w1, *out = &e->w2;
-    nstr t = in->s;
-    in->s = e->a;
-    e->a = t;
+    return TOK_OK;
+}
+
+/* Pre-tokenizes and models in->s (one normalized piece) as its first word. */
+static int model_piece(enc *e, words *in, words *out) {
+    const ug_model *m = e->m;
     in->n = 0;
     if (words_add(in, 0, in->s.n))
         return TOK_ENOMEM;
@@ -2151,48 +2242,122 @@ static int encode_segment(enc *e, const char *text, uint32_t from, uint32_t to) 
     return TOK_OK;
 }
 
-/* The leftmost-longest added token at or after i: its start and end with
- * lstrip/rstrip whitespace taken in; NULL when none is left. */
-static const added_token *next_added(const ug_model *m, const char *text, size_t len, size_t i,
-                                     size_t floor, size_t *s, size_t *e) {
-    for (size_t p = i; p < len; p++) {
-        const added_token *best = NULL;
-        for (int k = 0; k < m->n_added; k++) {
-            const added_token *a = &m->added[k];
-            if (a->len <= len - p && (!best || a->len > best->len) &&
-                memcmp(text + p, a->content, a->len) == 0)
-                best = a;
-        }
-        if (!best)
-            continue;
-        size_t start = p, end = p + best->len;
-        if (best->lstrip) {
-            /* Back over whitespace, not into the previous match. */
-            while (start > floor) {
-                size_t q = start - 1;
-                while (q > floor && ((uint8_t)text[q] & 0xC0) == 0x80)
-                    q--;
-                uint32_t cp = 0;
-                if (tok_utf8_get((const uint8_t *)text + q, start - q, &cp) != start - q ||
-                    !is_ws(cp))
-                    break;
-                start = q;
-            }
-        }
-        if (best->rstrip) {
-            while (end < len) {
-                uint32_t cp = 0;
-                size_t k = tok_utf8_get((const uint8_t *)text + end, len - end, &cp);
-                if (!k || !is_ws(cp))
-                    break;
-                end += k;
-            }
-        }
-        *s = start;
-        *e = end;
-        return best;
+/* The normalized characters c[from, to) as a piece of their own. */
+static int model_chars(enc *e, const nchar *c, size_t from, size_t to) {
+    if (from >= to)
+        return TOK_OK;
+    e->w1.s.n = 0;
+    for (size_t i = from; i < to; i++)
+        if (nstr_push(&e->w1.s, c[i].cp, c[i].start, c[i].end))
+            return TOK_ENOMEM;
+    return model_piece(e, &e->w1, &e->w2);
+}
+
+/* The added tokens with normalized true, found in the normalized text e->a
+ * (as UTF-8, each byte knowing its character) as the library finds them in
+ * each normalized piece; the pieces between them are modelled on their own.
+ * A token's offsets are those of the normalized characters it covers. With
+ * none found, *none is set and nothing is modelled. */
+static int split_normalized_added(enc *e, bool *none) {
+    const nstr *a = &e->a;
+    size_t bytes = 0;
+    for (size_t i = 0; i < a->n; i++) {
+        char tmp[4];
+        bytes += tok_utf8_put(tmp, a->c[i].cp);
     }
-    return NULL;
+    char *u = tok_scratch_realloc(NULL, bytes + 1);
+    uint32_t *char_of = tok_scratch_realloc(NULL, (bytes + 1) * sizeof *char_of);
+    int rc = u && char_of ? TOK_OK : TOK_ENOMEM;
+    size_t o = 0;
+    for (size_t i = 0; i < a->n && !rc; i++) {
+        size_t k = tok_utf8_put(u + o, a->c[i].cp);
+        for (size_t j = 0; j < k; j++)
+            char_of[o + j] = (uint32_t)i;
+        o += k;
+    }
+    if (!rc)
+        char_of[bytes] = (uint32_t)a->n;
+    tok_added_iter it = {0, 0};
+    size_t at = 0;
+    *none = true;
+    while (!rc) {
+        size_t s, en;
+        const tok_added_token *t = tok_added_next(&e->m->added, true, u, bytes, &it, &s, &en);
+        if (!t && *none) /* the caller models the piece whole, uncopied */
+            break;
+        *none = false;
+        if (!t) {
+            rc = model_chars(e, a->c, char_of[at], a->n);
+            break;
+        }
+        rc = model_chars(e, a->c, char_of[at], char_of[s]);
+        if (!rc && en > s)
+            emit(e, t->id, u + s, en - s, a->c[char_of[s]].start, a->c[char_of[en - 1]].end);
+        at = en;
+    }
+    tok_scratch_free(u);
+    tok_scratch_free(char_of);
+    return rc;
+}
+
+static void enc_free(enc *e) {
+    tok_scratch_free(e->a.c);
+    tok_scratch_free(e->b.c);
+    tok_scratch_free(e->w1.s.c);
+    tok_scratch_free(e->w1.from);
+    tok_scratch_free(e->w1.to);
+    tok_scratch_free(e->w2.s.c);
+    tok_scratch_free(e->w2.from);
+    tok_scratch_free(e->w2.to);
+    tok_scratch_free(e->tr.v);
+    tok_scratch_free(e->td.v);
+    tok_scratch_free(e->th.v);
+    tok_scratch_free(e->bytes);
+    tok_scratch_free(e->char_of);
+    tok_scratch_free(e->lat);
+}
+
+/* A token with normalized true is searched for as the normalizers write its
+ * content, as the library builds its second automaton. */
+static int normalize_added(ug_model *m, const char *file, char *err, size_t err_len) {
+    int rc = TOK_OK;
+    for (int i = 0; i < m->added.n && !rc; i++) {
+        const tok_added_token *t = &m->added.v[i];
+        if (!t->normalized)
+            continue;
+        enc e = {.m = m};
+        rc = normalize_segment(&e, t->content, 0, (uint32_t)t->len);
+        char *u = rc ? NULL : malloc(4 * e.a.n + 1);
+        size_t o = 0;
+        if (!rc && !u)
+            rc = TOK_ENOMEM;
+        for (size_t k = 0; u && k < e.a.n; k++)
+            o += tok_utf8_put(u + o, e.a.c[k].cp);
+        if (!rc)
+            rc = tok_added_set_match(&m->added, i, u, o);
+        free(u);
+        enc_free(&e);
+    }
+    if (rc == TOK_ENOMEM)
+        set_err(err, err_len, "%s: out of memory normalizing the added tokens", file);
+    return rc;
+}
+
+/* One piece of text between added tokens: normalize, pre-tokenize, model. */
+static int encode_segment(enc *e, const char *text, uint32_t from, uint32_t to) {
+    if (from >= to)
+        return TOK_OK;
+    int rc = normalize_segment(e, text, from, to);
+    if (rc)
+        return rc;
+    bool none = true;
+    if (e->m->added.any_normalized && ((rc = split_normalized_added(e, &none)) || !none))
+        return rc;
+    /* The whole normalized segment is the first word. */
+    nstr t = e->w1.s;
+    e->w1.s = e->a;
+    e->a = t;
+    return model_piece(e, &e->w1, &e->w2);
 }
 
 static int ug_encode(const void *mp, const char *text, size_t len, int truncate, tok_output *out) {
@@ -2214,10 +2379,11 @@ static int ug_encode(const void *mp, const char *text, size_t len, int truncate,
     }
     enc e = {.m = m, .out = out, .body_cap = out->capacity - nspecial};
     int rc = TOK_OK;
-    size_t at = 0, floor = 0;
+    size_t at = 0;
+    tok_added_iter it = {0, 0};
     while (!rc && at < len) {
         size_t s, en;
-        const added_token *a = next_added(m, text, len, at, floor, &s, &en);
+        const tok_added_token *a = tok_added_next(&m->added, false, text, len, &it, &s, &en);
         if (!a) {
             rc = encode_segment(&e, text, (uint32_t)at, (uint32_t)len);
             break;
@@ -2226,22 +2392,9 @@ static int ug_encode(const void *mp, const char *text, size_t len, int truncate,
         if (!rc)
             /* Its string is the text matched, stripped spaces included. */
             emit(&e, a->id, text + s, en - s, (uint32_t)s, (uint32_t)en);
-        at = floor = en;
+        at = en;
     }
-    tok_scratch_free(e.a.c);
-    tok_scratch_free(e.b.c);
-    tok_scratch_free(e.w1.s.c);
-    tok_scratch_free(e.w1.from);
-    tok_scratch_free(e.w1.to);
-    tok_scratch_free(e.w2.s.c);
-    tok_scratch_free(e.w2.from);
-    tok_scratch_free(e.w2.to);
-    tok_scratch_free(e.tr.v);
-    tok_scratch_free(e.td.v);
-    tok_scratch_free(e.th.v);
-    tok_scratch_free(e.bytes);
-    tok_scratch_free(e.char_of);
-    tok_scratch_free(e.lat);
+    enc_free(&e);
     if (rc)
         return rc;
     int32_t kept = e.pieces < e.body_cap ? e.pieces : e.body_cap;
@@ -2528,11 +2681,8 @@ static int dec_byte_level(strs *v) {
     return TOK_OK;
 }
 
-static const added_token *added_of(const ug_model *m, int32_t id) {
-    for (int i = 0; i < m->n_added; i++)
-        if (m->added[i].id == id)
-            return &m->added[i];
-    return NULL;
+static const tok_added_token *added_of(const ug_model *m, int32_t id) {
+    return tok_added_by_id(&m->added, id);
 }
 
 static int ug_decode(const void *mp, const int32_t *ids, size_t n, int skip_special, char **text,
@@ -2541,15 +2691,18 @@ static int ug_decode(const void *mp, const int32_t *ids, size_t n, int skip_spec
     strs v = {calloc(n + 1, sizeof(char *)), calloc(n + 1, sizeof(size_t)), 0};
     int rc = v.s && v.len ? TOK_OK : TOK_ENOMEM;
     for (size_t i = 0; i < n && !rc; i++) {
-        const added_token *a = added_of(m, ids[i]);
+        const tok_added_token *a = added_of(m, ids[i]);
         if (!a && (ids[i] < 0 || ids[i] >= m->n)) {
             rc = TOK_EINVAL;
             break;
         }
-        if (a && a->special && skip_special)
+        /* An added token decodes as it is searched for (a normalized one
+         * as the normalizer wrote it); the library skips a token whose
+         * string is a special token's content, whatever its id. */
+        const char *s = a ? a->match : m->blob + m->at[ids[i]];
+        size_t l = a ? a->match_len : m->len[ids[i]];
+        if (skip_special && tok_added_is_special(&m->added, s, l))
             continue;
-        const char *s = a ? a->content : m->blob + m->at[ids[i]];
-        size_t l = a ? a->len : m->len[ids[i]];
         if (!(v.s[v.n] = malloc(l + 1))) {
             rc = TOK_ENOMEM;
             break;
@@ -2614,24 +2767,24 @@ static int32_t ug_num_special(const void *mp) {
 static int32_t ug_vocab_size(const void *mp) {
     const ug_model *m = mp;
     int32_t n = m->n;
-    for (int i = 0; i < m->n_added; i++)
-        if (m->added[i].id >= n)
-            n = m->added[i].id + 1;
+    for (int i = 0; i < m->added.n; i++)
+        if (m->added.v[i].id >= n)
+            n = m->added.v[i].id + 1;
     return n;
 }
 static const char *ug_id_to_token(const void *mp, int32_t id) {
     const ug_model *m = mp;
     if (id >= 0 && id < m->n)
         return m->blob + m->at[id];
-    const added_token *a = added_of(m, id);
-    return a ? a->content : NULL;
+    const tok_added_token *a = added_of(m, id);
+    return a ? a->match : NULL;
 }
 static int32_t ug_token_to_id(const void *mp, const char *s, size_t len) {
     const ug_model *m = mp;
     int32_t id = ug_find(m, s, len);
-    for (int i = 0; i < m->n_added && id < 0; i++)
-        if (m->added[i].len == len && memcmp(m->added[i].content, s, len) == 0)
-            id = m->added[i].id;
+    for (int i = 0; i < m->added.n && id < 0; i++)
+        if (m->added.v[i].len == len && memcmp(m->added.v[i].content, s, len) == 0)
+            id = m->added.v[i].id;
     return id;
 }
 static int32_t ug_unk_id(const void *mp) {

@@ -18,19 +18,13 @@
 
 #include <jansson.h>
 
+#include "model/tok_added.h"
 #include "model/unicode_tables.h"
 
 /* ---- the loaded tokenizer ------------------------------------------------- */
 
-#define TOK_MAX_SPECIAL    8  /* post-processor tokens before or after the text */
-#define TOK_MAX_ADDED      64 /* added tokens matched in the raw text */
+#define TOK_MAX_SPECIAL    8 /* post-processor tokens before or after the text */
 #define TOK_MAX_WORD_CHARS 4096
-
-typedef struct added_token {
-    const char *content; /* owned copy */
-    size_t len;
-    int32_t id;
-} added_token;
 
 typedef struct wp_model wp_model;
 struct wp_model {
@@ -55,9 +49,7 @@ struct wp_model {
     int32_t head[TOK_MAX_SPECIAL], tail[TOK_MAX_SPECIAL]; /* post-processor ids */
     int32_t n_head, n_tail;
 
-    added_token added[TOK_MAX_ADDED];
-    int n_added;
-    uint8_t added_first[256]; /* 1 where some added token starts with this byte */
+    tok_added_set added; /* matched in the raw text, all with normalized false */
 };
 
 static void set_err(char *err, size_t err_len, const char *fmt, ...) {
@@ -104,8 +96,16 @@ static int32_t wp_token_to_id(const wp_model *t, const char *token, size_t len) 
     return vocab_find(t, fnv_add(FNV_BASIS, (const uint8_t *)token, len), "", 0, token, len);
 }
 
+/* Added tokens may have ids past the vocabulary (a <mask> added after
+ * training): the vocabulary then runs to the largest of them. */
 static int32_t wp_vocab_size(const wp_model *t) {
-    return t ? t->vocab_size : 0;
+    if (!t)
+        return 0;
+    int32_t n = t->vocab_size;
+    for (int i = 0; i < t->added.n; i++)
+        if (t->added.v[i].id >= n)
+            n = t->added.v[i].id + 1;
+    return n;
 }
 static int32_t wp_num_special(const wp_model *t) {
     return t ? t->n_head + t->n_tail : 0;
@@ -115,7 +115,12 @@ static int32_t wp_unk_id(const wp_model *t) {
 }
 
 static const char *wp_id_to_token(const wp_model *t, int32_t id) {
-    if (!t || id < 0 || id >= t->vocab_size || t->tok_at[id] == UINT32_MAX)
+    if (!t || id < 0)
+        return NULL;
+    const tok_added_token *a = tok_added_by_id(&t->added, id);
+    if (a)
+        return a->content;
+    if (id >= t->vocab_size || t->tok_at[id] == UINT32_MAX)
         return NULL;
     return t->blob + t->tok_at[id];
 }
@@ -123,8 +128,7 @@ static const char *wp_id_to_token(const wp_model *t, int32_t id) {
 static void wp_free(wp_model *t) {
     if (!t)
         return;
-    for (int i = 0; i < t->n_added; i++)
-        free((void *)t->added[i].content);
+    tok_added_free(&t->added);
     free(t->blob);
     free(t->tok_at);
     free(t->tok_len);
@@ -205,27 +209,6 @@ static int build_vocab(wp_model *t, const vocab_entry *e, size_t n, const char *
     return TOK_OK;
 }
 
-static int add_added_token(wp_model *t, const char *content, int32_t id, const char *file,
-                           char *err, size_t err_len) {
-    size_t len = strlen(content);
-    if (len == 0 || id < 0) {
-        set_err(err, err_len, "%s: bad added token", file);
-        return TOK_ELOAD;
-    }
-    if (t->n_added == TOK_MAX_ADDED) {
-        set_err(err, err_len, "%s: more than %d added tokens", file, TOK_MAX_ADDED);
-        return TOK_ELOAD;
-    }
-    char *copy = strdup(content);
-    if (!copy) {
-        set_err(err, err_len, "%s: out of memory", file);
-        return TOK_ENOMEM;
-    }
-    t->added[t->n_added++] = (added_token){copy, len, id};
-    t->added_first[(uint8_t)content[0]] = 1;
-    return TOK_OK;
-}
-
 static int set_prefix(wp_model *t, const char *p, const char *file, char *err, size_t err_len) {
     size_t n = strlen(p);
     if (n >= sizeof t->prefix) {
@@ -255,7 +238,8 @@ static int template_ids(wp_model *t, json_t *specials, const char *name, int32_t
     json_t *v;
     json_array_foreach(ids, i, v) {
         if (!json_is_integer(v) || *n == TOK_MAX_SPECIAL || json_integer_value(v) < 0 ||
-            json_integer_value(v) >= t->vocab_size) {
+            json_integer_value(v) > INT32_MAX ||
+            !wp_id_to_token(t, (int32_t)json_integer_value(v))) {
             set_err(err, err_len, "%s: post_processor: bad ids for %s", file, name);
             return TOK_ELOAD;
         }
@@ -333,30 +317,22 @@ static int load_normalizer(wp_model *t, json_t *norm, const char *file, char *er
     return TOK_OK;
 }
 
+/* Added tokens with lstrip, rstrip and single_word are found as the
+ * library finds them (model/tok_added.c); normalized true would need the
+ * added tokens searched again in the normalized text, which this streaming
+ * tokenizer does not hold, so it is refused. */
 static int load_added_tokens(wp_model *t, json_t *arr, const char *file, char *err,
                              size_t err_len) {
-    size_t i;
-    json_t *a;
-    json_array_foreach(arr, i, a) {
-        const char *content = json_string_value(json_object_get(a, "content"));
-        json_t *id = json_object_get(a, "id");
-        if (!content || !json_is_integer(id)) {
-            set_err(err, err_len, "%s: added_tokens[%zu] without content or id", file, i);
-            return TOK_ELOAD;
-        }
-        if (json_bool(a, "lstrip", 0) || json_bool(a, "rstrip", 0) ||
-            json_bool(a, "single_word", 0) || json_bool(a, "normalized", 0)) {
+    int rc = tok_added_load(&t->added, arr, INT32_MAX, file, err, err_len);
+    for (int i = 0; i < t->added.n && !rc; i++)
+        if (t->added.v[i].normalized) {
             set_err(err, err_len,
-                    "%s: added token %s uses lstrip/rstrip/single_word/normalized, "
-                    "which this tokenizer does not implement",
-                    file, content);
-            return TOK_ELOAD;
+                    "%s: added token %s has normalized true, which the WordPiece tokenizer "
+                    "does not support",
+                    file, t->added.v[i].content);
+            rc = TOK_ELOAD;
         }
-        int rc = add_added_token(t, content, (int32_t)json_integer_value(id), file, err, err_len);
-        if (rc)
-            return rc;
-    }
-    return TOK_OK;
+    return rc;
 }
 
 static int load_tokenizer_json(wp_model *t, const char *file, char *err, size_t err_len) {
@@ -510,10 +486,22 @@ static int load_vocab_txt(wp_model *t, const char *dir, char *err, size_t err_le
         config_token(cfg, "cls_token", "[CLS]"), config_token(cfg, "sep_token", "[SEP]"),
         config_token(cfg, "mask_token", "[MASK]")};
     int32_t ids[5];
-    for (int i = 0; i < 5; i++) {
+    json_t *added = json_array();
+    rc = added ? TOK_OK : TOK_ENOMEM;
+    for (int i = 0; i < 5 && !rc; i++) {
         ids[i] = wp_token_to_id(t, names[i], strlen(names[i]));
-        if (ids[i] >= 0 && (rc = add_added_token(t, names[i], ids[i], file, err, err_len)))
-            goto out;
+        if (ids[i] >= 0 &&
+            json_array_append_new(
+                added, json_pack("{s:s,s:i,s:b}", "content", names[i], "id", ids[i], "special", 1)))
+            rc = TOK_ENOMEM;
+    }
+    if (!rc)
+        rc = tok_added_load(&t->added, added, INT32_MAX, file, err, err_len);
+    json_decref(added);
+    if (rc) {
+        if (rc == TOK_ENOMEM)
+            set_err(err, err_len, "%s: out of memory", file);
+        goto out;
     }
     rc = TOK_ELOAD;
     t->unk_id = ids[1];
@@ -827,20 +815,6 @@ static void normalize_char(enc_state *s, norm_cp c) {
 
 /* ---- encoding: input ----------------------------------------------------- */
 
-/* The longest added token (e.g. "[SEP]" typed in the text) starting at p,
- * or NULL; leftmost-longest, as the library matches them. */
-static const added_token *match_added(const wp_model *t, const char *p, size_t n) {
-    if (!t->added_first[(uint8_t)p[0]])
-        return NULL;
-    const added_token *best = NULL;
-    for (int i = 0; i < t->n_added; i++) {
-        const added_token *a = &t->added[i];
-        if (a->len <= n && (!best || a->len > best->len) && memcmp(p, a->content, a->len) == 0)
-            best = a;
-    }
-    return best;
-}
-
 /* Ends the current piece of text: as the library normalizes each piece
  * between added tokens on its own, a pending run of marks ends here too. */
 static void end_piece(enc_state *s) {
@@ -848,24 +822,38 @@ static void end_piece(enc_state *s) {
     end_word(s);
 }
 
+/* The text between added tokens, through the normalizer. */
+static void normalize_text(enc_state *s, const char *text, size_t from, size_t to) {
+    for (size_t i = from; i < to && !s->err;) {
+        uint32_t cp = 0;
+        size_t n = tok_utf8_get((const uint8_t *)text + i, to - i, &cp);
+        normalize_char(s, (norm_cp){cp, (uint32_t)i, (uint32_t)(i + n)});
+        i += n;
+    }
+}
+
 static int encode_text(enc_state *s, const char *text, size_t len) {
     const wp_model *t = s->t;
-    for (size_t i = 0; i < len && !s->err;) {
-        const added_token *a = match_added(t, text + i, len - i);
-        if (a) {
-            end_piece(s);
-            emit_piece(s, a->id, (uint32_t)i, (uint32_t)(i + a->len));
-            i += a->len;
-            continue;
-        }
+    for (size_t i = 0; i < len;) {
         uint32_t cp;
         size_t n = tok_utf8_get((const uint8_t *)text + i, len - i, &cp);
         if (n == 0) {
             s->out->error_at = i;
             return TOK_EUTF8;
         }
-        normalize_char(s, (norm_cp){cp, (uint32_t)i, (uint32_t)(i + n)});
         i += n;
+    }
+    tok_added_iter it = {0, 0};
+    size_t at = 0;
+    while (!s->err) {
+        size_t from, to;
+        const tok_added_token *a = tok_added_next(&t->added, false, text, len, &it, &from, &to);
+        normalize_text(s, text, at, a ? from : len);
+        if (!a || s->err)
+            break;
+        end_piece(s);
+        emit_piece(s, a->id, (uint32_t)from, (uint32_t)to);
+        at = to;
     }
     if (!s->err)
         end_piece(s);
@@ -933,13 +921,6 @@ static int wp_encode(const wp_model *t, const char *text, size_t len, int trunca
 
 /* ---- decoding ------------------------------------------------------------ */
 
-static bool wp_is_added(const wp_model *t, int32_t id) {
-    for (int i = 0; i < t->n_added; i++)
-        if (t->added[i].id == id)
-            return true;
-    return false;
-}
-
 /* The WordPiece decoder: pieces joined by spaces, a continuing piece glued to
  * the one before without its prefix, then the library's cleanup of spaces
  * before punctuation and English contractions, applied to each piece with its
@@ -970,9 +951,10 @@ static int wp_decode(const void *m, const int32_t *ids, size_t n, int skip_speci
     const wp_model *t = m;
     size_t cap = 1;
     for (size_t i = 0; i < n; i++) {
-        if (ids[i] < 0 || ids[i] >= t->vocab_size || t->tok_at[ids[i]] == UINT32_MAX)
+        const char *s = wp_id_to_token(t, ids[i]);
+        if (!s)
             return TOK_EINVAL;
-        cap += (size_t)t->tok_len[ids[i]] + 1;
+        cap += strlen(s) + 1;
     }
     char *out = malloc(cap), *piece = malloc(cap);
     if (!out || !piece) {
@@ -983,10 +965,12 @@ static int wp_decode(const void *m, const int32_t *ids, size_t n, int skip_speci
     size_t o = 0;
     bool first = true;
     for (size_t i = 0; i < n; i++) {
-        if (skip_special && wp_is_added(t, ids[i]))
+        /* As the library: a token whose string is a special token's
+         * content is skipped, whatever its id. */
+        const char *s = wp_id_to_token(t, ids[i]);
+        size_t sl = strlen(s), pl = 0;
+        if (skip_special && tok_added_is_special(&t->added, s, sl))
             continue;
-        const char *s = t->blob + t->tok_at[ids[i]];
-        size_t sl = t->tok_len[ids[i]], pl = 0;
         if (!first && t->prefix_len && sl >= t->prefix_len &&
             memcmp(s, t->prefix, t->prefix_len) == 0) {
             s += t->prefix_len;

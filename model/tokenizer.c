@@ -103,6 +103,20 @@ static int32_t processor_id(json_t *pair) {
 static int parse_pair(json_t *pp, pair_template *pt) {
     const char *type = json_string_value(json_object_get(pp, "type"));
     *pt = (pair_template){.ok = true};
+    /* ByteLevel adds no token: the texts back to back, as without a
+     * post-processor; in a Sequence the one that adds tokens decides. */
+    if (type && strcmp(type, "ByteLevel") == 0)
+        return 0;
+    if (type && strcmp(type, "Sequence") == 0) {
+        size_t i;
+        json_t *p;
+        json_array_foreach(json_object_get(pp, "processors"), i, p) {
+            const char *pt_type = json_string_value(json_object_get(p, "type"));
+            if (!pt_type || strcmp(pt_type, "ByteLevel") != 0)
+                return parse_pair(p, pt);
+        }
+        return 0;
+    }
     if (type && (strcmp(type, "BertProcessing") == 0 || strcmp(type, "RobertaProcessing") == 0)) {
         const int32_t cls = processor_id(json_object_get(pp, "cls"));
         const int32_t sep = processor_id(json_object_get(pp, "sep"));

@@ -2,8 +2,8 @@
  * offset for offset equal to Hugging Face `tokenizers`.
  *
  * tok_load picks the model from tokenizer.json's model.type:
- *   WordPiece  BERT family (BertNormalizer + BertPreTokenizer + WordPiece), or
- *              vocab.txt when there is no tokenizer.json;
+ *   WordPiece  BERT family and MPNet (BertNormalizer + BertPreTokenizer +
+ *              WordPiece), or vocab.txt when there is no tokenizer.json;
  *   Unigram    SentencePiece models (XLM-RoBERTa, multilingual-e5, bge-m3):
  *              normalizers Precompiled, NFC, NFD, NFKC, NFKD, Replace, Strip,
  *              Lowercase, Sequence;
@@ -11,7 +11,13 @@
  *              Regex, PCRE2 for Oniguruma), ByteLevel, Sequence;
  *              post-processors TemplateProcessing, RobertaProcessing,
  *              BertProcessing; decoders Metaspace, ByteFallback, Fuse, Strip,
- *              Replace, Sequence.
+ *              Replace, Sequence;
+ *   BPE        byte-level (RoBERTa, ModernBERT, Qwen3) or with byte fallback
+ *              (Gemma), through the same pieces plus the ByteLevel
+ *              pre-tokenizer, decoder and post-processor, and a Sequence of
+ *              ByteLevel and one post-processor that adds tokens.
+ * Added tokens with lstrip, rstrip, single_word and normalized (not on
+ * WordPiece) are found as the library finds them (model/tok_added.h).
  * Any other model type, normalizer, pre-tokenizer, post-processor or decoder
  * is refused at load, by name, rather than approximated.
  *
@@ -50,7 +56,7 @@ typedef struct tok_tokenizer tok_tokenizer;
  * tokenizer_config.json (WordPiece: do_lower_case, strip_accents,
  * tokenize_chinese_chars, the special token names). Anything this tokenizer
  * cannot reproduce exactly (another model type, normalizer, pre-tokenizer or
- * decoder, added tokens with single_word or normalized) is refused, by name,
+ * decoder, WordPiece added tokens with normalized) is refused, by name,
  * rather than approximated. Returns TOK_OK and *out, or TOK_ELOAD /
  * TOK_ENOMEM with a message naming the file and the problem in err. */
 int tok_load(tok_tokenizer **out, const char *model_dir, char *err, size_t err_len);
@@ -106,9 +112,12 @@ typedef struct tok_output {
  * normalize the text between two added tokens whole, as the library does (tok_pipeline.c): with N
  * the normalized characters of that text and W those of its longest word, at most 208 N + 200 W
  * bytes (four arrays of 12-byte characters, the word bounds and three of 8-byte changes, each grown
- * by doubling; the word's bytes, lattice or merge queue). N is at most len times the normalizers'
- * growth (a charsmap rule's longest right side, 3 for Lowercase, a Replace's
- * content, 6 characters per input byte for NFKC/NFKD (U+FDFA, 3 bytes, is 18
+ * by doubling; the word's bytes, lattice or merge queue; BPE with byte fallback, up to four
+ * symbols of 20 bytes a character and their merge queue, 224 W in place of 200 W). Added tokens
+ * with normalized true add
+ * 8 bytes per normalized byte of that text (its UTF-8 and where each byte's character is). N is at
+ * most len times the normalizers' growth (a charsmap rule's longest right side, 3 for Lowercase, a
+ * Replace's content, 6 characters per input byte for NFKC/NFKD (U+FDFA, 3 bytes, is 18
  * characters), 1.5 for NFC/NFD) times 2 for Metaspace or 8 for ByteLevel; for
  * ordinary text N is about len and W is small. A Split pre-tokenizer adds
  * 52 bytes per character of the longest word it cuts (at most N: its UTF-8

@@ -20,7 +20,7 @@ OUT = sys.argv[1]
 MODEL = sys.argv[2] if len(sys.argv) > 2 else "models/all-MiniLM-L6-v2"
 seeds = {t: [] for t in ("attention", "embeddings", "embed", "tokenize", "tokenizer",
                          "tokenizer_unigram", "tokenizer_bpe",
-                         "tokenizer_normalizers", "tokenizer_split",
+                         "tokenizer_normalizers", "tokenizer_split", "tokenizer_families",
                          "safetensors", "config")}
 
 
@@ -153,6 +153,19 @@ for target, names in (("tokenizer_normalizers", ["nfkc", "nfc", "nfd", "nfkd"]),
         for raw in (b"caf\xe9", "\u0301" * 40 + "e", "\ufdfa" * 20, "\u1100\u1161\u11a8" * 9,
                     "\r\n" * 20 + "x", "x" * 400):
             add(target, bytes([pick, 0x05]) + (raw if isinstance(raw, bytes) else raw.encode()))
+
+# The families target: its first byte picks the tokenizer (tests/golden/fam-*),
+# then the flags byte and the text, from each layout's cases (the added-token
+# texts among them) and texts for byte fallback and runs of added tokens.
+for pick, name in enumerate(["mpnet", "modernbert", "qwen3", "gemma3", "flags", "bytelevel"]):
+    cases = golden_io.load("tests/golden/fam-" + name + "/cases.json.gz")["cases"]
+    for c in cases[:160]:
+        add("tokenizer_families", bytes([pick, 0x0F]) + c["text"].encode("utf-8", "surrogatepass"))
+    for raw in (b"caf\xe9", "\U00013000\ua66e\u4e0c" * 8, "  " * 30 + "[MASK]",
+                "[R]" + " " * 20 + "[L]", "word" * 50, "e\u0301" * 30, "<mask>" * 20,
+                "x" * 400):
+        add("tokenizer_families", bytes([pick, 0x05]) + (raw if isinstance(raw, bytes)
+                                                          else raw.encode()))
 
 
 # ---- safetensors: the real header with every dimension cut to <= 2 ----

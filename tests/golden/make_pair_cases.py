@@ -18,6 +18,13 @@ tok_encode_pair with it, for each post-processor layout:
                 ($A $B:1) has fewer special tokens than its single (<s> $A)
   bert          pair-bert/: BertProcessing on the Unigram model
   none          pair-none/: no post-processor (the texts back to back)
+  mpnet, modernbert, qwen3, gemma3
+                fam-*/ (make_family_tokenizers.py): MPNet's <s> $A </s> </s>
+                $B:1 </s>:1 on WordPiece, [CLS] $A [SEP] $B:1 [SEP]:1 and
+                $A <|endoftext|> $B:1 <|endoftext|>:1 on byte-level BPE,
+                <bos> $A <eos> $B:1 <eos>:1 on the byte-fallback BPE
+  bytelevel     fam-bytelevel/: Sequence of ByteLevel (trim_offsets) and
+                $A <|endoftext|> $B:1 <|endoftext|>:1
 
 Usage: build/venv-tok/bin/python tests/golden/make_pair_cases.py [MODEL_DIR]
 (scripts/tok-venv.sh makes that environment; MODEL_DIR defaults to
@@ -112,6 +119,9 @@ def layouts(model_dir):
         with open(path, "w", encoding="utf-8") as f:
             json.dump(tj, f, ensure_ascii=False)
         yield name, path, multibyte_space
+    for name in ("mpnet", "modernbert", "qwen3", "gemma3"):
+        yield name, os.path.join(HERE, "fam-" + name, "tokenizer.json"), None
+    yield "bytelevel", os.path.join(HERE, "fam-bytelevel", "tokenizer.json"), multibyte_space
 
 
 def make_cases(tok, pairs):

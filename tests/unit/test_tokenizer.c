@@ -416,11 +416,11 @@ Test(tokenizer, load_errors) {
     cr_assert_not_null(f);
     fputs("{\"model\": {\"type\": \"WordPiece\", \"unk_token\": \"[UNK]\", \"vocab\": "
           "{\"[UNK]\": 0, \"a\": 1}}, \"pre_tokenizer\": {\"type\": \"BertPreTokenizer\"},"
-          "\"added_tokens\": [{\"id\": 0, \"content\": \"[UNK]\", \"lstrip\": true}]}",
+          "\"added_tokens\": [{\"id\": 0, \"content\": \"[UNK]\", \"normalized\": true}]}",
           f);
     fclose(f);
     cr_expect_eq(tok_load(&t, dir, err, sizeof err), TOK_ELOAD);
-    cr_expect(strstr(err, "lstrip"), "%s", err);
+    cr_expect(strstr(err, "added token [UNK] has normalized true"), "%s", err);
     unlink(path);
     rmdir(dir);
 }

@@ -4,7 +4,9 @@
  * case, untruncated and truncated longest_first on either side, for each
  * post-processor layout (BERT's template, XLM-R's, RobertaProcessing,
  * BertProcessing, none, a template whose pair has fewer specials than its
- * single) and for BERT's vocab.txt alone. Then the pieces on their own:
+ * single, the MPNet, ModernBERT, Qwen3 and Gemma templates of tests/golden/fam-*
+ * and Llama-3's ByteLevel-then-template Sequence)
+ * and for BERT's vocab.txt alone. Then the pieces on their own:
  * longest_first's arithmetic, refusals, errors. */
 #include <criterion/criterion.h>
 #include <jansson.h>
@@ -150,6 +152,14 @@ Test(tokenizer_pair, golden_bert_processing) {
 }
 Test(tokenizer_pair, golden_no_post_processor) {
     golden("none", "tests/golden/pair-none");
+}
+Test(tokenizer_pair, golden_families) {
+    static const char *const names[] = {"mpnet", "modernbert", "qwen3", "gemma3", "bytelevel"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char dir[128];
+        snprintf(dir, sizeof dir, "tests/golden/fam-%s", names[i]);
+        golden(names[i], dir);
+    }
 }
 
 static void copy_file(const char *from, const char *to) {

@@ -249,6 +249,33 @@ Test(tokenizer_unigram, golden_bpe_roberta) {
     tok_free(t);
 }
 
+/* The layouts of the newer embedding families (make_family_tokenizers.py):
+ * MPNet's WordPiece with its template and <mask> lstrip, ModernBERT's
+ * byte-level BPE with a [CLS]/[SEP] template and normalized added tokens,
+ * Qwen3-Embedding's NFC + Split + ByteLevel with <|endoftext|> appended,
+ * EmbeddingGemma's BPE with byte fallback, added tokens using lstrip,
+ * rstrip, single_word and normalized in combination, and Llama-3's
+ * post-processor Sequence (ByteLevel trimming offsets, then a template). */
+static const char *const families[] = {"mpnet",  "modernbert", "qwen3",
+                                       "gemma3", "flags",      "bytelevel"};
+
+Test(tokenizer_unigram, golden_families) {
+    for (size_t v = 0; v < sizeof families / sizeof families[0]; v++) {
+        char dir[256], file[300], err[512] = "";
+        snprintf(dir, sizeof dir, "tests/golden/fam-%s", families[v]);
+        snprintf(file, sizeof file, "%s/cases.json.gz", dir);
+        tok_tokenizer *t = NULL;
+        cr_assert_eq(tok_load(&t, dir, err, sizeof err), TOK_OK, "%s: %s", dir, err);
+        json_t *cases = load_cases_from(file, 700);
+        size_t ok = check_cases(t, cases, CHECK_IDS | CHECK_OFFSETS | CHECK_DECODE, dir);
+        printf("tokenizer_unigram: fam-%s: ids, offsets and decode of %zu cases equal to HF "
+               "tokenizers\n",
+               families[v], ok);
+        json_decref(cases);
+        tok_free(t);
+    }
+}
+
 static void *worker(void *arg) {
     const tok_tokenizer *t = arg;
     json_t *cases = load_cases();
@@ -324,13 +351,17 @@ static void limited_free(void *p) {
  * from the allocator set, within the bound model/tokenizer.h states, and a
  * refusal fails the encode cleanly with everything given back. */
 Test(tokenizer_unigram, scratch_from_the_allocator_set) {
+    /* fam-gemma3 has no pre-tokenizer (the text is one word) and falls back
+     * to byte pieces for U+A66E; fam-modernbert searches its normalized
+     * added tokens (runs of spaces) in the normalized text. */
     const char *dirs[] = {"tests/golden/xlmr-tiny", "tests/golden/unigram-nfkc",
-                          "tests/golden/split-o200k"};
+                          "tests/golden/split-o200k", "tests/golden/fam-gemma3",
+                          "tests/golden/fam-modernbert"};
     size_t len = 60000;
     char *text = malloc(len);
     cr_assert_not_null(text);
     for (size_t i = 0; i < len; i++)
-        text[i] = "word, a\n"[i % 8];
+        text[i] = "w  \xea\x99\xae, \n"[i % 8];
     int32_t ids[128];
     for (size_t d = 0; d < sizeof dirs / sizeof dirs[0]; d++) {
         char err[512] = "";
@@ -343,8 +374,9 @@ Test(tokenizer_unigram, scratch_from_the_allocator_set) {
         cr_expect_eq(tok_encode(t, text, len, 1, &o), TOK_OK, "%s", dirs[d]);
         cr_expect_eq(scratch_live, 0, "%s: %zu bytes left", dirs[d], scratch_live);
         cr_expect_eq(scratch_blocks, 0);
-        /* No ByteLevel, growth 2 (Metaspace): N <= 2 len; plus Split's 52 N
-         * and PCRE2's frames (1 MiB) where there is one. */
+        /* N <= 2 len (Metaspace's growth; ByteLevel's bytes of this text);
+         * 208 N + 224 W + 8 N with W <= N, plus Split's 52 N and PCRE2's
+         * frames (1 MiB) where there is one. */
         cr_expect(scratch_peak > len && scratch_peak <= 260 * 2 * len + (1u << 20),
                   "%s: peak %zu for %zu bytes", dirs[d], scratch_peak, len);
         size_t peak = scratch_peak;
@@ -470,8 +502,9 @@ Test(tokenizer_unigram, refused_by_name) {
     expect_refused("{\"model\": {\"type\": \"BPE\", \"dropout\": 0.1, \"vocab\": {\"a\": 0}, "
                    "\"merges\": []}}",
                    "BPE with dropout is not supported");
-    expect_refused("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}",
-                   "only with the ByteLevel pre-tokenizer");
+    expect_refused("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": [], "
+                   "\"unk_token\": \"<unk>\"}}",
+                   "unk_token <unk> is not in the vocabulary");
     expect_refused("{\"model\": {\"type\": \"WordLevel\"}}", "model type WordLevel");
     expect_refused("{" UG_MODEL ", \"normalizer\": {\"type\": \"Nmt\"}}", "normalizer Nmt");
     expect_refused("{" UG_MODEL ", \"normalizer\": {\"type\": \"Replace\", \"pattern\": "
@@ -488,12 +521,13 @@ Test(tokenizer_unigram, refused_by_name) {
     expect_refused("{" UG_MODEL ", \"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": "
                    "{\"Regex\": \"(x\"}, \"behavior\": \"Isolated\"}}",
                    "missing closing parenthesis");
-    expect_refused("{" UG_MODEL ", \"post_processor\": {\"type\": \"ByteLevel\"}}",
-                   "post_processor ByteLevel");
+    expect_refused("{" UG_MODEL ", \"post_processor\": {\"type\": \"Bogus\"}}",
+                   "post_processor Bogus");
+    expect_refused("{" UG_MODEL ", \"post_processor\": {\"type\": \"Sequence\", \"processors\": "
+                   "[{\"type\": \"BertProcessing\", \"sep\": [\"a\", 1], \"cls\": [\"a\", 1]}, "
+                   "{\"type\": \"ByteLevel\"}]}}",
+                   "trimming ByteLevel after the special tokens");
     expect_refused("{" UG_MODEL ", \"decoder\": {\"type\": \"CTC\"}}", "decoder CTC");
-    expect_refused("{" UG_MODEL ", \"added_tokens\": [{\"id\": 0, \"content\": \"<unk>\", "
-                   "\"normalized\": true}]}",
-                   "normalized");
     expect_refused("{\"model\": {\"type\": \"Unigram\", \"vocab\": [[\"a\", -1]]}}", "unk_id");
     expect_refused("{" UG_MODEL ", \"normalizer\": {\"type\": \"Precompiled\", "
                    "\"precompiled_charsmap\": \"AAAA\"}}",
@@ -507,6 +541,70 @@ static tok_tokenizer *load_json(const char *json) {
     int rc = load_json_rc(json, &t, err, sizeof err);
     cr_assert_eq(rc, TOK_OK, "%s", err);
     return t;
+}
+
+/* Encodes text with t and compares ids and byte offsets with want
+ * ({id, start, end} each). */
+static void expect_tokens(const tok_tokenizer *t, const char *text, const uint32_t (*want)[3],
+                          int32_t n) {
+    int32_t ids[16];
+    tok_span offs[16];
+    tok_output out = {.ids = ids, .offsets = offs, .capacity = 16};
+    cr_assert_eq(tok_encode(t, text, strlen(text), 0, &out), TOK_OK);
+    cr_assert_eq(out.n, n, "\"%s\": %d tokens, expected %d", text, out.n, n);
+    for (int32_t i = 0; i < n; i++)
+        cr_expect(ids[i] == (int32_t)want[i][0] && offs[i].start == want[i][1] &&
+                      offs[i].end == want[i][2],
+                  "\"%s\": token %d is %d [%u, %u), expected %u [%u, %u)", text, i, ids[i],
+                  offs[i].start, offs[i].end, want[i][0], want[i][1], want[i][2]);
+}
+
+/* BPE's first symbols as the library's merge_word makes them, values from
+ * tokenizers 0.23.3: without unk a character with no piece is dropped; the
+ * symbols' offsets are their lengths laid end to end (so what follows a
+ * drop moves left); with fuse_unk a pending unk absorbs later unknown
+ * characters and is written only at the next known one, after the byte
+ * pieces met in between; ignore_merges takes a whole word that is a piece. */
+Test(tokenizer_unigram, bpe_merge_word_as_the_library) {
+    tok_tokenizer *t = load_json("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, "
+                                 "\"<unk>\": 1, \"<0x62>\": 2}, \"merges\": []}}");
+    static const uint32_t dropped[][3] = {{0, 0, 1}, {0, 1, 2}};
+    expect_tokens(t, "abca", dropped, 2);
+    tok_free(t);
+    t = load_json("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"<unk>\": 1, "
+                  "\"<0x62>\": 2}, \"merges\": [], \"unk_token\": \"<unk>\", "
+                  "\"byte_fallback\": true, \"fuse_unk\": true}}");
+    static const uint32_t fused[][3] = {{0, 0, 1}, {2, 1, 2}, {1, 2, 5}, {0, 5, 6}};
+    expect_tokens(t, "acdbda", fused, 4);
+    tok_free(t);
+    static const char *const im = "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, "
+                                  "\"b\": 1, \"c\": 2, \"bc\": 3, \"abc\": 4}, \"merges\": "
+                                  "[[\"b\", \"c\"]], \"ignore_merges\": %s}}";
+    char json[512];
+    snprintf(json, sizeof json, im, "true");
+    t = load_json(json);
+    static const uint32_t whole[][3] = {{4, 0, 3}};
+    expect_tokens(t, "abc", whole, 1);
+    tok_free(t);
+    snprintf(json, sizeof json, im, "false");
+    t = load_json(json);
+    static const uint32_t merged[][3] = {{0, 0, 1}, {3, 1, 3}};
+    expect_tokens(t, "abc", merged, 2);
+    tok_free(t);
+}
+
+/* An added token with normalized true that the normalizer turns into
+ * nothing (" " through Strip) loads and never matches, as in tokenizers
+ * 0.23.3: "a a" is a, unk, a. */
+Test(tokenizer_unigram, added_token_normalized_to_nothing) {
+    tok_tokenizer *t = load_json("{\"model\": {\"type\": \"Unigram\", \"unk_id\": 0, \"vocab\": "
+                                 "[[\"<unk>\", 0], [\"a\", -1]]}, \"normalizer\": {\"type\": "
+                                 "\"Strip\", \"strip_left\": true, \"strip_right\": true}, "
+                                 "\"added_tokens\": [{\"id\": 2, \"content\": \" \", "
+                                 "\"normalized\": true}]}");
+    static const uint32_t want[][3] = {{1, 0, 1}, {0, 1, 2}, {1, 2, 3}};
+    expect_tokens(t, "a a", want, 3);
+    tok_free(t);
 }
 
 /* A Split pattern that backtracks exponentially, (a+)+b on 30 a's then "cb",
