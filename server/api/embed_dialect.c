@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "server/api/embed_chunk.h"
+#include "server/api/embed_request.h"
 #include "server/api/errors.h"
 #include "server/api/fields.h"
 
@@ -61,37 +62,16 @@ static embed_job *decode_openai(const embed_api *api, json_t *root, embed_refusa
     openai_req q;
     if (fld_decode(&OPENAI_TABLE, root, &q, api, r) != SRV_OK)
         return NULL;
-    json_t *input = q.input, *model = q.model, *chunking = q.chunking;
-    const bool base64 = q.format == FORMAT_BASE64;
-    if (embed_check_task(api, r) != SRV_OK)
-        return NULL;
-    embed_chunking ch;
-    bool streamed;
-    if (chunking && embed_chunking_parse(api, chunking, &ch, r) != SRV_OK)
-        return NULL;
-    if (embed_stream_parse(q.stream, chunking, &streamed, r) != SRV_OK)
-        return NULL;
-    embed_job *job = chunking ? embed_chunk_job(api, "input", input, &ch, r)
-                              : embed_make_job(api, "input", input, true, api->truncate,
-                                               EMBED_TRUNCATE_RIGHT, r);
-    if (!job)
-        return NULL;
-    job->stream = streamed;
-    job->api = API_OPENAI;
+    embed_request e = embed_request_of(api, q.input, "input", EMBED_INPUTS_OPENAI);
     /* Unit vectors whatever the model's modules say, as OpenAI's (and TEI's
      * /v1/embeddings) are: clients compare them by dot product. */
-    job->normalize = true;
-    job->base64 = base64;
-    job->dimensions = (int)q.dimensions;
-    /* A copy, charged to the budget: the request's tree is freed next. */
-    job->model = model ? json_stringn(json_string_value(model), json_string_length(model))
-                       : json_string(api->model_name);
-    if (!job->model) {
-        embed_job_release(job);
-        refuse(r, SRV_EINTERNAL, "out of memory");
-        return NULL;
-    }
-    return job;
+    e.normalize = true;
+    e.base64 = q.format == FORMAT_BASE64;
+    e.dimensions = q.dimensions;
+    e.model = q.model;
+    e.chunking = q.chunking;
+    e.stream = q.stream;
+    return embed_request_job(api, &e, r);
 }
 
 /* POST /embed */
@@ -99,31 +79,22 @@ static embed_job *decode_tei(const embed_api *api, json_t *root, embed_refusal *
     tei_req q = {.truncate = api->truncate};
     if (fld_decode(&TEI_TABLE, root, &q, api, r) != SRV_OK)
         return NULL;
-    if (embed_check_task(api, r) != SRV_OK)
-        return NULL;
-    embed_chunking ch;
-    if (q.chunking && embed_chunking_parse(api, q.chunking, &ch, r) != SRV_OK)
-        return NULL;
-    embed_job *job = q.chunking ? embed_chunk_job(api, "inputs", q.inputs, &ch, r)
-                                : embed_make_job(api, "inputs", q.inputs, false, q.truncate,
-                                                 (embed_truncation)q.direction, r);
-    if (!job)
-        return NULL;
-    job->api = API_TEI;
-    job->normalize = q.normalize;
-    return job;
+    embed_request e = embed_request_of(api, q.inputs, "inputs", EMBED_INPUTS_TEXTS);
+    e.truncate = q.truncate;
+    e.direction = (embed_truncation)q.direction;
+    e.chunking = q.chunking;
+    e.answer = API_TEI;
+    e.normalize = q.normalize;
+    return embed_request_job(api, &e, r);
 }
 
 /* ---- answers -------------------------------------------------------------------- */
 
 static void encode_openai(embed_job *job, int C, jwriter *w) {
-    const size_t d = job->dimensions ? (size_t)job->dimensions : (size_t)C;
     jw_lit(w, "{\"object\":\"list\",\"data\":[");
     for (int32_t i = 0; i < job->n && !w->failed; i++) {
         float *v = job->out + (size_t)i * (size_t)C;
-        /* A shortened vector is renormalised, as OpenAI's are. */
-        if (d < (size_t)C)
-            bert_l2_normalize(v, (int)d);
+        const size_t d = embed_vector_finish(job, v, C);
         if (i)
             jw_lit(w, ",");
         jw_lit(w, "{\"object\":\"embedding\",\"index\":");
@@ -135,12 +106,16 @@ static void encode_openai(embed_job *job, int C, jwriter *w) {
     embed_write_openai_tail(w, job);
 }
 
+/* [[floats], ...]: each vector post-processed (cut to `dimensions`,
+ * renormalised when normalize asked for unit vectors). */
 static void encode_tei(const embed_job *job, int C, jwriter *w) {
     jw_lit(w, "[");
     for (int32_t i = 0; i < job->n && !w->failed; i++) {
+        float *v = job->out + (size_t)i * (size_t)C;
+        const size_t d = embed_vector_finish(job, v, C);
         if (i)
             jw_lit(w, ",");
-        jw_f32s(w, job->out + (size_t)i * (size_t)C, (size_t)C);
+        jw_f32s(w, v, d);
     }
     jw_lit(w, "]");
 }
