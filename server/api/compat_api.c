@@ -221,18 +221,53 @@ json_t *compat_decode_ids(const compat_api *c, const json_t *ids, bool skip, ref
 
 /* ---- submitting and answering -------------------------------------------------------- */
 
-int compat_refused(http_request *req, const refusal *r) {
+static int refused(http_request *req, const refusal *r) {
     if (membudget_refused())
         return http_reply_error(req, membudget_error(), "%s", membudget_message());
     return http_reply_error(req, r->err ? r->err : SRV_EINTERNAL, "%s", r->msg);
 }
 
-int compat_embed(http_request *req, compat_api *c, json_t *root, const embed_request *q,
-                 refusal *r) {
-    embed_job *job = r->err ? NULL : embed_request_job(c->eapi, q, r);
+int compat_reply(http_request *req, json_t *out) {
+    if (!out && membudget_refused())
+        return http_reply_error(req, membudget_error(), "%s", membudget_message());
+    if (!out)
+        return http_reply_error(req, SRV_EINTERNAL, "out of memory encoding the answer");
+    return http_reply_json(req, 200, out);
+}
+
+/* The model a request names, where several are served: the request goes
+ * to it (*c and req's context), and an unknown name is answered with the
+ * 404 of the route's error shape. Returns 0, or -1 once answered. */
+static int route_by_model(http_request *req, compat_api **c, const json_t *root, int *answered) {
+    compat_api *to = (*c)->peers[embed_route_index((*c)->eapi, root, (*c)->eapi->group)];
+    if (to != *c)
+        http_set_ctx(req, *c = to);
+    refusal mr = {0};
+    if (embed_check_model((*c)->eapi, json_object_get(root, "model"), &mr) == SRV_OK)
+        return 0;
+    *answered = http_reply_error_at(req, mr.err, mr.param, mr.code, "%s", mr.msg);
+    return -1;
+}
+
+int compat_embed_route(http_request *req, void *ctx, compat_fill fill, bool by_model) {
+    compat_api *c = ctx;
+    int answered;
+    json_t *root = http_work_body(req, &answered);
+    if (!root)
+        return answered;
+    if (by_model && c->peers && route_by_model(req, &c, root, &answered) != 0) {
+        http_body_json_free(req, root);
+        return answered;
+    }
+    refusal r = {0};
+    embed_request e;
+    json_t *hold = NULL;
+    embed_job *job =
+        fill(c, root, &e, &hold, &r) == SRV_OK ? embed_request_job(c->eapi, &e, &r) : NULL;
+    json_decref(hold);
     http_body_json_free(req, root);
     if (!job)
-        return compat_refused(req, r);
+        return refused(req, &r);
     return embed_submit(req, c->eapi, job);
 }
 
@@ -247,34 +282,31 @@ int compat_resumed(http_request *req, void *ctx, compat_answer answer) {
     return answer(req, c, job);
 }
 
-int compat_reply(http_request *req, json_t *out) {
-    if (!out && membudget_refused())
-        return http_reply_error(req, membudget_error(), "%s", membudget_message());
-    if (!out)
-        return http_reply_error(req, SRV_EINTERNAL, "out of memory encoding the answer");
-    return http_reply_json(req, 200, out);
-}
-
-/* ---- /tokenize: TEI's shape for `inputs`, llama.cpp's for `content` ----------------------- */
-
-static int tokenize(http_request *req, void *ctx) {
-    const compat_api *c = ctx;
+int compat_json_route(http_request *req, void *ctx, compat_json answer) {
     int answered = HTTP_FAIL;
     json_t *root = http_body_json(req, &answered);
     if (!root)
         return answered;
     refusal r = {0};
-    json_t *out;
+    json_t *out = answer(req, ctx, root, &r);
+    http_body_json_free(req, root);
+    if (!out && r.err)
+        return refused(req, &r);
+    return compat_reply(req, out);
+}
+
+/* ---- /tokenize: TEI's shape for `inputs`, llama.cpp's for `content` ----------------------- */
+
+static json_t *tokens(http_request *req, const compat_api *c, json_t *root, refusal *r) {
     if (json_object_get(root, "content")) {
         http_set_error_shape(req, HTTP_ERRORS_OPENAI); /* llama.cpp's errors are OpenAI's */
-        out = llama_tokens(c, root, &r);
-    } else {
-        out = embed_api_tokens(c->eapi, root, &r.err, r.msg, sizeof r.msg);
+        return llama_tokens(c, root, r);
     }
-    http_body_json_free(req, root);
-    if (!out)
-        return compat_refused(req, &r);
-    return compat_reply(req, out);
+    return embed_api_tokens(c->eapi, root, &r->err, r->msg, sizeof r->msg);
+}
+
+static int tokenize(http_request *req, void *ctx) {
+    return compat_json_route(req, ctx, tokens);
 }
 
 /* ---- registration ---------------------------------------------------------------------- */

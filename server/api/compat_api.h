@@ -76,21 +76,34 @@ int compat_prompt(const compat_api *c, const json_t *name, const char **text, sr
 json_t *compat_decode_ids(const compat_api *c, const json_t *ids, bool skip_special,
                           srv_refusal *r);
 
-/* A route's request decoded into q from root (r unset), or refused (r
- * set): the job made by the one path (embed_request_job) and submitted,
- * else the refusal answered in the route's error shape. Frees root, which
- * q may borrow from. */
-int compat_embed(http_request *req, compat_api *c, json_t *root, const embed_request *q,
-                 srv_refusal *r);
+/* An embedding route: its body parsed, routed to the model its `model`
+ * names where by_model and several models are served, read by fill into
+ * the one request (fill may keep an array it made in *hold, freed after),
+ * its job made by the one path (embed_request_job) and submitted, else the
+ * refusal answered in the route's error shape. */
+typedef int (*compat_fill)(const compat_api *c, json_t *root, embed_request *e, json_t **hold,
+                           srv_refusal *r);
+int compat_embed_route(http_request *req, void *ctx, compat_fill fill, bool by_model);
 
-/* A route's resumed function: the job's timing stamped, a failed job
- * answered as its error, a finished one by answer (its dialect's shape). */
+/* TEI's /embed body (root not stolen) as a job, or NULL with the refusal:
+ * what the route submits, and what tests/fuzz drives with arbitrary bodies
+ * (it reads c's prompts and c->eapi's tokenizer, model and limits only). */
+embed_job *tei_embed_decode(const compat_api *c, json_t *root, srv_refusal *r);
+
+/* An embedding route's resumed function: the job's timing stamped, a
+ * failed job answered as its error, a finished one by answer (its
+ * dialect's shape). */
 typedef int (*compat_answer)(http_request *req, const compat_api *c, embed_job *job);
 int compat_resumed(http_request *req, void *ctx, compat_answer answer);
 
-/* A refusal answered (the budget's when it refused), and a JSON answer
- * (stolen; NULL: out of memory, the budget's error when it refused). */
-int compat_refused(http_request *req, const srv_refusal *r);
+/* A route answered at once from its body (root not stolen): answer's JSON,
+ * or its refusal (the budget's when it refused). */
+typedef json_t *(*compat_json)(http_request *req, const compat_api *c, json_t *root,
+                               srv_refusal *r);
+int compat_json_route(http_request *req, void *ctx, compat_json answer);
+
+/* A JSON answer (stolen; NULL: out of memory, the budget's error when it
+ * refused). */
 int compat_reply(http_request *req, json_t *out);
 
 /* Each dialect's routes (tei_dialect.c, llama_dialect.c,

@@ -463,16 +463,14 @@ void embed_chunk_encode(embed_job *job, int C, jwriter *w) {
         w->failed = true;
     const bool openai = job->api == API_OPENAI;
     if (openai)
-        jw_lit(w, "{\"object\":\"list\",\"data\":[");
+        embed_write_openai_head(w);
     else
         jw_lit(w, "[");
     for (int32_t d = 0; d < job->n_docs && !w->failed; d++) {
         if (d)
             jw_lit(w, ",");
         if (openai) {
-            jw_lit(w, "{\"object\":\"embedding\",\"index\":");
-            jw_int(w, d);
-            jw_lit(w, ",\"embedding\":");
+            embed_write_openai_item(w, d);
         } else {
             jw_lit(w, "{\"embedding\":");
         }
@@ -567,7 +565,7 @@ void embed_chunk_stream_end(job *j) {
     if (!doc)
         w.failed = true;
     if (job->api == API_OPENAI)
-        jw_lit(&w, "{\"object\":\"list\",\"data\":[");
+        embed_write_openai_head(&w);
     else
         jw_lit(&w, "{\"data\":[");
     for (int32_t d = 0; d < job->n_docs && !w.failed; d++) {

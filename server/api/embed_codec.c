@@ -24,13 +24,10 @@ void embed_job_release(void *p) {
     embed_job *job = p;
     if (!job)
         return;
-    membudget_free(job->cu);
-    membudget_free(job->ids);
-    membudget_free(job->out);
-    membudget_free(job->hidden);
-    membudget_free(job->type_ids);
-    membudget_free(job->doc_cu);
-    membudget_free(job->spans);
+    void *arrays[] = {job->cu,       job->ids,    job->out,  job->hidden,
+                      job->type_ids, job->doc_cu, job->spans};
+    for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++)
+        membudget_free(arrays[i]);
     json_decref(job->model);
     membudget_free(job);
 }
@@ -174,6 +171,16 @@ size_t embed_answer_hint(const embed_job *job, int C) {
     const size_t per = job->base64 ? JW_BASE64_LEN(d) : 13 * d;
     const size_t vectors = (size_t)job->n + (job->doc_cu ? (size_t)job->n_docs : 0);
     return vectors * (per + 96) + 256;
+}
+
+void embed_write_openai_head(jwriter *w) {
+    jw_lit(w, "{\"object\":\"list\",\"data\":[");
+}
+
+void embed_write_openai_item(jwriter *w, int32_t i) {
+    jw_lit(w, "{\"object\":\"embedding\",\"index\":");
+    jw_int(w, i);
+    jw_lit(w, ",\"embedding\":");
 }
 
 void embed_write_openai_tail(jwriter *w, const embed_job *job) {

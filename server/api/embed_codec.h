@@ -1,6 +1,9 @@
 /* embed_codec.h — what the embeddings endpoints (POST /v1/embeddings,
- * OpenAI; POST /embed and POST /tokenize, Text Embeddings Inference) accept
- * and answer: requests decoded into jobs, jobs encoded as answers.
+ * OpenAI; POST /embed and POST /tokenize, Text Embeddings Inference; and
+ * the other dialects' routes) share: the job, the inputs' shapes, the
+ * tokenizing, the vectors' one post-processing and their writing. The one
+ * request every dialect fills, and its path to a job, are
+ * embed_request.h's.
  *
  * Texts are tokenized before submission: the scheduler batches by token
  * count, so the count must be known at submit, and the tokenizer (millions
@@ -16,8 +19,9 @@
  * an array longer than the model's maximum is refused), as OpenAI treats
  * token input as already tokenized. `model` is accepted whatever it names
  * and echoed back (the service serves one model, as TEI does); absent, the
- * loaded model's name is echoed. /embed and /tokenize take `inputs` as a
- * string or an array of strings.
+ * loaded model's name is echoed. /tokenize takes `inputs` as a string or
+ * an array of strings; /embed (tei_dialect.c) also token ids, and arrays
+ * mixing texts and id arrays (embed_inputs).
  *
  * Vectors. /v1/embeddings returns what the model defines (its Normalize
  * module, if any), cut to `dimensions` and renormalised when asked. /embed
@@ -73,8 +77,6 @@ typedef struct embed_api {
     size_t npeers;
 } embed_api;
 
-/* Which embeddings body a request is (embed_dialect.h decodes both). */
-typedef enum embed_route { EMBED_ROUTE_OPENAI, EMBED_ROUTE_TEI } embed_route;
 typedef struct embed_job embed_job;
 
 void embed_job_free(embed_job *job);
@@ -242,6 +244,12 @@ size_t embed_vector_finish(const embed_job *job, float *v, int C);
 /* One vector of d floats in the job's encoding: a JSON array, or for
  * OpenAI's encoding_format "base64" a string of their little-endian bytes. */
 void embed_write_vector(jwriter *w, const embed_job *job, const float *v, size_t d);
+
+/* OpenAI's list up to its data array's first item: {"object":"list","data":[ */
+void embed_write_openai_head(jwriter *w);
+
+/* OpenAI's item i up to its vector: {"object":"embedding","index":i,"embedding": */
+void embed_write_openai_item(jwriter *w, int32_t i);
 
 /* OpenAI's list from the end of its data array on: "],", the model echoed,
  * the usage, "}". */

@@ -39,8 +39,5 @@ int infinity_dialect_register(compat_api *c, routes *t) {
          HTTP_ERRORS_OPENAI},
         {"GET", "/models", false, HTTP_AUTH_KEY, infinity_models, NULL, c, HTTP_ERRORS_OPENAI},
     };
-    for (size_t i = 0; i < sizeof mine / sizeof mine[0]; i++)
-        if (routes_add(t, mine[i]) != 0)
-            return -1;
-    return 0;
+    return routes_add_all(t, mine, sizeof mine / sizeof mine[0]);
 }

@@ -52,7 +52,9 @@ static const fld_table DETOKENIZE = FLD_OPEN_TABLE(DETOKENIZE_ROWS);
 /* The request of a /embedding body: the texts or token ids as TEI takes
  * them, never a prompt, raw pooled vectors normalised at answer time by
  * llama.cpp's embd_normalize. */
-static int embedding_request(const compat_api *c, json_t *root, embed_request *e, refusal *r) {
+static int embedding_fill(const compat_api *c, json_t *root, embed_request *e, json_t **hold,
+                          refusal *r) {
+    (void)hold;
     llama_req q = {0};
     const int rc = fld_decode(&EMBEDDING, root, &q, c->eapi, r);
     json_t *texts = q.input ? q.input : q.content;
@@ -71,29 +73,11 @@ static int embedding_request(const compat_api *c, json_t *root, embed_request *e
     return SRV_OK;
 }
 
+/* Several models: `model` picks one as on every other route, and an
+ * unknown name is the 404 of this route's (OpenAI's) error shape. One
+ * model: llama.cpp's server ignores `model`, and so does this route. */
 static int llama_embedding(http_request *req, void *ctx) {
-    compat_api *c = ctx;
-    int answered;
-    json_t *root = http_work_body(req, &answered);
-    if (!root)
-        return answered;
-    /* Several models: `model` picks one as on every other route, and an
-     * unknown name is the 404 of this route's (OpenAI's) error shape. One
-     * model: llama.cpp's server ignores `model`, and so does this route. */
-    if (c->peers) {
-        compat_api *to = c->peers[embed_route_index(c->eapi, root, c->eapi->group)];
-        if (to != c)
-            http_set_ctx(req, c = to);
-        embed_refusal mr = {0};
-        if (embed_check_model(c->eapi, json_object_get(root, "model"), &mr) != SRV_OK) {
-            http_body_json_free(req, root);
-            return http_reply_error_at(req, mr.err, mr.param, mr.code, "%s", mr.msg);
-        }
-    }
-    refusal r = {0};
-    embed_request e = {0};
-    embedding_request(c, root, &e, &r);
-    return compat_embed(req, c, root, &e, &r);
+    return compat_embed_route(req, ctx, embedding_fill, true);
 }
 
 /* [{"index": i, "embedding": [[floats]]}, ...]: llama.cpp's shape for a pooled
@@ -181,24 +165,20 @@ json_t *llama_tokens(const compat_api *c, json_t *root, refusal *r) {
     return out;
 }
 
-static int llama_detokenize(http_request *req, void *ctx) {
-    const compat_api *c = ctx;
-    int answered = HTTP_FAIL;
-    json_t *root = http_body_json(req, &answered);
-    if (!root)
-        return answered;
-    refusal r = {0};
+static json_t *detokenize_answer(http_request *req, const compat_api *c, json_t *root, refusal *r) {
+    (void)req;
     llama_req q = {0};
-    json_t *text = NULL;
-    fld_decode(&DETOKENIZE, root, &q, c->eapi, &r);
-    if (!json_is_array(q.tokens))
-        refuse(&r, SRV_EBADREQUEST, "tokens must be an array of token ids");
-    else
-        text = compat_decode_ids(c, q.tokens, false, &r);
-    http_body_json_free(req, root);
-    if (!text)
-        return compat_refused(req, &r);
-    return compat_reply(req, json_pack("{s:o}", "content", text));
+    fld_decode(&DETOKENIZE, root, &q, c->eapi, r);
+    if (!json_is_array(q.tokens)) {
+        refuse(r, SRV_EBADREQUEST, "tokens must be an array of token ids");
+        return NULL;
+    }
+    json_t *text = compat_decode_ids(c, q.tokens, false, r);
+    return text ? json_pack("{s:o}", "content", text) : NULL;
+}
+
+static int llama_detokenize(http_request *req, void *ctx) {
+    return compat_json_route(req, ctx, detokenize_answer);
 }
 
 /* ---- registration ----------------------------------------------------------------------- */
@@ -209,8 +189,5 @@ int llama_dialect_register(compat_api *c, routes *t) {
          HTTP_ERRORS_OPENAI},
         {"POST", "/detokenize", true, HTTP_AUTH_KEY, llama_detokenize, NULL, c, HTTP_ERRORS_OPENAI},
     };
-    for (size_t i = 0; i < sizeof mine / sizeof mine[0]; i++)
-        if (routes_add(t, mine[i]) != 0)
-            return -1;
-    return 0;
+    return routes_add_all(t, mine, sizeof mine / sizeof mine[0]);
 }

@@ -87,25 +87,39 @@ static int request_of(const compat_api *c, const tei_req *q, json_t *texts, embe
     return compat_prompt(c, q->prompt_name, &e->prompt, r);
 }
 
+/* A body whose `inputs` are the texts, read with table into q and the
+ * request. */
+static int inputs_request(const compat_api *c, const fld_table *table, json_t *root, tei_req *q,
+                          embed_request *e, refusal *r) {
+    *q = (tei_req){.truncate = c->eapi->truncate};
+    if (fld_decode(table, root, q, c->eapi, r) != SRV_OK)
+        return r->err;
+    return request_of(c, q, q->inputs, e, r);
+}
+
 /* ---- /embed, /, /invocations -------------------------------------------------------------- */
 
+static int embed_fill(const compat_api *c, json_t *root, embed_request *e, json_t **hold,
+                      refusal *r) {
+    (void)hold;
+    tei_req q;
+    if (inputs_request(c, &EMBED, root, &q, e, r) != SRV_OK)
+        return r->err;
+    e->normalize = q.normalize;
+    e->dimensions = q.dimensions;
+    e->chunking = q.chunking;
+    e->stream = q.stream;
+    return SRV_OK;
+}
+
+embed_job *tei_embed_decode(const compat_api *c, json_t *root, refusal *r) {
+    embed_request e;
+    *r = (refusal){0};
+    return embed_fill(c, root, &e, NULL, r) == SRV_OK ? embed_request_job(c->eapi, &e, r) : NULL;
+}
+
 static int tei_embed(http_request *req, void *ctx) {
-    compat_api *c = ctx;
-    int answered;
-    json_t *root = http_work_body(req, &answered);
-    if (!root)
-        return answered;
-    refusal r = {0};
-    tei_req q = {.truncate = c->eapi->truncate};
-    embed_request e = {0};
-    if (fld_decode(&EMBED, root, &q, c->eapi, &r) == SRV_OK &&
-        request_of(c, &q, q.inputs, &e, &r) == SRV_OK) {
-        e.normalize = q.normalize;
-        e.dimensions = q.dimensions;
-        e.chunking = q.chunking;
-        e.stream = q.stream;
-    }
-    return compat_embed(req, c, root, &e, &r);
+    return compat_embed_route(req, ctx, embed_fill, false);
 }
 
 /* [[floats], ...], or with chunking an object per input: the embeddings
@@ -124,21 +138,19 @@ static int tei_embed_resumed(http_request *req, void *ctx) {
 
 /* ---- /embed_all ---------------------------------------------------------------------------- */
 
+static int embed_all_fill(const compat_api *c, json_t *root, embed_request *e, json_t **hold,
+                          refusal *r) {
+    (void)hold;
+    tei_req q;
+    if (inputs_request(c, &EMBED_ALL, root, &q, e, r) != SRV_OK)
+        return r->err;
+    e->normalize = false;
+    e->hidden = true;
+    return SRV_OK;
+}
+
 static int tei_embed_all(http_request *req, void *ctx) {
-    compat_api *c = ctx;
-    int answered;
-    json_t *root = http_work_body(req, &answered);
-    if (!root)
-        return answered;
-    refusal r = {0};
-    tei_req q = {.truncate = c->eapi->truncate};
-    embed_request e = {0};
-    if (fld_decode(&EMBED_ALL, root, &q, c->eapi, &r) == SRV_OK &&
-        request_of(c, &q, q.inputs, &e, &r) == SRV_OK) {
-        e.normalize = false;
-        e.hidden = true;
-    }
-    return compat_embed(req, c, root, &e, &r);
+    return compat_embed_route(req, ctx, embed_all_fill, false);
 }
 
 /* [[[floats] per token] per input]: the last hidden state of every token,
@@ -171,10 +183,10 @@ static int tei_embed_all_resumed(http_request *req, void *ctx) {
 
 /* ---- /similarity ---------------------------------------------------------------------------- */
 
-/* The source sentence and the others, in one array (*texts, the caller's
- * to free), as the request's inputs. */
-static int similarity_request(const compat_api *c, json_t *root, embed_request *e, json_t **texts,
-                              refusal *r) {
+/* The source sentence and the others, in one array (*texts, freed after
+ * the job is made), as the request's inputs. */
+static int similarity_fill(const compat_api *c, json_t *root, embed_request *e, json_t **texts,
+                           refusal *r) {
     tei_req q = {.truncate = c->eapi->truncate};
     if (fld_decode(&SIMILARITY, root, &q, c->eapi, r) != SRV_OK)
         return r->err;
@@ -201,18 +213,7 @@ static int similarity_request(const compat_api *c, json_t *root, embed_request *
 }
 
 static int tei_similarity(http_request *req, void *ctx) {
-    compat_api *c = ctx;
-    int answered;
-    json_t *root = http_work_body(req, &answered);
-    if (!root)
-        return answered;
-    refusal r = {0};
-    embed_request e = {0};
-    json_t *texts = NULL;
-    similarity_request(c, root, &e, &texts, &r);
-    const int rc = compat_embed(req, c, root, &e, &r);
-    json_decref(texts);
-    return rc;
+    return compat_embed_route(req, ctx, similarity_fill, false);
 }
 
 /* The cosine of the source sentence's vector with each other's: both are
@@ -238,7 +239,8 @@ static int tei_similarity_resumed(http_request *req, void *ctx) {
 
 /* ---- /decode ------------------------------------------------------------------------------- */
 
-static json_t *decode_answer(const compat_api *c, json_t *root, refusal *r) {
+static json_t *decode_answer(http_request *req, const compat_api *c, json_t *root, refusal *r) {
+    (void)req;
     tei_req q;
     if (fld_decode(&DECODE, root, &q, c->eapi, r) != SRV_OK)
         return NULL;
@@ -269,17 +271,7 @@ static json_t *decode_answer(const compat_api *c, json_t *root, refusal *r) {
 }
 
 static int tei_decode(http_request *req, void *ctx) {
-    const compat_api *c = ctx;
-    int answered = HTTP_FAIL;
-    json_t *root = http_body_json(req, &answered);
-    if (!root)
-        return answered;
-    refusal r = {0};
-    json_t *out = decode_answer(c, root, &r);
-    http_body_json_free(req, root);
-    if (!out)
-        return compat_refused(req, &r);
-    return compat_reply(req, out);
+    return compat_json_route(req, ctx, decode_answer);
 }
 
 /* ---- registration ----------------------------------------------------------------------- */
