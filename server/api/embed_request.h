@@ -8,8 +8,10 @@
  * holds them and what to do with them — and calls embed_request_job; once
  * the job has run, its answer writer takes each vector through
  * embed_vector_finish (embed_codec.h: the chunked answers use it too) and
- * writes it in the dialect's shape. Adding a
- * dialect is its table, the request it fills and its answer. */
+ * writes it in the dialect's shape. Adding a dialect is its table, the
+ * request it fills and its answer; adding a field a dialect maps onto
+ * this request is a table row and one assignment. Pooling is the model's
+ * (its Pooling module): no dialect picks it. */
 #ifndef ATTN_EMBED_REQUEST_H
 #define ATTN_EMBED_REQUEST_H
 
@@ -48,7 +50,8 @@ typedef struct embed_request {
 embed_request embed_request_of(const embed_api *api, json_t *input, const char *field,
                                embed_inputs grammar);
 
-/* The job for q: the model's task checked, then the chunking and the
+/* The job for q: the model's task checked, then the chunking (refused
+ * beside a prompt, which would shift every chunk's offsets) and the
  * stream, then every input tokenized (or taken as token ids), checked
  * against the limits and charged to the request-memory budget, and the
  * outputs allocated. NULL with the refusal in r (its param the input
