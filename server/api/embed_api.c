@@ -13,14 +13,15 @@
 #include "server/config.h"
 #include "server/work/membudget.h"
 
-static int handle(http_request *req, embed_api *api, embed_route route) {
+int embed_api_openai(http_request *req, void *ctx) {
+    embed_api *api = ctx;
     int answered;
     json_t *root = http_work_body(req, &answered);
     if (!root)
         return answered;
     api = embed_api_route(req, api, root);
     embed_refusal r;
-    embed_job *job = embed_api_decode_refusal(api, route, root, &r);
+    embed_job *job = embed_openai_decode(api, root, &r);
     http_body_json_free(req, root);
     if (!job && membudget_refused()) /* the job did not fit the request-memory budget */
         return http_reply_error(req, membudget_error(), "%s", membudget_message());
@@ -28,10 +29,6 @@ static int handle(http_request *req, embed_api *api, embed_route route) {
         return http_reply_error_at(req, r.err, r.param, r.code, "%s", r.msg);
 
     return embed_submit(req, api, job);
-}
-
-int embed_api_openai(http_request *req, void *ctx) {
-    return handle(req, ctx, EMBED_ROUTE_OPENAI);
 }
 
 void embed_api_stamp(http_request *req, const embed_api *api, const embed_job *job) {
@@ -93,13 +90,17 @@ static json_t *models_list(const embed_api *api) {
     return json_pack("{s:s, s:o}", "object", "list", "data", data);
 }
 
-int embed_api_models(http_request *req, void *ctx) {
-    json_t *out = models_list(ctx);
+/* out (stolen), or NULL's error: the budget's when it refused. */
+static int reply(http_request *req, json_t *out) {
     if (!out && membudget_refused())
         return http_reply_error(req, membudget_error(), "%s", membudget_message());
     if (!out)
         return http_reply_error(req, SRV_EINTERNAL, "out of memory");
     return http_reply_json(req, 200, out);
+}
+
+int embed_api_models(http_request *req, void *ctx) {
+    return reply(req, models_list(ctx));
 }
 
 int embed_api_model(http_request *req, void *ctx) {
@@ -112,12 +113,7 @@ int embed_api_model(http_request *req, void *ctx) {
         return http_reply_error_at(req, r.err, r.param, r.code, "%s", r.msg);
     }
     api = api->peers ? api->peers[i] : api;
-    json_t *out = model_object(api, id, strlen(id));
-    if (!out && membudget_refused())
-        return http_reply_error(req, membudget_error(), "%s", membudget_message());
-    if (!out)
-        return http_reply_error(req, SRV_EINTERNAL, "out of memory");
-    return http_reply_json(req, 200, out);
+    return reply(req, model_object(api, id, strlen(id)));
 }
 
 int embed_api_add_kind(embed_api *api, batch_runner *runner) {
@@ -139,8 +135,5 @@ int embed_api_register(embed_api *api, batch_runner *runner, routes *t) {
         {"GET", "/v1/models/*", false, HTTP_AUTH_KEY, embed_api_model, NULL, api,
          HTTP_ERRORS_OPENAI},
     };
-    for (size_t i = 0; i < sizeof mine / sizeof mine[0]; i++)
-        if (routes_add(t, mine[i]) != 0)
-            return -1;
-    return 0;
+    return routes_add_all(t, mine, sizeof mine / sizeof mine[0]);
 }

@@ -183,20 +183,6 @@ typedef struct builder {
     int64_t max_chunks; /* max_inputs_per_request */
 } builder;
 
-static int grow_ids(embed_job *job, size_t need, embed_refusal *r) {
-    if (need <= job->ids_cap)
-        return SRV_OK;
-    size_t cap = job->ids_cap ? job->ids_cap : 1024;
-    while (cap < need)
-        cap *= 2;
-    int32_t *ids = membudget_realloc(job->ids, cap * sizeof *ids);
-    if (!ids)
-        return refuse(r, SRV_EINTERNAL, "out of memory");
-    job->ids = ids;
-    job->ids_cap = cap;
-    return SRV_OK;
-}
-
 /* Appends a chunk: ids[0, n) from bytes [start, stop) of its document. */
 static int add_chunk(builder *b, const int32_t *ids, int32_t n, uint32_t start, uint32_t stop,
                      embed_refusal *r) {
@@ -225,8 +211,8 @@ static int add_chunk(builder *b, const int32_t *ids, int32_t n, uint32_t start, 
         b->cap_chunks = cap;
     }
     const int32_t at = job->cu[job->n];
-    if (grow_ids(job, (size_t)at + (size_t)n, r) != SRV_OK)
-        return r->err;
+    if (job_tokens_reserve(job, (size_t)at, (size_t)n, false) != 0)
+        return refuse(r, SRV_EINTERNAL, "out of memory");
     memcpy(job->ids + at, ids, (size_t)n * sizeof *ids);
     job->spans[2 * job->n] = start;
     job->spans[2 * job->n + 1] = stop;
@@ -340,8 +326,6 @@ done:
 
 embed_job *embed_chunk_job(const embed_api *api, const char *field, json_t *in,
                            const embed_chunking *c, embed_refusal *r) {
-    if (embed_check_task(api, r) != SRV_OK)
-        return NULL;
     r->param = field;
     size_t n_docs = 1;
     if (!in) {
@@ -399,18 +383,11 @@ embed_job *embed_chunk_job(const embed_api *api, const char *field, json_t *in,
                    (int)i, (int)(job->cu[i + 1] - job->cu[i]), (int)api->max_batch_tokens);
             goto fail;
         }
-    job->out_dim = api->model->output_dim;
-    job->out = membudget_malloc((size_t)job->n * (size_t)job->out_dim * sizeof *job->out);
-    if (!job->out) {
-        refuse(r, SRV_EINTERNAL, "out of memory");
+    if (job_tokens_seal(job, api->max_batch_tokens, api->model->output_dim, api->kind, api->group,
+                        SRV_EINTERNAL, r) != SRV_OK)
         goto fail;
-    }
     membudget_free(scratch);
     r->param = NULL;
-    job->base.kind = api->kind;
-    job->base.sreq.group = api->group;
-    job->base.n_items = job->n;
-    job->base.items_cu = job->cu;
     return job;
 fail:
     membudget_free(scratch);
@@ -437,11 +414,10 @@ void embed_chunk_doc_vector(const embed_job *job, int32_t d, int C, float *v) {
         bert_l2_normalize(v, C);
 }
 
-/* A vector in the job's encoding, cut to d (renormalised when normalising). */
-static void vector(jwriter *w, const embed_job *job, float *v, size_t d, int C) {
-    if (d < (size_t)C && job->normalize)
-        bert_l2_normalize(v, (int)d);
-    embed_write_vector(w, job, v, d);
+/* A vector post-processed (embed_request.h) and written in the job's
+ * encoding. */
+static void vector(jwriter *w, const embed_job *job, float *v, int C) {
+    embed_write_vector(w, job, v, embed_vector_finish(job, v, C));
 }
 
 /* Chunk k of document d's "index", "start", "stop" and "tokens". */
@@ -456,7 +432,7 @@ static void chunk_fields(jwriter *w, const embed_job *job, int32_t d, int32_t k)
     jw_int(w, job->cu[k + 1] - job->cu[k]);
 }
 
-static void chunks_of(jwriter *w, embed_job *job, int32_t d, size_t dim, int C) {
+static void chunks_of(jwriter *w, embed_job *job, int32_t d, int C) {
     jw_lit(w, "[");
     for (int32_t k = job->doc_cu[d]; k < job->doc_cu[d + 1] && !w->failed; k++) {
         if (k > job->doc_cu[d])
@@ -464,46 +440,43 @@ static void chunks_of(jwriter *w, embed_job *job, int32_t d, size_t dim, int C) 
         jw_lit(w, "{");
         chunk_fields(w, job, d, k);
         jw_lit(w, ",\"embedding\":");
-        vector(w, job, job->out + (size_t)k * (size_t)C, dim, C);
+        vector(w, job, job->out + (size_t)k * (size_t)C, C);
         jw_lit(w, "}");
     }
     jw_lit(w, "]");
 }
 
-/* Document d's vector as the answer gives it (cut to dim), made in doc's C
+/* Document d's vector as the answer gives it (post-processed), made in doc's C
  * floats of scratch; JSON null without a document vector. */
-static void doc_vector(jwriter *w, embed_job *job, int32_t d, size_t dim, int C, float *doc) {
+static void doc_vector(jwriter *w, embed_job *job, int32_t d, int C, float *doc) {
     if (job->doc_vector == EMBED_DOCVEC_NONE) {
         jw_lit(w, "null");
         return;
     }
     embed_chunk_doc_vector(job, d, C, doc);
-    vector(w, job, doc, dim, C);
+    vector(w, job, doc, C);
 }
 
 void embed_chunk_encode(embed_job *job, int C, jwriter *w) {
-    const size_t dim = job->dimensions ? (size_t)job->dimensions : (size_t)C;
     float *doc = membudget_malloc((size_t)C * sizeof *doc);
     if (!doc)
         w->failed = true;
     const bool openai = job->api == API_OPENAI;
     if (openai)
-        jw_lit(w, "{\"object\":\"list\",\"data\":[");
+        embed_write_openai_head(w);
     else
         jw_lit(w, "[");
     for (int32_t d = 0; d < job->n_docs && !w->failed; d++) {
         if (d)
             jw_lit(w, ",");
         if (openai) {
-            jw_lit(w, "{\"object\":\"embedding\",\"index\":");
-            jw_int(w, d);
-            jw_lit(w, ",\"embedding\":");
+            embed_write_openai_item(w, d);
         } else {
             jw_lit(w, "{\"embedding\":");
         }
-        doc_vector(w, job, d, dim, C, doc);
+        doc_vector(w, job, d, C, doc);
         jw_lit(w, ",\"chunks\":");
-        chunks_of(w, job, d, dim, C);
+        chunks_of(w, job, d, C);
         jw_lit(w, "}");
     }
     membudget_free(doc);
@@ -544,7 +517,6 @@ static bool write_line(http_stream *st, jwriter *w) {
 void embed_chunk_stream_piece(job *j) {
     embed_job *job = (embed_job *)j;
     const int C = job->out_dim;
-    const size_t dim = job->dimensions ? (size_t)job->dimensions : (size_t)C;
     /* A copy: a vector cut to dimensions is renormalised in place, and the
      * document vector is made from the whole ones at the end. */
     float *v = membudget_malloc((size_t)C * sizeof *v);
@@ -561,7 +533,7 @@ void embed_chunk_stream_piece(job *j) {
         jw_lit(&w, ",");
         chunk_fields(&w, job, d, k);
         jw_lit(&w, ",\"embedding\":");
-        vector(&w, job, v, dim, C);
+        vector(&w, job, v, C);
         jw_lit(&w, "}");
         ok = write_line(j->stream, &w);
     }
@@ -588,13 +560,12 @@ void embed_chunk_stream_end(job *j) {
         return;
     }
     const int C = job->out_dim;
-    const size_t dim = job->dimensions ? (size_t)job->dimensions : (size_t)C;
     float *doc = membudget_malloc((size_t)C * sizeof *doc);
     jw_init(&w, 0);
     if (!doc)
         w.failed = true;
     if (job->api == API_OPENAI)
-        jw_lit(&w, "{\"object\":\"list\",\"data\":[");
+        embed_write_openai_head(&w);
     else
         jw_lit(&w, "{\"data\":[");
     for (int32_t d = 0; d < job->n_docs && !w.failed; d++) {
@@ -603,7 +574,7 @@ void embed_chunk_stream_end(job *j) {
         jw_lit(&w, "{\"index\":");
         jw_int(&w, d);
         jw_lit(&w, ",\"embedding\":");
-        doc_vector(&w, job, d, dim, C, doc);
+        doc_vector(&w, job, d, C, doc);
         jw_lit(&w, ",\"chunks\":");
         jw_int(&w, job->doc_cu[d + 1] - job->doc_cu[d]);
         jw_lit(&w, "}");

@@ -8,6 +8,7 @@
  * (job.h). */
 #include "server/api/embed_codec.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,13 +24,10 @@ void embed_job_release(void *p) {
     embed_job *job = p;
     if (!job)
         return;
-    membudget_free(job->cu);
-    membudget_free(job->ids);
-    membudget_free(job->out);
-    membudget_free(job->hidden);
-    membudget_free(job->type_ids);
-    membudget_free(job->doc_cu);
-    membudget_free(job->spans);
+    void *arrays[] = {job->cu,       job->ids,    job->out,  job->hidden,
+                      job->type_ids, job->doc_cu, job->spans};
+    for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++)
+        membudget_free(arrays[i]);
     json_decref(job->model);
     membudget_free(job);
 }
@@ -38,23 +36,27 @@ void embed_job_release(void *p) {
 
 typedef embed_refusal refusal;
 
-/* What `input` / `inputs` holds. */
-enum { IN_TEXTS, IN_IDS };
+/* What each grammar takes, as its refusals say. */
+static const char *inputs_allowed(embed_inputs grammar) {
+    switch (grammar) {
+    case EMBED_INPUTS_OPENAI:
+        return "a string, an array of strings, an array of token ids or an array of arrays of "
+               "token ids";
+    case EMBED_INPUTS_MIXED:
+        return "a string, an array of token ids, or an array of strings and token-id arrays";
+    case EMBED_INPUTS_TEXTS:
+        break;
+    }
+    return "a string or an array of strings";
+}
 
-/* Checks the shape of the inputs: a string, or a non-empty array of strings;
- * with allow_ids also an array of token ids or an array of such arrays.
- * Sets *kind and *n (inputs), and *list: the array of inputs, or NULL when
- * `in` itself is the one input. */
-static int classify(const embed_api *api, const char *field, json_t *in, bool allow_ids, int *kind,
-                    int32_t *n, json_t **list, refusal *r) {
-    const char *allowed = allow_ids ? "a string, an array of strings, an array of token ids or "
-                                      "an array of arrays of token ids"
-                                    : "a string or an array of strings";
+int embed_inputs_shape(const embed_api *api, const char *field, json_t *in, embed_inputs grammar,
+                       int32_t *n, json_t **list, refusal *r) {
+    const char *allowed = inputs_allowed(grammar);
     *list = NULL;
     if (!in)
         return refuse(r, SRV_EBADREQUEST, "missing field \"%s\"", field);
     if (json_is_string(in)) {
-        *kind = IN_TEXTS;
         *n = 1;
         return SRV_OK;
     }
@@ -62,10 +64,11 @@ static int classify(const embed_api *api, const char *field, json_t *in, bool al
         return refuse(r, SRV_EBADREQUEST, "%s must be %s", field, allowed);
     size_t size = json_array_size(in);
     if (size == 0)
-        return refuse(r, SRV_EEMPTY, "%s is an empty array", field);
+        return refuse(r, SRV_EEMPTY,
+                      grammar == EMBED_INPUTS_MIXED ? "%s cannot be empty" : "%s is an empty array",
+                      field);
     json_t *first = json_array_get(in, 0);
-    if (allow_ids && json_is_integer(first)) {
-        *kind = IN_IDS;
+    if (grammar != EMBED_INPUTS_TEXTS && json_is_integer(first)) {
         *n = 1;
         return SRV_OK;
     }
@@ -73,10 +76,12 @@ static int classify(const embed_api *api, const char *field, json_t *in, bool al
     if ((int64_t)size > max_inputs)
         return refuse(r, SRV_EINVALID, "%s has %zu inputs; max_inputs_per_request is %lld", field,
                       size, (long long)max_inputs);
-    *kind = allow_ids && json_is_array(first) ? IN_IDS : IN_TEXTS;
-    for (size_t i = 0; i < size; i++) {
+    /* One kind a request, but for the mixed grammar, whose inputs are
+     * checked one by one as they are read. */
+    const bool texts = grammar == EMBED_INPUTS_TEXTS || !json_is_array(first);
+    for (size_t i = 0; grammar != EMBED_INPUTS_MIXED && i < size; i++) {
         json_t *x = json_array_get(in, i);
-        if (*kind == IN_TEXTS ? !json_is_string(x) : !json_is_array(x))
+        if (texts ? !json_is_string(x) : !json_is_array(x))
             return refuse(r, SRV_EBADREQUEST, "%s[%zu]: %s must be %s", field, i, field, allowed);
     }
     *n = (int32_t)size;
@@ -113,61 +118,6 @@ int embed_tokenize(const embed_api *api, const char *text, size_t len, bool trun
     return rc;
 }
 
-static int tokenize_text(const embed_api *api, embed_job *job, int32_t i, json_t *text,
-                         bool truncate, embed_truncation dir, refusal *r) {
-    const size_t len = json_string_length(text);
-    const int32_t max_len = embed_max_seq_length(api);
-    if (len == 0)
-        return refuse(r, SRV_EBADREQUEST, "input %d is an empty string", (int)i);
-    if (job_tokens_reserve(job, (size_t)job->cu[i], (size_t)max_len, false) != 0)
-        return refuse(r, SRV_EINTERNAL, "out of memory");
-    int32_t n = 0, n_full = 0;
-    size_t error_at = 0;
-    int rc = embed_tokenize(api, json_string_value(text), len, truncate, dir, job->ids + job->cu[i],
-                            &n, &n_full, &error_at);
-    if (rc == TOK_ETOOLONG)
-        return refuse(r, SRV_EINVALID,
-                      "input %d has %d tokens; max_seq_length is %d and truncation is off", (int)i,
-                      (int)n_full, (int)max_len);
-    if (rc != TOK_OK)
-        return job_tokens_refuse(rc, i, error_at, SRV_EINTERNAL, r);
-    job->cu[i + 1] = job->cu[i] + n;
-    return SRV_OK;
-}
-
-/* Token ids go to the model as given: in the vocabulary, 1..max length. */
-static int take_ids(const embed_api *api, embed_job *job, int32_t i, json_t *arr, refusal *r) {
-    const size_t len = json_array_size(arr);
-    const int32_t max_len = api->model->max_positions, vocab = api->model->vocab_size;
-    if (len == 0)
-        return refuse(r, SRV_EBADREQUEST, "input %d is an empty array of token ids", (int)i);
-    if (len > (size_t)max_len)
-        return refuse(r, SRV_EINVALID, "input %d has %zu token ids; the model takes at most %d",
-                      (int)i, len, (int)max_len);
-    if (job_tokens_reserve(job, (size_t)job->cu[i], len, false) != 0)
-        return refuse(r, SRV_EINTERNAL, "out of memory");
-    for (size_t k = 0; k < len; k++) {
-        json_t *x = json_array_get(arr, k);
-        if (!json_is_integer(x))
-            return refuse(r, SRV_EBADREQUEST, "input %d, token %zu is not an integer id", (int)i,
-                          k);
-        json_int_t id = json_integer_value(x);
-        /* LangChain's OpenAIEmbeddings sends tiktoken ids (cl100k, about
-         * 100k of them) unless check_embedding_ctx_length is false: ids past
-         * this vocabulary are the sign, and no BERT model can read them. */
-        if (id < 0 || id >= vocab)
-            return refuse(r, SRV_EINVALID,
-                          "input %d, token %zu: id %lld outside the vocabulary [0, %d) of this "
-                          "model's tokenizer; token ids must come from this model's tokenizer "
-                          "(tiktoken ids, as LangChain's OpenAIEmbeddings sends by default, are "
-                          "not: set check_embedding_ctx_length=False to send text)",
-                          (int)i, k, (long long)id, (int)vocab);
-        job->ids[job->cu[i] + (int32_t)k] = (int32_t)id;
-    }
-    job->cu[i + 1] = job->cu[i] + (int32_t)len;
-    return SRV_OK;
-}
-
 /* A classifier's forward answers logits, not a vector to embed with: every
  * embedding route refuses it with TEI's status for a model that does not do
  * the task (424). */
@@ -179,41 +129,6 @@ int embed_check_task(const embed_api *api, refusal *r) {
                   "/predict, /rerank, /classify and /v1/rerank, not embeddings",
                   api->model_name ? api->model_name : "", api->model->architecture,
                   (int)api->model->num_labels);
-}
-
-embed_job *embed_make_job(const embed_api *api, const char *field, json_t *in, bool allow_ids,
-                          bool truncate, embed_truncation dir, refusal *r) {
-    int kind = IN_TEXTS;
-    int32_t n = 0;
-    json_t *list = NULL;
-    if (embed_check_task(api, r) != SRV_OK)
-        return NULL;
-    /* Every refusal from here on is about the inputs. */
-    r->param = field;
-    if (classify(api, field, in, allow_ids, &kind, &n, &list, r) != SRV_OK)
-        return NULL;
-    embed_job *job = job_tokens_new(n);
-    if (!job) {
-        refuse(r, SRV_EINTERNAL, "out of memory");
-        return NULL;
-    }
-    for (int32_t i = 0; i < n; i++) {
-        json_t *x = list ? json_array_get(list, (size_t)i) : in;
-        int rc = kind == IN_IDS ? take_ids(api, job, i, x, r)
-                                : tokenize_text(api, job, i, x, truncate, dir, r);
-        if (rc != SRV_OK) {
-            embed_job_release(job);
-            return NULL;
-        }
-    }
-    /* Any number of inputs up to max_inputs_per_request. */
-    if (job_tokens_seal(job, api->max_batch_tokens, api->model->output_dim, api->kind, api->group,
-                        SRV_EINTERNAL, r) != SRV_OK) {
-        embed_job_release(job);
-        return NULL;
-    }
-    r->param = NULL;
-    return job;
 }
 
 /* ---- the request bodies' fields ------------------------------------------------------ */
@@ -258,6 +173,16 @@ size_t embed_answer_hint(const embed_job *job, int C) {
     return vectors * (per + 96) + 256;
 }
 
+void embed_write_openai_head(jwriter *w) {
+    jw_lit(w, "{\"object\":\"list\",\"data\":[");
+}
+
+void embed_write_openai_item(jwriter *w, int32_t i) {
+    jw_lit(w, "{\"object\":\"embedding\",\"index\":");
+    jw_int(w, i);
+    jw_lit(w, ",\"embedding\":");
+}
+
 void embed_write_openai_tail(jwriter *w, const embed_job *job) {
     jw_lit(w, "],\"model\":");
     jw_str(w, json_string_value(job->model), json_string_length(job->model));
@@ -266,6 +191,44 @@ void embed_write_openai_tail(jwriter *w, const embed_job *job) {
     jw_lit(w, ",\"total_tokens\":");
     jw_int(w, job->cu[job->n]);
     jw_lit(w, "}}");
+}
+
+/* ---- post-processing --------------------------------------------------------------------------
+ */
+
+/* llama.cpp's common_embd_normalize: -1 none, 0 max absolute value (scaled
+ * to int16's range, as it does), 1 taxicab, 2 Euclidean, p > 2 the p-norm. */
+static void p_normalize(float *v, size_t n, int p) {
+    double sum = 0;
+    if (p < 0)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        double a = fabs((double)v[i]);
+        if (p == 0)
+            sum = a > sum ? a : sum;
+        else
+            sum += p == 1 ? a : p == 2 ? a * a : pow(a, p);
+    }
+    if (p == 0)
+        sum /= 32760.0;
+    else if (p == 2)
+        sum = sqrt(sum);
+    else if (p > 2)
+        sum = pow(sum, 1.0 / p);
+    double scale = sum > 0 ? 1.0 / sum : 0.0;
+    for (size_t i = 0; i < n; i++)
+        v[i] = (float)(v[i] * scale);
+}
+
+size_t embed_vector_finish(const embed_job *job, float *v, int C) {
+    const size_t d =
+        job->dimensions > 0 && job->dimensions < C ? (size_t)job->dimensions : (size_t)C;
+    /* A shortened vector is renormalised, as OpenAI's are. */
+    if (job->normalize && d < (size_t)C)
+        bert_l2_normalize(v, (int)d);
+    if (job->has_p_norm)
+        p_normalize(v, d, job->p_norm);
+    return d;
 }
 
 /* ---- the codec's entry points ------------------------------------------------------- */
@@ -428,10 +391,9 @@ json_t *embed_api_tokens(const embed_api *api, json_t *root, int *err, char *msg
     refusal r = {0};
     tokens_req q;
     json_t *list = NULL, *out = NULL;
-    int kind = IN_TEXTS;
     int32_t n = 0;
     if (fld_decode(&TOKENS_TABLE, root, &q, api, &r) == SRV_OK &&
-        classify(api, "inputs", q.inputs, false, &kind, &n, &list, &r) == SRV_OK) {
+        embed_inputs_shape(api, "inputs", q.inputs, EMBED_INPUTS_TEXTS, &n, &list, &r) == SRV_OK) {
         out = json_array();
         for (int32_t i = 0; out && i < n; i++) {
             json_t *tokens = tokenize_one(api, i, list ? json_array_get(list, (size_t)i) : q.inputs,

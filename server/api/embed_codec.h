@@ -1,6 +1,9 @@
 /* embed_codec.h — what the embeddings endpoints (POST /v1/embeddings,
- * OpenAI; POST /embed and POST /tokenize, Text Embeddings Inference) accept
- * and answer: requests decoded into jobs, jobs encoded as answers.
+ * OpenAI; POST /embed and POST /tokenize, Text Embeddings Inference; and
+ * the other dialects' routes) share: the job, the inputs' shapes, the
+ * tokenizing, the vectors' one post-processing and their writing. The one
+ * request every dialect fills, and its path to a job, are
+ * embed_request.h's.
  *
  * Texts are tokenized before submission: the scheduler batches by token
  * count, so the count must be known at submit, and the tokenizer (millions
@@ -16,8 +19,9 @@
  * an array longer than the model's maximum is refused), as OpenAI treats
  * token input as already tokenized. `model` is accepted whatever it names
  * and echoed back (the service serves one model, as TEI does); absent, the
- * loaded model's name is echoed. /embed and /tokenize take `inputs` as a
- * string or an array of strings.
+ * loaded model's name is echoed. /tokenize takes `inputs` as a string or
+ * an array of strings; /embed (tei_dialect.c) also token ids, and arrays
+ * mixing texts and id arrays (embed_inputs).
  *
  * Vectors. /v1/embeddings returns what the model defines (its Normalize
  * module, if any), cut to `dimensions` and renormalised when asked. /embed
@@ -73,8 +77,6 @@ typedef struct embed_api {
     size_t npeers;
 } embed_api;
 
-/* Which embeddings body a request is (embed_dialect.h decodes both). */
-typedef enum embed_route { EMBED_ROUTE_OPENAI, EMBED_ROUTE_TEI } embed_route;
 typedef struct embed_job embed_job;
 
 void embed_job_free(embed_job *job);
@@ -137,11 +139,22 @@ json_t *embed_api_tokens(const embed_api *api, json_t *root, int *err, char *msg
 /* Which end of a long input truncation cuts (TEI's truncation_direction). */
 typedef enum embed_truncation { EMBED_TRUNCATE_RIGHT, EMBED_TRUNCATE_LEFT } embed_truncation;
 
-/* A new job with every input of `in` (the body's `field`) tokenized, or
- * taken as token ids where allow_ids, checked against the limits, and its
- * output allocated; NULL with the refusal in r. */
-embed_job *embed_make_job(const embed_api *api, const char *field, json_t *in, bool allow_ids,
-                          bool truncate, embed_truncation dir, embed_refusal *r);
+/* Which inputs a dialect takes, and how its refusals word them. */
+typedef enum embed_inputs {
+    EMBED_INPUTS_TEXTS,  /* a string or an array of non-empty strings */
+    EMBED_INPUTS_OPENAI, /* also token ids, or an array of arrays of them (one kind a request) */
+    /* TEI's and llama.cpp's: a string, token ids, or an array mixing strings
+     * and id arrays; an empty string is a text ([CLS] [SEP]). */
+    EMBED_INPUTS_MIXED,
+} embed_inputs;
+
+/* Checks the shape of the inputs `in` (the body's `field`) as grammar
+ * takes them, and the count against max_inputs_per_request: sets *n and
+ * *list, the array of inputs, or NULL when `in` itself is the one input.
+ * The mixed grammar's inputs are checked one by one as they are read
+ * (embed_request.c). Returns SRV_OK or refuses. */
+int embed_inputs_shape(const embed_api *api, const char *field, json_t *in, embed_inputs grammar,
+                       int32_t *n, json_t **list, embed_refusal *r);
 
 /* TEI's truncation_direction, as every route that imitates TEI reads it:
  * "Right" or "Left" (TEI's spelling) or the same in lower case, into an int
@@ -198,6 +211,10 @@ struct embed_job {
     float *out;     /* (n, C) pooled vectors, raw until run_batch */
     int out_dim;    /* C */
     bool normalize; /* run_batch L2-normalises each vector */
+    /* llama.cpp's embd_normalize at answer time, when has_p_norm (a zeroed
+     * job has none; p_norm 0 is llama.cpp's max-abs norm). */
+    bool has_p_norm;
+    int p_norm;
     int dimensions; /* OpenAI: keep the first this many (0: all) */
     bool base64;    /* OpenAI encoding_format */
     json_t *model;  /* OpenAI: the name to echo */
@@ -215,9 +232,24 @@ struct embed_job {
     int32_t streamed_doc; /* the document of the next chunk line */
 };
 
+/* No p-norm at answer time (embed_request's p_norm): llama.cpp's -1. */
+#define EMBED_PNORM_NONE (-1)
+
+/* The one post-processing of vector v (C floats, as the batch left it) of
+ * a finished job, in place: cut to the job's dimensions (renormalised when
+ * it normalises), then its p-norm. Returns the floats to answer. Called
+ * once a vector. */
+size_t embed_vector_finish(const embed_job *job, float *v, int C);
+
 /* One vector of d floats in the job's encoding: a JSON array, or for
  * OpenAI's encoding_format "base64" a string of their little-endian bytes. */
 void embed_write_vector(jwriter *w, const embed_job *job, const float *v, size_t d);
+
+/* OpenAI's list up to its data array's first item: {"object":"list","data":[ */
+void embed_write_openai_head(jwriter *w);
+
+/* OpenAI's item i up to its vector: {"object":"embedding","index":i,"embedding": */
+void embed_write_openai_item(jwriter *w, int32_t i);
 
 /* OpenAI's list from the end of its data array on: "],", the model echoed,
  * the usage, "}". */

@@ -12,3 +12,10 @@ int routes_add(routes *t, http_route route) {
     t->r[t->n++] = route;
     return 0;
 }
+
+int routes_add_all(routes *t, const http_route *mine, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (routes_add(t, mine[i]) != 0)
+            return -1;
+    return 0;
+}

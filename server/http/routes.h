@@ -19,4 +19,7 @@ typedef struct routes {
  * and path are already taken, so two modules can never claim one route. */
 int routes_add(routes *t, http_route route);
 
+/* Appends the n routes of mine in order; -1 at the first one refused. */
+int routes_add_all(routes *t, const http_route *mine, size_t n);
+
 #endif

@@ -10,6 +10,7 @@
 #include "fuzz_util.h"
 #include "model/encoder.h"
 #include "model/tokenizer.h"
+#include "server/api/compat_api.h"
 #include "server/api/embed_api.h"
 #include "server/api/embed_dialect.h"
 #include "server/api/errors.h"
@@ -52,12 +53,16 @@ static inline void fuzz_check_refusal(int err, const char *msg) {
                "refused with err %d, message \"%s\"", err, msg);
 }
 
-/* Body bytes through http_json_parse and embed_api_decode for route; a
+/* A route's decoding of a parsed body (root not stolen): the job, or NULL
+ * with the refusal in r. */
+typedef embed_job *(*fuzz_embed_decoder)(json_t *root, srv_refusal *r);
+
+/* Body bytes through http_json_parse and decode; a
  * decoded job must hold what the scheduler and the model may be handed:
  * 1..max_inputs_per_request inputs (a job larger than a batch runs in
  * pieces), each of 1..max_positions tokens and at most max_batch_tokens,
  * every id in the vocabulary. */
-static inline int fuzz_embed_decode(const uint8_t *data, size_t size, embed_route route) {
+static inline int fuzz_embed_decode(const uint8_t *data, size_t size, fuzz_embed_decoder decode) {
     const embed_api *api = fuzz_embed_api();
     char why[256] = "";
     json_t *root = http_json_parse((const char *)data, size, why, sizeof why);
@@ -65,12 +70,11 @@ static inline int fuzz_embed_decode(const uint8_t *data, size_t size, embed_rout
         FUZZ_CHECK(why[0], "a refused body has no message");
         return 0;
     }
-    int err = SRV_OK;
-    char msg[256] = "";
-    embed_job *job = embed_api_decode(api, route, root, &err, msg, sizeof msg);
+    srv_refusal r = {0};
+    embed_job *job = decode(root, &r);
     json_decref(root);
     if (!job) {
-        fuzz_check_refusal(err, msg);
+        fuzz_check_refusal(r.err, r.msg);
         return 0;
     }
     const int32_t *cu, *ids;
