@@ -80,6 +80,19 @@ export CONTAINERS_CONF="$WORK/containers.conf"
 pm() { podman --runtime runc "$@"; }
 
 # ---- 2. base image, made locally once ---------------------------------------
+# The build reaches PyPI (the Swagger UI wheel) through this network's egress
+# proxy, whose certificate authorities the host trusts from
+# /usr/local/share/ca-certificates; a registry's image on such a network is
+# the site's own, with them in it. So the stand-in carries them, and Debian's
+# ca-certificates (installed by the build) adds them to the bundle that
+# Debian's pip reads. An image in the store without them is made again.
+LOCAL_CAS=$(cd /usr/local/share/ca-certificates 2>/dev/null && ls -- *.crt 2>/dev/null | sort | tr '\n' ' ')
+if pm image exists "$BASE" && [ -n "$LOCAL_CAS" ] &&
+    [ "$(pm run --rm --network none --entrypoint sh "$BASE" -c \
+        'cd /usr/local/share/ca-certificates 2>/dev/null && ls -- *.crt 2>/dev/null | sort | tr "\n" " "')" != "$LOCAL_CAS" ]; then
+    log "base image $BASE lacks the host's local certificate authorities: making it again"
+    pm rmi -f "$BASE" >/dev/null
+fi
 if pm image exists "$BASE"; then
     log "base image $BASE already in podman's store"
 else
@@ -96,6 +109,10 @@ else
     # As the official -slim image: no apt lists or caches, no docs.
     rm -rf "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/*.bin \
         "$rootfs"/var/cache/apt/archives/*.deb
+    if [ -n "$LOCAL_CAS" ]; then
+        mkdir -p "$rootfs/usr/local/share/ca-certificates"
+        cp /usr/local/share/ca-certificates/*.crt "$rootfs/usr/local/share/ca-certificates/"
+    fi
     tar -C "$rootfs" -c . | pm import --change 'CMD ["bash"]' - "$BASE" >"$WORK/import.log" 2>&1 ||
         { cat "$WORK/import.log" >&2; die "podman import of the base image failed"; }
     rm -rf "$rootfs"
