@@ -8,19 +8,12 @@ ones http.c and libmicrohttpd write themselves, and vLLM's two load gauges
 under vLLM's names mirroring ours."""
 import json
 import re
-import shutil
 import socket
-import subprocess
 import threading
 
 import requests
 
-from conftest import post_attention, slow_body, wait_for
-
-
-# vLLM's names for two of ours (server/ops/metrics.c): the only names with a colon.
-VLLM_GAUGES = {"vllm:num_requests_running": "attnserve_batch_requests_in_flight",
-               "vllm:num_requests_waiting": "attnserve_queue_depth"}
+from conftest import VLLM_GAUGES, post_attention, promtool_check, slow_body, wait_for
 
 
 def scrape(server):
@@ -49,19 +42,8 @@ def test_names_follow_the_conventions(server):
     requests.post(server.url("/v1/embeddings"), json={"input": "names"}, timeout=30)
     text = scrape(server)
     types = families(text)
-    if shutil.which("promtool"):
-        r = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True,
-                           text=True, timeout=30)
-        # vLLM's gauges keep vLLM's names, colon included, for the routers that
-        # read them: legal in the exposition format, but promtool's linter
-        # reserves ':' for recording rules and says so (exit 3, a lint
-        # problem, not a parse error). Exactly those two lines are allowed.
-        problems = [l for l in (r.stdout + r.stderr).splitlines() if l.strip()]
-        allowed = {"%s metric names should not contain ':'" % n for n in VLLM_GAUGES}
-        assert r.returncode in (0, 3) and set(problems) <= allowed, r.stdout + r.stderr
-        assert (r.returncode == 3) == bool(problems), r.stdout + r.stderr
-    else:
-        print("NOT RUN: promtool check metrics (apt-get install prometheus); the rules below ran")
+    # The only names with a colon are vLLM's (conftest.VLLM_GAUGES).
+    promtool_check(text)
     for name, typ in types.items():
         if ":" in name:
             assert name in VLLM_GAUGES and typ == "gauge", name
