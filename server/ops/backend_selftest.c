@@ -25,7 +25,7 @@ attn_selftest_spec backend_selftest_spec(const encoder_info *m) {
 static bool runs_all(const attn_backend *b, const attn_shape *bounds, size_t n, char *why,
                      size_t why_len) {
     for (size_t i = 0; i < n; i++)
-        if (b->supports(&bounds[i], why, why_len) != ATTN_OK)
+        if (attn_backend_supports(b, &bounds[i], why, why_len) != ATTN_OK)
             return false;
     return true;
 }
