@@ -557,7 +557,7 @@ Test(cuda_plugin, init_refuses_models_it_cannot_compute) {
         cr_assert(strstr(err, d->names), "%s: %s", d->dir, err);
         refused++;
     }
-    cr_assert_eq(refused, 5);
+    cr_assert_eq(refused, 6);
 }
 
 /* An unknown gpu_attention is refused by init before any CUDA call, so
