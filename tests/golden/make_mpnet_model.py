@@ -10,7 +10,9 @@ position in [-RANGE, RANGE].
 The tokenizer is MPNet's layout written by `tokenizers`: BertNormalizer
 (lowercase), BertPreTokenizer, WordPiece with <s> <pad> </s> <unk> at ids
 0..3 and <mask> added last, TemplateProcessing `<s> $A </s>`, trained here on
-the texts below (1,000 pieces). all-mpnet-base-v2's <mask> is an added token
+the texts below (at most 1,000 pieces; they give about 300). Two runs need
+not train the same vocabulary, so the model and the golden are made and
+committed together. all-mpnet-base-v2's <mask> is an added token
 with lstrip; this one has no lstrip (the service's tokenizer refuses
 lstrip/rstrip added tokens today), which changes nothing for texts without
 "<mask>".
