@@ -320,7 +320,7 @@ int main(int argc, char **argv) {
             }
             for (int b = 0; b <= sh.batch; b++)
                 cu[b] = b * sh.seq;
-            attn_shape shape = {sh.batch, T, sh.seq, H, D, sh.causal};
+            attn_shape shape = {sh.batch, T, sh.seq, H, D, sh.causal, 0};
             attn_problem p;
             attn_problem_dense(&p, shape, cu, q, k, v, out);
 

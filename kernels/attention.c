@@ -74,7 +74,22 @@ int attn_problem_check(const attn_problem *p, char *why, size_t why_len) {
         return fail(why, why_len, "q, k, v and out must be non-NULL");
     if (!isfinite(p->scale))
         return fail(why, why_len, "scale is not finite");
+    if (s->rel_bias && (!p->rel_bias || p->rel_span < s->max_seqlen || p->rel_span < 1))
+        return fail(why, why_len,
+                    "a relative position bias needs its vector and rel_span >= max_seqlen = %d "
+                    "(got %d)",
+                    s->max_seqlen, p->rel_span);
     return ATTN_OK;
+}
+
+int attn_backend_supports(const attn_backend *b, const attn_shape *shape, char *why,
+                          size_t why_len) {
+    if (shape->rel_bias && !b->rel_bias) {
+        if (why && why_len)
+            snprintf(why, why_len, "backend '%s' does not add a relative position bias", b->name);
+        return ATTN_EUNSUPPORTED;
+    }
+    return b->supports(shape, why, why_len);
 }
 
 double attn_flops(const attn_problem *p) {

@@ -45,6 +45,7 @@ typedef struct attn_shape {
     int32_t heads;        /* H (>= 1) */
     int32_t head_dim;     /* D (>= 1) */
     int causal;           /* 1: token i attends to keys 0..i of its sequence */
+    int rel_bias;         /* 1: problems carry a relative position bias (below) */
 } attn_shape;
 
 /* One forward call. Pointers are caller-owned; out must not alias q, k, v. */
@@ -57,6 +58,19 @@ typedef struct attn_problem {
     float *out;                /* (T, H, D) with token stride out_stride */
     size_t q_stride, k_stride, v_stride, out_stride; /* floats; >= H*D */
     float scale;                                     /* softmax scale, usually 1/sqrt(D) */
+    /* The relative position bias, when shape.rel_bias (NULL otherwise): the
+     * score of query i and key j of one sequence (i, j their positions in
+     * it) becomes scale·q_i·k_j + rel_bias[h·(2·rel_span − 1) + rel_span − 1
+     * + i − j], before the softmax. A bias that depends on the distance
+     * alone is what relative schemes give (MPNet's and T5's learned buckets;
+     * ALiBi's slopes fit the same vector), so it is one vector of
+     * 2·rel_span − 1 floats per head: O(H·rel_span) memory however long the
+     * sequences, and the same vector serves every sequence of a packed
+     * batch, where an [H][L][L] matrix would grow with L² and differ per
+     * sequence. Indexed by i − j so that consecutive query rows (the lanes of
+     * the fused kernels) read consecutive floats. */
+    const float *rel_bias; /* [H][2·rel_span − 1] */
+    int32_t rel_span;      /* >= shape.max_seqlen */
 } attn_problem;
 
 /* Fills p for dense [T][H][D] tensors with scale 1/sqrt(D). */
@@ -116,7 +130,18 @@ typedef struct attn_backend {
     /* The precision forward computes in: selects the error bound that the
      * self-test and shadow verification hold it to. */
     attn_precision precision;
+
+    /* 1: forward adds p->rel_bias. A table without it (one written before
+     * the bias existed) is never handed a problem that carries one:
+     * attn_backend_supports refuses the shape by name. */
+    int rel_bias;
 } attn_backend;
+
+/* b's capability check for shape, with the contract's own gates first (a
+ * relative position bias b does not add): what every caller asks before
+ * choosing or sizing b. Returns ATTN_OK or ATTN_EUNSUPPORTED with a reason. */
+int attn_backend_supports(const attn_backend *b, const attn_shape *shape, char *why,
+                          size_t why_len);
 
 /* ---- registry (registry.c) -------------------------------------------------- */
 

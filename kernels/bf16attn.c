@@ -89,4 +89,5 @@ const attn_backend attn_backend_bf16 = {
     .forward = bf16attn_forward,
     .simd_path = bf16attn_simd_path,
     .precision = ATTN_PREC_BF16,
+    .rel_bias = 1,
 };

@@ -191,10 +191,23 @@ INLINE void pv_step(float *ot, const __m512i *pp, __m512 alpha, const uint32_t *
         _mm512_storeu_ps(ot + (size_t)c * VL, acc[c]);
 }
 
+/* As fused_tile.h's bias_vec: the bias of one key for the 16 rows of a
+ * group, lane r from bh[x0 + r]; lanes out of ±(span − 1) (rows or keys past
+ * the sequence end) get 0 from a copy, so no load leaves the vector. */
+INLINE __m512 bias_vec(const float *bh, int32_t span, int32_t x0) {
+    if (x0 > -span && x0 + VL - 1 < span)
+        return _mm512_loadu_ps(bh + x0);
+    float tmp[VL];
+    for (int r = 0; r < VL; r++)
+        tmp[r] = x0 + r > -span && x0 + r < span ? bh[x0 + r] : 0.0f;
+    return _mm512_loadu_ps(tmp);
+}
+
 /* One tile: 16 query rows × 16 keys, as fused_tile.h's tile(). */
 INLINE void tile(const uint32_t *qt /* (dp, VL) */, const uint32_t *kt /* (KT, dpr) */,
                  const uint32_t *vt /* (KT/2, dv) */, float *ot /* (dv, VL) */, float *m, float *l,
-                 const bf16attn_dims d, const int masked, int kofs, int nkeys, int causal) {
+                 const bf16attn_dims d, const int masked, int kofs, int nkeys, int causal,
+                 const float *bh, int32_t span) {
     __m512 s[KT];
 #pragma GCC unroll 16
     for (int j = 0; j < KT; j++)
@@ -204,6 +217,14 @@ INLINE void tile(const uint32_t *qt /* (dp, VL) */, const uint32_t *kt /* (KT, d
 #pragma GCC unroll 16
         for (int j = 0; j < KT; j++)
             s[j] = dot2(s[j], q, _mm512_set1_epi32((int)kt[(size_t)j * d.dpr + w]));
+    }
+    if (bh) {
+        /* Base-2 scores (log2(e) is in the queries): the bias joins in one
+         * fp32 rounding. */
+        const __m512 l2e = _mm512_set1_ps(FUSED_LOG2E);
+#pragma GCC unroll 16
+        for (int j = 0; j < KT; j++)
+            s[j] = _mm512_fmadd_ps(bias_vec(bh, span, -kofs - j), l2e, s[j]);
     }
     if (masked) {
 #pragma GCC unroll 16
@@ -247,6 +268,10 @@ INLINE void query_block(const fused_ctx *c, uint32_t *ws, int32_t start, int32_t
     const int32_t nq = len - q0 < BR ? len - q0 : BR;
     const int ngroups = (nq + VL - 1) / VL;
     const size_t hd = (size_t)h * (size_t)D;
+    const int32_t span = p->rel_span;
+    const float *bh = p->shape.rel_bias
+                          ? p->rel_bias + (size_t)h * (2 * (size_t)span - 1) + (size_t)(span - 1)
+                          : NULL;
 
     uint32_t *qt = ws;
     float *ot = (float *)(qt + (size_t)NG * d.dp * VL);
@@ -281,10 +306,16 @@ INLINE void query_block(const fused_ctx *c, uint32_t *ws, int32_t start, int32_t
             const int kofs = (int)(k0 - r0);
             const uint32_t *qg = qt + (size_t)g * d.dp * VL;
             float *og = ot + (size_t)g * d.dv * VL;
-            if (nkeys < KT || (causal && kofs + KT - 1 > 0))
-                tile(qg, kt, vt, og, m + g * VL, l + g * VL, d, 1, kofs, nkeys, causal);
+            const int edge = nkeys < KT || (causal && kofs + KT - 1 > 0);
+            float *mg = m + g * VL, *lg = l + g * VL;
+            if (bh && edge)
+                tile(qg, kt, vt, og, mg, lg, d, 1, kofs, nkeys, causal, bh, span);
+            else if (bh)
+                tile(qg, kt, vt, og, mg, lg, d, 0, kofs, KT, 0, bh, span);
+            else if (edge)
+                tile(qg, kt, vt, og, mg, lg, d, 1, kofs, nkeys, causal, NULL, 0);
             else
-                tile(qg, kt, vt, og, m + g * VL, l + g * VL, d, 0, 0, KT, 0);
+                tile(qg, kt, vt, og, mg, lg, d, 0, 0, KT, 0, NULL, 0);
         }
     }
 

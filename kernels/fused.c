@@ -188,4 +188,5 @@ const attn_backend attn_backend_fused = {
     .workspace_size = fused_workspace_size,
     .forward = fused_forward,
     .simd_path = fused_simd_path,
+    .rel_bias = 1,
 };

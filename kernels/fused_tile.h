@@ -136,6 +136,20 @@ FUSED_INLINE vf tree_sum(const vf *s /* (KT) */) {
     return t[0];
 }
 
+/* The relative position bias of one key for the VL rows of a group: lane r
+ * gets bh[x0 + r], bh centred on distance 0 (valid within ±(span − 1)),
+ * x0 = the group's first row − the key. A lane outside that range is a row
+ * or a key past the sequence end, which the tile masks or the caller
+ * discards: it gets 0 from a copy, so no load leaves the vector. */
+FUSED_INLINE vf bias_vec(const float *bh, int32_t span, int32_t x0) {
+    if (x0 > -span && x0 + VL - 1 < span)
+        return v_load(bh + x0);
+    float tmp[VL];
+    for (int r = 0; r < VL; r++)
+        tmp[r] = x0 + r > -span && x0 + r < span ? bh[x0 + r] : 0.0f;
+    return v_load(tmp);
+}
+
 /* One tile: VL query rows × KT keys. Scores S^T (KT vectors of VL rows) live
  * in registers from the dot products through the softmax update to P·V.
  * masked: some (row, key) pairs of the tile are hidden (sequence end or
@@ -143,7 +157,7 @@ FUSED_INLINE vf tree_sum(const vf *s /* (KT) */) {
 FUSED_INLINE void tile(const float *qt /* (D, VL) */, const float *kt /* (D, KT) */,
                        const float *v /* (KT, D) stride vs */, size_t vs, float *ot /* (D, VL) */,
                        float *m /* (VL) */, float *l /* (VL) */, const int D, const int masked,
-                       int kofs, int nkeys, int causal) {
+                       int kofs, int nkeys, int causal, const float *bh, int32_t span) {
     vf s[KT];
     FUSED_UNROLL(KT)
     for (int j = 0; j < KT; j++)
@@ -153,6 +167,14 @@ FUSED_INLINE void tile(const float *qt /* (D, VL) */, const float *kt /* (D, KT)
         FUSED_UNROLL(KT)
         for (int j = 0; j < KT; j++)
             s[j] = v_fma(q, v_bcast(kt + (size_t)d * KT + j), s[j]);
+    }
+    if (bh) {
+        /* Scores are in base 2 (log2(e) folded into the queries): the bias
+         * joins them the same way, in one rounding. */
+        const vf l2e = v_set1(FUSED_LOG2E);
+        FUSED_UNROLL(KT)
+        for (int j = 0; j < KT; j++)
+            s[j] = v_fma(bias_vec(bh, span, -kofs - j), l2e, s[j]);
     }
     if (masked) {
         FUSED_UNROLL(KT)
@@ -293,6 +315,11 @@ FUSED_INLINE void query_block(const fused_ctx *c, const fused_ws *w, int32_t sta
     const int32_t nq = len - q0 < FUSED_BR ? len - q0 : FUSED_BR;
     const int ngroups = (nq + VL - 1) / VL;
     const size_t hd = (size_t)h * (size_t)D;
+    const int32_t span = p->rel_span;
+    /* The head's bias vector centred on distance 0 (attention.h). */
+    const float *bh = p->shape.rel_bias
+                          ? p->rel_bias + (size_t)h * (2 * (size_t)span - 1) + (size_t)(span - 1)
+                          : NULL;
 
     pack_queries(w->qt, p->q + (size_t)(start + q0) * p->q_stride + hd, p->q_stride, nq, ngroups, D,
                  c->qscale);
@@ -322,10 +349,17 @@ FUSED_INLINE void query_block(const fused_ctx *c, const fused_ws *w, int32_t sta
             const int kofs = (int)(k0 - r0);
             float *qt = w->qt + (size_t)g * D * VL, *ot = w->ot + (size_t)g * D * VL;
             float *m = w->m + g * VL, *l = w->l + g * VL;
-            if (nkeys < KT || (causal && kofs + KT - 1 > 0))
-                tile(qt, w->kt, w->vt, (size_t)D, ot, m, l, D, 1, kofs, nkeys, causal);
+            const int edge = nkeys < KT || (causal && kofs + KT - 1 > 0);
+            /* Constant masked and bias arguments keep the common tile free
+             * of both. */
+            if (bh && edge)
+                tile(qt, w->kt, w->vt, (size_t)D, ot, m, l, D, 1, kofs, nkeys, causal, bh, span);
+            else if (bh)
+                tile(qt, w->kt, w->vt, (size_t)D, ot, m, l, D, 0, kofs, KT, 0, bh, span);
+            else if (edge)
+                tile(qt, w->kt, w->vt, (size_t)D, ot, m, l, D, 1, kofs, nkeys, causal, NULL, 0);
             else
-                tile(qt, w->kt, w->vt, (size_t)D, ot, m, l, D, 0, 0, KT, 0);
+                tile(qt, w->kt, w->vt, (size_t)D, ot, m, l, D, 0, 0, KT, 0, NULL, 0);
         }
     }
 

@@ -49,6 +49,11 @@ static void naive_task(void *arg, size_t task, int worker) {
     const int h = (int)(task % (size_t)H);
     const int32_t start = p->cu_seqlens[b], len = p->cu_seqlens[b + 1] - start;
     float *s = c->scores + (size_t)worker * (size_t)p->shape.max_seqlen; /* (len) */
+    /* bias[i - j]: the head's relative position bias, centred on distance 0. */
+    const float *bias =
+        p->shape.rel_bias
+            ? p->rel_bias + (size_t)h * (2 * (size_t)p->rel_span - 1) + (size_t)(p->rel_span - 1)
+            : NULL;
 
     for (int32_t i = 0; i < len; i++) {
         const float *qi = p->q + (size_t)(start + i) * p->q_stride + (size_t)h * D; /* (D) */
@@ -60,6 +65,8 @@ static void naive_task(void *arg, size_t task, int worker) {
             for (int d = 0; d < D; d++)
                 dot += qi[d] * kj[d];
             s[j] = dot * p->scale;
+            if (bias)
+                s[j] += bias[i - j];
             m = s[j] > m ? s[j] : m;
         }
         float sum = 0.0f;
@@ -105,4 +112,5 @@ const attn_backend attn_backend_naive = {
     .workspace_size = naive_workspace_size,
     .forward = naive_forward,
     .simd_path = naive_simd_path,
+    .rel_bias = 1,
 };

@@ -5,27 +5,42 @@
 #include <float.h>
 #include <math.h>
 
-double attn_error_bound(double vmax, int32_t nkeys, int head_dim, double smax) {
+/* The bounds of reference.h. biased: the problem adds a relative position
+ * bias, in float32, to each score after its dot product: one more rounding,
+ * at most u·|score| ≤ u·smax (smax then counts the bias), so the float32
+ * bound gains ATTN_TOL_UNITS·u·vmax·smax (the √D·smax term for one more
+ * rounding) and the bf16 score error Δ gains u·(smax + Δ) (the rounded sum
+ * of a score off by Δ). */
+static double bound_full(attn_precision prec, double vmax, int32_t nkeys, int head_dim, double smax,
+                         double amax, int biased) {
     const double u = FLT_EPSILON / 2.0;
-    return ATTN_TOL_UNITS * u * vmax * (1.0 + sqrt((double)nkeys) + sqrt((double)head_dim) * smax) +
-           DBL_MIN;
+    const double extra = biased ? smax : 0.0;
+    const double fp32 = ATTN_TOL_UNITS * u * vmax *
+                            (1.0 + sqrt((double)nkeys) + sqrt((double)head_dim) * smax + extra) +
+                        DBL_MIN;
+    if (prec != ATTN_PREC_BF16)
+        return fp32;
+    const double ub = ATTN_BF16_UNIT_ROUNDOFF;
+    const double du = (double)head_dim * u, gamma_d = du / (1.0 - du);
+    double delta = (2.0 * ub + ub * ub + gamma_d) * amax;
+    if (biased)
+        delta += u * (smax + delta);
+    /* Output and reference are both convex combinations of values within
+     * ±vmax, so the softmax term never needs to exceed 2·vmax. */
+    return vmax * (fmin(expm1(2.0 * delta), 2.0) + 2.0 * ub + ub * ub) + fp32;
+}
+
+double attn_error_bound(double vmax, int32_t nkeys, int head_dim, double smax) {
+    return bound_full(ATTN_PREC_FP32, vmax, nkeys, head_dim, smax, 0.0, 0);
 }
 
 double attn_error_bound_bf16(double vmax, int32_t nkeys, int head_dim, double smax, double amax) {
-    const double ub = ATTN_BF16_UNIT_ROUNDOFF, u = FLT_EPSILON / 2.0;
-    const double du = (double)head_dim * u, gamma_d = du / (1.0 - du);
-    const double delta = (2.0 * ub + ub * ub + gamma_d) * amax;
-    /* Output and reference are both convex combinations of values within
-     * ±vmax, so the softmax term never needs to exceed 2·vmax. */
-    return vmax * (fmin(expm1(2.0 * delta), 2.0) + 2.0 * ub + ub * ub) +
-           attn_error_bound(vmax, nkeys, head_dim, smax);
+    return bound_full(ATTN_PREC_BF16, vmax, nkeys, head_dim, smax, amax, 0);
 }
 
 double attn_error_bound_of(attn_precision prec, double vmax, int32_t nkeys, int head_dim,
                            double smax, double amax) {
-    if (prec == ATTN_PREC_BF16)
-        return attn_error_bound_bf16(vmax, nkeys, head_dim, smax, amax);
-    return attn_error_bound(vmax, nkeys, head_dim, smax);
+    return bound_full(prec, vmax, nkeys, head_dim, smax, amax, 0);
 }
 
 /* max_j scale·Σ_d |q[d]·k_j[d]| over the keys token t sees, for head h: the
@@ -57,6 +72,9 @@ double attn_reference_row(const attn_problem *p, int32_t seq, int32_t t, int h, 
         for (int d = 0; d < D; d++)
             dot += (double)qi[d] * (double)kj[d];
         scores[j] = dot * (double)p->scale;
+        if (p->shape.rel_bias) /* t - start - j: the query's position minus the key's */
+            scores[j] += (double)p->rel_bias[(size_t)h * (2 * (size_t)p->rel_span - 1) +
+                                             (size_t)(p->rel_span - 1 + (t - start) - j)];
         m = fmax(m, scores[j]);
         smax = fmax(smax, fabs(scores[j]));
     }
@@ -121,7 +139,8 @@ int64_t attn_check_rows_as(const attn_problem *p, attn_precision prec, const int
             const double amax = prec == ATTN_PREC_BF16 ? abs_dot_max(p, start, nkeys, t, h) : 0.0;
             const float *out = p->out + (size_t)t * p->out_stride + (size_t)h * D;
             for (int d = 0; d < D; d++) {
-                const double bound = attn_error_bound_of(prec, vmax[d], nkeys, D, smax, amax);
+                const double bound =
+                    bound_full(prec, vmax[d], nkeys, D, smax, amax, p->shape.rel_bias);
                 const double err =
                     isfinite(out[d]) ? fabs((double)out[d] - ref[d]) : (double)INFINITY;
                 const double ratio = err / bound;

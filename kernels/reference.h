@@ -46,6 +46,10 @@
  * vdpbf16ps; each such product is below 2^-126·max|k|, far under DBL_MIN
  * relative terms here, and is not counted.
  *
+ * A problem with a relative position bias (attention.h) is held to the same
+ * bounds with smax counting the bias and one more score rounding (the bias
+ * is added in float32 after the dot product): see bound_full in reference.c.
+ *
  * Nothing here allocates: callers pass scratch sized by attn_check_scratch. */
 #ifndef ATTN_REFERENCE_H
 #define ATTN_REFERENCE_H

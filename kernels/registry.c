@@ -57,7 +57,7 @@ int attn_backend_select(const char *name, const attn_shape *shape, const attn_ba
     if (name && strcmp(name, "auto") == 0) {
         const attn_backend *best = NULL;
         for (const attn_backend *const *b = all; *b; b++)
-            if ((*b)->supports(shape, NULL, 0) == ATTN_OK &&
+            if (attn_backend_supports(*b, shape, NULL, 0) == ATTN_OK &&
                 (!best || (*b)->speed_rank > best->speed_rank))
                 best = *b;
         if (!best) {
@@ -74,7 +74,7 @@ int attn_backend_select(const char *name, const attn_shape *shape, const attn_ba
                      name ? name : "(null)", attn_backend_names());
         return ATTN_EUNKNOWN;
     }
-    if (b->supports(shape, why, sizeof why) != ATTN_OK) {
+    if (attn_backend_supports(b, shape, why, sizeof why) != ATTN_OK) {
         if (err && err_len)
             snprintf(err, err_len, "backend '%s' cannot run this shape: %s", b->name, why);
         return ATTN_EUNSUPPORTED;

@@ -19,10 +19,11 @@ typedef struct case_plan {
     int nseqs;
     int heads, head_dim;
     int causal;
-    int qkv;     /* 1: Q, K, V interleaved in one [T][3][H][D] buffer (the model's
-                    projection); 0: three dense [T][H][D] tensors (the endpoint's) */
-    float amp;   /* q and k are N(0, 1)·amp: larger scores stress the online softmax */
-    int sampled; /* 1: compare sampled rows; 0: every row */
+    int qkv;      /* 1: Q, K, V interleaved in one [T][3][H][D] buffer (the model's
+                     projection); 0: three dense [T][H][D] tensors (the endpoint's) */
+    float amp;    /* q and k are N(0, 1)·amp: larger scores stress the online softmax */
+    int sampled;  /* 1: compare sampled rows; 0: every row */
+    int rel_bias; /* 1: a relative position bias over the case's distances */
 } case_plan;
 
 /* A typical /v1/attention request batch, and an odd head_dim that takes a
@@ -49,7 +50,8 @@ static int plan_cases(const attn_selftest_spec *s, case_plan *out) {
                        .heads = s->heads,
                        .head_dim = s->head_dim,
                        .qkv = 1,
-                       .amp = 1.0f};
+                       .amp = 1.0f,
+                       .rel_bias = s->rel_bias};
     for (int i = 0; i < edges.nseqs; i++)
         edges.lens[i] = clip(edges.lens[i], L);
     out[n++] = edges;
@@ -62,7 +64,8 @@ static int plan_cases(const attn_selftest_spec *s, case_plan *out) {
                            .heads = s->heads,
                            .head_dim = s->head_dim,
                            .qkv = 1,
-                           .amp = 3.0f};
+                           .amp = 3.0f,
+                           .rel_bias = s->rel_bias};
     out[n++] = (case_plan){.name = "model: longest input",
                            .lens = {L},
                            .nseqs = 1,
@@ -70,7 +73,8 @@ static int plan_cases(const attn_selftest_spec *s, case_plan *out) {
                            .head_dim = s->head_dim,
                            .qkv = 1,
                            .amp = 1.0f,
-                           .sampled = 1};
+                           .sampled = 1,
+                           .rel_bias = s->rel_bias};
     out[n++] = (case_plan){.name = "api: three requests",
                            .lens = {50, 128, 7},
                            .nseqs = 3,
@@ -88,8 +92,11 @@ static int plan_cases(const attn_selftest_spec *s, case_plan *out) {
 }
 
 static attn_shape shape_of(const case_plan *c) {
-    attn_shape s = {
-        .batch = c->nseqs, .heads = c->heads, .head_dim = c->head_dim, .causal = c->causal};
+    attn_shape s = {.batch = c->nseqs,
+                    .heads = c->heads,
+                    .head_dim = c->head_dim,
+                    .causal = c->causal,
+                    .rel_bias = c->rel_bias};
     for (int i = 0; i < c->nseqs; i++) {
         s.total_tokens += c->lens[i];
         s.max_seqlen = c->lens[i] > s.max_seqlen ? c->lens[i] : s.max_seqlen;
@@ -153,6 +160,7 @@ static float next_normal(normal_gen *g) {
 typedef struct buffers {
     float *in;           /* Q, K, V: 3·T·H·D floats */
     float *out;          /* T·H·D */
+    float *bias;         /* H·(2·L − 1): the relative position bias, for cases with one */
     int32_t *cu;         /* B + 1 */
     int32_t *rows;       /* T */
     double *scratch;     /* attn_check_scratch doubles per worker */
@@ -164,7 +172,7 @@ typedef struct buffers {
 } buffers;
 
 typedef struct sizes {
-    size_t in, out, cu, rows, scratch, partial, ws;
+    size_t in, out, bias, cu, rows, scratch, partial, ws;
     size_t scratch_each; /* doubles per worker */
 } sizes;
 
@@ -177,10 +185,12 @@ static sizes sizes_of(const attn_backend *b, const case_plan *plan, int n, int n
     for (int i = 0; i < n; i++) {
         const attn_shape s = shape_of(&plan[i]);
         const size_t row = (size_t)s.heads * (size_t)s.head_dim, T = (size_t)s.total_tokens;
-        const size_t ws = b->supports(&s, NULL, 0) == ATTN_OK ? b->workspace_size(&s, nthreads) : 0;
+        const size_t ws =
+            attn_backend_supports(b, &s, NULL, 0) == ATTN_OK ? b->workspace_size(&s, nthreads) : 0;
 #define UP(field, bytes) z.field = round64(bytes) > z.field ? round64(bytes) : z.field
         UP(in, 3 * T * row * sizeof(float));
         UP(out, T * row * sizeof(float));
+        UP(bias, s.rel_bias ? (size_t)s.heads * (2 * (size_t)s.max_seqlen + 1) * sizeof(float) : 0);
         UP(cu, ((size_t)s.batch + 1) * sizeof(int32_t));
         UP(rows, T * sizeof(int32_t));
         UP(partial, (T / CHECK_CHUNK + 1) * sizeof(attn_check));
@@ -194,7 +204,7 @@ static sizes sizes_of(const attn_backend *b, const case_plan *plan, int n, int n
 }
 
 static size_t total_of(const sizes *z) {
-    return z->in + z->out + z->cu + z->rows + z->scratch + z->partial + z->ws;
+    return z->in + z->out + z->bias + z->cu + z->rows + z->scratch + z->partial + z->ws;
 }
 
 size_t attn_selftest_bytes(const attn_backend *backend, const attn_selftest_spec *spec,
@@ -213,7 +223,8 @@ static int buffers_alloc(buffers *bf, const sizes *z) {
     bf->block = p;
     bf->in = (void *)p;
     bf->out = (void *)(p += z->in);
-    bf->cu = (void *)(p += z->out);
+    bf->bias = (void *)(p += z->out);
+    bf->cu = (void *)(p += z->bias);
     bf->rows = (void *)(p += z->cu);
     bf->scratch = (void *)(p += z->rows);
     bf->partial = (void *)(p += z->scratch);
@@ -246,6 +257,15 @@ static attn_problem fill_case(const case_plan *c, int index, buffers *bf) {
             ((float *)p.v)[t * p.v_stride + i] = next_normal(&g);
             p.out[t * p.out_stride + i] = NAN;
         }
+    if (s.rel_bias) {
+        /* N(0, 2): as large as the scores, so a backend that drops or
+         * misplaces it fails. */
+        p.rel_span = s.max_seqlen > 0 ? s.max_seqlen : 1;
+        const size_t n = (size_t)s.heads * (2 * (size_t)p.rel_span - 1);
+        for (size_t i = 0; i < n; i++)
+            bf->bias[i] = 2.0f * next_normal(&g);
+        p.rel_bias = bf->bias;
+    }
     return p;
 }
 
@@ -321,7 +341,7 @@ static void run_case(const attn_backend *b, const case_plan *c, int index, const
     cr->shape = shape_of(c);
     describe_shape(shape, sizeof shape, &cr->shape);
     attn_problem p = fill_case(c, index, bf);
-    cr->status = b->supports(&cr->shape, why, sizeof why);
+    cr->status = attn_backend_supports(b, &cr->shape, why, sizeof why);
     if (cr->status == ATTN_OK)
         cr->status = b->forward(&p, bf->ws, bf->ws_bytes, par);
     if (cr->status != ATTN_OK) {

@@ -32,6 +32,8 @@ typedef struct attn_selftest_spec {
     int heads;          /* the model's attention heads */
     int head_dim;       /* and their size */
     int32_t max_seqlen; /* the model's longest input: the long case's length */
+    int rel_bias;       /* 1: the model adds a relative position bias (attention.h), which
+                           its cases then carry */
 } attn_selftest_spec;
 
 /* One shape of the run. */

@@ -59,11 +59,17 @@ struct bert_model {
     st_file *file;         /* the mapping most weights point into */
     const float *wte;      /* (V, C) word embeddings */
     const float *wpe;      /* (P + position_offset, C) position embeddings */
-    const float *wtt;      /* (type_vocab_size, C) token type embeddings */
+    const float *wtt;      /* (type_vocab_size, C) token type embeddings; NULL without */
     const float *emb_ln_w; /* (C) */
     const float *emb_ln_b; /* (C) */
     bert_layer *layers;    /* [L] */
-    float *owned;          /* [owned_floats]: stacked QKV and converted tensors */
+    /* Relative position buckets: the table as the file has it (num_buckets,
+     * H), and the attention contract's per-distance vector made from it at
+     * load, [H][2·P − 1] (rel_span P = max_positions), always owned. */
+    const float *rel_table;
+    float *rel_bias;
+    size_t rel_bias_floats;
+    float *owned; /* [owned_floats]: stacked QKV and converted tensors */
     size_t owned_floats;
     /* Reduced precisions: the embedding tables in bf16 (wte, wpe above are
      * then NULL), one allocation of emb16_count halves; the mapping is
@@ -213,33 +219,51 @@ static int bind_into(loader *ld, float *dst, const char *name, int64_t rows, int
     return 0;
 }
 
+/* Each layout's names of one layer's modules (".weight" and ".bias"
+ * appended), under "encoder.layer.N.". */
+typedef struct layer_names {
+    const char *qkv[3], *attn_o, *ln1, *ffn_in, *ffn_out, *ln2;
+} layer_names;
+
+static const layer_names layouts[] = {
+    [BERT_LAYOUT_BERT] = {.qkv = {"attention.self.query", "attention.self.key",
+                                  "attention.self.value"},
+                          .attn_o = "attention.output.dense",
+                          .ln1 = "attention.output.LayerNorm",
+                          .ffn_in = "intermediate.dense",
+                          .ffn_out = "output.dense",
+                          .ln2 = "output.LayerNorm"},
+    [BERT_LAYOUT_MPNET] = {.qkv = {"attention.attn.q", "attention.attn.k", "attention.attn.v"},
+                           .attn_o = "attention.attn.o",
+                           .ln1 = "attention.LayerNorm",
+                           .ffn_in = "intermediate.dense",
+                           .ffn_out = "output.dense",
+                           .ln2 = "output.LayerNorm"},
+};
+
 static int bind_layer(loader *ld, bert_layer *w, int l, const bert_config *c) {
     const int64_t C = c->hidden_size, F = c->intermediate_size;
-    char n[128];
-#define NAME(suffix) (snprintf(n, sizeof n, "encoder.layer.%d.%s", l, suffix), n)
+    const layer_names *ln = &layouts[c->layout];
+    char n[160];
+#define NAME(module, what) (snprintf(n, sizeof n, "encoder.layer.%d.%s.%s", l, module, what), n)
     float *qkv_w = reserve(ld, (size_t)(3 * C * C)); /* (3C, C) */
     float *qkv_b = reserve(ld, (size_t)(3 * C));     /* (3C) */
-    static const char *const proj[3] = {"query", "key", "value"};
-    for (int i = 0; i < 3; i++) {
-        char wn[64], bn[64];
-        snprintf(wn, sizeof wn, "attention.self.%s.weight", proj[i]);
-        snprintf(bn, sizeof bn, "attention.self.%s.bias", proj[i]);
-        if (bind_into(ld, qkv_w ? qkv_w + i * C * C : NULL, NAME(wn), C, C) < 0 ||
-            bind_into(ld, qkv_b ? qkv_b + i * C : NULL, NAME(bn), C, 0) < 0)
+    for (int i = 0; i < 3; i++)
+        if (bind_into(ld, qkv_w ? qkv_w + i * C * C : NULL, NAME(ln->qkv[i], "weight"), C, C) < 0 ||
+            bind_into(ld, qkv_b ? qkv_b + i * C : NULL, NAME(ln->qkv[i], "bias"), C, 0) < 0)
             return -1;
-    }
     w->qkv_w = qkv_w;
     w->qkv_b = qkv_b;
-    int rc = bind(ld, &w->attn_o_w, NAME("attention.output.dense.weight"), C, C);
-    rc = rc ? rc : bind(ld, &w->attn_o_b, NAME("attention.output.dense.bias"), C, 0);
-    rc = rc ? rc : bind(ld, &w->ln1_w, NAME("attention.output.LayerNorm.weight"), C, 0);
-    rc = rc ? rc : bind(ld, &w->ln1_b, NAME("attention.output.LayerNorm.bias"), C, 0);
-    rc = rc ? rc : bind(ld, &w->ffn_in_w, NAME("intermediate.dense.weight"), F, C);
-    rc = rc ? rc : bind(ld, &w->ffn_in_b, NAME("intermediate.dense.bias"), F, 0);
-    rc = rc ? rc : bind(ld, &w->ffn_out_w, NAME("output.dense.weight"), C, F);
-    rc = rc ? rc : bind(ld, &w->ffn_out_b, NAME("output.dense.bias"), C, 0);
-    rc = rc ? rc : bind(ld, &w->ln2_w, NAME("output.LayerNorm.weight"), C, 0);
-    rc = rc ? rc : bind(ld, &w->ln2_b, NAME("output.LayerNorm.bias"), C, 0);
+    int rc = bind(ld, &w->attn_o_w, NAME(ln->attn_o, "weight"), C, C);
+    rc = rc ? rc : bind(ld, &w->attn_o_b, NAME(ln->attn_o, "bias"), C, 0);
+    rc = rc ? rc : bind(ld, &w->ln1_w, NAME(ln->ln1, "weight"), C, 0);
+    rc = rc ? rc : bind(ld, &w->ln1_b, NAME(ln->ln1, "bias"), C, 0);
+    rc = rc ? rc : bind(ld, &w->ffn_in_w, NAME(ln->ffn_in, "weight"), F, C);
+    rc = rc ? rc : bind(ld, &w->ffn_in_b, NAME(ln->ffn_in, "bias"), F, 0);
+    rc = rc ? rc : bind(ld, &w->ffn_out_w, NAME(ln->ffn_out, "weight"), C, F);
+    rc = rc ? rc : bind(ld, &w->ffn_out_b, NAME(ln->ffn_out, "bias"), C, 0);
+    rc = rc ? rc : bind(ld, &w->ln2_w, NAME(ln->ln2, "weight"), C, 0);
+    rc = rc ? rc : bind(ld, &w->ln2_b, NAME(ln->ln2, "bias"), C, 0);
 #undef NAME
     return rc;
 }
@@ -247,14 +271,22 @@ static int bind_layer(loader *ld, bert_layer *w, int l, const bert_config *c) {
 static int bind_all(loader *ld, bert_model *m) {
     const bert_config *c = &m->cfg;
     const int64_t C = c->hidden_size;
-    const float *wtt; /* (type_vocab_size, C) */
+    const float *wtt = NULL; /* (type_vocab_size, C) */
     int rc = bind(ld, &m->wte, "embeddings.word_embeddings.weight", c->vocab_size, C);
     rc = rc ? rc
             : bind(ld, &m->wpe, "embeddings.position_embeddings.weight",
                    (int64_t)c->max_positions + c->position_offset, C);
-    rc = rc ? rc : bind(ld, &wtt, "embeddings.token_type_embeddings.weight", c->type_vocab_size, C);
+    if (c->token_type_table)
+        rc = rc ? rc
+                : bind(ld, &wtt, "embeddings.token_type_embeddings.weight", c->type_vocab_size, C);
     rc = rc ? rc : bind(ld, &m->emb_ln_w, "embeddings.LayerNorm.weight", C, 0);
     rc = rc ? rc : bind(ld, &m->emb_ln_b, "embeddings.LayerNorm.bias", C, 0);
+    /* (num_buckets, H) as nn.Embedding stores it; expanded into the
+     * per-distance vector at load (bert_load_plan). */
+    if (c->pos_attn == ENC_POS_ATTN_BUCKETS)
+        rc = rc ? rc
+                : bind(ld, &m->rel_table, "encoder.relative_attention_bias.weight",
+                       c->pos_buckets.num_buckets, c->num_heads);
     if (rc)
         return rc;
     m->wtt = wtt;
@@ -277,8 +309,9 @@ static int load_weights(bert_model *m, const char *dir, char *err, size_t err_le
         return fail(st == ST_EIO ? BERT_EIO : BERT_EFORMAT, err, err_len, "%s", why);
     loader ld = {.file = m->file, .path = path, .prefix = "", .err = err, .err_len = err_len};
     /* Checkpoints saved from a task head name the encoder's tensors under
-     * the head's base model: "bert." or, for (XLM-)RoBERTa, "roberta.". */
-    static const char *const prefixes[] = {"bert.", "roberta."};
+     * the head's base model: "bert.", for (XLM-)RoBERTa "roberta.", for
+     * MPNet "mpnet.". */
+    static const char *const prefixes[] = {"bert.", "roberta.", "mpnet."};
     for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0] &&
                        !st_find(m->file, "embeddings.word_embeddings.weight");
          i++) {
@@ -591,7 +624,7 @@ static int compact_weights(bert_model *m, char *err, size_t err_len) {
     const bert_config *c = &m->cfg;
     const size_t C = (size_t)c->hidden_size, L = (size_t)c->num_layers;
     const size_t V = (size_t)c->vocab_size, P = (size_t)c->max_positions + c->position_offset;
-    const size_t TV = (size_t)c->type_vocab_size;
+    const size_t TV = c->token_type_table ? (size_t)c->type_vocab_size : 0;
     const size_t nvec = (2 + TV + 4 * L) * C;
     float *vec = aligned_alloc(64, (nvec * sizeof(float) + 63) / 64 * 64);
     uint16_t *emb = aligned_alloc(64, ((V + P) * C * sizeof(uint16_t) + 63) / 64 * 64);
@@ -605,7 +638,8 @@ static int compact_weights(bert_model *m, char *err, size_t err_len) {
     for (size_t i = 0; i < P * C; i++)
         emb[V * C + i] = float_to_bf16(m->wpe[i]);
     float *v = vec;
-    v = take(v, &m->wtt, TV * C);
+    if (m->wtt)
+        v = take(v, &m->wtt, TV * C);
     v = take(v, &m->emb_ln_w, C);
     v = take(v, &m->emb_ln_b, C);
     for (size_t l = 0; l < L; l++) {
@@ -619,6 +653,7 @@ static int compact_weights(bert_model *m, char *err, size_t err_len) {
         w->ffn_in_w = w->ffn_in_b = w->ffn_out_w = w->ffn_out_b = NULL;
     }
     m->wte = m->wpe = NULL;
+    m->rel_table = NULL; /* expanded into rel_bias at load */
     m->wte16 = emb;
     m->wpe16 = emb + V * C;
     m->emb16 = emb;
@@ -628,6 +663,21 @@ static int compact_weights(bert_model *m, char *err, size_t err_len) {
     m->owned_floats = nvec;
     st_close(m->file);
     m->file = NULL;
+    return BERT_OK;
+}
+
+/* The attention contract's relative position bias, [H][2·P − 1] for
+ * rel_span P = max_positions, from the bucket table: made once here, so a
+ * forward only points at it, and any batch's distances (< P) are in it. */
+static int make_rel_bias(bert_model *m, char *err, size_t err_len) {
+    const bert_config *c = &m->cfg;
+    if (c->pos_attn != ENC_POS_ATTN_BUCKETS)
+        return BERT_OK;
+    m->rel_bias_floats = (size_t)c->num_heads * (2 * (size_t)c->max_positions - 1);
+    m->rel_bias = malloc(m->rel_bias_floats * sizeof(float));
+    if (!m->rel_bias)
+        return fail(BERT_ENOMEM, err, err_len, "cannot allocate the relative position bias");
+    enc_pos_bucket_bias(&c->pos_buckets, m->rel_table, c->num_heads, c->max_positions, m->rel_bias);
     return BERT_OK;
 }
 
@@ -680,6 +730,8 @@ int bert_load_plan(const char *dir, const bert_plan *plan, bert_model **out, cha
                        : fail(BERT_ENOMEM, err, err_len, "out of memory");
     }
     if (!rc)
+        rc = make_rel_bias(m, err, err_len);
+    if (!rc)
         rc = pack_layers(m, err, err_len);
     /* Only when no linear layer reads the fp32 tensors in place. */
     int compact = 1;
@@ -712,6 +764,7 @@ void bert_free(bert_model *m) {
     free(m->layers);
     free(m->owned);
     free(m->extra);
+    free(m->rel_bias);
     free(m);
 }
 
@@ -723,7 +776,7 @@ gemm_precision bert_precision(const bert_model *m) {
 }
 size_t bert_owned_bytes(const bert_model *m) {
     return m->owned_floats * sizeof(float) + m->emb16_count * sizeof(uint16_t) + m->packed_bytes +
-           m->extra_floats * sizeof(float);
+           (m->extra_floats + m->rel_bias_floats) * sizeof(float);
 }
 size_t bert_mapped_bytes(const bert_model *m) {
     return m->file ? st_file_bytes(m->file) : 0;
@@ -737,6 +790,7 @@ attn_shape bert_attn_shape(const bert_config *c, int max_tokens) {
         .heads = c->num_heads,
         .head_dim = c->hidden_size / c->num_heads,
         .causal = 0,
+        .rel_bias = c->pos_attn != ENC_POS_ATTN_NONE,
     };
 }
 
@@ -761,7 +815,7 @@ int bert_workspace_create(const bert_model *m, int max_tokens, int nthreads,
     size_t attn_bytes = 0;
     for (size_t i = 0; i < nbackends; i++) {
         char why[256] = "";
-        if (backends[i]->supports(&bound, why, sizeof why) != ATTN_OK)
+        if (attn_backend_supports(backends[i], &bound, why, sizeof why) != ATTN_OK)
             return fail(BERT_EUNSUPPORTED, err, err_len,
                         "attention backend %s cannot run this model's batches: %s",
                         backends[i]->name, why);
@@ -905,18 +959,19 @@ static void embed_task(void *arg, size_t task, int worker) {
     size_t t0, t1;
     block(c->T, c->ntasks, task, &t0, &t1);
     for (size_t t = t0; t < t1; t++) {
-        float *xt = c->x + t * C;                                            /* (C) */
-        const float *tt = m->wtt + (c->types ? (size_t)c->types[t] * C : 0); /* (C) */
+        float *xt = c->x + t * C; /* (C) */
+        /* (C), or NULL without a token type table (MPNet: word + position) */
+        const float *tt = m->wtt ? m->wtt + (c->types ? (size_t)c->types[t] * C : 0) : NULL;
         if (m->wte16) {
             const uint16_t *we = m->wte16 + (size_t)c->ids[t] * C; /* (C) */
             const uint16_t *pe = m->wpe16 + (size_t)c->pos[t] * C; /* (C) */
             for (int i = 0; i < C; i++)
-                xt[i] = (bf16_to_float(we[i]) + tt[i]) + bf16_to_float(pe[i]);
+                xt[i] = (bf16_to_float(we[i]) + (tt ? tt[i] : 0.0f)) + bf16_to_float(pe[i]);
         } else {
             const float *we = m->wte + (size_t)c->ids[t] * C; /* (C) */
             const float *pe = m->wpe + (size_t)c->pos[t] * C; /* (C) */
             for (int i = 0; i < C; i++)
-                xt[i] = (we[i] + tt[i]) + pe[i];
+                xt[i] = (we[i] + (tt ? tt[i] : 0.0f)) + pe[i];
         }
         gemm_layernorm_row(xt, xt, m->emb_ln_w, m->emb_ln_b, C, m->cfg.layer_norm_eps);
     }
@@ -1105,10 +1160,13 @@ int bert_forward_types(const bert_model *m, bert_workspace *ws, const attn_backe
                               .max_seqlen = max_len,
                               .heads = H,
                               .head_dim = C / H,
-                              .causal = 0};
+                              .causal = 0,
+                              .rel_bias = m->rel_bias != NULL};
     attn_problem_dense(&ap, shape, cu_seqlens, ws->qkv, ws->qkv + C, ws->qkv + 2 * C, ws->att);
     ap.q_stride = ap.k_stride = ap.v_stride = 3 * (size_t)C;
     ap.out_stride = (size_t)C;
+    ap.rel_bias = m->rel_bias;
+    ap.rel_span = cfg->max_positions;
 
     bert_stage_ns *st = &ws->stages;
     *st = (bert_stage_ns){.attn_flops = attn_flops(&ap) * cfg->num_layers};

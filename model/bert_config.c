@@ -85,18 +85,19 @@ static int read_head(const json_t *j, const char *path, const char *type, bert_c
     const char *task = strstr(arch, "For");
     if (!task || strcmp(task, "ForMaskedLM") == 0 || strcmp(task, "ForPreTraining") == 0)
         return BERT_OK;
-    const int bert = strcmp(type, "bert") == 0;
+    const int bert = strcmp(type, "bert") == 0, mpnet = strcmp(type, "mpnet") == 0;
     if (strcmp(arch, "BertForSequenceClassification") == 0 && bert)
         c->head = BERT_HEAD_POOLER;
     else if ((strcmp(arch, "RobertaForSequenceClassification") == 0 ||
               strcmp(arch, "XLMRobertaForSequenceClassification") == 0) &&
-             !bert)
+             !bert && !mpnet)
         c->head = BERT_HEAD_ROBERTA;
     else
         return fail(BERT_EUNSUPPORTED, err, err_len,
                     "%s: architecture \"%s\" (model_type \"%s\") is not supported; supported "
                     "heads: BertForSequenceClassification, RobertaForSequenceClassification, "
-                    "XLMRobertaForSequenceClassification, or a base model as an embedder",
+                    "XLMRobertaForSequenceClassification, or a base model as an embedder (MPNet: "
+                    "an embedder only)",
                     path, arch, type);
     /* HF writes id2label and derives num_labels from it. */
     const json_t *id2label = json_object_get(j, "id2label");
@@ -111,6 +112,31 @@ static int read_head(const json_t *j, const char *path, const char *type, bert_c
                     labels, BERT_MAX_LABELS);
     c->num_labels = (int)labels;
     return BERT_OK;
+}
+
+/* MPNetEmbeddings numbers positions from padding_idx 1 whatever
+ * pad_token_id says (transformers hard-codes it), as RoBERTa numbers from
+ * its pad_token_id. */
+#define MPNET_PADDING_IDX 1
+
+/* MPNet's relative position buckets: MPNetEncoder.compute_position_bias
+ * buckets with num_buckets 32 and max_distance 128 whatever config.json
+ * says, and reads a table of relative_attention_num_buckets rows; a table of
+ * another size would be indexed past its end or partly unused, so only 32
+ * is served. */
+static int read_mpnet(const json_t *j, const char *path, bert_config *c, char *err,
+                      size_t err_len) {
+    int buckets = 0;
+    int rc = get_int(j, path, "relative_attention_num_buckets", 1, 1 << 16, &buckets, err, err_len);
+    if (!rc && buckets != 32)
+        rc = fail(BERT_EUNSUPPORTED, err, err_len,
+                  "%s: relative_attention_num_buckets %d is not supported (MPNet buckets "
+                  "relative positions into 32)",
+                  path, buckets);
+    c->layout = BERT_LAYOUT_MPNET;
+    c->pos_attn = ENC_POS_ATTN_BUCKETS;
+    c->pos_buckets = (enc_pos_buckets){.num_buckets = 32, .max_distance = 128};
+    return rc;
 }
 
 static int read_hyperparameters(const char *dir, bert_config *c, char *err, size_t err_len) {
@@ -130,12 +156,16 @@ static int read_hyperparameters(const char *dir, bert_config *c, char *err, size
     const char *pos = json_string_value(json_object_get(j, "position_embedding_type"));
     const json_t *eps = json_object_get(j, "layer_norm_eps");
     /* RoBERTa and XLM-RoBERTa are BERT's encoder with another numbering of
-     * positions (see bert_config): HF's XLMRobertaModel is RobertaModel. */
-    const int roberta = type && (strcmp(type, "roberta") == 0 || strcmp(type, "xlm-roberta") == 0);
+     * positions (see bert_config): HF's XLMRobertaModel is RobertaModel.
+     * MPNet is the same post-LayerNorm encoder composed with RoBERTa's
+     * numbering, no token types and relative position buckets. */
+    const int mpnet = type && strcmp(type, "mpnet") == 0;
+    const int roberta =
+        type && (strcmp(type, "roberta") == 0 || strcmp(type, "xlm-roberta") == 0 || mpnet);
     if (!type || (strcmp(type, "bert") != 0 && !roberta))
         rc = fail(BERT_EUNSUPPORTED, err, err_len,
-                  "%s: model_type \"%s\" is not supported (only \"bert\", \"roberta\" or "
-                  "\"xlm-roberta\")",
+                  "%s: model_type \"%s\" is not supported (only \"bert\", \"roberta\", "
+                  "\"xlm-roberta\" or \"mpnet\")",
                   path, type ? type : "(missing)");
     else if (!act || strcmp(act, "gelu") != 0)
         rc = fail(BERT_EUNSUPPORTED, err, err_len,
@@ -168,16 +198,25 @@ static int read_hyperparameters(const char *dir, bert_config *c, char *err, size
         {"max_position_embeddings", 1, 1 << 20, offsetof(bert_config, max_positions)},
         {"type_vocab_size", 1, 1 << 16, offsetof(bert_config, type_vocab_size)},
     };
+    /* MPNet has no token type table (MPNetConfig has no type_vocab_size). */
+    c->token_type_table = !mpnet;
+    c->type_vocab_size = 1;
     for (size_t i = 0; !rc && i < sizeof ints / sizeof ints[0]; i++)
-        rc = get_int(j, path, ints[i].key, ints[i].lo, ints[i].hi,
-                     (int *)((char *)c + ints[i].field), err, err_len);
+        if (!mpnet || ints[i].field != offsetof(bert_config, type_vocab_size))
+            rc = get_int(j, path, ints[i].key, ints[i].lo, ints[i].hi,
+                         (int *)((char *)c + ints[i].field), err, err_len);
+    if (!rc && mpnet)
+        rc = read_mpnet(j, path, c, err, err_len);
     c->position_pad_id = -1;
     if (!rc && roberta) {
         /* padding_idx of the embeddings is config.pad_token_id; positions
          * start after it, so the longest sequence is that many rows short of
          * the table (514 rows serve 512 tokens in XLM-R). */
         int pad = 0;
-        rc = get_int(j, path, "pad_token_id", 0, c->vocab_size - 1, &pad, err, err_len);
+        if (mpnet)
+            pad = MPNET_PADDING_IDX;
+        else
+            rc = get_int(j, path, "pad_token_id", 0, c->vocab_size - 1, &pad, err, err_len);
         if (!rc && c->max_positions <= pad + 1)
             rc = fail(BERT_EFORMAT, err, err_len,
                       "%s: max_position_embeddings %d leaves no position after pad_token_id %d",

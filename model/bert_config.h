@@ -7,6 +7,8 @@
 
 #include <stddef.h>
 
+#include "model/position.h"
+
 /* ---- errors ---------------------------------------------------------------
  * Negative codes, one list; bert_strerror() gives the category, and every
  * failing call also writes a specific message. BERT_EFORMAT and
@@ -61,6 +63,12 @@ typedef struct bert_dense {
     char path[256]; /* the module's directory, relative to the model's */
 } bert_dense;
 
+/* How the checkpoint names the tensors of the same building blocks. */
+typedef enum bert_layout {
+    BERT_LAYOUT_BERT,  /* BERT, RoBERTa, XLM-R: attention.self.query, attention.output.dense */
+    BERT_LAYOUT_MPNET, /* MPNet: attention.attn.q .. .o, encoder.relative_attention_bias */
+} bert_layout;
+
 typedef struct bert_config {
     int vocab_size;        /* V */
     int hidden_size;       /* C */
@@ -76,6 +84,14 @@ typedef struct bert_config {
      * padding_idx itself, as HF's create_position_ids_from_input_ids does. */
     int position_offset;
     int position_pad_id;
+    /* 0: no token type table (MPNet): type_vocab_size is then 1, every
+     * token type 0, and nothing is added for it. */
+    int token_type_table;
+    bert_layout layout;
+    /* What attention adds for positions (position.h): MPNet's relative
+     * buckets, whose table is encoder.relative_attention_bias. */
+    enc_pos_attn pos_attn;
+    enc_pos_buckets pos_buckets;
     float layer_norm_eps;
     bert_pooling pooling; /* from the sentence-transformers Pooling module */
     int normalize;        /* 1 when a Normalize module follows pooling */
@@ -100,8 +116,9 @@ typedef struct bert_config {
 /* Reads config.json and, for an embedder, modules.json, the Pooling and
  * Dense modules' config.json and, when present, sentence_bert_config.json
  * from dir. model_type "bert", "roberta" or "xlm-roberta" (the same encoder
- * with the position numbering above). A directory whose architecture is
- * BertForSequenceClassification, RobertaForSequenceClassification or
+ * with the position numbering above), or "mpnet" (RoBERTa's numbering, no
+ * token types, relative position buckets in attention; an embedder only). A directory whose
+ * architecture is BertForSequenceClassification, RobertaForSequenceClassification or
  * XLMRobertaForSequenceClassification is a classifier and needs no
  * modules.json. Anything outside what forward computes (another
  * architecture, activation or head, another pooling mode, other modules) is

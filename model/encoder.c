@@ -68,6 +68,7 @@ static void bert_fill_info(const bert_config *c, encoder_info *i) {
     i->pooling = bert_pool_names[c->pooling];
     i->normalize = c->head == BERT_HEAD_NONE && c->normalize;
     i->dense_modules = c->ndense;
+    i->position_bias = enc_pos_attn_name(c->pos_attn);
 }
 
 static int bert_describe(const char *dir, void **cfg, encoder_info *info, char *err,
@@ -138,7 +139,7 @@ static int bert_fam_forward(const void *m, void *ws, const attn_backend *attn,
     return bert_forward_types(m, ws, attn, par, ids, type_ids, cu, batch, out, err, err_len);
 }
 
-static const char *const bert_model_types[] = {"bert", "roberta", "xlm-roberta", NULL};
+static const char *const bert_model_types[] = {"bert", "roberta", "xlm-roberta", "mpnet", NULL};
 
 static const encoder_family family_bert = {
     .name = "bert",
@@ -253,8 +254,8 @@ int encoder_describe(const char *dir, encoder_desc **out, char *err, size_t err_
         rc = fail(BERT_ENOMEM, err, err_len, "out of memory");
     else if (!fam)
         rc = fail(BERT_EUNSUPPORTED, err, err_len,
-                  "%s: model_type \"%s\" is not supported (only \"bert\", \"roberta\" or "
-                  "\"xlm-roberta\")",
+                  "%s: model_type \"%s\" is not supported (only \"bert\", \"roberta\", "
+                  "\"xlm-roberta\" or \"mpnet\")",
                   path, type ? type : "(missing)");
     if (!rc && fam) {
         d->fam = fam;
@@ -290,6 +291,7 @@ attn_shape encoder_attn_shape(const encoder_info *i, int max_tokens) {
         .heads = i->num_heads,
         .head_dim = i->head_dim,
         .causal = 0,
+        .rel_bias = i->position_bias && strcmp(i->position_bias, "none") != 0,
     };
 }
 

@@ -7,7 +7,8 @@
  * encoder.c and its own files on the model side.
  *
  * Families today: "bert", which serves config.json model_type "bert",
- * "roberta" and "xlm-roberta" (model/bert.h), as
+ * "roberta", "xlm-roberta" and "mpnet" (model/bert.h; MPNet as an embedder
+ * only), as
  *   - an embedder: a sentence-transformers directory (modules.json:
  *     Transformer, Pooling, Dense modules, Normalize), out: the pooled
  *     vector;
@@ -59,6 +60,10 @@ typedef struct encoder_info {
     const char *pooling;
     bool normalize;        /* an embedder's Normalize module */
     int32_t dense_modules; /* an embedder's Dense modules */
+    /* What attention adds for positions (model/position.h):
+     * enc_pos_attn_name, "none" or "relative buckets" (MPNet). An engine
+     * whose attention adds no bias refuses a model that needs one. */
+    const char *position_bias;
 } encoder_info;
 
 /* ---- the directory's description, without weights ------------------------------ */

@@ -54,9 +54,14 @@ static int start_verification(app *a) {
     const config *c = &a->cfg;
     const int64_t T = c->max_batch_tokens;
     int32_t C = 0, D = 0; /* the largest over the models */
+    int64_t bias = 0;     /* a relative position bias over a sequence's distances */
     for (size_t i = 0; i < a->nm; i++) {
-        C = a->m[i].mcfg->hidden_size > C ? a->m[i].mcfg->hidden_size : C;
-        D = a->m[i].mcfg->head_dim > D ? a->m[i].mcfg->head_dim : D;
+        const encoder_info *m = a->m[i].mcfg;
+        C = m->hidden_size > C ? m->hidden_size : C;
+        D = m->head_dim > D ? m->head_dim : D;
+        const attn_shape s = encoder_attn_shape(m, (int)T);
+        const int64_t b = s.rel_bias ? (int64_t)m->num_heads * (2 * (int64_t)s.max_seqlen - 1) : 0;
+        bias = b > bias ? b : bias;
     }
     const int32_t api_row = ATTN_API_MAX_HEADS * ATTN_API_MAX_HEAD_DIM;
     verify_options vo = {
@@ -67,6 +72,7 @@ static int start_verification(app *a) {
                                                                          : c->verify_max_rows),
         .max_seqlen = (int32_t)T,
         .max_head_dim = D > ATTN_API_MAX_HEAD_DIM ? D : ATTN_API_MAX_HEAD_DIM,
+        .max_bias_floats = bias,
         .max_rows = (int32_t)c->verify_max_rows,
         .sample_rate = c->verify_sample_rate,
         .mismatch_threshold = (int32_t)c->verify_mismatch_threshold,

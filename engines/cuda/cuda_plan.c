@@ -238,6 +238,13 @@ int cuda_score_from(int err, const char *err_string, int count, int cc_major, in
 }
 
 int cuda_refuse_model(const encoder_info *i, char *why, size_t why_len) {
+    if (i->position_bias && strcmp(i->position_bias, "none") != 0) {
+        snprintf(why, why_len,
+                 "model_type \"%s\" adds a position bias (%s) to every attention score: the cuda "
+                 "engine's attention kernels add none; serve it on the cpu engine",
+                 i->model_type ? i->model_type : "(unknown)", i->position_bias);
+        return -1;
+    }
     if (i->task != ENCODER_TASK_EMBED) {
         snprintf(why, why_len,
                  "%s is a classifier (%d labels): the cuda engine computes embeddings only, "

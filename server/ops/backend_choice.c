@@ -30,7 +30,7 @@ static bool runs_every_model(const app *a, const config *c, const attn_backend *
                              size_t why_len) {
     for (size_t i = 0; i < a->nm; i++) {
         attn_shape model = backend_choice_model_bounds(a, i, c);
-        if (backend->supports(&model, why, why_len) != ATTN_OK)
+        if (attn_backend_supports(backend, &model, why, why_len) != ATTN_OK)
             return false;
     }
     return true;

@@ -17,15 +17,17 @@
 #include "server/ops/metrics.h"
 
 attn_selftest_spec backend_selftest_spec(const encoder_info *m) {
-    return (attn_selftest_spec){
-        .heads = m->num_heads, .head_dim = m->head_dim, .max_seqlen = m->max_positions};
+    return (attn_selftest_spec){.heads = m->num_heads,
+                                .head_dim = m->head_dim,
+                                .max_seqlen = m->max_positions,
+                                .rel_bias = encoder_attn_shape(m, 1).rel_bias};
 }
 
 /* Whether b can run every shape in bounds; why says which it refuses. */
 static bool runs_all(const attn_backend *b, const attn_shape *bounds, size_t n, char *why,
                      size_t why_len) {
     for (size_t i = 0; i < n; i++)
-        if (b->supports(&bounds[i], why, why_len) != ATTN_OK)
+        if (attn_backend_supports(b, &bounds[i], why, why_len) != ATTN_OK)
             return false;
     return true;
 }
@@ -64,7 +66,7 @@ size_t backend_selftest_specs(const encoder_info *const *models, size_t n,
         bool seen = false;
         for (size_t j = 0; j < k && !seen; j++)
             seen = out[j].heads == s.heads && out[j].head_dim == s.head_dim &&
-                   out[j].max_seqlen == s.max_seqlen;
+                   out[j].max_seqlen == s.max_seqlen && out[j].rel_bias == s.rel_bias;
         if (!seen)
             out[k++] = s;
     }

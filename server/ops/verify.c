@@ -161,6 +161,8 @@ struct verifier {
     int32_t *seqs;  /* (max_seqs) each captured sequence's index in the batch */
     float *k, *v;   /* (max_kv_floats) each */
     float *q, *out; /* (max_rows * max_row_floats) each: the checked rows only */
+    float *bias;    /* (max_bias_floats) the relative position bias, when the problem has one */
+    int32_t rel_span;
     double *scratch;
     size_t bytes;
 
@@ -202,7 +204,9 @@ static void check_slot(verifier *v, verify_evidence *ev) {
                       .v_stride = row,
                       .q_stride = 0,
                       .out_stride = 0,
-                      .scale = v->scale};
+                      .scale = v->scale,
+                      .rel_bias = v->shape.rel_bias ? v->bias : NULL,
+                      .rel_span = v->rel_span};
     int32_t worst_row = 0;
     for (int32_t i = 0; i < v->nrows; i++) {
         p.q = v->q + (size_t)i * row;
@@ -331,12 +335,15 @@ verifier *verify_create(const verify_options *opt, char *err, size_t err_len) {
     v->q = aligned_alloc(64, round64(rows_floats * sizeof(float)));
     v->out = aligned_alloc(64, round64(rows_floats * sizeof(float)));
     v->scratch = malloc(scratch * sizeof(double));
-    v->bytes = sizeof *v + 3 * (size_t)opt->max_rows * sizeof(int32_t) +
+    const size_t bias_floats = opt->max_bias_floats > 0 ? (size_t)opt->max_bias_floats : 0;
+    v->bias = bias_floats ? malloc(bias_floats * sizeof(float)) : NULL;
+    v->bytes = sizeof *v + bias_floats * sizeof(float) +
+               3 * (size_t)opt->max_rows * sizeof(int32_t) +
                (2 * (size_t)opt->max_seqs + 1) * sizeof(int32_t) +
                2 * round64((size_t)opt->max_kv_floats * sizeof(float)) +
                2 * round64(rows_floats * sizeof(float)) + scratch * sizeof(double);
     if (!v->pick || !v->rows || !v->orig || !v->cu || !v->seqs || !v->k || !v->v || !v->q ||
-        !v->out || !v->scratch) {
+        !v->out || !v->scratch || (bias_floats && !v->bias)) {
         snprintf(err, err_len, "cannot allocate %zu bytes for the verification slot", v->bytes);
         verify_destroy(v);
         return NULL;
@@ -390,6 +397,7 @@ void verify_destroy(verifier *v) {
     free(v->v);
     free(v->q);
     free(v->out);
+    free(v->bias);
     free(v->scratch);
     free(v);
 }
@@ -469,12 +477,26 @@ static bool fill_slot(verifier *v, const attn_problem *p, int32_t npick) {
         v->orig[nrows] = t;
         v->rows[nrows++] = local;
     }
+    if (s->rel_bias) {
+        /* The captured sequences need distances below max_len only: each
+         * head's central 2·max_len − 1 values (a span of max_len). */
+        const size_t span = (size_t)(max_len > 0 ? max_len : 1), n = 2 * span - 1;
+        if ((int64_t)((size_t)s->heads * n) > v->opt.max_bias_floats)
+            return false;
+        const size_t src_row = 2 * (size_t)p->rel_span - 1;
+        for (int h = 0; h < s->heads; h++)
+            memcpy(v->bias + (size_t)h * n,
+                   p->rel_bias + (size_t)h * src_row + ((size_t)p->rel_span - span),
+                   n * sizeof(float));
+        v->rel_span = (int32_t)span;
+    }
     v->shape = (attn_shape){.batch = B,
                             .total_tokens = T,
                             .max_seqlen = max_len,
                             .heads = s->heads,
                             .head_dim = s->head_dim,
-                            .causal = s->causal};
+                            .causal = s->causal,
+                            .rel_bias = s->rel_bias};
     v->scale = p->scale;
     v->nrows = nrows;
     return true;

@@ -104,6 +104,11 @@ typedef struct verify_options {
     int32_t max_seqs;       /* most sequences of one call */
     int32_t max_seqlen;     /* longest sequence (reference scratch) */
     int32_t max_head_dim;
+    /* Largest heads * (2 * rel_span - 1) of a problem with a relative
+     * position bias (attention.h), 0 when no model has one: the slot copies
+     * the bias, as it copies K and V, so a check never reads a model's
+     * memory after the model may be gone. */
+    int64_t max_bias_floats;
     int32_t max_rows; /* verify_max_rows (restart: it sizes the slot) */
     double sample_rate;
     int32_t mismatch_threshold;

@@ -11,11 +11,11 @@
 
 /* The only place the file is read. JSON_ALLOW_NUL: jansson refuses
  * "\u0000" inside a string without it, and one golden text holds one. */
-static json_t *read_file(char *err, size_t err_len) {
+static json_t *read_file(const char *path, char *err, size_t err_len) {
     json_error_t jerr;
-    json_t *root = golden_load_json(GOLDEN_EMBEDDINGS, JSON_ALLOW_NUL, &jerr);
+    json_t *root = golden_load_json(path, JSON_ALLOW_NUL, &jerr);
     if (!root)
-        snprintf(err, err_len, "%s: %s (line %d)", GOLDEN_EMBEDDINGS, jerr.text, jerr.line);
+        snprintf(err, err_len, "%s: %s (line %d)", path, jerr.text, jerr.line);
     return root;
 }
 
@@ -58,13 +58,18 @@ static int read_case(const json_t *e, golden_set *g, int i) {
 }
 
 int golden_set_load(const char *set, golden_set *g, char *err, size_t err_len) {
+    return golden_set_load_from(GOLDEN_EMBEDDINGS, set, g, err, err_len);
+}
+
+int golden_set_load_from(const char *path, const char *set, golden_set *g, char *err,
+                         size_t err_len) {
     *g = (golden_set){0};
-    json_t *root = read_file(err, err_len);
+    json_t *root = read_file(path, err, err_len);
     if (!root)
         return -1;
     const json_t *arr = json_object_get(root, set);
     if (!json_is_array(arr) || json_array_size(arr) == 0) {
-        snprintf(err, err_len, "%s has no cases in '%s'", GOLDEN_EMBEDDINGS, set);
+        snprintf(err, err_len, "%s has no cases in '%s'", path, set);
         json_decref(root);
         return -1;
     }
@@ -81,8 +86,8 @@ int golden_set_load(const char *set, golden_set *g, char *err, size_t err_len) {
         snprintf(err, err_len, "out of memory");
     for (int i = 0; rc == 0 && i < g->n; i++)
         if ((rc = read_case(json_array_get(arr, (size_t)i), g, i)) != 0)
-            snprintf(err, err_len, "%s: case %d of '%s' is malformed (or out of memory)",
-                     GOLDEN_EMBEDDINGS, i, set);
+            snprintf(err, err_len, "%s: case %d of '%s' is malformed (or out of memory)", path, i,
+                     set);
     json_decref(root);
     if (rc != 0)
         golden_set_free(g);

@@ -26,6 +26,10 @@ typedef struct golden_set {
 /* Loads set from GOLDEN_EMBEDDINGS into *g. Returns 0, or -1 with why in
  * err (*g then holds nothing to free). */
 int golden_set_load(const char *set, golden_set *g, char *err, size_t err_len);
+/* The same from another golden file of that shape (the other families'
+ * tiny models: tests/golden/mpnet_embeddings.json). */
+int golden_set_load_from(const char *path, const char *set, golden_set *g, char *err,
+                         size_t err_len);
 void golden_set_free(golden_set *g);
 
 #endif

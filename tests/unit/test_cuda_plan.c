@@ -401,6 +401,15 @@ Test(cuda_plan, models_refused_by_what_the_kernels_cannot_compute) {
     i = ok;
     i.output_dim = 128;
     cr_assert_eq(cuda_refuse_model(&i, why, sizeof why), -1);
+    /* MPNet: its relative position bias is not in the engine's attention. */
+    i = ok;
+    i.model_type = "mpnet";
+    i.position_bias = "relative buckets";
+    cr_assert_eq(cuda_refuse_model(&i, why, sizeof why), -1);
+    cr_assert(strstr(why, "mpnet") && strstr(why, "relative buckets") && strstr(why, "cpu"), "%s",
+              why);
+    i.position_bias = "none";
+    cr_assert_eq(cuda_refuse_model(&i, why, sizeof why), 0, "%s", why);
 
     cr_assert(cuda_head_dim_supported(32) && cuda_head_dim_supported(64) &&
               cuda_head_dim_supported(128));
@@ -422,6 +431,7 @@ static const dir_case model_dirs[] = {
     {"tests/golden/st-dense-max-tiny", "Dense"},
     {"tests/golden/st-meansqrt-tiny", "Dense"},
     {"tests/golden/st-lasttoken-tiny", "\"lasttoken\""},
+    {"tests/golden/mpnet-tiny-model", "relative buckets"},
 };
 
 Test(cuda_plan, model_directories_refused_or_kept) {
@@ -547,7 +557,7 @@ Test(cuda_plugin, init_refuses_models_it_cannot_compute) {
         cr_assert(strstr(err, d->names), "%s: %s", d->dir, err);
         refused++;
     }
-    cr_assert_eq(refused, 5);
+    cr_assert_eq(refused, 6);
 }
 
 /* An unknown gpu_attention is refused by init before any CUDA call, so

@@ -90,8 +90,9 @@ Test(engine_registry, bad_plugins_refused_with_reasons) {
     const engine_entry *old = entry("old_api");
     cr_assert_not(old->offered);
     /* Built against version 1, the contract before token types. */
-    cr_assert(strstr(old->reason, "API version 1") && strstr(old->reason, "version 3"), "%s",
-              old->reason);
+    char now[32];
+    snprintf(now, sizeof now, "version %d", ENGINE_API_VERSION);
+    cr_assert(strstr(old->reason, "API version 1") && strstr(old->reason, now), "%s", old->reason);
 
     const engine_entry *zero = entry("no-cpu"); /* listed under its table's name */
     cr_assert_not(zero->offered);

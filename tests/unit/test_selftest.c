@@ -332,3 +332,41 @@ Test(selftest, memory_is_known_in_advance) {
     cr_assert_lt(bytes, (size_t)64 << 20);
     cr_assert_geq(attn_selftest_bytes(f, &minilm, 16), bytes, "more workers, more scratch");
 }
+
+/* A model with a relative position bias (MPNet-base's shape): its model
+ * cases carry one, every CPU backend passes with it, and a backend that
+ * drops it (forwarding as if the problem had none) fails. */
+static int dropping_forward(const attn_problem *p, void *ws, size_t ws_bytes,
+                            const attn_parallel *par) {
+    attn_problem q = *p;
+    q.shape.rel_bias = 0;
+    q.rel_bias = NULL;
+    return attn_backend_find("fused")->forward(&q, ws, ws_bytes, par);
+}
+
+Test(selftest, a_relative_position_bias_is_checked, .timeout = 300) {
+    tp_pool *pool = tp_create(2);
+    const attn_parallel par = tp_parallel(pool);
+    const attn_selftest_spec mpnet = {
+        .heads = 12, .head_dim = 64, .max_seqlen = 300, .rel_bias = 1};
+    assert_passes(attn_backend_find("naive"), &mpnet, &par);
+    assert_passes(attn_backend_find("fused"), &mpnet, &par);
+    const attn_backend *bf16 = attn_backend_find("bf16");
+    const attn_shape s = {
+        .batch = 1, .total_tokens = 8, .max_seqlen = 8, .heads = 12, .head_dim = 64, .rel_bias = 1};
+    if (attn_backend_supports(bf16, &s, NULL, 0) == ATTN_OK)
+        assert_passes(bf16, &mpnet, &par);
+    attn_selftest_result r;
+    cr_assert_eq(attn_selftest_run(attn_backend_find("fused"), &mpnet, &par, &r), 0);
+    int biased = 0;
+    for (int i = 0; i < r.ncases; i++)
+        biased += r.cases[i].shape.rel_bias;
+    cr_assert_eq(biased, 4, "the four model cases carry the bias");
+    attn_backend dropping = *attn_backend_find("fused");
+    dropping.name = "dropping";
+    dropping.forward = dropping_forward;
+    cr_assert_eq(attn_selftest_run(&dropping, &mpnet, &par, &r), 0);
+    cr_assert(!r.passed, "a backend that drops the bias passed");
+    cr_assert_eq(r.cases_passed, r.ncases - 4, "%d of %d passed", r.cases_passed, r.ncases);
+    tp_destroy(pool);
+}
