@@ -33,7 +33,7 @@ static int take_text(const embed_api *api, const embed_request *q, embed_job *jo
     const char *text = json_string_value(in);
     size_t len = json_string_length(in);
     const int32_t max_len = embed_max_seq_length(api);
-    if (q->grammar != EMBED_INPUTS_MIXED && embed_check_text((size_t)i, len, r) != SRV_OK)
+    if (embed_check_text((size_t)i, len, r) != SRV_OK)
         return r->err;
     if (job_tokens_reserve(job, (size_t)job->cu[i], (size_t)max_len, false) != 0)
         return refuse(r, SRV_EINTERNAL, "out of memory");

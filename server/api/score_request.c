@@ -111,6 +111,9 @@ static int encode_pair(const tok_tokenizer *tok, pair_cache *c, const score_inpu
 
 static int tokenize(const score_api *s, embed_job *job, int32_t i, const score_input *in,
                     bool truncate, bool left, int32_t max, pair_cache *cache, refusal *r) {
+    /* A pair is empty when both its texts are, as TEI's tokenizer has it. */
+    if (embed_check_text((size_t)i, in->alen + (in->b ? in->blen : 0), r) != SRV_OK)
+        return r->err;
     if (job_tokens_reserve(job, (size_t)job->cu[i], (size_t)max, true) != 0)
         return refuse(r, SRV_EMEMORY, "out of memory");
     int rc;
