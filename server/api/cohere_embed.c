@@ -272,7 +272,7 @@ static const char *prompt_of(const compat_api *c, int input_type) {
 
 static cohere_job *decode(const compat_api *c, json_t *root, bool v2, refusal *r) {
     const embed_api *api = c->eapi;
-    cohere_req q;
+    cohere_req q = {0}; /* v1 has no inputs, output_dimension or max_tokens */
     unsigned types;
     if (fld_decode(v2 ? &V2 : &V1, root, &q, api, r) != SRV_OK ||
         types_of(q.types, &types, r) != SRV_OK || embed_check_task(api, r) != SRV_OK)
