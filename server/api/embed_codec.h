@@ -207,8 +207,9 @@ int embed_tokenize(const embed_api *api, const char *text, size_t len, bool trun
                    embed_truncation dir, int32_t *ids, int32_t *n, int32_t *n_full,
                    size_t *error_at);
 
-/* The answer's shape. */
-enum { API_OPENAI, API_TEI };
+/* The answer's shape (API_TEI_SIMILARITY: TEI's /similarity's, which its
+ * root route also answers). */
+enum { API_OPENAI, API_TEI, API_TEI_SIMILARITY };
 
 /* A decoded request: the job the service runs and the route answers. */
 struct embed_job {
