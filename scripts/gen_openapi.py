@@ -37,6 +37,14 @@ STREAM = {"type": ["boolean", "null"], "default": False,
                          "stream is cut). A client that closes cancels the chunks not yet "
                          "computed."}
 
+# How Cohere's quantized embedding types are made; also in the README.
+QUANTIZATION = ("Quantized types are sentence-transformers' quantize_embeddings with the fixed "
+                "ranges [-1, 1] in every dimension (a unit vector's values lie there): int8 and "
+                "uint8 are buckets of width 2/255 from -1 (uint8 0..255, int8 = uint8 - 128); "
+                "binary and ubinary are the bits value > 0, eight to a byte, the first value "
+                "in the high bit (ubinary 0..255, binary = ubinary - 128); base64 is the float "
+                "vector's little-endian bytes.")
+
 SCHEMAS = {
     # ---- errors ----
     "Error": {
@@ -463,6 +471,66 @@ SCHEMAS = {
                                             "properties": {"text": {"type": "string"}}}}}},
         },
     },
+    "CohereEmbedRequest": {
+        "type": "object",
+        "description": "Cohere's embed body (v1 and v2). The vectors are unit vectors; "
+                       "input_type picks the model's prompt of that kind where its "
+                       "config_sentence_transformers.json has one (search_query: \"query\", "
+                       "search_document: \"document\" or \"passage\", classification, "
+                       "clustering), else its default prompt. " + QUANTIZATION,
+        "properties": {
+            "texts": {"type": ["array", "null"], "minItems": 1,
+                      "items": {"type": "string", "minLength": 1}},
+            "inputs": {"type": ["array", "null"], "minItems": 1,
+                       "description": "v2 only, instead of texts: one text part per input",
+                       "items": {"type": "object", "required": ["content"], "properties": {
+                           "content": {"type": "array", "minItems": 1, "maxItems": 1, "items": {
+                               "type": "object", "required": ["type", "text"], "properties": {
+                                   "type": {"const": "text"},
+                                   "text": {"type": "string", "minLength": 1}}}}}}},
+            "model": {"type": ["string", "null"]},
+            "input_type": {"enum": ["search_document", "search_query", "classification",
+                                    "clustering", None],
+                           "description": "required on /v2/embed"},
+            "embedding_types": {"type": ["array", "null"], "items": {
+                "enum": ["float", "int8", "uint8", "binary", "ubinary", "base64"]},
+                "description": "default (absent, null or empty): float"},
+            "truncate": {"enum": ["END", "START", "NONE", None], "default": "END",
+                         "description": "which end of a text longer than max_seq_length is "
+                                        "cut; NONE: refused (422)"},
+            "images": {"type": ["array", "null"], "maxItems": 0,
+                       "description": "text models only: a non-empty list is refused (422)"},
+            "output_dimension": {"type": ["integer", "null"], "minimum": 1,
+                                 "description": "v2 only: the first this many values, "
+                                                "renormalised (at most the model's width)"},
+            "priority": {"type": ["integer", "null"],
+                         "description": "v2 only: accepted; requests run in arrival order"},
+        },
+    },
+    "CohereEmbedResponse": {
+        "type": "object", "required": ["id", "embeddings", "texts", "meta", "response_type"],
+        "properties": {
+            "id": {"type": "string"},
+            "response_type": {"enum": ["embeddings_floats", "embeddings_by_type"]},
+            "embeddings": {"oneOf": [
+                {"type": "array", "description": "v1 without embedding_types",
+                 "items": {"type": "array", "items": {"type": "number"}}},
+                {"type": "object", "description": "by type: each an array per text",
+                 "properties": {
+                     "float": {"type": "array", "items": {"type": "array",
+                                                          "items": {"type": "number"}}},
+                     "base64": {"type": "array", "items": {"type": "string"}},
+                     **{t: {"type": "array", "items": {"type": "array", "items": {
+                         "type": "integer", "minimum": lo, "maximum": lo + 255}}}
+                        for t, lo in (("int8", -128), ("uint8", 0), ("binary", -128),
+                                      ("ubinary", 0))}}}]},
+            "texts": {"type": "array", "items": {"type": "string"}},
+            "meta": {"type": "object", "properties": {
+                "api_version": {"type": "object", "properties": {"version": {"type": "string"}}},
+                "billed_units": {"type": "object",
+                                 "properties": {"input_tokens": {"type": "integer"}}}}},
+        },
+    },
     "ScoreRequest": {
         "type": "object", "required": ["text_1", "text_2"],
         "description": "vLLM's body: text_1 and text_2 paired 1:1, 1:N (text_1 one text) or N:N.",
@@ -620,6 +688,8 @@ TEXT_EX = "The food was delicious and the waiter was friendly."
 DOCS_EX = ["A man is eating pasta.", "The new movie is awesome.", "A man is eating food."]
 OPENAI_EMBED_EX = {"input": TEXT_EX}
 RERANK_EX = {"query": "A man is eating something.", "documents": DOCS_EX}
+COHERE_EMBED_EX = {"texts": [TEXT_EX], "input_type": "search_document",
+                   "embedding_types": ["float", "int8", "ubinary"]}
 SCORE_EX = {"text_1": "A man is eating something.", "text_2": DOCS_EX}
 
 PATHS = {
@@ -740,6 +810,13 @@ PATHS = {
                        op="v1_rerank", example=RERANK_EX),
     "/v2/rerank": post("vLLM: /v1/rerank under its Cohere v2 path.", ref("RerankRequest"),
                        ref("RerankResponse"), tag="OpenAI", op="v2_rerank", example=RERANK_EX),
+    "/v1/embed": post("Cohere: embed texts (v1): a list of float vectors, or an object by "
+                      "embedding type when embedding_types is given.",
+                      ref("CohereEmbedRequest"), ref("CohereEmbedResponse"), tag="Cohere",
+                      op="cohere_embed_v1", example=COHERE_EMBED_EX),
+    "/v2/embed": post("Cohere: embed texts or inputs (v2; input_type required): an object by "
+                      "embedding type.", ref("CohereEmbedRequest"), ref("CohereEmbedResponse"),
+                      tag="Cohere", op="cohere_embed_v2", example=COHERE_EMBED_EX),
     "/score": post("vLLM: the served reranker's score of each pair of text_1 and text_2, in "
                    "input order.", ref("ScoreRequest"), ref("ScoreResponse"), tag="OpenAI",
                    op="score", example=SCORE_EX),
@@ -767,7 +844,8 @@ def document():
         "info": {
             "title": "attnserve",
             "description": "Transformer encoder embeddings and the attention operator. Errors "
-                           "come in the shape of the API each route imitates.",
+                           "come in the shape of the API each route imitates. Cohere's embed: "
+                           + QUANTIZATION,
             # Replaced by the binary's own version when served.
             "version": "0",
         },

@@ -13,22 +13,23 @@
 #include "server/config.h"
 #include "server/work/membudget.h"
 
-int embed_api_openai(http_request *req, void *ctx) {
-    embed_api *api = ctx;
-    int answered;
-    json_t *root = http_work_body(req, &answered);
-    if (!root)
-        return answered;
+int embed_api_openai_root(http_request *req, embed_api *api, json_t *root) {
     api = embed_api_route(req, api, root);
     embed_refusal r;
     embed_job *job = embed_openai_decode(api, root, &r);
     http_body_json_free(req, root);
-    if (!job && membudget_refused()) /* the job did not fit the request-memory budget */
-        return http_reply_error(req, membudget_error(), "%s", membudget_message());
     if (!job)
-        return http_reply_error_at(req, r.err, r.param, r.code, "%s", r.msg);
+        return http_reply_refusal(req, &r);
 
     return embed_submit(req, api, job);
+}
+
+int embed_api_openai(http_request *req, void *ctx) {
+    int answered;
+    json_t *root = http_work_body(req, &answered);
+    if (!root)
+        return answered;
+    return embed_api_openai_root(req, ctx, root);
 }
 
 void embed_api_stamp(http_request *req, const embed_api *api, const embed_job *job) {

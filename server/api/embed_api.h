@@ -15,6 +15,10 @@
  * embed_api_resumed answers. */
 int embed_api_openai(http_request *req, void *ctx);
 int embed_api_resumed(http_request *req, void *ctx);
+/* embed_api_openai's decoding and submission of root, a body already read
+ * (http_work_body) and then freed here: for a route that adjusts OpenAI's
+ * body before it decodes as OpenAI's (Infinity's /embeddings). */
+int embed_api_openai_root(http_request *req, embed_api *api, json_t *root);
 /* GET /v1/models and GET /v1/models/{id}: the served model and its aliases
  * (model_aliases) in OpenAI's shapes; another id is 404 model_not_found. */
 int embed_api_models(http_request *req, void *ctx);

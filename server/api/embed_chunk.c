@@ -254,8 +254,8 @@ static int chunk_document(const embed_api *api, builder *b, int32_t d, const cha
                           const embed_chunking *c, int32_t *scratch, embed_refusal *r) {
     const int32_t specials = tok_num_special(api->tok);
     const int64_t max_doc = atomic_load(&api->max_document_tokens);
-    if (len == 0)
-        return refuse(r, SRV_EBADREQUEST, "input %d is an empty string", (int)d);
+    if (embed_check_text((size_t)d, len, r) != SRV_OK)
+        return r->err;
     if (len > UINT32_MAX)
         return refuse(r, SRV_ETOOLARGE, "input %d has %zu bytes; a document takes at most %u",
                       (int)d, len, UINT32_MAX);

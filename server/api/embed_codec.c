@@ -32,6 +32,17 @@ void embed_job_release(void *p) {
     membudget_free(job);
 }
 
+embed_job *embed_job_grow(embed_job *job, size_t size, embed_refusal *r) {
+    embed_job *grown = membudget_realloc(job, size);
+    if (!grown) {
+        embed_job_release(job);
+        refuse(r, SRV_EMEMORY, "out of memory");
+        return NULL;
+    }
+    memset((char *)grown + sizeof *grown, 0, size - sizeof *grown);
+    return grown;
+}
+
 /* ---- decoding ----------------------------------------------------------------- */
 
 typedef embed_refusal refusal;
@@ -116,6 +127,10 @@ int embed_tokenize(const embed_api *api, const char *text, size_t len, bool trun
     *n_full = o.n_full;
     *error_at = o.error_at;
     return rc;
+}
+
+int embed_check_text(size_t i, size_t len, refusal *r) {
+    return len ? SRV_OK : refuse(r, SRV_EEMPTY, "input %zu is an empty string", i);
 }
 
 /* A classifier's forward answers logits, not a vector to embed with: every
@@ -349,10 +364,8 @@ static json_t *tokenize_one(const embed_api *api, int32_t i, json_t *in, bool sp
                             refusal *r) {
     const char *text = json_string_value(in);
     const size_t len = json_string_length(in);
-    if (len == 0) {
-        refuse(r, SRV_EEMPTY, "input %d is an empty string", (int)i);
+    if (embed_check_text((size_t)i, len, r) != SRV_OK)
         return NULL;
-    }
     tok_output o = {.capacity = api->model->max_positions};
     int rc = TOK_ETOOLONG;
     for (int pass = 0; pass < 2 && rc == TOK_ETOOLONG; pass++) {

@@ -120,6 +120,10 @@ int embed_check_model(const embed_api *api, const json_t *model, embed_refusal *
 /* The 404 for name, which no served model answers to: model_not_found,
  * naming the served models. Returns SRV_ENOTFOUND. */
 int embed_unknown_model(const embed_api *api, const char *name, embed_refusal *r);
+/* job moved into a struct of size bytes that begins with it (a route's
+ * answer options kept beside the job), the rest zeroed: the new address,
+ * or NULL with job released and the refusal in r. Before submission only. */
+embed_job *embed_job_grow(embed_job *job, size_t size, embed_refusal *r);
 /* What job holds of the request-memory budget. */
 size_t embed_job_bytes(const embed_job *job);
 /* embed_job_free for job_submit and http_set_user (job is an embed_job). */
@@ -185,6 +189,12 @@ void embed_dimension_bounds(const void *api, int64_t *lo, int64_t *hi);
  * max_seq_length setting, or the model's (sentence_bert_config.json). */
 int32_t embed_max_seq_length(const embed_api *api);
 
+/* Refuses input i when it is an empty text (len 0), as TEI's tokenizer
+ * refuses an empty input (its Empty error, 400) and OpenAI does: every route
+ * checks its texts here before any prompt is prepended. A text of spaces is
+ * a text ([CLS] [SEP]), as TEI tokenizes it. Returns SRV_OK or SRV_EEMPTY. */
+int embed_check_text(size_t i, size_t len, embed_refusal *r);
+
 /* Tokenizes text[0, len) as sentence-transformers does for this model:
  * [CLS] pieces [SEP], at most embed_max_seq_length(api) tokens. A longer
  * input is cut on side dir when truncate (the special tokens stay), and is
@@ -197,8 +207,9 @@ int embed_tokenize(const embed_api *api, const char *text, size_t len, bool trun
                    embed_truncation dir, int32_t *ids, int32_t *n, int32_t *n_full,
                    size_t *error_at);
 
-/* The answer's shape. */
-enum { API_OPENAI, API_TEI };
+/* The answer's shape (API_TEI_SIMILARITY: TEI's /similarity's, which its
+ * root route also answers). */
+enum { API_OPENAI, API_TEI, API_TEI_SIMILARITY };
 
 /* A decoded request: the job the service runs and the route answers. */
 struct embed_job {

@@ -33,8 +33,8 @@ static int take_text(const embed_api *api, const embed_request *q, embed_job *jo
     const char *text = json_string_value(in);
     size_t len = json_string_length(in);
     const int32_t max_len = embed_max_seq_length(api);
-    if (len == 0 && q->grammar != EMBED_INPUTS_MIXED)
-        return refuse(r, SRV_EBADREQUEST, "input %d is an empty string", (int)i);
+    if (embed_check_text((size_t)i, len, r) != SRV_OK)
+        return r->err;
     if (job_tokens_reserve(job, (size_t)job->cu[i], (size_t)max_len, false) != 0)
         return refuse(r, SRV_EINTERNAL, "out of memory");
     char *joined = NULL;

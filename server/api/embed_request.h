@@ -35,7 +35,7 @@ typedef struct embed_request {
      * value as given, NULL when absent; read after the model's task. */
     const json_t *chunking, *stream;
     /* The answer. */
-    int answer;          /* API_OPENAI or API_TEI: its shape, where it is embed_encode's */
+    int answer;          /* API_OPENAI, API_TEI (embed_encode.s shapes) or API_TEI_SIMILARITY */
     bool normalize;      /* L2 over the whole vector in the batch, again after a cut */
     int p_norm;          /* llama.cpp's embd_normalize at answer time; EMBED_PNORM_NONE */
     int64_t dimensions;  /* keep the first this many (0: all) */

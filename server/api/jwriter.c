@@ -3,7 +3,10 @@
  * once and then write without checks. */
 #include "server/api/jwriter.h"
 
+#include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "server/api/errors.h"
 #include "server/api/f32text.h"
@@ -214,4 +217,18 @@ int jw_reply(http_request *req, unsigned status, jwriter *w) {
     size_t len;
     char *text = jw_take(w, &len);
     return http_reply_buffer(req, status, "application/json", text, len);
+}
+
+void jw_make_id(char id[JW_ID_LEN], const char *prefix) {
+    static _Atomic uint64_t counter;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    const uint64_t a = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    /* splitmix64 of the time and a counter: two answers never share an id. */
+    uint64_t b = a + (atomic_fetch_add(&counter, 1) + 1) * 0x9E3779B97F4A7C15ull;
+    b = (b ^ (b >> 30)) * 0xBF58476D1CE4E5B9ull;
+    b = (b ^ (b >> 27)) * 0x94D049BB133111EBull;
+    b ^= b >> 31;
+    snprintf(id, JW_ID_LEN, "%s-%016llx%016llx", prefix, (unsigned long long)a,
+             (unsigned long long)b);
 }

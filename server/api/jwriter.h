@@ -59,6 +59,12 @@ void jw_f32_base64(jwriter *w, const float *v, size_t n);
 #define JW_BASE64_LEN(n) (((n)*4 + 2) / 3 * 4)
 size_t jw_base64_f32(char *out, const float *v, size_t n);
 
+/* "<prefix>-" and 32 hex digits, into id: an answer's id, as Infinity,
+ * vLLM and Cohere give one; unique enough to tell answers apart in logs,
+ * not a secret. prefix is short (a word). */
+#define JW_ID_LEN 64
+void jw_make_id(char id[JW_ID_LEN], const char *prefix);
+
 /* The text written, its ownership passed to the caller (membudget_free it),
  * or NULL when the writer failed; the writer is left empty. */
 char *jw_take(jwriter *w, size_t *len);

@@ -45,13 +45,6 @@ static score_api *route_model(http_request *req, score_api *s, const json_t *roo
     return to;
 }
 
-static int refused(http_request *req, const refusal *r) {
-    if (membudget_refused())
-        return http_reply_error(req, membudget_error(), "%s", membudget_message());
-    return http_reply_error_at(req, r->err ? r->err : SRV_EINTERNAL, r->param, r->code, "%s",
-                               r->msg);
-}
-
 /* Every scoring route, on a codec worker: the body decoded by the route's
  * dialect into the canonical request, and that made a job. */
 static int handle(http_request *req, score_api *s, const score_dialect *d) {
@@ -72,7 +65,7 @@ static int handle(http_request *req, score_api *s, const score_dialect *d) {
     membudget_free(q.in);
     http_body_json_free(req, root);
     if (!j)
-        return refused(req, &r);
+        return http_reply_refusal(req, &r);
     return job_submit(req, &j->e.base, s->eapi->sched, atomic_load(&s->eapi->request_timeout_ms),
                       score_job_release);
 }

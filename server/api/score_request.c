@@ -11,6 +11,7 @@
 
 #include "server/api/errors.h"
 #include "server/api/job_tokens.h"
+#include "server/api/jwriter.h"
 #include "server/work/membudget.h"
 
 typedef embed_refusal refusal;
@@ -110,6 +111,9 @@ static int encode_pair(const tok_tokenizer *tok, pair_cache *c, const score_inpu
 
 static int tokenize(const score_api *s, embed_job *job, int32_t i, const score_input *in,
                     bool truncate, bool left, int32_t max, pair_cache *cache, refusal *r) {
+    /* A pair is empty when both its texts are, as TEI's tokenizer has it. */
+    if (embed_check_text((size_t)i, in->alen + (in->b ? in->blen : 0), r) != SRV_OK)
+        return r->err;
     if (job_tokens_reserve(job, (size_t)job->cu[i], (size_t)max, true) != 0)
         return refuse(r, SRV_EMEMORY, "out of memory");
     int rc;
@@ -258,13 +262,9 @@ score_job *score_request_job(const score_api *s, const score_request *q, const j
     if (!e)
         return NULL;
     /* The job's arrays move into a score_job, the answer's options beside them. */
-    score_job *j = membudget_realloc(e, sizeof *j);
-    if (!j) {
-        embed_job_release(e);
-        refuse(r, SRV_EMEMORY, "out of memory");
+    score_job *j = (score_job *)embed_job_grow(e, sizeof *j, r);
+    if (!j)
         return NULL;
-    }
-    memset((char *)j + sizeof j->e, 0, sizeof *j - sizeof j->e);
     j->dialect = q->dialect;
     j->raw = q->raw;
     j->per_label = (flags & SCORE_PER_LABEL) && s->multi_label;
@@ -431,18 +431,7 @@ json_t *score_usage(const score_job *j) {
 }
 
 json_t *score_answer_id(const char *prefix) {
-    static _Atomic uint64_t counter;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    const uint64_t a = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-    /* splitmix64 of the time and a counter: two answers never share an id;
-     * unique enough to tell answers apart in logs, not a secret. */
-    uint64_t b = a + (atomic_fetch_add(&counter, 1) + 1) * 0x9E3779B97F4A7C15ull;
-    b = (b ^ (b >> 30)) * 0xBF58476D1CE4E5B9ull;
-    b = (b ^ (b >> 27)) * 0x94D049BB133111EBull;
-    b ^= b >> 31;
-    char id[64];
-    snprintf(id, sizeof id, "%s-%016llx%016llx", prefix, (unsigned long long)a,
-             (unsigned long long)b);
+    char id[JW_ID_LEN];
+    jw_make_id(id, prefix);
     return json_string(id);
 }

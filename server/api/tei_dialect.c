@@ -209,6 +209,7 @@ static int similarity_fill(const compat_api *c, json_t *root, embed_request *e, 
             return refuse(r, SRV_EBADREQUEST, "inputs.sentences[%zu] must be a string", i - 1);
     e->input = *texts;
     e->normalize = true;
+    e->answer = API_TEI_SIMILARITY;
     return SRV_OK;
 }
 
@@ -235,6 +236,31 @@ static int similarity_answer(http_request *req, const compat_api *c, embed_job *
 
 static int tei_similarity_resumed(http_request *req, void *ctx) {
     return compat_resumed(req, ctx, similarity_answer);
+}
+
+/* ---- / and /invocations -------------------------------------------------------------------- */
+
+/* TEI's route for the served model's task: /embed's body, or /similarity's
+ * (`inputs` an object, as huggingface_hub's sentence_similarity posts it,
+ * `parameters` beside it), which TEI's root answers when its task is
+ * sentence-similarity. The job's answer shape tells the resume which. */
+static int root_fill(const compat_api *c, json_t *root, embed_request *e, json_t **hold,
+                     refusal *r) {
+    return json_is_object(json_object_get(root, "inputs")) ? similarity_fill(c, root, e, hold, r)
+                                                           : embed_fill(c, root, e, hold, r);
+}
+
+static int tei_root(http_request *req, void *ctx) {
+    return compat_embed_route(req, ctx, root_fill, false);
+}
+
+static int root_answer(http_request *req, const compat_api *c, embed_job *job) {
+    return job->api == API_TEI_SIMILARITY ? similarity_answer(req, c, job)
+                                          : embed_answer(req, c, job);
+}
+
+static int tei_root_resumed(http_request *req, void *ctx) {
+    return compat_resumed(req, ctx, root_answer);
 }
 
 /* ---- /decode ------------------------------------------------------------------------------- */
@@ -280,8 +306,8 @@ int tei_dialect_register(compat_api *c, routes *t) {
     const http_error_shape TEI = HTTP_ERRORS_TEI;
     const http_route mine[] = {
         {"POST", "/embed", true, HTTP_AUTH_KEY, tei_embed, tei_embed_resumed, c, TEI},
-        {"POST", "/", true, HTTP_AUTH_KEY, tei_embed, tei_embed_resumed, c, TEI},
-        {"POST", "/invocations", true, HTTP_AUTH_KEY, tei_embed, tei_embed_resumed, c, TEI},
+        {"POST", "/", true, HTTP_AUTH_KEY, tei_root, tei_root_resumed, c, TEI},
+        {"POST", "/invocations", true, HTTP_AUTH_KEY, tei_root, tei_root_resumed, c, TEI},
         {"POST", "/embed_all", true, HTTP_AUTH_KEY, tei_embed_all, tei_embed_all_resumed, c, TEI},
         {"POST", "/similarity", true, HTTP_AUTH_KEY, tei_similarity, tei_similarity_resumed, c,
          TEI},

@@ -570,6 +570,13 @@ int http_reply_error_at(http_request *req, int err, const char *param, const cha
     return rc;
 }
 
+int http_reply_refusal(http_request *req, const struct srv_refusal *r) {
+    if (membudget_refused())
+        return http_reply_error(req, membudget_error(), "%s", membudget_message());
+    return http_reply_error_at(req, r->err ? r->err : SRV_EINTERNAL, r->param, r->code, "%s",
+                               r->msg);
+}
+
 static int reply_error(http_request *req, int err, const char *param, const char *code,
                        const char *fmt, va_list ap) {
     char msg[512];

@@ -241,6 +241,12 @@ int http_reply_error(http_request *req, int err, const char *fmt, ...)
  * (a string code such as "model_not_found"); either may be NULL. */
 int http_reply_error_at(http_request *req, int err, const char *param, const char *code,
                         const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* A decoder's refusal (errors.h) answered: the request-memory budget's own
+ * error when the budget refused an allocation on the way (what the decoder
+ * saw was its symptom), else r's code, param, code string and message (a
+ * refusal without a code is a 500). */
+struct srv_refusal;
+int http_reply_refusal(http_request *req, const struct srv_refusal *r);
 
 /* Parks the request (only a JSON route's handler, which runs on a codec
  * worker with its connection already suspended): its answer waits until

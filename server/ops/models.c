@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "model/bert.h"
+#include "server/api/cohere_embed.h"
 #include "server/ops/log.h"
 #include "server/ops/metrics.h"
 
@@ -271,6 +272,8 @@ int models_register(app *a) {
                         : score_api_add_kind(&sm->score, sm->embed, a->runner);
         if (rc == 0 && i == e)
             rc = compat_api_register(&sm->compat, &a->routes);
+        if (rc == 0 && i == e)
+            rc = cohere_embed_register(&sm->compat, &a->routes);
         if (rc != 0)
             return -1;
     }

@@ -464,11 +464,9 @@ def test_100000_inputs_in_one_request(server, path, key):
 
 @pytest.mark.parametrize("path,key", EMBED_PATHS)
 def test_empty_input(server, path, key):
-    # TEI embeds an empty string as [CLS] [SEP]; only an empty list is refused.
-    empties = ([],) if path == "/embed" else ("", [], ["ok", ""], [""])
-    for value in empties:
-        # An empty batch, and on /tokenize an empty string, is TEI's Empty
-        # (its tokenizer refuses an empty input as Empty).
+    for value in ("", [], ["ok", ""], [""]):
+        # An empty batch, and an empty string, is TEI's Empty (its tokenizer
+        # refuses an empty input as Empty).
         err = assert_error(post(server, path, {key: value}), 400, "invalid_request_error",
                            tei="Empty")
         assert "empty" in err["message"]

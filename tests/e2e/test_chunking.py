@@ -426,8 +426,8 @@ WORKER_CASES = [
     ("/embed", {"inputs": [TSONGA, BULGARIAN], "normalize": False}),
     ("/embed", {"inputs": TSONGA * 5, "chunking": {"max_tokens": 30},
                 "dimensions": 16}),
-    ("/embed", {"inputs": ""}),
     # Refusals, in each route's shape.
+    ("/embed", {"inputs": ""}),
     ("/v1/embeddings", {"input": "x", "chunking": {"max_tokens": 1}}),
     ("/v1/embeddings", {"input": ENGLISH * 40, "chunking": {}}),
     ("/embed", {"inputs": ENGLISH * 40, "chunking": {}}),

@@ -1,7 +1,8 @@
 """The client libraries people already use, unchanged, against the real
 binary: openai (sync and async, float and base64), huggingface_hub's
-InferenceClient at the root URL, LlamaIndex's TEI and OpenAI embeddings and
-LangChain's OpenAIEmbeddings, every answer compared with the golden vectors of
+InferenceClient at the root URL (feature extraction and sentence
+similarity), infinity_client, LlamaIndex's TEI and OpenAI embeddings and
+LangChain's OpenAIEmbeddings (Cohere's SDK: test_cohere_embed.py), every answer compared with the golden vectors of
 sentence-transformers. They come from PyPI (tests/e2e/requirements.txt,
 installed by tests/e2e/venv.sh)."""
 import asyncio
@@ -135,6 +136,53 @@ def test_huggingface_inference_client_at_the_root(server):
     v = client.feature_extraction(CASES[0]["text"], normalize=True, truncate=True,
                                   truncation_direction="right")
     check([v[0].tolist()], [CASES[0]], "InferenceClient with options")
+
+
+def test_huggingface_sentence_similarity_at_the_root(server):
+    """InferenceClient.sentence_similarity posts /similarity's body, with
+    `parameters`, to the root: TEI's root takes it."""
+    from huggingface_hub import InferenceClient
+    client = InferenceClient(base_url=server.base)
+    source, others = CASES[0], CASES[1:4]
+    scores = client.sentence_similarity(source["text"], [c["text"] for c in others])
+    assert len(scores) == len(others)
+    for score, c in zip(scores, others):
+        assert abs(score - cosine(source["embedding"], c["embedding"])) < 1e-4, (score, c["text"])
+
+
+# ---- Infinity's own client --------------------------------------------------------------
+
+def test_infinity_client_embeds_unchanged(server, model_name):
+    """infinity_client sends modality "text", dimensions 0 and the model
+    "default/not-specified" with every call, and reads /models' owned_by
+    as its one value "infinity": all taken as Infinity's server takes them."""
+    from infinity_client import Client
+    from infinity_client.api.default import embeddings, models
+    from infinity_client.models import OpenAIEmbeddingInputText, OpenAIEmbeddingResult
+    client = Client(base_url=server.base, timeout=60)
+    listed = models.sync(client=client)
+    assert [m.id for m in listed.data] == [model_name]
+    assert listed.data[0].owned_by == "infinity"
+    texts, cases = many(8)
+    r = embeddings.sync(client=client, body=OpenAIEmbeddingInputText(input_=texts))
+    assert isinstance(r, OpenAIEmbeddingResult), r
+    assert r.model == model_name
+    check([d.embedding for d in r.data], cases, "infinity_client")
+    r = embeddings.sync(client=client,
+                        body=OpenAIEmbeddingInputText(input_=texts[:1], model=ALIAS, dimensions=32))
+    assert len(r.data[0].embedding) == 32
+
+
+def test_infinity_modality_other_than_text_is_refused(server):
+    body = {"input": ["x"], "modality": "image"}
+    r = requests.post(server.url("/embeddings"), data=json.dumps(body), headers=JSON, timeout=10)
+    assert r.status_code == 422, r.text
+    err = r.json()["error"]
+    assert err["param"] == "modality" and "text" in err["message"], err
+    # OpenAI's own route has no such field.
+    r = requests.post(server.url("/v1/embeddings"), data=json.dumps(body), headers=JSON,
+                      timeout=10)
+    assert r.status_code == 400 and "modality" in r.json()["error"]["message"], r.text
 
 
 # ---- LlamaIndex -------------------------------------------------------------------------

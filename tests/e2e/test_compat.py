@@ -94,8 +94,28 @@ def test_embed_token_ids_and_mixed_inputs(server):
     golden(out[0], c0, "mixed text")
     golden(out[1], c1, "mixed ids")
     golden(out[2], EMPTY, "[CLS] [SEP]")
-    # An empty string is [CLS] [SEP], as TEI and sentence-transformers have it.
-    golden(ok(post(server, "/embed", {"inputs": ""}))[0], EMPTY, "empty string")
+    # The ids of an empty text are sent as ids; the empty string itself is
+    # refused, as TEI's tokenizer refuses an empty input (its Empty, 400).
+    # A text of spaces is a text, as TEI tokenizes it: [CLS] [SEP].
+    golden(ok(post(server, "/embed", {"inputs": "   "}))[0], EMPTY, "spaces")
+
+
+def test_empty_text_is_refused_on_every_route(server):
+    """An empty text is TEI's Empty 400 on TEI's routes, OpenAI's 400
+    invalid_request_error on the others, wherever it stands in the batch."""
+    for path, body in [("/embed", {"inputs": ""}), ("/embed", {"inputs": ["a", ""]}),
+                       ("/", {"inputs": ""}), ("/embed_all", {"inputs": [""]}),
+                       ("/similarity", {"inputs": {"source_sentence": "", "sentences": ["a"]}}),
+                       ("/similarity", {"inputs": {"source_sentence": "a", "sentences": [""]}}),
+                       ("/tokenize", {"inputs": ""})]:
+        assert "empty" in tei_error(post(server, path, body), 400, "Empty")["error"]
+    for path, body in [("/v1/embeddings", {"input": ""}), ("/embeddings", {"input": ["a", ""]}),
+                       ("/embedding", {"content": ""}),
+                       ("/v1/embed", {"texts": [""]})]:
+        r = post(server, path, body)
+        assert r.status_code == 400, (path, r.text)
+        err = r.json()["error"]
+        assert err["type"] == "invalid_request_error" and "empty" in err["message"], (path, err)
 
 
 def test_embed_normalize_false_and_dimensions(server):

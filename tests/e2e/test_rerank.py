@@ -170,6 +170,18 @@ def classifier(tmp_path_factory):
     s.check_clean_exit(s.stop())
 
 
+def test_a_pair_is_empty_only_when_both_texts_are(reranker):
+    """TEI refuses a pair only when both its texts are empty (its Empty,
+    400): an empty document or an empty query beside a text is scored."""
+    for body in ({"query": "", "texts": ["a"]}, {"query": "q", "texts": [""]}):
+        r = post(reranker, "/rerank", body)
+        assert r.status_code == 200 and len(r.json()) == 1, r.text
+    err = tei_error(post(reranker, "/rerank", {"query": "", "texts": ["a", ""]}), 400)
+    assert err["error_type"] == "Empty" and "input 1 is an empty string" in err["error"], err
+    r = post(reranker, "/v1/rerank", {"query": "", "documents": [""]})
+    assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error", r.text
+
+
 def expect_sorted(scores):
     assert all(a >= b for a, b in zip(scores, scores[1:])), scores
 
