@@ -12,7 +12,8 @@
 #include <stdint.h>
 
 #include "model/tokenizer.h"
-#include "server/api/embed_codec.h"
+#include "server/api/embed_job.h"
+#include "server/api/errors.h"
 
 /* A zeroed job of n inputs with its n + 1 offsets; NULL when out of memory. */
 embed_job *job_tokens_new(int32_t n);

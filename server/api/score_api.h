@@ -35,8 +35,9 @@
  *
  * Each API is a thin dialect file (score_tei.c, score_infinity.c,
  * score_cohere.c, score_vllm.c: its fields' table and its answer) over one
- * canonical request (score_request.h), which makes every job and
- * post-processes every score.
+ * canonical request (score_request.h: the score_api a model has, the
+ * decoding the unit tests and fuzz targets drive), which makes every job
+ * and post-processes every score.
  *
  * Every pair or text is one input of an embed_job with type ids: the job
  * runs in the scheduler's batches beside embeddings, in pieces when it is
@@ -49,33 +50,9 @@
 #include <stdint.h>
 
 #include "server/api/embed_codec.h"
+#include "server/api/score_request.h"
 #include "server/http/routes.h"
 #include "server/work/batch.h"
-
-typedef struct score_api {
-    embed_api *eapi; /* the tokenizer, the scheduler, the limits, the model's name */
-    int kind;        /* the runner's id of the "score" kind */
-    /* The served model: a classifier with num_labels labels (labels[i] its
-     * id2label name), or not a classifier (every route here refuses, 424). */
-    bool classifier;
-    int32_t num_labels;
-    const char *const *labels;
-    int32_t max_length;      /* tokens of a pair or text, special tokens included */
-    int32_t type_vocab_size; /* token type ids the model has: [0, this) */
-    bool multi_label;        /* config.json problem_type multi_label_classification */
-    /* Several models: every model's score_api in the configured order (as
-     * eapi->peers), so a request naming a model is answered by that one;
-     * rerank, the first reranker, answers the rerank and score routes of a
-     * request that names none (the routes are registered with the first
-     * classifier's, which answers /predict and /classify); root, the first
-     * model's when it is a classifier, answers POST / and /invocations, as
-     * TEI serving that model would, whichever classifier registers them;
-     * no_root: those two belong to an embedder. NULL / false: one model. */
-    struct score_api *const *peers;
-    struct score_api *rerank;
-    struct score_api *root;
-    bool no_root;
-} score_api;
 
 /* Registers the "score" kind with runner (run on the embeddings service
  * svc, whose batches take type ids) and the routes above. POST / and POST
@@ -86,32 +63,5 @@ int score_api_register(score_api *s, embed_service *svc, batch_runner *runner, r
 /* Only the "score" kind, for a model whose routes another model's
  * score_api registered (several models). Returns 0 or -1. */
 int score_api_add_kind(score_api *s, embed_service *svc, batch_runner *runner);
-
-/* ---- decoding, exposed for the unit tests and the fuzz targets --------------------- */
-
-/* One input: text a alone (b NULL) or the pair (a, b). */
-typedef struct score_input {
-    const char *a, *b;
-    size_t alen, blen;
-} score_input;
-
-/* The job of n inputs, each tokenized (a pair with tok_encode_pair, a text
- * with tok_encode) to at most limit tokens (0: s->max_length; never more),
- * cut on the left when left, else the right, when truncate, else refused
- * (SRV_EINVALID) when longer; type ids kept; out sized for num_labels
- * logits per input. NULL with the refusal in r. */
-embed_job *score_job_make(const score_api *s, const score_input *in, int32_t n, bool truncate,
-                          bool left, int32_t limit, embed_refusal *r);
-
-/* The scores of logits[0, k): raw, or the sigmoid of a single logit, or the
- * softmax of several, written to out. */
-void score_activate(const float *logits, int32_t k, bool raw, float *out);
-/* score_activate, or with per_label (Infinity's /classify on a multi-label
- * model) and not raw, the sigmoid of each logit. */
-void score_activate_labels(const float *logits, int32_t k, bool raw, bool per_label, float *out);
-/* The first of n inputs (k logits each) whose activated scores are not all
- * finite (an infinite logit, a softmax over one: JSON cannot carry them),
- * -1 when none, -2 when out of memory. */
-int32_t score_first_not_finite(const float *logits, int32_t n, int32_t k, bool raw, bool per_label);
 
 #endif
