@@ -694,30 +694,35 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
     }
 }
 
+/* req's connection slot with conns_mu held, or NULL (nothing held) when
+ * the connection is not watched. */
+static conn_slot *lock_slot(http_request *req) {
+    conn_slot *c = req->cslot;
+    if (c)
+        pthread_mutex_lock(&req->srv->conns_mu);
+    return c;
+}
+
 /* Arms (the next request's headers, or this request whole, must be in by
  * now + connection_timeout_s) or disarms the deadline of req's connection. */
 static void request_deadline(http_request *req, bool arm) {
-    conn_slot *c = req->cslot;
+    conn_slot *c = lock_slot(req);
     if (!c)
         return;
-    http_server *srv = req->srv;
-    pthread_mutex_lock(&srv->conns_mu);
-    c->deadline_ns = arm ? ticks_now_ns() + srv->request_deadline_ns : 0;
-    pthread_mutex_unlock(&srv->conns_mu);
+    c->deadline_ns = arm ? ticks_now_ns() + req->srv->request_deadline_ns : 0;
+    pthread_mutex_unlock(&req->srv->conns_mu);
 }
 
 /* Marks req's connection as carrying a request (from its headers to its
  * completion), which makes it ineligible for eviction, or idle again. */
 static void connection_busy(http_request *req, bool busy) {
-    conn_slot *c = req->cslot;
+    conn_slot *c = lock_slot(req);
     if (!c)
         return;
-    http_server *srv = req->srv;
-    pthread_mutex_lock(&srv->conns_mu);
     c->busy = busy;
     if (!busy)
         c->idle_since = ticks_now_ns();
-    pthread_mutex_unlock(&srv->conns_mu);
+    pthread_mutex_unlock(&req->srv->conns_mu);
 }
 
 /* With the table full, shuts down the connection idle the longest with no
@@ -862,11 +867,10 @@ static void *watch_main(void *arg) {
 
 /* Puts req's connection in the watch for the client closing (I/O thread). */
 static void watch_parked(http_request *req) {
-    conn_slot *c = req->cslot;
+    conn_slot *c = lock_slot(req);
     if (!c)
         return;
     http_server *srv = req->srv;
-    pthread_mutex_lock(&srv->conns_mu);
     c->gen++; /* events of an earlier watch of this connection are stale */
     struct epoll_event ev = {.events = EPOLLRDHUP,
                              .data.u64 = (uint64_t)(c - srv->conns) | (uint64_t)c->gen << 32};
@@ -877,11 +881,10 @@ static void watch_parked(http_request *req) {
 
 /* Takes req's connection out of the watch (any thread, before resuming). */
 static void unwatch_parked(http_request *req) {
-    conn_slot *c = req->cslot;
+    conn_slot *c = lock_slot(req);
     if (!c)
         return;
     http_server *srv = req->srv;
-    pthread_mutex_lock(&srv->conns_mu);
     if (c->parked == req) {
         epoll_ctl(srv->epfd, EPOLL_CTL_DEL, c->fd, NULL);
         c->parked = NULL;
