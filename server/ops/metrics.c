@@ -56,6 +56,17 @@ static const unsigned statuses[] = {0,   200, 400, 401, 404, 405, 413,
 
 #define MAX_BACKENDS ATTN_MAX_BACKENDS
 
+/* A served model's counters (render_models names them). */
+enum {
+    MODEL_BATCHES,
+    MODEL_REQUESTS,
+    MODEL_TOKENS,
+    MODEL_ENGINE_NS,
+    MODEL_FORWARDS,
+    MODEL_ENGINE_MFLOP,
+    MODEL_NCOUNTS
+};
+
 static struct {
     const char *version, *simd;
     time_t start_time;
@@ -89,8 +100,7 @@ static struct {
     struct {
         const char *name, *task, *engine, *precision;
         const char *attention; /* the engine's own attention kernel; NULL: none */
-        _Atomic uint64_t batches, requests, tokens;
-        _Atomic uint64_t engine_ns, engine_forwards, engine_mflop;
+        _Atomic uint64_t count[MODEL_NCOUNTS];
     } model[METRICS_MAX_MODELS];
     int nmodels;
 } M;
@@ -177,9 +187,10 @@ void metrics_set_model_attention(int slot, const char *kernel) {
 void metrics_model_batch(int slot, const sched_batch *b) {
     if (slot < 0 || slot >= M.nmodels)
         return;
-    atomic_fetch_add_explicit(&M.model[slot].batches, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&M.model[slot].requests, (uint64_t)b->n_reqs, memory_order_relaxed);
-    atomic_fetch_add_explicit(&M.model[slot].tokens, (uint64_t)b->n_tokens, memory_order_relaxed);
+    _Atomic uint64_t *c = M.model[slot].count;
+    atomic_fetch_add_explicit(&c[MODEL_BATCHES], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&c[MODEL_REQUESTS], (uint64_t)b->n_reqs, memory_order_relaxed);
+    atomic_fetch_add_explicit(&c[MODEL_TOKENS], (uint64_t)b->n_tokens, memory_order_relaxed);
 }
 
 static void gflops_add(int slot, double seconds, double flops); /* verification block below */
@@ -700,10 +711,11 @@ static void render_verify(FILE *f) {
 void metrics_engine_forward(int slot, double seconds, double flops) {
     if (slot < 0 || slot >= M.nmodels)
         return;
-    atomic_fetch_add_explicit(&M.model[slot].engine_ns, (uint64_t)llround(seconds * 1e9),
+    _Atomic uint64_t *c = M.model[slot].count;
+    atomic_fetch_add_explicit(&c[MODEL_ENGINE_NS], (uint64_t)llround(seconds * 1e9),
                               memory_order_relaxed);
-    atomic_fetch_add_explicit(&M.model[slot].engine_forwards, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&M.model[slot].engine_mflop, (uint64_t)llround(flops * 1e-6),
+    atomic_fetch_add_explicit(&c[MODEL_FORWARDS], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&c[MODEL_ENGINE_MFLOP], (uint64_t)llround(flops * 1e-6),
                               memory_order_relaxed);
 }
 
@@ -733,9 +745,61 @@ static void engine_labels(FILE *f, const char *name, int i, const char *key, con
     fputs("\"} ", f);
 }
 
-/* Each model's engine and its forwards: one series per model, since each
- * model has its own engine (and may have its own precision). */
-static void render_engine(FILE *f) {
+/* A counter family with one series per model: labelled with the model's
+ * engine and precision too, or with the model alone; the count as it is
+ * (prec 0) or an amount (nanoseconds, MFLOP) times scale in prec digits. */
+typedef struct model_family {
+    const char *name, *help;
+    int count; /* MODEL_* */
+    bool engine;
+    double scale;
+    int prec;
+} model_family;
+
+static const model_family engine_families[] = {
+    {"attnserve_engine_forward_seconds_total", "Wall time in each model's encoder forwards.",
+     MODEL_ENGINE_NS, true, 1e-9, 9},
+    {"attnserve_engine_forwards_total", "Encoder forwards run per model.", MODEL_FORWARDS, true, 1,
+     0},
+    {"attnserve_engine_flops_total",
+     "Floating-point operations of each model's encoder forwards (GEMMs and attention).",
+     MODEL_ENGINE_MFLOP, true, 1e6, 6},
+};
+
+static const model_family batch_families[] = {
+    {"attnserve_model_batches_total",
+     "Batches run per model (a batch holds one model's requests only).", MODEL_BATCHES, false, 1,
+     0},
+    {"attnserve_model_batch_requests_total",
+     "Requests (or pieces of one) in the batches run per model.", MODEL_REQUESTS, false, 1, 0},
+    {"attnserve_model_batch_tokens_total", "Tokens in the batches run per model.", MODEL_TOKENS,
+     false, 1, 0},
+};
+
+static void render_model_families(FILE *f, const model_family *fam, int n) {
+    for (int k = 0; k < n; k++) {
+        header(f, fam[k].name, "counter", fam[k].help);
+        for (int i = 0; i < M.nmodels; i++) {
+            if (fam[k].engine) {
+                engine_labels(f, fam[k].name, i, "precision", M.model[i].precision);
+            } else {
+                fprintf(f, "%s{model=\"", fam[k].name);
+                label_value(f, M.model[i].name);
+                fputs("\"} ", f);
+            }
+            const uint64_t v = load(&M.model[i].count[fam[k].count]);
+            if (fam[k].prec)
+                fprintf(f, "%.*g\n", fam[k].prec, (double)v * fam[k].scale);
+            else
+                fprintf(f, "%llu\n", (unsigned long long)v);
+        }
+    }
+}
+
+/* Each model's engine and its forwards (one series per model, since each
+ * model has its own engine and may have its own precision), then the model
+ * itself and the batches it ran. */
+static void render_models(FILE *f) {
     if (!M.nmodels)
         return;
     header(f, "attnserve_engine_info", "gauge",
@@ -755,29 +819,7 @@ static void render_engine(FILE *f) {
         engine_labels(f, "attnserve_engine_attention_info", i, "kernel", M.model[i].attention);
         fputs("1\n", f);
     }
-    header(f, "attnserve_engine_forward_seconds_total", "counter",
-           "Wall time in each model's encoder forwards.");
-    for (int i = 0; i < M.nmodels; i++) {
-        engine_labels(f, "attnserve_engine_forward_seconds_total", i, "precision",
-                      M.model[i].precision);
-        fprintf(f, "%.9g\n", (double)load(&M.model[i].engine_ns) * 1e-9);
-    }
-    header(f, "attnserve_engine_forwards_total", "counter", "Encoder forwards run per model.");
-    for (int i = 0; i < M.nmodels; i++) {
-        engine_labels(f, "attnserve_engine_forwards_total", i, "precision", M.model[i].precision);
-        fprintf(f, "%llu\n", (unsigned long long)load(&M.model[i].engine_forwards));
-    }
-    header(f, "attnserve_engine_flops_total", "counter",
-           "Floating-point operations of each model's encoder forwards (GEMMs and attention).");
-    for (int i = 0; i < M.nmodels; i++) {
-        engine_labels(f, "attnserve_engine_flops_total", i, "precision", M.model[i].precision);
-        fprintf(f, "%.6g\n", (double)load(&M.model[i].engine_mflop) * 1e6);
-    }
-}
-
-static void render_models(FILE *f) {
-    if (!M.nmodels)
-        return;
+    render_model_families(f, engine_families, NBOUNDS(engine_families));
     header(f, "attnserve_model_info", "gauge",
            "Each served model: its task, engine and precision (always 1).");
     for (int i = 0; i < M.nmodels; i++) {
@@ -786,24 +828,7 @@ static void render_models(FILE *f) {
         fprintf(f, "\",task=\"%s\",engine=\"%s\",precision=\"%s\"} 1\n", M.model[i].task,
                 M.model[i].engine, M.model[i].precision);
     }
-    static const char *const names[] = {"attnserve_model_batches_total",
-                                        "attnserve_model_batch_requests_total",
-                                        "attnserve_model_batch_tokens_total"};
-    static const char *const helps[] = {
-        "Batches run per model (a batch holds one model's requests only).",
-        "Requests (or pieces of one) in the batches run per model.",
-        "Tokens in the batches run per model."};
-    for (int k = 0; k < 3; k++) {
-        header(f, names[k], "counter", helps[k]);
-        for (int i = 0; i < M.nmodels; i++) {
-            fprintf(f, "%s{model=\"", names[k]);
-            label_value(f, M.model[i].name);
-            _Atomic uint64_t *v = k == 0   ? &M.model[i].batches
-                                  : k == 1 ? &M.model[i].requests
-                                           : &M.model[i].tokens;
-            fprintf(f, "\"} %llu\n", (unsigned long long)load(v));
-        }
-    }
+    render_model_families(f, batch_families, NBOUNDS(batch_families));
 }
 
 char *metrics_render(size_t *len) {
@@ -815,7 +840,6 @@ char *metrics_render(size_t *len) {
     render_requests(f);
     render_scheduler(f);
     render_kernels(f);
-    render_engine(f);
     render_models(f);
     render_safety(f);
     render_verify(f);
