@@ -41,6 +41,7 @@
 #include "server/ops/log.h"
 #include "server/ops/metrics.h"
 #include "server/work/membudget.h"
+#include "server/work/ticks.h"
 #include "server/work/workpool.h"
 
 /* A client-sent x-request-id longer than this, or with characters outside
@@ -642,12 +643,6 @@ static int reply_error(http_request *req, int err, const char *param, const char
 
 #define WATCH_STOP UINT64_MAX /* epoll data of the wake-up that stops the watch */
 
-static uint64_t now_ns(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
-
 /* MHD's connection-start and connection-close notifications (I/O thread). */
 static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
                           enum MHD_ConnectionNotificationCode code) {
@@ -668,7 +663,7 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
         if (c) {
             c->fd = ci->connect_fd;
             c->gen++;
-            c->idle_since = now_ns();
+            c->idle_since = ticks_now_ns();
             c->deadline_ns = c->idle_since + srv->request_deadline_ns;
             c->parked = NULL;
             c->busy = false;
@@ -699,30 +694,35 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
     }
 }
 
+/* req's connection slot with conns_mu held, or NULL (nothing held) when
+ * the connection is not watched. */
+static conn_slot *lock_slot(http_request *req) {
+    conn_slot *c = req->cslot;
+    if (c)
+        pthread_mutex_lock(&req->srv->conns_mu);
+    return c;
+}
+
 /* Arms (the next request's headers, or this request whole, must be in by
  * now + connection_timeout_s) or disarms the deadline of req's connection. */
 static void request_deadline(http_request *req, bool arm) {
-    conn_slot *c = req->cslot;
+    conn_slot *c = lock_slot(req);
     if (!c)
         return;
-    http_server *srv = req->srv;
-    pthread_mutex_lock(&srv->conns_mu);
-    c->deadline_ns = arm ? now_ns() + srv->request_deadline_ns : 0;
-    pthread_mutex_unlock(&srv->conns_mu);
+    c->deadline_ns = arm ? ticks_now_ns() + req->srv->request_deadline_ns : 0;
+    pthread_mutex_unlock(&req->srv->conns_mu);
 }
 
 /* Marks req's connection as carrying a request (from its headers to its
  * completion), which makes it ineligible for eviction, or idle again. */
 static void connection_busy(http_request *req, bool busy) {
-    conn_slot *c = req->cslot;
+    conn_slot *c = lock_slot(req);
     if (!c)
         return;
-    http_server *srv = req->srv;
-    pthread_mutex_lock(&srv->conns_mu);
     c->busy = busy;
     if (!busy)
-        c->idle_since = now_ns();
-    pthread_mutex_unlock(&srv->conns_mu);
+        c->idle_since = ticks_now_ns();
+    pthread_mutex_unlock(&req->srv->conns_mu);
 }
 
 /* With the table full, shuts down the connection idle the longest with no
@@ -844,7 +844,7 @@ static void *watch_main(void *arg) {
     pthread_setname_np(pthread_self(), "http-watch");
     struct epoll_event ev[64];
     for (;;) {
-        uint64_t now = now_ns();
+        uint64_t now = ticks_now_ns();
         /* New deadlines are at least a second away (connection_timeout_s
          * >= 1), so waking at least once a second never misses one. */
         uint64_t next = now + 1000000000u;
@@ -867,11 +867,10 @@ static void *watch_main(void *arg) {
 
 /* Puts req's connection in the watch for the client closing (I/O thread). */
 static void watch_parked(http_request *req) {
-    conn_slot *c = req->cslot;
+    conn_slot *c = lock_slot(req);
     if (!c)
         return;
     http_server *srv = req->srv;
-    pthread_mutex_lock(&srv->conns_mu);
     c->gen++; /* events of an earlier watch of this connection are stale */
     struct epoll_event ev = {.events = EPOLLRDHUP,
                              .data.u64 = (uint64_t)(c - srv->conns) | (uint64_t)c->gen << 32};
@@ -882,11 +881,10 @@ static void watch_parked(http_request *req) {
 
 /* Takes req's connection out of the watch (any thread, before resuming). */
 static void unwatch_parked(http_request *req) {
-    conn_slot *c = req->cslot;
+    conn_slot *c = lock_slot(req);
     if (!c)
         return;
     http_server *srv = req->srv;
-    pthread_mutex_lock(&srv->conns_mu);
     if (c->parked == req) {
         epoll_ctl(srv->epfd, EPOLL_CTL_DEL, c->fd, NULL);
         c->parked = NULL;

@@ -56,6 +56,17 @@ static const unsigned statuses[] = {0,   200, 400, 401, 404, 405, 413,
 
 #define MAX_BACKENDS ATTN_MAX_BACKENDS
 
+/* A served model's counters (render_models names them). */
+enum {
+    MODEL_BATCHES,
+    MODEL_REQUESTS,
+    MODEL_TOKENS,
+    MODEL_ENGINE_NS,
+    MODEL_FORWARDS,
+    MODEL_ENGINE_MFLOP,
+    MODEL_NCOUNTS
+};
+
 static struct {
     const char *version, *simd;
     time_t start_time;
@@ -89,8 +100,7 @@ static struct {
     struct {
         const char *name, *task, *engine, *precision;
         const char *attention; /* the engine's own attention kernel; NULL: none */
-        _Atomic uint64_t batches, requests, tokens;
-        _Atomic uint64_t engine_ns, engine_forwards, engine_mflop;
+        _Atomic uint64_t count[MODEL_NCOUNTS];
     } model[METRICS_MAX_MODELS];
     int nmodels;
 } M;
@@ -177,9 +187,10 @@ void metrics_set_model_attention(int slot, const char *kernel) {
 void metrics_model_batch(int slot, const sched_batch *b) {
     if (slot < 0 || slot >= M.nmodels)
         return;
-    atomic_fetch_add_explicit(&M.model[slot].batches, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&M.model[slot].requests, (uint64_t)b->n_reqs, memory_order_relaxed);
-    atomic_fetch_add_explicit(&M.model[slot].tokens, (uint64_t)b->n_tokens, memory_order_relaxed);
+    _Atomic uint64_t *c = M.model[slot].count;
+    atomic_fetch_add_explicit(&c[MODEL_BATCHES], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&c[MODEL_REQUESTS], (uint64_t)b->n_reqs, memory_order_relaxed);
+    atomic_fetch_add_explicit(&c[MODEL_TOKENS], (uint64_t)b->n_tokens, memory_order_relaxed);
 }
 
 static void gflops_add(int slot, double seconds, double flops); /* verification block below */
@@ -282,6 +293,38 @@ static void render_hist(FILE *f, const char *name, const char *labels, histogram
     fprintf(f, "%s_count%s%s%s %llu\n", name, open, labels, close, (unsigned long long)cum);
 }
 
+/* A histogram family without labels: its HELP and TYPE, then its series. */
+static void hist_family(FILE *f, const char *name, const char *help, histogram *h) {
+    header(f, name, "histogram", help);
+    render_hist(f, name, "", h);
+}
+
+/* A family of one unlabelled series holding a count. */
+static void count_family(FILE *f, const char *name, const char *type, const char *help,
+                         uint64_t value) {
+    header(f, name, type, help);
+    fprintf(f, "%s %llu\n", name, (unsigned long long)value);
+}
+
+/* A counter family with one series per attention backend: counts as they
+ * are, or an amount (nanoseconds, MFLOP) times scale, in prec digits. */
+static void backend_counts(FILE *f, const char *name, const char *help, _Atomic uint64_t *v) {
+    const attn_backend *const *all = attn_backends();
+    header(f, name, "counter", help);
+    for (int i = 0; i < MAX_BACKENDS && all[i]; i++)
+        fprintf(f, "%s{backend=\"%s\"} %llu\n", name, all[i]->name,
+                (unsigned long long)load(&v[i]));
+}
+
+static void backend_amounts(FILE *f, const char *name, const char *help, _Atomic uint64_t *v,
+                            double scale, int prec) {
+    const attn_backend *const *all = attn_backends();
+    header(f, name, "counter", help);
+    for (int i = 0; i < MAX_BACKENDS && all[i]; i++)
+        fprintf(f, "%s{backend=\"%s\"} %.*g\n", name, all[i]->name, prec,
+                (double)load(&v[i]) * scale);
+}
+
 /* Slot METRICS_MAX_ROUTES - 1 takes routes registered past the limit. */
 static const char *route_name(int r) {
     return r < M.nroutes ? M.routes[r] : "overflow";
@@ -327,10 +370,9 @@ static void render_requests(FILE *f) {
     header(f, "attnserve_codec_workers", "gauge",
            "Threads that decode requests and write answers (codec_workers).");
     fprintf(f, "attnserve_codec_workers %u\n", codec ? workpool_size(codec) : 0);
-    header(f, "attnserve_codec_tasks_waiting", "gauge",
-           "Requests waiting for a codec worker, to be decoded or answered.");
-    fprintf(f, "attnserve_codec_tasks_waiting %llu\n",
-            (unsigned long long)(codec ? workpool_waiting(codec) : 0));
+    count_family(f, "attnserve_codec_tasks_waiting", "gauge",
+                 "Requests waiting for a codec worker, to be decoded or answered.",
+                 codec ? workpool_waiting(codec) : 0);
     header(f, "attnserve_codec_busy_seconds_total", "counter",
            "Time the codec workers spent decoding and answering, summed over them.");
     fprintf(f, "attnserve_codec_busy_seconds_total %.6f\n",
@@ -366,25 +408,21 @@ static void render_vllm_load(FILE *f, const sched_stats *st) {
 }
 
 static void render_scheduler(FILE *f) {
-    header(f, "attnserve_request_queue_seconds", "histogram",
-           "Time a request waited in the queue before its batch started.");
-    render_hist(f, "attnserve_request_queue_seconds", "", &M.queue);
-    header(f, "attnserve_request_inference_seconds", "histogram",
-           "Compute time of the batch a request ran in.");
-    render_hist(f, "attnserve_request_inference_seconds", "", &M.inference);
-    header(f, "attnserve_batch_size", "histogram", "Requests per batch.");
-    render_hist(f, "attnserve_batch_size", "", &M.batch_size);
-    header(f, "attnserve_batch_tokens", "histogram", "Tokens per batch.");
-    render_hist(f, "attnserve_batch_tokens", "", &M.batch_tokens);
+    hist_family(f, "attnserve_request_queue_seconds",
+                "Time a request waited in the queue before its batch started.", &M.queue);
+    hist_family(f, "attnserve_request_inference_seconds",
+                "Compute time of the batch a request ran in.", &M.inference);
+    hist_family(f, "attnserve_batch_size", "Requests per batch.", &M.batch_size);
+    hist_family(f, "attnserve_batch_tokens", "Tokens per batch.", &M.batch_tokens);
 
     sched_stats st = {0};
     sched *s = atomic_load(&M.sched);
     if (s)
         sched_stats_get(s, &st);
-    header(f, "attnserve_queue_depth", "gauge", "Requests accepted and waiting for a batch.");
-    fprintf(f, "attnserve_queue_depth %llu\n", (unsigned long long)st.queue_depth);
-    header(f, "attnserve_batch_requests_in_flight", "gauge", "Requests in the running batch.");
-    fprintf(f, "attnserve_batch_requests_in_flight %llu\n", (unsigned long long)st.in_flight);
+    count_family(f, "attnserve_queue_depth", "gauge", "Requests accepted and waiting for a batch.",
+                 st.queue_depth);
+    count_family(f, "attnserve_batch_requests_in_flight", "gauge", "Requests in the running batch.",
+                 st.in_flight);
     render_vllm_load(f, &st);
     header(f, "attnserve_requests_rejected_total", "counter",
            "Requests refused at admission, by reason.");
@@ -394,18 +432,17 @@ static void render_scheduler(FILE *f) {
             (unsigned long long)st.rejected_too_big);
     fprintf(f, "attnserve_requests_rejected_total{reason=\"draining\"} %llu\n",
             (unsigned long long)st.rejected_closed);
-    header(f, "attnserve_requests_timed_out_total", "counter",
-           "Requests whose deadline passed while queued (answered 504).");
-    fprintf(f, "attnserve_requests_timed_out_total %llu\n", (unsigned long long)st.timed_out);
+    count_family(f, "attnserve_requests_timed_out_total", "counter",
+                 "Requests whose deadline passed while queued (answered 504).", st.timed_out);
     /* Every request the scheduler cancels is one whose client went away
      * (http.c), which http.c counts as dropped too: count it once. */
     header(f, "attnserve_requests_dropped_total", "counter",
            "Requests whose client went away before the answer.");
     fprintf(f, "attnserve_requests_dropped_total{reason=\"client_closed\"} %llu\n",
             (unsigned long long)load(&M.dropped));
-    header(f, "attnserve_requests_cancelled_total", "counter",
-           "Dropped requests taken out of the queue before they were computed.");
-    fprintf(f, "attnserve_requests_cancelled_total %llu\n", (unsigned long long)st.cancelled);
+    count_family(f, "attnserve_requests_cancelled_total", "counter",
+                 "Dropped requests taken out of the queue before they were computed.",
+                 st.cancelled);
     header(f, "attnserve_connections_closed_total", "counter",
            "Connections closed by the service: refused past max_connections with none idle, "
            "idle ones closed to admit a new one at max_connections, those whose request was "
@@ -422,35 +459,22 @@ static void render_scheduler(FILE *f) {
             (unsigned long long)load(&M.conns_closed[METRICS_CONN_EVICTED]));
     fprintf(f, "attnserve_connections_closed_total{reason=\"bad_framing\"} %llu\n",
             (unsigned long long)load(&M.conns_closed[METRICS_CONN_FRAMING]));
-    header(f, "attnserve_batches_total", "counter", "Batches run.");
-    fprintf(f, "attnserve_batches_total %llu\n", (unsigned long long)st.batches);
-    header(f, "attnserve_embedding_inputs_total", "counter", "Embedding inputs computed.");
-    fprintf(f, "attnserve_embedding_inputs_total %llu\n",
-            (unsigned long long)load(&M.embedding_inputs));
-    header(f, "attnserve_embedding_tokens_total", "counter",
-           "Tokens of the embedding inputs computed.");
-    fprintf(f, "attnserve_embedding_tokens_total %llu\n",
-            (unsigned long long)load(&M.embedding_tokens));
+    count_family(f, "attnserve_batches_total", "counter", "Batches run.", st.batches);
+    count_family(f, "attnserve_embedding_inputs_total", "counter", "Embedding inputs computed.",
+                 load(&M.embedding_inputs));
+    count_family(f, "attnserve_embedding_tokens_total", "counter",
+                 "Tokens of the embedding inputs computed.", load(&M.embedding_tokens));
 }
 
 static void render_kernels(FILE *f) {
-    const attn_backend *const *all = attn_backends();
-    header(f, "attnserve_attention_kernel_seconds_total", "counter",
-           "Wall time in attention forward calls, by backend.");
-    for (int i = 0; i < MAX_BACKENDS && all[i]; i++)
-        fprintf(f, "attnserve_attention_kernel_seconds_total{backend=\"%s\"} %.9g\n", all[i]->name,
-                (double)load(&M.kernel_ns[i]) * 1e-9);
-    header(f, "attnserve_attention_kernel_calls_total", "counter",
-           "Attention forward calls, by backend.");
-    for (int i = 0; i < MAX_BACKENDS && all[i]; i++)
-        fprintf(f, "attnserve_attention_kernel_calls_total{backend=\"%s\"} %llu\n", all[i]->name,
-                (unsigned long long)load(&M.kernel_calls[i]));
-    header(f, "attnserve_attention_kernel_flops_total", "counter",
-           "Floating-point operations of attention forward calls (MFLOP resolution), by "
-           "backend; divide its rate by the seconds' rate for GFLOP/s.");
-    for (int i = 0; i < MAX_BACKENDS && all[i]; i++)
-        fprintf(f, "attnserve_attention_kernel_flops_total{backend=\"%s\"} %.6g\n", all[i]->name,
-                (double)load(&M.kernel_mflop[i]) * 1e6);
+    backend_amounts(f, "attnserve_attention_kernel_seconds_total",
+                    "Wall time in attention forward calls, by backend.", M.kernel_ns, 1e-9, 9);
+    backend_counts(f, "attnserve_attention_kernel_calls_total",
+                   "Attention forward calls, by backend.", M.kernel_calls);
+    backend_amounts(f, "attnserve_attention_kernel_flops_total",
+                    "Floating-point operations of attention forward calls (MFLOP resolution), by "
+                    "backend; divide its rate by the seconds' rate for GFLOP/s.",
+                    M.kernel_mflop, 1e6, 6);
 }
 
 /* Prometheus spells infinities +Inf/-Inf; an output that was not finite
@@ -514,25 +538,22 @@ static long open_fds(void) {
 
 /* The worst case and the request-memory budget (membudget.h). */
 static void render_memory(FILE *f) {
-    header(f, "attnserve_memory_worst_case_bytes", "gauge",
-           "Most memory the configuration lets the service hold (GET /info memory).");
-    fprintf(f, "attnserve_memory_worst_case_bytes %llu\n",
-            (unsigned long long)load(&M.worst_case_bytes));
+    count_family(f, "attnserve_memory_worst_case_bytes", "gauge",
+                 "Most memory the configuration lets the service hold (GET /info memory).",
+                 load(&M.worst_case_bytes));
     const membudget *b = atomic_load(&M.budget);
     if (!b)
         return;
-    header(f, "attnserve_request_memory_limit_bytes", "gauge",
-           "max_request_memory_bytes: what all requests together may hold.");
-    fprintf(f, "attnserve_request_memory_limit_bytes %zu\n", b->limit);
-    header(f, "attnserve_request_memory_bytes", "gauge",
-           "Memory requests hold now (bodies, parsed JSON, jobs, responses).");
-    fprintf(f, "attnserve_request_memory_bytes %zu\n", membudget_used(b));
-    header(f, "attnserve_request_memory_peak_bytes", "gauge", "The most requests ever held.");
-    fprintf(f, "attnserve_request_memory_peak_bytes %zu\n", membudget_peak(b));
-    header(f, "attnserve_request_memory_refusals_total", "counter",
-           "Charges refused because the budget was full (each fails its request).");
-    fprintf(f, "attnserve_request_memory_refusals_total %llu\n",
-            (unsigned long long)membudget_refusals(b));
+    count_family(f, "attnserve_request_memory_limit_bytes", "gauge",
+                 "max_request_memory_bytes: what all requests together may hold.", b->limit);
+    count_family(f, "attnserve_request_memory_bytes", "gauge",
+                 "Memory requests hold now (bodies, parsed JSON, jobs, responses).",
+                 membudget_used(b));
+    count_family(f, "attnserve_request_memory_peak_bytes", "gauge", "The most requests ever held.",
+                 membudget_peak(b));
+    count_family(f, "attnserve_request_memory_refusals_total", "counter",
+                 "Charges refused because the budget was full (each fails its request).",
+                 membudget_refusals(b));
 }
 
 static void render_process(FILE *f) {
@@ -548,8 +569,8 @@ static void render_process(FILE *f) {
         fprintf(f, "attnserve_backend_active{backend=\"%s\"} %d\n", all[i]->name, all[i] == b);
     header(f, "attnserve_ready", "gauge", "1 when /ready answers 200.");
     fprintf(f, "attnserve_ready %d\n", atomic_load(&M.ready));
-    header(f, "attnserve_workspace_bytes", "gauge", "Compute workspace allocated at start.");
-    fprintf(f, "attnserve_workspace_bytes %llu\n", (unsigned long long)load(&M.workspace_bytes));
+    count_family(f, "attnserve_workspace_bytes", "gauge", "Compute workspace allocated at start.",
+                 load(&M.workspace_bytes));
     render_memory(f);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
@@ -644,33 +665,27 @@ void metrics_trace_line(int written) {
 
 static void render_verify(FILE *f) {
     const attn_backend *const *all = attn_backends();
-    header(f, "attnserve_verify_batches_total", "counter",
-           "Sampled attention calls recomputed with the float64 reference, by backend.");
-    for (int i = 0; i < MAX_BACKENDS && all[i]; i++)
-        fprintf(f, "attnserve_verify_batches_total{backend=\"%s\"} %llu\n", all[i]->name,
-                (unsigned long long)load(&V.batches[i]));
-    header(f, "attnserve_verify_mismatches_total", "counter",
-           "Checked attention calls with an element past the error bound, by backend.");
-    for (int i = 0; i < MAX_BACKENDS && all[i]; i++)
-        fprintf(f, "attnserve_verify_mismatches_total{backend=\"%s\"} %llu\n", all[i]->name,
-                (unsigned long long)load(&V.mismatches[i]));
-    header(f, "attnserve_verify_skipped_total", "counter",
-           "Batches sampled for verification but not checked: the one capture slot was "
-           "busy (the checker still working, or the other kind of the same batch captured).");
-    fprintf(f, "attnserve_verify_skipped_total %llu\n", (unsigned long long)load(&V.skipped));
-    header(f, "attnserve_verify_max_error_over_bound", "histogram",
-           "Per check, the largest |out - ref| as a multiple of its bound (above 1 is a "
-           "mismatch).");
-    render_hist(f, "attnserve_verify_max_error_over_bound", "", &V.max_ratio);
-    header(f, "attnserve_verify_mean_abs_error", "histogram",
-           "Per check, the mean |out - ref| over the elements compared.");
-    render_hist(f, "attnserve_verify_mean_abs_error", "", &V.mean_abs);
-    header(f, "attnserve_trace_lines_total", "counter", "Trace lines written to trace_file.");
-    fprintf(f, "attnserve_trace_lines_total %llu\n", (unsigned long long)load(&V.trace_written));
-    header(f, "attnserve_trace_lines_dropped_total", "counter",
-           "Trace lines dropped: the buffer was full or the file could not be written.");
-    fprintf(f, "attnserve_trace_lines_dropped_total %llu\n",
-            (unsigned long long)load(&V.trace_dropped));
+    backend_counts(f, "attnserve_verify_batches_total",
+                   "Sampled attention calls recomputed with the float64 reference, by backend.",
+                   V.batches);
+    backend_counts(f, "attnserve_verify_mismatches_total",
+                   "Checked attention calls with an element past the error bound, by backend.",
+                   V.mismatches);
+    count_family(f, "attnserve_verify_skipped_total", "counter",
+                 "Batches sampled for verification but not checked: the one capture slot was "
+                 "busy (the checker still working, or the other kind of the same batch captured).",
+                 load(&V.skipped));
+    hist_family(f, "attnserve_verify_max_error_over_bound",
+                "Per check, the largest |out - ref| as a multiple of its bound (above 1 is a "
+                "mismatch).",
+                &V.max_ratio);
+    hist_family(f, "attnserve_verify_mean_abs_error",
+                "Per check, the mean |out - ref| over the elements compared.", &V.mean_abs);
+    count_family(f, "attnserve_trace_lines_total", "counter", "Trace lines written to trace_file.",
+                 load(&V.trace_written));
+    count_family(f, "attnserve_trace_lines_dropped_total", "counter",
+                 "Trace lines dropped: the buffer was full or the file could not be written.",
+                 load(&V.trace_dropped));
 
     header(f, "attnserve_attention_kernel_flops_per_second", "gauge",
            "Attention floating-point operations per second achieved over the last 10 s "
@@ -696,10 +711,11 @@ static void render_verify(FILE *f) {
 void metrics_engine_forward(int slot, double seconds, double flops) {
     if (slot < 0 || slot >= M.nmodels)
         return;
-    atomic_fetch_add_explicit(&M.model[slot].engine_ns, (uint64_t)llround(seconds * 1e9),
+    _Atomic uint64_t *c = M.model[slot].count;
+    atomic_fetch_add_explicit(&c[MODEL_ENGINE_NS], (uint64_t)llround(seconds * 1e9),
                               memory_order_relaxed);
-    atomic_fetch_add_explicit(&M.model[slot].engine_forwards, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&M.model[slot].engine_mflop, (uint64_t)llround(flops * 1e-6),
+    atomic_fetch_add_explicit(&c[MODEL_FORWARDS], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&c[MODEL_ENGINE_MFLOP], (uint64_t)llround(flops * 1e-6),
                               memory_order_relaxed);
 }
 
@@ -717,26 +733,79 @@ static void label_value(FILE *f, const char *v) {
     }
 }
 
-/* name{model="...",engine="...",precision="..."}: a model's engine series. */
-static void engine_labels(FILE *f, const char *name, int i) {
+/* name{model="...",engine="...",key="value"} : a model's engine series, up
+ * to its value; key is precision, or kernel for the attention kernel. */
+static void engine_labels(FILE *f, const char *name, int i, const char *key, const char *value) {
     fprintf(f, "%s{model=\"", name);
     label_value(f, M.model[i].name);
     fputs("\",engine=\"", f);
     label_value(f, M.model[i].engine);
-    fputs("\",precision=\"", f);
-    label_value(f, M.model[i].precision);
+    fprintf(f, "\",%s=\"", key);
+    label_value(f, value);
     fputs("\"} ", f);
 }
 
-/* Each model's engine and its forwards: one series per model, since each
- * model has its own engine (and may have its own precision). */
-static void render_engine(FILE *f) {
+/* A counter family with one series per model: labelled with the model's
+ * engine and precision too, or with the model alone; the count as it is
+ * (prec 0) or an amount (nanoseconds, MFLOP) times scale in prec digits. */
+typedef struct model_family {
+    const char *name, *help;
+    int count; /* MODEL_* */
+    bool engine;
+    double scale;
+    int prec;
+} model_family;
+
+static const model_family engine_families[] = {
+    {"attnserve_engine_forward_seconds_total", "Wall time in each model's encoder forwards.",
+     MODEL_ENGINE_NS, true, 1e-9, 9},
+    {"attnserve_engine_forwards_total", "Encoder forwards run per model.", MODEL_FORWARDS, true, 1,
+     0},
+    {"attnserve_engine_flops_total",
+     "Floating-point operations of each model's encoder forwards (GEMMs and attention).",
+     MODEL_ENGINE_MFLOP, true, 1e6, 6},
+};
+
+static const model_family batch_families[] = {
+    {"attnserve_model_batches_total",
+     "Batches run per model (a batch holds one model's requests only).", MODEL_BATCHES, false, 1,
+     0},
+    {"attnserve_model_batch_requests_total",
+     "Requests (or pieces of one) in the batches run per model.", MODEL_REQUESTS, false, 1, 0},
+    {"attnserve_model_batch_tokens_total", "Tokens in the batches run per model.", MODEL_TOKENS,
+     false, 1, 0},
+};
+
+static void render_model_families(FILE *f, const model_family *fam, int n) {
+    for (int k = 0; k < n; k++) {
+        header(f, fam[k].name, "counter", fam[k].help);
+        for (int i = 0; i < M.nmodels; i++) {
+            if (fam[k].engine) {
+                engine_labels(f, fam[k].name, i, "precision", M.model[i].precision);
+            } else {
+                fprintf(f, "%s{model=\"", fam[k].name);
+                label_value(f, M.model[i].name);
+                fputs("\"} ", f);
+            }
+            const uint64_t v = load(&M.model[i].count[fam[k].count]);
+            if (fam[k].prec)
+                fprintf(f, "%.*g\n", fam[k].prec, (double)v * fam[k].scale);
+            else
+                fprintf(f, "%llu\n", (unsigned long long)v);
+        }
+    }
+}
+
+/* Each model's engine and its forwards (one series per model, since each
+ * model has its own engine and may have its own precision), then the model
+ * itself and the batches it ran. */
+static void render_models(FILE *f) {
     if (!M.nmodels)
         return;
     header(f, "attnserve_engine_info", "gauge",
            "Each model's engine running its encoder and its precision (always 1).");
     for (int i = 0; i < M.nmodels; i++) {
-        engine_labels(f, "attnserve_engine_info", i);
+        engine_labels(f, "attnserve_engine_info", i, "precision", M.model[i].precision);
         fputs("1\n", f);
     }
     header(
@@ -747,36 +816,10 @@ static void render_engine(FILE *f) {
     for (int i = 0; i < M.nmodels; i++) {
         if (!M.model[i].attention)
             continue;
-        fputs("attnserve_engine_attention_info{model=\"", f);
-        label_value(f, M.model[i].name);
-        fputs("\",engine=\"", f);
-        label_value(f, M.model[i].engine);
-        fputs("\",kernel=\"", f);
-        label_value(f, M.model[i].attention);
-        fputs("\"} 1\n", f);
+        engine_labels(f, "attnserve_engine_attention_info", i, "kernel", M.model[i].attention);
+        fputs("1\n", f);
     }
-    header(f, "attnserve_engine_forward_seconds_total", "counter",
-           "Wall time in each model's encoder forwards.");
-    for (int i = 0; i < M.nmodels; i++) {
-        engine_labels(f, "attnserve_engine_forward_seconds_total", i);
-        fprintf(f, "%.9g\n", (double)load(&M.model[i].engine_ns) * 1e-9);
-    }
-    header(f, "attnserve_engine_forwards_total", "counter", "Encoder forwards run per model.");
-    for (int i = 0; i < M.nmodels; i++) {
-        engine_labels(f, "attnserve_engine_forwards_total", i);
-        fprintf(f, "%llu\n", (unsigned long long)load(&M.model[i].engine_forwards));
-    }
-    header(f, "attnserve_engine_flops_total", "counter",
-           "Floating-point operations of each model's encoder forwards (GEMMs and attention).");
-    for (int i = 0; i < M.nmodels; i++) {
-        engine_labels(f, "attnserve_engine_flops_total", i);
-        fprintf(f, "%.6g\n", (double)load(&M.model[i].engine_mflop) * 1e6);
-    }
-}
-
-static void render_models(FILE *f) {
-    if (!M.nmodels)
-        return;
+    render_model_families(f, engine_families, NBOUNDS(engine_families));
     header(f, "attnserve_model_info", "gauge",
            "Each served model: its task, engine and precision (always 1).");
     for (int i = 0; i < M.nmodels; i++) {
@@ -785,24 +828,7 @@ static void render_models(FILE *f) {
         fprintf(f, "\",task=\"%s\",engine=\"%s\",precision=\"%s\"} 1\n", M.model[i].task,
                 M.model[i].engine, M.model[i].precision);
     }
-    static const char *const names[] = {"attnserve_model_batches_total",
-                                        "attnserve_model_batch_requests_total",
-                                        "attnserve_model_batch_tokens_total"};
-    static const char *const helps[] = {
-        "Batches run per model (a batch holds one model's requests only).",
-        "Requests (or pieces of one) in the batches run per model.",
-        "Tokens in the batches run per model."};
-    for (int k = 0; k < 3; k++) {
-        header(f, names[k], "counter", helps[k]);
-        for (int i = 0; i < M.nmodels; i++) {
-            fprintf(f, "%s{model=\"", names[k]);
-            label_value(f, M.model[i].name);
-            _Atomic uint64_t *v = k == 0   ? &M.model[i].batches
-                                  : k == 1 ? &M.model[i].requests
-                                           : &M.model[i].tokens;
-            fprintf(f, "\"} %llu\n", (unsigned long long)load(v));
-        }
-    }
+    render_model_families(f, batch_families, NBOUNDS(batch_families));
 }
 
 char *metrics_render(size_t *len) {
@@ -814,7 +840,6 @@ char *metrics_render(size_t *len) {
     render_requests(f);
     render_scheduler(f);
     render_kernels(f);
-    render_engine(f);
     render_models(f);
     render_safety(f);
     render_verify(f);

@@ -12,6 +12,7 @@
 
 #include "server/ops/log.h"
 #include "server/ops/metrics.h"
+#include "server/work/ticks.h"
 
 #define PATH_MAX_LEN 4096
 
@@ -168,14 +169,7 @@ bool trace_emit(tracer *t, const char *line, size_t len) {
 }
 
 bool trace_flush(tracer *t, int64_t timeout_ms) {
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += timeout_ms / 1000;
-    until.tv_nsec += (timeout_ms % 1000) * 1000000;
-    if (until.tv_nsec >= 1000000000) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000;
-    }
+    const struct timespec until = ticks_after_ms(CLOCK_REALTIME, timeout_ms);
     pthread_mutex_lock(&t->mu);
     int rc = 0;
     while ((t->count || t->writing || t->path_changed) && rc == 0)

@@ -21,6 +21,7 @@
 
 #include "server/ops/log.h"
 #include "server/ops/metrics.h"
+#include "server/work/ticks.h"
 
 /* ---- random numbers ---------------------------------------------------------------- */
 
@@ -178,12 +179,6 @@ struct verifier {
     const attn_backend *window_backend; /* whose mismatches window counts; checker only */
 };
 
-static uint64_t now_ns(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
-
 /* A check of the slot's problem; returns what it found. */
 static void check_slot(verifier *v, verify_evidence *ev) {
     memset(ev, 0, sizeof *ev);
@@ -256,7 +251,7 @@ static void report(verifier *v, verify_evidence *ev) {
     const uint64_t window_ns = (uint64_t)atomic_load(&v->window_s) * 1000000000u;
     if (threshold != v->window.threshold || window_ns != v->window.window_ns)
         verify_window_init(&v->window, threshold, window_ns);
-    const bool trip = verify_window_add(&v->window, now_ns());
+    const bool trip = verify_window_add(&v->window, ticks_now_ns());
     ev->mismatches_in_window = v->window.n;
     /* Always armed: if the backend switched to goes wrong as well, its own
      * mismatches trip the next switch. After a switch the window starts
@@ -539,14 +534,7 @@ bool verify_capture(verifier *v, const attn_problem *p, const attn_backend *back
 }
 
 bool verify_wait_idle(verifier *v, int64_t timeout_ms) {
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += timeout_ms / 1000;
-    until.tv_nsec += (timeout_ms % 1000) * 1000000;
-    if (until.tv_nsec >= 1000000000) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000;
-    }
+    const struct timespec until = ticks_after_ms(CLOCK_REALTIME, timeout_ms);
     pthread_mutex_lock(&v->mu);
     int rc = 0;
     while (v->state != SLOT_FREE && rc == 0)

@@ -15,6 +15,8 @@
 #include <time.h>
 #include <uv.h>
 
+#include "server/work/ticks.h"
+
 #define NS_PER_MS   1000000ull
 #define NS_PER_US   1000ull
 #define NO_DEADLINE UINT64_MAX
@@ -718,16 +720,9 @@ int sched_drain(sched *s, sched_drained_fn cb, void *ctx) {
 int sched_wait_drained(sched *s, int64_t timeout_ms) {
     if (!s)
         return SCHED_EINVAL;
-    struct timespec until;
-    if (timeout_ms >= 0) {
-        clock_gettime(CLOCK_MONOTONIC, &until);
-        until.tv_sec += timeout_ms / 1000;
-        until.tv_nsec += (timeout_ms % 1000) * 1000000;
-        if (until.tv_nsec >= 1000000000) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000;
-        }
-    }
+    struct timespec until = {0};
+    if (timeout_ms >= 0)
+        until = ticks_after_ms(CLOCK_MONOTONIC, timeout_ms); /* idle_cv's clock */
     pthread_mutex_lock(&s->mu);
     int rc = s->draining ? SCHED_OK : SCHED_EINVAL;
     while (rc == SCHED_OK && !s->drained) {

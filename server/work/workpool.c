@@ -9,6 +9,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "server/work/ticks.h"
+
 struct workpool {
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -20,12 +22,6 @@ struct workpool {
     unsigned n;
     pthread_t *threads;
 };
-
-static uint64_t now_ns(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
 
 static void *worker_main(void *arg) {
     workpool *p = arg;
@@ -41,9 +37,9 @@ static void *worker_main(void *arg) {
             p->tail = NULL;
         p->waiting--;
         pthread_mutex_unlock(&p->mu);
-        const uint64_t t0 = now_ns();
+        const uint64_t t0 = ticks_now_ns();
         t->run(t);
-        atomic_fetch_add_explicit(&p->busy_ns, now_ns() - t0, memory_order_relaxed);
+        atomic_fetch_add_explicit(&p->busy_ns, ticks_now_ns() - t0, memory_order_relaxed);
         pthread_mutex_lock(&p->mu);
     }
     pthread_mutex_unlock(&p->mu);
