@@ -10,6 +10,7 @@
 GENERATED_SRC := model/unicode_tables.c model/tok_tables.c model/unicode_norm.c
 LINT_SRC := $(filter-out $(GENERATED_SRC),$(LIB_SRC)) server/main.c $(GOLDEN_IO_SRC)
 FORMAT_SRC := $(LINT_SRC) $(UNIT_SRC) $(BENCH_SRC) $(wildcard tests/fuzz/*.c tests/float/*.c) \
+              $(wildcard engines/plugins/*.c tests/engines/*.c) \
               $(filter-out model/unicode_tables.h,$(wildcard */*.h server/*/*.h tests/*/*.h))
 
 .PHONY: lint format-check
