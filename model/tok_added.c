@@ -3,7 +3,6 @@
  * tokenizer and the Unigram/BPE pipeline. */
 #include "model/tok_added.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,15 +15,6 @@
 
 /* Gemma's tokenizer.json lists some 6,000 added tokens. */
 #define TOK_ADDED_MAX (1 << 16)
-
-static void set_err(char *err, size_t err_len, const char *fmt, ...) {
-    if (!err || !err_len)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_len, fmt, ap);
-    va_end(ap);
-}
 
 /* The library's \s (the regex crate's White_Space). */
 static bool is_space(uint32_t cp) {
@@ -47,7 +37,7 @@ static int make_word_bitmap(tok_added_set *s, const char *file, char *err, size_
     s->word = calloc(0x110000 / 8, 1);
     int rc = TOK_OK;
     if (!re || !md || !s->word) {
-        set_err(err, err_len, "%s: out of memory for single_word", file);
+        tok_set_err(err, err_len, "%s: out of memory for single_word", file);
         rc = TOK_ENOMEM;
     }
     for (uint32_t cp = 0; cp < 0x110000 && !rc; cp++) {
@@ -103,11 +93,11 @@ int tok_added_load(tok_added_set *s, json_t *arr, int64_t max_id, const char *fi
     memset(s, 0, sizeof *s);
     size_t n = json_array_size(arr), i;
     if (n > TOK_ADDED_MAX) {
-        set_err(err, err_len, "%s: more than %d added tokens", file, TOK_ADDED_MAX);
+        tok_set_err(err, err_len, "%s: more than %d added tokens", file, TOK_ADDED_MAX);
         return TOK_ELOAD;
     }
     if (n && (!(s->v = calloc(n, sizeof *s->v)) || !(s->order = calloc(n, sizeof *s->order)))) {
-        set_err(err, err_len, "%s: out of memory", file);
+        tok_set_err(err, err_len, "%s: out of memory", file);
         return TOK_ENOMEM;
     }
     bool single_word = false;
@@ -117,14 +107,14 @@ int tok_added_load(tok_added_set *s, json_t *arr, int64_t max_id, const char *fi
         json_t *id = json_object_get(a, "id");
         if (!content || !*content || !json_is_integer(id) || json_integer_value(id) < 0 ||
             json_integer_value(id) >= max_id) {
-            set_err(err, err_len, "%s: added_tokens[%zu] without content or id", file, i);
+            tok_set_err(err, err_len, "%s: added_tokens[%zu] without content or id", file, i);
             return TOK_ELOAD;
         }
         tok_added_token *t = &s->v[s->n];
         t->len = json_string_length(json_object_get(a, "content"));
         t->content = malloc(t->len + 1);
         if (!t->content) {
-            set_err(err, err_len, "%s: out of memory", file);
+            tok_set_err(err, err_len, "%s: out of memory", file);
             return TOK_ENOMEM;
         }
         memcpy(t->content, content, t->len + 1);
