@@ -84,3 +84,22 @@ def test_the_length_limit_is_the_position_table_less_the_offset(server):
     r = post(server, "/embed", {"inputs": [longest["ids"]]})
     assert r.status_code == 200, r.text
     assert cosine(r.json()[0], longest["embedding"]) >= MIN_COSINE
+
+
+def test_llama_tokenize_counts_a_text_with_more_tokens_than_bytes(server):
+    """NFKC makes U+FDFA's three bytes eighteen characters: llama.cpp's
+    /tokenize must give all of its tokens, as the tokenizers library does,
+    not refuse it for having more tokens than a guess from its length."""
+    from tokenizers import Tokenizer
+    hf = Tokenizer.from_file(os.path.join(XLMR_DIR, "tokenizer.json"))
+    hf.no_padding()
+    hf.no_truncation()
+    for text in ["\ufdfa", "\ufdfa\ufdfa a"]:
+        want = hf.encode(text, add_special_tokens=False).ids
+        assert len(want) > len(text.encode()) + 3, want  # past the length's guess
+        r = post(server, "/tokenize", {"content": text})
+        assert r.status_code == 200, r.text
+        assert r.json() == {"tokens": want}
+        r = post(server, "/tokenize", {"content": text, "add_special": True})
+        assert r.status_code == 200, r.text
+        assert r.json() == {"tokens": hf.encode(text).ids}
