@@ -187,8 +187,5 @@ int openapi_register(routes *t) {
         {"GET", "/docs", false, HTTP_AUTH_OPEN, handle_docs, NULL, NULL, HTTP_ERRORS_OPENAI},
         {"GET", "/docs/*", false, HTTP_AUTH_OPEN, handle_docs_file, NULL, NULL, HTTP_ERRORS_OPENAI},
     };
-    for (size_t i = 0; i < sizeof mine / sizeof mine[0]; i++)
-        if (routes_add(t, mine[i]) != 0)
-            return -1;
-    return 0;
+    return routes_add_all(t, mine, sizeof mine / sizeof mine[0]);
 }

@@ -216,8 +216,5 @@ int info_register(app *a) {
         {"GET", "/", false, HTTP_AUTH_OPEN, handle_ready, NULL, a, HTTP_ERRORS_TEI},
         {"GET", "/ping", false, HTTP_AUTH_OPEN, handle_ready, NULL, a, HTTP_ERRORS_TEI},
     };
-    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
-        if (routes_add(&a->routes, ops[i]) != 0)
-            return -1;
-    return 0;
+    return routes_add_all(&a->routes, ops, sizeof ops / sizeof ops[0]);
 }
