@@ -103,3 +103,21 @@ def test_llama_tokenize_counts_a_text_with_more_tokens_than_bytes(server):
         r = post(server, "/tokenize", {"content": text, "add_special": True})
         assert r.status_code == 200, r.text
         assert r.json() == {"tokens": hf.encode(text).ids}
+
+
+def test_decode_uses_the_models_own_decoder(server):
+    """/decode (TEI) and /detokenize (llama.cpp) give the text the tokenizers
+    library's decode gives: SentencePiece's U+2581 turned back into spaces,
+    not WordPiece's rules applied to pieces that are not WordPiece's."""
+    from tokenizers import Tokenizer
+    hf = Tokenizer.from_file(os.path.join(XLMR_DIR, "tokenizer.json"))
+    text = "Embeddings map sentences to vectors, and back."
+    ids = hf.encode(text).ids
+    for skip in (True, False):
+        r = post(server, "/decode", {"ids": ids, "skip_special_tokens": skip})
+        assert r.status_code == 200, r.text
+        assert r.json() == [hf.decode(ids, skip_special_tokens=skip)]
+    assert "\u2581" not in r.json()[0]
+    r = post(server, "/detokenize", {"tokens": ids})
+    assert r.status_code == 200, r.text
+    assert r.json() == {"content": hf.decode(ids, skip_special_tokens=False)}
