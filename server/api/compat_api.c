@@ -109,6 +109,23 @@ json_t *compat_decode_ids(const compat_api *c, const json_t *ids, bool skip, ref
         }
         v[k] = (int32_t)json_integer_value(x);
     }
+    /* tok_decode allocates with malloc, outside the request's budget: a
+     * string a token, the decoders' copies and the text (about three times
+     * the pieces' bytes and 50 bytes a token, measured), charged here for
+     * as long as it runs, so a body of millions of ids is refused as any
+     * request too large for the budget. */
+    size_t bytes = 0;
+    for (size_t k = 0; k < n; k++) {
+        const char *piece = tok_id_to_token(c->eapi->tok, v[k]);
+        bytes += piece ? strlen(piece) : 0;
+    }
+    const size_t cost = 3 * bytes + 64 * n;
+    if (!membudget_charge(cost)) {
+        membudget_free(v);
+        refuse(r, SRV_EMEMORY, "out of memory");
+        return NULL;
+    }
+    const size_t charged = membudget_charging() ? cost : 0;
     /* The tokenizer's own decoder (WordPiece's "##" and cleanup,
      * SentencePiece's U+2581, byte-level BPE's bytes), as TEI's and
      * llama.cpp's servers decode with the model's tokenizer. */
@@ -118,6 +135,7 @@ json_t *compat_decode_ids(const compat_api *c, const json_t *ids, bool skip, ref
     membudget_free(v);
     json_t *out = rc == TOK_OK ? json_stringn(text, len) : NULL;
     free(text);
+    membudget_uncharge(charged);
     if (rc == TOK_EINVAL)
         refuse(r, SRV_EINVALID, "the ids are not all tokens of the vocabulary [0, %d)", (int)vocab);
     else if (rc != TOK_OK && rc != TOK_ENOMEM)
