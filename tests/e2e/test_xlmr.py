@@ -57,9 +57,10 @@ def test_openai_embeddings(server):
 
 
 def test_tei_embed(server):
-    r = post(server, "/embed", {"inputs": [c["text"] for c in CASES], "truncate": True})
+    cases = [c for c in CASES if c["text"]]  # an empty text is refused on every route
+    r = post(server, "/embed", {"inputs": [c["text"] for c in cases], "truncate": True})
     assert r.status_code == 200, r.text
-    check(r.json())
+    check(r.json(), cases)
 
 
 def test_token_ids_in(server):
