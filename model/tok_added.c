@@ -3,7 +3,6 @@
  * tokenizer and the Unigram/BPE pipeline. */
 #include "model/tok_added.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,15 +15,6 @@
 
 /* Gemma's tokenizer.json lists some 6,000 added tokens. */
 #define TOK_ADDED_MAX (1 << 16)
-
-static void set_err(char *err, size_t err_len, const char *fmt, ...) {
-    if (!err || !err_len)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_len, fmt, ap);
-    va_end(ap);
-}
 
 /* The library's \s (the regex crate's White_Space). */
 static bool is_space(uint32_t cp) {
@@ -47,7 +37,7 @@ static int make_word_bitmap(tok_added_set *s, const char *file, char *err, size_
     s->word = calloc(0x110000 / 8, 1);
     int rc = TOK_OK;
     if (!re || !md || !s->word) {
-        set_err(err, err_len, "%s: out of memory for single_word", file);
+        tok_set_err(err, err_len, "%s: out of memory for single_word", file);
         rc = TOK_ENOMEM;
     }
     for (uint32_t cp = 0; cp < 0x110000 && !rc; cp++) {
@@ -98,16 +88,55 @@ static bool is_word(const tok_added_set *s, uint32_t cp) {
     return (s->word[cp >> 3] >> (cp & 7)) & 1;
 }
 
+static int by_id_then_index(const void *a, const void *b, void *arg) {
+    const tok_added_token *v = arg;
+    const int i = *(const int *)a, j = *(const int *)b;
+    if (v[i].id != v[j].id)
+        return v[i].id < v[j].id ? -1 : 1;
+    return i - j;
+}
+
+/* Contents in byte order, a prefix before what it begins. */
+static int cmp_content(const char *a, size_t alen, const char *b, size_t blen) {
+    const int c = memcmp(a, b, alen < blen ? alen : blen);
+    if (c)
+        return c;
+    return alen == blen ? 0 : alen < blen ? -1 : 1;
+}
+
+static int by_content(const void *a, const void *b, void *arg) {
+    const tok_added_token *v = arg, *x = &v[*(const int *)a], *y = &v[*(const int *)b];
+    return cmp_content(x->content, x->len, y->content, y->len);
+}
+
+/* The lookup indices of tok_added_by_id and tok_added_is_special. */
+static int index_lookups(tok_added_set *s) {
+    if (!s->n)
+        return TOK_OK;
+    s->by_id = malloc((size_t)s->n * sizeof *s->by_id);
+    s->specials = malloc((size_t)s->n * sizeof *s->specials);
+    if (!s->by_id || !s->specials)
+        return TOK_ENOMEM;
+    for (int i = 0; i < s->n; i++) {
+        s->by_id[i] = i;
+        if (s->v[i].special)
+            s->specials[s->nspecials++] = i;
+    }
+    qsort_r(s->by_id, (size_t)s->n, sizeof *s->by_id, by_id_then_index, s->v);
+    qsort_r(s->specials, (size_t)s->nspecials, sizeof *s->specials, by_content, s->v);
+    return TOK_OK;
+}
+
 int tok_added_load(tok_added_set *s, json_t *arr, int64_t max_id, const char *file, char *err,
                    size_t err_len) {
     memset(s, 0, sizeof *s);
     size_t n = json_array_size(arr), i;
     if (n > TOK_ADDED_MAX) {
-        set_err(err, err_len, "%s: more than %d added tokens", file, TOK_ADDED_MAX);
+        tok_set_err(err, err_len, "%s: more than %d added tokens", file, TOK_ADDED_MAX);
         return TOK_ELOAD;
     }
     if (n && (!(s->v = calloc(n, sizeof *s->v)) || !(s->order = calloc(n, sizeof *s->order)))) {
-        set_err(err, err_len, "%s: out of memory", file);
+        tok_set_err(err, err_len, "%s: out of memory", file);
         return TOK_ENOMEM;
     }
     bool single_word = false;
@@ -117,14 +146,14 @@ int tok_added_load(tok_added_set *s, json_t *arr, int64_t max_id, const char *fi
         json_t *id = json_object_get(a, "id");
         if (!content || !*content || !json_is_integer(id) || json_integer_value(id) < 0 ||
             json_integer_value(id) >= max_id) {
-            set_err(err, err_len, "%s: added_tokens[%zu] without content or id", file, i);
+            tok_set_err(err, err_len, "%s: added_tokens[%zu] without content or id", file, i);
             return TOK_ELOAD;
         }
         tok_added_token *t = &s->v[s->n];
         t->len = json_string_length(json_object_get(a, "content"));
         t->content = malloc(t->len + 1);
         if (!t->content) {
-            set_err(err, err_len, "%s: out of memory", file);
+            tok_set_err(err, err_len, "%s: out of memory", file);
             return TOK_ENOMEM;
         }
         memcpy(t->content, content, t->len + 1);
@@ -141,6 +170,10 @@ int tok_added_load(tok_added_set *s, json_t *arr, int64_t max_id, const char *fi
         single_word |= t->single_word;
     }
     index_tokens(s);
+    if (index_lookups(s) != TOK_OK) {
+        tok_set_err(err, err_len, "%s: out of memory", file);
+        return TOK_ENOMEM;
+    }
     return single_word ? make_word_bitmap(s, file, err, err_len) : TOK_OK;
 }
 
@@ -168,20 +201,37 @@ void tok_added_free(tok_added_set *s) {
     free(s->v);
     free(s->order);
     free(s->word);
+    free(s->by_id);
+    free(s->specials);
     memset(s, 0, sizeof *s);
 }
 
 const tok_added_token *tok_added_by_id(const tok_added_set *s, int32_t id) {
-    for (int i = 0; i < s->n; i++)
-        if (s->v[i].id == id)
-            return &s->v[i];
-    return NULL;
+    /* The first of by_id whose id is not below id. */
+    int lo = 0, hi = s->n;
+    while (lo < hi) {
+        const int mid = lo + (hi - lo) / 2;
+        if (s->v[s->by_id[mid]].id < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < s->n && s->v[s->by_id[lo]].id == id ? &s->v[s->by_id[lo]] : NULL;
 }
 
 bool tok_added_is_special(const tok_added_set *s, const char *text, size_t len) {
-    for (int i = 0; i < s->n; i++)
-        if (s->v[i].special && s->v[i].len == len && memcmp(s->v[i].content, text, len) == 0)
+    int lo = 0, hi = s->nspecials;
+    while (lo < hi) {
+        const int mid = lo + (hi - lo) / 2;
+        const tok_added_token *t = &s->v[s->specials[mid]];
+        const int c = cmp_content(t->content, t->len, text, len);
+        if (c == 0)
             return true;
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
     return false;
 }
 

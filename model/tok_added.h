@@ -34,6 +34,12 @@ typedef struct tok_added_set {
     int *order;         /* [n] token indices by first byte, longest first within one */
     int at[257];        /* order[at[b], at[b + 1]): the tokens starting with byte b */
     uint8_t *word;      /* [0x110000 / 8] the regex crate's \w, only with a single_word token */
+    /* Looked up once a token when decoding, among thousands (Gemma's):
+     * by_id, the indices by id (the lowest index first among equal ids);
+     * specials, the special tokens' indices by content. */
+    int *by_id;
+    int *specials;
+    int nspecials;
 } tok_added_set;
 
 /* Reads added_tokens (an array or absent) into s: contents, ids below

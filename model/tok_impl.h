@@ -40,6 +40,11 @@ extern const tok_ops tok_bpe_ops;
 void *tok_scratch_realloc(void *p, size_t n);
 void tok_scratch_free(void *p);
 
+/* A loader's reason, printf-style, into err[0, err_len) (nothing when err
+ * is NULL or err_len 0): the one writer every tokenizer file shares. */
+void tok_set_err(char *err, size_t err_len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 /* Strictly valid UTF-8: the length of the character at p[0, n) and *cp, or 0
  * (overlong forms, surrogates, above U+10FFFF, cut sequences). */
 static inline size_t tok_utf8_get(const uint8_t *p, size_t n, uint32_t *cp) {

@@ -10,7 +10,6 @@
  * inserted, replaced or removed character keeps (its NormalizedString), so
  * the offsets come out as the library's. */
 #include <math.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,13 +30,6 @@
 #define UG_MAX_ADDED   65536 /* added tokens' ids run at most this far past the pieces */
 #define UG_UNK_PENALTY 10.0
 #define METASPACE      0x2581 /* ▁ */
-
-static void set_err(char *err, size_t err_len, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_len, fmt, ap);
-    va_end(ap);
-}
 
 /* ---- normalized text ---------------------------------------------------- */
 
@@ -974,14 +966,14 @@ static int32_t ug_find(const ug_model *m, const char *s, size_t n) {
 static int load_vocab(ug_model *m, json_t *vocab, const char *file, char *err, size_t err_len) {
     size_t n = json_array_size(vocab), bytes = 0;
     if (n == 0 || n > (1u << 24)) {
-        set_err(err, err_len, "%s: model.vocab is empty or not an array", file);
+        tok_set_err(err, err_len, "%s: model.vocab is empty or not an array", file);
         return TOK_ELOAD;
     }
     for (size_t i = 0; i < n; i++) {
         json_t *e = json_array_get(vocab, i);
         json_t *piece = json_array_get(e, 0), *score = json_array_get(e, 1);
         if (!json_is_string(piece) || !json_is_number(score) || json_string_length(piece) == 0) {
-            set_err(err, err_len, "%s: model.vocab[%zu] is not [piece, score]", file, i);
+            tok_set_err(err, err_len, "%s: model.vocab[%zu] is not [piece, score]", file, i);
             return TOK_ELOAD;
         }
         bytes += json_string_length(piece) + 1;
@@ -996,7 +988,7 @@ static int load_vocab(ug_model *m, json_t *vocab, const char *file, char *err, s
     m->score = malloc(n * sizeof *m->score);
     m->slots = malloc(nslots * sizeof *m->slots);
     if (!m->blob || !m->at || !m->len || !m->score || !m->slots) {
-        set_err(err, err_len, "%s: out of memory for the vocabulary", file);
+        tok_set_err(err, err_len, "%s: out of memory for the vocabulary", file);
         return TOK_ENOMEM;
     }
     m->slot_mask = nslots - 1;
@@ -1070,13 +1062,13 @@ static int load_charsmap(charsmap *cm, json_t *nz, const char *file, char *err, 
     if (json_is_null(v) || (json_is_string(v) && json_string_length(v) == 0))
         return TOK_OK; /* an empty charsmap changes nothing */
     if (!json_is_string(v)) {
-        set_err(err, err_len, "%s: Precompiled without precompiled_charsmap", file);
+        tok_set_err(err, err_len, "%s: Precompiled without precompiled_charsmap", file);
         return TOK_ELOAD;
     }
     size_t n = json_string_length(v);
     uint8_t *raw = malloc(n / 4 * 3 + 3);
     if (!raw) {
-        set_err(err, err_len, "%s: out of memory for the charsmap", file);
+        tok_set_err(err, err_len, "%s: out of memory for the charsmap", file);
         return TOK_ENOMEM;
     }
     long len = b64_decode(json_string_value(v), n, raw);
@@ -1086,7 +1078,7 @@ static int load_charsmap(charsmap *cm, json_t *nz, const char *file, char *err, 
                      (uint32_t)raw[3] << 24;
     if (len < 4 || trie_bytes % 4 || trie_bytes == 0 || (long)trie_bytes > len - 4) {
         free(raw);
-        set_err(err, err_len, "%s: precompiled_charsmap is not a SentencePiece charsmap", file);
+        tok_set_err(err, err_len, "%s: precompiled_charsmap is not a SentencePiece charsmap", file);
         return TOK_ELOAD;
     }
     cm->nunits = trie_bytes / 4;
@@ -1095,7 +1087,7 @@ static int load_charsmap(charsmap *cm, json_t *nz, const char *file, char *err, 
     cm->norm = malloc(cm->norm_len + 1);
     if (!cm->units || !cm->norm) {
         free(raw);
-        set_err(err, err_len, "%s: out of memory for the charsmap", file);
+        tok_set_err(err, err_len, "%s: out of memory for the charsmap", file);
         return TOK_ENOMEM;
     }
     for (size_t i = 0; i < cm->nunits; i++) {
@@ -1142,13 +1134,13 @@ static int load_normalizer(ug_model *m, json_t *nz, const char *file, char *err,
         return TOK_OK;
     }
     if (m->n_norms == UG_MAX_STAGES) {
-        set_err(err, err_len, "%s: more than %d normalizers", file, UG_MAX_STAGES);
+        tok_set_err(err, err_len, "%s: more than %d normalizers", file, UG_MAX_STAGES);
         return TOK_ELOAD;
     }
     normalizer *n = &m->norms[m->n_norms];
     if (type && strcmp(type, "Precompiled") == 0) {
         if (m->cmap.units) {
-            set_err(err, err_len, "%s: two Precompiled normalizers", file);
+            tok_set_err(err, err_len, "%s: two Precompiled normalizers", file);
             return TOK_ELOAD;
         }
         n->kind = N_PRECOMPILED;
@@ -1180,19 +1172,19 @@ static int load_normalizer(ug_model *m, json_t *nz, const char *file, char *err,
             n->pat_kind = PAT_LITERAL;
             n->pat = to_cps(json_string_value(lit), json_string_length(lit), &n->pat_n);
         } else {
-            set_err(err, err_len, "%s: Replace normalizer pattern %s is not supported", file,
-                    json_is_string(re) ? json_string_value(re) : "?");
+            tok_set_err(err, err_len, "%s: Replace normalizer pattern %s is not supported", file,
+                        json_is_string(re) ? json_string_value(re) : "?");
             return TOK_ELOAD;
         }
         if (!json_is_string(content) ||
             !(n->with =
                   to_cps(json_string_value(content), json_string_length(content), &n->with_n)) ||
             (n->pat_kind == PAT_LITERAL && !n->pat)) {
-            set_err(err, err_len, "%s: bad Replace normalizer", file);
+            tok_set_err(err, err_len, "%s: bad Replace normalizer", file);
             return TOK_ELOAD;
         }
     } else {
-        set_err(err, err_len, "%s: normalizer %s is not supported", file, type ? type : "?");
+        tok_set_err(err, err_len, "%s: normalizer %s is not supported", file, type ? type : "?");
         return TOK_ELOAD;
     }
     m->n_norms++;
@@ -1249,8 +1241,9 @@ static int load_split(pretok *p, json_t *pt, const char *file, char *err, size_t
             p->behavior = i;
     json_t *src = json_is_string(lit) ? lit : re;
     if (p->behavior < 0 || !json_is_string(src)) {
-        set_err(err, err_len, "%s: bad Split pre-tokenizer (pattern String or Regex, behavior %s)",
-                file, behavior ? behavior : "missing");
+        tok_set_err(err, err_len,
+                    "%s: bad Split pre-tokenizer (pattern String or Regex, behavior %s)", file,
+                    behavior ? behavior : "missing");
         return TOK_ELOAD;
     }
     /* Escapes whose meaning differs between the engines: Oniguruma's \w
@@ -1261,9 +1254,10 @@ static int load_split(pretok *p, json_t *pt, const char *file, char *err, size_t
         if (rs[i] != '\\')
             continue;
         if (rs[i + 1] && strchr("wWbBhH", rs[i + 1])) {
-            set_err(err, err_len,
-                    "%s: Split pattern %s: \\%c is not supported (its Oniguruma meaning differs)",
-                    file, rs, rs[i + 1]);
+            tok_set_err(
+                err, err_len,
+                "%s: Split pattern %s: \\%c is not supported (its Oniguruma meaning differs)", file,
+                rs, rs[i + 1]);
             return TOK_ELOAD;
         }
         i++;
@@ -1282,8 +1276,8 @@ static int load_split(pretok *p, json_t *pt, const char *file, char *err, size_t
     if (!p->re) {
         PCRE2_UCHAR msg[160];
         pcre2_get_error_message(code, msg, sizeof msg);
-        set_err(err, err_len, "%s: Split pattern %s: %s at offset %zu", file,
-                json_string_value(src), (const char *)msg, (size_t)at);
+        tok_set_err(err, err_len, "%s: Split pattern %s: %s at offset %zu", file,
+                    json_string_value(src), (const char *)msg, (size_t)at);
         return TOK_ELOAD;
     }
     return TOK_OK;
@@ -1304,7 +1298,7 @@ static int load_pretok(ug_model *m, json_t *pt, const char *file, char *err, siz
         return TOK_OK;
     }
     if (m->n_pres == UG_MAX_STAGES) {
-        set_err(err, err_len, "%s: more than %d pre-tokenizers", file, UG_MAX_STAGES);
+        tok_set_err(err, err_len, "%s: more than %d pre-tokenizers", file, UG_MAX_STAGES);
         return TOK_ELOAD;
     }
     pretok *p = &m->pres[m->n_pres];
@@ -1315,7 +1309,7 @@ static int load_pretok(ug_model *m, json_t *pt, const char *file, char *err, siz
         json_t *split = json_object_get(pt, "split");
         p->split = split ? json_is_true(split) : true;
         if (load_replacement(pt, &p->replacement) || load_prepend(pt, &p->prepend)) {
-            set_err(err, err_len, "%s: bad Metaspace pre-tokenizer", file);
+            tok_set_err(err, err_len, "%s: bad Metaspace pre-tokenizer", file);
             return TOK_ELOAD;
         }
     } else if (type && strcmp(type, "ByteLevel") == 0) {
@@ -1328,7 +1322,7 @@ static int load_pretok(ug_model *m, json_t *pt, const char *file, char *err, siz
         if (rc)
             return rc;
     } else {
-        set_err(err, err_len, "%s: pre_tokenizer %s is not supported", file, type ? type : "?");
+        tok_set_err(err, err_len, "%s: pre_tokenizer %s is not supported", file, type ? type : "?");
         return TOK_ELOAD;
     }
     m->n_pres++;
@@ -1350,14 +1344,14 @@ static int load_decoder(ug_model *m, json_t *d, const char *file, char *err, siz
         return TOK_OK;
     }
     if (m->n_decs == UG_MAX_STAGES) {
-        set_err(err, err_len, "%s: more than %d decoders", file, UG_MAX_STAGES);
+        tok_set_err(err, err_len, "%s: more than %d decoders", file, UG_MAX_STAGES);
         return TOK_ELOAD;
     }
     decoder *dc = &m->decs[m->n_decs];
     if (type && strcmp(type, "Metaspace") == 0) {
         dc->kind = D_METASPACE;
         if (load_replacement(d, &dc->replacement) || load_prepend(d, &dc->prepend)) {
-            set_err(err, err_len, "%s: bad Metaspace decoder", file);
+            tok_set_err(err, err_len, "%s: bad Metaspace decoder", file);
             return TOK_ELOAD;
         }
     } else if (type && strcmp(type, "ByteLevel") == 0) {
@@ -1374,7 +1368,7 @@ static int load_decoder(ug_model *m, json_t *d, const char *file, char *err, siz
         dc->stop = (size_t)json_integer_value(json_object_get(d, "stop"));
         if (!cs || tok_utf8_get((const uint8_t *)cs, json_string_length(c), &dc->content) !=
                        json_string_length(c)) {
-            set_err(err, err_len, "%s: bad Strip decoder", file);
+            tok_set_err(err, err_len, "%s: bad Strip decoder", file);
             return TOK_ELOAD;
         }
     } else if (type && strcmp(type, "Replace") == 0) {
@@ -1382,18 +1376,18 @@ static int load_decoder(ug_model *m, json_t *d, const char *file, char *err, siz
             json_string_value(json_object_get(json_object_get(d, "pattern"), "String"));
         const char *with = json_string_value(json_object_get(d, "content"));
         if (!pat || !*pat || !with) {
-            set_err(err, err_len, "%s: Replace decoder needs a string pattern", file);
+            tok_set_err(err, err_len, "%s: Replace decoder needs a string pattern", file);
             return TOK_ELOAD;
         }
         dc->kind = D_REPLACE;
         dc->pat = strdup(pat);
         dc->with = strdup(with);
         if (!dc->pat || !dc->with) {
-            set_err(err, err_len, "%s: out of memory", file);
+            tok_set_err(err, err_len, "%s: out of memory", file);
             return TOK_ENOMEM;
         }
     } else {
-        set_err(err, err_len, "%s: decoder %s is not supported", file, type ? type : "?");
+        tok_set_err(err, err_len, "%s: decoder %s is not supported", file, type ? type : "?");
         return TOK_ELOAD;
     }
     m->n_decs++;
@@ -1457,18 +1451,18 @@ static int load_post_sequence(ug_model *m, json_t *pp, const char *file, char *e
         if (type && strcmp(type, "ByteLevel") == 0) {
             json_t *trim = json_object_get(p, "trim_offsets");
             if (adds && (!trim || json_is_true(trim))) {
-                set_err(err, err_len,
-                        "%s: post_processor Sequence with a trimming ByteLevel after the "
-                        "special tokens is not supported",
-                        file);
+                tok_set_err(err, err_len,
+                            "%s: post_processor Sequence with a trimming ByteLevel after the "
+                            "special tokens is not supported",
+                            file);
                 return TOK_ELOAD;
             }
             load_post_byte_level(m, p);
             continue;
         }
         if (adds || (type && strcmp(type, "Sequence") == 0)) {
-            set_err(err, err_len, "%s: post_processor Sequence with %s is not supported", file,
-                    type ? type : "?");
+            tok_set_err(err, err_len, "%s: post_processor Sequence with %s is not supported", file,
+                        type ? type : "?");
             return TOK_ELOAD;
         }
         int rc = load_post(m, p, file, err, err_len);
@@ -1492,7 +1486,7 @@ static int load_post(ug_model *m, json_t *pp, const char *file, char *err, size_
     if (type && (strcmp(type, "BertProcessing") == 0 || strcmp(type, "RobertaProcessing") == 0)) {
         if (special_id(m, json_object_get(pp, "cls"), m->head, &m->n_head) ||
             special_id(m, json_object_get(pp, "sep"), m->tail, &m->n_tail)) {
-            set_err(err, err_len, "%s: %s without valid cls/sep ids", file, type);
+            tok_set_err(err, err_len, "%s: %s without valid cls/sep ids", file, type);
             return TOK_ELOAD;
         }
         if (strcmp(type, "RobertaProcessing") == 0) {
@@ -1504,7 +1498,8 @@ static int load_post(ug_model *m, json_t *pp, const char *file, char *err, size_
         return TOK_OK;
     }
     if (!type || strcmp(type, "TemplateProcessing") != 0) {
-        set_err(err, err_len, "%s: post_processor %s is not supported", file, type ? type : "?");
+        tok_set_err(err, err_len, "%s: post_processor %s is not supported", file,
+                    type ? type : "?");
         return TOK_ELOAD;
     }
     json_t *specials = json_object_get(pp, "special_tokens");
@@ -1514,7 +1509,7 @@ static int load_post(ug_model *m, json_t *pp, const char *file, char *err, size_
     json_array_foreach(json_object_get(pp, "single"), i, piece) {
         if (json_object_get(piece, "Sequence")) {
             if (seen_seq) {
-                set_err(err, err_len, "%s: template with two sequences", file);
+                tok_set_err(err, err_len, "%s: template with two sequences", file);
                 return TOK_ELOAD;
             }
             seen_seq = true;
@@ -1524,12 +1519,13 @@ static int load_post(ug_model *m, json_t *pp, const char *file, char *err, size_
             json_string_value(json_object_get(json_object_get(piece, "SpecialToken"), "id"));
         if (!name || (seen_seq ? template_ids(m, specials, name, m->tail, &m->n_tail)
                                : template_ids(m, specials, name, m->head, &m->n_head))) {
-            set_err(err, err_len, "%s: bad TemplateProcessing piece %s", file, name ? name : "?");
+            tok_set_err(err, err_len, "%s: bad TemplateProcessing piece %s", file,
+                        name ? name : "?");
             return TOK_ELOAD;
         }
     }
     if (!seen_seq) {
-        set_err(err, err_len, "%s: TemplateProcessing without the sequence", file);
+        tok_set_err(err, err_len, "%s: TemplateProcessing without the sequence", file);
         return TOK_ELOAD;
     }
     return TOK_OK;
@@ -1623,12 +1619,12 @@ static int load_bpe(ug_model *m, json_t *model, const char *file, char *err, siz
     else if ((pre && *pre) || (suf && *suf))
         bad = "continuing_subword_prefix or end_of_word_suffix";
     if (bad) {
-        set_err(err, err_len, "%s: BPE with %s is not supported", file, bad);
+        tok_set_err(err, err_len, "%s: BPE with %s is not supported", file, bad);
         return TOK_ELOAD;
     }
     size_t n = json_object_size(vocab);
     if (!json_is_object(vocab) || n == 0 || !json_is_array(merges)) {
-        set_err(err, err_len, "%s: BPE model without vocab and merges", file);
+        tok_set_err(err, err_len, "%s: BPE model without vocab and merges", file);
         return TOK_ELOAD;
     }
     /* The vocabulary as the [piece, score] list the loader reads, by id. */
@@ -1645,7 +1641,8 @@ static int load_bpe(ug_model *m, json_t *model, const char *file, char *err, siz
         json_int_t id = json_integer_value(v);
         if (!json_is_integer(v) || id < 0 || (size_t)id >= n ||
             !json_is_null(json_array_get(list, (size_t)id))) {
-            set_err(err, err_len, "%s: BPE vocabulary ids are not 0..%zu once each", file, n - 1);
+            tok_set_err(err, err_len, "%s: BPE vocabulary ids are not 0..%zu once each", file,
+                        n - 1);
             rc = TOK_ELOAD;
             break;
         }
@@ -1657,7 +1654,7 @@ static int load_bpe(ug_model *m, json_t *model, const char *file, char *err, siz
     json_decref(list);
     if (rc) {
         if (rc == TOK_ENOMEM)
-            set_err(err, err_len, "%s: out of memory", file);
+            tok_set_err(err, err_len, "%s: out of memory", file);
         return rc;
     }
     size_t nm = json_array_size(merges);
@@ -1668,7 +1665,7 @@ static int load_bpe(ug_model *m, json_t *model, const char *file, char *err, siz
     m->merge_rank = malloc(slots * sizeof *m->merge_rank);
     m->merge_new = malloc(slots * sizeof *m->merge_new);
     if (!m->merge_keys || !m->merge_rank || !m->merge_new) {
-        set_err(err, err_len, "%s: out of memory for the merges", file);
+        tok_set_err(err, err_len, "%s: out of memory for the merges", file);
         return TOK_ENOMEM;
     }
     m->merge_mask = slots - 1;
@@ -1680,13 +1677,14 @@ static int load_bpe(ug_model *m, json_t *model, const char *file, char *err, siz
         if (merge_parts(json_array_get(merges, r), &a, &al, &b, &bl) ||
             (ia = ug_find(m, a, al)) < 0 || (ib = ug_find(m, b, bl)) < 0) {
             free(joined);
-            set_err(err, err_len, "%s: merges[%zu] is not a pair of vocabulary tokens", file, r);
+            tok_set_err(err, err_len, "%s: merges[%zu] is not a pair of vocabulary tokens", file,
+                        r);
             return TOK_ELOAD;
         }
         char *j = realloc(joined, al + bl + 1);
         if (!j) {
             free(joined);
-            set_err(err, err_len, "%s: out of memory", file);
+            tok_set_err(err, err_len, "%s: out of memory", file);
             return TOK_ENOMEM;
         }
         joined = j;
@@ -1694,7 +1692,8 @@ static int load_bpe(ug_model *m, json_t *model, const char *file, char *err, siz
         memcpy(joined + al, b, bl);
         if ((in = ug_find(m, joined, al + bl)) < 0) {
             free(joined);
-            set_err(err, err_len, "%s: merges[%zu] makes a token not in the vocabulary", file, r);
+            tok_set_err(err, err_len, "%s: merges[%zu] makes a token not in the vocabulary", file,
+                        r);
             return TOK_ELOAD;
         }
         if (merge_find(m, ia, ib, &old) >= 0)
@@ -1713,8 +1712,8 @@ static int load_bpe(ug_model *m, json_t *model, const char *file, char *err, siz
         json_is_string(unk) ? ug_find(m, json_string_value(unk), json_string_length(unk)) : -1;
     if (json_is_string(unk) && m->unk_id < 0) {
         /* The library fails every text with a character it needs unk for. */
-        set_err(err, err_len, "%s: BPE unk_token %s is not in the vocabulary", file,
-                json_string_value(unk));
+        tok_set_err(err, err_len, "%s: BPE unk_token %s is not in the vocabulary", file,
+                    json_string_value(unk));
         return TOK_ELOAD;
     }
     m->byte_fallback = json_is_true(json_object_get(model, "byte_fallback"));
@@ -1731,13 +1730,13 @@ int tok_pipeline_load(void **impl, const char *file, char *err, size_t err_len) 
     json_error_t jerr;
     json_t *root = json_load_file(file, 0, &jerr);
     if (!root) {
-        set_err(err, err_len, "%s:%d: %s", file, jerr.line, jerr.text);
+        tok_set_err(err, err_len, "%s:%d: %s", file, jerr.line, jerr.text);
         return TOK_ELOAD;
     }
     ug_model *m = calloc(1, sizeof *m);
     int rc = TOK_ENOMEM;
     if (!m) {
-        set_err(err, err_len, "%s: out of memory", file);
+        tok_set_err(err, err_len, "%s: out of memory", file);
         goto out;
     }
     json_t *model = json_object_get(root, "model");
@@ -1752,7 +1751,7 @@ int tok_pipeline_load(void **impl, const char *file, char *err, size_t err_len) 
         rc = TOK_ELOAD;
         if (!json_is_integer(unk) || json_integer_value(unk) < 0 ||
             json_integer_value(unk) >= m->n) {
-            set_err(err, err_len, "%s: Unigram model without a valid unk_id", file);
+            tok_set_err(err, err_len, "%s: Unigram model without a valid unk_id", file);
             goto out;
         }
         m->unk_id = (int32_t)json_integer_value(unk);
@@ -2339,7 +2338,7 @@ static int normalize_added(ug_model *m, const char *file, char *err, size_t err_
         enc_free(&e);
     }
     if (rc == TOK_ENOMEM)
-        set_err(err, err_len, "%s: out of memory normalizing the added tokens", file);
+        tok_set_err(err, err_len, "%s: out of memory normalizing the added tokens", file);
     return rc;
 }
 

@@ -10,7 +10,6 @@
 
 #include <errno.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,15 +50,6 @@ struct wp_model {
 
     tok_added_set added; /* matched in the raw text, all with normalized false */
 };
-
-static void set_err(char *err, size_t err_len, const char *fmt, ...) {
-    if (!err || !err_len)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_len, fmt, ap);
-    va_end(ap);
-}
 
 /* FNV-1a: short keys, cheap to extend byte by byte, which the greedy search
  * uses to hash every candidate piece of a word incrementally. */
@@ -153,7 +143,7 @@ static int build_vocab(wp_model *t, const vocab_entry *e, size_t n, const char *
     size_t bytes = 0;
     for (size_t i = 0; i < n; i++) {
         if (e[i].id < 0 || e[i].len == 0 || e[i].len > UINT16_MAX) {
-            set_err(err, err_len, "%s: bad vocabulary entry (id %d)", file, (int)e[i].id);
+            tok_set_err(err, err_len, "%s: bad vocabulary entry (id %d)", file, (int)e[i].id);
             return TOK_ELOAD;
         }
         if (e[i].id > max_id)
@@ -162,7 +152,7 @@ static int build_vocab(wp_model *t, const vocab_entry *e, size_t n, const char *
     }
     if (n == 0 || max_id >= INT32_MAX / 2 || (size_t)max_id >= 4 * n + 1024 ||
         bytes >= UINT32_MAX) {
-        set_err(err, err_len, "%s: empty or implausible vocabulary", file);
+        tok_set_err(err, err_len, "%s: empty or implausible vocabulary", file);
         return TOK_ELOAD;
     }
     t->vocab_size = max_id + 1;
@@ -174,7 +164,7 @@ static int build_vocab(wp_model *t, const vocab_entry *e, size_t n, const char *
     t->tok_len = calloc((size_t)t->vocab_size, sizeof *t->tok_len);
     t->slots = malloc(sizeof *t->slots * nslots);
     if (!t->blob || !t->tok_at || !t->tok_len || !t->slots) {
-        set_err(err, err_len, "%s: out of memory for the vocabulary", file);
+        tok_set_err(err, err_len, "%s: out of memory for the vocabulary", file);
         return TOK_ENOMEM;
     }
     t->slot_mask = nslots - 1;
@@ -184,14 +174,15 @@ static int build_vocab(wp_model *t, const vocab_entry *e, size_t n, const char *
     for (size_t i = 0; i < n; i++) {
         int32_t id = e[i].id;
         if (t->tok_at[id] != UINT32_MAX) {
-            set_err(err, err_len, "%s: id %d appears twice", file, (int)id);
+            tok_set_err(err, err_len, "%s: id %d appears twice", file, (int)id);
             return TOK_ELOAD;
         }
         uint32_t h = fnv_add(FNV_BASIS, (const uint8_t *)e[i].s, e[i].len);
         if (vocab_find(t, h, "", 0, e[i].s, e[i].len) >= 0) {
             /* HF keeps the last id of a repeated vocab.txt line; tokenizer.json
              * cannot repeat a key. Refuse rather than guess. */
-            set_err(err, err_len, "%s: token \"%.*s\" appears twice", file, (int)e[i].len, e[i].s);
+            tok_set_err(err, err_len, "%s: token \"%.*s\" appears twice", file, (int)e[i].len,
+                        e[i].s);
             return TOK_ELOAD;
         }
         memcpy(t->blob + at, e[i].s, e[i].len);
@@ -212,7 +203,7 @@ static int build_vocab(wp_model *t, const vocab_entry *e, size_t n, const char *
 static int set_prefix(wp_model *t, const char *p, const char *file, char *err, size_t err_len) {
     size_t n = strlen(p);
     if (n >= sizeof t->prefix) {
-        set_err(err, err_len, "%s: continuing_subword_prefix too long", file);
+        tok_set_err(err, err_len, "%s: continuing_subword_prefix too long", file);
         return TOK_ELOAD;
     }
     memcpy(t->prefix, p, n + 1);
@@ -231,7 +222,7 @@ static int template_ids(wp_model *t, json_t *specials, const char *name, int32_t
                         const char *file, char *err, size_t err_len) {
     json_t *ids = json_object_get(json_object_get(specials, name), "ids");
     if (!json_is_array(ids)) {
-        set_err(err, err_len, "%s: post_processor: no ids for special token %s", file, name);
+        tok_set_err(err, err_len, "%s: post_processor: no ids for special token %s", file, name);
         return TOK_ELOAD;
     }
     size_t i;
@@ -240,7 +231,7 @@ static int template_ids(wp_model *t, json_t *specials, const char *name, int32_t
         if (!json_is_integer(v) || *n == TOK_MAX_SPECIAL || json_integer_value(v) < 0 ||
             json_integer_value(v) > INT32_MAX ||
             !wp_id_to_token(t, (int32_t)json_integer_value(v))) {
-            set_err(err, err_len, "%s: post_processor: bad ids for %s", file, name);
+            tok_set_err(err, err_len, "%s: post_processor: bad ids for %s", file, name);
             return TOK_ELOAD;
         }
         dst[(*n)++] = (int32_t)json_integer_value(v);
@@ -257,7 +248,7 @@ static int load_post_processor(wp_model *t, json_t *pp, const char *file, char *
         json_t *cls = json_array_get(json_object_get(pp, "cls"), 1);
         json_t *sep = json_array_get(json_object_get(pp, "sep"), 1);
         if (!json_is_integer(cls) || !json_is_integer(sep)) {
-            set_err(err, err_len, "%s: BertProcessing without cls/sep ids", file);
+            tok_set_err(err, err_len, "%s: BertProcessing without cls/sep ids", file);
             return TOK_ELOAD;
         }
         t->head[t->n_head++] = (int32_t)json_integer_value(cls);
@@ -265,7 +256,7 @@ static int load_post_processor(wp_model *t, json_t *pp, const char *file, char *
         return TOK_OK;
     }
     if (!type || strcmp(type, "TemplateProcessing") != 0) {
-        set_err(err, err_len, "%s: unsupported post_processor %s", file, type ? type : "?");
+        tok_set_err(err, err_len, "%s: unsupported post_processor %s", file, type ? type : "?");
         return TOK_ELOAD;
     }
     json_t *single = json_object_get(pp, "single");
@@ -277,7 +268,7 @@ static int load_post_processor(wp_model *t, json_t *pp, const char *file, char *
         json_t *sp = json_object_get(piece, "SpecialToken");
         if (json_object_get(piece, "Sequence")) {
             if (seen_seq) {
-                set_err(err, err_len, "%s: template with two sequences", file);
+                tok_set_err(err, err_len, "%s: template with two sequences", file);
                 return TOK_ELOAD;
             }
             seen_seq = true;
@@ -285,7 +276,7 @@ static int load_post_processor(wp_model *t, json_t *pp, const char *file, char *
         }
         const char *name = json_string_value(json_object_get(sp, "id"));
         if (!name) {
-            set_err(err, err_len, "%s: bad TemplateProcessing piece", file);
+            tok_set_err(err, err_len, "%s: bad TemplateProcessing piece", file);
             return TOK_ELOAD;
         }
         int rc = seen_seq
@@ -295,7 +286,7 @@ static int load_post_processor(wp_model *t, json_t *pp, const char *file, char *
             return rc;
     }
     if (!seen_seq) {
-        set_err(err, err_len, "%s: TemplateProcessing without the sequence", file);
+        tok_set_err(err, err_len, "%s: TemplateProcessing without the sequence", file);
         return TOK_ELOAD;
     }
     return TOK_OK;
@@ -306,7 +297,7 @@ static int load_normalizer(wp_model *t, json_t *norm, const char *file, char *er
         return TOK_OK;
     const char *type = json_string_value(json_object_get(norm, "type"));
     if (!type || strcmp(type, "BertNormalizer") != 0) {
-        set_err(err, err_len, "%s: unsupported normalizer %s", file, type ? type : "?");
+        tok_set_err(err, err_len, "%s: unsupported normalizer %s", file, type ? type : "?");
         return TOK_ELOAD;
     }
     t->clean_text = json_bool(norm, "clean_text", 1);
@@ -326,10 +317,10 @@ static int load_added_tokens(wp_model *t, json_t *arr, const char *file, char *e
     int rc = tok_added_load(&t->added, arr, INT32_MAX, file, err, err_len);
     for (int i = 0; i < t->added.n && !rc; i++)
         if (t->added.v[i].normalized) {
-            set_err(err, err_len,
-                    "%s: added token %s has normalized true, which the WordPiece tokenizer "
-                    "does not support",
-                    file, t->added.v[i].content);
+            tok_set_err(err, err_len,
+                        "%s: added token %s has normalized true, which the WordPiece tokenizer "
+                        "does not support",
+                        file, t->added.v[i].content);
             rc = TOK_ELOAD;
         }
     return rc;
@@ -339,7 +330,7 @@ static int load_tokenizer_json(wp_model *t, const char *file, char *err, size_t 
     json_error_t jerr;
     json_t *root = json_load_file(file, 0, &jerr);
     if (!root) {
-        set_err(err, err_len, "%s:%d: %s", file, jerr.line, jerr.text);
+        tok_set_err(err, err_len, "%s:%d: %s", file, jerr.line, jerr.text);
         return TOK_ELOAD;
     }
     int rc = TOK_ELOAD;
@@ -350,25 +341,25 @@ static int load_tokenizer_json(wp_model *t, const char *file, char *err, size_t 
     const char *pre =
         json_string_value(json_object_get(json_object_get(root, "pre_tokenizer"), "type"));
     if (!type || strcmp(type, "WordPiece") != 0 || !json_is_object(vocab)) {
-        set_err(err, err_len, "%s: model is %s, not WordPiece", file, type ? type : "missing");
+        tok_set_err(err, err_len, "%s: model is %s, not WordPiece", file, type ? type : "missing");
         goto out;
     }
     if (!pre || strcmp(pre, "BertPreTokenizer") != 0) {
-        set_err(err, err_len, "%s: unsupported pre_tokenizer %s", file, pre ? pre : "null");
+        tok_set_err(err, err_len, "%s: unsupported pre_tokenizer %s", file, pre ? pre : "null");
         goto out;
     }
     size_t n = json_object_size(vocab), i = 0;
     entries = malloc(sizeof *entries * (n ? n : 1));
     if (!entries) {
         rc = TOK_ENOMEM;
-        set_err(err, err_len, "%s: out of memory", file);
+        tok_set_err(err, err_len, "%s: out of memory", file);
         goto out;
     }
     const char *key;
     json_t *v;
     json_object_foreach(vocab, key, v) {
         if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX) {
-            set_err(err, err_len, "%s: vocab entry %s has no valid id", file, key);
+            tok_set_err(err, err_len, "%s: vocab entry %s has no valid id", file, key);
             goto out;
         }
         entries[i++] = (vocab_entry){key, strlen(key), (int32_t)json_integer_value(v)};
@@ -381,8 +372,8 @@ static int load_tokenizer_json(wp_model *t, const char *file, char *err, size_t 
     json_t *maxw = json_object_get(model, "max_input_chars_per_word");
     t->unk_id = unk ? wp_token_to_id(t, unk, strlen(unk)) : -1;
     if (t->unk_id < 0) {
-        set_err(err, err_len, "%s: unk_token %s is not in the vocabulary", file,
-                unk ? unk : "null");
+        tok_set_err(err, err_len, "%s: unk_token %s is not in the vocabulary", file,
+                    unk ? unk : "null");
         goto out;
     }
     if ((rc = set_prefix(t, prefix ? prefix : "##", file, err, err_len)))
@@ -391,8 +382,8 @@ static int load_tokenizer_json(wp_model *t, const char *file, char *err, size_t 
     if (json_is_integer(maxw)) {
         json_int_t m = json_integer_value(maxw);
         if (m < 1 || m > TOK_MAX_WORD_CHARS) {
-            set_err(err, err_len, "%s: max_input_chars_per_word %lld out of range 1..%d", file,
-                    (long long)m, TOK_MAX_WORD_CHARS);
+            tok_set_err(err, err_len, "%s: max_input_chars_per_word %lld out of range 1..%d", file,
+                        (long long)m, TOK_MAX_WORD_CHARS);
             goto out;
         }
         t->max_word_chars = (int32_t)m;
@@ -425,7 +416,7 @@ static int load_vocab_txt(wp_model *t, const char *dir, char *err, size_t err_le
     snprintf(cfg_file, sizeof cfg_file, "%s/tokenizer_config.json", dir);
     FILE *f = fopen(file, "rb");
     if (!f) {
-        set_err(err, err_len, "%s: %s (and no tokenizer.json)", file, strerror(errno));
+        tok_set_err(err, err_len, "%s: %s (and no tokenizer.json)", file, strerror(errno));
         return TOK_ELOAD;
     }
     int rc = TOK_ENOMEM;
@@ -439,18 +430,18 @@ static int load_vocab_txt(wp_model *t, const char *dir, char *err, size_t err_le
     long size = ftell(f);
     if (size < 0 || size > (1L << 30) || fseek(f, 0, SEEK_SET) != 0) {
         rc = TOK_ELOAD;
-        set_err(err, err_len, "%s: cannot size the file", file);
+        tok_set_err(err, err_len, "%s: cannot size the file", file);
         goto out;
     }
     text = malloc((size_t)size + 1);
     entries = malloc(sizeof *entries * ((size_t)size / 2 + 1));
     if (!text || !entries) {
-        set_err(err, err_len, "%s: out of memory", file);
+        tok_set_err(err, err_len, "%s: out of memory", file);
         goto out;
     }
     if (fread(text, 1, (size_t)size, f) != (size_t)size) {
         rc = TOK_ELOAD;
-        set_err(err, err_len, "%s: read error", file);
+        tok_set_err(err, err_len, "%s: read error", file);
         goto out;
     }
     text[size] = '\0';
@@ -474,7 +465,7 @@ static int load_vocab_txt(wp_model *t, const char *dir, char *err, size_t err_le
     cfg = json_load_file(cfg_file, 0, &jerr);
     if (!cfg && errno != ENOENT) {
         rc = TOK_ELOAD;
-        set_err(err, err_len, "%s:%d: %s", cfg_file, jerr.line, jerr.text);
+        tok_set_err(err, err_len, "%s:%d: %s", cfg_file, jerr.line, jerr.text);
         goto out;
     }
     t->clean_text = true;
@@ -500,14 +491,14 @@ static int load_vocab_txt(wp_model *t, const char *dir, char *err, size_t err_le
     json_decref(added);
     if (rc) {
         if (rc == TOK_ENOMEM)
-            set_err(err, err_len, "%s: out of memory", file);
+            tok_set_err(err, err_len, "%s: out of memory", file);
         goto out;
     }
     rc = TOK_ELOAD;
     t->unk_id = ids[1];
     if (ids[1] < 0 || ids[2] < 0 || ids[3] < 0) {
-        set_err(err, err_len, "%s: %s, %s or %s is not in the vocabulary", file, names[1], names[2],
-                names[3]);
+        tok_set_err(err, err_len, "%s: %s, %s or %s is not in the vocabulary", file, names[1],
+                    names[2], names[3]);
         goto out;
     }
     t->head[t->n_head++] = ids[2];
@@ -523,13 +514,13 @@ out:
 
 static int wp_load_dir(wp_model **out, const char *model_dir, char *err, size_t err_len) {
     if (!out || !model_dir) {
-        set_err(err, err_len, "tok_load: no model directory");
+        tok_set_err(err, err_len, "tok_load: no model directory");
         return TOK_EINVAL;
     }
     *out = NULL;
     wp_model *t = calloc(1, sizeof *t);
     if (!t) {
-        set_err(err, err_len, "tok_load: out of memory");
+        tok_set_err(err, err_len, "tok_load: out of memory");
         return TOK_ENOMEM;
     }
     t->max_word_chars = 100;

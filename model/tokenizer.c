@@ -3,6 +3,7 @@
 #include "model/tokenizer.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,6 +60,15 @@ void *tok_scratch_realloc(void *p, size_t n) {
 
 void tok_scratch_free(void *p) {
     scratch_free(p);
+}
+
+void tok_set_err(char *err, size_t err_len, const char *fmt, ...) {
+    if (!err || !err_len)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, err_len, fmt, ap);
+    va_end(ap);
 }
 
 /* The model families tokenizer.json may name, and their loaders. A type that

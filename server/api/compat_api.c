@@ -1,6 +1,6 @@
 /* compat_api.c — what the dialects of TEI, llama.cpp and Infinity
  * (tei_dialect.c, llama_dialect.c, infinity_dialect.c) share: the model's
- * prompts and special tokens, token ids back to text, the one way their
+ * prompts, token ids back to text, the one way their
  * routes submit a request (embed_request.h) and answer, the /tokenize both
  * TEI and llama.cpp answer, and the registration of them all. */
 #include "server/api/compat_api.h"
@@ -62,111 +62,15 @@ static int read_prompts(compat_api *c, const char *model_dir, char *err, size_t 
     return 0;
 }
 
-/* tokenizer.json's added tokens marked special; without the file, the
- * vocabulary's bracketed names ([CLS], [SEP], [PAD], [UNK], [MASK]). */
-static int read_specials(compat_api *c, const char *model_dir) {
-    const tok_tokenizer *tok = c->eapi->tok;
-    char path[4096];
-    snprintf(path, sizeof path, "%s/tokenizer.json", model_dir);
-    json_error_t e;
-    json_t *root = json_load_file(path, 0, &e);
-    json_t *added = root ? json_object_get(root, "added_tokens") : NULL;
-    size_t cap = added ? json_array_size(added) : 5;
-    c->special = calloc(cap ? cap : 1, sizeof *c->special);
-    if (!c->special) {
-        json_decref(root);
-        return -1;
-    }
-    if (added) {
-        size_t i;
-        json_t *t;
-        json_array_foreach(added, i, t) {
-            json_t *id = json_object_get(t, "id");
-            if (json_is_true(json_object_get(t, "special")) && json_is_integer(id))
-                c->special[c->nspecial++] = (int32_t)json_integer_value(id);
-        }
-    } else {
-        static const char *const names[] = {"[CLS]", "[SEP]", "[PAD]", "[UNK]", "[MASK]"};
-        for (size_t i = 0; i < 5; i++) {
-            int32_t id = tok_token_to_id(tok, names[i], strlen(names[i]));
-            if (id >= 0)
-                c->special[c->nspecial++] = id;
-        }
-    }
-    json_decref(root);
-    return 0;
-}
-
 int compat_api_init(compat_api *c, embed_api *eapi, const char *model_dir, char *err,
                     size_t err_len) {
     *c = (compat_api){.eapi = eapi, .created = (int64_t)time(NULL)};
-    if (read_prompts(c, model_dir, err, err_len) != 0)
-        return -1;
-    if (read_specials(c, model_dir) != 0) {
-        snprintf(err, err_len, "out of memory");
-        return -1;
-    }
-    return 0;
+    return read_prompts(c, model_dir, err, err_len) != 0 ? -1 : 0;
 }
 
 void compat_api_free(compat_api *c) {
     json_decref(c->prompts);
-    free(c->special);
     *c = (compat_api){0};
-}
-
-/* ---- decoding ids to text ------------------------------------------------------------ */
-
-static bool is_special(const compat_api *c, int32_t id) {
-    for (size_t i = 0; i < c->nspecial; i++)
-        if (c->special[i] == id)
-            return true;
-    return false;
-}
-
-/* The cleanup of tokenizers' WordPiece decoder, applied to each token with its
- * leading space: a space before . ? ! , and before the contractions goes. */
-static bool cleans_space(const char *tok) {
-    static const char *const glued[] = {".", "?", "!", ",", "n't", "'m", "'s", "'ve", "'re"};
-    for (size_t i = 0; i < sizeof glued / sizeof glued[0]; i++)
-        if (strcmp(tok, glued[i]) == 0)
-            return true;
-    return false;
-}
-
-/* Appends n bytes at *len where they fit before the NUL's place; *len counts
- * them all. */
-static void put(char *out, size_t cap, size_t *len, const char *s, size_t n) {
-    if (*len + 1 < cap) {
-        size_t room = cap - 1 - *len;
-        memcpy(out + *len, s, n < room ? n : room);
-    }
-    *len += n;
-}
-
-size_t compat_decode(const compat_api *c, const int32_t *ids, size_t n, bool skip_special,
-                     char *out, size_t cap) {
-    size_t len = 0;
-    bool first = true;
-    for (size_t i = 0; i < n; i++) {
-        const char *tok = tok_id_to_token(c->eapi->tok, ids[i]);
-        if (!tok || (skip_special && is_special(c, ids[i])))
-            continue;
-        bool space = !first;
-        if (!first && strncmp(tok, "##", 2) == 0) {
-            tok += 2;
-            space = false;
-        } else if (space && cleans_space(tok)) {
-            space = false;
-        }
-        first = false;
-        if (space)
-            put(out, cap, &len, " ", 1);
-        put(out, cap, &len, tok, strlen(tok));
-    }
-    if (cap)
-        out[len < cap ? len : cap - 1] = '\0';
-    return len;
 }
 
 /* ---- prompts ------------------------------------------------------------------------- */
@@ -205,17 +109,39 @@ json_t *compat_decode_ids(const compat_api *c, const json_t *ids, bool skip, ref
         }
         v[k] = (int32_t)json_integer_value(x);
     }
-    size_t len = compat_decode(c, v, n, skip, NULL, 0);
-    char *text = membudget_malloc(len + 1);
-    json_t *out = NULL;
-    if (text) {
-        compat_decode(c, v, n, skip, text, len + 1);
-        out = json_stringn(text, len);
+    /* tok_decode allocates with malloc, outside the request's budget: a
+     * string a token, the decoders' copies and the text (about three times
+     * the pieces' bytes and 50 bytes a token, measured), charged here for
+     * as long as it runs, so a body of millions of ids is refused as any
+     * request too large for the budget. */
+    size_t bytes = 0;
+    for (size_t k = 0; k < n; k++) {
+        const char *piece = tok_id_to_token(c->eapi->tok, v[k]);
+        bytes += piece ? strlen(piece) : 0;
     }
-    if (!out)
+    const size_t cost = 3 * bytes + 64 * n;
+    if (!membudget_charge(cost)) {
+        membudget_free(v);
         refuse(r, SRV_EMEMORY, "out of memory");
-    membudget_free(text);
+        return NULL;
+    }
+    const size_t charged = membudget_charging() ? cost : 0;
+    /* The tokenizer's own decoder (WordPiece's "##" and cleanup,
+     * SentencePiece's U+2581, byte-level BPE's bytes), as TEI's and
+     * llama.cpp's servers decode with the model's tokenizer. */
+    char *text = NULL;
+    size_t len = 0;
+    const int rc = tok_decode(c->eapi->tok, v, n, skip, &text, &len);
     membudget_free(v);
+    json_t *out = rc == TOK_OK ? json_stringn(text, len) : NULL;
+    free(text);
+    membudget_uncharge(charged);
+    if (rc == TOK_EINVAL)
+        refuse(r, SRV_EINVALID, "the ids are not all tokens of the vocabulary [0, %d)", (int)vocab);
+    else if (rc != TOK_OK && rc != TOK_ENOMEM)
+        refuse(r, SRV_EINTERNAL, "tokenizer: %s", tok_strerror(rc));
+    else if (!out)
+        refuse(r, SRV_EMEMORY, "out of memory");
     return out;
 }
 

@@ -34,10 +34,6 @@ typedef struct compat_api {
      * and the text of its default_prompt_name (NULL: none). */
     json_t *prompts;
     const char *default_prompt;
-    /* Ids the tokenizer marks special (tokenizer.json's added tokens with
-     * special: true): what /decode's skip_special_tokens drops. */
-    int32_t *special;
-    size_t nspecial;
     int64_t created; /* /models' `created`: when the model was loaded */
     /* Several models: every model's compat_api in the configured order (as
      * eapi->peers), so /models lists them all and a request naming a model
@@ -47,7 +43,7 @@ typedef struct compat_api {
     bool no_root;
 } compat_api;
 
-/* Reads the model directory's prompts and special tokens. Returns 0, or -1
+/* Reads the model directory's prompts. Returns 0, or -1
  * with a message in err (a malformed config_sentence_transformers.json, or a
  * default_prompt_name that names no prompt). */
 int compat_api_init(compat_api *c, embed_api *eapi, const char *model_dir, char *err,
@@ -58,12 +54,6 @@ void compat_api_free(compat_api *c);
  * embeddings module). Returns 0, or -1 (routes_add). */
 int compat_api_register(compat_api *c, routes *t);
 
-/* tokenizers' WordPiece decoder (prefix "##", cleanup on): the text of ids,
- * without special ids when skip_special. Written to out (cap bytes, always
- * NUL-terminated); returns the length it needs, so a result >= cap means cut. */
-size_t compat_decode(const compat_api *c, const int32_t *ids, size_t n, bool skip_special,
-                     char *out, size_t cap);
-
 /* ---- what the dialect files share ------------------------------------------------------ */
 
 /* The prompt's text for prompt_name (a string, null or absent: the model's
@@ -71,7 +61,8 @@ size_t compat_decode(const compat_api *c, const int32_t *ids, size_t n, bool ski
  * is a 422. SRV_OK or refuses. */
 int compat_prompt(const compat_api *c, const json_t *name, const char **text, srv_refusal *r);
 
-/* One JSON array of token ids as text (compat_decode), or NULL with the
+/* One JSON array of token ids as text (tok_decode: the model's tokenizer's
+ * decoder, special tokens dropped when skip_special), or NULL with the
  * refusal: an id outside the vocabulary is a 422. */
 json_t *compat_decode_ids(const compat_api *c, const json_t *ids, bool skip_special,
                           srv_refusal *r);

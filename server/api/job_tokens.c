@@ -68,6 +68,25 @@ int job_tokens_encode_left(const tok_tokenizer *tok, const char *text, size_t le
     return rc;
 }
 
+int job_tokens_encode_whole(const tok_tokenizer *tok, const char *text, size_t len, int32_t guess,
+                            tok_output *o) {
+    /* tok_encode refuses room for fewer than the specials outright
+     * (TOK_EINVAL, no count). */
+    const int32_t least = tok_num_special(tok) + 1;
+    *o = (tok_output){.capacity = guess > least ? guess : least};
+    int rc = TOK_ETOOLONG;
+    for (int pass = 0; pass < 2 && rc == TOK_ETOOLONG; pass++) {
+        if (pass)
+            o->capacity = o->n_full;
+        membudget_free(o->ids);
+        membudget_free(o->offsets);
+        o->ids = membudget_malloc((size_t)o->capacity * sizeof *o->ids);
+        o->offsets = membudget_malloc((size_t)o->capacity * sizeof *o->offsets);
+        rc = o->ids && o->offsets ? tok_encode(tok, text, len, 0, o) : TOK_ENOMEM;
+    }
+    return rc;
+}
+
 int job_tokens_refuse(int rc, int32_t i, size_t error_at, int oom, srv_refusal *r) {
     if (rc == TOK_EUTF8)
         return refuse(r, SRV_EBADREQUEST, "input %d is not valid UTF-8 (byte %zu)", (int)i,

@@ -36,6 +36,17 @@ int job_tokens_reserve(embed_job *job, size_t have, size_t more, bool types);
 int job_tokens_encode_left(const tok_tokenizer *tok, const char *text, size_t len, int32_t least,
                            tok_output *o);
 
+/* Tokenizes text[0, len) whole, never cut, into o->ids and o->offsets,
+ * which this allocates (request memory; the caller frees both whatever the
+ * answer): a first try with room for guess tokens (the specials' and one
+ * more at least), then, when the text has
+ * more, with room for exactly o->n_full. No guess from the text's length
+ * can bound it: a normalizer may make one byte many characters (NFKC makes
+ * U+FDFA's three bytes eighteen characters, four words). Returns a TOK_*
+ * code (TOK_ENOMEM when out of memory). */
+int job_tokens_encode_whole(const tok_tokenizer *tok, const char *text, size_t len, int32_t guess,
+                            tok_output *o);
+
 /* The refusal of input i's tokenizer code rc that every route words the
  * same (TOK_ETOOLONG, which names the route's limit, is not one): text
  * that is not UTF-8 (error_at, its first bad byte), a text too complex for

@@ -8,6 +8,7 @@
 #include "server/api/compat_api.h"
 #include "server/api/errors.h"
 #include "server/api/fields.h"
+#include "server/api/job_tokens.h"
 #include "server/work/membudget.h"
 
 typedef srv_refusal refusal;
@@ -127,13 +128,14 @@ json_t *llama_tokens(const compat_api *c, json_t *root, refusal *r) {
     }
     const tok_tokenizer *tok = c->eapi->tok;
     const size_t len = json_string_length(content);
-    /* Never truncated: it tells how long a text is. A text of len bytes has
-     * at most len pieces, plus the specials. */
-    const int32_t cap = (int32_t)len + tok_num_special(tok) + 1;
-    int32_t *ids = membudget_malloc((size_t)cap * sizeof *ids);
-    tok_span *sp = membudget_malloc((size_t)cap * sizeof *sp);
-    tok_output o = {.ids = ids, .offsets = sp, .capacity = cap};
-    int rc = ids && sp ? tok_encode(tok, json_string_value(content), len, 0, &o) : TOK_ENOMEM;
+    /* Never truncated: it tells how long a text is. Most texts have at most
+     * a piece a byte, plus the specials. */
+    const size_t guess = len + (size_t)tok_num_special(tok) + 1;
+    tok_output o;
+    int rc = job_tokens_encode_whole(tok, json_string_value(content), len,
+                                     guess < INT32_MAX ? (int32_t)guess : INT32_MAX, &o);
+    const int32_t *ids = o.ids;
+    const tok_span *sp = o.offsets;
     json_t *out = NULL;
     if (rc == TOK_EUTF8)
         refuse(r, SRV_EBADREQUEST, "content is not valid UTF-8 (byte %zu)", o.error_at);
@@ -160,8 +162,8 @@ json_t *llama_tokens(const compat_api *c, json_t *root, refusal *r) {
     } else {
         refuse(r, SRV_EMEMORY, "out of memory");
     }
-    membudget_free(ids);
-    membudget_free(sp);
+    membudget_free(o.ids);
+    membudget_free(o.offsets);
     return out;
 }
 

@@ -151,9 +151,8 @@ int score_api_register(score_api *s, embed_service *svc, batch_runner *runner, r
         {"POST", "/score", true, HTTP_AUTH_KEY, vllm_score, resumed, s, OAI},
         {"POST", "/v1/score", true, HTTP_AUTH_KEY, vllm_score, resumed, s, OAI},
     };
-    for (size_t i = 0; i < sizeof mine / sizeof mine[0]; i++)
-        if (routes_add(t, mine[i]) != 0)
-            return -1;
+    if (routes_add_all(t, mine, sizeof mine / sizeof mine[0]) != 0)
+        return -1;
     if (!s->classifier || s->no_root)
         return 0;
     score_api *root = s->root ? s->root : s;
@@ -161,8 +160,5 @@ int score_api_register(score_api *s, embed_service *svc, batch_runner *runner, r
         {"POST", "/", true, HTTP_AUTH_KEY, tei_default, resumed, root, TEI},
         {"POST", "/invocations", true, HTTP_AUTH_KEY, tei_default, resumed, root, TEI},
     };
-    for (size_t i = 0; i < sizeof dflt / sizeof dflt[0]; i++)
-        if (routes_add(t, dflt[i]) != 0)
-            return -1;
-    return 0;
+    return routes_add_all(t, dflt, sizeof dflt / sizeof dflt[0]);
 }

@@ -206,3 +206,19 @@ def test_start_refuses_a_budget_below_one_request(tmp_path):
     assert p.returncode == 2, p.stdout + p.stderr
     assert "max_request_memory_bytes" in p.stdout + p.stderr
     assert "max_body_bytes" in p.stdout + p.stderr
+
+
+def test_decode_charges_the_tokenizers_memory(start_server):
+    """/decode's text is made by the tokenizer's decoder, which allocates
+    outside the budget (about 50 bytes a token); the route charges it, so
+    100k ids, whose parse tree alone (80 bytes an id) fits a 12 MiB budget,
+    are refused as too large for it, and a small /decode still answers."""
+    srv = start_server(max_request_memory_bytes=12 << 20, max_body_bytes=1 << 20)
+    ids = [2023] * 100000  # "this": 8.4 MB parsed, 6.4 MB more to decode
+    r = requests.post(srv.url("/decode"), data=json.dumps({"ids": ids}), headers=JSON, timeout=60)
+    assert r.status_code == 413, (r.status_code, r.text[:300])
+    assert "max_request_memory_bytes" in r.text
+    assert srv.metric("attnserve_request_memory_bytes") == 0
+    r = requests.post(srv.url("/decode"), data=json.dumps({"ids": ids[:1000]}), headers=JSON,
+                      timeout=60)
+    assert r.status_code == 200 and r.json() == [" ".join(["this"] * 1000)], r.text[:300]

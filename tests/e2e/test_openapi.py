@@ -160,6 +160,35 @@ def test_docs_page_needs_nothing_from_elsewhere(debug_server):
     assert_error(requests.get(debug_server.url("/docs/nothing.js"), timeout=5), 404)
 
 
+def test_docs_files_are_the_fixed_list_only(debug_server):
+    """/docs/{file} serves the page's own files by exact name, and nothing
+    else: no path out of the list, escaped or not, no file of the working
+    directory, no other route's answer. Sent raw (http.client), so that no
+    client folds the dots away before the service sees them."""
+    import http.client
+    port = int(debug_server.base.rsplit(":", 1)[1])
+
+    def get(path):
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        conn.request("GET", path)
+        r = conn.getresponse()
+        body = r.read()
+        conn.close()
+        return r.status, body
+
+    # The way of asking reaches the files: the listed name is served.
+    status, body = get("/docs/docs.js")
+    assert status == 200 and b"openapi.json" in body
+    for path in ["/docs/../openapi.json", "/docs/..%2fopenapi.json", "/docs/%2e%2e/openapi.json",
+                 "/docs/./docs.js", "/docs/docs.js/", "/docs/docs.js/x", "/docs//docs.js",
+                 "/docs/%2fetc%2fpasswd", "/docs/..%2f..%2f..%2fetc%2fpasswd",
+                 "/docs/Makefile", "/docs/server%2fhttp%2fdocs.js", "/docs/DOCS.JS",
+                 "/docs/docs.js%20"]:
+        status, body = get(path)
+        assert status == 404, (path, status, body[:200])
+        assert b"root:" not in body and b"swagger" not in body.lower(), path
+
+
 def test_docs_page_shows_the_bundled_swagger_ui_version(debug_server):
     """The version in the page's links is the one the build took in, as
     scripts/get-swagger-ui.sh pins it."""

@@ -57,9 +57,10 @@ def test_openai_embeddings(server):
 
 
 def test_tei_embed(server):
-    r = post(server, "/embed", {"inputs": [c["text"] for c in CASES], "truncate": True})
+    cases = [c for c in CASES if c["text"]]  # an empty text is refused on every route
+    r = post(server, "/embed", {"inputs": [c["text"] for c in cases], "truncate": True})
     assert r.status_code == 200, r.text
-    check(r.json())
+    check(r.json(), cases)
 
 
 def test_token_ids_in(server):
@@ -84,3 +85,40 @@ def test_the_length_limit_is_the_position_table_less_the_offset(server):
     r = post(server, "/embed", {"inputs": [longest["ids"]]})
     assert r.status_code == 200, r.text
     assert cosine(r.json()[0], longest["embedding"]) >= MIN_COSINE
+
+
+def test_llama_tokenize_counts_a_text_with_more_tokens_than_bytes(server):
+    """NFKC makes U+FDFA's three bytes eighteen characters: llama.cpp's
+    /tokenize must give all of its tokens, as the tokenizers library does,
+    not refuse it for having more tokens than a guess from its length."""
+    from tokenizers import Tokenizer
+    hf = Tokenizer.from_file(os.path.join(XLMR_DIR, "tokenizer.json"))
+    hf.no_padding()
+    hf.no_truncation()
+    for text in ["\ufdfa", "\ufdfa\ufdfa a"]:
+        want = hf.encode(text, add_special_tokens=False).ids
+        assert len(want) > len(text.encode()) + 3, want  # past the length's guess
+        r = post(server, "/tokenize", {"content": text})
+        assert r.status_code == 200, r.text
+        assert r.json() == {"tokens": want}
+        r = post(server, "/tokenize", {"content": text, "add_special": True})
+        assert r.status_code == 200, r.text
+        assert r.json() == {"tokens": hf.encode(text).ids}
+
+
+def test_decode_uses_the_models_own_decoder(server):
+    """/decode (TEI) and /detokenize (llama.cpp) give the text the tokenizers
+    library's decode gives: SentencePiece's U+2581 turned back into spaces,
+    not WordPiece's rules applied to pieces that are not WordPiece's."""
+    from tokenizers import Tokenizer
+    hf = Tokenizer.from_file(os.path.join(XLMR_DIR, "tokenizer.json"))
+    text = "Embeddings map sentences to vectors, and back."
+    ids = hf.encode(text).ids
+    for skip in (True, False):
+        r = post(server, "/decode", {"ids": ids, "skip_special_tokens": skip})
+        assert r.status_code == 200, r.text
+        assert r.json() == [hf.decode(ids, skip_special_tokens=skip)]
+    assert "\u2581" not in r.json()[0]
+    r = post(server, "/detokenize", {"tokens": ids})
+    assert r.status_code == 200, r.text
+    assert r.json() == {"content": hf.decode(ids, skip_special_tokens=False)}
