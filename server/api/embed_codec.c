@@ -366,24 +366,11 @@ static json_t *tokenize_one(const embed_api *api, int32_t i, json_t *in, bool sp
     const size_t len = json_string_length(in);
     if (embed_check_text((size_t)i, len, r) != SRV_OK)
         return NULL;
-    tok_output o = {.capacity = api->model->max_positions};
-    int rc = TOK_ETOOLONG;
-    for (int pass = 0; pass < 2 && rc == TOK_ETOOLONG; pass++) {
-        if (pass)
-            o.capacity = o.n_full;
-        membudget_free(o.ids);
-        membudget_free(o.offsets);
-        o.ids = membudget_malloc((size_t)o.capacity * sizeof *o.ids);
-        o.offsets = membudget_malloc((size_t)o.capacity * sizeof *o.offsets);
-        rc = o.ids && o.offsets ? tok_encode(api->tok, text, len, 0, &o) : TOK_ENOMEM;
-    }
+    tok_output o = {0};
+    const int rc = job_tokens_encode_whole(api->tok, text, len, api->model->max_positions, &o);
     json_t *out = NULL;
-    if (rc == TOK_EUTF8)
-        refuse(r, SRV_EBADREQUEST, "input %d is not valid UTF-8 (byte %zu)", (int)i, o.error_at);
-    else if (rc == TOK_ECOMPLEX)
-        refuse(r, SRV_ETOKENIZER, "input %d: %s", (int)i, tok_strerror(rc));
-    else if (rc != TOK_OK)
-        refuse(r, SRV_EINTERNAL, "tokenizer: %s", tok_strerror(rc));
+    if (rc != TOK_OK)
+        job_tokens_refuse(rc, i, o.error_at, SRV_EINTERNAL, r);
     else if (!(out = json_array()))
         refuse(r, SRV_EINTERNAL, "out of memory");
     for (int32_t k = 0; out && k < o.n; k++) {
