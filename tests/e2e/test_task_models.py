@@ -80,7 +80,8 @@ def test_tei_embed(embedder):
     gives sentence-transformers' output, norm included."""
     name, server = embedder
     want = GOLDEN["embedders"][name]
-    cases = want["cases"]
+    # An empty text is refused on every route (test_compat.py says how).
+    cases = [c for c in want["cases"] if c["text"]]
     r = post(server, "/embed",
              {"inputs": [c["text"] for c in cases], "truncate": True,
               "normalize": want["normalize"]})
