@@ -81,7 +81,8 @@ static void index_tokens(tok_added_set *s) {
     }
     for (int b = 0; b < 256; b++)
         s->at[b + 1] += s->at[b];
-    qsort_r(s->order, (size_t)n, sizeof *s->order, by_first_byte_then_longest, s->v);
+    if (n > 1) /* order is NULL when there are no added tokens */
+        qsort_r(s->order, (size_t)n, sizeof *s->order, by_first_byte_then_longest, s->v);
 }
 
 static bool is_word(const tok_added_set *s, uint32_t cp) {
