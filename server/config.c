@@ -201,7 +201,8 @@ static const setting settings[] = {
         "(llama.cpp's --poll): saves a wake-up per loop, about 44 per forward. 0 sleeps at "
         "once: better where other busy processes share the cores."),
     INT(max_batch_tokens, 16384, 1, 1 << 20, RESTART,
-        "Token budget of one batch; workspaces are allocated for it at start."),
+        "Token budget of one batch; workspaces are allocated for it at start. At least the "
+        "model's max_seq_length; below its positions, token-id inputs are held to it."),
     INT(max_batch_requests, 64, 1, 65536, RESTART, "Most requests packed into one batch."),
     INT(max_wait_us, 0, 0, 10000000, CONFIG_APPLY_BATCHING,
         "Batches are continuous: a request that finds the engine idle starts at once, and "
