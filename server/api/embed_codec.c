@@ -213,6 +213,20 @@ void embed_write_openai_tail(jwriter *w, const embed_job *job) {
     jw_lit(w, "}}");
 }
 
+void embed_write_list_head(jwriter *w, const embed_job *job) {
+    if (job->api == API_OPENAI)
+        embed_write_openai_head(w);
+    else
+        jw_lit(w, "[");
+}
+
+void embed_write_list_tail(jwriter *w, const embed_job *job) {
+    if (job->api == API_OPENAI)
+        embed_write_openai_tail(w, job);
+    else
+        jw_lit(w, "]");
+}
+
 /* ---- post-processing --------------------------------------------------------------------------
  */
 

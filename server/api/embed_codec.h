@@ -234,6 +234,12 @@ void embed_write_openai_item(jwriter *w, int32_t i);
  * the usage, "}". */
 void embed_write_openai_tail(jwriter *w, const embed_job *job);
 
+/* The answer's list of vectors opened and closed in the job's dialect:
+ * OpenAI's list object (embed_write_openai_head and _tail, the model and
+ * usage echoed), or the bare JSON array the other dialects answer. */
+void embed_write_list_head(jwriter *w, const embed_job *job);
+void embed_write_list_tail(jwriter *w, const embed_job *job);
+
 /* About the bytes a finished job's answer takes (C: the model's output
  * size): what to reserve at once, so that the buffer seldom grows. */
 size_t embed_answer_hint(const embed_job *job, int C);
