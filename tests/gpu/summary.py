@@ -91,6 +91,12 @@ def correctness():
                      "%s: cosine vs cpu fp32 %s (floor %s), vs PyTorch %s%s" % (
                          m.group(5), m.group(1), m.group(4), m.group(2), m.group(3))
                      if m else why("engine")])
+    tasks = re.findall(r"^task (\S+) (fp32|bf16): .*\s(ok|FAILED)$", engine, re.M)
+    rows.append(["gpu-engine task models", status("engine"),
+                 "%d/%d within bounds vs cpu fp32%s" % (
+                     sum(v == "ok" for _, _, v in tasks), len(tasks),
+                     "".join("; %s %s FAILED" % (m, p) for m, p, v in tasks if v != "ok"))
+                 if tasks else find(r"^(task models: NOT RUN.*)$", engine, 1, why("engine"))])
     rows.append(["service engine=cuda", status("service"),
                  "; ".join(filter(None, [
                      find(r"^(status .*)$", read("service.log"), 1, ""),
