@@ -5,7 +5,8 @@
  * cuda_plan.c, which the unit tests check on every machine.
  *
  * Load: the weights are converted on the host to the precision's type
- * (bf16, or fp32 for the fp32 option; LayerNorm vectors stay fp32) and
+ * (bf16 or fp16, or fp32 for the fp32 and tf32 options; LayerNorm vectors
+ * stay fp32) and
  * uploaded once into one device allocation; the workspace for the bounds is
  * one more device allocation and one pinned host buffer; nothing is
  * allocated after init.
@@ -106,16 +107,6 @@ static int cuda_score(char *why, size_t why_len) {
     struct cudaDeviceProp prop;
     const char *name = cudaGetDeviceProperties(&prop, 0) == cudaSuccess ? prop.name : NULL;
     return cuda_score_from(0, NULL, n, major, minor, name, why, why_len);
-}
-
-static const char *cuda_precision_unsupported(gemm_precision p) {
-    switch (p) {
-    case GEMM_FP32:
-    case GEMM_BF16:
-        return NULL;
-    default:
-        return "the cuda engine runs fp32 and bf16 (int8 is a CPU precision)";
-    }
 }
 
 /* ---- weights ----------------------------------------------------------------- */
@@ -349,11 +340,12 @@ static void cuda_free_ctx(void *ctx) {
 static int choose_attention(cuda_ctx *c, cuda_attn_choice choice, char *err, size_t err_len);
 
 /* A GEMM descriptor y = x · Wᵀ (+ bias with CUBLASLT_EPILOGUE_BIAS),
- * accumulated and scaled in fp32 (true fp32: CUBLAS_COMPUTE_32F). Nonzero
- * when cuBLASLt refuses it. */
-static int make_desc(cublasLtMatmulDesc_t *d, cublasLtEpilogue_t epi) {
+ * accumulated and scaled in fp32 (compute CUBLAS_COMPUTE_32F, or the
+ * tf32 option's CUBLAS_COMPUTE_32F_FAST_TF32). Nonzero when cuBLASLt
+ * refuses it. */
+static int make_desc(cublasLtMatmulDesc_t *d, cublasComputeType_t compute, cublasLtEpilogue_t epi) {
     const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    return cublasLtMatmulDescCreate(d, CUBLAS_COMPUTE_32F, CUDA_R_32F) ||
+    return cublasLtMatmulDescCreate(d, compute, CUDA_R_32F) ||
            cublasLtMatmulDescSetAttribute(*d, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta) ||
            cublasLtMatmulDescSetAttribute(*d, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb) ||
            cublasLtMatmulDescSetAttribute(*d, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
@@ -408,7 +400,7 @@ static int cuda_init(const engine_options *opt, void **out, char *err, size_t er
         free(c);
         return ENGINE_EUNSUPPORTED;
     }
-    c->dt = opt->precision == GEMM_BF16 ? CUDA_DT_BF16 : CUDA_DT_F32;
+    c->dt = cuda_precision_dtype(opt->precision);
     if (cuda_weight_layout_make(m, c->dt, &c->wl, err, err_len) < 0 ||
         cuda_workspace_plan_make(m, c->dt, opt->max_tokens, opt->max_seqs, &c->plan, err, err_len) <
             0) {
@@ -460,10 +452,14 @@ static int cuda_init(const engine_options *opt, void **out, char *err, size_t er
         cuda_free_ctx(c);
         return ENGINE_EUNSUPPORTED;
     }
-    if (make_desc(&c->mm[0], CUBLASLT_EPILOGUE_BIAS) ||
-        make_desc(&c->mm[1], CUBLASLT_EPILOGUE_BIAS) ||
-        make_desc(&c->mv[0], CUBLASLT_EPILOGUE_BIAS) ||
-        make_desc(&c->mv[1], CUBLASLT_EPILOGUE_DEFAULT)) {
+    /* The encoder's GEMMs in tf32 where asked; the vectors' after pooling
+     * always true fp32, as the CPU engine keeps them. */
+    const cublasComputeType_t enc =
+        cuda_precision_tf32(opt->precision) ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    if (make_desc(&c->mm[0], enc, CUBLASLT_EPILOGUE_BIAS) ||
+        make_desc(&c->mm[1], enc, CUBLASLT_EPILOGUE_BIAS) ||
+        make_desc(&c->mv[0], CUBLAS_COMPUTE_32F, CUBLASLT_EPILOGUE_BIAS) ||
+        make_desc(&c->mv[1], CUBLAS_COMPUTE_32F, CUBLASLT_EPILOGUE_DEFAULT)) {
         snprintf(err, err_len, "cuBLASLt refused the GEMM descriptor");
         cuda_free_ctx(c);
         return ENGINE_EUNSUPPORTED;
@@ -1019,7 +1015,7 @@ static int choose_attention(cuda_ctx *c, cuda_attn_choice choice, char *err, siz
     const size_t dl = sizeof c->attn_detail;
     if (c->dt == CUDA_DT_F32) {
         c->attn_name = "fp32";
-        snprintf(d, dl, "fp32 precision runs the fp32 kernel%s",
+        snprintf(d, dl, "fp32 and tf32 run the fp32 kernel%s",
                  choice == CUDA_ATTN_CUDNN || choice == CUDA_ATTN_FLASH2
                      ? " (cudnn and flash2 take fp16/bf16)"
                      : "");

@@ -27,6 +27,26 @@ const char *cuda_dtype_name(cuda_dtype t) {
     return "?";
 }
 
+const char *cuda_precision_unsupported(gemm_precision p) {
+    switch (p) {
+    case GEMM_FP32:
+    case GEMM_TF32:
+    case GEMM_BF16:
+    case GEMM_FP16:
+        return NULL;
+    default:
+        return "the cuda engine runs fp32, tf32, bf16 and fp16 (int8 is a CPU precision)";
+    }
+}
+
+cuda_dtype cuda_precision_dtype(gemm_precision p) {
+    return p == GEMM_BF16 ? CUDA_DT_BF16 : p == GEMM_FP16 ? CUDA_DT_F16 : CUDA_DT_F32;
+}
+
+int cuda_precision_tf32(gemm_precision p) {
+    return p == GEMM_TF32;
+}
+
 /* Reserves n elements of size bytes at the next aligned offset of *at.
  * Returns the offset, or SIZE_MAX once anything has overflowed (sticky). */
 static size_t take(size_t *at, size_t n, size_t size) {

@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "engines/cuda/cuda_kernels.h"
+#include "kernels/gemm.h"
 #include "model/bert_config.h"
 #include "model/encoder.h"
 
@@ -35,6 +36,19 @@ typedef enum cuda_dtype { CUDA_DT_F32, CUDA_DT_F16, CUDA_DT_BF16 } cuda_dtype;
 
 size_t cuda_dtype_size(cuda_dtype t);
 const char *cuda_dtype_name(cuda_dtype t);
+
+/* The `precision` setting on the engine: NULL for the ones it runs (fp32,
+ * tf32, bf16, fp16), otherwise why not. */
+const char *cuda_precision_unsupported(gemm_precision p);
+/* The weights' and activations' type of a precision the engine runs: bf16
+ * and fp16 store in half width (the same kernels, templated on the type);
+ * fp32 and tf32 in fp32. */
+cuda_dtype cuda_precision_dtype(gemm_precision p);
+/* Whether the encoder's GEMMs compute with CUBLAS_COMPUTE_32F_FAST_TF32
+ * (inputs rounded to TF32 on tensor cores, fp32 accumulation): tf32 only.
+ * Attention (the fp32 kernel), LayerNorm and the fp32 GEMMs after pooling
+ * stay true fp32 in every precision. */
+int cuda_precision_tf32(gemm_precision p);
 
 /* ---- weights: one device allocation, offsets in bytes ------------------------ */
 typedef struct cuda_layer_offsets {

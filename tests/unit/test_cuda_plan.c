@@ -267,6 +267,26 @@ Test(cuda_plan, workspace_regions) {
     cr_assert(strstr(err, "max_tokens"), "%s", err);
 }
 
+/* The precisions the engine runs and the type each stores in: fp16 the
+ * same path as bf16 in half, tf32 fp32 storage with TF32 GEMMs. */
+Test(cuda_plan, precisions) {
+    const struct {
+        gemm_precision p;
+        cuda_dtype t;
+        int tf32;
+    } ok[] = {{GEMM_FP32, CUDA_DT_F32, 0},
+              {GEMM_TF32, CUDA_DT_F32, 1},
+              {GEMM_BF16, CUDA_DT_BF16, 0},
+              {GEMM_FP16, CUDA_DT_F16, 0}};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        cr_assert_null(cuda_precision_unsupported(ok[i].p), "%s", gemm_precision_name(ok[i].p));
+        cr_assert_eq(cuda_precision_dtype(ok[i].p), ok[i].t, "%s", gemm_precision_name(ok[i].p));
+        cr_assert_eq(cuda_precision_tf32(ok[i].p), ok[i].tf32, "%s", gemm_precision_name(ok[i].p));
+    }
+    const char *why = cuda_precision_unsupported(GEMM_INT8);
+    cr_assert(why && strstr(why, "int8 is a CPU precision"), "%s", why ? why : "(null)");
+}
+
 Test(cuda_plan, gpu_attention_names) {
     cr_assert_eq(cuda_attn_choice_parse(NULL), CUDA_ATTN_AUTO);
     cr_assert_eq(cuda_attn_choice_parse(""), CUDA_ATTN_AUTO);
