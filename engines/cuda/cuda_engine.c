@@ -17,12 +17,13 @@
  * fp32 a warp-per-query kernel), the output GEMM with bias and residual in
  * the epilogue (beta = 1 on the residual stream) then LayerNorm, the FFN-in
  * GEMM with bias then exact GELU, the FFN-out GEMM with bias and residual
- * then LayerNorm; pooling (any of sentence-transformers' modes), then either a
- * classifier head (two fp32 GEMMs on the first token, tanh between) or the
+ * then LayerNorm; pooling (any of sentence-transformers' modes), then either
+ * a classifier head (two fp32 GEMMs on the first token, tanh between) or the
  * Dense modules (fp32 GEMMs, tanh where the module says), then Normalize;
- * the output vectors (engine_output_dim floats each) come back in one copy. cuBLASLt's GELU
- * epilogue is the tanh approximation, not the erf form BERT uses, hence GELU as a kernel of its
- * own. Stage times come from CUDA events; NVTX ranges name the stages for nsys.
+ * the output vectors (engine_output_dim floats each) come back in one copy.
+ * cuBLASLt's GELU epilogue is the tanh approximation, not the erf form BERT
+ * uses, hence GELU as a kernel of its own. Stage times come from CUDA
+ * events; NVTX ranges name the stages for nsys.
  *
  * What follows the encoder is model/bert.c's, in the same order and, like
  * there, in fp32 whatever the precision: pooling, then a classifier's head
