@@ -7,6 +7,9 @@
  * repository root (the model directories are relative to it). Where the
  * plugin was not built they are reported skipped, never passed. */
 #include <criterion/criterion.h>
+#include <dirent.h>
+#include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -706,4 +709,92 @@ Test(cuda_plugin, init_refuses_an_unknown_gpu_attention) {
     cr_assert_eq(rc, ENGINE_EINVAL, "%s (%s)", engine_strerror(rc), err);
     cr_assert_null(ctx);
     cr_assert(strstr(err, "gpu_attention 'cudnn9'") && strstr(err, "cudnn"), "%s", err);
+}
+
+/* tests/gpu/task_models.py's copy, made here: dst gets a symlink to each of
+ * src's entries but config.json, written with num_attention_heads =
+ * hidden_size / 32 (heads the attention kernels take). */
+static void heads_of_32(const char *src, const char *dst) {
+    DIR *d = opendir(src);
+    cr_assert_not_null(d, "%s", src);
+    const struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.' || strcmp(e->d_name, "config.json") == 0)
+            continue;
+        char from[PATH_MAX], rel[PATH_MAX], to[PATH_MAX];
+        snprintf(rel, sizeof rel, "%s/%s", src, e->d_name);
+        cr_assert_not_null(realpath(rel, from), "%s", rel);
+        snprintf(to, sizeof to, "%s/%s", dst, e->d_name);
+        cr_assert_eq(symlink(from, to), 0, "%s", to);
+    }
+    closedir(d);
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/config.json", src);
+    json_error_t jerr;
+    json_t *cfg = json_load_file(path, 0, &jerr);
+    cr_assert_not_null(cfg, "%s: %s", path, jerr.text);
+    const json_int_t C = json_integer_value(json_object_get(cfg, "hidden_size"));
+    cr_assert(C > 0 && C % 32 == 0, "%s: hidden_size %lld", path, (long long)C);
+    json_object_set_new(cfg, "num_attention_heads", json_integer(C / 32));
+    snprintf(path, sizeof path, "%s/config.json", dst);
+    cr_assert_eq(json_dump_file(cfg, path, 0), 0, "%s", path);
+    json_decref(cfg);
+}
+
+static void remove_dir(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    const struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        char p[PATH_MAX];
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        if (e->d_name[0] != '.')
+            unlink(p);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+/* The classifier, Dense and pooling models with heads the kernels take pass
+ * every check init makes before touching the device: without one, init
+ * stops at the first CUDA call; with one (the GPU run), it loads them, the
+ * head's and the Dense modules' weights included, in every precision. */
+Test(cuda_plugin, init_takes_the_task_models_up_to_the_device) {
+    struct stat st;
+    if (stat(CUDA_PLUGIN, &st) != 0)
+        cr_skip_test("%s was not built (no nvcc here; `make cuda` builds it): the plugin's "
+                     "init on the task models was NOT checked",
+                     CUDA_PLUGIN);
+    char err[512] = "";
+    engine_registry_init(NULL, err, sizeof err);
+    const engine_entry *e = engine_registry_load(CUDA_PLUGIN);
+    cr_assert_not_null(e->iface, "the plugin did not load: %s", e->reason);
+    static const char *const models[] = {"bert-cls-tiny", "xlmr-cls-tiny", "st-dense-max-tiny",
+                                         "st-meansqrt-tiny", "st-lasttoken-tiny"};
+    static const gemm_precision ps[] = {GEMM_FP32, GEMM_TF32, GEMM_BF16, GEMM_FP16};
+    for (size_t k = 0; k < sizeof models / sizeof models[0]; k++) {
+        char src[256], dst[] = "/tmp/attnserve-cuda-task-XXXXXX";
+        snprintf(src, sizeof src, "tests/golden/%s", models[k]);
+        cr_assert_not_null(mkdtemp(dst));
+        heads_of_32(src, dst);
+        for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) {
+            const engine_options o = {
+                .model_dir = dst, .precision = ps[i], .max_tokens = 256, .max_seqs = 8};
+            void *ctx = NULL;
+            err[0] = '\0';
+            const int rc = e->iface->init(&o, &ctx, err, sizeof err);
+            if (e->offered) {
+                cr_assert_eq(rc, ENGINE_OK, "%s %s: %s (%s)", models[k], gemm_precision_name(ps[i]),
+                             engine_strerror(rc), err);
+                e->iface->free(ctx);
+                continue;
+            }
+            cr_assert_neq(rc, ENGINE_OK);
+            cr_assert_null(ctx);
+            cr_assert(strstr(err, "selecting device 0"), "%s %s: %s", models[k],
+                      gemm_precision_name(ps[i]), err);
+        }
+        remove_dir(dst);
+    }
 }
