@@ -71,6 +71,9 @@ typedef struct cuda_ctx {
     cublasLtMatmulDesc_t mv[2];
     cudaEvent_t *ev;
     int nev;
+    /* Tokens of the last forward that succeeded (0: none): its hidden
+     * states stay in the workspace's x until the next forward. */
+    int32_t last_T;
     encoder_stage_ns stages;
     const char *lt_status; /* cuBLASLt's status name of the last failed call */
                            /* Shadow verification (fp32 only, see cuda_set_attn_tap): layer
@@ -515,6 +518,34 @@ static int cuda_set_attn_tap(void *ctx, int layer, engine_attn_tap_fn fn, void *
     return 0;
 }
 
+/* The last forward's hidden states, (T, C) fp32, copied back when asked
+ * (a copy per forward would cost every batch T·C elements of transfer): x
+ * is untouched from the last layer's LayerNorm to the next forward. The
+ * half-width types land in the upper half of the fp32 region and widen
+ * in place from the front: element i's write (bytes 4i..4i+3) never reaches
+ * a later element's read (2T·C + 2j, j > i). NULL before a forward or when
+ * the copy fails. */
+static const float *cuda_hidden(void *ctx) {
+    cuda_ctx *c = ctx;
+    if (c->last_T <= 0)
+        return NULL;
+    const size_t n = (size_t)c->last_T * (size_t)c->cfg.hidden_size;
+    const size_t es = cuda_dtype_size(c->dt);
+    float *dst = at(c->host, c->plan.host_hidden);
+    unsigned char *raw = (unsigned char *)dst + (es == 2 ? 2 * n : 0);
+    if (cudaMemcpyAsync(raw, c->ws + c->plan.x, n * es, cudaMemcpyDeviceToHost, c->stream) !=
+            cudaSuccess ||
+        cudaStreamSynchronize(c->stream) != cudaSuccess)
+        return NULL;
+    if (es == 2)
+        for (size_t i = 0; i < n; i++) {
+            uint16_t h;
+            memcpy(&h, raw + 2 * i, 2);
+            dst[i] = c->dt == CUDA_DT_BF16 ? cuda_bf16_to_f32(h) : cuda_f16_to_f32(h);
+        }
+    return dst;
+}
+
 static void cuda_stage_ns(void *ctx, encoder_stage_ns *out) {
     *out = ((cuda_ctx *)ctx)->stages;
 }
@@ -674,6 +705,7 @@ static int cuda_forward(void *ctx, const engine_batch *bt, const attn_backend *a
     const bert_config *m = &c->cfg;
     const cuda_workspace_plan *pl = &c->plan;
     const int32_t B = bt->batch;
+    c->last_T = 0;
     if (cuda_check_batch(bt->cu_seqlens, B, m->max_positions, pl->max_tokens, pl->max_seqs, err,
                          err_len) < 0)
         return ENGINE_EINPUT;
@@ -810,6 +842,7 @@ static int cuda_forward(void *ctx, const engine_batch *bt, const attn_backend *a
         "copying the vectors back");
     FWD(cudaStreamSynchronize(c->stream), "the forward");
     memcpy(bt->out, h_out, (size_t)B * Dout * sizeof(float));
+    c->last_T = T;
 
     /* Stage times from the events (device time, summed over layers). */
     encoder_stage_ns s = {0};
@@ -1134,6 +1167,7 @@ static const engine_iface engine_cuda = {
     .forward = cuda_forward,
     .memory = cuda_memory,
     .set_attn_tap = cuda_set_attn_tap,
+    .hidden = cuda_hidden,
     .stage_ns = cuda_stage_ns,
     .attn_kernel = cuda_attn_kernel,
 };

@@ -192,7 +192,14 @@ int cuda_workspace_plan_make(const bert_config *c, cuda_dtype act, int32_t max_t
         return -1;
     }
     const size_t D = c->output_dim > 0 ? (size_t)c->output_dim : C;
-    out->host_bytes = out->host_in_bytes + B * D * sizeof(float);
+    size_t host = out->host_in_bytes;
+    take(&host, B * D, sizeof(float));
+    out->host_hidden = take(&host, T * C, sizeof(float));
+    out->host_bytes = take(&host, 0, 1);
+    if (out->host_bytes == SIZE_MAX) {
+        snprintf(err, err_len, "the workspace's size overflows");
+        return -1;
+    }
     return 0;
 }
 

@@ -113,9 +113,13 @@ typedef struct cuda_workspace_plan {
     size_t device_bytes;
     /* Pinned host staging: ids, positions, cu_seqlens, tiles and the cudnn
      * arrays go up in one copy (laid out as on the device, from ids to
-     * sdpa_off_o), the output vectors (B_max, output_dim) come back. */
-    size_t host_in_bytes; /* ids .. sdpa_off_o end */
-    size_t host_bytes;    /* host_in_bytes + the output vectors */
+     * sdpa_off_o), the output vectors (B_max, output_dim) come back, and
+     * the last hidden states (T_max, C) as fp32 when asked for (the
+     * engine's hidden slot: TEI's /embed_all, a classifier's start-up
+     * check). */
+    size_t host_in_bytes; /* ids .. sdpa_off_o end; the output vectors start here */
+    size_t host_hidden;   /* fp32 (T_max, C), after the output vectors */
+    size_t host_bytes;    /* the whole pinned buffer */
 } cuda_workspace_plan;
 
 /* The workspace for batches of up to max_tokens tokens in max_seqs sequences

@@ -286,14 +286,17 @@ static int check_task_models(const char *task_dir, const engine_iface *cuda, tp_
         const int classifier = info->task != ENCODER_TASK_EMBED;
         int32_t cu[TASK_SEQS + 1], *ids = NULL, *types = NULL;
         const int n = task_batch(info, cu, &ids, &types);
+        const int C = info->hidden_size, T = cu[n];
         float *ref = malloc((size_t)n * D * sizeof *ref),
               *out = malloc((size_t)n * D * sizeof *out);
+        float *href = malloc((size_t)T * C * sizeof *href);
         double bound[4096] = {0};
-        if (run_typed(cpu, pool, ids, types, cu, n, ref) != ENGINE_OK ||
+        if (run_typed(cpu, pool, ids, types, cu, n, ref) != ENGINE_OK || !engine_last_hidden(cpu) ||
             (classifier && (info->num_labels > 4096 || task_bounds(dir, info, bound) < 0))) {
             failed++;
             goto next;
         }
+        memcpy(href, engine_last_hidden(cpu), (size_t)T * C * sizeof *href);
         const gemm_precision *ps = gpu_precisions;
         for (int p = 0; p < NPREC; p++) {
             engine *g = make_at(dir, cuda, ps[p], pool, backends, 4096, 64);
@@ -307,6 +310,9 @@ static int check_task_models(const char *task_dir, const engine_iface *cuda, tp_
                 continue;
             }
             int ok = 1;
+            const double floor = ps[p] == GEMM_FP32   ? TASK_MIN_COSINE
+                                 : ps[p] == GEMM_BF16 ? TASK_MIN_COSINE_BF16
+                                                      : TASK_MIN_COSINE_HALF;
             if (classifier) {
                 double worst = 0.0, worst_ratio = 0.0, lmax = 0.0;
                 for (int i = 0; i < n * D; i++)
@@ -326,9 +332,6 @@ static int check_task_models(const char *task_dir, const engine_iface *cuda, tp_
                        task_models[k], engine_precision_name(ps[p]), worst, lmax, worst_ratio,
                        ok ? "ok" : "FAILED");
             } else {
-                const double floor = ps[p] == GEMM_FP32   ? TASK_MIN_COSINE
-                                     : ps[p] == GEMM_BF16 ? TASK_MIN_COSINE_BF16
-                                                          : TASK_MIN_COSINE_HALF;
                 double lo = 1.0;
                 for (int i = 0; i < n; i++) {
                     const double c = cosine(out + (size_t)i * D, ref + (size_t)i * D, D);
@@ -341,9 +344,26 @@ static int check_task_models(const char *task_dir, const engine_iface *cuda, tp_
                        ok ? "ok" : "FAILED");
             }
             failed += !ok;
+            /* Every token's last hidden state (the engine's hidden slot:
+             * TEI's /embed_all, a classifier's start-up check), copied back
+             * on request: the embedders' floors, a state within relative
+             * error rho having cosine about 1 - rho^2 / 2. */
+            const float *hg = engine_last_hidden(g);
+            double lo_h = hg ? 1.0 : 0.0;
+            for (int t = 0; hg && t < T; t++) {
+                const double c = cosine(hg + (size_t)t * C, href + (size_t)t * C, C);
+                lo_h = c < lo_h || c != c ? c : lo_h;
+            }
+            const int ok_h = lo_h >= floor;
+            failed += !ok_h;
+            printf("task %s %s: hidden states%s: lowest cosine vs cpu fp32 %.9f over %d tokens, "
+                   "floor %.9f  %s\n",
+                   task_models[k], engine_precision_name(ps[p]), hg ? "" : " NOT EXPOSED", lo_h, T,
+                   floor, ok_h ? "ok" : "FAILED");
             engine_destroy(g);
         }
     next:
+        free(href);
         free(ref);
         free(out);
         free(ids);

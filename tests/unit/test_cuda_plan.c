@@ -193,7 +193,9 @@ Test(cuda_plan, workspace_vectors_fit_heads_and_dense_modules) {
                         {p.pooled2, B * 1024 * 4},
                         {p.lt_ws, p.lt_ws_bytes}};
     check_regions(r, sizeof r / sizeof r[0], p.device_bytes);
-    cr_assert_eq(p.host_bytes, p.host_in_bytes + B * 128 * 4);
+    const region h[] = {{p.host_in_bytes, B * 128 * 4}, {p.host_hidden, (size_t)4096 * 384 * 4}};
+    check_regions(h, 2, p.host_bytes);
+    cr_assert_lt(p.host_hidden, p.host_in_bytes + B * 128 * 4 + CUDA_PLAN_ALIGN);
 
     c = minilm();
     c.head = BERT_HEAD_POOLER;
@@ -201,12 +203,14 @@ Test(cuda_plan, workspace_vectors_fit_heads_and_dense_modules) {
     cr_assert_eq(cuda_workspace_plan_make(&c, CUDA_DT_F32, 4096, B, &p, err, sizeof err), 0, "%s",
                  err);
     cr_assert_eq(p.vec_dim, 1000);
-    cr_assert_eq(p.host_bytes, p.host_in_bytes + B * 1000 * 4);
+    cr_assert_geq(p.host_hidden, p.host_in_bytes + B * 1000 * 4);
+    cr_assert_lt(p.host_hidden, p.host_in_bytes + B * 1000 * 4 + CUDA_PLAN_ALIGN);
     c.num_labels = c.output_dim = 2;
     cr_assert_eq(cuda_workspace_plan_make(&c, CUDA_DT_F32, 4096, B, &p, err, sizeof err), 0, "%s",
                  err);
     cr_assert_eq(p.vec_dim, 384);
-    cr_assert_eq(p.host_bytes, p.host_in_bytes + B * 2 * 4);
+    cr_assert_geq(p.host_hidden, p.host_in_bytes + B * 2 * 4);
+    cr_assert_lt(p.host_hidden, p.host_in_bytes + B * 2 * 4 + CUDA_PLAN_ALIGN);
 }
 
 /* Every Pooling mode maps to its kernel mode; a classifier reads its first
@@ -262,7 +266,11 @@ Test(cuda_plan, workspace_regions) {
     cr_assert_geq(p.host_in_bytes, p.tiles + 2 * (size_t)p.max_tiles * 4);
     cr_assert_geq(p.host_in_bytes, p.sdpa_off_o + (B + 1) * 8);
     cr_assert_leq(p.host_in_bytes, p.x);
-    cr_assert_eq(p.host_bytes, p.host_in_bytes + B * C * 4);
+    /* The output vectors, then the hidden states (fp32), each aligned. */
+    const region h[] = {
+        {0, p.host_in_bytes}, {p.host_in_bytes, B * C * 4}, {p.host_hidden, T * C * 4}};
+    check_regions(h, sizeof h / sizeof h[0], p.host_bytes);
+    cr_assert_leq(p.host_bytes, p.host_hidden + T * C * 4 + CUDA_PLAN_ALIGN);
     /* max_seqs 0 (or above max_tokens): as many sequences as tokens. */
     cr_assert_eq(cuda_workspace_plan_make(&c, CUDA_DT_F32, 100, 0, &p, err, sizeof err), 0);
     cr_assert_eq(p.max_seqs, 100);
