@@ -110,6 +110,15 @@ def config_json(tok):
     }
 
 
+def tokenizer_config():
+    """The published tokenizer_config.json, less the added_tokens_decoder
+    (tokenizer.json has the tokens)."""
+    return {"clean_up_tokenization_spaces": True, "cls_token": "[CLS]", "mask_token": "[MASK]",
+            "model_input_names": ["input_ids", "attention_mask"],
+            "model_max_length": fm.MAX_TOKENS, "pad_token": "[PAD]", "sep_token": "[SEP]",
+            "tokenizer_class": "PreTrainedTokenizerFast", "unk_token": "[UNK]"}
+
+
 def build(tmp):
     want = config_json(tokenizer())
     fm.write_json(os.path.join(tmp, "config.json"), want)
@@ -157,11 +166,7 @@ def main():
     fm.finish_dir(OUT, FAMILY, 64, "mean_tokens")
     # Saving wrote transformers 5's layouts over these.
     fm.write_json(os.path.join(OUT, "config.json"), config_json(tokenizer()))
-    fm.write_json(os.path.join(OUT, "tokenizer_config.json"), {
-        "clean_up_tokenization_spaces": True, "cls_token": "[CLS]", "mask_token": "[MASK]",
-        "model_input_names": ["input_ids", "attention_mask"], "model_max_length": fm.MAX_TOKENS,
-        "pad_token": "[PAD]", "sep_token": "[SEP]", "tokenizer_class": "PreTrainedTokenizerFast",
-        "unk_token": "[UNK]"})
+    fm.write_json(os.path.join(OUT, "tokenizer_config.json"), tokenizer_config())
 
     st = fm.load(OUT)
     assert [type(m).__name__ for m in st] == ["Transformer", "Pooling", "Normalize"], list(st)
