@@ -59,8 +59,11 @@ def texts():
 
 def tokenizer_file(family):
     """The committed fam-<family>/tokenizer.json (make_family_tokenizers.py
-    keeps it, as two trainings need not give the same pieces)."""
-    return os.path.join(HERE, "fam-" + family, "tokenizer.json")
+    keeps it, as two trainings need not give the same pieces); nomic_bert
+    has BERT's WordPiece layout, which bert-cls-tiny's tokenizer has
+    (make_task_models.py)."""
+    return os.path.join(HERE, "bert-cls-tiny" if family == "nomic_bert" else "fam-" + family,
+                        "tokenizer.json")
 
 
 def randomise(model, seed, spread):
@@ -241,8 +244,10 @@ def layer_masks(st, n):
 
 def check_masks(st, n, predicates):
     """Checks that layer i's mask is predicates[layer_types[i]](d), d the
-    tensor of i - j, and returns the layer types found."""
-    types_ = st[0].auto_model.config.layer_types
+    tensor of i - j (layer type None where the config has no layer_types),
+    and returns the layer types found."""
+    model = st[0].auto_model
+    types_ = getattr(model.config, "layer_types", None) or [None] * len(model.layers)
     pos = torch.arange(n)
     d = pos[:, None] - pos[None, :]
     for i, (m, t) in enumerate(zip(layer_masks(st, n), types_)):
