@@ -33,6 +33,8 @@ import tokenizers
 import torch
 import transformers
 from sentence_transformers import SentenceTransformer
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -187,10 +189,23 @@ def _modernbert_rotary(q, k, cos, sin, unsqueeze_dim=1):
     return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
 
 
+class _Float64Only(TorchDispatchMode):
+    """Fails on any operation that gives a floating tensor other than
+    float64: the proof that exact_float64() left no float32 step."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in tree_leaves(out):
+            if isinstance(t, torch.Tensor) and t.is_floating_point():
+                assert t.dtype == torch.float64, "%s gave %s" % (func, t.dtype)
+        return out
+
+
 @contextmanager
 def exact_float64(st):
     """st (a SentenceTransformer) in float64 with transformers' float32
-    steps replaced by float64 ones (module docstring)."""
+    steps replaced by float64 ones (module docstring); inside it, an
+    operation that gives a float32 (or any other non-float64) tensor fails."""
     from transformers.models.modernbert import modeling_modernbert
     st.to(torch.float64)
     patched = 0
@@ -209,7 +224,8 @@ def exact_float64(st):
     saved = modeling_modernbert.apply_rotary_pos_emb
     modeling_modernbert.apply_rotary_pos_emb = _modernbert_rotary
     try:
-        yield st
+        with _Float64Only():
+            yield st
     finally:
         modeling_modernbert.apply_rotary_pos_emb = saved
 
