@@ -24,6 +24,7 @@ import os
 import platform
 import shutil
 import sys
+import tempfile
 import types
 from contextlib import contextmanager
 
@@ -147,6 +148,21 @@ def finish_dir(out, family, dim, pooling, denses=0, prompts=None, max_tokens=MAX
         "default_prompt_name": None,
         "similarity_fn_name": "cosine",
     })
+
+
+def make_dir(build, out, family, dim, pooling, config, tokenizer_config, denses=0,
+             prompts=None):
+    """Saves build(tmp) (a SentenceTransformer built on a checkpoint in tmp)
+    to out in the published layout (finish_dir), with config.json and
+    tokenizer_config.json the given objects: saving writes transformers 5's
+    layouts over them."""
+    with tempfile.TemporaryDirectory() as tmp:
+        st = build(tmp)
+        shutil.rmtree(out, ignore_errors=True)
+        st.save(out)
+    finish_dir(out, family, dim, pooling, denses, prompts)
+    write_json(os.path.join(out, "config.json"), config)
+    write_json(os.path.join(out, "tokenizer_config.json"), tokenizer_config)
 
 
 def to_float16(model):
@@ -345,11 +361,60 @@ def versions():
     }
 
 
-def write_golden(path, meta, sets):
-    """meta (model, made_by, ...) with the versions and sets (name -> cases)
-    as the golden JSON tests/unit/golden_embeddings.c reads."""
-    golden = dict(meta, versions=versions(), precision=(
+def reference_sets(st, family, text_list, sets):
+    """sets: golden set name -> prompt name (None: no prompt). Checks the
+    ids against the family tokenizer and runs st exactly in float64.
+    Returns (name -> cases, name -> vectors)."""
+    cases_, vectors = {}, {}
+    for name, prompt in sets.items():
+        ids = token_ids(st, text_list, prompt)
+        check_ids(family, text_list, ids, st.prompts[prompt] if prompt else "")
+        with exact_float64(st):
+            vectors[name] = embed(st, text_list, prompt)
+        cases_[name] = cases(text_list, ids, vectors[name])
+    return cases_, vectors
+
+
+def sensitivity(path, text_list, golden, changes):
+    """changes: name -> change(st). Each change is made on the directory
+    loaded afresh, so none carries over; returns name -> the lowest cosine
+    over the inputs between the changed model's vectors and golden's."""
+    out = {}
+    for name, change in changes.items():
+        st = load(path)
+        with exact_float64(st):
+            change(st)
+            out[name] = min_cosine(embed(st, text_list), golden)
+    return out
+
+
+def norm_weights_set(value):
+    """A sensitivity change: every norm weight set to value (1 for
+    LayerNorm and Qwen3's RMSNorm, 0 for Gemma's 1 + weight)."""
+    def change(st):
+        with torch.no_grad():
+            for n, p in st.named_parameters():
+                if "norm" in n.lower() and n.endswith("weight"):
+                    p.fill_(value)
+    return change
+
+
+def write_golden(path, meta, sets, out_dir):
+    """meta (masking, sensitivity, ...) with the model directory, the
+    script, the versions and sets (name -> cases) as the golden JSON
+    tests/unit/golden_embeddings.c reads; prints what was made."""
+    golden = {"model": os.path.relpath(out_dir, os.path.dirname(os.path.dirname(HERE))),
+              "made_by": os.path.relpath(os.path.abspath(sys.argv[0]),
+                                         os.path.dirname(os.path.dirname(HERE))),
+              "max_tokens": MAX_TOKENS,
+              "attention": "sdpa (exact in float64 on the CPU; the eager path's softmax is "
+                           "float32 in ModernBERT, Qwen3 and Gemma3)"}
+    golden.update(meta, versions=versions(), precision=(
         "float64; RoPE tables, RMSNorm and ModernBERT's rotation in float64 in place of "
         "transformers' float32 steps, SDPA attention (tests/golden/family_models.py)"))
     golden.update(sets)
     golden_io.dump(golden, path)
+    lengths = [len(c["ids"]) for s in sets.values() for c in s]
+    print(f"{out_dir}: {dir_size(out_dir)} bytes; {len(lengths)} cases, tokens "
+          f"{min(lengths)}..{max(lengths)}; sensitivity {meta.get('sensitivity')}; "
+          f"shipped {meta.get('shipped_run_error')}", file=sys.stderr)

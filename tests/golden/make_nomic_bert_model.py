@@ -26,9 +26,6 @@ Usage (the bench's venv, as `make task-models` makes it):
     PY tests/golden/make_nomic_bert_model.py
 """
 import os
-import shutil
-import sys
-import tempfile
 
 import torch
 from safetensors.torch import save_file
@@ -148,6 +145,14 @@ def nomic_names(state):
     return {k: v.contiguous() for k, v in out.items()}
 
 
+def tokenizer_config():
+    """A BERT tokenizer_config.json, as nomic-embed-text-v1.5's."""
+    return {"clean_up_tokenization_spaces": True, "cls_token": "[CLS]", "do_lower_case": True,
+            "mask_token": "[MASK]", "model_max_length": fm.MAX_TOKENS, "pad_token": "[PAD]",
+            "sep_token": "[SEP]", "strip_accents": None, "tokenize_chinese_chars": True,
+            "tokenizer_class": "BertTokenizer", "unk_token": "[UNK]"}
+
+
 def build(tmp):
     fm.write_json(os.path.join(tmp, "config.json"), config_json(tokenizer()))
     model = NomicBertModel(NomicBertConfig.from_pretrained(tmp))
@@ -168,20 +173,28 @@ def masking(st):
                          "the mask each layer is handed in a forward"}
 
 
+def rope_base_10000(st):
+    st[0].auto_model.config.rope_parameters["rope_theta"] = 10000.0
+
+
+def fc11_fc12_swapped(st):
+    for layer in st[0].auto_model.layers:
+        m = layer.mlp
+        m.up_proj.weight, m.gate_proj.weight = m.gate_proj.weight, m.up_proj.weight
+
+
 def main():
     text_list = fm.texts()
-    with tempfile.TemporaryDirectory() as tmp:
-        st, state = build(tmp)
-        shutil.rmtree(OUT, ignore_errors=True)
-        st.save(OUT)
+    state = {}
+
+    def build_keeping_state(tmp):
+        st, tensors = build(tmp)
+        state.update(tensors)
+        return st
+
+    fm.make_dir(build_keeping_state, OUT, FAMILY, HIDDEN, "mean_tokens",
+                config_json(tokenizer()), tokenizer_config(), prompts=PROMPTS)
     save_file(nomic_names(state), os.path.join(OUT, "model.safetensors"), metadata={"format": "pt"})
-    fm.finish_dir(OUT, FAMILY, HIDDEN, "mean_tokens", prompts=PROMPTS)
-    fm.write_json(os.path.join(OUT, "config.json"), config_json(tokenizer()))
-    fm.write_json(os.path.join(OUT, "tokenizer_config.json"), {
-        "clean_up_tokenization_spaces": True, "cls_token": "[CLS]", "do_lower_case": True,
-        "mask_token": "[MASK]", "model_max_length": fm.MAX_TOKENS, "pad_token": "[PAD]",
-        "sep_token": "[SEP]", "strip_accents": None, "tokenize_chinese_chars": True,
-        "tokenizer_class": "BertTokenizer", "unk_token": "[UNK]"})
 
     st = fm.load(OUT)
     assert [type(m).__name__ for m in st] == ["Transformer", "Pooling", "Normalize"], list(st)
@@ -191,43 +204,18 @@ def main():
     loaded = model.state_dict()
     for k, v in state.items():
         assert torch.equal(loaded[k], v.to(torch.float64)), k
-    sets, vectors = {}, {}
-    for name, prompt in (("mean_normalized", None), ("query_mean_normalized", "query")):
-        ids = fm.token_ids(st, text_list, prompt)
-        fm.check_ids(FAMILY, text_list, ids, PROMPTS[prompt] if prompt else "")
-        with fm.exact_float64(st):
-            vectors[name] = fm.embed(st, text_list, prompt)
-        sets[name] = fm.cases(text_list, ids, vectors[name])
+    sets, vectors = fm.reference_sets(st, FAMILY, text_list, {
+        "mean_normalized": None, "query_mean_normalized": "query"})
     plain = vectors["mean_normalized"]
-    sens = {}
-    with fm.exact_float64(st):
-        model.config.rope_parameters["rope_theta"] = 10000.0
-        sens["rope_base_10000"] = fm.min_cosine(fm.embed(st, text_list), plain)
-        model.config.rope_parameters["rope_theta"] = 1000.0
-        with torch.no_grad():
-            for layer in model.layers:
-                a = layer.mlp
-                a.up_proj.weight, a.gate_proj.weight = a.gate_proj.weight, a.up_proj.weight
-            sens["fc11_fc12_swapped"] = fm.min_cosine(fm.embed(st, text_list), plain)
-            for layer in model.layers:
-                a = layer.mlp
-                a.up_proj.weight, a.gate_proj.weight = a.gate_proj.weight, a.up_proj.weight
-        assert fm.max_abs(fm.embed(st, text_list), plain) == 0.0
-    shipped = fm.shipped_error(OUT, text_list, plain)
-    lengths = [len(c["ids"]) for s in sets.values() for c in s]
+    sens = fm.sensitivity(OUT, text_list, plain, {
+        "rope_base_10000": rope_base_10000, "fc11_fc12_swapped": fc11_fc12_swapped,
+        "norm_weights_one": fm.norm_weights_set(1.0)})
     fm.write_golden(GOLDEN, {
-        "model": "tests/golden/nomic-bert-tiny-model",
-        "made_by": "tests/golden/make_nomic_bert_model.py",
-        "max_tokens": fm.MAX_TOKENS,
         "prompts": {k: PROMPTS[k] for k in ("query", "document")},
-        "attention": "sdpa (exact in float64 on the CPU)",
         "masking": masking(st),
         "sensitivity": sens,
-        "shipped_run_error": shipped,
-    }, sets)
-    print(f"{OUT}: {fm.dir_size(OUT)} bytes; {len(text_list)} inputs, tokens "
-          f"{min(lengths)}..{max(lengths)}; sensitivity {sens}; shipped {shipped}",
-          file=sys.stderr)
+        "shipped_run_error": fm.shipped_error(OUT, text_list, plain),
+    }, sets, OUT)
 
 
 if __name__ == "__main__":
