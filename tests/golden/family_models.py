@@ -1,23 +1,26 @@
-"""What make_modernbert_model.py, make_qwen3_model.py and make_gemma3_model.py
-share: the texts, the random weights, the rewriting of the files
-sentence-transformers saves into the published checkpoints' layout, the
-float64 reference run and the golden's metadata.
+"""What the newer families' generators share (make_modernbert_model.py,
+make_modernbert_reranker.py, make_qwen3_model.py, make_gemma3_model.py,
+make_nomic_bert_model.py): the texts, the random weights, the rewriting of
+the files sentence-transformers saves into the published checkpoints'
+layout, the float64 reference run, the sensitivity runs and the golden's
+metadata.
 
 The texts are the multilingual paragraphs of make_family_tokenizers.py (the
 corpus its tokenizers were trained on, read through its corpus()), an empty
 text, "The" (one content token in all three family tokenizers), and joins of
-the paragraphs of 60 to 460 tokens: past every sliding window the models
+the paragraphs of 60 to 500 tokens: past every sliding window the models
 have, and within their 512 positions with a prompt in front.
 
 The reference: transformers casts to float32 inside a float64 model in a
 few places (the RoPE tables and ModernBERT's rotation, Qwen3's and Gemma3's
 RMSNorm, the eager attention's softmax). exact_float64() replaces those
-steps, on the loaded modules, by the same formulas in float64, and the
-attention runs through SDPA (its CPU math path keeps float64 throughout).
-The golden is then the model's exact value to about 1e-15, and a test may
-measure its own error against it. The goldens record how far the run as
-transformers ships it (float64 with its float32 steps) lies from it, which
-bounds what the replaced steps could change.
+steps, on the loaded modules, by the same formulas in float64, the
+attention runs through SDPA (its CPU math path keeps float64 throughout),
+and an operation that gives any other floating dtype fails the run. The
+golden is then the model's value in float64 arithmetic, and a test may
+measure its own error against it. The goldens record how far the runs as
+transformers ships them (float64 with its float32 steps, and float32) lie
+from it: about 4e-7 at most, which bounds what the replaced steps change.
 """
 import json
 import os
