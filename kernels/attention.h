@@ -46,17 +46,50 @@ typedef struct attn_shape {
     int32_t head_dim;     /* D (>= 1) */
     int causal;           /* 1: token i attends to keys 0..i of its sequence */
     int rel_bias;         /* 1: problems carry a relative position bias (below) */
+    /* Hkv: heads of K and V. 0 (or H) gives every query head its own; a
+     * divisor of H groups them, as grouped-query attention does: query head
+     * h reads K/V head h / (H / Hkv), and K and V rows hold Hkv·D floats. */
+    int32_t kv_heads;
+    /* 0: every key of the sequence (up to the query, when causal). w > 0:
+     * the query at position i sees the key at position j only when
+     * |i − j| <= w, as a sliding-window (local) attention layer does. */
+    int32_t window;
 } attn_shape;
+
+/* The K/V head query head h reads (attn_shape.kv_heads). */
+static inline int attn_kv_head(const attn_shape *s, int h) {
+    return s->kv_heads > 0 && s->kv_heads < s->heads ? h / (s->heads / s->kv_heads) : h;
+}
+
+/* The heads K and V rows hold: kv_heads, or heads when it is 0. */
+static inline int32_t attn_kv_heads(const attn_shape *s) {
+    return s->kv_heads > 0 ? s->kv_heads : s->heads;
+}
+
+/* The keys [*lo, *hi) that the query at position i of a sequence of len
+ * tokens sees, under the causal mask and the window: the one definition
+ * every backend and the reference use. */
+static inline void attn_key_range(const attn_shape *s, int32_t i, int32_t len, int32_t *lo,
+                                  int32_t *hi) {
+    int32_t a = 0, b = s->causal ? i + 1 : len;
+    if (s->window > 0) {
+        a = i > s->window ? i - s->window : 0;
+        if (b > i + s->window + 1)
+            b = i + s->window + 1;
+    }
+    *lo = a;
+    *hi = b;
+}
 
 /* One forward call. Pointers are caller-owned; out must not alias q, k, v. */
 typedef struct attn_problem {
     attn_shape shape;
     const int32_t *cu_seqlens; /* [B + 1], cu[0] = 0, non-decreasing, cu[B] = T */
     const float *q;            /* (T, H, D) with token stride q_stride */
-    const float *k;            /* (T, H, D) with token stride k_stride */
-    const float *v;            /* (T, H, D) with token stride v_stride */
+    const float *k;            /* (T, Hkv, D) with token stride k_stride */
+    const float *v;            /* (T, Hkv, D) with token stride v_stride */
     float *out;                /* (T, H, D) with token stride out_stride */
-    size_t q_stride, k_stride, v_stride, out_stride; /* floats; >= H*D */
+    size_t q_stride, k_stride, v_stride, out_stride; /* floats; >= H*D (K, V: Hkv*D) */
     float scale;                                     /* softmax scale, usually 1/sqrt(D) */
     /* The relative position bias, when shape.rel_bias (NULL otherwise): the
      * score of query i and key j of one sequence (i, j their positions in
@@ -81,8 +114,10 @@ void attn_problem_dense(attn_problem *p, attn_shape shape, const int32_t *cu_seq
  * pointers, finite scale). Returns ATTN_OK or ATTN_EINVAL with a reason. */
 int attn_problem_check(const attn_problem *p, char *why, size_t why_len);
 
-/* Floating-point operations of one forward: 4·L²·D·H per sequence of length L
- * (QK^T and PV), counting only the keys a causal query sees. */
+/* Floating-point operations of one forward: 4·D·H per (query, key) pair
+ * (QK^T and PV): L² pairs per sequence of length L, L²/2 when causal (the
+ * convention FlashAttention's benchmarks use), and with a window the pairs
+ * it leaves. */
 double attn_flops(const attn_problem *p);
 
 /* ---- the backend table ---------------------------------------------------- */
@@ -135,10 +170,15 @@ typedef struct attn_backend {
      * the bias existed) is never handed a problem that carries one:
      * attn_backend_supports refuses the shape by name. */
     int rel_bias;
+    /* 1: forward groups query heads over shape.kv_heads K/V heads; 1:
+     * forward keeps shape.window. Each refused by name alike when 0. */
+    int gqa;
+    int window;
 } attn_backend;
 
 /* b's capability check for shape, with the contract's own gates first (a
- * relative position bias b does not add): what every caller asks before
+ * relative position bias, grouped K/V heads or a window that b does not
+ * declare): what every caller asks before
  * choosing or sizing b. Returns ATTN_OK or ATTN_EUNSUPPORTED with a reason. */
 int attn_backend_supports(const attn_backend *b, const attn_shape *shape, char *why,
                           size_t why_len);

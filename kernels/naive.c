@@ -46,7 +46,7 @@ static void naive_task(void *arg, size_t task, int worker) {
     const attn_problem *p = c->p;
     const int H = p->shape.heads, D = p->shape.head_dim;
     const int32_t b = (int32_t)(task / (size_t)H);
-    const int h = (int)(task % (size_t)H);
+    const int h = (int)(task % (size_t)H), hk = attn_kv_head(&p->shape, h);
     const int32_t start = p->cu_seqlens[b], len = p->cu_seqlens[b + 1] - start;
     float *s = c->scores + (size_t)worker * (size_t)p->shape.max_seqlen; /* (len) */
     /* bias[i - j]: the head's relative position bias, centred on distance 0. */
@@ -57,10 +57,11 @@ static void naive_task(void *arg, size_t task, int worker) {
 
     for (int32_t i = 0; i < len; i++) {
         const float *qi = p->q + (size_t)(start + i) * p->q_stride + (size_t)h * D; /* (D) */
-        const int32_t nkeys = p->shape.causal ? i + 1 : len;
+        int32_t lo, hi;
+        attn_key_range(&p->shape, i, len, &lo, &hi);
         float m = -INFINITY;
-        for (int32_t j = 0; j < nkeys; j++) {
-            const float *kj = p->k + (size_t)(start + j) * p->k_stride + (size_t)h * D;
+        for (int32_t j = lo; j < hi; j++) {
+            const float *kj = p->k + (size_t)(start + j) * p->k_stride + (size_t)hk * D;
             float dot = 0.0f;
             for (int d = 0; d < D; d++)
                 dot += qi[d] * kj[d];
@@ -70,15 +71,15 @@ static void naive_task(void *arg, size_t task, int worker) {
             m = s[j] > m ? s[j] : m;
         }
         float sum = 0.0f;
-        for (int32_t j = 0; j < nkeys; j++) {
+        for (int32_t j = lo; j < hi; j++) {
             s[j] = expf(s[j] - m);
             sum += s[j];
         }
         float *oi = p->out + (size_t)(start + i) * p->out_stride + (size_t)h * D; /* (D) */
         for (int d = 0; d < D; d++)
             oi[d] = 0.0f;
-        for (int32_t j = 0; j < nkeys; j++) {
-            const float *vj = p->v + (size_t)(start + j) * p->v_stride + (size_t)h * D;
+        for (int32_t j = lo; j < hi; j++) {
+            const float *vj = p->v + (size_t)(start + j) * p->v_stride + (size_t)hk * D;
             const float w = s[j] / sum;
             for (int d = 0; d < D; d++)
                 oi[d] += w * vj[d];
@@ -113,4 +114,6 @@ const attn_backend attn_backend_naive = {
     .forward = naive_forward,
     .simd_path = naive_simd_path,
     .rel_bias = 1,
+    .gqa = 1,
+    .window = 1,
 };

@@ -43,14 +43,16 @@ double attn_error_bound_of(attn_precision prec, double vmax, int32_t nkeys, int 
     return bound_full(prec, vmax, nkeys, head_dim, smax, amax, 0);
 }
 
-/* max_j scale·Σ_d |q[d]·k_j[d]| over the keys token t sees, for head h: the
- * condition of the row's score dot products. */
-static double abs_dot_max(const attn_problem *p, int32_t start, int32_t nkeys, int32_t t, int h) {
-    const int D = p->shape.head_dim;
+/* max_j scale·Σ_d |q[d]·k_j[d]| over the keys [lo, hi) of the sequence
+ * starting at start that token t sees, for head h: the condition of the
+ * row's score dot products. */
+static double abs_dot_max(const attn_problem *p, int32_t start, int32_t lo, int32_t hi, int32_t t,
+                          int h) {
+    const int D = p->shape.head_dim, hk = attn_kv_head(&p->shape, h);
     const float *qi = p->q + (size_t)t * p->q_stride + (size_t)h * D;
     double amax = 0.0;
-    for (int32_t j = 0; j < nkeys; j++) {
-        const float *kj = p->k + (size_t)(start + j) * p->k_stride + (size_t)h * D;
+    for (int32_t j = lo; j < hi; j++) {
+        const float *kj = p->k + (size_t)(start + j) * p->k_stride + (size_t)hk * D;
         double a = 0.0;
         for (int d = 0; d < D; d++)
             a += fabs((double)qi[d] * (double)kj[d]);
@@ -61,20 +63,23 @@ static double abs_dot_max(const attn_problem *p, int32_t start, int32_t nkeys, i
 
 double attn_reference_row(const attn_problem *p, int32_t seq, int32_t t, int h, double *ref,
                           double *vmax, double *scores) {
-    const int D = p->shape.head_dim;
+    const int D = p->shape.head_dim, hk = attn_kv_head(&p->shape, h);
     const int32_t start = p->cu_seqlens[seq], len = p->cu_seqlens[seq + 1] - start;
-    const int32_t nkeys = p->shape.causal ? t - start + 1 : len;
+    int32_t lo, hi;
+    attn_key_range(&p->shape, t - start, len, &lo, &hi);
+    const int32_t nkeys = hi - lo;
     const float *qi = p->q + (size_t)t * p->q_stride + (size_t)h * D;
     double m = -INFINITY, smax = 0.0;
+    /* scores[j] is key lo + j's */
     for (int32_t j = 0; j < nkeys; j++) {
-        const float *kj = p->k + (size_t)(start + j) * p->k_stride + (size_t)h * D;
+        const float *kj = p->k + (size_t)(start + lo + j) * p->k_stride + (size_t)hk * D;
         double dot = 0.0;
         for (int d = 0; d < D; d++)
             dot += (double)qi[d] * (double)kj[d];
         scores[j] = dot * (double)p->scale;
-        if (p->shape.rel_bias) /* t - start - j: the query's position minus the key's */
+        if (p->shape.rel_bias) /* t - start - (lo + j): the query's position minus the key's */
             scores[j] += (double)p->rel_bias[(size_t)h * (2 * (size_t)p->rel_span - 1) +
-                                             (size_t)(p->rel_span - 1 + (t - start) - j)];
+                                             (size_t)(p->rel_span - 1 + (t - start) - (lo + j))];
         m = fmax(m, scores[j]);
         smax = fmax(smax, fabs(scores[j]));
     }
@@ -86,7 +91,7 @@ double attn_reference_row(const attn_problem *p, int32_t seq, int32_t t, int h, 
     for (int d = 0; d < D; d++)
         ref[d] = vmax[d] = 0.0;
     for (int32_t j = 0; j < nkeys; j++) {
-        const float *vj = p->v + (size_t)(start + j) * p->v_stride + (size_t)h * D;
+        const float *vj = p->v + (size_t)(start + lo + j) * p->v_stride + (size_t)hk * D;
         const double w = scores[j] / sum;
         for (int d = 0; d < D; d++) {
             ref[d] += w * (double)vj[d];
@@ -133,10 +138,12 @@ int64_t attn_check_rows_as(const attn_problem *p, attn_precision prec, const int
             continue;
         const int32_t seq = seq_of(p, t);
         const int32_t start = p->cu_seqlens[seq];
-        const int32_t nkeys = p->shape.causal ? t - start + 1 : p->cu_seqlens[seq + 1] - start;
+        int32_t lo, hi;
+        attn_key_range(&p->shape, t - start, p->cu_seqlens[seq + 1] - start, &lo, &hi);
+        const int32_t nkeys = hi - lo;
         for (int h = 0; h < H; h++) {
             const double smax = attn_reference_row(p, seq, t, h, ref, vmax, scores);
-            const double amax = prec == ATTN_PREC_BF16 ? abs_dot_max(p, start, nkeys, t, h) : 0.0;
+            const double amax = prec == ATTN_PREC_BF16 ? abs_dot_max(p, start, lo, hi, t, h) : 0.0;
             const float *out = p->out + (size_t)t * p->out_stride + (size_t)h * D;
             for (int d = 0; d < D; d++) {
                 const double bound =

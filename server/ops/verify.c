@@ -188,6 +188,7 @@ static void check_slot(verifier *v, verify_evidence *ev) {
     ev->shape = v->shape;
     ev->rows = v->nrows;
     const size_t row = (size_t)v->shape.heads * (size_t)v->shape.head_dim;
+    const size_t kv_row = (size_t)attn_kv_heads(&v->shape) * (size_t)v->shape.head_dim;
     /* Q and the output hold only the checked rows: each row is checked as a
      * problem whose token stride is 0, so row t of it reads the one
      * captured row, while K and V are the whole captured sequences. */
@@ -195,8 +196,8 @@ static void check_slot(verifier *v, verify_evidence *ev) {
                       .cu_seqlens = v->cu,
                       .k = v->k,
                       .v = v->v,
-                      .k_stride = row,
-                      .v_stride = row,
+                      .k_stride = kv_row,
+                      .v_stride = kv_row,
                       .q_stride = 0,
                       .out_stride = 0,
                       .scale = v->scale,
@@ -438,6 +439,9 @@ static void skip(verifier *v) {
 static bool fill_slot(verifier *v, const attn_problem *p, int32_t npick) {
     const attn_shape *s = &p->shape;
     const size_t row = (size_t)s->heads * (size_t)s->head_dim;
+    /* K and V rows hold the K/V heads only (fewer under grouped-query
+     * attention); captured back to back at that width. */
+    const size_t kv_row = (size_t)attn_kv_heads(s) * (size_t)s->head_dim;
     if ((int64_t)row > v->opt.max_row_floats || s->head_dim > v->opt.max_head_dim)
         return false;
     int32_t B = 0, T = 0, max_len = 0, seq = -1, nrows = 0;
@@ -454,10 +458,10 @@ static bool fill_slot(verifier *v, const attn_problem *p, int32_t npick) {
                 (int64_t)(T + len) * (int64_t)row > v->opt.max_kv_floats)
                 return false;
             for (int32_t j = 0; j < len; j++) {
-                memcpy(v->k + (size_t)(T + j) * row, p->k + (size_t)(lo + j) * p->k_stride,
-                       row * sizeof(float));
-                memcpy(v->v + (size_t)(T + j) * row, p->v + (size_t)(lo + j) * p->v_stride,
-                       row * sizeof(float));
+                memcpy(v->k + (size_t)(T + j) * kv_row, p->k + (size_t)(lo + j) * p->k_stride,
+                       kv_row * sizeof(float));
+                memcpy(v->v + (size_t)(T + j) * kv_row, p->v + (size_t)(lo + j) * p->v_stride,
+                       kv_row * sizeof(float));
             }
             T += len;
             v->seqs[B] = b;

@@ -22,6 +22,12 @@ float rng_normal(test_rng *r) {
     return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
 }
 
+/* Whether the query at position i sees the key at position j. */
+static int sees(const attn_shape *s, int32_t i, int32_t j) {
+    const int32_t dist = i > j ? i - j : j - i;
+    return !(s->causal && j > i) && !(s->window && dist > s->window);
+}
+
 void attn_reference(const attn_problem *p, int32_t row_lo, int32_t row_hi, double *ref,
                     double *vmax, double *smax) {
     double smax_seen = 0.0;
@@ -34,12 +40,20 @@ void attn_reference(const attn_problem *p, int32_t row_lo, int32_t row_hi, doubl
             const int32_t t = start + i;
             if (t < row_lo || t >= row_hi)
                 continue;
-            const int32_t nkeys = p->shape.causal ? i + 1 : len;
             for (int h = 0; h < H; h++) {
+                /* Written out here rather than through attention.h's
+                 * attn_kv_head and attn_key_range, so that the backends'
+                 * use of those is checked against an independent reading. */
+                const int kvh = p->shape.kv_heads ? p->shape.kv_heads : H;
+                const int hk = h / (H / kvh);
                 const float *qi = p->q + (size_t)t * p->q_stride + (size_t)h * D;
                 double m = -INFINITY;
-                for (int32_t j = 0; j < nkeys; j++) {
-                    const float *kj = p->k + (size_t)(start + j) * p->k_stride + (size_t)h * D;
+                for (int32_t j = 0; j < len; j++) {
+                    if (!sees(&p->shape, i, j)) {
+                        s[j] = -INFINITY;
+                        continue;
+                    }
+                    const float *kj = p->k + (size_t)(start + j) * p->k_stride + (size_t)hk * D;
                     double dot = 0.0;
                     for (int d = 0; d < D; d++)
                         dot += (double)qi[d] * (double)kj[d];
@@ -48,7 +62,7 @@ void attn_reference(const attn_problem *p, int32_t row_lo, int32_t row_hi, doubl
                     smax_seen = fmax(smax_seen, fabs(s[j]));
                 }
                 double sum = 0.0;
-                for (int32_t j = 0; j < nkeys; j++) {
+                for (int32_t j = 0; j < len; j++) {
                     s[j] = exp(s[j] - m);
                     sum += s[j];
                 }
@@ -59,8 +73,10 @@ void attn_reference(const attn_problem *p, int32_t row_lo, int32_t row_hi, doubl
                     if (vm)
                         vm[d] = 0.0;
                 }
-                for (int32_t j = 0; j < nkeys; j++) {
-                    const float *vj = p->v + (size_t)(start + j) * p->v_stride + (size_t)h * D;
+                for (int32_t j = 0; j < len; j++) {
+                    if (!sees(&p->shape, i, j))
+                        continue; /* vmax counts only the keys seen */
+                    const float *vj = p->v + (size_t)(start + j) * p->v_stride + (size_t)hk * D;
                     for (int d = 0; d < D; d++) {
                         r[d] += s[j] / sum * (double)vj[d];
                         if (vm)

@@ -69,7 +69,7 @@ static batch make_batch(int B, const int32_t *lens, int H, int D, int causal, in
     b.v = filled(n, NAN);
     b.out = filled(n, SENTINEL);
     b.n_out = n;
-    attn_shape s = {B, T, maxlen, H, D, causal, 0};
+    attn_shape s = {B, T, maxlen, H, D, causal, 0, 0, 0};
     attn_problem_dense(&b.p, s, b.cu, b.q, b.k, b.v, b.out);
     b.p.q_stride = b.p.k_stride = b.p.v_stride = b.p.out_stride = row;
     return b;
@@ -243,7 +243,7 @@ Test(fused_kernel, same_bits_on_any_thread_count) {
 }
 
 Test(fused_kernel, workspace_grows_with_threads_not_length) {
-    attn_shape s = {4, 40000, 32768, 12, 64, 1, 0}, shorter = s;
+    attn_shape s = {4, 40000, 32768, 12, 64, 1, 0, 0, 0}, shorter = s;
     shorter.max_seqlen = 128;
     cr_expect_eq(be->workspace_size(&s, 2), be->workspace_size(&shorter, 2));
     const size_t one = be->workspace_size(&s, 1), two = be->workspace_size(&s, 2);
