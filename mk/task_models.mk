@@ -7,7 +7,8 @@
 # tests/golden/family_models.py). They are committed, so `make test` never
 # needs this; torch, transformers and sentence-transformers come from PyPI
 # into the bench's virtualenv (bench/embed/peers.py installs it on first use).
-TASK_MODEL_SCRIPTS := make_task_models.py make_mpnet_model.py make_modernbert_model.py
+TASK_MODEL_SCRIPTS := make_task_models.py make_mpnet_model.py make_modernbert_model.py \
+                      make_modernbert_reranker.py make_qwen3_model.py make_gemma3_model.py
 
 .PHONY: task-models
 task-models:

@@ -211,6 +211,45 @@ def exact_float64(st):
         modeling_modernbert.apply_rotary_pos_emb = saved
 
 
+def layer_masks(st, n):
+    """The mask each layer of st's model is handed in a forward over n
+    tokens without padding (eager attention, so every mask is built out):
+    a list of [n, n] bool tensors, allowed[i, j] when query i sees key j.
+    The masking a family's golden states is read off these, not assumed."""
+    model = st[0].auto_model
+    seen = {}
+
+    def hook(i):
+        return lambda mod, args, kwargs: seen.__setitem__(i, kwargs["attention_mask"])
+
+    model.set_attn_implementation("eager")
+    hooks = [layer.register_forward_pre_hook(hook(i), with_kwargs=True)
+             for i, layer in enumerate(model.layers)]
+    try:
+        ids = torch.full((1, n), 5)
+        with torch.no_grad():
+            model(input_ids=ids, attention_mask=torch.ones_like(ids))
+    finally:
+        for h in hooks:
+            h.remove()
+        model.set_attn_implementation("sdpa")
+    # None: the mask builder skipped an all-allowed mask (eager attention
+    # then applies none, causal modules or not).
+    return [torch.ones(n, n, dtype=torch.bool) if seen[i] is None else seen[i][0, 0] == 0
+            for i in range(len(model.layers))]
+
+
+def check_masks(st, n, predicates):
+    """Checks that layer i's mask is predicates[layer_types[i]](d), d the
+    tensor of i - j, and returns the layer types found."""
+    types_ = st[0].auto_model.config.layer_types
+    pos = torch.arange(n)
+    d = pos[:, None] - pos[None, :]
+    for i, (m, t) in enumerate(zip(layer_masks(st, n), types_)):
+        assert torch.equal(m, predicates[t](d)), ("layer %d (%s): mask differs" % (i, t), m.int())
+    return types_
+
+
 def load(path, dtype=torch.float64):
     """The directory as sentence-transformers loads it, on the CPU, with
     SDPA attention (float64 inside, where eager's softmax is float32)."""

@@ -110,6 +110,15 @@ def config_json(tok):
     }
 
 
+def tokenizer_config():
+    """The published tokenizer_config.json, less the added_tokens_decoder
+    (tokenizer.json has the tokens)."""
+    return {"clean_up_tokenization_spaces": True, "cls_token": "[CLS]", "mask_token": "[MASK]",
+            "model_input_names": ["input_ids", "attention_mask"],
+            "model_max_length": fm.MAX_TOKENS, "pad_token": "[PAD]", "sep_token": "[SEP]",
+            "tokenizer_class": "PreTrainedTokenizerFast", "unk_token": "[UNK]"}
+
+
 def build(tmp):
     want = config_json(tokenizer())
     fm.write_json(os.path.join(tmp, "config.json"), want)
@@ -135,26 +144,17 @@ def check_config(st):
     assert type(st[0].auto_model).__name__ == "ModernBertModel"
 
 
-def window_mask(st, n):
-    """The local layers' mask as transformers builds it for n tokens: the
-    predicate is read off it, not assumed."""
-    from transformers.masking_utils import create_bidirectional_sliding_window_mask
-    cfg = st[0].auto_model.config
-    emb = torch.zeros(1, n, cfg.hidden_size, dtype=torch.float64)
-    m = create_bidirectional_sliding_window_mask(config=cfg, inputs_embeds=emb,
-                                                 attention_mask=torch.ones(1, n, dtype=torch.long))
-    allowed = (m[0, 0] == 0) if m.dtype != torch.bool else m[0, 0]
-    i = torch.arange(n)
-    d = (i[:, None] - i[None, :]).abs()
+def masking(st):
     half = LOCAL_ATTENTION // 2
-    assert torch.equal(allowed, d <= half), "the window is not |i - j| <= local_attention // 2"
-    return {"local_layers": "|i - j| <= local_attention // 2 (= %d here; both sides, the "
-                            "token itself included, padding keys excluded)" % half,
+    fm.check_masks(st, 40, {"full_attention": lambda d: d == d,
+                            "sliding_attention": lambda d: d.abs() <= half})
+    return {"local_layers": "|i - j| <= local_attention // 2 (= %d here: both sides, the "
+                            "token itself included; padding keys never)" % half,
             "global_layers": "every non-padding key",
             "read_from": "transformers.masking_utils.sliding_window_bidirectional_overlay "
-                         "(abs(q_idx - kv_idx) <= config.sliding_window, and "
-                         "ModernBertConfig.sliding_window = local_attention // 2); checked "
-                         "on the mask create_bidirectional_sliding_window_mask builds"}
+                         "(abs(q_idx - kv_idx) <= config.sliding_window; "
+                         "ModernBertConfig.sliding_window is local_attention // 2); checked "
+                         "on the mask each layer is handed in a forward"}
 
 
 def main():
@@ -166,11 +166,7 @@ def main():
     fm.finish_dir(OUT, FAMILY, 64, "mean_tokens")
     # Saving wrote transformers 5's layouts over these.
     fm.write_json(os.path.join(OUT, "config.json"), config_json(tokenizer()))
-    fm.write_json(os.path.join(OUT, "tokenizer_config.json"), {
-        "clean_up_tokenization_spaces": True, "cls_token": "[CLS]", "mask_token": "[MASK]",
-        "model_input_names": ["input_ids", "attention_mask"], "model_max_length": fm.MAX_TOKENS,
-        "pad_token": "[PAD]", "sep_token": "[SEP]", "tokenizer_class": "PreTrainedTokenizerFast",
-        "unk_token": "[UNK]"})
+    fm.write_json(os.path.join(OUT, "tokenizer_config.json"), tokenizer_config())
 
     st = fm.load(OUT)
     assert [type(m).__name__ for m in st] == ["Transformer", "Pooling", "Normalize"], list(st)
@@ -201,7 +197,6 @@ def main():
                 if "norm" in n:
                     p.copy_(saved[n])
         assert fm.max_abs(fm.embed(st, text_list), mean) == 0.0
-    masking = window_mask(st, 40)
     shipped = fm.shipped_error(OUT, text_list, mean)
     lengths = [len(i) for i in ids]
     fm.write_golden(GOLDEN, {
@@ -209,7 +204,7 @@ def main():
         "made_by": "tests/golden/make_modernbert_model.py",
         "max_tokens": fm.MAX_TOKENS,
         "attention": "sdpa (exact in float64 on the CPU; eager's softmax is float32)",
-        "masking": masking,
+        "masking": masking(st),
         "sensitivity": sens,
         "shipped_run_error": shipped,
     }, {"mean_normalized": fm.cases(text_list, ids, mean),
