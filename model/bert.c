@@ -55,6 +55,10 @@ typedef struct bert_layer {
     const float *ffn_out_b; /* (C) */
     const float *ln2_w;     /* (C) post-norm: after the FFN; pre-norm: the FFN's input */
     const float *ln2_b;     /* (C) */
+    const float *q_norm_w;  /* (D) qk_norm: each Q head's norm */
+    const float *k_norm_w;  /* (D) each K head's */
+    const float *ln1p_w;    /* (C) post_norms: attention's output, before the residual add */
+    const float *ln2p_w;    /* (C) post_norms: the FFN's output */
     /* The four linear layers packed for the model's precision from the
      * tensors above (which fp32 keeps reading; the others copy). */
     gemm_weights *qkv, *attn_o, *ffn_in, *ffn_out;
@@ -247,6 +251,7 @@ typedef struct layer_names {
     const char *word, *pos, *type, *emb_norm, *final_norm;
     const char *layer;
     const char *qkv[3], *attn_o, *ln1, *ffn_in[2], *ffn_out, *ln2;
+    const char *q_norm, *k_norm, *ln1_post, *ln2_post;
 } layer_names;
 
 static const layer_names layouts[] = {
@@ -282,6 +287,32 @@ static const layer_names layouts[] = {
                                 .ffn_in = {"mlp.Wi"},
                                 .ffn_out = "mlp.Wo",
                                 .ln2 = "mlp_norm"},
+    [BERT_LAYOUT_QWEN3] = {.word = "embed_tokens",
+                           .final_norm = "norm",
+                           .layer = "layers.%d.",
+                           .qkv = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"},
+                           .attn_o = "self_attn.o_proj",
+                           .ln1 = "input_layernorm",
+                           .ffn_in = {"mlp.gate_proj", "mlp.up_proj"},
+                           .ffn_out = "mlp.down_proj",
+                           .ln2 = "post_attention_layernorm",
+                           .q_norm = "self_attn.q_norm",
+                           .k_norm = "self_attn.k_norm"},
+    /* Gemma3's post_attention_layernorm normalises attention's output;
+     * the FFN's input norm is pre_feedforward_layernorm. */
+    [BERT_LAYOUT_GEMMA3] = {.word = "embed_tokens",
+                            .final_norm = "norm",
+                            .layer = "layers.%d.",
+                            .qkv = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"},
+                            .attn_o = "self_attn.o_proj",
+                            .ln1 = "input_layernorm",
+                            .ffn_in = {"mlp.gate_proj", "mlp.up_proj"},
+                            .ffn_out = "mlp.down_proj",
+                            .ln2 = "pre_feedforward_layernorm",
+                            .q_norm = "self_attn.q_norm",
+                            .k_norm = "self_attn.k_norm",
+                            .ln1_post = "post_attention_layernorm",
+                            .ln2_post = "post_feedforward_layernorm"},
 };
 
 /* The widths of a layer's projections (see bert_layer). */
@@ -295,18 +326,24 @@ static int64_t ffn_rows(const bert_config *c) {
     return (enc_mlp_gated(c->mlp) ? 2 : 1) * (int64_t)c->intermediate_size;
 }
 
-/* A norm's weight and, when the family's norms have one, its bias. */
-static int bind_norm(loader *ld, const bert_config *c, const float **w, const float **b,
-                     const char *name) {
+/* A norm's weight (n floats: C, or D for a q/k norm) and, when the
+ * family's norms have one, its bias. */
+static int bind_norm_n(loader *ld, const bert_config *c, const float **w, const float **b,
+                       const char *name, int64_t n_floats) {
     char n[192];
     snprintf(n, sizeof n, "%s.weight", name);
-    int rc = bind(ld, w, n, c->hidden_size, 0);
+    int rc = bind(ld, w, n, n_floats, 0);
     *b = NULL;
     if (!rc && c->norm == ENC_NORM_LAYER && c->norm_bias) {
         snprintf(n, sizeof n, "%s.bias", name);
-        rc = bind(ld, b, n, c->hidden_size, 0);
+        rc = bind(ld, b, n, n_floats, 0);
     }
     return rc;
+}
+
+static int bind_norm(loader *ld, const bert_config *c, const float **w, const float **b,
+                     const char *name) {
+    return bind_norm_n(ld, c, w, b, name, c->hidden_size);
 }
 
 /* A linear layer (rows, cols) and, when has_bias, its bias, bound in place
@@ -384,6 +421,15 @@ static int bind_layer(loader *ld, bert_layer *w, int l, const bert_config *c) {
     if (!c->pre_norm || l > 0 || c->norm_first)
         rc = rc ? rc : bind_norm(ld, c, &w->ln1_w, &w->ln1_b, NAME(0, ln->ln1));
     rc = rc ? rc : bind_norm(ld, c, &w->ln2_w, &w->ln2_b, NAME(0, ln->ln2));
+    const float *none;
+    if (c->qk_norm) {
+        rc = rc ? rc : bind_norm_n(ld, c, &w->q_norm_w, &none, NAME(0, ln->q_norm), D);
+        rc = rc ? rc : bind_norm_n(ld, c, &w->k_norm_w, &none, NAME(0, ln->k_norm), D);
+    }
+    if (c->post_norms) {
+        rc = rc ? rc : bind_norm(ld, c, &w->ln1p_w, &none, NAME(0, ln->ln1_post));
+        rc = rc ? rc : bind_norm(ld, c, &w->ln2p_w, &none, NAME(0, ln->ln2_post));
+    }
 #undef NAME
     return rc;
 }
@@ -782,12 +828,16 @@ static size_t vector_list(bert_model *m, const float ***v, size_t *len) {
         VEC(&w->ln1_b, C);
         VEC(&w->ln2_w, C);
         VEC(&w->ln2_b, C);
+        VEC(&w->q_norm_w, (size_t)c->head_dim);
+        VEC(&w->k_norm_w, (size_t)c->head_dim);
+        VEC(&w->ln1p_w, C);
+        VEC(&w->ln2p_w, C);
     }
 #undef VEC
     return n;
 }
 #define VECTORS_FIXED     5
-#define VECTORS_PER_LAYER 4
+#define VECTORS_PER_LAYER 8
 
 /* After a reduced precision has packed the linear layers, the model keeps
  * nothing of the file: the embedding tables move to bf16 (a lookup widens a
@@ -1209,6 +1259,10 @@ static void embed_task(void *arg, size_t task, int worker) {
             for (int i = 0; i < C; i++)
                 xt[i] = (we[i] + (tt ? tt[i] : 0.0f)) + pe[i];
         }
+        /* Gemma scales the looked-up row by √C. */
+        if (m->cfg.emb_scale > 0.0f)
+            for (int i = 0; i < C; i++)
+                xt[i] *= m->cfg.emb_scale;
         if (m->emb_ln_w)
             enc_norm_row(m->cfg.norm, xt, xt, m->emb_ln_w, m->emb_ln_b ? m->emb_ln_b : m->zeros, C,
                          m->cfg.layer_norm_eps);
@@ -1393,18 +1447,42 @@ static void norm_task(void *arg, size_t task, int worker) {
                      (int)C, cfg->layer_norm_eps);
 }
 
-/* Q's H heads and K's Hkv heads of every token rotated by its position
+/* Q's H heads and K's Hkv heads of every token normalised head by head
+ * (qk_norm: w is Q's norm, b K's), then rotated by the token's position
  * within its sequence. */
 static void rope_task(void *arg, size_t task, int worker) {
     (void)worker;
     const rows_ctx *c = arg;
     const bert_config *cfg = &c->m->cfg;
     const size_t QN = (size_t)qkv_rows(cfg), AO = (size_t)attn_width(cfg);
+    const size_t D = (size_t)cfg->head_dim;
     size_t t0, t1;
     block(c->T, c->ntasks, task, &t0, &t1);
     for (size_t t = t0; t < t1; t++) {
-        enc_rope_apply(c->rope, c->qkv + t * QN, cfg->num_heads, c->pos[t]);
-        enc_rope_apply(c->rope, c->qkv + t * QN + AO, cfg->num_kv_heads, c->pos[t]);
+        float *q = c->qkv + t * QN, *k = q + AO;
+        for (int h = 0; c->w && h < cfg->num_heads; h++)
+            enc_norm_row(cfg->norm, q + h * D, q + h * D, c->w, NULL, (int)D, cfg->layer_norm_eps);
+        for (int h = 0; c->b && h < cfg->num_kv_heads; h++)
+            enc_norm_row(cfg->norm, k + h * D, k + h * D, c->b, NULL, (int)D, cfg->layer_norm_eps);
+        enc_rope_apply(c->rope, q, cfg->num_heads, c->pos[t]);
+        enc_rope_apply(c->rope, k, cfg->num_kv_heads, c->pos[t]);
+    }
+}
+
+/* x += norm(h), row by row: a sublayer's output normalised before the
+ * residual add (Gemma3's post norms). */
+static void add_norm_task(void *arg, size_t task, int worker) {
+    (void)worker;
+    const rows_ctx *c = arg;
+    const bert_config *cfg = &c->m->cfg;
+    const size_t C = (size_t)cfg->hidden_size;
+    size_t t0, t1;
+    block(c->T, c->ntasks, task, &t0, &t1);
+    for (size_t t = t0; t < t1; t++) {
+        float *h = c->ffn + t * C, *x = c->out + t * C;
+        enc_norm_row(cfg->norm, h, h, c->w, NULL, (int)C, cfg->layer_norm_eps);
+        for (size_t i = 0; i < C; i++)
+            x[i] += h[i];
     }
 }
 
@@ -1472,6 +1550,8 @@ int bert_forward_types(const bert_model *m, bert_workspace *ws, const attn_backe
     ap.out_stride = AO;
     ap.rel_bias = m->rel_bias;
     ap.rel_span = cfg->max_positions;
+    if (cfg->attn_scale > 0.0f)
+        ap.scale = cfg->attn_scale;
 
     bert_stage_ns *st = &ws->stages;
     *st = (bert_stage_ns){0};
@@ -1504,6 +1584,8 @@ int bert_forward_types(const bert_model *m, bert_workspace *ws, const attn_backe
         gemm_run(w->qkv, par, in, C, ws->qkv, QN, T, NULL, ws->gemm_ws);
         if (cfg->rope) {
             rows_ctx rc_rope = {.m = m,
+                                .w = w->q_norm_w,
+                                .b = w->k_norm_w,
                                 .qkv = ws->qkv,
                                 .rope = &m->rope[cfg->sliding[l]],
                                 .pos = ws->pos,
@@ -1522,10 +1604,17 @@ int bert_forward_types(const bert_model *m, bert_workspace *ws, const attn_backe
             t0 = stage_clock(); /* the tap's copy is verification's cost, no stage's */
         }
         if (cfg->pre_norm) {
-            /* x += att · W_oᵀ; x += W_out · act(W_in · norm(x)). */
+            /* x += att · W_oᵀ; x += W_out · act(W_in · norm(x)); with post
+             * norms each sublayer's output is normalised (in h) first. */
             const gemm_epilogue add = {.residual = ws->x, .ld_residual = (size_t)C};
+            rows_ctx post = {.m = m, .ffn = ws->h, .out = ws->x, .T = (size_t)T};
             calib_note(ws, l, BERT_LINEAR_ATTN_OUT, ws->att, T, (int)AO, AO, S);
-            gemm_run(w->attn_o, par, ws->att, AO, ws->x, C, T, &add, ws->gemm_ws);
+            if (w->ln1p_w) {
+                gemm_run(w->attn_o, par, ws->att, AO, ws->h, C, T, NULL, ws->gemm_ws);
+                post.w = w->ln1p_w;
+                run_rows(par, &post, add_norm_task);
+            } else
+                gemm_run(w->attn_o, par, ws->att, AO, ws->x, C, T, &add, ws->gemm_ws);
             STAGE(out_proj);
             norm_rows(m, par, w->ln2_w, w->ln2_b, ws->x, ws->h, T);
             STAGE(norms);
@@ -1538,7 +1627,12 @@ int bert_forward_types(const bert_model *m, bert_workspace *ws, const attn_backe
                 run_rows(par, &rc_glu, glu_task);
             }
             calib_note(ws, l, BERT_LINEAR_FFN_OUT, ws->ffn, T, F, (size_t)GF, S);
-            gemm_run(w->ffn_out, par, ws->ffn, GF, ws->x, C, T, &add, ws->gemm_ws);
+            if (w->ln2p_w) {
+                gemm_run(w->ffn_out, par, ws->ffn, GF, ws->h, C, T, NULL, ws->gemm_ws);
+                post.w = w->ln2p_w;
+                run_rows(par, &post, add_norm_task);
+            } else
+                gemm_run(w->ffn_out, par, ws->ffn, GF, ws->x, C, T, &add, ws->gemm_ws);
             STAGE(ffn);
             continue;
         }
