@@ -101,8 +101,10 @@ Test(qwen3, golden_every_backend) {
 }
 
 Test(qwen3, golden_bf16) {
-    for (const attn_backend *const *b = attn_backends(); *b; b++)
+    for (const attn_backend *const *b = attn_backends(); *b; b++) {
         check_golden("lasttoken_normalized", (*b)->name, GEMM_BF16, MIN_BF16);
+        check_golden("query_lasttoken_normalized", (*b)->name, GEMM_BF16, MIN_BF16);
+    }
 }
 
 Test(qwen3, golden_int8) {
