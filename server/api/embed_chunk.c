@@ -462,10 +462,7 @@ void embed_chunk_encode(embed_job *job, int C, jwriter *w) {
     if (!doc)
         w->failed = true;
     const bool openai = job->api == API_OPENAI;
-    if (openai)
-        embed_write_openai_head(w);
-    else
-        jw_lit(w, "[");
+    embed_write_list_head(w, job);
     for (int32_t d = 0; d < job->n_docs && !w->failed; d++) {
         if (d)
             jw_lit(w, ",");
@@ -480,10 +477,7 @@ void embed_chunk_encode(embed_job *job, int C, jwriter *w) {
         jw_lit(w, "}");
     }
     membudget_free(doc);
-    if (openai)
-        embed_write_openai_tail(w, job);
-    else
-        jw_lit(w, "]");
+    embed_write_list_tail(w, job);
 }
 
 /* ---- the streamed answer ------------------------------------------------------------------ */

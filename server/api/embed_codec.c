@@ -112,6 +112,11 @@ int32_t embed_max_seq_length(const embed_api *api) {
     return api->model->max_seq_length > 0 ? api->model->max_seq_length : api->model->max_positions;
 }
 
+int32_t embed_max_id_length(const embed_api *api) {
+    const int32_t p = api->model->max_positions, b = api->max_batch_tokens;
+    return b > 0 && b < p ? b : p;
+}
+
 int embed_tokenize(const embed_api *api, const char *text, size_t len, bool truncate,
                    embed_truncation dir, int32_t *ids, int32_t *n, int32_t *n_full,
                    size_t *error_at) {
@@ -206,6 +211,20 @@ void embed_write_openai_tail(jwriter *w, const embed_job *job) {
     jw_lit(w, ",\"total_tokens\":");
     jw_int(w, job->cu[job->n]);
     jw_lit(w, "}}");
+}
+
+void embed_write_list_head(jwriter *w, const embed_job *job) {
+    if (job->api == API_OPENAI)
+        embed_write_openai_head(w);
+    else
+        jw_lit(w, "[");
+}
+
+void embed_write_list_tail(jwriter *w, const embed_job *job) {
+    if (job->api == API_OPENAI)
+        embed_write_openai_tail(w, job);
+    else
+        jw_lit(w, "]");
 }
 
 /* ---- post-processing --------------------------------------------------------------------------

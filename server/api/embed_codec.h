@@ -188,6 +188,11 @@ void embed_dimension_bounds(const void *api, int64_t *lo, int64_t *hi);
  * max_seq_length setting, or the model's (sentence_bert_config.json). */
 int32_t embed_max_seq_length(const embed_api *api);
 
+/* The longest token-id input: what the position embeddings allow, within
+ * one batch (a long-context model may serve with max_batch_tokens below its
+ * max_position_embeddings, as long as texts are cut below it). */
+int32_t embed_max_id_length(const embed_api *api);
+
 /* Refuses input i when it is an empty text (len 0), as TEI's tokenizer
  * refuses an empty input (its Empty error, 400) and OpenAI does: every route
  * checks its texts here before any prompt is prepended. A text of spaces is
@@ -228,6 +233,12 @@ void embed_write_openai_item(jwriter *w, int32_t i);
 /* OpenAI's list from the end of its data array on: "],", the model echoed,
  * the usage, "}". */
 void embed_write_openai_tail(jwriter *w, const embed_job *job);
+
+/* The answer's list of vectors opened and closed in the job's dialect:
+ * OpenAI's list object (embed_write_openai_head and _tail, the model and
+ * usage echoed), or the bare JSON array the other dialects answer. */
+void embed_write_list_head(jwriter *w, const embed_job *job);
+void embed_write_list_tail(jwriter *w, const embed_job *job);
 
 /* About the bytes a finished job's answer takes (C: the model's output
  * size): what to reserve at once, so that the buffer seldom grows. */

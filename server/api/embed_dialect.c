@@ -62,10 +62,7 @@ embed_job *embed_openai_decode(const embed_api *api, json_t *root, embed_refusal
  * encoding. */
 static void encode_plain(embed_job *job, int C, jwriter *w) {
     const bool openai = job->api == API_OPENAI;
-    if (openai)
-        embed_write_openai_head(w);
-    else
-        jw_lit(w, "[");
+    embed_write_list_head(w, job);
     for (int32_t i = 0; i < job->n && !w->failed; i++) {
         float *v = job->out + (size_t)i * (size_t)C;
         const size_t d = embed_vector_finish(job, v, C);
@@ -77,10 +74,7 @@ static void encode_plain(embed_job *job, int C, jwriter *w) {
         if (openai)
             jw_lit(w, "}");
     }
-    if (openai)
-        embed_write_openai_tail(w, job);
-    else
-        jw_lit(w, "]");
+    embed_write_list_tail(w, job);
 }
 
 void embed_encode(embed_job *job, int C, jwriter *w) {

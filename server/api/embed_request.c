@@ -65,11 +65,13 @@ static int take_text(const embed_api *api, const embed_request *q, embed_job *jo
 /* Token ids go to the model as given: in the vocabulary, 1..max length. */
 static int take_ids(const embed_api *api, embed_job *job, int32_t i, json_t *arr, refusal *r) {
     const size_t len = json_array_size(arr);
-    const int32_t max_len = api->model->max_positions, vocab = api->model->vocab_size;
+    const int32_t max_len = embed_max_id_length(api), vocab = api->model->vocab_size;
     if (len == 0)
         return refuse(r, SRV_EBADREQUEST, "input %d is an empty array of token ids", (int)i);
     if (len > (size_t)max_len)
-        return refuse(r, SRV_EINVALID, "input %d has %zu token ids; the model takes at most %d",
+        return refuse(r, SRV_EINVALID,
+                      "input %d has %zu token ids; at most %d are taken (the model's "
+                      "positions, within max_batch_tokens)",
                       (int)i, len, (int)max_len);
     if (job_tokens_reserve(job, (size_t)job->cu[i], len, false) != 0)
         return refuse(r, SRV_EINTERNAL, "out of memory");

@@ -55,15 +55,6 @@ int models_load(const config *c, served_model *sm) {
                   LOG_KV("model_vocab", m->vocab_size));
         return CONFIG_EXIT_INVALID;
     }
-    /* An input of the model's full length must fit one batch: with
-     * truncation off any input may be that long, and with it on inputs are
-     * cut to exactly that length. */
-    if (c->max_batch_tokens < m->max_positions) {
-        log_error("max_batch_tokens is below the model's maximum input length; raise it",
-                  LOG_KV("max_batch_tokens", c->max_batch_tokens),
-                  LOG_KV("model_max_length", m->max_positions), LOG_KV("model", sm->path));
-        return CONFIG_EXIT_INVALID;
-    }
     /* Truncation as sentence-transformers does it: at the model's
      * max_seq_length unless the setting overrides it, never beyond what the
      * position embeddings allow. */
@@ -77,6 +68,21 @@ int models_load(const config *c, served_model *sm) {
         return CONFIG_EXIT_INVALID;
     }
     sm->max_seq_length = sm->max_seq_setting ? (int32_t)sm->max_seq_setting : m->max_seq_length;
+    /* A text of max_seq_length tokens must fit one batch: with truncation on
+     * texts are cut to exactly that length. A long-context model (8k–32k
+     * positions) may run with smaller batches, as long as that holds: then
+     * token-id inputs are held to max_batch_tokens too (embed_max_id_length). */
+    if (c->max_batch_tokens < sm->max_seq_length) {
+        log_error("max_batch_tokens is below the model's max_seq_length; raise it, or lower "
+                  "max_seq_length",
+                  LOG_KV("max_batch_tokens", c->max_batch_tokens),
+                  LOG_KV("max_seq_length", sm->max_seq_length), LOG_KV("model", sm->path));
+        return CONFIG_EXIT_INVALID;
+    }
+    if (c->max_batch_tokens < m->max_positions)
+        log_info("token-id inputs are held to max_batch_tokens, below the model's positions",
+                 LOG_KV("max_batch_tokens", c->max_batch_tokens),
+                 LOG_KV("max_position_embeddings", m->max_positions), LOG_KV("model", sm->path));
     log_info("model config read", LOG_KV("model", sm->path), LOG_KV("name", sm->name),
              LOG_KV("hidden_size", m->hidden_size), LOG_KV("layers", m->num_layers),
              LOG_KV("max_length", m->max_positions));

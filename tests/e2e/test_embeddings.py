@@ -355,11 +355,23 @@ def run_bin(tmp_path, *flags):
 
 
 def test_start_refuses_a_batch_smaller_than_the_model(tmp_path):
+    # A text is cut at max_seq_length (256 here): a batch must hold one.
     for truncate in ("true", "false"):
-        p = run_bin(tmp_path, "--model=" + MODEL_DIR, "--max_batch_tokens=511",
+        p = run_bin(tmp_path, "--model=" + MODEL_DIR, "--max_batch_tokens=255",
                     "--truncate=" + truncate)
         assert p.returncode == 2, p.stdout + p.stderr
-        assert "max_batch_tokens" in p.stdout + p.stderr
+        assert "max_batch_tokens" in p.stdout + p.stderr and "max_seq_length" in p.stderr
+
+
+def test_batch_below_the_positions_holds_token_ids_to_it(start_server):
+    # 300 tokens a batch: texts (cut at 256) fit, and token-id inputs, which
+    # may otherwise reach the model's 512 positions, are held to 300.
+    s = start_server(max_batch_tokens=300)
+    ok = requests.post(s.url("/v1/embeddings"), json={"input": [[101] + [2000] * 298 + [102]]})
+    assert ok.status_code == 200, ok.text
+    err = assert_error(requests.post(s.url("/v1/embeddings"),
+                                     json={"input": [[101] + [2000] * 299 + [102]]}), 422)
+    assert "at most 300" in err["message"] and "max_batch_tokens" in err["message"]
 
 
 def test_start_refuses_missing_and_corrupt_models(tmp_path):

@@ -210,7 +210,12 @@ def test_refused_engine_or_precision_stops_the_start(tmp_path):
         p = run_bin(tmp_path, "--precision=" + precision)
         assert p.returncode == 2, p.stdout + p.stderr
         assert "cannot run %s" % precision in p.stdout + p.stderr
-    p = run_bin(tmp_path, "--precision=fp16")
+    # The GPU's precisions are names the cpu engine refuses as such.
+    for precision in ("fp16", "tf32"):
+        p = run_bin(tmp_path, "--precision=" + precision)
+        assert p.returncode == 2, p.stdout + p.stderr
+        assert "cannot run %s: %s is a GPU precision" % (precision, precision) in p.stdout + p.stderr
+    p = run_bin(tmp_path, "--precision=fp8")
     assert p.returncode == 2 and "precision" in p.stdout + p.stderr
     p = run_bin(tmp_path, "--help")
     assert p.returncode == 0

@@ -1,7 +1,9 @@
 /* tokenizer_common.h — the checks both tokenizer targets make on tok_encode
  * (tokenizer.c with the WordPiece model, tokenizer_unigram.c with the
- * SentencePiece Unigram one, tokenizer_bpe.c with the byte-level BPE one);
- * each target defines fuzz_tokenizer().
+ * SentencePiece Unigram one, tokenizer_bpe.c with the byte-level BPE one,
+ * tokenizer_normalizers.c, tokenizer_split.c and tokenizer_families.c with
+ * several tokenizers each); each target hands its tokenizer to
+ * fuzz_tokenizer_one().
  *
  * The first byte picks truncation (bit 0) and the capacity (the rest: one of
  * a few, from below the special tokens up to the model's 512); the other
@@ -12,7 +14,9 @@
  * other span is empty (both relaxed where offsets are trimmed, see
  * trimmed_offsets()); a truncated encoding
  * is the full one with its middle cut (as tok_encode promises); and the ids
- * decode (tok_decode) to valid UTF-8, with and without the special tokens. */
+ * decode (tok_decode) to valid UTF-8, with and without the special tokens.
+ * A target over several tokenizer folders spends one more leading byte on
+ * picking the folder (fuzz_tokenizer_pick). */
 #ifndef ATTN_FUZZ_TOKENIZER_COMMON_H
 #define ATTN_FUZZ_TOKENIZER_COMMON_H
 
@@ -21,8 +25,6 @@
 
 #include "fuzz_util.h"
 #include "model/tokenizer.h"
-
-static const tok_tokenizer *fuzz_tokenizer(void);
 
 /* The tokenizer of dir, or exit: a target that cannot load one tests nothing. */
 static inline tok_tokenizer *fuzz_load(const char *dir) {
@@ -138,11 +140,10 @@ static void check_ok(const tok_tokenizer *tok, const uint8_t *text, size_t len,
                nspecial);
 }
 
-static int fuzz_tokenizer_one(const uint8_t *data, size_t size) {
+static int fuzz_tokenizer_one(const tok_tokenizer *tok, const uint8_t *data, size_t size) {
     static const int32_t capacities[] = {0, 1, 2, 3, 4, 8, 16, 128, 512};
     if (size == 0)
         return 0;
-    const tok_tokenizer *tok = fuzz_tokenizer();
     const int truncate = data[0] & 1;
     const int32_t capacity = capacities[(data[0] >> 1) % (sizeof capacities / sizeof *capacities)];
     const uint8_t *text = data + 1;
@@ -195,6 +196,27 @@ static int fuzz_tokenizer_one(const uint8_t *data, size_t size) {
     }
     enc_free(&o);
     return 0;
+}
+
+/* The most folders one target picks among (tokenizer_split.c has 12). */
+#define FUZZ_MAX_FOLDERS 16
+
+/* For a target over n tokenizer folders: the first byte picks dirs[its value
+ * % n], loaded the first time it is picked and kept, and the rest goes to
+ * fuzz_tokenizer_one. */
+static inline int fuzz_tokenizer_pick(const char *const *dirs, size_t n, const uint8_t *data,
+                                      size_t size) {
+    static tok_tokenizer *loaded[FUZZ_MAX_FOLDERS];
+    if (n > FUZZ_MAX_FOLDERS) {
+        fprintf(stderr, "%zu tokenizer folders, at most %d\n", n, FUZZ_MAX_FOLDERS);
+        exit(1);
+    }
+    if (size == 0)
+        return 0;
+    const size_t pick = data[0] % n;
+    if (!loaded[pick])
+        loaded[pick] = fuzz_load(dirs[pick]);
+    return fuzz_tokenizer_one(loaded[pick], data + 1, size - 1);
 }
 
 #endif

@@ -10,21 +10,7 @@
 static const char *const dirs[] = {"tests/golden/fam-mpnet", "tests/golden/fam-modernbert",
                                    "tests/golden/fam-qwen3", "tests/golden/fam-gemma3",
                                    "tests/golden/fam-flags", "tests/golden/fam-bytelevel"};
-#define NDIRS (sizeof dirs / sizeof dirs[0])
-
-static const tok_tokenizer *current;
-
-static const tok_tokenizer *fuzz_tokenizer(void) {
-    return current;
-}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    static tok_tokenizer *loaded[NDIRS];
-    if (size == 0)
-        return 0;
-    size_t pick = data[0] % NDIRS;
-    if (!loaded[pick])
-        loaded[pick] = fuzz_load(dirs[pick]);
-    current = loaded[pick];
-    return fuzz_tokenizer_one(data + 1, size - 1);
+    return fuzz_tokenizer_pick(dirs, sizeof dirs / sizeof dirs[0], data, size);
 }

@@ -4,10 +4,6 @@
  * tokenizer_common.h. */
 #include "tokenizer_common.h"
 
-static const tok_tokenizer *fuzz_tokenizer(void) {
-    return tokenizer_at("tests/golden/xlmr-tiny");
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    return fuzz_tokenizer_one(data, size);
+    return fuzz_tokenizer_one(tokenizer_at("tests/golden/xlmr-tiny"), data, size);
 }

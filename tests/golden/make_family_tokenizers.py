@@ -48,7 +48,7 @@ from tokenizers import (AddedToken, Regex, Tokenizer, decoders, models, normaliz
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import golden_io  # noqa: E402
-from make_unigram_cases import ALPHABETS, CASES, byte_offsets  # noqa: E402
+from make_unigram_cases import ALPHABETS, CASES, make_cases  # noqa: E402
 
 QWEN2 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
          r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
@@ -220,23 +220,6 @@ def random_strings(n, seed, specials):
                 parts.append("".join(rng.choice(a) for _ in range(rng.randint(1, 8))))
         out.append("".join(parts))
     return out
-
-
-def make_cases(tok, texts):
-    tok.no_truncation()
-    tok.no_padding()
-    cases = []
-    for text in texts:
-        enc = tok.encode(text, add_special_tokens=True)
-        cases.append({
-            "text": text,
-            "ids": enc.ids,
-            "offsets": byte_offsets(text, enc.offsets),
-            "special": enc.special_tokens_mask,
-            "decoded": tok.decode(enc.ids, skip_special_tokens=True),
-            "decoded_special": tok.decode(enc.ids, skip_special_tokens=False),
-        })
-    return cases
 
 
 def main():

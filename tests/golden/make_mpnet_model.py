@@ -28,23 +28,18 @@ sentence-transformers, as `make task-models` makes):
 """
 import json
 import os
-import platform
-import shutil
 import sys
 import tempfile
 
-import numpy as np
-import sentence_transformers
 import tokenizers
 import torch
-import transformers
-from sentence_transformers import SentenceTransformer, models
 from tokenizers import AddedToken, BertWordPieceTokenizer
 from tokenizers.processors import TemplateProcessing
 from transformers import MPNetConfig, MPNetModel, MPNetTokenizerFast
 from transformers.models.mpnet.modeling_mpnet import MPNetEncoder
 
 import golden_io
+import tiny_model
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "mpnet-tiny-model")
@@ -84,23 +79,6 @@ TEXTS = CORPUS + [
 ]
 
 
-def randomise(model, seed):
-    torch.manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "LayerNorm.weight" in name:
-                p.copy_(1.0 + 0.2 * torch.randn_like(p))
-            elif "relative_attention_bias" in name:
-                # Larger than the scores' spread, so each bucket steers
-                # attention and the vectors depend on every one of them.
-                p.normal_(0.0, 4.0)
-            elif "embeddings" in name:
-                p.normal_(0.0, 0.5)
-            else:
-                p.normal_(0.0, 0.15)
-    model.eval()
-
-
 def mpnet_tokenizer():
     wp = BertWordPieceTokenizer(lowercase=True, unk_token="<unk>")
     wp.train_from_iterator(CORPUS * 4, vocab_size=1000, min_frequency=1,
@@ -128,35 +106,17 @@ def build(tmp):
                       relative_attention_num_buckets=32, pad_token_id=1, bos_token_id=0,
                       eos_token_id=2)
     model = MPNetModel(cfg, add_pooling_layer=False)
-    randomise(model, 20261205)
+    torch.manual_seed(20261205)
+    tiny_model.randomise(model)
     model.save_pretrained(tmp, safe_serialization=True)
     tok.save_pretrained(tmp)
     return inner
 
 
-def encode(st, texts):
-    features = st.tokenize(texts)
-    ids = [[int(t) for t, m in zip(row, mask) if m]
-           for row, mask in zip(features["input_ids"].tolist(),
-                                features["attention_mask"].tolist())]
-    emb = st.encode(texts, batch_size=8, convert_to_numpy=True, normalize_embeddings=False)
-    return [{"text": t, "ids": i,
-             "embedding": [float(f"{x:.9g}") for x in np.asarray(v, dtype=np.float32)]}
-            for t, i, v in zip(texts, ids, emb)]
-
-
 def main():
     with tempfile.TemporaryDirectory() as tmp:
         inner = build(tmp)
-        transformer = models.Transformer(tmp, max_seq_length=MAX_TOKENS)
-        dim = transformer.get_word_embedding_dimension()
-        st = SentenceTransformer(
-            modules=[transformer, models.Pooling(dim, "mean"), models.Normalize()], device="cpu")
-        shutil.rmtree(OUT, ignore_errors=True)
-        st.save(OUT)
-    for name in ("README.md", "vocab.txt"):
-        if os.path.exists(os.path.join(OUT, name)):
-            os.remove(os.path.join(OUT, name))
+        tiny_model.save_mean_normalized(tmp, OUT, MAX_TOKENS, ("README.md", "vocab.txt"))
     # transformers' MPNetTokenizerFast saves a RobertaProcessing; the
     # checkpoints on the Hub carry the TemplateProcessing `tokenizers` writes,
     # which is what the directory keeps (the same ids, checked below).
@@ -172,9 +132,8 @@ def main():
         json.dump(conf, f, indent=2)
         f.write("\n")
 
-    st = SentenceTransformer(OUT, device="cpu")
-    assert [type(m).__name__ for m in st] == ["Transformer", "Pooling", "Normalize"]
-    cases = encode(st, TEXTS)
+    st = tiny_model.load(OUT)
+    cases = tiny_model.encode(st, TEXTS)
     lengths = [len(c["ids"]) for c in cases]
     plain = tokenizers.Tokenizer.from_file(os.path.join(OUT, "tokenizer.json"))
     for c in cases:
@@ -188,20 +147,14 @@ def main():
         "model": "tests/golden/mpnet-tiny-model",
         "max_tokens": MAX_TOKENS,
         "made_by": "tests/golden/make_mpnet_model.py",
-        "versions": {
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "sentence_transformers": sentence_transformers.__version__,
-            "transformers": transformers.__version__,
-            "tokenizers": tokenizers.__version__,
-        },
+        "versions": tiny_model.versions(),
         "mean_normalized": cases,
         # buckets[i] is the bucket of relative position (key - query) i - RANGE.
         "bucket_range": RANGE,
         "buckets": buckets,
     }
     golden_io.dump(golden, GOLDEN)
-    size = sum(os.path.getsize(os.path.join(d, n)) for d, _, ns in os.walk(OUT) for n in ns)
+    size = tiny_model.dir_size(OUT)
     print(f"{OUT}: {size} bytes; {len(TEXTS)} inputs, tokens {min(lengths)}..{max(lengths)}",
           file=sys.stderr)
 

@@ -8,30 +8,24 @@ vectors sentence-transformers computes with it, truncating on the right
 left ("left_truncated": long runs of newlines among them, whose byte-level
 pieces have empty offset spans).
 
-The weights are drawn as make_xlmr_model.py draws them (every tensor with a
-spread that makes attention mix tokens and every position row matter). 2
-layers, hidden 64, 4 heads: about 0.4 MB in fp32, committed, so `make test`
-needs none of these packages.
+The weights are drawn as make_xlmr_model.py draws them (tiny_model.py's
+randomise: every tensor with a spread that makes attention mix tokens and
+every position row matter). 2 layers, hidden 64, 4 heads: about 0.4 MB in
+fp32, committed, so `make test` needs none of these packages.
 
 Usage (an environment with torch, transformers and sentence-transformers;
 ~/.cache/attnserve/bench-embed/venv made by `make bench-embed` has them):
     PY tests/golden/make_roberta_model.py
 """
 import os
-import platform
-import shutil
 import sys
 import tempfile
 
-import numpy as np
-import sentence_transformers
-import tokenizers
 import torch
-import transformers
-from sentence_transformers import SentenceTransformer, models
 from transformers import RobertaConfig, RobertaModel, RobertaTokenizerFast
 
 import golden_io
+import tiny_model
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOKENIZER = os.path.join(HERE, "roberta-tiny", "tokenizer.json")
@@ -89,69 +83,36 @@ def build(tmp):
     )
     torch.manual_seed(20261202)
     model = RobertaModel(cfg, add_pooling_layer=False)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "LayerNorm.weight" in name:
-                p.copy_(1.0 + 0.2 * torch.randn_like(p))
-            elif "embeddings" in name:
-                p.normal_(0.0, 0.5)
-            else:
-                p.normal_(0.0, 0.15)
-    model.eval()
+    tiny_model.randomise(model)
     model.save_pretrained(tmp, safe_serialization=True)
     tok.model_max_length = MAX_TOKENS
     tok.save_pretrained(tmp)
 
 
-def encode(st, texts):
-    features = st.tokenize(texts)
-    ids = [[int(t) for t, m in zip(row, mask) if m]
-           for row, mask in zip(features["input_ids"].tolist(),
-                                features["attention_mask"].tolist())]
-    emb = st.encode(texts, batch_size=8, convert_to_numpy=True, normalize_embeddings=False)
-    return [{"text": t, "ids": i,
-             "embedding": [float(f"{x:.9g}") for x in np.asarray(v, dtype=np.float32)]}
-            for t, i, v in zip(texts, ids, emb)]
-
-
 def main():
     with tempfile.TemporaryDirectory() as tmp:
         build(tmp)
-        transformer = models.Transformer(tmp, max_seq_length=MAX_TOKENS)
-        dim = transformer.get_word_embedding_dimension()
-        st = SentenceTransformer(
-            modules=[transformer, models.Pooling(dim, "mean"), models.Normalize()], device="cpu")
-        shutil.rmtree(OUT, ignore_errors=True)
-        st.save(OUT)
-    for name in ("README.md", "vocab.json", "merges.txt"):
-        if os.path.exists(os.path.join(OUT, name)):
-            os.remove(os.path.join(OUT, name))
+        tiny_model.save_mean_normalized(tmp, OUT, MAX_TOKENS,
+                                        ("README.md", "vocab.json", "merges.txt"))
 
-    st = SentenceTransformer(OUT, device="cpu")
-    assert [type(m).__name__ for m in st] == ["Transformer", "Pooling", "Normalize"]
-    right = encode(st, TEXTS)
+    st = tiny_model.load(OUT)
+    right = tiny_model.encode(st, TEXTS)
     st.tokenizer.truncation_side = "left"
-    left = encode(st, LEFT)
+    left = tiny_model.encode(st, LEFT)
     for c in left:
         assert len(c["ids"]) == MAX_TOKENS and c["ids"][0] == 0 and c["ids"][-1] == 2, c["text"]
     golden = {
         "model": "tests/golden/roberta-tiny-model",
         "max_tokens": MAX_TOKENS,
         "made_by": "tests/golden/make_roberta_model.py",
-        "versions": {
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "sentence_transformers": sentence_transformers.__version__,
-            "transformers": transformers.__version__,
-            "tokenizers": tokenizers.__version__,
-        },
+        "versions": tiny_model.versions(),
         "mean_normalized": right,
         "left_truncated": left,
     }
     lengths = [len(c["ids"]) for c in right]
     assert max(lengths) == MAX_TOKENS, lengths
     golden_io.dump(golden, GOLDEN)
-    size = sum(os.path.getsize(os.path.join(d, n)) for d, _, ns in os.walk(OUT) for n in ns)
+    size = tiny_model.dir_size(OUT)
     print(f"{OUT}: {size} bytes; {len(TEXTS)} + {len(LEFT)} inputs, tokens "
           f"{min(lengths)}..{max(lengths)}", file=sys.stderr)
 

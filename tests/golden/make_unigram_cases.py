@@ -16,6 +16,7 @@ import random
 import tokenizers
 
 import golden_io
+from make_tokenizer_cases import byte_offsets
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOKENIZER = os.path.join(HERE, "xlmr-tiny", "tokenizer.json")
@@ -92,14 +93,6 @@ def random_strings(n, seed=1234):
         s = "".join(parts)
         out.append(s)
     return out
-
-
-def byte_offsets(text, offsets):
-    """The Python binding reports character offsets; the C tokenizer bytes."""
-    pos = [0]
-    for ch in text:
-        pos.append(pos[-1] + len(ch.encode("utf-8")))
-    return [[pos[a], pos[b]] for a, b in offsets]
 
 
 def variants(base):

@@ -18,20 +18,14 @@ Usage (an environment with torch, transformers and sentence-transformers;
     PY tests/golden/make_xlmr_model.py
 """
 import os
-import platform
-import shutil
 import sys
 import tempfile
 
-import numpy as np
-import sentence_transformers
-import tokenizers
 import torch
-import transformers
-from sentence_transformers import SentenceTransformer, models
 from transformers import XLMRobertaConfig, XLMRobertaModel, XLMRobertaTokenizerFast
 
 import golden_io
+import tiny_model
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOKENIZER = os.path.join(HERE, "xlmr-tiny", "tokenizer.json")
@@ -100,15 +94,7 @@ def build(tmp):
     )
     torch.manual_seed(20260513)
     model = XLMRobertaModel(cfg, add_pooling_layer=False)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "LayerNorm.weight" in name:
-                p.copy_(1.0 + 0.2 * torch.randn_like(p))
-            elif "embeddings" in name:
-                p.normal_(0.0, 0.5)
-            else:
-                p.normal_(0.0, 0.15)
-    model.eval()
+    tiny_model.randomise(model)
     model.save_pretrained(tmp, safe_serialization=True)
     tok.model_max_length = MAX_TOKENS
     tok.save_pretrained(tmp)
@@ -117,46 +103,25 @@ def build(tmp):
 def main():
     with tempfile.TemporaryDirectory() as tmp:
         build(tmp)
-        transformer = models.Transformer(tmp, max_seq_length=MAX_TOKENS)
-        dim = transformer.get_word_embedding_dimension()
-        st = SentenceTransformer(
-            modules=[transformer, models.Pooling(dim, "mean"), models.Normalize()], device="cpu")
-        shutil.rmtree(OUT, ignore_errors=True)
-        st.save(OUT)
-    # The model card and the slow tokenizer's leftovers are not needed.
-    for name in ("README.md", "sentencepiece.bpe.model"):
-        if os.path.exists(os.path.join(OUT, name)):
-            os.remove(os.path.join(OUT, name))
+        # The model card and the slow tokenizer's leftovers are not needed.
+        tiny_model.save_mean_normalized(tmp, OUT, MAX_TOKENS,
+                                        ("README.md", "sentencepiece.bpe.model"))
 
-    st = SentenceTransformer(OUT, device="cpu")
-    assert [type(m).__name__ for m in st] == ["Transformer", "Pooling", "Normalize"]
-    features = st.tokenize(TEXTS)
-    ids = [[int(t) for t, m in zip(row, mask) if m]
-           for row, mask in zip(features["input_ids"].tolist(),
-                                features["attention_mask"].tolist())]
-    emb = st.encode(TEXTS, batch_size=8, convert_to_numpy=True, normalize_embeddings=False)
+    st = tiny_model.load(OUT)
+    cases = tiny_model.encode(st, TEXTS)
+    ids = [c["ids"] for c in cases]
     golden = {
         "model": "tests/golden/xlmr-tiny-model",
         "max_tokens": MAX_TOKENS,
         "made_by": "tests/golden/make_xlmr_model.py",
-        "versions": {
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "sentence_transformers": sentence_transformers.__version__,
-            "transformers": transformers.__version__,
-            "tokenizers": tokenizers.__version__,
-        },
-        "mean_normalized": [
-            {"text": t, "ids": i,
-             "embedding": [float(f"{x:.9g}") for x in np.asarray(v, dtype=np.float32)]}
-            for t, i, v in zip(TEXTS, ids, emb)
-        ],
+        "versions": tiny_model.versions(),
+        "mean_normalized": cases,
     }
     lengths = [len(i) for i in ids]
     assert max(lengths) == MAX_TOKENS, lengths
     assert any(1 in i for i in ids), "no input holds the padding id"
     golden_io.dump(golden, GOLDEN)
-    size = sum(os.path.getsize(os.path.join(d, n)) for d, _, ns in os.walk(OUT) for n in ns)
+    size = tiny_model.dir_size(OUT)
     print(f"{OUT}: {size} bytes; {len(TEXTS)} inputs, tokens {min(lengths)}..{max(lengths)}",
           file=sys.stderr)
 

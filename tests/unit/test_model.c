@@ -20,6 +20,7 @@
 #include "kernels/simd.h"
 #include "kernels/threadpool.h"
 #include "model/bert.h"
+#include "model_variant.h"
 
 #define MODEL_DIR      "models/all-MiniLM-L6-v2"
 #define MIN_COSINE     0.99999
@@ -432,50 +433,28 @@ Test(model, thread_count_does_not_change_results) {
 
 /* ---- model directories made for a test -------------------------------------- */
 
-static char tmpdir[64];
+static char tmpdir[VARIANT_DIR_LEN];
 
-/* A copy of the MiniLM directory whose weights and vocabulary are links and
- * whose JSON files can be replaced. */
+/* A copy of the MiniLM directory whose weights are a link and whose JSON
+ * files can be replaced. */
 static void make_variant(void) {
     require_model(MODEL_DIR);
-    char cwd[1024], cmd[8192];
-    cr_assert_not_null(getcwd(cwd, sizeof cwd));
-    strcpy(tmpdir, "/tmp/attn-model-XXXXXX");
-    cr_assert_not_null(mkdtemp(tmpdir));
-    snprintf(cmd, sizeof cmd,
-             "set -e; cd %s; mkdir 1_Pooling; ln -s %s/%s/model.safetensors .; "
-             "cp %s/%s/config.json %s/%s/modules.json .; "
-             "cp %s/%s/1_Pooling/config.json 1_Pooling/",
-             tmpdir, cwd, MODEL_DIR, cwd, MODEL_DIR, cwd, MODEL_DIR, cwd, MODEL_DIR);
-    cr_assert_eq(system(cmd), 0);
+    static const char *const copy[] = {"config.json", "modules.json", "1_Pooling/config.json",
+                                       NULL};
+    variant_link(tmpdir, MODEL_DIR, copy);
 }
 
 static void remove_variant(void) {
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-    cr_assert_eq(system(cmd), 0);
+    variant_remove(tmpdir);
 }
 
 static void write_file(const char *rel, const char *text) {
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s", tmpdir, rel);
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f, "%s", path);
-    fputs(text, f);
-    fclose(f);
+    variant_write(tmpdir, rel, text);
 }
 
 /* Rewrites one key of config.json (value is JSON text). */
 static void set_config(const char *key, const char *value) {
-    char path[512];
-    snprintf(path, sizeof path, "%s/config.json", tmpdir);
-    json_t *j = json_load_file(path, 0, NULL);
-    cr_assert_not_null(j);
-    json_t *v = json_loads(value, JSON_DECODE_ANY, NULL);
-    cr_assert_not_null(v, "%s", value);
-    json_object_set_new(j, key, v);
-    cr_assert_eq(json_dump_file(j, path, 0), 0);
-    json_decref(j);
+    variant_set_json(tmpdir, "config.json", key, value);
 }
 
 static const char *const CLS_POOLING =

@@ -15,6 +15,7 @@
 #include "kernels/attention.h"
 #include "kernels/gemm.h"
 #include "model/bert.h"
+#include "model_variant.h"
 
 enum { V = 40, C = 32, L = 2, H = 4, F = 64, P = 16, TT = 2 };
 
@@ -80,15 +81,6 @@ static int specs(tensor_spec *t) {
     return n;
 }
 
-static void write_text(const char *rel, const char *text) {
-    char path[256];
-    snprintf(path, sizeof path, "%s/%s", dir, rel);
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f, "%s", path);
-    fputs(text, f);
-    fclose(f);
-}
-
 /* Writes the tiny model into dir with its weights laid out as `how`. */
 static void write_model(layout how) {
     char cfg[512];
@@ -98,12 +90,13 @@ static void write_model(layout how) {
              "\"intermediate_size\":%d,\"max_position_embeddings\":%d,\"type_vocab_size\":%d,"
              "\"layer_norm_eps\":1e-12}",
              V, C, L, H, F, P, TT);
-    write_text("config.json", cfg);
-    write_text("modules.json",
-               "[{\"path\":\"\",\"type\":\"sentence_transformers.models.Transformer\"},"
-               "{\"path\":\"1_Pooling\",\"type\":\"sentence_transformers.models.Pooling\"},"
-               "{\"path\":\"2_Normalize\",\"type\":\"sentence_transformers.models.Normalize\"}]");
-    write_text("1_Pooling/config.json", "{\"pooling_mode_mean_tokens\": true}");
+    variant_write(dir, "config.json", cfg);
+    variant_write(
+        dir, "modules.json",
+        "[{\"path\":\"\",\"type\":\"sentence_transformers.models.Transformer\"},"
+        "{\"path\":\"1_Pooling\",\"type\":\"sentence_transformers.models.Pooling\"},"
+        "{\"path\":\"2_Normalize\",\"type\":\"sentence_transformers.models.Normalize\"}]");
+    variant_write(dir, "1_Pooling/config.json", "{\"pooling_mode_mean_tokens\": true}");
 
     tensor_spec t[8 + 16 * L];
     const int n = specs(t);

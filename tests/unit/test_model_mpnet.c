@@ -43,6 +43,7 @@
 #include "model/encoder.h"
 #include "model/position.h"
 #include "model/tokenizer.h"
+#include "model_variant.h"
 #include "tests/golden/golden_io.h"
 
 #define MPNET_DIR    "tests/golden/mpnet-tiny-model"
@@ -237,45 +238,14 @@ Test(mpnet, golden_int8) {
 
 /* ---- the bias matters ------------------------------------------------------------ */
 
-static char tmpdir[64];
+static char tmpdir[VARIANT_DIR_LEN];
 
 static void make_variant(void) {
-    char cmd[512];
-    strcpy(tmpdir, "/tmp/attn-mpnet-XXXXXX");
-    cr_assert_not_null(mkdtemp(tmpdir));
-    snprintf(cmd, sizeof cmd, "cp -r %s/. %s/", MPNET_DIR, tmpdir);
-    cr_assert_eq(system(cmd), 0);
+    variant_copy(tmpdir, MPNET_DIR);
 }
 
 static void remove_variant(void) {
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-    cr_assert_eq(system(cmd), 0);
-}
-
-/* Overwrites tensor name of dir/model.safetensors (F32) with zeros, in
- * place: the header's data_offsets count from the end of the header. */
-static void zero_tensor(const char *dir, const char *name) {
-    char path[512];
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    FILE *f = fopen(path, "r+b");
-    cr_assert_not_null(f, "%s", path);
-    uint64_t hlen = 0;
-    cr_assert_eq(fread(&hlen, 8, 1, f), 1);
-    char *h = calloc(hlen + 1, 1);
-    cr_assert_eq(fread(h, 1, hlen, f), hlen);
-    json_t *j = json_loads(h, 0, NULL);
-    cr_assert_not_null(j);
-    const json_t *off = json_object_get(json_object_get(j, name), "data_offsets");
-    cr_assert(json_array_size(off) == 2, "%s has no %s", path, name);
-    const long lo = (long)json_integer_value(json_array_get(off, 0));
-    const long hi = (long)json_integer_value(json_array_get(off, 1));
-    cr_assert_eq(fseek(f, 8 + (long)hlen + lo, SEEK_SET), 0);
-    for (long i = lo; i < hi; i++)
-        cr_assert_eq(fputc(0, f), 0);
-    fclose(f);
-    json_decref(j);
-    free(h);
+    variant_remove(tmpdir);
 }
 
 /* Without the relative bias table (zeroed) every input of more than two
@@ -283,7 +253,7 @@ static void zero_tensor(const char *dir, const char *name) {
  * included (measured 0.9989 to 0.99986 past 128 tokens, 0.96 to 0.997
  * below): the golden tests above cannot pass with a bias ignored. */
 Test(mpnet, the_bias_moves_the_vectors, .init = make_variant, .fini = remove_variant) {
-    zero_tensor(tmpdir, "encoder.relative_attention_bias.weight");
+    variant_zero_tensor(tmpdir, "encoder.relative_attention_bias.weight");
     golden_set g = load_golden();
     encoder *e = NULL;
     char err[512] = "";
@@ -313,36 +283,18 @@ Test(mpnet, the_bias_moves_the_vectors, .init = make_variant, .fini = remove_var
 
 /* ---- refusals ------------------------------------------------------------------- */
 
-static void edit_json(const char *rel, const char *key, const char *value) {
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s", tmpdir, rel);
-    json_t *j = json_load_file(path, 0, NULL);
-    cr_assert_not_null(j, "%s", path);
-    json_t *v = json_loads(value, JSON_DECODE_ANY, NULL);
-    cr_assert_not_null(v, "%s", value);
-    json_object_set_new(j, key, v);
-    cr_assert_eq(json_dump_file(j, path, 0), 0);
-    json_decref(j);
-}
-
-static void expect_config_error(int code, const char *want) {
-    bert_config c;
-    char err[512] = "";
-    const int rc = bert_config_load(tmpdir, &c, err, sizeof err);
-    cr_assert_eq(rc, code, "got %s (%s), wanted %s", bert_strerror(rc), err, bert_strerror(code));
-    cr_assert_not_null(strstr(err, want), "message '%s' lacks '%s'", err, want);
-}
-
 Test(mpnet, refuses_another_bucket_count, .init = make_variant, .fini = remove_variant) {
-    edit_json("config.json", "relative_attention_num_buckets", "64");
-    expect_config_error(BERT_EUNSUPPORTED, "relative_attention_num_buckets 64");
+    variant_set_json(tmpdir, "config.json", "relative_attention_num_buckets", "64");
+    variant_expect_config_error(tmpdir, BERT_EUNSUPPORTED, "relative_attention_num_buckets 64");
 }
 
 Test(mpnet, refuses_task_heads, .init = make_variant, .fini = remove_variant) {
-    edit_json("config.json", "architectures", "[\"MPNetForSequenceClassification\"]");
-    expect_config_error(BERT_EUNSUPPORTED, "MPNetForSequenceClassification");
-    edit_json("config.json", "architectures", "[\"RobertaForSequenceClassification\"]");
-    expect_config_error(BERT_EUNSUPPORTED, "RobertaForSequenceClassification");
+    variant_set_json(tmpdir, "config.json", "architectures",
+                     "[\"MPNetForSequenceClassification\"]");
+    variant_expect_config_error(tmpdir, BERT_EUNSUPPORTED, "MPNetForSequenceClassification");
+    variant_set_json(tmpdir, "config.json", "architectures",
+                     "[\"RobertaForSequenceClassification\"]");
+    variant_expect_config_error(tmpdir, BERT_EUNSUPPORTED, "RobertaForSequenceClassification");
 }
 
 /* A backend table that does not add the bias cannot be given MPNet. */

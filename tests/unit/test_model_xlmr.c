@@ -29,6 +29,7 @@
 #include "kernels/threadpool.h"
 #include "model/bert.h"
 #include "model/tokenizer.h"
+#include "model_variant.h"
 #include "tests/golden/golden_io.h"
 
 #define XLMR_DIR    "tests/golden/xlmr-tiny-model"
@@ -216,63 +217,33 @@ Test(xlmr, tokenizer_gives_the_golden_ids) {
 
 /* ---- variants of the directory ------------------------------------------------ */
 
-static char tmpdir[64];
+static char tmpdir[VARIANT_DIR_LEN];
 
 /* A copy of the tiny model whose files can be replaced. */
 static void make_variant(void) {
-    char cmd[512];
-    strcpy(tmpdir, "/tmp/attn-xlmr-XXXXXX");
-    cr_assert_not_null(mkdtemp(tmpdir));
-    snprintf(cmd, sizeof cmd, "cp -r %s/. %s/", XLMR_DIR, tmpdir);
-    cr_assert_eq(system(cmd), 0);
+    variant_copy(tmpdir, XLMR_DIR);
 }
 
 static void remove_variant(void) {
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-    cr_assert_eq(system(cmd), 0);
-}
-
-static void edit_json(const char *rel, const char *key, const char *value) {
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s", tmpdir, rel);
-    json_t *j = json_load_file(path, 0, NULL);
-    cr_assert_not_null(j, "%s", path);
-    if (value) {
-        json_t *v = json_loads(value, JSON_DECODE_ANY, NULL);
-        cr_assert_not_null(v, "%s", value);
-        json_object_set_new(j, key, v);
-    } else {
-        json_object_del(j, key);
-    }
-    cr_assert_eq(json_dump_file(j, path, 0), 0);
-    json_decref(j);
-}
-
-static void expect_config_error(int code, const char *want) {
-    bert_config c;
-    char err[512] = "";
-    int rc = bert_config_load(tmpdir, &c, err, sizeof err);
-    cr_assert_eq(rc, code, "got %s (%s), wanted %s", bert_strerror(rc), err, bert_strerror(code));
-    cr_assert_not_null(strstr(err, want), "message '%s' lacks '%s'", err, want);
+    variant_remove(tmpdir);
 }
 
 Test(xlmr, needs_the_padding_index, .init = make_variant, .fini = remove_variant) {
-    edit_json("config.json", "pad_token_id", NULL);
-    expect_config_error(BERT_EFORMAT, "pad_token_id");
+    variant_set_json(tmpdir, "config.json", "pad_token_id", NULL);
+    variant_expect_config_error(tmpdir, BERT_EFORMAT, "pad_token_id");
 }
 
 Test(xlmr, refuses_a_table_with_no_position_after_the_padding_index, .init = make_variant,
      .fini = remove_variant) {
-    edit_json("config.json", "max_position_embeddings", "2");
-    expect_config_error(BERT_EFORMAT, "leaves no position");
+    variant_set_json(tmpdir, "config.json", "max_position_embeddings", "2");
+    variant_expect_config_error(tmpdir, BERT_EFORMAT, "leaves no position");
 }
 
 Test(xlmr, refuses_other_pooling_modes, .init = make_variant, .fini = remove_variant) {
-    edit_json("1_Pooling/config.json", "pooling_mode", "\"weightedmean\"");
-    expect_config_error(BERT_EUNSUPPORTED, "pooling_mode weightedmean");
-    edit_json("1_Pooling/config.json", "pooling_mode", "[\"mean\", \"max\"]");
-    expect_config_error(BERT_EUNSUPPORTED, "pooling_mode");
+    variant_set_json(tmpdir, "1_Pooling/config.json", "pooling_mode", "\"weightedmean\"");
+    variant_expect_config_error(tmpdir, BERT_EUNSUPPORTED, "pooling_mode weightedmean");
+    variant_set_json(tmpdir, "1_Pooling/config.json", "pooling_mode", "[\"mean\", \"max\"]");
+    variant_expect_config_error(tmpdir, BERT_EUNSUPPORTED, "pooling_mode");
 }
 
 /* "roberta" is the same computation; a checkpoint saved from a task head
@@ -280,7 +251,7 @@ Test(xlmr, refuses_other_pooling_modes, .init = make_variant, .fini = remove_var
  * the file (the safetensors header is JSON, offsets count from the data) and
  * the vectors must not move at all. */
 Test(xlmr, reads_roberta_prefixed_weights, .init = make_variant, .fini = remove_variant) {
-    edit_json("config.json", "model_type", "\"roberta\"");
+    variant_set_json(tmpdir, "config.json", "model_type", "\"roberta\"");
     char path[512];
     snprintf(path, sizeof path, "%s/model.safetensors", tmpdir);
     FILE *f = fopen(path, "rb");

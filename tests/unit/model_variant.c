@@ -1,0 +1,102 @@
+/* model_variant.c — a throwaway copy of a model directory for a test to
+ * change (model_variant.h). */
+#include "model_variant.h"
+
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "model/bert.h"
+
+static void make_dir(char dir[VARIANT_DIR_LEN]) {
+    snprintf(dir, VARIANT_DIR_LEN, "/tmp/attn-variant-XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+}
+
+void variant_copy(char dir[VARIANT_DIR_LEN], const char *src) {
+    make_dir(dir);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "cp -r %s/. %s/", src, dir);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+}
+
+/* The link is absolute so that it resolves from /tmp. */
+void variant_link(char dir[VARIANT_DIR_LEN], const char *src, const char *const *copy) {
+    make_dir(dir);
+    char cwd[1024], cmd[4096];
+    cr_assert_not_null(getcwd(cwd, sizeof cwd));
+    snprintf(cmd, sizeof cmd, "ln -s %s/%s/model.safetensors %s/", cwd, src, dir);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    for (; *copy; copy++) {
+        snprintf(cmd, sizeof cmd, "set -e; cd %s; mkdir -p \"$(dirname %s)\"; cp %s/%s/%s %s", dir,
+                 *copy, cwd, src, *copy, *copy);
+        cr_assert_eq(system(cmd), 0, "%s", cmd);
+    }
+}
+
+void variant_remove(const char *dir) {
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+void variant_write(const char *dir, const char *rel, const char *text) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, rel);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f, "%s", path);
+    fputs(text, f);
+    fclose(f);
+}
+
+void variant_set_json(const char *dir, const char *rel, const char *key, const char *value) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, rel);
+    json_t *j = json_load_file(path, 0, NULL);
+    cr_assert_not_null(j, "%s", path);
+    if (value) {
+        json_t *v = json_loads(value, JSON_DECODE_ANY, NULL);
+        cr_assert_not_null(v, "%s", value);
+        json_object_set_new(j, key, v);
+    } else {
+        json_object_del(j, key);
+    }
+    cr_assert_eq(json_dump_file(j, path, 0), 0);
+    json_decref(j);
+}
+
+/* The header's data_offsets count from the end of the header. */
+void variant_zero_tensor(const char *dir, const char *name) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    FILE *f = fopen(path, "r+b");
+    cr_assert_not_null(f, "%s", path);
+    uint64_t hlen = 0;
+    cr_assert_eq(fread(&hlen, 8, 1, f), 1);
+    char *h = calloc(hlen + 1, 1);
+    cr_assert_eq(fread(h, 1, hlen, f), hlen);
+    json_t *j = json_loads(h, 0, NULL);
+    cr_assert_not_null(j);
+    const json_t *off = json_object_get(json_object_get(j, name), "data_offsets");
+    cr_assert(json_array_size(off) == 2, "%s has no %s", path, name);
+    const long lo = (long)json_integer_value(json_array_get(off, 0));
+    const long hi = (long)json_integer_value(json_array_get(off, 1));
+    cr_assert_eq(fseek(f, 8 + (long)hlen + lo, SEEK_SET), 0);
+    for (long i = lo; i < hi; i++)
+        cr_assert_eq(fputc(0, f), 0);
+    fclose(f);
+    json_decref(j);
+    free(h);
+}
+
+void variant_expect_config_error(const char *dir, int code, const char *want) {
+    bert_config c;
+    char err[512] = "";
+    const int rc = bert_config_load(dir, &c, err, sizeof err);
+    cr_assert_eq(rc, code, "got %s (%s), wanted %s", bert_strerror(rc), err, bert_strerror(code));
+    cr_assert_not_null(strstr(err, want), "message '%s' lacks '%s'", err, want);
+}
