@@ -22,7 +22,8 @@ import os
 import pytest
 
 from conftest import ROOT, golden
-from family_serve import check, cosine, info_blocks, openai_vectors, post, serve, start_refused
+from family_serve import (check, check_shadow_verification, cosine, info_blocks, openai_vectors,
+                         post, serve, start_refused)
 
 MODEL_DIR = os.path.join(ROOT, "tests", "golden", "modernbert-tiny-model")
 
@@ -126,3 +127,8 @@ def test_the_cross_encoder_reranks_as_sentence_transformers(reranker):
         worst = max(worst, abs(r.json()[0]["score"] - c["cross_encoder_score"]))
     assert worst <= 1e-4, worst
     print("modernbert rerank e2e: worst |score - reference| %.2g" % worst)
+
+
+def test_shadow_verification_agrees(tmp_path):
+    check_shadow_verification(tmp_path, MODEL_DIR,
+                              [c["text"] for c in CASES if len(c["ids"]) > 17])
