@@ -205,6 +205,19 @@ Test(modernbert, the_final_norm_matters, .init = make_variant, .fini = remove_va
     cr_assert_lt(hi, MIN_BF16);
 }
 
+/* gte-modernbert-base pools the first token: the same checkpoint with its
+ * Pooling module set to CLS gives the golden's cls_normalized vectors. */
+Test(modernbert, cls_pooling, .init = make_variant, .fini = remove_variant) {
+    fam_edit_json(tmpdir, "1_Pooling/config.json", "pooling_mode_mean_tokens", "false");
+    fam_edit_json(tmpdir, "1_Pooling/config.json", "pooling_mode_cls_token", "true");
+    golden_set g = load_golden("cls_normalized");
+    float *out = fam_embed_all(tmpdir, &g, "naive", GEMM_FP32, THREADS, NULL);
+    cr_assert_not_null(out);
+    fam_check_against(&g, out, "modernbert cls naive fp32", MIN_COSINE);
+    free(out);
+    golden_set_free(&g);
+}
+
 /* ---- refusals ----------------------------------------------------------------- */
 
 static void expect_config_error(int code, const char *want) {
