@@ -6,15 +6,19 @@
  * functions, never a family's own config. A new family is a table in
  * encoder.c and its own files on the model side.
  *
- * Families today: "bert", which serves config.json model_type "bert",
- * "roberta", "xlm-roberta" and "mpnet" (model/bert.h; MPNet as an embedder
- * only), as
+ * One family table today, "bert" (model/bert.h), which serves config.json
+ * model_type "bert", "roberta", "xlm-roberta", "mpnet", "modernbert",
+ * "qwen3" and "gemma3_text", each composed from the blocks of
+ * model/blocks.h and model/position.h (encoder_info.family names which:
+ * "bert", "modernbert", "qwen3", "gemma3"; MPNet, Qwen3 and Gemma3 as
+ * embedders only), as
  *   - an embedder: a sentence-transformers directory (modules.json:
  *     Transformer, Pooling, Dense modules, Normalize), out: the pooled
  *     vector;
  *   - a classifier: a plain HF directory whose config.json "architectures"
- *     is BertForSequenceClassification, RobertaForSequenceClassification or
- *     XLMRobertaForSequenceClassification (a sentence-transformers
+ *     is BertForSequenceClassification, RobertaForSequenceClassification,
+ *     XLMRobertaForSequenceClassification or
+ *     ModernBertForSequenceClassification (a sentence-transformers
  *     CrossEncoder is one), out: the raw logits.
  * Every call returns a BERT_* code of model/bert_config.h with a message. */
 #ifndef MODEL_ENCODER_H
@@ -34,7 +38,7 @@ typedef enum encoder_task { ENCODER_TASK_EMBED, ENCODER_TASK_CLASSIFY } encoder_
 
 /* The model the server serves, as the directory describes it. */
 typedef struct encoder_info {
-    const char *family;       /* "bert" */
+    const char *family;       /* "bert", "modernbert", "qwen3", "gemma3" */
     const char *model_type;   /* config.json's: "bert", "roberta", "xlm-roberta" */
     const char *architecture; /* config.json "architectures"[0], "" when absent */
     encoder_task task;
@@ -64,6 +68,24 @@ typedef struct encoder_info {
      * enc_pos_attn_name, "none" or "relative buckets" (MPNet). An engine
      * whose attention adds no bias refuses a model that needs one. */
     const char *position_bias;
+    /* What runs, for /info and refusals: the position scheme
+     * (enc_pos_scheme_name: "absolute", "absolute + relative buckets",
+     * "rope"), the norm ("post-layernorm", "pre-layernorm", "pre-rmsnorm"),
+     * the MLP (enc_mlp_name) and the attention ("bidirectional",
+     * "causal"); num_kv_heads (== num_heads: no grouping) and window (0: none;
+     * w: the sliding layers' keys within distance w) as the attention
+     * contract takes them. */
+    const char *position;
+    const char *norm;
+    const char *mlp;
+    const char *attention;
+    int32_t num_kv_heads;
+    int32_t window;
+    /* true: the model has no token type table and takes no type ids
+     * (MPNet, ModernBERT, Qwen3, Gemma3), so the type ids a pair template
+     * gives the second text are dropped, as transformers' forward never
+     * receives them; false: they must be within type_vocab_size. */
+    bool types_unused;
 } encoder_info;
 
 /* ---- the directory's description, without weights ------------------------------ */

@@ -547,8 +547,9 @@ Test(cuda_plan, models_refused_by_what_the_kernels_cannot_compute) {
 }
 
 /* The model directories the service serves, described by encoder_describe
- * as the engine's init does: MPNet is refused for its position bias; the
- * classifiers, the Dense modules and every pooling are kept. The plugin's
+ * as the engine's init does: MPNet is refused for its position bias, the
+ * families beyond BERT's by name; the classifiers, the Dense modules and
+ * every pooling are kept. The plugin's
  * init then refuses the tiny ones for their head size (8: the attention
  * kernels take 32, 64 or 128), before any CUDA call. */
 typedef struct dir_case {
@@ -565,6 +566,9 @@ static const dir_case model_dirs[] = {
     {"tests/golden/st-meansqrt-tiny", NULL, "head size 8"},
     {"tests/golden/st-lasttoken-tiny", NULL, "head size 8"},
     {"tests/golden/mpnet-tiny-model", "relative buckets", "relative buckets"},
+    {"tests/golden/modernbert-tiny-model", "modernbert family", "modernbert family"},
+    {"tests/golden/qwen3-tiny-model", "qwen3 family", "qwen3 family"},
+    {"tests/golden/gemma3-tiny-model", "gemma3 family", "gemma3 family"},
 };
 
 Test(cuda_plan, model_directories_refused_or_kept) {
@@ -676,11 +680,12 @@ Test(cuda_plugin, init_refuses_models_it_cannot_compute) {
     engine_registry_init(NULL, err, sizeof err);
     const engine_entry *e = engine_registry_load(CUDA_PLUGIN);
     cr_assert_not_null(e->iface, "the plugin did not load: %s", e->reason);
-    int refused = 0;
+    int refused = 0, to_refuse = 0;
     for (size_t k = 0; k < sizeof model_dirs / sizeof model_dirs[0]; k++) {
         const dir_case *d = &model_dirs[k];
         if (!d->init)
             continue;
+        to_refuse++;
         const engine_options o = {
             .model_dir = d->dir, .precision = GEMM_BF16, .max_tokens = 256, .max_seqs = 8};
         void *ctx = NULL;
@@ -691,7 +696,8 @@ Test(cuda_plugin, init_refuses_models_it_cannot_compute) {
         cr_assert(strstr(err, d->init), "%s: %s", d->dir, err);
         refused++;
     }
-    cr_assert_eq(refused, 6);
+    cr_assert_eq(refused, to_refuse);
+    cr_assert_geq(refused, 9);
 }
 
 /* An unknown gpu_attention is refused by init before any CUDA call, so
