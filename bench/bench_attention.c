@@ -320,7 +320,12 @@ int main(int argc, char **argv) {
             }
             for (int b = 0; b <= sh.batch; b++)
                 cu[b] = b * sh.seq;
-            attn_shape shape = {sh.batch, T, sh.seq, H, D, sh.causal, 0};
+            const attn_shape shape = {.batch = sh.batch,
+                                      .total_tokens = T,
+                                      .max_seqlen = sh.seq,
+                                      .heads = H,
+                                      .head_dim = D,
+                                      .causal = sh.causal};
             attn_problem p;
             attn_problem_dense(&p, shape, cu, q, k, v, out);
 
