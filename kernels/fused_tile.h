@@ -331,9 +331,14 @@ FUSED_INLINE void prefetch_tile(const float *k, size_t ks, const float *v, size_
 /* One task: query rows [q0, q0 + BR) of head h of the sequence at tokens
  * [start, start + len), against every key those rows may see: the key tiles
  * between the first row's first key and the last row's last one
- * (attn_key_range), so a window costs O(BR·w), never the whole sequence. */
+ * (attn_key_range), so a window costs O(BR·w), never the whole sequence.
+ * windowed (a constant, fused_reach.windowed) compiles the tiles with a
+ * window's trailing mask in; without it the tile calls are the four a
+ * shape without a window always had: with six in one loop GCC hoisted
+ * their common work and spilled score registers in the hot unmasked tile
+ * (perf: 8×512 at head_dim 64 lost about a tenth of its rate). */
 FUSED_INLINE void query_block(const fused_ctx *c, const fused_ws *w, int32_t start, int32_t len,
-                              int h, int32_t q0, const int D) {
+                              int h, int32_t q0, const int D, const int windowed) {
     const attn_problem *p = c->p;
     const attn_shape *sh = &p->shape;
     const int32_t nq = len - q0 < FUSED_BR ? len - q0 : FUSED_BR;
@@ -382,7 +387,7 @@ FUSED_INLINE void query_block(const fused_ctx *c, const fused_ws *w, int32_t sta
             const int masked = fused_tile_mask(reach, kofs, nkeys, KT, VL);
             /* Constant masked and bias arguments keep the common tile free
              * of both. */
-            if (bh && masked == 2)
+            if (windowed && bh && masked == 2)
                 tile(qt, w->kt, w->vt, (size_t)D, ot, m, l, D, 2, kofs, nkeys, reach.ahead,
                      reach.behind, bh, span);
             else if (bh && masked)
@@ -390,7 +395,7 @@ FUSED_INLINE void query_block(const fused_ctx *c, const fused_ws *w, int32_t sta
                      span);
             else if (bh)
                 tile(qt, w->kt, w->vt, (size_t)D, ot, m, l, D, 0, kofs, KT, 0, 0, bh, span);
-            else if (masked == 2)
+            else if (windowed && masked == 2)
                 tile(qt, w->kt, w->vt, (size_t)D, ot, m, l, D, 2, kofs, nkeys, reach.ahead,
                      reach.behind, NULL, 0);
             else if (masked)
@@ -413,6 +418,41 @@ FUSED_INLINE void query_block(const fused_ctx *c, const fused_ws *w, int32_t sta
     }
 }
 
+/* One task's block with the head_dim fast paths: a constant head_dim lets
+ * the compiler unroll the column loops and drop the partial PV step. */
+FUSED_INLINE void blocks(const fused_ctx *c, const fused_ws *w, int32_t start, int32_t len, int h,
+                         int32_t q0, const int windowed) {
+    const int D = c->p->shape.head_dim;
+#ifndef FUSED_GENERIC_ONLY
+    switch (D) {
+    case 32:
+        query_block(c, w, start, len, h, q0, 32, windowed);
+        return;
+    case 64:
+        query_block(c, w, start, len, h, q0, 64, windowed);
+        return;
+    case 128:
+        query_block(c, w, start, len, h, q0, 128, windowed);
+        return;
+    default:
+        break;
+    }
+#endif
+    query_block(c, w, start, len, h, q0, D, windowed);
+}
+
+/* A sequence with a window that limits it and one without, each its own
+ * function (query_block's note). */
+static void blocks_windowed(const fused_ctx *c, const fused_ws *w, int32_t start, int32_t len,
+                            int h, int32_t q0) {
+    blocks(c, w, start, len, h, q0, 1);
+}
+
+static void blocks_unwindowed(const fused_ctx *c, const fused_ws *w, int32_t start, int32_t len,
+                              int h, int32_t q0) {
+    blocks(c, w, start, len, h, q0, 0);
+}
+
 void FUSED_NAME(fused_task)(void *ctx, size_t task, int worker) {
     const fused_ctx *c = ctx;
     int32_t b, q0;
@@ -420,25 +460,10 @@ void FUSED_NAME(fused_task)(void *ctx, size_t task, int worker) {
     fused_task_coords(c, task, &b, &h, &q0);
     const int32_t start = c->p->cu_seqlens[b], len = c->p->cu_seqlens[b + 1] - start;
     const fused_ws w = fused_worker_ws(c, worker);
-    const int D = c->p->shape.head_dim;
-#ifndef FUSED_GENERIC_ONLY
-    /* Fast paths: a constant head_dim lets the compiler unroll the column
-     * loops and drop the partial PV step. */
-    switch (D) {
-    case 32:
-        query_block(c, &w, start, len, h, q0, 32);
-        return;
-    case 64:
-        query_block(c, &w, start, len, h, q0, 64);
-        return;
-    case 128:
-        query_block(c, &w, start, len, h, q0, 128);
-        return;
-    default:
-        break;
-    }
-#endif
-    query_block(c, &w, start, len, h, q0, D);
+    if (fused_reach_of(&c->p->shape, len).windowed)
+        blocks_windowed(c, &w, start, len, h, q0);
+    else
+        blocks_unwindowed(c, &w, start, len, h, q0);
 }
 
 #undef FUSED_INLINE
