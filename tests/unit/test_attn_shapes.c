@@ -369,3 +369,64 @@ Test(attn_shapes, window_skips_far_tiles) {
     }
     far_tiles_unread(&attn_backend_bf16, "avx512bf16", BF16ATTN_BR);
 }
+
+/* A window together with grouped K/V heads and a relative position bias
+ * (N(0, 3²), as test_rel_bias.c draws it): the tiles at a window's edges
+ * with a bias are their own instantiation in fused and bf16. Held to each
+ * backend's bound, as run_case does. */
+static void window_and_bias(const attn_backend *b, const char *path) {
+    static const int32_t mixed[] = {1, 15, 16, 17, 127, 128, 129, 300};
+    for (int causal = 0; causal < 2; causal++)
+        for (int32_t window = 1; window <= 64; window *= 8) {
+            scase c;
+            scase_make(&c, 500 + 10 * (uint64_t)window + (uint64_t)causal, mixed, 8, 4, 2, 32,
+                       causal, window, 3);
+            test_rng r = {900 + (uint64_t)window};
+            const int32_t span = c.p.shape.max_seqlen;
+            const size_t n = 4 * (2 * (size_t)span - 1);
+            float *bias = malloc(n * sizeof *bias);
+            for (size_t i = 0; i < n; i++)
+                bias[i] = 3.0f * rng_normal(&r);
+            c.p.shape.rel_bias = 1;
+            c.p.rel_bias = bias;
+            c.p.rel_span = span;
+            char why[256] = "";
+            cr_assert_eq(attn_problem_check(&c.p, why, sizeof why), ATTN_OK, "%s", why);
+            cr_assert_eq(attn_backend_supports(b, &c.p.shape, why, sizeof why), ATTN_OK, "%s: %s",
+                         b->name, why);
+            cr_assert_eq(forward(b, &c.p, 2), ATTN_OK, "%s", b->name);
+            const attn_check res = check_all(b->precision, &c.p);
+            cr_assert(res.elements > 0 && res.bad == 0,
+                      "%s/%s causal=%d window=%d with a bias: %lld of %lld past the bound; worst "
+                      "token %d head %d dim %d got %.9g want %.9g bound %.3g",
+                      b->name, path, causal, (int)window, (long long)res.bad,
+                      (long long)res.elements, (int)res.bad_token, res.bad_head, res.bad_dim,
+                      (double)res.bad_got, res.bad_want, res.bad_bound);
+            free(bias);
+            scase_free(&c);
+        }
+}
+
+Test(attn_shapes, window_with_rel_bias, .timeout = 300) {
+    window_and_bias(&attn_backend_naive, "portable");
+    for (int path = ATTN_SIMD_PORTABLE; path <= (int)attn_simd_detect(); path++) {
+        cr_assert_eq(attn_simd_force((attn_simd)path), 0);
+        window_and_bias(&attn_backend_fused, attn_simd_name((attn_simd)path));
+    }
+    attn_simd_unforce();
+    const attn_shape s = {.batch = 1,
+                          .total_tokens = 8,
+                          .max_seqlen = 8,
+                          .heads = 2,
+                          .head_dim = 16,
+                          .rel_bias = 1,
+                          .kv_heads = 1,
+                          .window = 2};
+    char why[256] = "";
+    if (attn_backend_supports(&attn_backend_bf16, &s, why, sizeof why) != ATTN_OK) {
+        cr_assert(strstr(why, "AVX512_BF16"), "%s", why);
+        cr_log_warn("bf16 backend not offered here: %s", why);
+        return;
+    }
+    window_and_bias(&attn_backend_bf16, "avx512bf16");
+}
