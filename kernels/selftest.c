@@ -93,9 +93,10 @@ static int plan_cases(const attn_selftest_spec *s, const attn_backend *b, case_p
                            .head_dim = API2_HEAD_DIM,
                            .causal = 1,
                            .amp = 1.0f};
-    /* Windows shorter than a tile and than a 128-row block, against
-     * sequences longer than both, so tiles are skipped and edges masked on
-     * both sides; one K/V head for four query heads, and two. */
+    /* A window longer than a 16-key tile (20) and one shorter (7), both
+     * far shorter than the longest sequence and than a 128-row block, so
+     * key tiles are skipped and the window's edges masked on both sides;
+     * two K/V heads for four query heads, and one. */
     if (b->gqa)
         out[n++] = (case_plan){.name = b->window ? "api: 4 query heads over 2 K/V heads, window 20"
                                                  : "api: 4 query heads over 2 K/V heads",
