@@ -18,14 +18,21 @@
  *
  *   bench_attention [--json] [--backends naive,fused,bf16] [--threads 1,2]
  *                   [--shapes 32x128,8x512,1x2048,1x8192c] [--dims 32,64]
- *                   [--heads 12] [--reps 5] [--budget 2] [--naive-max-gflop 60]
+ *                   [--heads 12] [--kv-heads 0] [--window 0] [--reps 5] [--budget 2]
+ *                   [--naive-max-gflop 60]
  *
  * A shape is BATCHxSEQ, with a trailing c for causal. --budget caps the
  * seconds spent on one case, so slow cases get a single rep. naive streams
  * all keys through the cache once per query row and runs at 1 GFLOP/s or less
  * on long sequences, so it skips cases above --naive-max-gflop GFLOP (by
  * default it runs 1x8192c at head_dim 32, about a minute, but not at 64,
- * which would take two more); the skip is printed. */
+ * which would take two more); the skip is printed. --kv-heads N gives K and V
+ * N heads (grouped-query attention; N divides --heads, 0 = as many as the
+ * queries) and --window W a sliding window of W keys either side
+ * (attention.h); both apply to every case and are printed once (and in
+ * every --json line). GFLOP/s counts only the (query, key) pairs the window
+ * leaves (attn_flops), so a windowed case's ms, not its rate, shows the work
+ * it skips. */
 #include "bench/bench_util.h"
 #include "kernels/attention.h"
 #include "kernels/peak.h"
@@ -54,7 +61,7 @@ typedef struct {
     int nshapes;
     int dims[MAX_LIST];
     int ndims;
-    int heads, reps;
+    int heads, kv_heads, window, reps;
     double budget_s, naive_max_gflop;
 } bench_opts;
 
@@ -64,7 +71,7 @@ static void usage(const char *argv0) {
     fprintf(stderr,
             "usage: %s [--json] [--backends naive,fused,bf16] [--threads 1,N] "
             "[--shapes 32x128,8x512,1x2048,1x8192c] [--dims 32,64] [--heads 12] "
-            "[--reps 5] [--budget 2] [--naive-max-gflop 60]\n",
+            "[--kv-heads 0] [--window 0] [--reps 5] [--budget 2] [--naive-max-gflop 60]\n",
             argv0);
     exit(2);
 }
@@ -132,6 +139,10 @@ static void parse_opts(int argc, char **argv, bench_opts *o) {
             o->ndims = parse_ints(val, o->dims, 1);
         else if (strcmp(a, "--heads") == 0)
             o->heads = atoi(val);
+        else if (strcmp(a, "--kv-heads") == 0)
+            o->kv_heads = atoi(val);
+        else if (strcmp(a, "--window") == 0)
+            o->window = atoi(val);
         else if (strcmp(a, "--reps") == 0)
             o->reps = atoi(val);
         else if (strcmp(a, "--budget") == 0)
@@ -142,7 +153,8 @@ static void parse_opts(int argc, char **argv, bench_opts *o) {
             usage(argv[0]);
     }
     if (o->nbackends < 1 || o->nthreads < 1 || o->nshapes < 1 || o->ndims < 1 || o->heads < 1 ||
-        o->reps < 1 || o->budget_s <= 0)
+        o->reps < 1 || o->budget_s <= 0 || o->window < 0 || o->kv_heads < 0 ||
+        (o->kv_heads > 0 && o->heads % o->kv_heads != 0))
         usage(argv[0]);
 }
 
@@ -294,6 +306,9 @@ int main(int argc, char **argv) {
                        peak_bf16[t].cpu);
         }
     }
+    if (!o.json && (o.kv_heads > 0 || o.window > 0))
+        printf("\n%d query heads over %d K/V heads; window %d%s\n", o.heads,
+               o.kv_heads > 0 ? o.kv_heads : o.heads, o.window, o.window ? "" : " (none)");
     if (!o.json)
         printf("\n%-7s %-10s %-7s %3s %3s %6s %10s %8s %6s %5s %9s %9s %7s %4s\n", "backend",
                "simd", "shape", "D", "thr", "causal", "ms", "GFLOP/s", "%peak", "cpu%",
@@ -302,12 +317,13 @@ int main(int argc, char **argv) {
     for (int s = 0; s < o.nshapes; s++)
         for (int di = 0; di < o.ndims; di++) {
             const bench_shape sh = o.shapes[s];
-            const int D = o.dims[di], H = o.heads;
+            const int D = o.dims[di], H = o.heads, Hkv = o.kv_heads > 0 ? o.kv_heads : H;
             const int32_t T = sh.batch * sh.seq;
             const size_t n = (size_t)T * (size_t)H * (size_t)D;
+            const size_t nkv = (size_t)T * (size_t)Hkv * (size_t)D;
             int32_t *cu = malloc(((size_t)sh.batch + 1) * sizeof *cu);
-            float *q = malloc(n * sizeof *q), *k = malloc(n * sizeof *k),
-                  *v = malloc(n * sizeof *v), *out = malloc(n * sizeof *out);
+            float *q = malloc(n * sizeof *q), *k = malloc(nkv * sizeof *k),
+                  *v = malloc(nkv * sizeof *v), *out = malloc(n * sizeof *out);
             if (!cu || !q || !k || !v || !out) {
                 fprintf(stderr, "out of memory for %dx%d D=%d\n", sh.batch, sh.seq, D);
                 return 1;
@@ -315,17 +331,21 @@ int main(int argc, char **argv) {
             unsigned seed = 12345u;
             for (size_t i = 0; i < n; i++) {
                 q[i] = frand(&seed);
-                k[i] = frand(&seed);
-                v[i] = frand(&seed);
+                if (i < nkv) {
+                    k[i] = frand(&seed);
+                    v[i] = frand(&seed);
+                }
             }
             for (int b = 0; b <= sh.batch; b++)
                 cu[b] = b * sh.seq;
-            attn_shape shape = {.batch = sh.batch,
-                                .total_tokens = T,
-                                .max_seqlen = sh.seq,
-                                .heads = H,
-                                .head_dim = D,
-                                .causal = sh.causal};
+            const attn_shape shape = {.batch = sh.batch,
+                                      .total_tokens = T,
+                                      .max_seqlen = sh.seq,
+                                      .heads = H,
+                                      .head_dim = D,
+                                      .causal = sh.causal,
+                                      .kv_heads = o.kv_heads,
+                                      .window = o.window};
             attn_problem p;
             attn_problem_dense(&p, shape, cu, q, k, v, out);
 
@@ -338,7 +358,7 @@ int main(int argc, char **argv) {
                                 attn_backend_names());
                         return 1;
                     }
-                    if (be->supports(&shape, NULL, 0) != ATTN_OK)
+                    if (attn_backend_supports(be, &shape, NULL, 0) != ATTN_OK)
                         continue;
                     if (strcmp(be->name, "naive") == 0 &&
                         attn_flops(&p) * 1e-9 > o.naive_max_gflop) {
@@ -362,12 +382,13 @@ int main(int argc, char **argv) {
                                  pct_cpu = 100.0 * r.gflops_cpu / pk.cpu;
                     if (o.json) {
                         printf("{\"backend\": \"%s\", \"simd\": \"%s\", \"batch\": %d, "
-                               "\"seq\": %d, \"heads\": %d, \"head_dim\": %d, \"causal\": %s, "
-                               "\"threads\": %d, \"ms\": %.4f, \"gflops\": %.2f, "
+                               "\"seq\": %d, \"heads\": %d, \"kv_heads\": %d, \"window\": %d, "
+                               "\"head_dim\": %d, \"causal\": %s, \"threads\": %d, \"ms\": %.4f, "
+                               "\"gflops\": %.2f, "
                                "\"peak_gflops\": %.1f, \"pct_peak\": %.1f, \"cpu_pct\": %.1f, "
                                "\"pct_peak_cpu\": %.1f, \"workspace_bytes\": %zu, "
                                "\"reps\": %d}\n",
-                               be->name, be->simd_path(), sh.batch, sh.seq, H, D,
+                               be->name, be->simd_path(), sh.batch, sh.seq, H, Hkv, o.window, D,
                                sh.causal ? "true" : "false", o.threads[t], r.ms, r.gflops, pk.wall,
                                pct, 100.0 * r.cpu_frac, pct_cpu, r.ws_bytes, r.reps);
                     } else {

@@ -90,4 +90,6 @@ const attn_backend attn_backend_bf16 = {
     .simd_path = bf16attn_simd_path,
     .precision = ATTN_PREC_BF16,
     .rel_bias = 1,
+    .gqa = 1,
+    .window = 1,
 };

@@ -69,11 +69,23 @@ INLINE __m512 fill_below(__m512 x, int n, float fill) {
     return _mm512_mask_mov_ps(_mm512_set1_ps(fill), keep, x);
 }
 
-/* Leading lanes (query rows) that may not see key j of a tile (fused_tile.h). */
-INLINE int hidden_rows(int j, int kofs, int nkeys, int causal) {
+/* Lanes at and past n replaced by fill (n <= 0: all, n >= 16: none). */
+INLINE __m512 fill_from(__m512 x, int n, float fill) {
+    const __mmask16 keep = n <= 0 ? 0 : n >= VL ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1);
+    return _mm512_mask_mov_ps(_mm512_set1_ps(fill), keep, x);
+}
+
+/* Leading lanes (query rows) that may not see key j of a tile, and the first
+ * lane past its window (fused_tile.h's, with fused_reach's ahead and
+ * behind). */
+INLINE int hidden_rows(int j, int kofs, int nkeys, int ahead) {
     if (j >= nkeys)
         return VL;
-    return causal ? kofs + j : 0;
+    return kofs + j - ahead;
+}
+
+INLINE int visible_end(int j, int kofs, int behind) {
+    return kofs + j + behind + 1;
 }
 
 static inline __mmask16 first_lanes(int n) {
@@ -203,11 +215,12 @@ INLINE __m512 bias_vec(const float *bh, int32_t span, int32_t x0) {
     return _mm512_loadu_ps(tmp);
 }
 
-/* One tile: 16 query rows × 16 keys, as fused_tile.h's tile(). */
+/* One tile: 16 query rows × 16 keys, as fused_tile.h's tile() (masked: 0,
+ * 1 or 2 as there). */
 INLINE void tile(const uint32_t *qt /* (dp, VL) */, const uint32_t *kt /* (KT, dpr) */,
                  const uint32_t *vt /* (KT/2, dv) */, float *ot /* (dv, VL) */, float *m, float *l,
-                 const bf16attn_dims d, const int masked, int kofs, int nkeys, int causal,
-                 const float *bh, int32_t span) {
+                 const bf16attn_dims d, const int masked, int kofs, int nkeys, int ahead,
+                 int behind, const float *bh, int32_t span) {
     __m512 s[KT];
 #pragma GCC unroll 16
     for (int j = 0; j < KT; j++)
@@ -229,7 +242,12 @@ INLINE void tile(const uint32_t *qt /* (dp, VL) */, const uint32_t *kt /* (KT, d
     if (masked) {
 #pragma GCC unroll 16
         for (int j = 0; j < KT; j++)
-            s[j] = fill_below(s[j], hidden_rows(j, kofs, nkeys, causal), -INFINITY);
+            s[j] = fill_below(s[j], hidden_rows(j, kofs, nkeys, ahead), -INFINITY);
+    }
+    if (masked == 2) {
+#pragma GCC unroll 16
+        for (int j = 0; j < KT; j++)
+            s[j] = fill_from(s[j], visible_end(j, kofs, behind), -INFINITY);
     }
 
     __m512 mx = s[0];
@@ -244,7 +262,9 @@ INLINE void tile(const uint32_t *qt /* (dp, VL) */, const uint32_t *kt /* (KT, d
     for (int j = 0; j < KT; j++) {
         s[j] = exp2v(_mm512_sub_ps(s[j], m_new));
         if (masked)
-            s[j] = fill_below(s[j], hidden_rows(j, kofs, nkeys, causal), 0.0f);
+            s[j] = fill_below(s[j], hidden_rows(j, kofs, nkeys, ahead), 0.0f);
+        if (masked == 2) /* a row that sees none of the tile: as in fused_tile.h */
+            s[j] = fill_from(s[j], visible_end(j, kofs, behind), 0.0f);
         sum = _mm512_add_ps(sum, s[j]);
     }
     _mm512_storeu_ps(m, m_new);
@@ -259,15 +279,18 @@ INLINE void tile(const uint32_t *qt /* (dp, VL) */, const uint32_t *kt /* (KT, d
 }
 
 /* One task: query rows [q0, q0 + BR) of head h of the sequence at tokens
- * [start, start + len), against every key those rows may see. */
+ * [start, start + len), against the key tiles those rows may see (as
+ * fused_tile.h's query_block: a window's far tiles are never touched). */
 INLINE void query_block(const fused_ctx *c, uint32_t *ws, int32_t start, int32_t len, int h,
                         int32_t q0, const int D) {
     const attn_problem *p = c->p;
+    const attn_shape *sh = &p->shape;
     const bf16attn_dims d = bf16attn_dims_of(D);
-    const int causal = p->shape.causal;
     const int32_t nq = len - q0 < BR ? len - q0 : BR;
     const int ngroups = (nq + VL - 1) / VL;
     const size_t hd = (size_t)h * (size_t)D;
+    const size_t kd = (size_t)attn_kv_head(sh, h) * (size_t)D; /* the head's K/V */
+    const fused_reach reach = fused_reach_of(sh, len);
     const int32_t span = p->rel_span;
     const float *bh = p->shape.rel_bias
                           ? p->rel_bias + (size_t)h * (2 * (size_t)span - 1) + (size_t)(span - 1)
@@ -293,29 +316,37 @@ INLINE void query_block(const fused_ctx *c, uint32_t *ws, int32_t start, int32_t
         l[i] = 0.0f;
     }
 
-    const int32_t kend = causal ? q0 + nq : len;
-    for (int32_t k0 = 0; k0 < kend; k0 += KT) {
-        const int nkeys = len - k0 < KT ? (int)(len - k0) : KT;
-        pack_keys(kt, p->k + (size_t)(start + k0) * p->k_stride + hd, p->k_stride, nkeys, D, d);
-        pack_values(vt, p->v + (size_t)(start + k0) * p->v_stride + hd, p->v_stride, nkeys, D, d);
+    int32_t klo, khi;
+    fused_group_keys(sh, q0, q0 + nq - 1, len, &klo, &khi);
+    for (int32_t k0 = klo; k0 < khi; k0 += KT) {
+        const int nkeys = khi - k0 < KT ? (int)(khi - k0) : KT;
+        pack_keys(kt, p->k + (size_t)(start + k0) * p->k_stride + kd, p->k_stride, nkeys, D, d);
+        pack_values(vt, p->v + (size_t)(start + k0) * p->v_stride + kd, p->v_stride, nkeys, D, d);
         for (int g = 0; g < ngroups; g++) {
             const int32_t r0 = q0 + g * VL;
             const int32_t rlast = (r0 + VL < len ? r0 + VL : len) - 1;
-            if (causal && k0 > rlast)
+            int32_t glo, ghi;
+            fused_group_keys(sh, r0, rlast, len, &glo, &ghi);
+            if (k0 >= ghi || k0 + nkeys <= glo)
                 continue;
             const int kofs = (int)(k0 - r0);
             const uint32_t *qg = qt + (size_t)g * d.dp * VL;
             float *og = ot + (size_t)g * d.dv * VL;
-            const int edge = nkeys < KT || (causal && kofs + KT - 1 > 0);
+            const int masked = fused_tile_mask(reach, kofs, nkeys, KT, VL);
             float *mg = m + g * VL, *lg = l + g * VL;
-            if (bh && edge)
-                tile(qg, kt, vt, og, mg, lg, d, 1, kofs, nkeys, causal, bh, span);
+            if (bh && masked == 2)
+                tile(qg, kt, vt, og, mg, lg, d, 2, kofs, nkeys, reach.ahead, reach.behind, bh,
+                     span);
+            else if (bh && masked)
+                tile(qg, kt, vt, og, mg, lg, d, 1, kofs, nkeys, reach.ahead, 0, bh, span);
             else if (bh)
-                tile(qg, kt, vt, og, mg, lg, d, 0, kofs, KT, 0, bh, span);
-            else if (edge)
-                tile(qg, kt, vt, og, mg, lg, d, 1, kofs, nkeys, causal, NULL, 0);
+                tile(qg, kt, vt, og, mg, lg, d, 0, kofs, KT, 0, 0, bh, span);
+            else if (masked == 2)
+                tile(qg, kt, vt, og, mg, lg, d, 2, kofs, nkeys, reach.ahead, reach.behind, NULL, 0);
+            else if (masked)
+                tile(qg, kt, vt, og, mg, lg, d, 1, kofs, nkeys, reach.ahead, 0, NULL, 0);
             else
-                tile(qg, kt, vt, og, mg, lg, d, 0, 0, KT, 0, NULL, 0);
+                tile(qg, kt, vt, og, mg, lg, d, 0, 0, KT, 0, 0, NULL, 0);
         }
     }
 

@@ -67,6 +67,9 @@ static inline vf v_max(vf a, vf b) {
 static inline vf v_fill_below(vf a, int n, float fill) {
     V_MAP(i < n ? fill : a.x[i]);
 }
+static inline vf v_fill_from(vf a, int n, float fill) {
+    V_MAP(i >= n ? fill : a.x[i]);
+}
 
 static inline vf v_pow2_bits(vf t) {
     vf r;
@@ -189,4 +192,6 @@ const attn_backend attn_backend_fused = {
     .forward = fused_forward,
     .simd_path = fused_simd_path,
     .rel_bias = 1,
+    .gqa = 1,
+    .window = 1,
 };

@@ -59,6 +59,12 @@ static inline vf v_fill_below(vf x, int n, float fill) {
     return _mm256_blendv_ps(x, _mm256_set1_ps(fill), _mm256_castsi256_ps(hide));
 }
 
+static inline vf v_fill_from(vf x, int n, float fill) {
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i keep = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), lane);
+    return _mm256_blendv_ps(_mm256_set1_ps(fill), x, _mm256_castsi256_ps(keep));
+}
+
 /* 8×8 transpose: 2×2 blocks (unpack), 4×4 within 128-bit lanes (shuffle),
  * then the lanes across registers (permute2f128). Fully unrolled so the
  * rows stay in registers. */

@@ -58,6 +58,11 @@ static inline vf v_fill_below(vf x, int n, float fill) {
     return _mm512_mask_mov_ps(_mm512_set1_ps(fill), keep, x);
 }
 
+static inline vf v_fill_from(vf x, int n, float fill) {
+    const __mmask16 keep = n <= 0 ? 0 : n >= VL ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1);
+    return _mm512_mask_mov_ps(_mm512_set1_ps(fill), keep, x);
+}
+
 /* 16×16 transpose: 2×2 blocks of floats (unpack ps), then 4×4 (unpack pd),
  * then the 128-bit lanes across registers (shuffle_f32x4, two steps).
  * Fully unrolled so the 16 rows stay in registers. */

@@ -87,15 +87,58 @@ static inline fused_ws fused_worker_ws(const fused_ctx *c, int worker) {
     return w;
 }
 
+/* How far from a query row its keys may lie, within one sequence of len
+ * tokens: ahead, keys after the row (0 under the causal mask); behind, keys
+ * before it. len stands for no limit (no distance within the sequence
+ * reaches it), and a window of len or more is none either, so the tiles'
+ * lane arithmetic stays within ±2·len. */
+typedef struct fused_reach {
+    int ahead, behind;
+    int windowed; /* 1: behind is a window's, so tiles may hide trailing rows */
+} fused_reach;
+
+static inline fused_reach fused_reach_of(const attn_shape *s, int32_t len) {
+    const int w = s->window > 0 && s->window < len ? (int)s->window : (int)len;
+    fused_reach r;
+    r.ahead = s->causal ? 0 : w;
+    r.behind = w;
+    r.windowed = s->window > 0 && s->window < len;
+    return r;
+}
+
+/* The keys [*lo, *hi) that rows first..last of a sequence see together: the
+ * ends of attn_key_range never decrease with the row. */
+static inline void fused_group_keys(const attn_shape *s, int32_t first, int32_t last, int32_t len,
+                                    int32_t *lo, int32_t *hi) {
+    int32_t unused;
+    attn_key_range(s, first, len, lo, &unused);
+    attn_key_range(s, last, len, &unused, hi);
+}
+
+/* Which mask a tile of kt keys (nkeys of them real) needs for a group of vl
+ * rows starting kofs positions before the tile's first key: 0, none; 1, the
+ * leading rows (keys past the end, the causal diagonal, the window's edge
+ * ahead of the rows); 2, that and the trailing rows past the window behind
+ * the keys. A shape without a window never gets 2, so its tiles are the
+ * ones it had before windows existed. */
+static inline int fused_tile_mask(fused_reach r, int kofs, int nkeys, int kt, int vl) {
+    if (r.windowed && kofs + r.behind + 1 < vl)
+        return 2;
+    return nkeys < kt || kofs + kt - 1 - r.ahead > 0;
+}
+
 /* Blocks of FUSED_BR query rows in a sequence of len tokens. */
 static inline int64_t fused_nblocks(int32_t len) {
     return ((int64_t)len + FUSED_BR - 1) / FUSED_BR;
 }
 
 /* Task numbering: sequence-major, then head, then query block, so that
- * neighbouring tasks read the same keys. A causal sequence hands out its last
- * (most expensive) blocks first, which evens out the end of the loop. The
- * numbering depends only on the batch, never on threads or timing. */
+ * neighbouring tasks read the same keys (and, with grouped K/V heads, the
+ * heads of one group are neighbours too). A causal sequence hands out its
+ * last (most expensive) blocks first, which evens out the end of the loop;
+ * under a window every block but the first few costs the same (BR·(w + 1)
+ * pairs at most), so that order stays as good. The numbering depends only
+ * on the batch, never on threads or timing. */
 static inline void fused_task_coords(const fused_ctx *c, size_t task, int32_t *b, int *h,
                                      int32_t *q0) {
     const int64_t *st = c->seq_task;

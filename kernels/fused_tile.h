@@ -21,6 +21,7 @@
  *   vf v_max(a, b)           b where a is NaN (as x86 maxps)
  *   vf v_pow2_bits(vf t)     2^n where t = n + FUSED_ROUND_MAGIC, |n| <= 127
  *   vf v_fill_below(vf x, int n, float fill)   lanes < n replaced by fill
+ *   vf v_fill_from(vf x, int n, float fill)    lanes >= n replaced by fill
  *   void v_transpose(float *dst, size_t ds, const float *src, size_t ss)
  *                            dst[i·ds + j] = src[j·ss + i] for i, j < VL
  *
@@ -75,12 +76,20 @@ void FUSED_NAME(fused_exp2)(float *y, const float *x, size_t n) {
 }
 
 /* Leading lanes (query rows) that may not see key j of a tile: all of them
- * past the sequence end, and under the causal mask the rows above the key.
- * kofs = first key of the tile - first row of the group. */
-FUSED_INLINE int hidden_rows(int j, int kofs, int nkeys, int causal) {
+ * past the last key the block sees, else the rows the key lies more than
+ * ahead positions after (fused_reach: 0 under the causal mask, else the
+ * window or no limit). kofs = first key of the tile - first row of the
+ * group. */
+FUSED_INLINE int hidden_rows(int j, int kofs, int nkeys, int ahead) {
     if (j >= nkeys)
         return VL;
-    return causal ? kofs + j : 0;
+    return kofs + j - ahead;
+}
+
+/* The first lane (query row) past key j's window: rows more than behind
+ * positions after the key do not see it. */
+FUSED_INLINE int visible_end(int j, int kofs, int behind) {
+    return kofs + j + behind + 1;
 }
 
 /* ot[c] = alpha·ot[c] + sum_j P[j]·v[j][c] for NC output columns: NC
@@ -152,12 +161,14 @@ FUSED_INLINE vf bias_vec(const float *bh, int32_t span, int32_t x0) {
 
 /* One tile: VL query rows × KT keys. Scores S^T (KT vectors of VL rows) live
  * in registers from the dot products through the softmax update to P·V.
- * masked: some (row, key) pairs of the tile are hidden (sequence end or
- * causal diagonal); kofs and nkeys say which. */
+ * masked: 0, every (row, key) pair of the tile is seen; 1, some are hidden
+ * by the keys' end (nkeys), the causal diagonal or the window's leading
+ * edge (hidden_rows: kofs, ahead); 2, those and the window's trailing edge
+ * (visible_end: behind), which only a window has. */
 FUSED_INLINE void tile(const float *qt /* (D, VL) */, const float *kt /* (D, KT) */,
                        const float *v /* (KT, D) stride vs */, size_t vs, float *ot /* (D, VL) */,
                        float *m /* (VL) */, float *l /* (VL) */, const int D, const int masked,
-                       int kofs, int nkeys, int causal, const float *bh, int32_t span) {
+                       int kofs, int nkeys, int ahead, int behind, const float *bh, int32_t span) {
     vf s[KT];
     FUSED_UNROLL(KT)
     for (int j = 0; j < KT; j++)
@@ -179,10 +190,19 @@ FUSED_INLINE void tile(const float *qt /* (D, VL) */, const float *kt /* (D, KT)
     if (masked) {
         FUSED_UNROLL(KT)
         for (int j = 0; j < KT; j++)
-            s[j] = v_fill_below(s[j], hidden_rows(j, kofs, nkeys, causal), -INFINITY);
+            s[j] = v_fill_below(s[j], hidden_rows(j, kofs, nkeys, ahead), -INFINITY);
+    }
+    if (masked == 2) {
+        FUSED_UNROLL(KT)
+        for (int j = 0; j < KT; j++)
+            s[j] = v_fill_from(s[j], visible_end(j, kofs, behind), -INFINITY);
     }
 
-    /* Online softmax, lane-wise: new max, rescale factor, exp2, sum. */
+    /* Online softmax, lane-wise: new max, rescale factor, exp2, sum. A row
+     * that sees no key of the tile (a window's edge) has m_new = -inf while
+     * it has seen none before: its exp2 arguments are NaN, which v_exp2
+     * takes to 2^-125, and the masks below zero its terms, so it keeps
+     * m = -inf, l = 0 and ot = 0 until its first seen key. */
     const vf m_old = v_load(m);
     const vf m_new = v_max(tree_max(s), m_old);
     const vf alpha = v_exp2(v_sub(m_old, m_new));
@@ -190,7 +210,9 @@ FUSED_INLINE void tile(const float *qt /* (D, VL) */, const float *kt /* (D, KT)
     for (int j = 0; j < KT; j++) {
         s[j] = v_exp2(v_sub(s[j], m_new));
         if (masked)
-            s[j] = v_fill_below(s[j], hidden_rows(j, kofs, nkeys, causal), 0.0f);
+            s[j] = v_fill_below(s[j], hidden_rows(j, kofs, nkeys, ahead), 0.0f);
+        if (masked == 2)
+            s[j] = v_fill_from(s[j], visible_end(j, kofs, behind), 0.0f);
     }
     const vf sum = tree_sum(s);
     v_store(m, m_new);
@@ -307,14 +329,24 @@ FUSED_INLINE void prefetch_tile(const float *k, size_t ks, const float *v, size_
 }
 
 /* One task: query rows [q0, q0 + BR) of head h of the sequence at tokens
- * [start, start + len), against every key those rows may see. */
+ * [start, start + len), against every key those rows may see: the key tiles
+ * between the first row's first key and the last row's last one
+ * (attn_key_range), so a window costs O(BR·w), never the whole sequence.
+ * windowed (a constant, fused_reach.windowed) compiles the tiles with a
+ * window's trailing mask in; without it the tile calls are the four a
+ * shape without a window always had: with six in one loop GCC hoisted
+ * their common work and spilled score registers in the hot unmasked tile
+ * (perf: 8×512 at head_dim 64 lost about a tenth of its rate). */
 FUSED_INLINE void query_block(const fused_ctx *c, const fused_ws *w, int32_t start, int32_t len,
-                              int h, int32_t q0, const int D) {
+                              int h, int32_t q0, const int D, const int windowed) {
     const attn_problem *p = c->p;
-    const int causal = p->shape.causal;
+    const attn_shape *sh = &p->shape;
     const int32_t nq = len - q0 < FUSED_BR ? len - q0 : FUSED_BR;
     const int ngroups = (nq + VL - 1) / VL;
     const size_t hd = (size_t)h * (size_t)D;
+    /* K and V of the head's group (grouped-query attention). */
+    const size_t kd = (size_t)attn_kv_head(sh, h) * (size_t)D;
+    const fused_reach reach = fused_reach_of(sh, len);
     const int32_t span = p->rel_span;
     /* The head's bias vector centred on distance 0 (attention.h). */
     const float *bh = p->shape.rel_bias
@@ -330,36 +362,47 @@ FUSED_INLINE void query_block(const fused_ctx *c, const fused_ws *w, int32_t sta
         w->l[i] = 0.0f;
     }
 
-    /* Causal: keys after the block's last row are hidden from all its rows. */
-    const int32_t kend = causal ? q0 + nq : len;
-    for (int32_t k0 = 0; k0 < kend; k0 += KT) {
-        const int nkeys = len - k0 < KT ? (int)(len - k0) : KT;
+    /* Keys [klo, khi): every key some row of the block sees. */
+    int32_t klo, khi;
+    fused_group_keys(sh, q0, q0 + nq - 1, len, &klo, &khi);
+    for (int32_t k0 = klo; k0 < khi; k0 += KT) {
+        const int nkeys = khi - k0 < KT ? (int)(khi - k0) : KT;
         /* kt: (D, KT) key tile transposed, vt: (KT, D) value tile */
-        transpose_in(w->kt, p->k + (size_t)(start + k0) * p->k_stride + hd, p->k_stride, nkeys, D);
-        pack_values(w->vt, p->v + (size_t)(start + k0) * p->v_stride + hd, p->v_stride, nkeys, D);
-        if (k0 + KT < kend)
-            prefetch_tile(p->k + (size_t)(start + k0 + KT) * p->k_stride + hd, p->k_stride,
-                          p->v + (size_t)(start + k0 + KT) * p->v_stride + hd, p->v_stride,
-                          len - (k0 + KT) < KT ? (int)(len - (k0 + KT)) : KT, D);
+        transpose_in(w->kt, p->k + (size_t)(start + k0) * p->k_stride + kd, p->k_stride, nkeys, D);
+        pack_values(w->vt, p->v + (size_t)(start + k0) * p->v_stride + kd, p->v_stride, nkeys, D);
+        if (k0 + KT < khi)
+            prefetch_tile(p->k + (size_t)(start + k0 + KT) * p->k_stride + kd, p->k_stride,
+                          p->v + (size_t)(start + k0 + KT) * p->v_stride + kd, p->v_stride,
+                          khi - (k0 + KT) < KT ? (int)(khi - (k0 + KT)) : KT, D);
         for (int g = 0; g < ngroups; g++) {
             const int32_t r0 = q0 + g * VL; /* first row of the group */
             const int32_t rlast = (r0 + VL < len ? r0 + VL : len) - 1;
-            if (causal && k0 > rlast)
-                continue;
+            int32_t glo, ghi;
+            fused_group_keys(sh, r0, rlast, len, &glo, &ghi);
+            if (k0 >= ghi || k0 + nkeys <= glo)
+                continue; /* no row of the group sees a key of the tile */
             const int kofs = (int)(k0 - r0);
             float *qt = w->qt + (size_t)g * D * VL, *ot = w->ot + (size_t)g * D * VL;
             float *m = w->m + g * VL, *l = w->l + g * VL;
-            const int edge = nkeys < KT || (causal && kofs + KT - 1 > 0);
+            const int masked = fused_tile_mask(reach, kofs, nkeys, KT, VL);
             /* Constant masked and bias arguments keep the common tile free
              * of both. */
-            if (bh && edge)
-                tile(qt, w->kt, w->vt, (size_t)D, ot, m, l, D, 1, kofs, nkeys, causal, bh, span);
+            if (windowed && bh && masked == 2)
+                tile(qt, w->kt, w->vt, (size_t)D, ot, m, l, D, 2, kofs, nkeys, reach.ahead,
+                     reach.behind, bh, span);
+            else if (bh && masked)
+                tile(qt, w->kt, w->vt, (size_t)D, ot, m, l, D, 1, kofs, nkeys, reach.ahead, 0, bh,
+                     span);
             else if (bh)
-                tile(qt, w->kt, w->vt, (size_t)D, ot, m, l, D, 0, kofs, KT, 0, bh, span);
-            else if (edge)
-                tile(qt, w->kt, w->vt, (size_t)D, ot, m, l, D, 1, kofs, nkeys, causal, NULL, 0);
+                tile(qt, w->kt, w->vt, (size_t)D, ot, m, l, D, 0, kofs, KT, 0, 0, bh, span);
+            else if (windowed && masked == 2)
+                tile(qt, w->kt, w->vt, (size_t)D, ot, m, l, D, 2, kofs, nkeys, reach.ahead,
+                     reach.behind, NULL, 0);
+            else if (masked)
+                tile(qt, w->kt, w->vt, (size_t)D, ot, m, l, D, 1, kofs, nkeys, reach.ahead, 0, NULL,
+                     0);
             else
-                tile(qt, w->kt, w->vt, (size_t)D, ot, m, l, D, 0, 0, KT, 0, NULL, 0);
+                tile(qt, w->kt, w->vt, (size_t)D, ot, m, l, D, 0, 0, KT, 0, 0, NULL, 0);
         }
     }
 
@@ -375,6 +418,41 @@ FUSED_INLINE void query_block(const fused_ctx *c, const fused_ws *w, int32_t sta
     }
 }
 
+/* One task's block with the head_dim fast paths: a constant head_dim lets
+ * the compiler unroll the column loops and drop the partial PV step. */
+FUSED_INLINE void blocks(const fused_ctx *c, const fused_ws *w, int32_t start, int32_t len, int h,
+                         int32_t q0, const int windowed) {
+    const int D = c->p->shape.head_dim;
+#ifndef FUSED_GENERIC_ONLY
+    switch (D) {
+    case 32:
+        query_block(c, w, start, len, h, q0, 32, windowed);
+        return;
+    case 64:
+        query_block(c, w, start, len, h, q0, 64, windowed);
+        return;
+    case 128:
+        query_block(c, w, start, len, h, q0, 128, windowed);
+        return;
+    default:
+        break;
+    }
+#endif
+    query_block(c, w, start, len, h, q0, D, windowed);
+}
+
+/* A sequence with a window that limits it and one without, each its own
+ * function (query_block's note). */
+static void blocks_windowed(const fused_ctx *c, const fused_ws *w, int32_t start, int32_t len,
+                            int h, int32_t q0) {
+    blocks(c, w, start, len, h, q0, 1);
+}
+
+static void blocks_unwindowed(const fused_ctx *c, const fused_ws *w, int32_t start, int32_t len,
+                              int h, int32_t q0) {
+    blocks(c, w, start, len, h, q0, 0);
+}
+
 void FUSED_NAME(fused_task)(void *ctx, size_t task, int worker) {
     const fused_ctx *c = ctx;
     int32_t b, q0;
@@ -382,25 +460,10 @@ void FUSED_NAME(fused_task)(void *ctx, size_t task, int worker) {
     fused_task_coords(c, task, &b, &h, &q0);
     const int32_t start = c->p->cu_seqlens[b], len = c->p->cu_seqlens[b + 1] - start;
     const fused_ws w = fused_worker_ws(c, worker);
-    const int D = c->p->shape.head_dim;
-#ifndef FUSED_GENERIC_ONLY
-    /* Fast paths: a constant head_dim lets the compiler unroll the column
-     * loops and drop the partial PV step. */
-    switch (D) {
-    case 32:
-        query_block(c, &w, start, len, h, q0, 32);
-        return;
-    case 64:
-        query_block(c, &w, start, len, h, q0, 64);
-        return;
-    case 128:
-        query_block(c, &w, start, len, h, q0, 128);
-        return;
-    default:
-        break;
-    }
-#endif
-    query_block(c, &w, start, len, h, q0, D);
+    if (fused_reach_of(&c->p->shape, len).windowed)
+        blocks_windowed(c, &w, start, len, h, q0);
+    else
+        blocks_unwindowed(c, &w, start, len, h, q0);
 }
 
 #undef FUSED_INLINE

@@ -24,6 +24,8 @@ typedef struct case_plan {
     float amp;    /* q and k are N(0, 1)·amp: larger scores stress the online softmax */
     int sampled;  /* 1: compare sampled rows; 0: every row */
     int rel_bias; /* 1: a relative position bias over the case's distances */
+    int kv_heads; /* attn_shape.kv_heads: 0, or fewer K/V heads than heads */
+    int window;   /* attn_shape.window: 0, or the sliding window */
 } case_plan;
 
 /* A typical /v1/attention request batch, and an odd head_dim that takes a
@@ -40,8 +42,11 @@ static int32_t clip(int32_t len, int32_t max) {
 /* Lengths 1, 15, 16, 17, 64, 129 sit on both sides of the 16-row and 64-row
  * tiles kernels use; the zero-length sequence in the middle checks that an
  * empty sequence neither writes nor shifts its neighbours. All clipped to the
- * model's longest input. */
-static int plan_cases(const attn_selftest_spec *s, case_plan *out) {
+ * model's longest input. A backend that declares grouped K/V heads or a
+ * window (attention.h) is also run on those, at fixed /v1/attention-like
+ * shapes: it is handed them whatever the model, and a backend that breaks
+ * them must be refused at start, not found out by a model that uses them. */
+static int plan_cases(const attn_selftest_spec *s, const attn_backend *b, case_plan *out) {
     const int32_t L = s->max_seqlen >= 1 ? s->max_seqlen : 1;
     int n = 0;
     case_plan edges = {.name = "model: tile-edge lengths packed with an empty one",
@@ -88,6 +93,31 @@ static int plan_cases(const attn_selftest_spec *s, case_plan *out) {
                            .head_dim = API2_HEAD_DIM,
                            .causal = 1,
                            .amp = 1.0f};
+    /* A window longer than a 16-key tile (20) and one shorter (7), both
+     * far shorter than the longest sequence and than a 128-row block, so
+     * key tiles are skipped and the window's edges masked on both sides;
+     * two K/V heads for four query heads, and one. */
+    if (b->gqa)
+        out[n++] = (case_plan){.name = b->window ? "api: 4 query heads over 2 K/V heads, window 20"
+                                                 : "api: 4 query heads over 2 K/V heads",
+                               .lens = {1, 17, 300, 0, 64},
+                               .nseqs = 5,
+                               .heads = API_HEADS,
+                               .head_dim = API_HEAD_DIM,
+                               .amp = 1.0f,
+                               .kv_heads = 2,
+                               .window = b->window ? 20 : 0};
+    if (b->window)
+        out[n++] = (case_plan){.name = b->gqa ? "api: window 7, causal, odd head_dim, one K/V head"
+                                              : "api: window 7, causal, odd head_dim",
+                               .lens = {3, 150, 77},
+                               .nseqs = 3,
+                               .heads = API2_HEADS,
+                               .head_dim = API2_HEAD_DIM,
+                               .causal = 1,
+                               .amp = 1.0f,
+                               .kv_heads = b->gqa ? 1 : 0,
+                               .window = 7};
     return n;
 }
 
@@ -96,7 +126,9 @@ static attn_shape shape_of(const case_plan *c) {
                     .heads = c->heads,
                     .head_dim = c->head_dim,
                     .causal = c->causal,
-                    .rel_bias = c->rel_bias};
+                    .rel_bias = c->rel_bias,
+                    .kv_heads = c->kv_heads,
+                    .window = c->window};
     for (int i = 0; i < c->nseqs; i++) {
         s.total_tokens += c->lens[i];
         s.max_seqlen = c->lens[i] > s.max_seqlen ? c->lens[i] : s.max_seqlen;
@@ -210,7 +242,7 @@ static size_t total_of(const sizes *z) {
 size_t attn_selftest_bytes(const attn_backend *backend, const attn_selftest_spec *spec,
                            int nthreads) {
     case_plan plan[ATTN_SELFTEST_MAX_CASES];
-    const int n = plan_cases(spec, plan);
+    const int n = plan_cases(spec, backend, plan);
     const sizes z = sizes_of(backend, plan, n, nthreads);
     return total_of(&z);
 }
@@ -239,6 +271,7 @@ static int buffers_alloc(buffers *bf, const sizes *z) {
 static attn_problem fill_case(const case_plan *c, int index, buffers *bf) {
     const attn_shape s = shape_of(c);
     const size_t row = (size_t)s.heads * (size_t)s.head_dim, T = (size_t)s.total_tokens;
+    const size_t kv_row = (size_t)attn_kv_heads(&s) * (size_t)s.head_dim; /* <= row */
     bf->cu[0] = 0;
     for (int b = 0; b < c->nseqs; b++)
         bf->cu[b + 1] = bf->cu[b] + c->lens[b];
@@ -250,11 +283,15 @@ static attn_problem fill_case(const case_plan *c, int index, buffers *bf) {
         attn_problem_dense(&p, s, bf->cu, bf->in, bf->in + T * row, bf->in + 2 * T * row, bf->out);
     }
     normal_gen g = {.r = {0x9E3779B97F4A7C15ULL ^ (uint64_t)(index + 1) * 0xD1B54A32D192ED03ULL}};
+    /* The dense tensors keep their full-width slots, so a case's buffers
+     * are sized as if every head had its own K and V. */
     for (size_t t = 0; t < T; t++)
         for (size_t i = 0; i < row; i++) {
             ((float *)p.q)[t * p.q_stride + i] = next_normal(&g) * c->amp;
-            ((float *)p.k)[t * p.k_stride + i] = next_normal(&g) * c->amp;
-            ((float *)p.v)[t * p.v_stride + i] = next_normal(&g);
+            if (i < kv_row) {
+                ((float *)p.k)[t * p.k_stride + i] = next_normal(&g) * c->amp;
+                ((float *)p.v)[t * p.v_stride + i] = next_normal(&g);
+            }
             p.out[t * p.out_stride + i] = NAN;
         }
     if (s.rel_bias) {
@@ -374,7 +411,7 @@ int attn_selftest_run(const attn_backend *backend, const attn_selftest_spec *spe
     res->backend = backend;
     res->simd = backend->simd_path();
     case_plan plan[ATTN_SELFTEST_MAX_CASES];
-    const int n = plan_cases(spec, plan);
+    const int n = plan_cases(spec, backend, plan);
     const sizes z = sizes_of(backend, plan, n, par->nthreads);
     buffers bf;
     if (buffers_alloc(&bf, &z) != 0) {

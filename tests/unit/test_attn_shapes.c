@@ -28,7 +28,9 @@
 #include "attn_ref.h"
 #include "kernels/attention.h"
 #include "kernels/backends.h"
+#include "kernels/bf16attn_impl.h"
 #include "kernels/reference.h"
+#include "kernels/simd.h"
 #include "kernels/threadpool.h"
 
 typedef struct {
@@ -152,11 +154,19 @@ static void run_case(const attn_backend *b, const char *path, const int32_t *len
                 kv_heads, D, causal, (int)window, res.max_ratio);
 
     /* The window must matter: without it the reference sees other keys,
-     * and the outputs land far past the bound. */
+     * and the outputs land far past the bound. Not at bf16's bound when the
+     * window leaves most keys in (200 of 300: the keys it drops move the
+     * outputs by less than that bound, which rounds every weight to 2^-8);
+     * the windows of 1, 8 and 64 carry this check for bf16. */
     if (window > 0 && window + 1 < c.p.shape.max_seqlen) {
         c.p.shape.window = 0;
         const attn_check full = check_all(b->precision, &c.p);
-        cr_assert_gt(full.bad, 0, "%s: the window of %d moved no output", b->name, (int)window);
+        if (b->precision == ATTN_PREC_BF16 && 3 * window >= 2 * c.p.shape.max_seqlen)
+            cr_log_info("%s: a window of %d of %d keys is not held to move outputs past the "
+                        "bf16 bound (%lld did)",
+                        b->name, (int)window, (int)c.p.shape.max_seqlen, (long long)full.bad);
+        else
+            cr_assert_gt(full.bad, 0, "%s: the window of %d moved no output", b->name, (int)window);
         c.p.shape.window = window;
     }
     scase_free(&c);
@@ -278,4 +288,145 @@ Test(attn_shapes, capability_and_problem_checks) {
     p.v_stride = 15;
     cr_assert_eq(attn_problem_check(&p, why, sizeof why), ATTN_EINVAL);
     cr_assert(strstr(why, "kv_heads*head_dim"), "%s", why);
+}
+
+/* The fused backend on every SIMD path this CPU runs: each path has its own
+ * tile masks and lane widths (8 on AVX2, 16 on AVX-512). */
+Test(attn_shapes, fused_every_path, .timeout = 600) {
+    for (int path = ATTN_SIMD_PORTABLE; path <= (int)attn_simd_detect(); path++) {
+        cr_assert_eq(attn_simd_force((attn_simd)path), 0);
+        every_case(&attn_backend_fused, attn_simd_name((attn_simd)path));
+    }
+    attn_simd_unforce();
+}
+
+Test(attn_shapes, bf16, .timeout = 300) {
+    const attn_shape s = {.batch = 1,
+                          .total_tokens = 8,
+                          .max_seqlen = 8,
+                          .heads = 2,
+                          .head_dim = 16,
+                          .kv_heads = 1,
+                          .window = 2};
+    char why[256] = "";
+    if (attn_backend_supports(&attn_backend_bf16, &s, why, sizeof why) != ATTN_OK) {
+        /* Refused for the CPU, never for the grouping or the window. */
+        cr_assert(strstr(why, "AVX512_BF16"), "%s", why);
+        cr_log_warn("bf16 backend not offered here: %s", why);
+        return;
+    }
+    every_case(&attn_backend_bf16, "avx512bf16");
+}
+
+/* A window's point is O(L·w) work: a task touches only the key tiles some
+ * row of its block of br query rows sees, never the whole sequence. Here
+ * the keys and values of the first br tokens are NaN; every query row from
+ * 2·br on has its window (16 keys) and its block's (the rows from a
+ * multiple of br) past them, so those rows come out within the bound only
+ * if no tile of the NaN keys was read: a masked key still multiplies its
+ * NaN value by a zero weight in P·V. */
+static void far_tiles_unread(const attn_backend *b, const char *path, int32_t br) {
+    const int32_t len = 4 * br, window = 16;
+    for (int causal = 0; causal < 2; causal++) {
+        scase c;
+        scase_make(&c, 77 + (uint64_t)causal, &len, 1, 4, 2, 32, causal, window, 0);
+        const size_t q_w = 4 * 32, kv_w = 2 * 32;
+        for (int32_t t = 0; t < br; t++)
+            for (size_t i = q_w; i < q_w + 2 * kv_w; i++)
+                c.qkv[(size_t)t * c.p.k_stride + i] = NAN;
+        cr_assert_eq(forward(b, &c.p, 2), ATTN_OK, "%s", b->name);
+        const int32_t first = 2 * br, n = len - first;
+        int32_t *rows = malloc((size_t)n * sizeof *rows);
+        for (int32_t i = 0; i < n; i++)
+            rows[i] = first + i;
+        double *scratch = malloc(attn_check_scratch(&c.p.shape) * sizeof *scratch);
+        attn_check res = {0};
+        attn_check_rows_as(&c.p, b->precision, rows, n, scratch, &res);
+        cr_assert(res.elements == (int64_t)n * 4 * 32 && res.bad == 0,
+                  "%s/%s causal=%d: %lld of %lld elements past the bound (token %d got %.9g): "
+                  "a key tile outside every window of the block was used",
+                  b->name, path, causal, (long long)res.bad, (long long)res.elements,
+                  (int)res.bad_token, (double)res.bad_got);
+        free(rows);
+        free(scratch);
+        scase_free(&c);
+    }
+}
+
+Test(attn_shapes, window_skips_far_tiles) {
+    for (int path = ATTN_SIMD_PORTABLE; path <= (int)attn_simd_detect(); path++) {
+        cr_assert_eq(attn_simd_force((attn_simd)path), 0);
+        far_tiles_unread(&attn_backend_fused, attn_simd_name((attn_simd)path), FUSED_BR);
+    }
+    attn_simd_unforce();
+    const attn_shape s = {
+        .batch = 1, .total_tokens = 8, .max_seqlen = 8, .heads = 2, .head_dim = 16, .window = 2};
+    char why[256] = "";
+    if (attn_backend_supports(&attn_backend_bf16, &s, why, sizeof why) != ATTN_OK) {
+        cr_assert(strstr(why, "AVX512_BF16"), "%s", why);
+        cr_log_warn("bf16 backend not offered here: %s", why);
+        return;
+    }
+    far_tiles_unread(&attn_backend_bf16, "avx512bf16", BF16ATTN_BR);
+}
+
+/* A window together with grouped K/V heads and a relative position bias
+ * (N(0, 3²), as test_rel_bias.c draws it): the tiles at a window's edges
+ * with a bias are their own instantiation in fused and bf16. Held to each
+ * backend's bound, as run_case does. */
+static void window_and_bias(const attn_backend *b, const char *path) {
+    static const int32_t mixed[] = {1, 15, 16, 17, 127, 128, 129, 300};
+    for (int causal = 0; causal < 2; causal++)
+        for (int32_t window = 1; window <= 64; window *= 8) {
+            scase c;
+            scase_make(&c, 500 + 10 * (uint64_t)window + (uint64_t)causal, mixed, 8, 4, 2, 32,
+                       causal, window, 3);
+            test_rng r = {900 + (uint64_t)window};
+            const int32_t span = c.p.shape.max_seqlen;
+            const size_t n = 4 * (2 * (size_t)span - 1);
+            float *bias = malloc(n * sizeof *bias);
+            for (size_t i = 0; i < n; i++)
+                bias[i] = 3.0f * rng_normal(&r);
+            c.p.shape.rel_bias = 1;
+            c.p.rel_bias = bias;
+            c.p.rel_span = span;
+            char why[256] = "";
+            cr_assert_eq(attn_problem_check(&c.p, why, sizeof why), ATTN_OK, "%s", why);
+            cr_assert_eq(attn_backend_supports(b, &c.p.shape, why, sizeof why), ATTN_OK, "%s: %s",
+                         b->name, why);
+            cr_assert_eq(forward(b, &c.p, 2), ATTN_OK, "%s", b->name);
+            const attn_check res = check_all(b->precision, &c.p);
+            cr_assert(res.elements > 0 && res.bad == 0,
+                      "%s/%s causal=%d window=%d with a bias: %lld of %lld past the bound; worst "
+                      "token %d head %d dim %d got %.9g want %.9g bound %.3g",
+                      b->name, path, causal, (int)window, (long long)res.bad,
+                      (long long)res.elements, (int)res.bad_token, res.bad_head, res.bad_dim,
+                      (double)res.bad_got, res.bad_want, res.bad_bound);
+            free(bias);
+            scase_free(&c);
+        }
+}
+
+Test(attn_shapes, window_with_rel_bias, .timeout = 300) {
+    window_and_bias(&attn_backend_naive, "portable");
+    for (int path = ATTN_SIMD_PORTABLE; path <= (int)attn_simd_detect(); path++) {
+        cr_assert_eq(attn_simd_force((attn_simd)path), 0);
+        window_and_bias(&attn_backend_fused, attn_simd_name((attn_simd)path));
+    }
+    attn_simd_unforce();
+    const attn_shape s = {.batch = 1,
+                          .total_tokens = 8,
+                          .max_seqlen = 8,
+                          .heads = 2,
+                          .head_dim = 16,
+                          .rel_bias = 1,
+                          .kv_heads = 1,
+                          .window = 2};
+    char why[256] = "";
+    if (attn_backend_supports(&attn_backend_bf16, &s, why, sizeof why) != ATTN_OK) {
+        cr_assert(strstr(why, "AVX512_BF16"), "%s", why);
+        cr_log_warn("bf16 backend not offered here: %s", why);
+        return;
+    }
+    window_and_bias(&attn_backend_bf16, "avx512bf16");
 }
