@@ -48,14 +48,20 @@ def openai_vectors(server, texts):
     return r, [d["embedding"] for d in sorted(r.json()["data"], key=lambda d: d["index"])]
 
 
-def start_refused(tmp_path, model, **settings):
-    """Starts the binary with settings; returns (exit status, log)."""
+# The test-only build whose "faulty" backend declares neither grouped K/V
+# heads nor a window (make e2e builds it): what a backend without them meets.
+FAULTY = os.path.join(os.path.dirname(BIN), "attnserve-faulty")
+
+
+def start_refused(tmp_path, model, binary=None, **settings):
+    """Starts the binary (BIN unless given) with settings; returns (exit
+    status, log)."""
     cfg = tmp_path / "cfg.json"
     cfg.write_text(json.dumps(dict({"host": "127.0.0.1", "port": free_port(), "threads": 1,
                                     "model": model}, **settings)))
     env = {k: v for k, v in os.environ.items() if not k.startswith("ATTNSERVE_")}
-    r = subprocess.run([BIN, "--config", str(cfg)], capture_output=True, text=True, timeout=60,
-                       env=env)
+    r = subprocess.run([binary or BIN, "--config", str(cfg)], capture_output=True, text=True,
+                       timeout=60, env=env)
     return r.returncode, r.stdout + r.stderr
 
 

@@ -15,8 +15,8 @@ import os
 import pytest
 
 from conftest import ROOT, golden
-from family_serve import (check, check_shadow_verification, info_blocks, openai_vectors, post,
-                         serve, start_refused)
+from family_serve import (FAULTY, check, check_shadow_verification, info_blocks, openai_vectors,
+                         post, serve, start_refused)
 
 MODEL_DIR = os.path.join(ROOT, "tests", "golden", "gemma3-tiny-model")
 GOLDEN = golden("gemma3_embeddings.json")
@@ -26,10 +26,11 @@ DOCUMENT = [c for c in GOLDEN["document_mean_normalized"] if c["text"]]
 
 SETTINGS = [
     ("naive", {"backend": "naive"}, None, 1.0 - 1e-6),
+    ("fused", {"backend": "fused"}, None, 1.0 - 1e-6),
     ("auto", {"backend": "auto"}, None, 1.0 - 1e-6),
-    ("bf16", {"precision": "bf16", "backend": "naive"}, "avx512_bf16", 0.999),
-    ("int8", {"precision": "int8", "backend": "naive"}, "avx512_vnni", 0.99),
-    ("cpu-avx512", {"engine": "cpu-avx512", "backend": "naive"},
+    ("bf16", {"precision": "bf16", "backend": "fused"}, "avx512_bf16", 0.999),
+    ("int8", {"precision": "int8", "backend": "fused"}, "avx512_vnni", 0.99),
+    ("cpu-avx512", {"engine": "cpu-avx512", "backend": "fused"},
      "avx512f avx512dq avx512bw avx512vl", 1.0 - 1e-6),
 ]
 
@@ -46,7 +47,9 @@ def test_openai_embeddings(served):
     s, name, settings, floor = served
     r, vectors = openai_vectors(s, [c["text"] for c in CASES])
     assert r.headers.get("x-precision") == settings.get("precision", "fp32")
-    assert r.headers.get("x-attention-backend") == "naive"
+    # auto: fused, the fastest fp32 backend, keeps windows and grouped heads.
+    assert r.headers.get("x-attention-backend") == {"auto": "fused"}.get(
+        settings["backend"], settings["backend"])
     check(vectors, CASES, floor, "gemma3 e2e " + name, 64)
 
 
@@ -75,11 +78,14 @@ def test_info_says_what_runs(served):
 
 
 def test_a_backend_without_the_window_is_refused_at_start(tmp_path):
-    rc, log = start_refused(tmp_path, MODEL_DIR, backend="fused", fallback_backends="fused")
+    rc, log = start_refused(tmp_path, MODEL_DIR, binary=FAULTY, backend="faulty",
+                            fallback_backends="faulty")
     assert rc == 2, log
-    assert "backend 'fused' does not" in log, log
+    assert "backend 'faulty' does not" in log, log
 
 
-def test_shadow_verification_agrees(tmp_path):
+@pytest.mark.parametrize("backend", ["naive", "fused"])
+def test_shadow_verification_agrees(tmp_path, backend):
     check_shadow_verification(tmp_path, MODEL_DIR,
-                              [c["text"] for c in CASES if len(c["ids"]) > 17])
+                              [c["text"] for c in CASES if len(c["ids"]) > 17],
+                              backend=backend)

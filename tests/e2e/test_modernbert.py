@@ -22,8 +22,8 @@ import os
 import pytest
 
 from conftest import ROOT, golden
-from family_serve import (check, check_shadow_verification, cosine, info_blocks, openai_vectors,
-                         post, serve, start_refused)
+from family_serve import (FAULTY, check, check_shadow_verification, cosine, info_blocks,
+                         openai_vectors, post, serve, start_refused)
 
 MODEL_DIR = os.path.join(ROOT, "tests", "golden", "modernbert-tiny-model")
 
@@ -35,9 +35,10 @@ CASES = [c for c in GOLDEN["mean_normalized"] if c["text"]]
 # sliding window run ModernBERT; `auto` must pick one.
 SETTINGS = [
     ("naive", {"backend": "naive"}, None, 1.0 - 1e-6),
+    ("fused", {"backend": "fused"}, None, 1.0 - 1e-6),
     ("auto", {"backend": "auto"}, None, 1.0 - 1e-6),
-    ("int8", {"precision": "int8", "backend": "naive"}, "avx512_vnni", 0.99),
-    ("cpu-avx512", {"engine": "cpu-avx512", "backend": "naive"},
+    ("int8", {"precision": "int8", "backend": "fused"}, "avx512_vnni", 0.99),
+    ("cpu-avx512", {"engine": "cpu-avx512", "backend": "fused"},
      "avx512f avx512dq avx512bw avx512vl", 1.0 - 1e-6),
 ]
 
@@ -57,7 +58,9 @@ def test_openai_embeddings(served):
             "x-precision": settings.get("precision", "fp32")}
     assert {k: r.headers.get(k) for k in want} == want
     # Only a backend with the window can serve it, whatever was asked.
-    assert r.headers.get("x-attention-backend") == "naive"
+    # auto: fused, the fastest fp32 backend, keeps windows and grouped heads.
+    assert r.headers.get("x-attention-backend") == {"auto": "fused"}.get(
+        settings["backend"], settings["backend"])
     check(vectors, CASES, floor, "modernbert e2e " + name, 64)
 
 
@@ -97,9 +100,10 @@ def test_a_backend_without_the_window_is_refused_at_start(tmp_path):
     # A backend that cannot keep the window is refused by name: the service
     # falls back to one that can (fallback_backends' default), or, with none
     # to fall back to, stops the start with the reason.
-    rc, log = start_refused(tmp_path, MODEL_DIR, backend="fused", fallback_backends="fused")
+    rc, log = start_refused(tmp_path, MODEL_DIR, binary=FAULTY, backend="faulty",
+                            fallback_backends="faulty")
     assert rc == 2, log
-    assert "backend 'fused' does not keep a sliding window" in log, log
+    assert "backend 'faulty' does not keep a sliding window" in log, log
 
 
 RERANK_DIR = os.path.join(ROOT, "tests", "golden", "modernbert-rerank-tiny")
@@ -129,6 +133,8 @@ def test_the_cross_encoder_reranks_as_sentence_transformers(reranker):
     print("modernbert rerank e2e: worst |score - reference| %.2g" % worst)
 
 
-def test_shadow_verification_agrees(tmp_path):
+@pytest.mark.parametrize("backend", ["naive", "fused"])
+def test_shadow_verification_agrees(tmp_path, backend):
     check_shadow_verification(tmp_path, MODEL_DIR,
-                              [c["text"] for c in CASES if len(c["ids"]) > 17])
+                              [c["text"] for c in CASES if len(c["ids"]) > 17],
+                              backend=backend)
