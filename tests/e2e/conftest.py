@@ -396,3 +396,20 @@ def wait_for(cond, timeout=10, what="condition"):
             return
         time.sleep(0.01)
     raise AssertionError("timed out waiting for " + what)
+
+
+def vm_hwm(pid):
+    """The process's peak resident memory in bytes."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmHWM in /proc/%d/status" % pid)
+
+
+def asan_build(pid):
+    """Whether the process runs under AddressSanitizer, whose allocator keeps
+    a quarantine and shadow memory: resident memory then says nothing of the
+    service's own bound."""
+    with open("/proc/%d/maps" % pid) as f:
+        return "libasan" in f.read()

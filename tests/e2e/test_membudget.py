@@ -18,25 +18,13 @@ import subprocess
 
 import requests
 
-from conftest import BIN, JSON, MODEL_DIR, assert_raw_error, free_port, wait_for
+from conftest import (BIN, JSON, MODEL_DIR, asan_build, assert_raw_error, free_port, vm_hwm,
+                      wait_for)
 
 BUDGET = 24 << 20
 MAX_BODY = 4 << 20
 CLIENTS = 32
 PER_CLIENT = 4
-
-
-def vm_hwm(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError("no VmHWM in /proc/%d/status" % pid)
-
-
-def asan_build(pid):
-    with open("/proc/%d/maps" % pid) as f:
-        return "libasan" in f.read()
 
 
 def b64_tensor(seq, heads, head_dim, value):
