@@ -1,6 +1,8 @@
 /* attn_ref.c — float64 reference attention for the tests. */
 #include "attn_ref.h"
 
+#include "kernels/threadpool.h"
+
 #include <math.h>
 #include <stdlib.h>
 
@@ -89,4 +91,31 @@ void attn_reference(const attn_problem *p, int32_t row_lo, int32_t row_hi, doubl
     free(s);
     if (smax)
         *smax = smax_seen;
+}
+
+int attn_run_backend(const attn_backend *b, const attn_problem *p, int nthreads) {
+    tp_pool *pool = tp_create(nthreads);
+    const size_t bytes = b->workspace_size(&p->shape, nthreads);
+    void *ws = aligned_alloc(64, (bytes + 64) / 64 * 64);
+    int rc = ATTN_EINVAL;
+    if (pool && ws) {
+        const attn_parallel par = tp_parallel(pool);
+        rc = b->forward(p, ws, bytes, &par);
+    }
+    free(ws);
+    if (pool)
+        tp_destroy(pool);
+    return rc;
+}
+
+attn_check attn_check_every_row(attn_precision prec, const attn_problem *p) {
+    int32_t *rows = malloc((size_t)(p->shape.total_tokens + 1) * sizeof *rows);
+    for (int32_t t = 0; t < p->shape.total_tokens; t++)
+        rows[t] = t;
+    double *scratch = malloc(attn_check_scratch(&p->shape) * sizeof *scratch);
+    attn_check res = {0};
+    attn_check_rows_as(p, prec, rows, p->shape.total_tokens, scratch, &res);
+    free(rows);
+    free(scratch);
+    return res;
 }

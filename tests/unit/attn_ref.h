@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "kernels/attention.h"
+#include "kernels/reference.h"
 
 /* xorshift64*: deterministic across platforms, so a failing case can be
  * reproduced from its seed. */
@@ -25,5 +26,14 @@ float rng_normal(test_rng *r);
  * error bound. */
 void attn_reference(const attn_problem *p, int32_t row_lo, int32_t row_hi, double *ref,
                     double *vmax, double *smax);
+
+/* Runs backend b on p over a pool of nthreads with a workspace of the size
+ * b asks for: b's return code, or ATTN_EINVAL when the pool or the
+ * workspace cannot be made. */
+int attn_run_backend(const attn_backend *b, const attn_problem *p, int nthreads);
+
+/* Every row of p's output against kernels/reference.c's float64 rows, by
+ * the bound of precision prec (attn_check_rows_as). */
+attn_check attn_check_every_row(attn_precision prec, const attn_problem *p);
 
 #endif

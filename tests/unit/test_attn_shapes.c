@@ -80,30 +80,6 @@ static void scase_free(scase *c) {
     free(c->out);
 }
 
-static int forward(const attn_backend *b, const attn_problem *p, int nthreads) {
-    tp_pool *pool = tp_create(nthreads);
-    cr_assert(pool);
-    const attn_parallel par = tp_parallel(pool);
-    const size_t bytes = b->workspace_size(&p->shape, nthreads);
-    void *ws = aligned_alloc(64, (bytes + 64) / 64 * 64);
-    const int rc = b->forward(p, ws, bytes, &par);
-    free(ws);
-    tp_destroy(pool);
-    return rc;
-}
-
-static attn_check check_all(attn_precision prec, const attn_problem *p) {
-    int32_t *rows = malloc((size_t)(p->shape.total_tokens + 1) * sizeof *rows);
-    for (int32_t t = 0; t < p->shape.total_tokens; t++)
-        rows[t] = t;
-    double *scratch = malloc(attn_check_scratch(&p->shape) * sizeof *scratch);
-    attn_check res = {0};
-    attn_check_rows_as(p, prec, rows, p->shape.total_tokens, scratch, &res);
-    free(rows);
-    free(scratch);
-    return res;
-}
-
 /* kernels/reference.c's rows against attn_ref.c's: two readings of the
  * same mask and grouping must give the same float64 outputs. */
 static void references_agree(const attn_problem *p) {
@@ -142,8 +118,8 @@ static void run_case(const attn_backend *b, const char *path, const int32_t *len
     cr_assert_eq(attn_problem_check(&c.p, why, sizeof why), ATTN_OK, "%s", why);
     cr_assert_eq(attn_backend_supports(b, &c.p.shape, why, sizeof why), ATTN_OK, "%s: %s", b->name,
                  why);
-    cr_assert_eq(forward(b, &c.p, 2), ATTN_OK, "%s", b->name);
-    const attn_check res = check_all(b->precision, &c.p);
+    cr_assert_eq(attn_run_backend(b, &c.p, 2), ATTN_OK, "%s", b->name);
+    const attn_check res = attn_check_every_row(b->precision, &c.p);
     cr_assert_eq(res.bad, 0,
                  "%s/%s B=%d H=%d Hkv=%d D=%d causal=%d window=%d: %lld of %lld past the "
                  "bound; worst token %d head %d dim %d got %.9g want %.9g bound %.3g",
@@ -160,7 +136,7 @@ static void run_case(const attn_backend *b, const char *path, const int32_t *len
      * the windows of 1, 8 and 64 carry this check for bf16. */
     if (window > 0 && window + 1 < c.p.shape.max_seqlen) {
         c.p.shape.window = 0;
-        const attn_check full = check_all(b->precision, &c.p);
+        const attn_check full = attn_check_every_row(b->precision, &c.p);
         if (b->precision == ATTN_PREC_BF16 && 3 * window >= 2 * c.p.shape.max_seqlen)
             cr_log_info("%s: a window of %d of %d keys is not held to move outputs past the "
                         "bf16 bound (%lld did)",
@@ -334,7 +310,7 @@ static void far_tiles_unread(const attn_backend *b, const char *path, int32_t br
         for (int32_t t = 0; t < br; t++)
             for (size_t i = q_w; i < q_w + 2 * kv_w; i++)
                 c.qkv[(size_t)t * c.p.k_stride + i] = NAN;
-        cr_assert_eq(forward(b, &c.p, 2), ATTN_OK, "%s", b->name);
+        cr_assert_eq(attn_run_backend(b, &c.p, 2), ATTN_OK, "%s", b->name);
         const int32_t first = 2 * br, n = len - first;
         int32_t *rows = malloc((size_t)n * sizeof *rows);
         for (int32_t i = 0; i < n; i++)
@@ -394,8 +370,8 @@ static void window_and_bias(const attn_backend *b, const char *path) {
             cr_assert_eq(attn_problem_check(&c.p, why, sizeof why), ATTN_OK, "%s", why);
             cr_assert_eq(attn_backend_supports(b, &c.p.shape, why, sizeof why), ATTN_OK, "%s: %s",
                          b->name, why);
-            cr_assert_eq(forward(b, &c.p, 2), ATTN_OK, "%s", b->name);
-            const attn_check res = check_all(b->precision, &c.p);
+            cr_assert_eq(attn_run_backend(b, &c.p, 2), ATTN_OK, "%s", b->name);
+            const attn_check res = attn_check_every_row(b->precision, &c.p);
             cr_assert(res.elements > 0 && res.bad == 0,
                       "%s/%s causal=%d window=%d with a bias: %lld of %lld past the bound; worst "
                       "token %d head %d dim %d got %.9g want %.9g bound %.3g",

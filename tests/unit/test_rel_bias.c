@@ -88,31 +88,6 @@ static void bcase_free(bcase *c) {
     free(c->bias);
 }
 
-static int forward(const attn_backend *b, const attn_problem *p, int nthreads) {
-    tp_pool *pool = tp_create(nthreads);
-    cr_assert(pool);
-    const attn_parallel par = tp_parallel(pool);
-    const size_t bytes = b->workspace_size(&p->shape, nthreads);
-    void *ws = aligned_alloc(64, (bytes + 64) / 64 * 64);
-    const int rc = b->forward(p, ws, bytes, &par);
-    free(ws);
-    tp_destroy(pool);
-    return rc;
-}
-
-/* Every row of c's output against the reference by b's own bound. */
-static attn_check check_all(const attn_backend *b, const attn_problem *p) {
-    int32_t *rows = malloc((size_t)(p->shape.total_tokens + 1) * sizeof *rows);
-    for (int32_t t = 0; t < p->shape.total_tokens; t++)
-        rows[t] = t;
-    double *scratch = malloc(attn_check_scratch(&p->shape) * sizeof *scratch);
-    attn_check res = {0};
-    attn_check_rows_as(p, b->precision, rows, p->shape.total_tokens, scratch, &res);
-    free(rows);
-    free(scratch);
-    return res;
-}
-
 static void run_case(const attn_backend *b, const char *path, const int32_t *lens, int batch,
                      int heads, int D, int causal, int32_t span, int pad, int buckets,
                      uint64_t seed) {
@@ -121,8 +96,8 @@ static void run_case(const attn_backend *b, const char *path, const int32_t *len
     char why[256] = "";
     cr_assert_eq(attn_backend_supports(b, &c.p.shape, why, sizeof why), ATTN_OK, "%s: %s", b->name,
                  why);
-    cr_assert_eq(forward(b, &c.p, 2), ATTN_OK, "%s", b->name);
-    const attn_check res = check_all(b, &c.p);
+    cr_assert_eq(attn_run_backend(b, &c.p, 2), ATTN_OK, "%s", b->name);
+    const attn_check res = attn_check_every_row(b->precision, &c.p);
     cr_assert_eq(res.bad, 0,
                  "%s/%s B=%d H=%d D=%d causal=%d span=%d buckets=%d: %lld of %lld past the "
                  "bound; worst token %d head %d dim %d got %.9g want %.9g bound %.3g",
@@ -135,7 +110,7 @@ static void run_case(const attn_backend *b, const char *path, const int32_t *len
     /* The same output held to the reference without the bias must fail:
      * the bias moves the outputs far past the bound. */
     c.p.shape.rel_bias = 0;
-    const attn_check without = check_all(&attn_backend_naive, &c.p);
+    const attn_check without = attn_check_every_row(attn_backend_naive.precision, &c.p);
     cr_assert_gt(without.bad, res.elements / 4, "%s: the bias barely moved the outputs (%lld)",
                  b->name, (long long)without.bad);
     bcase_free(&c);
