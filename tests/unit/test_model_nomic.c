@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engines/cuda/cuda_plan.h"
 #include "family_golden.h"
 #include "kernels/attention.h"
 #include "model/bert.h"
@@ -337,13 +338,14 @@ Test(nomic, refusals, .init = make_variant, .fini = remove_variant) {
     expect_config_error(BERT_EUNSUPPORTED, "NomicBertForSequenceClassification");
 }
 
-/* The cuda engine runs the BERT family only: NomicBERT's family name is
- * its own, which the engine's refusal names. */
-Test(nomic, is_its_own_family_for_the_engines) {
+/* The cuda engine runs the BERT family only: NomicBERT, post-norm like
+ * BERT but with RoPE and SwiGLU, is refused by its family's name. */
+Test(nomic, the_cuda_engine_refuses_it_by_name) {
     encoder_desc *d = NULL;
-    char err[512] = "";
-    cr_assert_eq(encoder_describe(NB_DIR, &d, err, sizeof err), BERT_OK, "%s", err);
-    cr_expect_str_neq(encoder_desc_info(d)->family, "bert");
+    char why[512] = "";
+    cr_assert_eq(encoder_describe(NB_DIR, &d, why, sizeof why), BERT_OK, "%s", why);
+    cr_expect_eq(cuda_refuse_model(encoder_desc_info(d), why, sizeof why), -1);
+    cr_expect(strstr(why, "nomic_bert family") && strstr(why, "swiglu"), "%s", why);
     encoder_desc_free(d);
 }
 
