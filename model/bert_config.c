@@ -534,15 +534,27 @@ static int read_nomic(const json_t *j, const char *path, bert_config *c, char *e
             rc = fail(BERT_EUNSUPPORTED, err, err_len,
                       "%s: %s is not supported (only null: the default rotation)", path, unset[i]);
     }
+    /* Defaults differ with whose config it is: nomic's NomicBertConfig
+     * (n_embd, ...) biases every linear layer and rotates with θ 10000;
+     * transformers' biases none and defaults θ to 1000. */
+    const int nomic_keys = json_object_get(j, "n_embd") != NULL;
     if (!rc)
-        rc = read_rope_theta(j, path, "full_attention", "rotary_emb_base", 10000.0,
-                             &c->rope_theta[0], err, err_len);
+        rc = read_rope_theta(j, path, "full_attention", "rotary_emb_base",
+                             nomic_keys ? 10000.0 : 1000.0, &c->rope_theta[0], err, err_len);
+    const json_t *hd = json_object_get(j, "head_dim");
+    if (!rc && hd && !json_is_null(hd) &&
+        (!json_is_integer(hd) || json_integer_value(hd) != c->hidden_size / c->num_heads))
+        rc = fail(BERT_EUNSUPPORTED, err, err_len,
+                  "%s: head_dim other than hidden_size / num_attention_heads (%d) is not "
+                  "supported",
+                  path, c->hidden_size / c->num_heads);
     if (!rc)
         rc = get_num(j, path,
                      json_object_get(j, "layer_norm_epsilon") ? "layer_norm_epsilon"
                                                               : "layer_norm_eps",
                      1e-12, 0.0, 1.0, &eps, err, err_len);
-    const int fc1_bias = get_bool(j, "mlp_fc1_bias", 1), fc2_bias = get_bool(j, "mlp_fc2_bias", 1);
+    const int fc1_bias = get_bool(j, "mlp_fc1_bias", nomic_keys);
+    const int fc2_bias = get_bool(j, "mlp_fc2_bias", nomic_keys);
     if (!rc && fc1_bias != fc2_bias)
         rc = fail(BERT_EUNSUPPORTED, err, err_len,
                   "%s: mlp_fc1_bias %s with mlp_fc2_bias %s is not supported (both or neither)",
@@ -554,7 +566,7 @@ static int read_nomic(const json_t *j, const char *path, bert_config *c, char *e
     c->family = BERT_FAMILY_NOMIC;
     c->layout = BERT_LAYOUT_NOMIC;
     c->mlp = ENC_MLP_SWIGLU;
-    c->attn_bias = get_bool(j, "qkv_proj_bias", 1);
+    c->attn_bias = get_bool(j, "qkv_proj_bias", nomic_keys);
     c->mlp_bias = fc1_bias;
     c->abs_positions = 0;
     c->rope = 1;

@@ -21,7 +21,8 @@
  * RoPE's rotation (rope_matters) and with fc11 and fc12 swapped
  * (swiglu_gate_is_fc12). transformers' own NomicBertModel names (the same
  * checkpoint renamed, Wqkv split into q_proj, k_proj, v_proj) give the same
- * vectors (transformers_names). */
+ * vectors, with nomic's config keys or transformers' alone
+ * (transformers_names). */
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include <math.h>
@@ -298,6 +299,28 @@ Test(nomic, transformers_names, .init = make_variant, .fini = remove_variant) {
     rename_tensors(tmpdir, hf, 1);
     rename_tensors(tmpdir, hf + 1, (int)(sizeof hf / sizeof hf[0]) - 1);
     check_set(tmpdir, "mean_normalized", "naive", GEMM_FP32, MIN_COSINE);
+    /* And with transformers' config alone: nomic's keys gone, the biases
+     * (none) and θ (rope_parameters) from transformers' defaults. */
+    static const char *const nomic_only[] = {"n_embd",
+                                             "n_head",
+                                             "n_layer",
+                                             "n_inner",
+                                             "n_positions",
+                                             "activation_function",
+                                             "rotary_emb_base",
+                                             "qkv_proj_bias",
+                                             "mlp_fc1_bias",
+                                             "mlp_fc2_bias",
+                                             "layer_norm_epsilon"};
+    char path[128];
+    snprintf(path, sizeof path, "%s/config.json", tmpdir);
+    json_t *cfg = json_load_file(path, 0, NULL);
+    cr_assert_not_null(cfg);
+    for (size_t i = 0; i < sizeof nomic_only / sizeof nomic_only[0]; i++)
+        cr_assert_eq(json_object_del(cfg, nomic_only[i]), 0, "%s", nomic_only[i]);
+    cr_assert_eq(json_dump_file(cfg, path, 0), 0);
+    json_decref(cfg);
+    check_set(tmpdir, "mean_normalized", "naive", GEMM_FP32, MIN_COSINE);
     /* The renamed tensors are the ones read: a gate of zeros moves every
      * vector off the floor. */
     fam_fill_tensor(tmpdir, "layers.0.mlp.gate_proj.weight", 0);
@@ -333,6 +356,9 @@ Test(nomic, refusals, .init = make_variant, .fini = remove_variant) {
     fam_edit_json(tmpdir, "config.json", "mlp_fc2_bias", "true");
     expect_config_error(BERT_EUNSUPPORTED, "mlp_fc1_bias false with mlp_fc2_bias true");
     fam_edit_json(tmpdir, "config.json", "mlp_fc2_bias", "false");
+    fam_edit_json(tmpdir, "config.json", "head_dim", "32");
+    expect_config_error(BERT_EUNSUPPORTED, "head_dim");
+    fam_edit_json(tmpdir, "config.json", "head_dim", "16");
     fam_edit_json(tmpdir, "config.json", "architectures",
                   "[\"NomicBertForSequenceClassification\"]");
     expect_config_error(BERT_EUNSUPPORTED, "NomicBertForSequenceClassification");
