@@ -243,6 +243,28 @@ static const layer_names layouts[] = {
                             .k_norm = "self_attn.k_norm",
                             .ln1_post = "post_attention_layernorm",
                             .ln2_post = "post_feedforward_layernorm"},
+    /* fc12 is the gate, fc11 the up projection: stacked [gate | up], so
+     * the activation falls on the first half (blocks.h). */
+    [BERT_LAYOUT_NOMIC] = {.word = "embeddings.word_embeddings",
+                           .type = "embeddings.token_type_embeddings",
+                           .emb_norm = "emb_ln",
+                           .layer = "encoder.layers.%d.",
+                           .qkv = {"attn.Wqkv"},
+                           .attn_o = "attn.out_proj",
+                           .ln1 = "norm1",
+                           .ffn_in = {"mlp.fc12", "mlp.fc11"},
+                           .ffn_out = "mlp.fc2",
+                           .ln2 = "norm2"},
+    [BERT_LAYOUT_NOMIC_HF] = {.word = "embeddings.word_embeddings",
+                              .type = "embeddings.token_type_embeddings",
+                              .emb_norm = "embeddings.LayerNorm",
+                              .layer = "layers.%d.",
+                              .qkv = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"},
+                              .attn_o = "self_attn.o_proj",
+                              .ln1 = "post_attention_layernorm",
+                              .ffn_in = {"mlp.gate_proj", "mlp.up_proj"},
+                              .ffn_out = "mlp.down_proj",
+                              .ln2 = "post_mlp_layernorm"},
 };
 
 /* A norm's weight (n floats: C, or D for a q/k norm) and, when the
@@ -413,6 +435,13 @@ static int load_weights(bert_model *m, const char *dir, char *err, size_t err_le
             break;
         }
     }
+    /* NomicBERT under either naming: nomic's own (the published
+     * checkpoints) or transformers' NomicBertModel, told apart by the
+     * embeddings' norm. */
+    char emb_ln[128];
+    snprintf(emb_ln, sizeof emb_ln, "%semb_ln.weight", ld.prefix);
+    if (m->cfg.layout == BERT_LAYOUT_NOMIC && !st_find(m->file, emb_ln))
+        m->cfg.layout = BERT_LAYOUT_NOMIC_HF;
 
     if (bind_all(&ld, m) < 0)
         return ld.rc;

@@ -99,7 +99,8 @@ static int read_head(const json_t *j, const char *path, const char *type, bert_c
     const int bert = strcmp(type, "bert") == 0;
     /* MPNet, ModernBERT and the decoders are served as embedders only. */
     const int modernbert = strcmp(type, "modernbert") == 0;
-    const int mpnet = strcmp(type, "mpnet") == 0 || modernbert || decoder;
+    const int mpnet =
+        strcmp(type, "mpnet") == 0 || modernbert || decoder || strcmp(type, "nomic_bert") == 0;
     const char *cpool = json_string_value(json_object_get(j, "classifier_pooling"));
     const char *cact = json_string_value(json_object_get(j, "classifier_activation"));
     if (strcmp(arch, "BertForSequenceClassification") == 0 && bert)
@@ -122,12 +123,13 @@ static int read_head(const json_t *j, const char *path, const char *type, bert_c
                !bert && !mpnet)
         c->head = BERT_HEAD_ROBERTA;
     else
-        return fail(BERT_EUNSUPPORTED, err, err_len,
-                    "%s: architecture \"%s\" (model_type \"%s\") is not supported; supported "
-                    "heads: BertForSequenceClassification, RobertaForSequenceClassification, "
-                    "XLMRobertaForSequenceClassification, ModernBertForSequenceClassification, or "
-                    "a base model as an embedder (MPNet, Qwen3, Gemma3: an embedder only)",
-                    path, arch, type);
+        return fail(
+            BERT_EUNSUPPORTED, err, err_len,
+            "%s: architecture \"%s\" (model_type \"%s\") is not supported; supported "
+            "heads: BertForSequenceClassification, RobertaForSequenceClassification, "
+            "XLMRobertaForSequenceClassification, ModernBertForSequenceClassification, or "
+            "a base model as an embedder (MPNet, Qwen3, Gemma3, NomicBERT: an embedder only)",
+            path, arch, type);
     /* HF writes id2label and derives num_labels from it. */
     const json_t *id2label = json_object_get(j, "id2label");
     const json_t *n = json_object_get(j, "num_labels");
@@ -449,6 +451,132 @@ static int read_gemma3(const json_t *j, const char *path, bert_config *c, char *
     return rc;
 }
 
+/* An integer named by nomic's key (n_embd, ...) or, when absent, by
+ * transformers' (hidden_size, ...): the published NomicBERT configs carry
+ * nomic's, transformers' NomicBertConfig writes its own. */
+static int get_int_either(const json_t *o, const char *path, const char *key, const char *alt,
+                          long lo, long hi, int *out, char *err, size_t err_len) {
+    const json_t *v = json_object_get(o, key);
+    return get_int(o, path, v && !json_is_null(v) ? key : alt, lo, hi, out, err, err_len);
+}
+
+/* A boolean that must be `want` (default def when absent), else refused by
+ * name: a NomicBERT option this encoder does not compute. */
+static int require_bool(const json_t *j, const char *path, const char *key, int def, int want,
+                        char *err, size_t err_len) {
+    if (get_bool(j, key, def) == want)
+        return BERT_OK;
+    return fail(BERT_EUNSUPPORTED, err, err_len, "%s: %s %s is not supported (only %s)", path, key,
+                want ? "false" : "true", want ? "true" : "false");
+}
+
+/* NomicBERT (nomic-embed-text-v1, v1.5): BERT's post-norm layer with
+ * LayerNorms that carry biases, RoPE over the whole head (rotate-half,
+ * θ rotary_emb_base) instead of a position table, a SwiGLU MLP
+ * silu(fc12 x) · fc11 x, token types; nomic's code biases Wqkv and
+ * out_proj alike (qkv_proj_bias) and fc11, fc12 by mlp_fc1_bias, fc2 by
+ * mlp_fc2_bias. Its other options (prenorm, parallel blocks, RMSNorm,
+ * interleaved or partial or scaled rotations, other activations) are
+ * refused by name. */
+static int read_nomic(const json_t *j, const char *path, bert_config *c, char *err,
+                      size_t err_len) {
+    static const struct {
+        const char *key, *alt;
+        long lo, hi;
+        size_t field;
+    } ints[] = {
+        {"vocab_size", "vocab_size", 1, 1 << 24, offsetof(bert_config, vocab_size)},
+        {"n_embd", "hidden_size", 1, 1 << 16, offsetof(bert_config, hidden_size)},
+        {"n_layer", "num_hidden_layers", 1, BERT_MAX_LAYERS, offsetof(bert_config, num_layers)},
+        {"n_head", "num_attention_heads", 1, 1024, offsetof(bert_config, num_heads)},
+        {"n_inner", "intermediate_size", 1, 1 << 18, offsetof(bert_config, intermediate_size)},
+        {"n_positions", "max_position_embeddings", 1, 1 << 20,
+         offsetof(bert_config, max_positions)},
+        {"type_vocab_size", "type_vocab_size", 1, 1 << 16, offsetof(bert_config, type_vocab_size)},
+    };
+    int rc = BERT_OK;
+    for (size_t i = 0; !rc && i < sizeof ints / sizeof ints[0]; i++)
+        rc = get_int_either(j, path, ints[i].key, ints[i].alt, ints[i].lo, ints[i].hi,
+                            (int *)((char *)c + ints[i].field), err, err_len);
+    if (rc)
+        return rc;
+    const char *act = json_string_value(json_object_get(j, "activation_function"));
+    const char *hact = json_string_value(json_object_get(j, "hidden_act"));
+    if (act ? strcmp(act, "swiglu") != 0 : (!hact || strcmp(hact, "silu") != 0))
+        return fail(BERT_EUNSUPPORTED, err, err_len,
+                    "%s: activation_function \"%s\" is not supported (only \"swiglu\")", path,
+                    act    ? act
+                    : hact ? hact
+                           : "(missing)");
+    if (c->hidden_size % c->num_heads != 0 || (c->hidden_size / c->num_heads) % 2 != 0)
+        return fail(BERT_EFORMAT, err, err_len,
+                    "%s: hidden_size %d must be num_attention_heads %d times an even head size",
+                    path, c->hidden_size, c->num_heads);
+    rc = require_bool(j, path, "prenorm", 0, 0, err, err_len);
+    rc = rc ? rc : require_bool(j, path, "parallel_block", 0, 0, err, err_len);
+    rc = rc ? rc : require_bool(j, path, "use_rms_norm", 0, 0, err, err_len);
+    rc = rc ? rc : require_bool(j, path, "causal", 0, 0, err, err_len);
+    rc = rc ? rc : require_bool(j, path, "rotary_emb_interleaved", 0, 0, err, err_len);
+    if (rc)
+        return rc;
+    /* A partial rotation (nomic's rotary_emb_fraction < 1) rotates only the
+     * first dimensions of each head: another pairing than enc_rope's. */
+    double fraction = 1.0, eps = 1e-12;
+    rc = get_num(j, path, "rotary_emb_fraction", 1.0, 0.0, 1.0, &fraction, err, err_len);
+    if (!rc && fraction != 1.0)
+        rc = fail(BERT_EUNSUPPORTED, err, err_len,
+                  "%s: rotary_emb_fraction %g is not supported (only 1.0, the whole head)", path,
+                  fraction);
+    static const char *const unset[] = {"rotary_emb_scale_base", "rotary_scaling_factor"};
+    for (size_t i = 0; !rc && i < sizeof unset / sizeof unset[0]; i++) {
+        const json_t *v = json_object_get(j, unset[i]);
+        if (v && !json_is_null(v))
+            rc = fail(BERT_EUNSUPPORTED, err, err_len,
+                      "%s: %s is not supported (only null: the default rotation)", path, unset[i]);
+    }
+    /* Defaults differ with whose config it is: nomic's NomicBertConfig
+     * (n_embd, ...) biases every linear layer and rotates with θ 10000;
+     * transformers' biases none and defaults θ to 1000. */
+    const int nomic_keys = json_object_get(j, "n_embd") != NULL;
+    if (!rc)
+        rc = read_rope_theta(j, path, "full_attention", "rotary_emb_base",
+                             nomic_keys ? 10000.0 : 1000.0, &c->rope_theta[0], err, err_len);
+    const json_t *hd = json_object_get(j, "head_dim");
+    if (!rc && hd && !json_is_null(hd) &&
+        (!json_is_integer(hd) || json_integer_value(hd) != c->hidden_size / c->num_heads))
+        rc = fail(BERT_EUNSUPPORTED, err, err_len,
+                  "%s: head_dim other than hidden_size / num_attention_heads (%d) is not "
+                  "supported",
+                  path, c->hidden_size / c->num_heads);
+    if (!rc)
+        rc = get_num(j, path,
+                     json_object_get(j, "layer_norm_epsilon") ? "layer_norm_epsilon"
+                                                              : "layer_norm_eps",
+                     1e-12, 0.0, 1.0, &eps, err, err_len);
+    const int fc1_bias = get_bool(j, "mlp_fc1_bias", nomic_keys);
+    const int fc2_bias = get_bool(j, "mlp_fc2_bias", nomic_keys);
+    if (!rc && fc1_bias != fc2_bias)
+        rc = fail(BERT_EUNSUPPORTED, err, err_len,
+                  "%s: mlp_fc1_bias %s with mlp_fc2_bias %s is not supported (both or neither)",
+                  path, fc1_bias ? "true" : "false", fc2_bias ? "true" : "false");
+    if (rc)
+        return rc;
+    c->rope_theta[1] = c->rope_theta[0];
+    c->layer_norm_eps = (float)eps;
+    c->family = BERT_FAMILY_NOMIC;
+    c->layout = BERT_LAYOUT_NOMIC;
+    c->mlp = ENC_MLP_SWIGLU;
+    c->attn_bias = get_bool(j, "qkv_proj_bias", nomic_keys);
+    c->mlp_bias = fc1_bias;
+    c->abs_positions = 0;
+    c->rope = 1;
+    c->token_type_table = 1;
+    c->position_pad_id = -1;
+    c->head_dim = c->hidden_size / c->num_heads;
+    c->num_kv_heads = c->num_heads;
+    return BERT_OK;
+}
+
 static int read_hyperparameters(const char *dir, bert_config *c, char *err, size_t err_len) {
     json_t *j;
     int rc = load_json(dir, "config.json", &j, err, err_len);
@@ -478,6 +606,13 @@ static int read_hyperparameters(const char *dir, bert_config *c, char *err, size
         json_decref(j);
         return rc;
     }
+    if (type && strcmp(type, "nomic_bert") == 0) {
+        rc = read_nomic(j, path, c, err, err_len);
+        if (!rc)
+            rc = read_head(j, path, type, c, err, err_len);
+        json_decref(j);
+        return rc;
+    }
     if (type && (strcmp(type, "qwen3") == 0 || strcmp(type, "gemma3_text") == 0)) {
         rc = strcmp(type, "qwen3") == 0 ? read_qwen3(j, path, c, err, err_len)
                                         : read_gemma3(j, path, c, err, err_len);
@@ -499,7 +634,8 @@ static int read_hyperparameters(const char *dir, bert_config *c, char *err, size
     if (!type || (strcmp(type, "bert") != 0 && !roberta))
         rc = fail(BERT_EUNSUPPORTED, err, err_len,
                   "%s: model_type \"%s\" is not supported (only \"bert\", \"roberta\", "
-                  "\"xlm-roberta\", \"mpnet\", \"modernbert\", \"qwen3\" or \"gemma3_text\")",
+                  "\"xlm-roberta\", \"mpnet\", \"modernbert\", \"qwen3\", \"gemma3_text\" or "
+                  "\"nomic_bert\")",
                   path, type ? type : "(missing)");
     else if (!act || strcmp(act, "gelu") != 0)
         rc = fail(BERT_EUNSUPPORTED, err, err_len,

@@ -75,6 +75,12 @@ typedef enum bert_layout {
     BERT_LAYOUT_MODERNBERT, /* ModernBERT: layers.N.attn.Wqkv (fused), mlp.Wi (fused GeGLU) */
     BERT_LAYOUT_QWEN3,      /* Qwen3: layers.N.self_attn.q_proj .. o_proj, mlp.gate_proj .. */
     BERT_LAYOUT_GEMMA3,     /* Gemma3: Qwen3's names and four norms per layer */
+    /* NomicBERT as nomic's own code names it (the published checkpoints):
+     * emb_ln, encoder.layers.N.attn.Wqkv (fused), mlp.fc11 / fc12, norm1 */
+    BERT_LAYOUT_NOMIC,
+    /* NomicBERT as transformers' NomicBertModel names it: embeddings.LayerNorm,
+     * layers.N.self_attn.q_proj .., mlp.gate_proj .., post_attention_layernorm */
+    BERT_LAYOUT_NOMIC_HF,
 } bert_layout;
 
 /* The families this encoder composes from the blocks below, for /info. */
@@ -83,6 +89,7 @@ typedef enum bert_family {
     BERT_FAMILY_MODERNBERT, /* pre-norm, RoPE, GeGLU, alternating sliding-window layers */
     BERT_FAMILY_QWEN3,      /* a causal decoder: RMSNorm, q/k norm, RoPE, SwiGLU, GQA */
     BERT_FAMILY_GEMMA3,     /* bidirectional Gemma3: Gemma's RMSNorm around each sublayer */
+    BERT_FAMILY_NOMIC,      /* post-norm BERT with RoPE and SwiGLU, no absolute positions */
 } bert_family;
 
 /* The most layers a config may declare (num_hidden_layers' bound). */
@@ -177,7 +184,9 @@ typedef struct bert_config {
  * head_dim) or "gemma3_text" with use_bidirectional_attention (EmbeddingGemma:
  * Gemma's RMSNorm before and after each sublayer, q/k norm, the embedding
  * scaled by √C, GeGLU with tanh GELU, sliding layers with their own θ,
- * query_pre_attn_scalar). A directory whose
+ * query_pre_attn_scalar), or "nomic_bert" (nomic-embed-text: BERT's post-norm
+ * LayerNorms, RoPE over the whole head, SwiGLU, token types, no absolute
+ * positions; an embedder only). A directory whose
  * architecture is BertForSequenceClassification, RobertaForSequenceClassification or
  * XLMRobertaForSequenceClassification is a classifier and needs no
  * modules.json. Anything outside what forward computes (another

@@ -605,13 +605,21 @@ int bert_forward_types(const bert_model *m, bert_workspace *ws, const attn_backe
         calib_note(ws, l, BERT_LINEAR_ATTN_OUT, ws->att, T, C, (size_t)C, S);
         gemm_run(w->attn_o, par, ws->att, C, ws->x, C, T, &ln1, ws->gemm_ws);
         STAGE(out_proj);
+        /* x = LayerNorm(x + W_out · act(W_in · x) + b_out); a gated MLP
+         * (NomicBERT's SwiGLU) writes act(a) · g over a's half of each
+         * 2F-wide row, which W_out reads at that stride. */
         const gemm_epilogue gelu = {.act = GEMM_ACT_GELU};
+        const int gated = enc_mlp_gated(cfg->mlp);
         calib_note(ws, l, BERT_LINEAR_FFN_IN, ws->x, T, C, (size_t)C, S);
-        gemm_run(w->ffn_in, par, ws->x, C, ws->ffn, F, T, &gelu, ws->gemm_ws);
+        gemm_run(w->ffn_in, par, ws->x, C, ws->ffn, GF, T, gated ? NULL : &gelu, ws->gemm_ws);
+        if (gated) {
+            rows_ctx rc_glu = {.m = m, .ffn = ws->ffn, .T = (size_t)T};
+            run_rows(par, &rc_glu, glu_task);
+        }
         const gemm_epilogue ln2 = {
             .residual = ws->x, .ld_residual = C, .ln_w = w->ln2_w, .ln_b = w->ln2_b, .ln_eps = eps};
-        calib_note(ws, l, BERT_LINEAR_FFN_OUT, ws->ffn, T, F, (size_t)F, S);
-        gemm_run(w->ffn_out, par, ws->ffn, F, ws->x, C, T, &ln2, ws->gemm_ws);
+        calib_note(ws, l, BERT_LINEAR_FFN_OUT, ws->ffn, T, F, (size_t)GF, S);
+        gemm_run(w->ffn_out, par, ws->ffn, GF, ws->x, C, T, &ln2, ws->gemm_ws);
         STAGE(ffn);
     }
     if (cfg->final_norm) {

@@ -69,7 +69,8 @@ static void bert_fill_info(const bert_config *c, encoder_info *i) {
     static const char *const families[] = {[BERT_FAMILY_BERT] = "bert",
                                            [BERT_FAMILY_MODERNBERT] = "modernbert",
                                            [BERT_FAMILY_QWEN3] = "qwen3",
-                                           [BERT_FAMILY_GEMMA3] = "gemma3"};
+                                           [BERT_FAMILY_GEMMA3] = "gemma3",
+                                           [BERT_FAMILY_NOMIC] = "nomic_bert"};
     i->family = families[c->family];
     i->architecture = c->architecture;
     i->task = c->head == BERT_HEAD_NONE ? ENCODER_TASK_EMBED : ENCODER_TASK_CLASSIFY;
@@ -168,8 +169,9 @@ static int bert_fam_forward(const void *m, void *ws, const attn_backend *attn,
     return bert_forward_types(m, ws, attn, par, ids, type_ids, cu, batch, out, err, err_len);
 }
 
-static const char *const bert_model_types[] = {"bert",       "roberta", "xlm-roberta", "mpnet",
-                                               "modernbert", "qwen3",   "gemma3_text", NULL};
+static const char *const bert_model_types[] = {"bert",        "roberta",    "xlm-roberta",
+                                               "mpnet",       "modernbert", "qwen3",
+                                               "gemma3_text", "nomic_bert", NULL};
 
 static const encoder_family family_bert = {
     .name = "bert",
@@ -285,7 +287,8 @@ int encoder_describe(const char *dir, encoder_desc **out, char *err, size_t err_
     else if (!fam)
         rc = fail(BERT_EUNSUPPORTED, err, err_len,
                   "%s: model_type \"%s\" is not supported (only \"bert\", \"roberta\", "
-                  "\"xlm-roberta\" or \"mpnet\")",
+                  "\"xlm-roberta\", \"mpnet\", \"modernbert\", \"qwen3\", \"gemma3_text\" or "
+                  "\"nomic_bert\")",
                   path, type ? type : "(missing)");
     if (!rc && fam) {
         d->fam = fam;
