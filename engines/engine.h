@@ -40,14 +40,14 @@
  * (model/bert.h), attn_backend, attn_problem and attn_shape
  * (kernels/attention.h) and attn_parallel (kernels/parallel.h). A plugin
  * built against another value is refused. */
-#define ENGINE_API_VERSION 5
+#define ENGINE_API_VERSION 6
 
 /* The sizes the plugins of this version were built with (x86-64, the one
  * target). A size change here means a layout plugins do not share: bump
  * ENGINE_API_VERSION, then update the assert. (A change that keeps the size,
  * a field renamed or reordered, needs the bump all the same.) */
 #if UINTPTR_MAX == 0xffffffffffffffffu /* the sizes below are LP64's */
-_Static_assert(sizeof(encoder_info) == 120, "encoder_info changed: bump ENGINE_API_VERSION");
+_Static_assert(sizeof(encoder_info) == 160, "encoder_info changed: bump ENGINE_API_VERSION");
 _Static_assert(sizeof(encoder_stage_ns) == 64, "encoder_stage_ns changed: bump ENGINE_API_VERSION");
 _Static_assert(sizeof(attn_backend) == 72, "attn_backend changed: bump ENGINE_API_VERSION");
 _Static_assert(sizeof(attn_problem) == 136, "attn_problem changed: bump ENGINE_API_VERSION");

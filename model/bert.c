@@ -14,7 +14,14 @@
  * contract reads in place through token strides of 3C. BERT is post-norm,
  * x = LayerNorm(x + sublayer(x)): the residual add and the LayerNorm run in
  * the epilogues of the out-projection and FFN-out GEMMs, which write x in
- * place, so no separate pass over the activations is spent on them. */
+ * place, so no separate pass over the activations is spent on them.
+ *
+ * Pre-norm families (ModernBERT) compose the same GEMMs otherwise: each
+ * sublayer's input is normalised into a buffer of its own (blocks.h), the
+ * sublayer's output is added to the residual stream in the out-projection's
+ * epilogue, and RoPE rotates Q and K in the fused projection before
+ * attention (position.h). Q is H·D wide and K, V Hkv·D each; a fused
+ * checkpoint tensor (ModernBERT's Wqkv, Wi) is used as it is stored. */
 #include "bert.h"
 
 #include <cblas.h>
@@ -32,18 +39,21 @@
 
 /* ---- weights ------------------------------------------------------------------ */
 
+/* Shapes below: QN = (H + 2·Hkv)·D the fused projection's width (3C for
+ * BERT), AO = H·D attention's output width, G = 2 for a gated MLP, else 1.
+ * A bias or norm a family lacks is NULL. */
 typedef struct bert_layer {
-    const float *qkv_w;     /* (3C, C): rows of W_q, then W_k, then W_v */
-    const float *qkv_b;     /* (3C) */
-    const float *attn_o_w;  /* (C, C) */
+    const float *qkv_w;     /* (QN, C): rows of W_q, then W_k, then W_v */
+    const float *qkv_b;     /* (QN) */
+    const float *attn_o_w;  /* (C, AO) */
     const float *attn_o_b;  /* (C) */
-    const float *ln1_w;     /* (C) LayerNorm after attention */
+    const float *ln1_w;     /* (C) post-norm: after attention; pre-norm: attention's input */
     const float *ln1_b;     /* (C) */
-    const float *ffn_in_w;  /* (F, C) */
-    const float *ffn_in_b;  /* (F) */
+    const float *ffn_in_w;  /* (G·F, C) */
+    const float *ffn_in_b;  /* (G·F) */
     const float *ffn_out_w; /* (C, F) */
     const float *ffn_out_b; /* (C) */
-    const float *ln2_w;     /* (C) LayerNorm after the FFN */
+    const float *ln2_w;     /* (C) post-norm: after the FFN; pre-norm: the FFN's input */
     const float *ln2_b;     /* (C) */
     /* The four linear layers packed for the model's precision from the
      * tensors above (which fp32 keeps reading; the others copy). */
@@ -62,7 +72,16 @@ struct bert_model {
     const float *wtt;      /* (type_vocab_size, C) token type embeddings; NULL without */
     const float *emb_ln_w; /* (C) */
     const float *emb_ln_b; /* (C) */
+    const float *final_w;  /* (C) pre-norm: the norm after the last layer */
+    const float *final_b;  /* (C) */
     bert_layer *layers;    /* [L] */
+    /* A LayerNorm without a bias adds these (C) zeros: the one LayerNorm
+     * kernel takes a bias. */
+    float *zeros;
+    /* RoPE's tables (position.h): [0] the full-attention layers' θ, [1] the
+     * sliding-window layers' (the same table when both θ agree). */
+    enc_rope rope[2];
+    size_t rope_floats;
     /* Relative position buckets: the table as the file has it (num_buckets,
      * H), and the attention contract's per-distance vector made from it at
      * load, [H][2·P − 1] (rel_span P = max_positions), always owned. */
@@ -219,51 +238,152 @@ static int bind_into(loader *ld, float *dst, const char *name, int64_t rows, int
     return 0;
 }
 
-/* Each layout's names of one layer's modules (".weight" and ".bias"
- * appended), under "encoder.layer.N.". */
+/* Each layout's names: of the embeddings' tensors (NULL: none), and of
+ * one layer's modules (".weight" and ".bias" appended) under the layer's
+ * prefix (a printf format of its index). qkv[1] NULL: qkv[0] is one fused
+ * [Q | K | V] projection; ffn_in[1] NULL: ffn_in[0] is the whole FFN input,
+ * 2F rows wide when gated. */
 typedef struct layer_names {
-    const char *qkv[3], *attn_o, *ln1, *ffn_in, *ffn_out, *ln2;
+    const char *word, *pos, *type, *emb_norm, *final_norm;
+    const char *layer;
+    const char *qkv[3], *attn_o, *ln1, *ffn_in[2], *ffn_out, *ln2;
 } layer_names;
 
 static const layer_names layouts[] = {
-    [BERT_LAYOUT_BERT] = {.qkv = {"attention.self.query", "attention.self.key",
+    [BERT_LAYOUT_BERT] = {.word = "embeddings.word_embeddings",
+                          .pos = "embeddings.position_embeddings",
+                          .type = "embeddings.token_type_embeddings",
+                          .emb_norm = "embeddings.LayerNorm",
+                          .layer = "encoder.layer.%d.",
+                          .qkv = {"attention.self.query", "attention.self.key",
                                   "attention.self.value"},
                           .attn_o = "attention.output.dense",
                           .ln1 = "attention.output.LayerNorm",
-                          .ffn_in = "intermediate.dense",
+                          .ffn_in = {"intermediate.dense"},
                           .ffn_out = "output.dense",
                           .ln2 = "output.LayerNorm"},
-    [BERT_LAYOUT_MPNET] = {.qkv = {"attention.attn.q", "attention.attn.k", "attention.attn.v"},
+    [BERT_LAYOUT_MPNET] = {.word = "embeddings.word_embeddings",
+                           .pos = "embeddings.position_embeddings",
+                           .emb_norm = "embeddings.LayerNorm",
+                           .layer = "encoder.layer.%d.",
+                           .qkv = {"attention.attn.q", "attention.attn.k", "attention.attn.v"},
                            .attn_o = "attention.attn.o",
                            .ln1 = "attention.LayerNorm",
-                           .ffn_in = "intermediate.dense",
+                           .ffn_in = {"intermediate.dense"},
                            .ffn_out = "output.dense",
                            .ln2 = "output.LayerNorm"},
+    [BERT_LAYOUT_MODERNBERT] = {.word = "embeddings.tok_embeddings",
+                                .emb_norm = "embeddings.norm",
+                                .final_norm = "final_norm",
+                                .layer = "layers.%d.",
+                                .qkv = {"attn.Wqkv"},
+                                .attn_o = "attn.Wo",
+                                .ln1 = "attn_norm",
+                                .ffn_in = {"mlp.Wi"},
+                                .ffn_out = "mlp.Wo",
+                                .ln2 = "mlp_norm"},
 };
 
-static int bind_layer(loader *ld, bert_layer *w, int l, const bert_config *c) {
-    const int64_t C = c->hidden_size, F = c->intermediate_size;
-    const layer_names *ln = &layouts[c->layout];
-    char n[160];
-#define NAME(module, what) (snprintf(n, sizeof n, "encoder.layer.%d.%s.%s", l, module, what), n)
-    float *qkv_w = reserve(ld, (size_t)(3 * C * C)); /* (3C, C) */
-    float *qkv_b = reserve(ld, (size_t)(3 * C));     /* (3C) */
-    for (int i = 0; i < 3; i++)
-        if (bind_into(ld, qkv_w ? qkv_w + i * C * C : NULL, NAME(ln->qkv[i], "weight"), C, C) < 0 ||
-            bind_into(ld, qkv_b ? qkv_b + i * C : NULL, NAME(ln->qkv[i], "bias"), C, 0) < 0)
+/* The widths of a layer's projections (see bert_layer). */
+static int64_t qkv_rows(const bert_config *c) {
+    return (int64_t)(c->num_heads + 2 * c->num_kv_heads) * c->head_dim;
+}
+static int64_t attn_width(const bert_config *c) {
+    return (int64_t)c->num_heads * c->head_dim;
+}
+static int64_t ffn_rows(const bert_config *c) {
+    return (enc_mlp_gated(c->mlp) ? 2 : 1) * (int64_t)c->intermediate_size;
+}
+
+/* A norm's weight and, when the family's norms have one, its bias. */
+static int bind_norm(loader *ld, const bert_config *c, const float **w, const float **b,
+                     const char *name) {
+    char n[192];
+    snprintf(n, sizeof n, "%s.weight", name);
+    int rc = bind(ld, w, n, c->hidden_size, 0);
+    *b = NULL;
+    if (!rc && c->norm == ENC_NORM_LAYER && c->norm_bias) {
+        snprintf(n, sizeof n, "%s.bias", name);
+        rc = bind(ld, b, n, c->hidden_size, 0);
+    }
+    return rc;
+}
+
+/* A linear layer (rows, cols) and, when has_bias, its bias, bound in place
+ * (or converted) as one tensor. */
+static int bind_linear(loader *ld, const float **w, const float **b, const char *name, int64_t rows,
+                       int64_t cols, int has_bias) {
+    char n[192];
+    snprintf(n, sizeof n, "%s.weight", name);
+    int rc = bind(ld, w, n, rows, cols);
+    *b = NULL;
+    if (!rc && has_bias) {
+        snprintf(n, sizeof n, "%s.bias", name);
+        rc = bind(ld, b, n, rows, 0);
+    }
+    return rc;
+}
+
+/* Several tensors stacked by rows into one owned (sum rows, cols) weight
+ * and, when has_bias, its bias: separate Q, K, V (or gate and up) for one
+ * GEMM. */
+static int bind_stacked(loader *ld, const float **w, const float **b, const char *const *names,
+                        const int64_t *rows, int n, int64_t cols, int has_bias) {
+    int64_t total = 0;
+    for (int i = 0; i < n; i++)
+        total += rows[i];
+    float *sw = reserve(ld, (size_t)(total * cols));
+    float *sb = has_bias ? reserve(ld, (size_t)total) : NULL;
+    int64_t at = 0;
+    char nm[192];
+    for (int i = 0; i < n; i++) {
+        snprintf(nm, sizeof nm, "%s.weight", names[i]);
+        if (bind_into(ld, sw ? sw + at * cols : NULL, nm, rows[i], cols) < 0)
             return -1;
-    w->qkv_w = qkv_w;
-    w->qkv_b = qkv_b;
-    int rc = bind(ld, &w->attn_o_w, NAME(ln->attn_o, "weight"), C, C);
-    rc = rc ? rc : bind(ld, &w->attn_o_b, NAME(ln->attn_o, "bias"), C, 0);
-    rc = rc ? rc : bind(ld, &w->ln1_w, NAME(ln->ln1, "weight"), C, 0);
-    rc = rc ? rc : bind(ld, &w->ln1_b, NAME(ln->ln1, "bias"), C, 0);
-    rc = rc ? rc : bind(ld, &w->ffn_in_w, NAME(ln->ffn_in, "weight"), F, C);
-    rc = rc ? rc : bind(ld, &w->ffn_in_b, NAME(ln->ffn_in, "bias"), F, 0);
-    rc = rc ? rc : bind(ld, &w->ffn_out_w, NAME(ln->ffn_out, "weight"), C, F);
-    rc = rc ? rc : bind(ld, &w->ffn_out_b, NAME(ln->ffn_out, "bias"), C, 0);
-    rc = rc ? rc : bind(ld, &w->ln2_w, NAME(ln->ln2, "weight"), C, 0);
-    rc = rc ? rc : bind(ld, &w->ln2_b, NAME(ln->ln2, "bias"), C, 0);
+        snprintf(nm, sizeof nm, "%s.bias", names[i]);
+        if (has_bias && bind_into(ld, sb ? sb + at : NULL, nm, rows[i], 0) < 0)
+            return -1;
+        at += rows[i];
+    }
+    *w = sw;
+    *b = sb;
+    return 0;
+}
+
+static int bind_layer(loader *ld, bert_layer *w, int l, const bert_config *c) {
+    const int64_t C = c->hidden_size, F = c->intermediate_size, D = c->head_dim;
+    const layer_names *ln = &layouts[c->layout];
+    char pre[64], n[6][160];
+    snprintf(pre, sizeof pre, ln->layer, l);
+#define NAME(i, module) (snprintf(n[i], sizeof n[i], "%s%s", pre, module), n[i])
+    int rc;
+    if (ln->qkv[1]) {
+        const char *const names[3] = {NAME(0, ln->qkv[0]), NAME(1, ln->qkv[1]),
+                                      NAME(2, ln->qkv[2])};
+        const int64_t rows[3] = {c->num_heads * D, c->num_kv_heads * D, c->num_kv_heads * D};
+        rc = bind_stacked(ld, &w->qkv_w, &w->qkv_b, names, rows, 3, C, c->attn_bias);
+    } else
+        rc = bind_linear(ld, &w->qkv_w, &w->qkv_b, NAME(0, ln->qkv[0]), qkv_rows(c), C,
+                         c->attn_bias);
+    rc = rc ? rc
+            : bind_linear(ld, &w->attn_o_w, &w->attn_o_b, NAME(0, ln->attn_o), C, attn_width(c),
+                          c->attn_bias);
+    if (ln->ffn_in[1]) {
+        const char *const names[2] = {NAME(0, ln->ffn_in[0]), NAME(1, ln->ffn_in[1])};
+        const int64_t rows[2] = {F, F};
+        rc = rc ? rc : bind_stacked(ld, &w->ffn_in_w, &w->ffn_in_b, names, rows, 2, C, c->mlp_bias);
+    } else
+        rc = rc ? rc
+                : bind_linear(ld, &w->ffn_in_w, &w->ffn_in_b, NAME(0, ln->ffn_in[0]), ffn_rows(c),
+                              C, c->mlp_bias);
+    rc =
+        rc ? rc
+           : bind_linear(ld, &w->ffn_out_w, &w->ffn_out_b, NAME(0, ln->ffn_out), C, F, c->mlp_bias);
+    /* A pre-norm family may leave layer 0's attention input unnormalised
+     * (ModernBERT's Identity). */
+    if (!c->pre_norm || l > 0 || c->norm_first)
+        rc = rc ? rc : bind_norm(ld, c, &w->ln1_w, &w->ln1_b, NAME(0, ln->ln1));
+    rc = rc ? rc : bind_norm(ld, c, &w->ln2_w, &w->ln2_b, NAME(0, ln->ln2));
 #undef NAME
     return rc;
 }
@@ -271,16 +391,22 @@ static int bind_layer(loader *ld, bert_layer *w, int l, const bert_config *c) {
 static int bind_all(loader *ld, bert_model *m) {
     const bert_config *c = &m->cfg;
     const int64_t C = c->hidden_size;
+    const layer_names *ln = &layouts[c->layout];
     const float *wtt = NULL; /* (type_vocab_size, C) */
-    int rc = bind(ld, &m->wte, "embeddings.word_embeddings.weight", c->vocab_size, C);
-    rc = rc ? rc
-            : bind(ld, &m->wpe, "embeddings.position_embeddings.weight",
-                   (int64_t)c->max_positions + c->position_offset, C);
-    if (c->token_type_table)
+    char n[160];
+#define NAME(module) (snprintf(n, sizeof n, "%s.weight", module), n)
+    int rc = bind(ld, &m->wte, NAME(ln->word), c->vocab_size, C);
+    if (c->abs_positions)
         rc = rc ? rc
-                : bind(ld, &wtt, "embeddings.token_type_embeddings.weight", c->type_vocab_size, C);
-    rc = rc ? rc : bind(ld, &m->emb_ln_w, "embeddings.LayerNorm.weight", C, 0);
-    rc = rc ? rc : bind(ld, &m->emb_ln_b, "embeddings.LayerNorm.bias", C, 0);
+                : bind(ld, &m->wpe, NAME(ln->pos), (int64_t)c->max_positions + c->position_offset,
+                       C);
+    if (c->token_type_table)
+        rc = rc ? rc : bind(ld, &wtt, NAME(ln->type), c->type_vocab_size, C);
+#undef NAME
+    if (c->emb_norm)
+        rc = rc ? rc : bind_norm(ld, c, &m->emb_ln_w, &m->emb_ln_b, ln->emb_norm);
+    if (c->final_norm)
+        rc = rc ? rc : bind_norm(ld, c, &m->final_w, &m->final_b, ln->final_norm);
     /* (num_buckets, H) as nn.Embedding stores it; expanded into the
      * per-distance vector at load (bert_load_plan). */
     if (c->pos_attn == ENC_POS_ATTN_BUCKETS)
@@ -310,13 +436,13 @@ static int load_weights(bert_model *m, const char *dir, char *err, size_t err_le
     loader ld = {.file = m->file, .path = path, .prefix = "", .err = err, .err_len = err_len};
     /* Checkpoints saved from a task head name the encoder's tensors under
      * the head's base model: "bert.", for (XLM-)RoBERTa "roberta.", for
-     * MPNet "mpnet.". */
-    static const char *const prefixes[] = {"bert.", "roberta.", "mpnet."};
-    for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0] &&
-                       !st_find(m->file, "embeddings.word_embeddings.weight");
-         i++) {
-        char name[64];
-        snprintf(name, sizeof name, "%sembeddings.word_embeddings.weight", prefixes[i]);
+     * MPNet "mpnet.", for ModernBERT "model.". */
+    static const char *const prefixes[] = {"bert.", "roberta.", "mpnet.", "model."};
+    char word[96];
+    snprintf(word, sizeof word, "%s.weight", layouts[m->cfg.layout].word);
+    for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0] && !st_find(m->file, word); i++) {
+        char name[128];
+        snprintf(name, sizeof name, "%s%s", prefixes[i], word);
         if (st_find(m->file, name)) {
             ld.prefix = prefixes[i];
             break;
@@ -445,9 +571,10 @@ struct bert_workspace {
     int nthreads;
     int32_t *pos;  /* (T) position of each token within its sequence */
     float *x;      /* (T, C) residual stream */
-    float *qkv;    /* (T, 3C) [Q | K | V] per token; overlaps ffn */
-    float *att;    /* (T, C) attention output, heads side by side; overlaps ffn */
-    float *ffn;    /* (T, F) FFN hidden activations; overlaps qkv and att */
+    float *h;      /* (T, C) pre-norm: a sublayer's normalised input; NULL post-norm */
+    float *qkv;    /* (T, QN) [Q | K | V] per token; overlaps ffn */
+    float *att;    /* (T, AO) attention output, heads side by side; overlaps ffn */
+    float *ffn;    /* (T, G·F) FFN hidden activations; overlaps qkv and att */
     void *attn_ws; /* [attn_bytes] attention backend scratch */
     size_t attn_bytes;
     void *gemm_ws; /* [gemm_bytes] the linear layers' scratch, one GEMM at a time */
@@ -469,7 +596,21 @@ struct bert_workspace {
 
 /* Floats per (layer, GEMM) slot of the calibration record: the widest input. */
 static int calib_stride(const bert_config *c) {
-    return c->intermediate_size > c->hidden_size ? c->intermediate_size : c->hidden_size;
+    const int a = (int)attn_width(c), w = c->intermediate_size > a ? c->intermediate_size : a;
+    return w > c->hidden_size ? w : c->hidden_size;
+}
+
+/* Each linear layer's (N, K): output and input widths. */
+static void linear_dims(const bert_config *c, int *N, int *K) {
+    const int C = c->hidden_size, F = c->intermediate_size, AO = (int)attn_width(c);
+    N[BERT_LINEAR_QKV] = (int)qkv_rows(c);
+    K[BERT_LINEAR_QKV] = C;
+    N[BERT_LINEAR_ATTN_OUT] = C;
+    K[BERT_LINEAR_ATTN_OUT] = AO;
+    N[BERT_LINEAR_FFN_IN] = (int)ffn_rows(c);
+    K[BERT_LINEAR_FFN_IN] = C;
+    N[BERT_LINEAR_FFN_OUT] = C;
+    K[BERT_LINEAR_FFN_OUT] = F;
 }
 
 /* Packs every layer's linear layers for precisions p; smooth, when not
@@ -477,7 +618,9 @@ static int calib_stride(const bert_config *c) {
  * bert_workspace.calib). */
 static int pack_with(bert_model *m, const gemm_precision *p, const float *smooth,
                      const float *alpha, char *err, size_t err_len) {
-    const int C = m->cfg.hidden_size, F = m->cfg.intermediate_size, S = calib_stride(&m->cfg);
+    const int S = calib_stride(&m->cfg);
+    int N[BERT_NLINEAR], K[BERT_NLINEAR];
+    linear_dims(&m->cfg, N, K);
     m->packed_bytes = 0;
     for (int l = 0; l < m->cfg.num_layers; l++) {
         bert_layer *w = &m->layers[l];
@@ -486,14 +629,16 @@ static int pack_with(bert_model *m, const gemm_precision *p, const float *smooth
             if (alpha[i] > 0.0f)
                 s[i] = smooth + ((size_t)l * BERT_NLINEAR + i) * (size_t)S;
         char why[256] = "";
-        if (gemm_pack_smoothed(p[BERT_LINEAR_QKV], w->qkv_w, w->qkv_b, s[BERT_LINEAR_QKV], 3 * C, C,
-                               &w->qkv, why, sizeof why) ||
-            gemm_pack_smoothed(p[BERT_LINEAR_ATTN_OUT], w->attn_o_w, w->attn_o_b,
-                               s[BERT_LINEAR_ATTN_OUT], C, C, &w->attn_o, why, sizeof why) ||
-            gemm_pack_smoothed(p[BERT_LINEAR_FFN_IN], w->ffn_in_w, w->ffn_in_b,
-                               s[BERT_LINEAR_FFN_IN], F, C, &w->ffn_in, why, sizeof why) ||
-            gemm_pack_smoothed(p[BERT_LINEAR_FFN_OUT], w->ffn_out_w, w->ffn_out_b,
-                               s[BERT_LINEAR_FFN_OUT], C, F, &w->ffn_out, why, sizeof why))
+        enum { lq = BERT_LINEAR_QKV, la = BERT_LINEAR_ATTN_OUT, li = BERT_LINEAR_FFN_IN };
+        enum { lo = BERT_LINEAR_FFN_OUT };
+        if (gemm_pack_smoothed(p[lq], w->qkv_w, w->qkv_b, s[lq], N[lq], K[lq], &w->qkv, why,
+                               sizeof why) ||
+            gemm_pack_smoothed(p[la], w->attn_o_w, w->attn_o_b, s[la], N[la], K[la], &w->attn_o,
+                               why, sizeof why) ||
+            gemm_pack_smoothed(p[li], w->ffn_in_w, w->ffn_in_b, s[li], N[li], K[li], &w->ffn_in,
+                               why, sizeof why) ||
+            gemm_pack_smoothed(p[lo], w->ffn_out_w, w->ffn_out_b, s[lo], N[lo], K[lo], &w->ffn_out,
+                               why, sizeof why))
             return fail(BERT_ENOMEM, err, err_len, "layer %d: cannot pack the %s weights: %s", l,
                         gemm_precision_name(m->precision), why);
         m->packed_bytes += gemm_weights_bytes(w->qkv) + gemm_weights_bytes(w->attn_o) +
@@ -522,7 +667,7 @@ static void unpack(bert_model *m) {
 /* smooth = a^α / w^(1−α) per GEMM input channel (see bert_plan), from one
  * fp32 forward over the calibration batch. */
 static int calibrate(bert_model *m, const float *alpha, float *smooth, char *err, size_t err_len) {
-    const int L = m->cfg.num_layers, C = m->cfg.hidden_size, F = m->cfg.intermediate_size;
+    const int L = m->cfg.num_layers;
     const int V = m->cfg.vocab_size, S = calib_stride(&m->cfg);
     const int len = CALIB_LEN < m->cfg.max_positions ? CALIB_LEN : m->cfg.max_positions;
     const gemm_precision fp32[BERT_NLINEAR] = {GEMM_FP32, GEMM_FP32, GEMM_FP32, GEMM_FP32};
@@ -562,7 +707,8 @@ static int calibrate(bert_model *m, const float *alpha, float *smooth, char *err
     for (int l = 0; !rc && l < L; l++) {
         const bert_layer *w = &m->layers[l];
         const float *wt[BERT_NLINEAR] = {w->qkv_w, w->attn_o_w, w->ffn_in_w, w->ffn_out_w};
-        const int N[BERT_NLINEAR] = {3 * C, C, F, C}, K[BERT_NLINEAR] = {C, C, C, F};
+        int N[BERT_NLINEAR], K[BERT_NLINEAR];
+        linear_dims(&m->cfg, N, K);
         for (int i = 0; i < BERT_NLINEAR; i++) {
             float *s = smooth + ((size_t)l * BERT_NLINEAR + i) * (size_t)S;
             for (int k = 0; k < K[i]; k++) {
@@ -608,12 +754,40 @@ static uint16_t float_to_bf16(float f) {
     return (uint16_t)(u >> 16);
 }
 
-/* Copies n floats to dst and returns dst + n. */
+/* Copies n floats to dst and returns dst + n; a NULL *src (a vector the
+ * family lacks) takes nothing. */
 static float *take(float *dst, const float **src, size_t n) {
+    if (!*src)
+        return dst;
     memcpy(dst, *src, n * sizeof *dst);
     *src = dst;
     return dst + n;
 }
+
+/* The model's fp32 vectors that outlive the mapping (token types, norms),
+ * each with its length: what compact_weights copies. Returns the count. */
+static size_t vector_list(bert_model *m, const float ***v, size_t *len) {
+    const bert_config *c = &m->cfg;
+    const size_t C = (size_t)c->hidden_size;
+    size_t n = 0;
+#define VEC(p, count) (v[n] = (p), len[n++] = (count))
+    VEC(&m->wtt, (c->token_type_table ? (size_t)c->type_vocab_size : 0) * C);
+    VEC(&m->emb_ln_w, C);
+    VEC(&m->emb_ln_b, C);
+    VEC(&m->final_w, C);
+    VEC(&m->final_b, C);
+    for (int l = 0; l < c->num_layers; l++) {
+        bert_layer *w = &m->layers[l];
+        VEC(&w->ln1_w, C);
+        VEC(&w->ln1_b, C);
+        VEC(&w->ln2_w, C);
+        VEC(&w->ln2_b, C);
+    }
+#undef VEC
+    return n;
+}
+#define VECTORS_FIXED     5
+#define VECTORS_PER_LAYER 4
 
 /* After a reduced precision has packed the linear layers, the model keeps
  * nothing of the file: the embedding tables move to bf16 (a lookup widens a
@@ -623,31 +797,35 @@ static float *take(float *dst, const float **src, size_t n) {
 static int compact_weights(bert_model *m, char *err, size_t err_len) {
     const bert_config *c = &m->cfg;
     const size_t C = (size_t)c->hidden_size, L = (size_t)c->num_layers;
-    const size_t V = (size_t)c->vocab_size, P = (size_t)c->max_positions + c->position_offset;
-    const size_t TV = c->token_type_table ? (size_t)c->type_vocab_size : 0;
-    const size_t nvec = (2 + TV + 4 * L) * C;
-    float *vec = aligned_alloc(64, (nvec * sizeof(float) + 63) / 64 * 64);
+    const size_t V = (size_t)c->vocab_size;
+    const size_t P = m->wpe ? (size_t)c->max_positions + c->position_offset : 0;
+    const size_t nmax = VECTORS_FIXED + VECTORS_PER_LAYER * L;
+    const float ***vp = malloc(nmax * sizeof *vp);
+    size_t *vlen = malloc(nmax * sizeof *vlen);
+    size_t nvec = 0;
+    const size_t nv = vp && vlen ? vector_list(m, vp, vlen) : 0;
+    for (size_t i = 0; i < nv; i++)
+        nvec += *vp[i] ? vlen[i] : 0;
+    float *vec = aligned_alloc(64, (nvec * sizeof(float) + 63) / 64 * 64 + 64);
     uint16_t *emb = aligned_alloc(64, ((V + P) * C * sizeof(uint16_t) + 63) / 64 * 64);
-    if (!vec || !emb) {
+    if (!vp || !vlen || !vec || !emb) {
+        free(vp);
+        free(vlen);
         free(vec);
         free(emb);
         return fail(BERT_ENOMEM, err, err_len, "cannot allocate the bf16 embedding tables");
     }
     for (size_t i = 0; i < V * C; i++)
         emb[i] = float_to_bf16(m->wte[i]);
-    for (size_t i = 0; i < P * C; i++)
+    for (size_t i = 0; i < P * C; i++) /* P 0: no position table */
         emb[V * C + i] = float_to_bf16(m->wpe[i]);
     float *v = vec;
-    if (m->wtt)
-        v = take(v, &m->wtt, TV * C);
-    v = take(v, &m->emb_ln_w, C);
-    v = take(v, &m->emb_ln_b, C);
+    for (size_t i = 0; i < nv; i++)
+        v = take(v, vp[i], vlen[i]);
+    free(vp);
+    free(vlen);
     for (size_t l = 0; l < L; l++) {
         bert_layer *w = &m->layers[l];
-        v = take(v, &w->ln1_w, C);
-        v = take(v, &w->ln1_b, C);
-        v = take(v, &w->ln2_w, C);
-        v = take(v, &w->ln2_b, C);
         /* Packed: the fp32 tensors are about to go. */
         w->qkv_w = w->qkv_b = w->attn_o_w = w->attn_o_b = NULL;
         w->ffn_in_w = w->ffn_in_b = w->ffn_out_w = w->ffn_out_b = NULL;
@@ -655,7 +833,7 @@ static int compact_weights(bert_model *m, char *err, size_t err_len) {
     m->wte = m->wpe = NULL;
     m->rel_table = NULL; /* expanded into rel_bias at load */
     m->wte16 = emb;
-    m->wpe16 = emb + V * C;
+    m->wpe16 = P ? emb + V * C : NULL;
     m->emb16 = emb;
     m->emb16_count = (V + P) * C;
     free(m->owned);
@@ -678,6 +856,29 @@ static int make_rel_bias(bert_model *m, char *err, size_t err_len) {
     if (!m->rel_bias)
         return fail(BERT_ENOMEM, err, err_len, "cannot allocate the relative position bias");
     enc_pos_bucket_bias(&c->pos_buckets, m->rel_table, c->num_heads, c->max_positions, m->rel_bias);
+    return BERT_OK;
+}
+
+/* RoPE's tables for the full-attention θ and, when it differs, the
+ * sliding layers' θ; and the zero bias of a LayerNorm without one. Made
+ * once here; every position below max_positions is in them. */
+static int make_rope(bert_model *m, char *err, size_t err_len) {
+    const bert_config *c = &m->cfg;
+    if (c->norm == ENC_NORM_LAYER && !c->norm_bias) {
+        m->zeros = calloc((size_t)c->hidden_size, sizeof(float));
+        if (!m->zeros)
+            return fail(BERT_ENOMEM, err, err_len, "out of memory");
+    }
+    if (!c->rope)
+        return BERT_OK;
+    const int two = c->rope_theta[1] != c->rope_theta[0];
+    for (int i = 0; i <= two; i++) {
+        if (enc_rope_init(&m->rope[i], c->rope_theta[i], c->max_positions, c->head_dim) < 0)
+            return fail(BERT_ENOMEM, err, err_len, "cannot allocate the RoPE tables");
+        m->rope_floats += 2 * (size_t)c->max_positions * (size_t)(c->head_dim / 2);
+    }
+    if (!two)
+        m->rope[1] = m->rope[0]; /* shared, freed once */
     return BERT_OK;
 }
 
@@ -732,6 +933,8 @@ int bert_load_plan(const char *dir, const bert_plan *plan, bert_model **out, cha
     if (!rc)
         rc = make_rel_bias(m, err, err_len);
     if (!rc)
+        rc = make_rope(m, err, err_len);
+    if (!rc)
         rc = pack_layers(m, err, err_len);
     /* Only when no linear layer reads the fp32 tensors in place. */
     int compact = 1;
@@ -765,6 +968,10 @@ void bert_free(bert_model *m) {
     free(m->owned);
     free(m->extra);
     free(m->rel_bias);
+    free(m->zeros);
+    if (m->rope[1].cos != m->rope[0].cos)
+        enc_rope_free(&m->rope[1]);
+    enc_rope_free(&m->rope[0]);
     free(m);
 }
 
@@ -776,10 +983,19 @@ gemm_precision bert_precision(const bert_model *m) {
 }
 size_t bert_owned_bytes(const bert_model *m) {
     return m->owned_floats * sizeof(float) + m->emb16_count * sizeof(uint16_t) + m->packed_bytes +
-           (m->extra_floats + m->rel_bias_floats) * sizeof(float);
+           (m->extra_floats + m->rel_bias_floats + m->rope_floats) * sizeof(float) +
+           (m->zeros ? (size_t)m->cfg.hidden_size * sizeof(float) : 0);
 }
 size_t bert_mapped_bytes(const bert_model *m) {
     return m->file ? st_file_bytes(m->file) : 0;
+}
+
+/* 1 when any layer runs sliding-window attention. */
+static int any_sliding(const bert_config *c) {
+    for (int l = 0; c->window > 0 && l < c->num_layers; l++)
+        if (c->sliding[l])
+            return 1;
+    return 0;
 }
 
 attn_shape bert_attn_shape(const bert_config *c, int max_tokens) {
@@ -788,9 +1004,11 @@ attn_shape bert_attn_shape(const bert_config *c, int max_tokens) {
         .total_tokens = max_tokens,
         .max_seqlen = max_tokens < c->max_positions ? max_tokens : c->max_positions,
         .heads = c->num_heads,
-        .head_dim = c->hidden_size / c->num_heads,
-        .causal = 0,
+        .head_dim = c->head_dim,
+        .causal = c->causal,
         .rel_bias = c->pos_attn != ENC_POS_ATTN_NONE,
+        .kv_heads = c->num_kv_heads == c->num_heads ? 0 : c->num_kv_heads,
+        .window = any_sliding(c) ? c->window : 0,
     };
 }
 
@@ -812,6 +1030,10 @@ int bert_workspace_create(const bert_model *m, int max_tokens, int nthreads,
     if (max_tokens < 1 || nthreads < 1)
         return fail(BERT_EINPUT, err, err_len, "max_tokens and nthreads must be >= 1");
     const attn_shape bound = bert_attn_shape(c, max_tokens);
+    /* A model with sliding-window layers runs full-attention layers too:
+     * scratch for both. */
+    attn_shape full = bound;
+    full.window = 0;
     size_t attn_bytes = 0;
     for (size_t i = 0; i < nbackends; i++) {
         char why[256] = "";
@@ -820,6 +1042,8 @@ int bert_workspace_create(const bert_model *m, int max_tokens, int nthreads,
                         "attention backend %s cannot run this model's batches: %s",
                         backends[i]->name, why);
         size_t b = backends[i]->workspace_size(&bound, nthreads);
+        attn_bytes = b > attn_bytes ? b : attn_bytes;
+        b = backends[i]->workspace_size(&full, nthreads);
         attn_bytes = b > attn_bytes ? b : attn_bytes;
     }
 
@@ -834,14 +1058,15 @@ int bert_workspace_create(const bert_model *m, int max_tokens, int nthreads,
     }
 
     /* The FFN activations are live only after attention's are dead, so
-     * they share one region: per token max(3C + C, F) floats. */
+     * they share one region: per token max(QN + AO, G·F) floats (BERT:
+     * max(3C + C, F)). */
     const size_t T = (size_t)max_tokens, C = (size_t)c->hidden_size;
-    const size_t F = (size_t)c->intermediate_size;
-    const size_t shared = 4 * C > F ? 4 * C : F;
+    const size_t QN = (size_t)qkv_rows(c), AO = (size_t)attn_width(c), GF = (size_t)ffn_rows(c);
+    const size_t shared = QN + AO > GF ? QN + AO : GF;
     const size_t sizes[] = {
-        round64(T * sizeof(int32_t)),        /* pos */
-        round64(T * C * sizeof(float)),      /* x */
-        round64(T * shared * sizeof(float)), /* qkv + att, or ffn */
+        round64(T * sizeof(int32_t)),                           /* pos */
+        round64((c->pre_norm ? 2 : 1) * T * C * sizeof(float)), /* x, and h pre-norm */
+        round64(T * shared * sizeof(float)),                    /* qkv + att, or ffn */
         round64(attn_bytes),
         round64(gemm_bytes),
         round64((size_t)nthreads * 2 * (size_t)m->scratch_dim * sizeof(float)), /* vec */
@@ -865,9 +1090,10 @@ int bert_workspace_create(const bert_model *m, int max_tokens, int nthreads,
     ws->pos = (void *)p;
     p += sizes[0];
     ws->x = (void *)p;
+    ws->h = c->pre_norm ? ws->x + T * C : NULL;
     p += sizes[1];
     ws->qkv = (void *)p;
-    ws->att = ws->qkv + T * 3 * C;
+    ws->att = ws->qkv + T * QN;
     ws->ffn = (void *)p;
     p += sizes[2];
     ws->attn_ws = attn_bytes ? p : NULL;
@@ -950,7 +1176,9 @@ typedef struct embed_ctx {
     size_t T, ntasks;
 } embed_ctx;
 
-/* x[t] = LayerNorm(wte[id] + wtt[type] + wpe[pos]), summed in PyTorch's order. */
+/* x[t] = LayerNorm(wte[id] + wtt[type] + wpe[pos]), summed in PyTorch's order;
+ * without a position table (RoPE) or a type table the terms are left out,
+ * without an embedding norm (emb_ln_w NULL) the sum is x. */
 static void embed_task(void *arg, size_t task, int worker) {
     (void)worker;
     const embed_ctx *c = arg;
@@ -962,18 +1190,28 @@ static void embed_task(void *arg, size_t task, int worker) {
         float *xt = c->x + t * C; /* (C) */
         /* (C), or NULL without a token type table (MPNet: word + position) */
         const float *tt = m->wtt ? m->wtt + (c->types ? (size_t)c->types[t] * C : 0) : NULL;
-        if (m->wte16) {
+        if (m->wte16 && !m->wpe16) {
+            const uint16_t *we = m->wte16 + (size_t)c->ids[t] * C; /* (C) */
+            for (int i = 0; i < C; i++)
+                xt[i] = bf16_to_float(we[i]) + (tt ? tt[i] : 0.0f);
+        } else if (m->wte16) {
             const uint16_t *we = m->wte16 + (size_t)c->ids[t] * C; /* (C) */
             const uint16_t *pe = m->wpe16 + (size_t)c->pos[t] * C; /* (C) */
             for (int i = 0; i < C; i++)
                 xt[i] = (bf16_to_float(we[i]) + (tt ? tt[i] : 0.0f)) + bf16_to_float(pe[i]);
+        } else if (!m->wpe) {
+            const float *we = m->wte + (size_t)c->ids[t] * C; /* (C) */
+            for (int i = 0; i < C; i++)
+                xt[i] = we[i] + (tt ? tt[i] : 0.0f);
         } else {
             const float *we = m->wte + (size_t)c->ids[t] * C; /* (C) */
             const float *pe = m->wpe + (size_t)c->pos[t] * C; /* (C) */
             for (int i = 0; i < C; i++)
                 xt[i] = (we[i] + (tt ? tt[i] : 0.0f)) + pe[i];
         }
-        gemm_layernorm_row(xt, xt, m->emb_ln_w, m->emb_ln_b, C, m->cfg.layer_norm_eps);
+        if (m->emb_ln_w)
+            enc_norm_row(m->cfg.norm, xt, xt, m->emb_ln_w, m->emb_ln_b ? m->emb_ln_b : m->zeros, C,
+                         m->cfg.layer_norm_eps);
     }
 }
 
@@ -1118,16 +1356,78 @@ static int check_batch(const bert_model *m, bert_workspace *ws, const int32_t *i
     return BERT_OK;
 }
 
-/* Records max |x[t][k]| over the T rows into the calibration slot of
- * (layer, which); nothing unless calibrating. */
+/* Records max |x[t][k]| over the T rows (K wide at stride ld) into the
+ * calibration slot of (layer, which); nothing unless calibrating. */
 static void calib_note(bert_workspace *ws, int layer, bert_linear which, const float *x, int T,
-                       int K, int stride) {
+                       int K, size_t ld, int stride) {
     if (!ws->calib)
         return;
     float *a = ws->calib + ((size_t)layer * BERT_NLINEAR + which) * (size_t)stride;
     for (int t = 0; t < T; t++)
         for (int k = 0; k < K; k++)
-            a[k] = fmaxf(a[k], fabsf(x[(size_t)t * K + k]));
+            a[k] = fmaxf(a[k], fabsf(x[(size_t)t * ld + k]));
+}
+
+/* ---- the pre-norm blocks, each one parallel loop over tokens ---- */
+typedef struct rows_ctx {
+    const bert_model *m;
+    const float *w, *b; /* a norm's weight and bias */
+    const float *in;    /* (T, C) */
+    float *out;         /* (T, C), may be in */
+    float *qkv;         /* (T, QN): RoPE rotates Q and K in place */
+    const enc_rope *rope;
+    const int32_t *pos; /* (T) */
+    float *ffn;         /* (T, G·F): the gated activation */
+    size_t T, ntasks;
+} rows_ctx;
+
+static void norm_task(void *arg, size_t task, int worker) {
+    (void)worker;
+    const rows_ctx *c = arg;
+    const bert_config *cfg = &c->m->cfg;
+    const size_t C = (size_t)cfg->hidden_size;
+    size_t t0, t1;
+    block(c->T, c->ntasks, task, &t0, &t1);
+    for (size_t t = t0; t < t1; t++)
+        enc_norm_row(cfg->norm, c->out + t * C, c->in + t * C, c->w, c->b ? c->b : c->m->zeros,
+                     (int)C, cfg->layer_norm_eps);
+}
+
+/* Q's H heads and K's Hkv heads of every token rotated by its position
+ * within its sequence. */
+static void rope_task(void *arg, size_t task, int worker) {
+    (void)worker;
+    const rows_ctx *c = arg;
+    const bert_config *cfg = &c->m->cfg;
+    const size_t QN = (size_t)qkv_rows(cfg), AO = (size_t)attn_width(cfg);
+    size_t t0, t1;
+    block(c->T, c->ntasks, task, &t0, &t1);
+    for (size_t t = t0; t < t1; t++) {
+        enc_rope_apply(c->rope, c->qkv + t * QN, cfg->num_heads, c->pos[t]);
+        enc_rope_apply(c->rope, c->qkv + t * QN + AO, cfg->num_kv_heads, c->pos[t]);
+    }
+}
+
+static void glu_task(void *arg, size_t task, int worker) {
+    (void)worker;
+    const rows_ctx *c = arg;
+    const bert_config *cfg = &c->m->cfg;
+    const size_t GF = (size_t)ffn_rows(cfg);
+    size_t t0, t1;
+    block(c->T, c->ntasks, task, &t0, &t1);
+    enc_glu_rows(cfg->mlp, c->ffn + t0 * GF, t1 - t0, cfg->intermediate_size, GF);
+}
+
+static void run_rows(const attn_parallel *par, rows_ctx *c, void (*fn)(void *, size_t, int)) {
+    c->ntasks = row_tasks(par, c->T);
+    par->parallel_for(par->impl, c->ntasks, fn, c);
+}
+
+/* out = norm(in) with weight w and bias b, row by row. */
+static void norm_rows(const bert_model *m, const attn_parallel *par, const float *w, const float *b,
+                      const float *in, float *out, int T) {
+    rows_ctx c = {.m = m, .w = w, .b = b, .in = in, .out = out, .T = (size_t)T};
+    run_rows(par, &c, norm_task);
 }
 
 int bert_forward(const bert_model *m, bert_workspace *ws, const attn_backend *attn,
@@ -1142,6 +1442,9 @@ int bert_forward_types(const bert_model *m, bert_workspace *ws, const attn_backe
                        size_t err_len) {
     const bert_config *cfg = &m->cfg;
     const int C = cfg->hidden_size, F = cfg->intermediate_size, H = cfg->num_heads;
+    const int D = cfg->head_dim, Hkv = cfg->num_kv_heads, GF = (int)ffn_rows(cfg);
+    const size_t QN = (size_t)qkv_rows(cfg), AO = (size_t)attn_width(cfg);
+    const int S = calib_stride(cfg);
     const float eps = cfg->layer_norm_eps;
     if (!attn || !par || !out || par->nthreads > ws->nthreads)
         return fail(BERT_EINPUT, err, err_len,
@@ -1159,17 +1462,19 @@ int bert_forward_types(const bert_model *m, bert_workspace *ws, const attn_backe
                               .total_tokens = T,
                               .max_seqlen = max_len,
                               .heads = H,
-                              .head_dim = C / H,
-                              .causal = 0,
-                              .rel_bias = m->rel_bias != NULL};
-    attn_problem_dense(&ap, shape, cu_seqlens, ws->qkv, ws->qkv + C, ws->qkv + 2 * C, ws->att);
-    ap.q_stride = ap.k_stride = ap.v_stride = 3 * (size_t)C;
-    ap.out_stride = (size_t)C;
+                              .head_dim = D,
+                              .causal = cfg->causal,
+                              .rel_bias = m->rel_bias != NULL,
+                              .kv_heads = Hkv == H ? 0 : Hkv};
+    attn_problem_dense(&ap, shape, cu_seqlens, ws->qkv, ws->qkv + AO, ws->qkv + AO + Hkv * D,
+                       ws->att);
+    ap.q_stride = ap.k_stride = ap.v_stride = QN;
+    ap.out_stride = AO;
     ap.rel_bias = m->rel_bias;
     ap.rel_span = cfg->max_positions;
 
     bert_stage_ns *st = &ws->stages;
-    *st = (bert_stage_ns){.attn_flops = attn_flops(&ap) * cfg->num_layers};
+    *st = (bert_stage_ns){0};
     uint64_t t0 = stage_clock(), t1;
 /* Adds the time since the last mark to one stage and moves the mark. */
 #define STAGE(field) (t1 = stage_clock(), st->field += t1 - t0, t0 = t1)
@@ -1186,9 +1491,27 @@ int bert_forward_types(const bert_model *m, bert_workspace *ws, const attn_backe
 
     for (int l = 0; l < cfg->num_layers; l++) {
         const bert_layer *w = &m->layers[l];
-        calib_note(ws, l, BERT_LINEAR_QKV, ws->x, T, C, calib_stride(cfg));
-        gemm_run(w->qkv, par, ws->x, C, ws->qkv, 3 * (size_t)C, T, NULL, ws->gemm_ws);
+        ap.shape.window = cfg->sliding[l] ? cfg->window : 0;
+        /* Pre-norm: the attention reads norm(x), except where the family
+         * has no norm there (ModernBERT's layer 0). */
+        const float *in = ws->x;
+        if (cfg->pre_norm && w->ln1_w) {
+            norm_rows(m, par, w->ln1_w, w->ln1_b, ws->x, ws->h, T);
+            in = ws->h;
+            STAGE(norms);
+        }
+        calib_note(ws, l, BERT_LINEAR_QKV, in, T, C, (size_t)C, S);
+        gemm_run(w->qkv, par, in, C, ws->qkv, QN, T, NULL, ws->gemm_ws);
+        if (cfg->rope) {
+            rows_ctx rc_rope = {.m = m,
+                                .qkv = ws->qkv,
+                                .rope = &m->rope[cfg->sliding[l]],
+                                .pos = ws->pos,
+                                .T = (size_t)T};
+            run_rows(par, &rc_rope, rope_task);
+        }
         STAGE(qkv);
+        st->attn_flops += attn_flops(&ap);
         rc = attn->forward(&ap, ws->attn_ws, ws->attn_bytes, par);
         STAGE(attention);
         if (rc != ATTN_OK)
@@ -1198,20 +1521,45 @@ int bert_forward_types(const bert_model *m, bert_workspace *ws, const attn_backe
             ws->tap(&ap, l, ws->tap_ctx);
             t0 = stage_clock(); /* the tap's copy is verification's cost, no stage's */
         }
+        if (cfg->pre_norm) {
+            /* x += att · W_oᵀ; x += W_out · act(W_in · norm(x)). */
+            const gemm_epilogue add = {.residual = ws->x, .ld_residual = (size_t)C};
+            calib_note(ws, l, BERT_LINEAR_ATTN_OUT, ws->att, T, (int)AO, AO, S);
+            gemm_run(w->attn_o, par, ws->att, AO, ws->x, C, T, &add, ws->gemm_ws);
+            STAGE(out_proj);
+            norm_rows(m, par, w->ln2_w, w->ln2_b, ws->x, ws->h, T);
+            STAGE(norms);
+            const gemm_epilogue gelu = {.act = GEMM_ACT_GELU};
+            const int gated = enc_mlp_gated(cfg->mlp);
+            calib_note(ws, l, BERT_LINEAR_FFN_IN, ws->h, T, C, (size_t)C, S);
+            gemm_run(w->ffn_in, par, ws->h, C, ws->ffn, GF, T, gated ? NULL : &gelu, ws->gemm_ws);
+            if (gated) {
+                rows_ctx rc_glu = {.m = m, .ffn = ws->ffn, .T = (size_t)T};
+                run_rows(par, &rc_glu, glu_task);
+            }
+            calib_note(ws, l, BERT_LINEAR_FFN_OUT, ws->ffn, T, F, (size_t)GF, S);
+            gemm_run(w->ffn_out, par, ws->ffn, GF, ws->x, C, T, &add, ws->gemm_ws);
+            STAGE(ffn);
+            continue;
+        }
         /* x = LayerNorm(x + att · W_oᵀ + b_o), written over x. */
         const gemm_epilogue ln1 = {
             .residual = ws->x, .ld_residual = C, .ln_w = w->ln1_w, .ln_b = w->ln1_b, .ln_eps = eps};
-        calib_note(ws, l, BERT_LINEAR_ATTN_OUT, ws->att, T, C, calib_stride(cfg));
+        calib_note(ws, l, BERT_LINEAR_ATTN_OUT, ws->att, T, C, (size_t)C, S);
         gemm_run(w->attn_o, par, ws->att, C, ws->x, C, T, &ln1, ws->gemm_ws);
         STAGE(out_proj);
         const gemm_epilogue gelu = {.act = GEMM_ACT_GELU};
-        calib_note(ws, l, BERT_LINEAR_FFN_IN, ws->x, T, C, calib_stride(cfg));
+        calib_note(ws, l, BERT_LINEAR_FFN_IN, ws->x, T, C, (size_t)C, S);
         gemm_run(w->ffn_in, par, ws->x, C, ws->ffn, F, T, &gelu, ws->gemm_ws);
         const gemm_epilogue ln2 = {
             .residual = ws->x, .ld_residual = C, .ln_w = w->ln2_w, .ln_b = w->ln2_b, .ln_eps = eps};
-        calib_note(ws, l, BERT_LINEAR_FFN_OUT, ws->ffn, T, F, calib_stride(cfg));
+        calib_note(ws, l, BERT_LINEAR_FFN_OUT, ws->ffn, T, F, (size_t)F, S);
         gemm_run(w->ffn_out, par, ws->ffn, F, ws->x, C, T, &ln2, ws->gemm_ws);
         STAGE(ffn);
+    }
+    if (cfg->final_norm) {
+        norm_rows(m, par, m->final_w, m->final_b, ws->x, ws->x, T);
+        STAGE(norms);
     }
 
     pool_ctx pc = {.m = m,

@@ -85,7 +85,9 @@ static int read_head(const json_t *j, const char *path, const char *type, bert_c
     const char *task = strstr(arch, "For");
     if (!task || strcmp(task, "ForMaskedLM") == 0 || strcmp(task, "ForPreTraining") == 0)
         return BERT_OK;
-    const int bert = strcmp(type, "bert") == 0, mpnet = strcmp(type, "mpnet") == 0;
+    const int bert = strcmp(type, "bert") == 0;
+    /* MPNet and ModernBERT are served as embedders only. */
+    const int mpnet = strcmp(type, "mpnet") == 0 || strcmp(type, "modernbert") == 0;
     if (strcmp(arch, "BertForSequenceClassification") == 0 && bert)
         c->head = BERT_HEAD_POOLER;
     else if ((strcmp(arch, "RobertaForSequenceClassification") == 0 ||
@@ -96,8 +98,8 @@ static int read_head(const json_t *j, const char *path, const char *type, bert_c
         return fail(BERT_EUNSUPPORTED, err, err_len,
                     "%s: architecture \"%s\" (model_type \"%s\") is not supported; supported "
                     "heads: BertForSequenceClassification, RobertaForSequenceClassification, "
-                    "XLMRobertaForSequenceClassification, or a base model as an embedder (MPNet: "
-                    "an embedder only)",
+                    "XLMRobertaForSequenceClassification, or a base model as an embedder (MPNet, "
+                    "ModernBERT: an embedder only)",
                     path, arch, type);
     /* HF writes id2label and derives num_labels from it. */
     const json_t *id2label = json_object_get(j, "id2label");
@@ -139,6 +141,159 @@ static int read_mpnet(const json_t *j, const char *path, bert_config *c, char *e
     return rc;
 }
 
+/* A number field with a default when absent; refused outside (lo, hi]. */
+static int get_num(const json_t *o, const char *path, const char *key, double def, double lo,
+                   double hi, double *out, char *err, size_t err_len) {
+    const json_t *v = json_object_get(o, key);
+    *out = def;
+    if (!v || json_is_null(v))
+        return BERT_OK;
+    if (!json_is_number(v) || !(json_number_value(v) > lo) || json_number_value(v) > hi)
+        return fail(BERT_EFORMAT, err, err_len, "%s: \"%s\" must be a number in (%g, %g]", path,
+                    key, lo, hi);
+    *out = json_number_value(v);
+    return BERT_OK;
+}
+
+/* A boolean field with a default when absent. */
+static int get_bool(const json_t *o, const char *key, int def) {
+    const json_t *v = json_object_get(o, key);
+    return json_is_boolean(v) ? json_is_true(v) : def;
+}
+
+/* RoPE's θ of one layer type: transformers 5 writes rope_parameters
+ * {"full_attention": {...}, "sliding_attention": {...}}, older configs
+ * global_rope_theta / local_rope_theta (and a rope_scaling, refused: only
+ * the default rotation is computed). */
+static int read_rope_theta(const json_t *j, const char *path, const char *type, const char *old_key,
+                           double def, double *theta, char *err, size_t err_len) {
+    const json_t *params = json_object_get(json_object_get(j, "rope_parameters"), type);
+    const json_t *scaling = json_object_get(j, "rope_scaling");
+    if (scaling && !json_is_null(scaling))
+        return fail(BERT_EUNSUPPORTED, err, err_len,
+                    "%s: rope_scaling is not supported (only the default rotation)", path);
+    if (json_is_object(params)) {
+        const char *rt = json_string_value(json_object_get(params, "rope_type"));
+        if (rt && strcmp(rt, "default") != 0)
+            return fail(BERT_EUNSUPPORTED, err, err_len,
+                        "%s: rope_type \"%s\" of %s is not supported (only \"default\")", path, rt,
+                        type);
+        return get_num(params, path, "rope_theta", def, 0.0, 1e12, theta, err, err_len);
+    }
+    return get_num(j, path, old_key, def, 0.0, 1e12, theta, err, err_len);
+}
+
+/* Which layers use sliding-window attention: config.json "layer_types"
+ * ("full_attention" / "sliding_attention", one per layer) when given,
+ * else every layer but each every_n-th (layer i slides when i % n != 0), as
+ * ModernBertConfig derives them from global_attn_every_n_layers. */
+static int read_layer_types(const json_t *j, const char *path, bert_config *c, int every_n,
+                            char *err, size_t err_len) {
+    const json_t *types = json_object_get(j, "layer_types");
+    if (!types || json_is_null(types)) {
+        for (int l = 0; l < c->num_layers; l++)
+            c->sliding[l] = (unsigned char)(l % every_n != 0);
+        return BERT_OK;
+    }
+    if (!json_is_array(types) || json_array_size(types) != (size_t)c->num_layers)
+        return fail(BERT_EFORMAT, err, err_len,
+                    "%s: \"layer_types\" must list one type per layer (%d)", path, c->num_layers);
+    for (int l = 0; l < c->num_layers; l++) {
+        const char *t = json_string_value(json_array_get(types, (size_t)l));
+        if (t && strcmp(t, "full_attention") == 0)
+            c->sliding[l] = 0;
+        else if (t && strcmp(t, "sliding_attention") == 0)
+            c->sliding[l] = 1;
+        else
+            return fail(BERT_EUNSUPPORTED, err, err_len,
+                        "%s: layer_types[%d] \"%s\" is not supported (only full_attention or "
+                        "sliding_attention)",
+                        path, l, t ? t : "(not a string)");
+    }
+    return BERT_OK;
+}
+
+/* ModernBertConfig: pre-norm LayerNorms (norm_bias, default none), erf
+ * GELU GeGLU (hidden_activation "gelu"), RoPE with global_rope_theta on the
+ * full-attention layers and local_rope_theta on the sliding ones, which see
+ * |i − j| <= local_attention / 2 (transformers' sliding_window and its
+ * bidirectional mask's predicate), no token types, positions 0, 1, ... */
+static int read_modernbert(const json_t *j, const char *path, bert_config *c, char *err,
+                           size_t err_len) {
+    static const struct {
+        const char *key;
+        long lo, hi;
+        size_t field;
+    } ints[] = {
+        {"vocab_size", 1, 1 << 24, offsetof(bert_config, vocab_size)},
+        {"hidden_size", 1, 1 << 16, offsetof(bert_config, hidden_size)},
+        {"num_hidden_layers", 1, BERT_MAX_LAYERS, offsetof(bert_config, num_layers)},
+        {"num_attention_heads", 1, 1024, offsetof(bert_config, num_heads)},
+        {"intermediate_size", 1, 1 << 18, offsetof(bert_config, intermediate_size)},
+        {"max_position_embeddings", 1, 1 << 20, offsetof(bert_config, max_positions)},
+    };
+    int rc = BERT_OK;
+    for (size_t i = 0; !rc && i < sizeof ints / sizeof ints[0]; i++)
+        rc = get_int(j, path, ints[i].key, ints[i].lo, ints[i].hi,
+                     (int *)((char *)c + ints[i].field), err, err_len);
+    if (rc)
+        return rc;
+    const char *act = json_string_value(json_object_get(j, "hidden_activation"));
+    if (!act || strcmp(act, "gelu") == 0)
+        c->mlp = ENC_MLP_GEGLU;
+    else if (strcmp(act, "gelu_pytorch_tanh") == 0)
+        c->mlp = ENC_MLP_GEGLU_TANH;
+    else
+        return fail(BERT_EUNSUPPORTED, err, err_len,
+                    "%s: hidden_activation \"%s\" is not supported (only \"gelu\" or "
+                    "\"gelu_pytorch_tanh\")",
+                    path, act);
+    if (c->hidden_size % c->num_heads != 0 || (c->hidden_size / c->num_heads) % 2 != 0)
+        return fail(BERT_EFORMAT, err, err_len,
+                    "%s: hidden_size %d must be num_attention_heads %d times an even head size",
+                    path, c->hidden_size, c->num_heads);
+    double eps = 1e-5, every = 3, local = 128;
+    rc = get_num(j, path, "norm_eps", 1e-5, 0.0, 1.0, &eps, err, err_len);
+    if (!rc)
+        rc = get_num(j, path, "global_attn_every_n_layers", 3, 0.0, BERT_MAX_LAYERS, &every, err,
+                     err_len);
+    if (!rc)
+        rc = get_num(j, path, "local_attention", 128, 1.0, 1 << 20, &local, err, err_len);
+    if (!rc)
+        rc = read_rope_theta(j, path, "full_attention", "global_rope_theta", 160000.0,
+                             &c->rope_theta[0], err, err_len);
+    if (!rc)
+        rc = read_rope_theta(j, path, "sliding_attention", "local_rope_theta", 10000.0,
+                             &c->rope_theta[1], err, err_len);
+    if (!rc && (every != (int)every || (int)local % 2 != 0 || local != (int)local))
+        rc = fail(BERT_EFORMAT, err, err_len,
+                  "%s: global_attn_every_n_layers and local_attention must be integers, "
+                  "local_attention even",
+                  path);
+    if (!rc)
+        rc = read_layer_types(j, path, c, (int)every, err, err_len);
+    if (rc)
+        return rc;
+    c->layer_norm_eps = (float)eps;
+    c->family = BERT_FAMILY_MODERNBERT;
+    c->layout = BERT_LAYOUT_MODERNBERT;
+    c->pre_norm = 1;
+    c->norm_first = 0; /* ModernBertEncoderLayer: layer 0's attn_norm is Identity */
+    c->emb_norm = 1;
+    c->final_norm = 1;
+    c->norm = ENC_NORM_LAYER;
+    c->norm_bias = get_bool(j, "norm_bias", 0);
+    c->attn_bias = get_bool(j, "attention_bias", 0);
+    c->mlp_bias = get_bool(j, "mlp_bias", 0);
+    c->abs_positions = 0;
+    c->rope = 1;
+    c->window = (int)local / 2;
+    c->token_type_table = 0;
+    c->type_vocab_size = 1;
+    c->position_pad_id = -1;
+    return BERT_OK;
+}
+
 static int read_hyperparameters(const char *dir, bert_config *c, char *err, size_t err_len) {
     json_t *j;
     int rc = load_json(dir, "config.json", &j, err, err_len);
@@ -152,6 +307,22 @@ static int read_hyperparameters(const char *dir, bert_config *c, char *err, size
     }
 
     const char *type = json_string_value(json_object_get(j, "model_type"));
+    /* BERT's blocks; a family composed otherwise sets its own below. */
+    c->family = BERT_FAMILY_BERT;
+    c->norm = ENC_NORM_LAYER;
+    c->norm_bias = c->attn_bias = c->mlp_bias = 1;
+    c->mlp = ENC_MLP_GELU;
+    c->abs_positions = 1;
+    c->emb_norm = 1;
+    if (type && strcmp(type, "modernbert") == 0) {
+        rc = read_modernbert(j, path, c, err, err_len);
+        if (!rc)
+            rc = read_head(j, path, type, c, err, err_len);
+        c->head_dim = c->hidden_size / c->num_heads;
+        c->num_kv_heads = c->num_heads;
+        json_decref(j);
+        return rc;
+    }
     const char *act = json_string_value(json_object_get(j, "hidden_act"));
     const char *pos = json_string_value(json_object_get(j, "position_embedding_type"));
     const json_t *eps = json_object_get(j, "layer_norm_eps");
@@ -165,7 +336,7 @@ static int read_hyperparameters(const char *dir, bert_config *c, char *err, size
     if (!type || (strcmp(type, "bert") != 0 && !roberta))
         rc = fail(BERT_EUNSUPPORTED, err, err_len,
                   "%s: model_type \"%s\" is not supported (only \"bert\", \"roberta\", "
-                  "\"xlm-roberta\" or \"mpnet\")",
+                  "\"xlm-roberta\", \"mpnet\" or \"modernbert\")",
                   path, type ? type : "(missing)");
     else if (!act || strcmp(act, "gelu") != 0)
         rc = fail(BERT_EUNSUPPORTED, err, err_len,
@@ -233,6 +404,10 @@ static int read_hyperparameters(const char *dir, bert_config *c, char *err, size
         rc = fail(BERT_EFORMAT, err, err_len,
                   "%s: hidden_size %d is not a multiple of num_attention_heads %d", path,
                   c->hidden_size, c->num_heads);
+    if (!rc) {
+        c->head_dim = c->hidden_size / c->num_heads;
+        c->num_kv_heads = c->num_heads;
+    }
     json_decref(j);
     return rc;
 }

@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 
+#include "model/blocks.h"
 #include "model/position.h"
 
 /* ---- errors ---------------------------------------------------------------
@@ -65,9 +66,19 @@ typedef struct bert_dense {
 
 /* How the checkpoint names the tensors of the same building blocks. */
 typedef enum bert_layout {
-    BERT_LAYOUT_BERT,  /* BERT, RoBERTa, XLM-R: attention.self.query, attention.output.dense */
-    BERT_LAYOUT_MPNET, /* MPNet: attention.attn.q .. .o, encoder.relative_attention_bias */
+    BERT_LAYOUT_BERT,       /* BERT, RoBERTa, XLM-R: attention.self.query, attention.output.dense */
+    BERT_LAYOUT_MPNET,      /* MPNet: attention.attn.q .. .o, encoder.relative_attention_bias */
+    BERT_LAYOUT_MODERNBERT, /* ModernBERT: layers.N.attn.Wqkv (fused), mlp.Wi (fused GeGLU) */
 } bert_layout;
+
+/* The families this encoder composes from the blocks below, for /info. */
+typedef enum bert_family {
+    BERT_FAMILY_BERT,       /* post-norm BERT, RoBERTa, XLM-R, MPNet */
+    BERT_FAMILY_MODERNBERT, /* pre-norm, RoPE, GeGLU, alternating sliding-window layers */
+} bert_family;
+
+/* The most layers a config may declare (num_hidden_layers' bound). */
+#define BERT_MAX_LAYERS 1024
 
 typedef struct bert_config {
     int vocab_size;        /* V */
@@ -88,11 +99,36 @@ typedef struct bert_config {
      * token type 0, and nothing is added for it. */
     int token_type_table;
     bert_layout layout;
+    bert_family family;
+    /* ---- the building blocks (blocks.h, position.h) ----
+     * BERT: post-norm LayerNorm with biases, an absolute table, erf GELU,
+     * bidirectional full attention, D = C / H, every linear layer biased.
+     * pre_norm: each sublayer's input normalised (norm_first: layer 0's
+     * attention input too; ModernBERT has an Identity there), the residual
+     * stream added to unnormalised, a final norm after the last layer;
+     * emb_norm: a norm right after the embedding lookup. */
+    int pre_norm, norm_first, emb_norm, final_norm;
+    enc_norm norm;
+    int norm_bias; /* LayerNorms carry a bias */
+    enc_mlp mlp;
+    int attn_bias, mlp_bias; /* the attention's and the MLP's linear layers carry biases */
+    int abs_positions;       /* a learned position table at the embeddings */
+    int head_dim;            /* D: Q is H·D wide, K and V Hkv·D each */
+    int num_kv_heads;        /* Hkv; H % Hkv == 0 (H: no grouping) */
+    int causal;
+    /* RoPE (rope 1): θ of the full-attention layers [0] and of the
+     * sliding-window ones [1]. */
+    int rope;
+    double rope_theta[2];
+    /* window > 0: the layers marked in sliding see keys j with |i − j| <=
+     * window (the attention contract's window); the others see all. */
+    int window;
+    unsigned char sliding[BERT_MAX_LAYERS];
     /* What attention adds for positions (position.h): MPNet's relative
      * buckets, whose table is encoder.relative_attention_bias. */
     enc_pos_attn pos_attn;
     enc_pos_buckets pos_buckets;
-    float layer_norm_eps;
+    float layer_norm_eps; /* every norm's eps */
     bert_pooling pooling; /* from the sentence-transformers Pooling module */
     int normalize;        /* 1 when a Normalize module follows pooling */
     int ndense;           /* Dense modules between pooling and Normalize, in order */
@@ -117,7 +153,10 @@ typedef struct bert_config {
  * Dense modules' config.json and, when present, sentence_bert_config.json
  * from dir. model_type "bert", "roberta" or "xlm-roberta" (the same encoder
  * with the position numbering above), or "mpnet" (RoBERTa's numbering, no
- * token types, relative position buckets in attention; an embedder only). A directory whose
+ * token types, relative position buckets in attention; an embedder only), or
+ * "modernbert" (pre-norm, bias-free LayerNorms, RoPE with a global and a
+ * local θ, GeGLU, sliding-window attention on all but every n-th layer, no
+ * token types; an embedder only). A directory whose
  * architecture is BertForSequenceClassification, RobertaForSequenceClassification or
  * XLMRobertaForSequenceClassification is a classifier and needs no
  * modules.json. Anything outside what forward computes (another

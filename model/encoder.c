@@ -49,8 +49,19 @@ static const char *const bert_pool_names[] = {
     [BERT_POOL_LASTTOKEN] = "lasttoken",
 };
 
+/* "post-layernorm", "pre-rmsnorm", ...: where the norms sit and their kind. */
+static const char *norm_desc(const bert_config *c) {
+    static const char *const post[] = {[ENC_NORM_LAYER] = "post-layernorm",
+                                       [ENC_NORM_RMS] = "post-rmsnorm",
+                                       [ENC_NORM_RMS_GEMMA] = "post-rmsnorm (gemma)"};
+    static const char *const pre[] = {[ENC_NORM_LAYER] = "pre-layernorm",
+                                      [ENC_NORM_RMS] = "pre-rmsnorm",
+                                      [ENC_NORM_RMS_GEMMA] = "pre-rmsnorm (gemma)"};
+    return c->pre_norm ? pre[c->norm] : post[c->norm];
+}
+
 static void bert_fill_info(const bert_config *c, encoder_info *i) {
-    i->family = "bert";
+    i->family = c->family == BERT_FAMILY_MODERNBERT ? "modernbert" : "bert";
     i->architecture = c->architecture;
     i->task = c->head == BERT_HEAD_NONE ? ENCODER_TASK_EMBED : ENCODER_TASK_CLASSIFY;
     i->output_dim = c->output_dim;
@@ -61,7 +72,7 @@ static void bert_fill_info(const bert_config *c, encoder_info *i) {
     i->vocab_size = c->vocab_size;
     i->num_layers = c->num_layers;
     i->num_heads = c->num_heads;
-    i->head_dim = c->hidden_size / c->num_heads;
+    i->head_dim = c->head_dim;
     i->intermediate_size = c->intermediate_size;
     i->max_positions = c->max_positions;
     i->max_seq_length = c->max_seq_length;
@@ -69,6 +80,14 @@ static void bert_fill_info(const bert_config *c, encoder_info *i) {
     i->normalize = c->head == BERT_HEAD_NONE && c->normalize;
     i->dense_modules = c->ndense;
     i->position_bias = enc_pos_attn_name(c->pos_attn);
+    i->position = enc_pos_scheme_name(c->abs_positions, c->pos_attn, c->rope);
+    i->norm = norm_desc(c);
+    i->mlp = enc_mlp_name(c->mlp);
+    i->attention = c->causal ? "causal" : "bidirectional";
+    i->num_kv_heads = c->num_kv_heads;
+    i->window = 0;
+    for (int l = 0; c->window > 0 && l < c->num_layers; l++)
+        i->window = c->sliding[l] ? c->window : i->window;
 }
 
 static int bert_describe(const char *dir, void **cfg, encoder_info *info, char *err,
@@ -139,7 +158,8 @@ static int bert_fam_forward(const void *m, void *ws, const attn_backend *attn,
     return bert_forward_types(m, ws, attn, par, ids, type_ids, cu, batch, out, err, err_len);
 }
 
-static const char *const bert_model_types[] = {"bert", "roberta", "xlm-roberta", "mpnet", NULL};
+static const char *const bert_model_types[] = {"bert",  "roberta",    "xlm-roberta",
+                                               "mpnet", "modernbert", NULL};
 
 static const encoder_family family_bert = {
     .name = "bert",
@@ -290,8 +310,10 @@ attn_shape encoder_attn_shape(const encoder_info *i, int max_tokens) {
         .max_seqlen = max_tokens < i->max_positions ? max_tokens : i->max_positions,
         .heads = i->num_heads,
         .head_dim = i->head_dim,
-        .causal = 0,
+        .causal = i->attention && strcmp(i->attention, "causal") == 0,
         .rel_bias = i->position_bias && strcmp(i->position_bias, "none") != 0,
+        .kv_heads = i->num_kv_heads == i->num_heads ? 0 : i->num_kv_heads,
+        .window = i->window,
     };
 }
 

@@ -7,8 +7,9 @@
  * encoder.c and its own files on the model side.
  *
  * Families today: "bert", which serves config.json model_type "bert",
- * "roberta", "xlm-roberta" and "mpnet" (model/bert.h; MPNet as an embedder
- * only), as
+ * "roberta", "xlm-roberta" and "mpnet", and "modernbert" (model/bert.h,
+ * composed from the blocks of model/blocks.h and model/position.h; MPNet and
+ * ModernBERT as embedders only), as
  *   - an embedder: a sentence-transformers directory (modules.json:
  *     Transformer, Pooling, Dense modules, Normalize), out: the pooled
  *     vector;
@@ -34,7 +35,7 @@ typedef enum encoder_task { ENCODER_TASK_EMBED, ENCODER_TASK_CLASSIFY } encoder_
 
 /* The model the server serves, as the directory describes it. */
 typedef struct encoder_info {
-    const char *family;       /* "bert" */
+    const char *family;       /* "bert", "modernbert" */
     const char *model_type;   /* config.json's: "bert", "roberta", "xlm-roberta" */
     const char *architecture; /* config.json "architectures"[0], "" when absent */
     encoder_task task;
@@ -64,6 +65,19 @@ typedef struct encoder_info {
      * enc_pos_attn_name, "none" or "relative buckets" (MPNet). An engine
      * whose attention adds no bias refuses a model that needs one. */
     const char *position_bias;
+    /* What runs, for /info and refusals: the position scheme
+     * (enc_pos_scheme_name: "absolute", "absolute + relative buckets",
+     * "rope"), the norm ("post-layernorm", "pre-layernorm", "pre-rmsnorm"),
+     * the MLP (enc_mlp_name) and the attention ("bidirectional",
+     * "causal"); num_kv_heads (== num_heads: no grouping) and window (0: none;
+     * w: the sliding layers' keys within distance w) as the attention
+     * contract takes them. */
+    const char *position;
+    const char *norm;
+    const char *mlp;
+    const char *attention;
+    int32_t num_kv_heads;
+    int32_t window;
 } encoder_info;
 
 /* ---- the directory's description, without weights ------------------------------ */

@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <stddef.h>
+#include <stdlib.h>
 
 int enc_pos_bucket(int32_t rel, const enc_pos_buckets *b) {
     const int half = b->num_buckets / 2, exact = half / 2;
@@ -31,4 +32,51 @@ void enc_pos_bucket_bias(const enc_pos_buckets *b, const float *table, int heads
 
 const char *enc_pos_attn_name(enc_pos_attn kind) {
     return kind == ENC_POS_ATTN_BUCKETS ? "relative buckets" : "none";
+}
+
+int enc_rope_init(enc_rope *r, double theta, int32_t positions, int32_t dim) {
+    const size_t half = (size_t)dim / 2, n = (size_t)positions * half;
+    *r = (enc_rope){.theta = theta, .positions = positions, .dim = dim};
+    r->cos = malloc(n * sizeof(float));
+    r->sin = malloc(n * sizeof(float));
+    if (!r->cos || !r->sin) {
+        enc_rope_free(r);
+        return -1;
+    }
+    for (size_t i = 0; i < half; i++) {
+        const double inv = 1.0 / pow(theta, (double)(2 * i) / dim);
+        for (int32_t p = 0; p < positions; p++) {
+            const double a = (double)p * inv;
+            r->cos[(size_t)p * half + i] = (float)cos(a);
+            r->sin[(size_t)p * half + i] = (float)sin(a);
+        }
+    }
+    return 0;
+}
+
+void enc_rope_free(enc_rope *r) {
+    free(r->cos);
+    free(r->sin);
+    r->cos = r->sin = NULL;
+}
+
+void enc_rope_apply(const enc_rope *r, float *v, int heads, int32_t pos) {
+    const int half = r->dim / 2;
+    const float *c = r->cos + (size_t)pos * half, *s = r->sin + (size_t)pos * half;
+    for (int h = 0; h < heads; h++) {
+        float *x = v + (size_t)h * r->dim;
+        for (int i = 0; i < half; i++) {
+            const float x1 = x[i], x2 = x[i + half];
+            x[i] = x1 * c[i] - x2 * s[i];
+            x[i + half] = x2 * c[i] + x1 * s[i];
+        }
+    }
+}
+
+const char *enc_pos_scheme_name(int absolute, enc_pos_attn attn, int rope) {
+    if (rope)
+        return "rope";
+    if (attn == ENC_POS_ATTN_BUCKETS)
+        return absolute ? "absolute + relative buckets" : "relative buckets";
+    return "absolute";
 }

@@ -238,6 +238,17 @@ int cuda_score_from(int err, const char *err_string, int count, int cc_major, in
 }
 
 int cuda_refuse_model(const encoder_info *i, char *why, size_t why_len) {
+    /* The kernels run BERT's post-norm layer (absolute positions, GELU, full
+     * attention); any other family's blocks (pre-norm, RoPE, gated MLPs,
+     * windows, grouped K/V heads) have no kernels here. */
+    if (i->family && strcmp(i->family, "bert") != 0) {
+        snprintf(why, why_len,
+                 "model_type \"%s\" is the %s family (%s, %s positions, %s MLP): the cuda "
+                 "engine runs the BERT family only; serve it on the cpu engine",
+                 i->model_type ? i->model_type : "(unknown)", i->family, i->norm ? i->norm : "?",
+                 i->position ? i->position : "?", i->mlp ? i->mlp : "?");
+        return -1;
+    }
     if (i->position_bias && strcmp(i->position_bias, "none") != 0) {
         snprintf(why, why_len,
                  "model_type \"%s\" adds a position bias (%s) to every attention score: the cuda "

@@ -46,18 +46,28 @@ static json_t *model_json(const served_model *sm) {
     json_t *labels = json_array();
     for (int32_t i = 0; labels && i < m->num_labels; i++)
         json_array_append_new(labels, json_string(m->labels[i]));
-    return json_pack("{s:s, s:s, s:b, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:s, s:b, s:b, s:s, "
-                     "s:s, s:s, s:i, s:i, s:o, s:s, s:b}",
-                     "name", sm->name, "path", sm->path, "loaded", 1, "hidden_size", m->hidden_size,
-                     "layers", m->num_layers, "heads", m->num_heads, "intermediate_size",
-                     m->intermediate_size, "vocab_size", m->vocab_size, "max_length",
-                     m->max_positions, "max_seq_length", sm->max_seq_length, "max_seq_length_model",
-                     m->max_seq_length, "pooling", m->pooling, "normalize", m->normalize,
-                     "truncate", sm->truncate, "task",
-                     m->task == ENCODER_TASK_CLASSIFY ? "classify" : "embed", "model_type",
-                     m->model_type, "architecture", m->architecture, "output_dim", m->output_dim,
-                     "dense_modules", m->dense_modules, "labels", labels, "problem_type",
-                     m->problem_type, "token_types", m->token_types);
+    /* family .. window: what runs (encoder_info), NULL where an engine
+     * does not say. */
+    json_t *blocks = json_pack(
+        "{s:s?, s:s?, s:s?, s:s?, s:s?, s:i, s:i}", "family", m->family, "position", m->position,
+        "norm", m->norm, "mlp", m->mlp, "attention", m->attention, "kv_heads",
+        m->num_kv_heads ? m->num_kv_heads : m->num_heads, "window", m->window);
+    json_t *o =
+        json_pack("{s:s, s:s, s:b, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:s, s:b, s:b, s:s, "
+                  "s:s, s:s, s:i, s:i, s:o, s:s, s:b}",
+                  "name", sm->name, "path", sm->path, "loaded", 1, "hidden_size", m->hidden_size,
+                  "layers", m->num_layers, "heads", m->num_heads, "intermediate_size",
+                  m->intermediate_size, "vocab_size", m->vocab_size, "max_length", m->max_positions,
+                  "max_seq_length", sm->max_seq_length, "max_seq_length_model", m->max_seq_length,
+                  "pooling", m->pooling, "normalize", m->normalize, "truncate", sm->truncate,
+                  "task", m->task == ENCODER_TASK_CLASSIFY ? "classify" : "embed", "model_type",
+                  m->model_type, "architecture", m->architecture, "output_dim", m->output_dim,
+                  "dense_modules", m->dense_modules, "labels", labels, "problem_type",
+                  m->problem_type, "token_types", m->token_types);
+    if (o && blocks)
+        json_object_update(o, blocks);
+    json_decref(blocks);
+    return o;
 }
 
 /* Text Embeddings Inference's /info fields, beside ours, so TEI's clients

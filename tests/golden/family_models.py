@@ -1,0 +1,334 @@
+"""What make_modernbert_model.py, make_qwen3_model.py and make_gemma3_model.py
+share: the texts, the random weights, the rewriting of the files
+sentence-transformers saves into the published checkpoints' layout, the
+float64 reference run and the golden's metadata.
+
+The texts are the multilingual paragraphs of make_family_tokenizers.py (the
+corpus its tokenizers were trained on, read through its corpus()), an empty
+text, "The" (one content token in all three family tokenizers), and joins of
+the paragraphs of 60 to 460 tokens: past every sliding window the models
+have, and within their 512 positions with a prompt in front.
+
+The reference: transformers casts to float32 inside a float64 model in a
+few places (the RoPE tables and ModernBERT's rotation, Qwen3's and Gemma3's
+RMSNorm, the eager attention's softmax). exact_float64() replaces those
+steps, on the loaded modules, by the same formulas in float64, and the
+attention runs through SDPA (its CPU math path keeps float64 throughout).
+The golden is then the model's exact value to about 1e-15, and a test may
+measure its own error against it. The goldens record how far the run as
+transformers ships it (float64 with its float32 steps) lies from it, which
+bounds what the replaced steps could change.
+"""
+import json
+import os
+import platform
+import shutil
+import sys
+import types
+from contextlib import contextmanager
+
+import numpy as np
+import sentence_transformers
+import tokenizers
+import torch
+import transformers
+from sentence_transformers import SentenceTransformer
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import golden_io  # noqa: E402
+import make_family_tokenizers  # noqa: E402
+
+MAX_TOKENS = 512
+
+
+def texts():
+    """The golden inputs, the same for every family."""
+    par = make_family_tokenizers.corpus()
+    return par + [
+        "",
+        "The",
+        "Hello",
+        "  leading spaces, trailing spaces  ",
+        "Tabs\tand\nnew\nlines\r\nmixed",
+        " ".join(par[:4]),
+        " ".join(par[:10]),
+        " ".join(par[:8]) + " " + " ".join(par[:8]),
+    ]
+
+
+def tokenizer_file(family):
+    """The committed fam-<family>/tokenizer.json (make_family_tokenizers.py
+    keeps it, as two trainings need not give the same pieces)."""
+    return os.path.join(HERE, "fam-" + family, "tokenizer.json")
+
+
+def randomise(model, seed, spread):
+    """Draws every parameter again: spread(name, p) gives the tensor it
+    takes. Spreads far above the default initialisation make each tensor
+    move the vectors far past the tests' floors."""
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(spread(name, p))
+    model.eval()
+
+
+def rewrite_json(path, fn):
+    """Replaces the JSON object in path by fn(object), written with indent 2
+    as transformers and sentence-transformers write theirs."""
+    with open(path, encoding="utf-8") as f:
+        obj = json.load(f)
+    write_json(path, fn(obj))
+
+
+def write_json(path, obj):
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=2, ensure_ascii=False)
+        f.write("\n")
+
+
+POOLING_MODES = ("cls_token", "mean_tokens", "max_tokens", "mean_sqrt_len_tokens",
+                 "weightedmean_tokens", "lasttoken")
+
+
+def pooling_config(dim, mode):
+    """1_Pooling/config.json as the published checkpoints have it
+    (sentence-transformers 2 and 3's boolean keys; 6 writes one
+    "pooling_mode" name instead)."""
+    assert mode in POOLING_MODES, mode
+    c = {"word_embedding_dimension": dim}
+    c.update(("pooling_mode_" + m, m == mode) for m in POOLING_MODES)
+    c["include_prompt"] = True
+    return c
+
+
+def finish_dir(out, family, dim, pooling, denses=0, prompts=None, max_tokens=MAX_TOKENS):
+    """Rewrites what st.save() wrote into the published checkpoints' layout:
+    the committed tokenizer.json byte for byte (transformers' save rewrites
+    it), no model card; modules.json with the sentence_transformers.models.*
+    names, 1_Pooling in the boolean form, Dense configs without
+    sentence-transformers 6's module_input_name, no 2_Normalize/config.json
+    (the published directory is empty, so absent from git),
+    sentence_bert_config.json as {max_seq_length, do_lower_case}, and
+    config_sentence_transformers.json with the prompts. The directory is
+    read back through sentence-transformers afterwards, so it must load."""
+    for name in ("README.md", "vocab.txt", "merges.txt", "vocab.json", "special_tokens_map.json",
+                 "chat_template.jinja"):
+        if os.path.exists(os.path.join(out, name)):
+            os.remove(os.path.join(out, name))
+    shutil.copyfile(tokenizer_file(family), os.path.join(out, "tokenizer.json"))
+    mods = [("", "Transformer"), ("1_Pooling", "Pooling")]
+    mods += [("%d_Dense" % (2 + i), "Dense") for i in range(denses)]
+    mods += [("%d_Normalize" % (2 + denses), "Normalize")]
+    write_json(os.path.join(out, "modules.json"),
+               [{"idx": i, "name": str(i), "path": path, "type": "sentence_transformers.models." + t}
+                for i, (path, t) in enumerate(mods)])
+    write_json(os.path.join(out, "1_Pooling", "config.json"), pooling_config(dim, pooling))
+    for path, t in mods:
+        if t == "Dense":
+            rewrite_json(os.path.join(out, path, "config.json"), lambda c: {
+                k: c[k] for k in ("in_features", "out_features", "bias", "activation_function")})
+    norm = os.path.join(out, mods[-1][0])
+    for name in os.listdir(norm):
+        os.remove(os.path.join(norm, name))
+    os.rmdir(norm)
+    write_json(os.path.join(out, "sentence_bert_config.json"),
+               {"max_seq_length": max_tokens, "do_lower_case": False})
+    write_json(os.path.join(out, "config_sentence_transformers.json"), {
+        "__version__": {"sentence_transformers": sentence_transformers.__version__,
+                        "transformers": transformers.__version__, "pytorch": torch.__version__},
+        "prompts": prompts or {},
+        "default_prompt_name": None,
+        "similarity_fn_name": "cosine",
+    })
+
+
+def to_float16(model):
+    """Weights as float16 on disk (the service reads F16 tensors): half the
+    size of float32, and the float64 reference runs on exactly the stored
+    values."""
+    return model.to(torch.float16)
+
+
+def dir_size(path):
+    return sum(os.path.getsize(os.path.join(d, n)) for d, _, ns in os.walk(path) for n in ns)
+
+
+def _rope64(module, x, position_ids, layer_type=None):
+    """The RoPE table in float64: transformers computes inv_freq and the
+    angles in float32 whatever the model's dtype."""
+    cfg = module.config
+    params = cfg.rope_parameters[layer_type] if layer_type else cfg.rope_parameters
+    assert params["rope_type"] == "default", params
+    dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    inv = 1.0 / (params["rope_theta"] ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+    freqs = position_ids[..., None].to(torch.float64) * inv
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+
+
+def _rms_norm_qwen(module, x):
+    var = x.pow(2).mean(-1, keepdim=True)
+    return module.weight * (x * torch.rsqrt(var + module.variance_epsilon))
+
+
+def _rms_norm_gemma(module, x):
+    var = x.pow(2).mean(-1, keepdim=True)
+    return (x * torch.rsqrt(var + module.eps)) * (1.0 + module.weight)
+
+
+def _modernbert_rotary(q, k, cos, sin, unsqueeze_dim=1):
+    from transformers.models.modernbert.modeling_modernbert import rotate_half
+    cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
+    return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+
+
+@contextmanager
+def exact_float64(st):
+    """st (a SentenceTransformer) in float64 with transformers' float32
+    steps replaced by float64 ones (module docstring)."""
+    from transformers.models.modernbert import modeling_modernbert
+    st.to(torch.float64)
+    patched = 0
+    for m in st.modules():
+        kind = type(m).__name__
+        if kind.endswith("RotaryEmbedding"):
+            m.forward = types.MethodType(_rope64, m)
+        elif kind in ("Qwen3RMSNorm",):
+            m.forward = types.MethodType(_rms_norm_qwen, m)
+        elif kind in ("Gemma3RMSNorm",):
+            m.forward = types.MethodType(_rms_norm_gemma, m)
+        else:
+            continue
+        patched += 1
+    assert patched, "no module replaced: not a RoPE model?"
+    saved = modeling_modernbert.apply_rotary_pos_emb
+    modeling_modernbert.apply_rotary_pos_emb = _modernbert_rotary
+    try:
+        yield st
+    finally:
+        modeling_modernbert.apply_rotary_pos_emb = saved
+
+
+def layer_masks(st, n):
+    """The mask each layer of st's model is handed in a forward over n
+    tokens without padding (eager attention, so every mask is built out):
+    a list of [n, n] bool tensors, allowed[i, j] when query i sees key j.
+    The masking a family's golden states is read off these, not assumed."""
+    model = st[0].auto_model
+    seen = {}
+
+    def hook(i):
+        return lambda mod, args, kwargs: seen.__setitem__(i, kwargs["attention_mask"])
+
+    model.set_attn_implementation("eager")
+    hooks = [layer.register_forward_pre_hook(hook(i), with_kwargs=True)
+             for i, layer in enumerate(model.layers)]
+    try:
+        ids = torch.full((1, n), 5)
+        with torch.no_grad():
+            model(input_ids=ids, attention_mask=torch.ones_like(ids))
+    finally:
+        for h in hooks:
+            h.remove()
+        model.set_attn_implementation("sdpa")
+    # None: the mask builder skipped an all-allowed mask (eager attention
+    # then applies none, causal modules or not).
+    return [torch.ones(n, n, dtype=torch.bool) if seen[i] is None else seen[i][0, 0] == 0
+            for i in range(len(model.layers))]
+
+
+def check_masks(st, n, predicates):
+    """Checks that layer i's mask is predicates[layer_types[i]](d), d the
+    tensor of i - j, and returns the layer types found."""
+    types_ = st[0].auto_model.config.layer_types
+    pos = torch.arange(n)
+    d = pos[:, None] - pos[None, :]
+    for i, (m, t) in enumerate(zip(layer_masks(st, n), types_)):
+        assert torch.equal(m, predicates[t](d)), ("layer %d (%s): mask differs" % (i, t), m.int())
+    return types_
+
+
+def load(path, dtype=torch.float64):
+    """The directory as sentence-transformers loads it, on the CPU, with
+    SDPA attention (float64 inside, where eager's softmax is float32)."""
+    st = SentenceTransformer(path, device="cpu",
+                             model_kwargs={"attn_implementation": "sdpa", "dtype": dtype})
+    return st.to(dtype)
+
+
+def embed(st, text_list, prompt_name=None):
+    """One text at a time (no padding in any batch), as float64 arrays."""
+    out = []
+    for t in text_list:
+        v = st.encode([t], prompt_name=prompt_name, batch_size=1, convert_to_tensor=True,
+                      normalize_embeddings=False)
+        assert v.dtype == st[0].auto_model.dtype, v.dtype
+        out.append(v[0].double().numpy())
+    return np.array(out)
+
+
+def token_ids(st, text_list, prompt_name=None):
+    """The ids sentence-transformers feeds the model (prompt included)."""
+    prompt = st.prompts[prompt_name] if prompt_name else ""
+    ids = []
+    for t in text_list:
+        f = st.tokenize([prompt + t])
+        ids.append([int(i) for i, m in zip(f["input_ids"][0].tolist(),
+                                           f["attention_mask"][0].tolist()) if m])
+    return ids
+
+
+def check_ids(family, text_list, ids, prompt=""):
+    """The ids are what the family tokenizer gives, untruncated."""
+    plain = tokenizers.Tokenizer.from_file(tokenizer_file(family))
+    for t, got in zip(text_list, ids):
+        want = plain.encode(prompt + t).ids
+        assert want == got, (family, t[:40], want[:10], got[:10])
+
+
+def cases(text_list, ids, vectors):
+    return [{"text": t, "ids": i, "embedding": [float(x) for x in v]}
+            for t, i, v in zip(text_list, ids, vectors)]
+
+
+def min_cosine(a, b):
+    a = a / np.linalg.norm(a, axis=1, keepdims=True)
+    b = b / np.linalg.norm(b, axis=1, keepdims=True)
+    return float(np.min(np.sum(a * b, axis=1)))
+
+
+def max_abs(a, b):
+    return float(np.max(np.abs(a - b)))
+
+
+def shipped_error(path, text_list, ref, prompt_name=None):
+    """How far transformers' own float64 and float32 runs lie from the
+    exact float64 reference (max |difference| of a component)."""
+    out = {}
+    for name, dtype in (("float64_as_shipped", torch.float64), ("float32", torch.float32)):
+        st = load(path, dtype)
+        out[name + "_max_abs"] = max_abs(embed(st, text_list, prompt_name), ref)
+    return out
+
+
+def versions():
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "sentence_transformers": sentence_transformers.__version__,
+        "transformers": transformers.__version__,
+        "tokenizers": tokenizers.__version__,
+        "numpy": np.__version__,
+    }
+
+
+def write_golden(path, meta, sets):
+    """meta (model, made_by, ...) with the versions and sets (name -> cases)
+    as the golden JSON tests/unit/golden_embeddings.c reads."""
+    golden = dict(meta, versions=versions(), precision=(
+        "float64; RoPE tables, RMSNorm and ModernBERT's rotation in float64 in place of "
+        "transformers' float32 steps, SDPA attention (tests/golden/family_models.py)"))
+    golden.update(sets)
+    golden_io.dump(golden, path)

@@ -1,0 +1,218 @@
+#!/usr/bin/env python3
+"""Makes tests/golden/modernbert-tiny-model/, a tiny random-weight ModernBERT
+embedder saved as a sentence-transformers directory laid out as
+nomic-ai/modernbert-embed-base is (ModernBertModel; Transformer, mean
+Pooling, Normalize), and tests/golden/modernbert_embeddings.json: the ids
+and the float64 vectors sentence-transformers computes with it
+("mean_normalized"), and the same model's vectors with CLS pooling
+("cls_normalized", as Alibaba-NLP/gte-modernbert-base pools), so a test can
+serve both by editing 1_Pooling/config.json.
+
+4 layers, hidden 64, 4 heads of 16, GeGLU intermediate 96 (Wi is 64 -> 192),
+no biases, LayerNorm eps 1e-5; global_attn_every_n_layers 3 makes layers 0
+and 3 global (RoPE theta 160000) and 1 and 2 local (theta 10000) with
+local_attention 16: a token sees the keys within 8 positions (the predicate
+is in the golden's "masking"). The vocabulary is tests/golden/fam-modernbert
+(make_family_tokenizers.py), the embedding table padded to a multiple of 64
+rows as the published 50368 is. config.json carries the published keys
+(global_rope_theta, local_rope_theta, global_attn_every_n_layers), not the
+layer_types and rope_parameters transformers 5 writes; reading it back gives
+the same model (checked).
+
+The golden's "sensitivity" holds the lowest cosine, over the inputs, between
+the golden and the same model with one feature changed (the window made
+global, the two RoPE thetas swapped, the norms' weights set to 1): each far
+below any test floor, so a test cannot pass with that feature wrong.
+
+Usage (the bench's venv, as `make task-models` makes it):
+    PY tests/golden/make_modernbert_model.py
+"""
+import os
+import shutil
+import sys
+import tempfile
+
+import torch
+from sentence_transformers import SentenceTransformer, models
+from transformers import ModernBertConfig, ModernBertModel, PreTrainedTokenizerFast
+
+import family_models as fm
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OUT = os.path.join(HERE, "modernbert-tiny-model")
+GOLDEN = os.path.join(HERE, "modernbert_embeddings.json")
+FAMILY = "modernbert"
+LOCAL_ATTENTION = 16
+LAYERS = 4
+
+
+def spread(name, p):
+    if "norm" in name:
+        return 1.0 + 0.3 * torch.randn_like(p)
+    if "tok_embeddings" in name:
+        return torch.randn_like(p)
+    # Wqkv, attention Wo, Wi, mlp Wo: scores of a few units, so attention is
+    # far from uniform and both the window and the rotation steer it.
+    return 0.2 * torch.randn_like(p)
+
+
+def tokenizer():
+    tok = PreTrainedTokenizerFast(tokenizer_file=fm.tokenizer_file(FAMILY), cls_token="[CLS]",
+                                  sep_token="[SEP]", pad_token="[PAD]", mask_token="[MASK]",
+                                  unk_token="[UNK]", model_max_length=fm.MAX_TOKENS,
+                                  model_input_names=["input_ids", "attention_mask"])
+    return tok
+
+
+def config_json(tok):
+    """nomic-ai/modernbert-embed-base's config.json keys, tiny values."""
+    vocab_size = (len(tok) + 63) // 64 * 64
+    cls, sep, pad = (tok.convert_tokens_to_ids(t) for t in ("[CLS]", "[SEP]", "[PAD]"))
+    return {
+        "architectures": ["ModernBertModel"],
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "bos_token_id": cls,
+        "classifier_activation": "gelu",
+        "classifier_bias": False,
+        "classifier_dropout": 0.0,
+        "classifier_pooling": "mean",
+        "cls_token_id": cls,
+        "decoder_bias": True,
+        "deterministic_flash_attn": False,
+        "embedding_dropout": 0.0,
+        "eos_token_id": sep,
+        "global_attn_every_n_layers": 3,
+        "global_rope_theta": 160000.0,
+        "gradient_checkpointing": False,
+        "hidden_activation": "gelu",
+        "hidden_size": 64,
+        "initializer_cutoff_factor": 2.0,
+        "initializer_range": 0.02,
+        "intermediate_size": 96,
+        "layer_norm_eps": 1e-05,
+        "local_attention": LOCAL_ATTENTION,
+        "local_rope_theta": 10000.0,
+        "max_position_embeddings": fm.MAX_TOKENS,
+        "mlp_bias": False,
+        "mlp_dropout": 0.0,
+        "model_type": "modernbert",
+        "norm_bias": False,
+        "norm_eps": 1e-05,
+        "num_attention_heads": 4,
+        "num_hidden_layers": LAYERS,
+        "pad_token_id": pad,
+        "position_embedding_type": "absolute",
+        "sep_token_id": sep,
+        "tie_word_embeddings": True,
+        "torch_dtype": "float16",
+        "vocab_size": vocab_size,
+    }
+
+
+def tokenizer_config():
+    """The published tokenizer_config.json, less the added_tokens_decoder
+    (tokenizer.json has the tokens)."""
+    return {"clean_up_tokenization_spaces": True, "cls_token": "[CLS]", "mask_token": "[MASK]",
+            "model_input_names": ["input_ids", "attention_mask"],
+            "model_max_length": fm.MAX_TOKENS, "pad_token": "[PAD]", "sep_token": "[SEP]",
+            "tokenizer_class": "PreTrainedTokenizerFast", "unk_token": "[UNK]"}
+
+
+def build(tmp):
+    want = config_json(tokenizer())
+    fm.write_json(os.path.join(tmp, "config.json"), want)
+    cfg = ModernBertConfig.from_pretrained(tmp)
+    model = ModernBertModel(cfg)
+    fm.randomise(model, 20261205, spread)
+    fm.to_float16(model).save_pretrained(tmp, safe_serialization=True)
+    tokenizer().save_pretrained(tmp)
+    transformer = models.Transformer(tmp, max_seq_length=fm.MAX_TOKENS)
+    dim = transformer.get_word_embedding_dimension()
+    return SentenceTransformer(
+        modules=[transformer, models.Pooling(dim, "mean"), models.Normalize()], device="cpu",
+        similarity_fn_name="cosine")
+
+
+def check_config(st):
+    cfg = st[0].auto_model.config
+    assert cfg.layer_types == ["full_attention", "sliding_attention", "sliding_attention",
+                               "full_attention"], cfg.layer_types
+    assert cfg.rope_parameters["full_attention"]["rope_theta"] == 160000.0
+    assert cfg.rope_parameters["sliding_attention"]["rope_theta"] == 10000.0
+    assert cfg.sliding_window == LOCAL_ATTENTION // 2
+    assert type(st[0].auto_model).__name__ == "ModernBertModel"
+
+
+def masking(st):
+    half = LOCAL_ATTENTION // 2
+    fm.check_masks(st, 40, {"full_attention": lambda d: d == d,
+                            "sliding_attention": lambda d: d.abs() <= half})
+    return {"local_layers": "|i - j| <= local_attention // 2 (= %d here: both sides, the "
+                            "token itself included; padding keys never)" % half,
+            "global_layers": "every non-padding key",
+            "read_from": "transformers.masking_utils.sliding_window_bidirectional_overlay "
+                         "(abs(q_idx - kv_idx) <= config.sliding_window; "
+                         "ModernBertConfig.sliding_window is local_attention // 2); checked "
+                         "on the mask each layer is handed in a forward"}
+
+
+def main():
+    text_list = fm.texts()
+    with tempfile.TemporaryDirectory() as tmp:
+        st = build(tmp)
+        shutil.rmtree(OUT, ignore_errors=True)
+        st.save(OUT)
+    fm.finish_dir(OUT, FAMILY, 64, "mean_tokens")
+    # Saving wrote transformers 5's layouts over these.
+    fm.write_json(os.path.join(OUT, "config.json"), config_json(tokenizer()))
+    fm.write_json(os.path.join(OUT, "tokenizer_config.json"), tokenizer_config())
+
+    st = fm.load(OUT)
+    assert [type(m).__name__ for m in st] == ["Transformer", "Pooling", "Normalize"], list(st)
+    check_config(st)
+    ids = fm.token_ids(st, text_list)
+    fm.check_ids(FAMILY, text_list, ids)
+    with fm.exact_float64(st):
+        mean = fm.embed(st, text_list)
+        cls_st = SentenceTransformer(modules=[st[0], models.Pooling(64, "cls"),
+                                              models.Normalize()], device="cpu")
+        cls = fm.embed(cls_st, text_list)
+        cfg = st[0].auto_model.config
+        sens = {}
+        cfg.local_attention = 4 * fm.MAX_TOKENS
+        sens["window_made_global"] = fm.min_cosine(fm.embed(st, text_list), mean)
+        cfg.local_attention = LOCAL_ATTENTION
+        rp = cfg.rope_parameters
+        rp["full_attention"]["rope_theta"], rp["sliding_attention"]["rope_theta"] = 10000.0, 160000.0
+        sens["rope_thetas_swapped"] = fm.min_cosine(fm.embed(st, text_list), mean)
+        rp["full_attention"]["rope_theta"], rp["sliding_attention"]["rope_theta"] = 160000.0, 10000.0
+        with torch.no_grad():
+            saved = {n: p.clone() for n, p in st.named_parameters() if "norm" in n}
+            for n, p in st.named_parameters():
+                if "norm" in n:
+                    p.fill_(1.0)
+            sens["norm_weights_one"] = fm.min_cosine(fm.embed(st, text_list), mean)
+            for n, p in st.named_parameters():
+                if "norm" in n:
+                    p.copy_(saved[n])
+        assert fm.max_abs(fm.embed(st, text_list), mean) == 0.0
+    shipped = fm.shipped_error(OUT, text_list, mean)
+    lengths = [len(i) for i in ids]
+    fm.write_golden(GOLDEN, {
+        "model": "tests/golden/modernbert-tiny-model",
+        "made_by": "tests/golden/make_modernbert_model.py",
+        "max_tokens": fm.MAX_TOKENS,
+        "attention": "sdpa (exact in float64 on the CPU; eager's softmax is float32)",
+        "masking": masking(st),
+        "sensitivity": sens,
+        "shipped_run_error": shipped,
+    }, {"mean_normalized": fm.cases(text_list, ids, mean),
+        "cls_normalized": fm.cases(text_list, ids, cls)})
+    print(f"{OUT}: {fm.dir_size(OUT)} bytes; {len(text_list)} inputs, tokens "
+          f"{min(lengths)}..{max(lengths)}; sensitivity {sens}; shipped {shipped}",
+          file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,230 @@
+#!/usr/bin/env python3
+"""Makes tests/golden/qwen3-tiny-model/, a tiny random-weight Qwen3 embedder
+saved as a sentence-transformers directory laid out as
+Qwen/Qwen3-Embedding-0.6B is (Qwen3 weights without a "model." prefix or an
+lm_head; Transformer, Pooling with pooling_mode_lasttoken, Normalize; the
+published query prompt), and tests/golden/qwen3_embeddings.json: the ids and
+the float64 vectors sentence-transformers computes with it, without a prompt
+("lasttoken_normalized"; the "document" prompt is empty) and with the
+"query" prompt ("query_lasttoken_normalized").
+
+2 layers, hidden 64, 4 query heads and 2 KV heads (query head h reads KV
+head h // 2) of head_dim 32, so the attention width 128 differs from hidden
+as the published 16 x 128 differs from 1024; per-head RMSNorm on Q and K
+(q_norm, k_norm) before RoPE (theta 1e6), SwiGLU intermediate 128, RMSNorm
+eps 1e-6, causal attention, tied embeddings, no biases. The vocabulary is
+tests/golden/fam-qwen3 (make_family_tokenizers.py), which appends
+<|endoftext|>: the last token, whose vector the pooling takes.
+
+The golden's "sensitivity" holds the lowest cosine, over the inputs, between
+the golden and the same model with one feature changed (attention made
+bidirectional, RoPE theta 1e4, every RMSNorm weight set to 1, KV heads
+assigned h % 2 in place of h // 2): each far below any test floor.
+
+Usage (the bench's venv, as `make task-models` makes it):
+    PY tests/golden/make_qwen3_model.py
+"""
+import os
+import shutil
+import sys
+import tempfile
+
+import torch
+from sentence_transformers import SentenceTransformer, models
+from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3Model
+
+import family_models as fm
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OUT = os.path.join(HERE, "qwen3-tiny-model")
+GOLDEN = os.path.join(HERE, "qwen3_embeddings.json")
+FAMILY = "qwen3"
+HEADS, KV_HEADS, HEAD_DIM = 4, 2, 32
+# Qwen/Qwen3-Embedding-0.6B's config_sentence_transformers.json prompts.
+PROMPTS = {"query": "Instruct: Given a web search query, retrieve relevant passages that "
+                    "answer the query\nQuery:",
+           "document": ""}
+
+
+def spread(name, p):
+    if "q_norm" in name or "k_norm" in name:
+        # Scores of several units: attention far from uniform.
+        return 1.5 + 0.5 * torch.randn_like(p)
+    if "norm" in name:
+        return 1.0 + 0.3 * torch.randn_like(p)
+    if "embed_tokens" in name:
+        return torch.randn_like(p)
+    return 0.2 * torch.randn_like(p)
+
+
+def tokenizer():
+    return PreTrainedTokenizerFast(tokenizer_file=fm.tokenizer_file(FAMILY),
+                                   eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                   model_max_length=fm.MAX_TOKENS,
+                                   model_input_names=["input_ids", "attention_mask"])
+
+
+def config_json(tok):
+    """Qwen/Qwen3-Embedding-0.6B's config.json keys, tiny values."""
+    eot = tok.convert_tokens_to_ids("<|endoftext|>")
+    return {
+        "architectures": ["Qwen3ForCausalLM"],
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "bos_token_id": eot,
+        "eos_token_id": eot,
+        "head_dim": HEAD_DIM,
+        "hidden_act": "silu",
+        "hidden_size": 64,
+        "initializer_range": 0.02,
+        "intermediate_size": 128,
+        "max_position_embeddings": fm.MAX_TOKENS,
+        "max_window_layers": 2,
+        "model_type": "qwen3",
+        "num_attention_heads": HEADS,
+        "num_hidden_layers": 2,
+        "num_key_value_heads": KV_HEADS,
+        "rms_norm_eps": 1e-06,
+        "rope_scaling": None,
+        "rope_theta": 1000000,
+        "sliding_window": None,
+        "tie_word_embeddings": True,
+        "torch_dtype": "float16",
+        "use_cache": True,
+        "use_sliding_window": False,
+        "vocab_size": (len(tok) + 63) // 64 * 64,
+    }
+
+
+def tokenizer_config():
+    """Qwen/Qwen3-Embedding-0.6B's tokenizer_config.json, less the
+    added_tokens_decoder and chat template (tokenizer.json has the tokens)."""
+    return {"add_bos_token": False, "add_prefix_space": False, "bos_token": None,
+            "clean_up_tokenization_spaces": False, "eos_token": "<|im_end|>",
+            "errors": "replace", "model_max_length": fm.MAX_TOKENS,
+            "pad_token": "<|endoftext|>", "padding_side": "left",
+            "split_special_tokens": False, "tokenizer_class": "Qwen2Tokenizer",
+            "unk_token": None}
+
+
+def build(tmp):
+    want = config_json(tokenizer())
+    fm.write_json(os.path.join(tmp, "config.json"), want)
+    model = Qwen3Model(Qwen3Config.from_pretrained(tmp))
+    fm.randomise(model, 20261206, spread)
+    fm.to_float16(model).save_pretrained(tmp, safe_serialization=True)
+    tokenizer().save_pretrained(tmp)
+    transformer = models.Transformer(tmp, max_seq_length=fm.MAX_TOKENS)
+    return SentenceTransformer(
+        modules=[transformer, models.Pooling(64, "lasttoken"), models.Normalize()],
+        device="cpu", prompts=PROMPTS)
+
+
+def check_config(st):
+    model = st[0].auto_model
+    cfg = model.config
+    assert type(model).__name__ == "Qwen3Model", type(model)
+    assert cfg.layer_types == ["full_attention"] * 2, cfg.layer_types
+    assert cfg.rope_parameters["rope_theta"] == 1e6 and cfg.head_dim == HEAD_DIM
+    assert model.layers[0].self_attn.q_proj.weight.shape == (HEADS * HEAD_DIM, 64)
+    assert model.embed_tokens.weight.dtype == torch.float64
+
+
+def interleave_kv(st):
+    """Makes the model compute what one that gives query head h the KV head
+    h % KV_HEADS (in place of h // (HEADS / KV_HEADS)) computes: query heads
+    1 and 2 swap their rows of q_proj and their columns of o_proj."""
+    perm = [0, 2, 1, 3]
+    for layer in st[0].auto_model.layers:
+        a = layer.self_attn
+        q = a.q_proj.weight.data.view(HEADS, HEAD_DIM, -1)
+        a.q_proj.weight.data = q[perm].reshape(HEADS * HEAD_DIM, -1).contiguous()
+        o = a.o_proj.weight.data.view(-1, HEADS, HEAD_DIM)
+        a.o_proj.weight.data = o[:, perm].reshape(-1, HEADS * HEAD_DIM).contiguous()
+
+
+def sensitivity(text_list, golden):
+    """Each changed model is loaded afresh, so nothing carries over."""
+    out = {}
+
+    def changed(name, change):
+        st = fm.load(OUT)
+        with fm.exact_float64(st):
+            change(st)
+            out[name] = fm.min_cosine(fm.embed(st, text_list), golden)
+
+    def bidirectional(st):
+        st[0].auto_model.config.is_causal = False
+        for layer in st[0].auto_model.layers:
+            layer.self_attn.is_causal = False
+
+    def theta(st):
+        st[0].auto_model.config.rope_parameters["rope_theta"] = 1e4
+
+    def norms_one(st):
+        with torch.no_grad():
+            for n, p in st.named_parameters():
+                if "norm" in n:
+                    p.fill_(1.0)
+
+    changed("attention_made_bidirectional", bidirectional)
+    changed("rope_theta_1e4", theta)
+    changed("rms_norm_weights_one", norms_one)
+    changed("kv_heads_interleaved", interleave_kv)
+    return out
+
+
+def masking(st):
+    fm.check_masks(st, 40, {"full_attention": lambda d: d >= 0})
+    return {"layers": "causal: query i sees key j when j <= i (padding keys never); no "
+                      "sliding window (use_sliding_window false)",
+            "read_from": "transformers.masking_utils.causal_mask_function (kv_idx <= q_idx), "
+                         "checked on the mask each layer is handed in a forward"}
+
+
+def main():
+    text_list = fm.texts()
+    with tempfile.TemporaryDirectory() as tmp:
+        st = build(tmp)
+        shutil.rmtree(OUT, ignore_errors=True)
+        st.save(OUT)
+    fm.finish_dir(OUT, FAMILY, 64, "lasttoken", prompts=PROMPTS)
+    # Saving wrote transformers 5's layouts over these.
+    fm.write_json(os.path.join(OUT, "config.json"), config_json(tokenizer()))
+    fm.write_json(os.path.join(OUT, "tokenizer_config.json"), tokenizer_config())
+
+    st = fm.load(OUT)
+    assert [type(m).__name__ for m in st] == ["Transformer", "Pooling", "Normalize"], list(st)
+    assert st.prompts == PROMPTS, st.prompts
+    check_config(st)
+    ids = fm.token_ids(st, text_list)
+    qids = fm.token_ids(st, text_list, "query")
+    fm.check_ids(FAMILY, text_list, ids)
+    fm.check_ids(FAMILY, text_list, qids, PROMPTS["query"])
+    eot = st.tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    assert all(i[-1] == eot for i in ids + qids)
+    with fm.exact_float64(st):
+        plain = fm.embed(st, text_list)
+        query = fm.embed(st, text_list, "query")
+        assert fm.max_abs(fm.embed(st, text_list, "document"), plain) == 0.0
+    sens = sensitivity(text_list, plain)
+    shipped = fm.shipped_error(OUT, text_list, plain)
+    lengths = [len(i) for i in ids + qids]
+    fm.write_golden(GOLDEN, {
+        "model": "tests/golden/qwen3-tiny-model",
+        "made_by": "tests/golden/make_qwen3_model.py",
+        "max_tokens": fm.MAX_TOKENS,
+        "prompts": PROMPTS,
+        "attention": "sdpa (exact in float64 on the CPU; eager's softmax is float32)",
+        "masking": masking(st),
+        "sensitivity": sens,
+        "shipped_run_error": shipped,
+    }, {"lasttoken_normalized": fm.cases(text_list, ids, plain),
+        "query_lasttoken_normalized": fm.cases(text_list, qids, query)})
+    print(f"{OUT}: {fm.dir_size(OUT)} bytes; {len(text_list)} inputs, tokens "
+          f"{min(lengths)}..{max(lengths)}; sensitivity {sens}; shipped {shipped}",
+          file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

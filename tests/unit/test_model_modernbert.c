@@ -1,0 +1,260 @@
+/* test_model_modernbert.c — ModernBERT (model_type "modernbert") against
+ * transformers and sentence-transformers in float64.
+ *
+ * tests/golden/modernbert-tiny-model is a 4-layer, hidden-64, 4-head
+ * ModernBertModel with random float16 weights (made by
+ * tests/golden/make_modernbert_model.py): layers 0 and 3 full attention
+ * with θ 160000, layers 1 and 2 a sliding window of local_attention 16
+ * (keys within |i − j| <= 8) with θ 10000; mean pooling and Normalize.
+ * tests/golden/modernbert_embeddings.json holds, for 28 inputs of 2 to 459
+ * tokens, the ids and the vector computed in float64.
+ *
+ * Floors, each its precision's for the other families (test_model_mpnet.c):
+ *   fp32 (naive)  1 - 1e-6: the same operations in fp32 in another order;
+ *                 4 layers, K <= 96, RoPE's tables rounded once to fp32;
+ *   bf16 GEMMs    1 - 1e-3, measured: test_model.c's derivation (4 x 4
+ *                 GEMMs + the embedding table = 17 roundings, cosine
+ *                 1 - 4.5e-5 undiluted) assumes no amplification, and this
+ *                 checkpoint's attention amplifies Q and K's: with only the
+ *                 QKV GEMM in bf16 the worst input is at 1 - 1.9e-4, with
+ *                 only one of the other three at 1 - 1.7e-5 to 4.1e-5 (each
+ *                 within the derivation), all in bf16 at 1 - 5.8e-4 (random
+ *                 16-wide heads give sharp softmaxes, where a logit's
+ *                 rounding moves the weights); rounded up to 1e-3;
+ *   int8          measured (MODERNBERT_INT8_FLOOR).
+ * Each block is shown to matter: the vectors leave the bf16 floor with
+ * the window made global (the_window_matters), with the two θ swapped
+ * (the_local_theta_matters), and without RoPE's rotation (rope_matters,
+ * all θ so large the rotation is the identity up to position 459). */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "family_golden.h"
+#include "kernels/attention.h"
+#include "model/bert.h"
+#include "model/encoder.h"
+#include "model/tokenizer.h"
+
+#define MB_DIR     "tests/golden/modernbert-tiny-model"
+#define MB_GOLDEN  "tests/golden/modernbert_embeddings.json"
+#define MIN_COSINE (1.0 - 1e-6)
+#define MIN_BF16   0.999
+/* int8 (bert_int8_plan): the lowest cosine against fp32 over the golden
+ * inputs, printed on every run: 0.99608, rounded down to 0.99 (hidden 64,
+ * the floor is this model's, not a promise for a full-size ModernBERT). */
+#define MODERNBERT_INT8_FLOOR 0.99
+#define THREADS               2
+/* Backends without a sliding window are refused by name, not run. */
+#define NO_WINDOW "window"
+
+static golden_set load_golden(const char *set) {
+    golden_set g;
+    char err[512] = "";
+    cr_assert_eq(golden_set_load_from(MB_GOLDEN, set, &g, err, sizeof err), 0, "%s", err);
+    return g;
+}
+
+static void check_golden(const char *name, gemm_precision p, double floor) {
+    golden_set g = load_golden("mean_normalized");
+    float *out = fam_embed_all(MB_DIR, &g, name, p, THREADS, NO_WINDOW);
+    if (out) {
+        char label[64];
+        snprintf(label, sizeof label, "modernbert %s %s", name, gemm_precision_name(p));
+        fam_check_against(&g, out, label, floor);
+    }
+    free(out);
+    golden_set_free(&g);
+}
+
+TestSuite(modernbert, .timeout = 300);
+
+Test(modernbert, reads_the_config) {
+    bert_config c;
+    char err[512] = "";
+    cr_assert_eq(bert_config_load(MB_DIR, &c, err, sizeof err), BERT_OK, "%s", err);
+    cr_expect_eq(c.family, BERT_FAMILY_MODERNBERT);
+    cr_expect_eq(c.layout, BERT_LAYOUT_MODERNBERT);
+    cr_expect(c.pre_norm && !c.norm_first && c.emb_norm && c.final_norm);
+    cr_expect_eq(c.norm, ENC_NORM_LAYER);
+    cr_expect(!c.norm_bias && !c.attn_bias && !c.mlp_bias && !c.abs_positions);
+    cr_expect_eq(c.mlp, ENC_MLP_GEGLU);
+    cr_expect(c.rope && c.rope_theta[0] == 160000.0 && c.rope_theta[1] == 10000.0);
+    cr_expect_eq(c.window, 8);
+    cr_expect(!c.sliding[0] && c.sliding[1] && c.sliding[2] && !c.sliding[3]);
+    cr_expect_eq(c.head_dim, 16);
+    cr_expect_eq(c.num_kv_heads, 4);
+    cr_expect_eq(c.token_type_table, 0);
+    cr_expect_eq(c.position_pad_id, -1);
+    cr_expect_eq(c.pooling, BERT_POOL_MEAN);
+    encoder_desc *d = NULL;
+    cr_assert_eq(encoder_describe(MB_DIR, &d, err, sizeof err), BERT_OK, "%s", err);
+    const encoder_info *i = encoder_desc_info(d);
+    cr_expect_str_eq(i->family, "modernbert");
+    cr_expect_str_eq(i->position, "rope");
+    cr_expect_str_eq(i->position_bias, "none");
+    cr_expect_str_eq(i->norm, "pre-layernorm");
+    cr_expect_str_eq(i->mlp, "geglu");
+    cr_expect_str_eq(i->attention, "bidirectional");
+    cr_expect_eq(i->window, 8);
+    const attn_shape s = encoder_attn_shape(i, 64);
+    cr_expect(s.window == 8 && s.kv_heads == 0 && !s.causal && !s.rel_bias);
+    encoder_desc_free(d);
+}
+
+Test(modernbert, golden_naive) {
+    check_golden("naive", GEMM_FP32, MIN_COSINE);
+}
+
+/* Every backend that keeps the window, fp32: those without are refused by
+ * name (fam_embed_all checks the reason). */
+Test(modernbert, golden_every_backend) {
+    for (const attn_backend *const *b = attn_backends(); *b; b++)
+        check_golden((*b)->name, GEMM_FP32,
+                     (*b)->precision == ATTN_PREC_BF16 ? MIN_BF16 : MIN_COSINE);
+}
+
+Test(modernbert, golden_bf16) {
+    for (const attn_backend *const *b = attn_backends(); *b; b++)
+        check_golden((*b)->name, GEMM_BF16, MIN_BF16);
+}
+
+/* int8 against fp32 (the same C model) and against PyTorch. */
+Test(modernbert, golden_int8) {
+    golden_set g = load_golden("mean_normalized");
+    float *i8 = fam_embed_all(MB_DIR, &g, "naive", GEMM_INT8, THREADS, NULL);
+    if (i8) {
+        float *f32 = fam_embed_all(MB_DIR, &g, "naive", GEMM_FP32, THREADS, NULL);
+        double lo = 1.0;
+        for (int i = 0; i < g.n; i++) {
+            const double c = fam_cosine(i8 + (size_t)i * g.dim, f32 + (size_t)i * g.dim, g.dim);
+            cr_expect_geq(c, MODERNBERT_INT8_FLOOR, "int8: input %d: cosine vs fp32 %.6f", i, c);
+            lo = fmin(lo, c);
+        }
+        const double lo_torch = fam_check_against(&g, i8, "modernbert int8", MODERNBERT_INT8_FLOOR);
+        fprintf(stderr, "modernbert int8: lowest cosine vs fp32 %.6f, vs PyTorch %.6f\n", lo,
+                lo_torch);
+        free(f32);
+    }
+    free(i8);
+    golden_set_free(&g);
+}
+
+/* ---- each block matters ------------------------------------------------------ */
+
+static char tmpdir[64];
+static void make_variant(void) {
+    fam_copy_model(MB_DIR, tmpdir);
+}
+static void remove_variant(void) {
+    fam_remove_model(tmpdir);
+}
+
+/* The highest cosine any input of more than min_len tokens reaches against
+ * the golden with the model at dir (fp32, naive). */
+static double best_cosine(const char *dir, int min_len) {
+    golden_set g = load_golden("mean_normalized");
+    float *out = fam_embed_all(dir, &g, "naive", GEMM_FP32, 1, NULL);
+    cr_assert_not_null(out);
+    double hi = -1.0;
+    for (int i = 0; i < g.n; i++)
+        if (g.len[i] > min_len)
+            hi = fmax(hi, fam_cosine(out + (size_t)i * g.dim, g.emb[i], g.dim));
+    free(out);
+    golden_set_free(&g);
+    return hi;
+}
+
+/* With every layer global, no input longer than the window (17 tokens and
+ * up) stays within the bf16 floor. */
+Test(modernbert, the_window_matters, .init = make_variant, .fini = remove_variant) {
+    fam_edit_json(tmpdir, "config.json", "global_attn_every_n_layers", "1");
+    const double hi = best_cosine(tmpdir, 17);
+    fprintf(stderr, "modernbert without the window: inputs reach cosine %.6f at most\n", hi);
+    cr_assert_lt(hi, MIN_BF16);
+}
+
+Test(modernbert, the_local_theta_matters, .init = make_variant, .fini = remove_variant) {
+    fam_edit_json(tmpdir, "config.json", "global_rope_theta", "10000.0");
+    fam_edit_json(tmpdir, "config.json", "local_rope_theta", "160000.0");
+    const double hi = best_cosine(tmpdir, 2);
+    fprintf(stderr, "modernbert with the θ swapped: inputs reach cosine %.6f at most\n", hi);
+    cr_assert_lt(hi, MIN_BF16);
+}
+
+/* θ 1e12 on both layer kinds: the rotation of all but the first pair of
+ * each head's dimensions is all but the identity, so the vectors see
+ * positions almost only through the window: RoPE off, in effect. */
+Test(modernbert, rope_matters, .init = make_variant, .fini = remove_variant) {
+    fam_edit_json(tmpdir, "config.json", "global_rope_theta", "1000000000000.0");
+    fam_edit_json(tmpdir, "config.json", "local_rope_theta", "1000000000000.0");
+    const double hi = best_cosine(tmpdir, 2);
+    fprintf(stderr, "modernbert with θ 1e12: inputs reach cosine %.6f at most\n", hi);
+    cr_assert_lt(hi, MIN_BF16);
+}
+
+/* The final norm is applied: with its weight set to one the vectors leave
+ * the floor (the checkpoint's weights are random, far from one). */
+Test(modernbert, the_final_norm_matters, .init = make_variant, .fini = remove_variant) {
+    fam_fill_tensor(tmpdir, "final_norm.weight", 1);
+    const double hi = best_cosine(tmpdir, 2);
+    fprintf(stderr, "modernbert with the final norm's weight one: cosine %.6f at most\n", hi);
+    cr_assert_lt(hi, MIN_BF16);
+}
+
+/* ---- refusals ----------------------------------------------------------------- */
+
+static void expect_config_error(int code, const char *want) {
+    bert_config c;
+    char err[512] = "";
+    const int rc = bert_config_load(tmpdir, &c, err, sizeof err);
+    cr_assert_eq(rc, code, "got %s (%s), wanted %s", bert_strerror(rc), err, bert_strerror(code));
+    cr_assert_not_null(strstr(err, want), "message '%s' lacks '%s'", err, want);
+}
+
+Test(modernbert, refusals, .init = make_variant, .fini = remove_variant) {
+    fam_edit_json(tmpdir, "config.json", "architectures",
+                  "[\"ModernBertForSequenceClassification\"]");
+    expect_config_error(BERT_EUNSUPPORTED, "ModernBertForSequenceClassification");
+    fam_edit_json(tmpdir, "config.json", "architectures", "[\"ModernBertModel\"]");
+    fam_edit_json(tmpdir, "config.json", "hidden_activation", "\"silu\"");
+    expect_config_error(BERT_EUNSUPPORTED, "hidden_activation \"silu\"");
+    fam_edit_json(tmpdir, "config.json", "hidden_activation", "\"gelu\"");
+    fam_edit_json(tmpdir, "config.json", "rope_scaling", "{\"rope_type\": \"yarn\"}");
+    expect_config_error(BERT_EUNSUPPORTED, "rope_scaling");
+}
+
+/* A backend without the window is refused by name at the workspace. */
+Test(modernbert, a_backend_without_the_window_is_refused) {
+    encoder *e = NULL;
+    char err[512] = "";
+    cr_assert_eq(encoder_load(MB_DIR, GEMM_FP32, &e, err, sizeof err), BERT_OK, "%s", err);
+    attn_backend old = *attn_backend_find("naive");
+    old.name = "old";
+    old.window = 0;
+    const attn_backend *be = &old;
+    encoder_workspace *ws = NULL;
+    cr_assert_eq(encoder_workspace_create(e, 64, 1, &be, 1, &ws, err, sizeof err),
+                 BERT_EUNSUPPORTED);
+    cr_assert(strstr(err, "old") && strstr(err, "window"), "%s", err);
+    encoder_free(e);
+}
+
+/* The C tokenizer on the model directory gives the golden ids. */
+Test(modernbert, tokenizer_gives_the_golden_ids) {
+    golden_set g = load_golden("mean_normalized");
+    tok_tokenizer *t = NULL;
+    char err[512] = "";
+    cr_assert_eq(tok_load(&t, MB_DIR, err, sizeof err), 0, "%s", err);
+    int32_t ids[512];
+    tok_output o = {.ids = ids, .capacity = 512};
+    for (int i = 0; i < g.n; i++) {
+        cr_assert_eq(tok_encode(t, g.text[i], g.text_len[i], 1, &o), 0, "input %d", i);
+        cr_expect(o.n == g.len[i] && memcmp(ids, g.ids[i], (size_t)o.n * sizeof *ids) == 0,
+                  "input %d: %d ids differ from the golden's %d", i, o.n, g.len[i]);
+    }
+    tok_free(t);
+    golden_set_free(&g);
+}
