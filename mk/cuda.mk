@@ -34,7 +34,7 @@ NVCC_FLAGS ?= -O3 -std=c++17 -lineinfo
 CUDA_PLUGIN := $(BUILD)/gpu-engines/cuda.so
 CUDA_C_SRC := engines/cuda/cuda_engine.c engines/cuda/cuda_plan.c engines/cuda/cuda_cudnn.c \
               model/encoder.c \
-              model/bert.c model/bert_config.c model/blocks.c model/position.c model/safetensors.c kernels/gelu.c \
+              model/bert.c model/bert_forward.c model/bert_config.c model/blocks.c model/position.c model/safetensors.c kernels/gelu.c \
               kernels/gelu_avx2.c kernels/gelu_avx512.c kernels/attention.c kernels/simd.c \
               kernels/naive.c kernels/threadpool.c $(wildcard kernels/gemm*.c)
 CUDA_C_OBJ := $(CUDA_C_SRC:%.c=$(BUILD)/obj-plugin/cuda/%.o)

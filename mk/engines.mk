@@ -24,7 +24,7 @@ PLUGIN_CFLAGS := $(CFLAGS) -fPIC -fvisibility=hidden
 # helpers and CPUID. Attention backends are not in it (the core hands the
 # engine the backend in force), but for the naive one and the serial pool
 # that int8's calibration forward runs at load.
-CPU_AVX512_SRC := engines/cpu.c model/encoder.c model/bert.c model/bert_config.c model/blocks.c model/position.c model/safetensors.c \
+CPU_AVX512_SRC := engines/cpu.c model/encoder.c model/bert.c model/bert_forward.c model/bert_config.c model/blocks.c model/position.c model/safetensors.c \
                   kernels/gelu.c \
                   kernels/gelu_avx2.c kernels/gelu_avx512.c kernels/attention.c kernels/simd.c \
                   kernels/naive.c kernels/threadpool.c \
@@ -53,7 +53,7 @@ $(BUILD)/test-engines/%.so: tests/engines/%.c $(BUILD)/flags
 # model/encoder.c's family table names the CPU encoder's load and forward:
 # those come along, never called, each file with the core's per-file ISA
 # flags (not cpu-avx512's AVX-512 everywhere), so it loads on any x86-64.
-INSTANT_SRC := model/encoder.c model/bert.c model/bert_config.c model/blocks.c model/position.c model/safetensors.c kernels/gelu.c \
+INSTANT_SRC := model/encoder.c model/bert.c model/bert_forward.c model/bert_config.c model/blocks.c model/position.c model/safetensors.c kernels/gelu.c \
                kernels/gelu_avx2.c kernels/gelu_avx512.c kernels/attention.c kernels/simd.c \
                kernels/naive.c kernels/threadpool.c $(wildcard kernels/gemm*.c)
 INSTANT_OBJ := $(INSTANT_SRC:%.c=$(BUILD)/obj-plugin/portable/%.o)

@@ -1,5 +1,6 @@
-/* bert.c — BERT weights arranged for GEMMs, and the encoder forward pass on a
- * packed varlen batch.
+/* bert.c — the encoder's weights arranged for GEMMs: binding by the
+ * layout's tensor names, packing for the precision, calibration,
+ * compaction; the forward pass that runs them is bert_forward.c.
  *
  * Threads. The service owns every thread: OpenBLAS is set to one thread and
  * every linear layer runs through kernels/gemm.h, which splits it over the
@@ -16,12 +17,15 @@
  * the epilogues of the out-projection and FFN-out GEMMs, which write x in
  * place, so no separate pass over the activations is spent on them.
  *
- * Pre-norm families (ModernBERT) compose the same GEMMs otherwise: each
- * sublayer's input is normalised into a buffer of its own (blocks.h), the
- * sublayer's output is added to the residual stream in the out-projection's
- * epilogue, and RoPE rotates Q and K in the fused projection before
- * attention (position.h). Q is H·D wide and K, V Hkv·D each; a fused
- * checkpoint tensor (ModernBERT's Wqkv, Wi) is used as it is stored. */
+ * Pre-norm families (ModernBERT, Qwen3, Gemma3) compose the same GEMMs
+ * otherwise: each sublayer's input is normalised into a buffer of its own
+ * (blocks.h), the sublayer's output is added to the residual stream in the
+ * out-projection's epilogue (or normalised first, Gemma3's post norms), and
+ * RoPE rotates Q and K in the fused projection before attention
+ * (position.h), after their per-head norms where the family has them. Q is
+ * H·D wide and K, V Hkv·D each; separate q/k/v or gate/up tensors are
+ * stacked for one GEMM, a fused checkpoint tensor (ModernBERT's Wqkv, Wi)
+ * is used as it is stored. */
 #include "bert.h"
 
 #include <cblas.h>
@@ -33,85 +37,12 @@
 #include <string.h>
 #include <time.h>
 
+#include "bert_impl.h"
 #include "kernels/backends.h"
 #include "kernels/gemm.h"
 #include "safetensors.h"
 
-/* ---- weights ------------------------------------------------------------------ */
-
-/* Shapes below: QN = (H + 2·Hkv)·D the fused projection's width (3C for
- * BERT), AO = H·D attention's output width, G = 2 for a gated MLP, else 1.
- * A bias or norm a family lacks is NULL. */
-typedef struct bert_layer {
-    const float *qkv_w;     /* (QN, C): rows of W_q, then W_k, then W_v */
-    const float *qkv_b;     /* (QN) */
-    const float *attn_o_w;  /* (C, AO) */
-    const float *attn_o_b;  /* (C) */
-    const float *ln1_w;     /* (C) post-norm: after attention; pre-norm: attention's input */
-    const float *ln1_b;     /* (C) */
-    const float *ffn_in_w;  /* (G·F, C) */
-    const float *ffn_in_b;  /* (G·F) */
-    const float *ffn_out_w; /* (C, F) */
-    const float *ffn_out_b; /* (C) */
-    const float *ln2_w;     /* (C) post-norm: after the FFN; pre-norm: the FFN's input */
-    const float *ln2_b;     /* (C) */
-    /* The four linear layers packed for the model's precision from the
-     * tensors above (which fp32 keeps reading; the others copy). */
-    gemm_weights *qkv, *attn_o, *ffn_in, *ffn_out;
-} bert_layer;
-
-struct bert_model {
-    bert_config cfg;
-    gemm_precision precision;
-    /* Each kind of linear layer's precision; precision is the lowest of them
-     * (the enum runs from the most precise). */
-    bert_plan plan;
-    st_file *file;         /* the mapping most weights point into */
-    const float *wte;      /* (V, C) word embeddings */
-    const float *wpe;      /* (P + position_offset, C) position embeddings */
-    const float *wtt;      /* (type_vocab_size, C) token type embeddings; NULL without */
-    const float *emb_ln_w; /* (C) */
-    const float *emb_ln_b; /* (C) */
-    const float *final_w;  /* (C) pre-norm: the norm after the last layer */
-    const float *final_b;  /* (C) */
-    bert_layer *layers;    /* [L] */
-    /* A LayerNorm without a bias adds these (C) zeros: the one LayerNorm
-     * kernel takes a bias. */
-    float *zeros;
-    /* RoPE's tables (position.h): [0] the full-attention layers' θ, [1] the
-     * sliding-window layers' (the same table when both θ agree). */
-    enc_rope rope[2];
-    size_t rope_floats;
-    /* Relative position buckets: the table as the file has it (num_buckets,
-     * H), and the attention contract's per-distance vector made from it at
-     * load, [H][2·P − 1] (rel_span P = max_positions), always owned. */
-    const float *rel_table;
-    float *rel_bias;
-    size_t rel_bias_floats;
-    float *owned; /* [owned_floats]: stacked QKV and converted tensors */
-    size_t owned_floats;
-    /* Reduced precisions: the embedding tables in bf16 (wte, wpe above are
-     * then NULL), one allocation of emb16_count halves; the mapping is
-     * closed and owned holds only the LayerNorm and token-type vectors. */
-    uint16_t *emb16;
-    size_t emb16_count;
-    const uint16_t *wte16; /* (V, C) */
-    const uint16_t *wpe16; /* (P + position_offset, C) */
-    size_t packed_bytes;   /* what the packed linear layers own */
-    /* The classifier head and the Dense modules, always fp32 and always
-     * owned (one allocation of extra_floats), as a reduced precision closes
-     * the mapping: they run once per sequence, not per token. */
-    float *extra;
-    size_t extra_floats;
-    const float *head_w1, *head_b1; /* (C, C), (C): pooler / classifier.dense */
-    const float *head_w2, *head_b2; /* (N, C), (N): classifier / classifier.out_proj */
-    struct {
-        const float *w, *b; /* (out, in), (out) or NULL without bias */
-    } dense[BERT_MAX_DENSE];
-    int scratch_dim; /* the widest vector pooling, Dense or a head produces */
-};
-
-static int fail(int code, char *err, size_t err_len, const char *fmt, ...) {
+int bert_fail(int code, char *err, size_t err_len, const char *fmt, ...) {
     if (err && err_len) {
         va_list ap;
         va_start(ap, fmt);
@@ -120,6 +51,8 @@ static int fail(int code, char *err, size_t err_len, const char *fmt, ...) {
     }
     return code;
 }
+
+/* ---- weights ------------------------------------------------------------------ */
 
 /* Binding runs twice over the same list of tensors: the first pass (arena
  * NULL) checks every name and shape and counts the floats to own, the second
@@ -190,19 +123,20 @@ static const st_tensor *find(loader *ld, const char *name, int64_t rows, int64_t
     snprintf(full, sizeof full, "%s%s", ld->prefix, name);
     const st_tensor *t = st_find(ld->file, full);
     if (!t) {
-        ld->rc =
-            fail(BERT_EFORMAT, ld->err, ld->err_len, "%s: tensor %s is missing", ld->path, full);
+        ld->rc = bert_fail(BERT_EFORMAT, ld->err, ld->err_len, "%s: tensor %s is missing", ld->path,
+                           full);
         return NULL;
     }
     const int ndim = cols ? 2 : 1;
     if (t->dtype != ST_F32 && t->dtype != ST_F16 && t->dtype != ST_BF16) {
-        ld->rc = fail(BERT_EUNSUPPORTED, ld->err, ld->err_len,
-                      "%s: tensor %s has dtype %s; weights must be F32, F16 or BF16", ld->path,
-                      full, st_dtype_name(t->dtype));
+        ld->rc = bert_fail(BERT_EUNSUPPORTED, ld->err, ld->err_len,
+                           "%s: tensor %s has dtype %s; weights must be F32, F16 or BF16", ld->path,
+                           full, st_dtype_name(t->dtype));
         return NULL;
     }
     if (t->ndim != ndim || t->shape[0] != rows || (cols && t->shape[1] != cols)) {
-        ld->rc = fail(BERT_EFORMAT, ld->err, ld->err_len,
+        ld->rc =
+            bert_fail(BERT_EFORMAT, ld->err, ld->err_len,
                       "%s: tensor %s has the wrong shape for config.json (expected [%lld%s%.0lld])",
                       ld->path, full, (long long)rows, cols ? ", " : "", (long long)cols);
         return NULL;
@@ -247,6 +181,7 @@ typedef struct layer_names {
     const char *word, *pos, *type, *emb_norm, *final_norm;
     const char *layer;
     const char *qkv[3], *attn_o, *ln1, *ffn_in[2], *ffn_out, *ln2;
+    const char *q_norm, *k_norm, *ln1_post, *ln2_post;
 } layer_names;
 
 static const layer_names layouts[] = {
@@ -282,31 +217,52 @@ static const layer_names layouts[] = {
                                 .ffn_in = {"mlp.Wi"},
                                 .ffn_out = "mlp.Wo",
                                 .ln2 = "mlp_norm"},
+    [BERT_LAYOUT_QWEN3] = {.word = "embed_tokens",
+                           .final_norm = "norm",
+                           .layer = "layers.%d.",
+                           .qkv = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"},
+                           .attn_o = "self_attn.o_proj",
+                           .ln1 = "input_layernorm",
+                           .ffn_in = {"mlp.gate_proj", "mlp.up_proj"},
+                           .ffn_out = "mlp.down_proj",
+                           .ln2 = "post_attention_layernorm",
+                           .q_norm = "self_attn.q_norm",
+                           .k_norm = "self_attn.k_norm"},
+    /* Gemma3's post_attention_layernorm normalises attention's output;
+     * the FFN's input norm is pre_feedforward_layernorm. */
+    [BERT_LAYOUT_GEMMA3] = {.word = "embed_tokens",
+                            .final_norm = "norm",
+                            .layer = "layers.%d.",
+                            .qkv = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"},
+                            .attn_o = "self_attn.o_proj",
+                            .ln1 = "input_layernorm",
+                            .ffn_in = {"mlp.gate_proj", "mlp.up_proj"},
+                            .ffn_out = "mlp.down_proj",
+                            .ln2 = "pre_feedforward_layernorm",
+                            .q_norm = "self_attn.q_norm",
+                            .k_norm = "self_attn.k_norm",
+                            .ln1_post = "post_attention_layernorm",
+                            .ln2_post = "post_feedforward_layernorm"},
 };
 
-/* The widths of a layer's projections (see bert_layer). */
-static int64_t qkv_rows(const bert_config *c) {
-    return (int64_t)(c->num_heads + 2 * c->num_kv_heads) * c->head_dim;
-}
-static int64_t attn_width(const bert_config *c) {
-    return (int64_t)c->num_heads * c->head_dim;
-}
-static int64_t ffn_rows(const bert_config *c) {
-    return (enc_mlp_gated(c->mlp) ? 2 : 1) * (int64_t)c->intermediate_size;
-}
-
-/* A norm's weight and, when the family's norms have one, its bias. */
-static int bind_norm(loader *ld, const bert_config *c, const float **w, const float **b,
-                     const char *name) {
+/* A norm's weight (n floats: C, or D for a q/k norm) and, when the
+ * family's norms have one, its bias. */
+static int bind_norm_n(loader *ld, const bert_config *c, const float **w, const float **b,
+                       const char *name, int64_t n_floats) {
     char n[192];
     snprintf(n, sizeof n, "%s.weight", name);
-    int rc = bind(ld, w, n, c->hidden_size, 0);
+    int rc = bind(ld, w, n, n_floats, 0);
     *b = NULL;
     if (!rc && c->norm == ENC_NORM_LAYER && c->norm_bias) {
         snprintf(n, sizeof n, "%s.bias", name);
-        rc = bind(ld, b, n, c->hidden_size, 0);
+        rc = bind(ld, b, n, n_floats, 0);
     }
     return rc;
+}
+
+static int bind_norm(loader *ld, const bert_config *c, const float **w, const float **b,
+                     const char *name) {
+    return bind_norm_n(ld, c, w, b, name, c->hidden_size);
 }
 
 /* A linear layer (rows, cols) and, when has_bias, its bias, bound in place
@@ -384,6 +340,15 @@ static int bind_layer(loader *ld, bert_layer *w, int l, const bert_config *c) {
     if (!c->pre_norm || l > 0 || c->norm_first)
         rc = rc ? rc : bind_norm(ld, c, &w->ln1_w, &w->ln1_b, NAME(0, ln->ln1));
     rc = rc ? rc : bind_norm(ld, c, &w->ln2_w, &w->ln2_b, NAME(0, ln->ln2));
+    const float *none;
+    if (c->qk_norm) {
+        rc = rc ? rc : bind_norm_n(ld, c, &w->q_norm_w, &none, NAME(0, ln->q_norm), D);
+        rc = rc ? rc : bind_norm_n(ld, c, &w->k_norm_w, &none, NAME(0, ln->k_norm), D);
+    }
+    if (c->post_norms) {
+        rc = rc ? rc : bind_norm(ld, c, &w->ln1p_w, &none, NAME(0, ln->ln1_post));
+        rc = rc ? rc : bind_norm(ld, c, &w->ln2p_w, &none, NAME(0, ln->ln2_post));
+    }
 #undef NAME
     return rc;
 }
@@ -428,11 +393,11 @@ static int load_extras(bert_model *m, const char *dir, const char *prefix, char 
 static int load_weights(bert_model *m, const char *dir, char *err, size_t err_len) {
     char path[4096];
     if ((size_t)snprintf(path, sizeof path, "%s/model.safetensors", dir) >= sizeof path)
-        return fail(BERT_EIO, err, err_len, "%s: path too long", dir);
+        return bert_fail(BERT_EIO, err, err_len, "%s: path too long", dir);
     char why[512];
     const int st = st_open(path, &m->file, why, sizeof why);
     if (st < 0)
-        return fail(st == ST_EIO ? BERT_EIO : BERT_EFORMAT, err, err_len, "%s", why);
+        return bert_fail(st == ST_EIO ? BERT_EIO : BERT_EFORMAT, err, err_len, "%s", why);
     loader ld = {.file = m->file, .path = path, .prefix = "", .err = err, .err_len = err_len};
     /* Checkpoints saved from a task head name the encoder's tensors under
      * the head's base model: "bert.", for (XLM-)RoBERTa "roberta.", for
@@ -454,8 +419,8 @@ static int load_weights(bert_model *m, const char *dir, char *err, size_t err_le
     m->owned_floats = ld.used;
     m->owned = aligned_alloc(64, (ld.used * sizeof(float) + 63) / 64 * 64);
     if (!m->owned)
-        return fail(BERT_ENOMEM, err, err_len, "%s: cannot allocate %zu bytes of weights", path,
-                    ld.used * sizeof(float));
+        return bert_fail(BERT_ENOMEM, err, err_len, "%s: cannot allocate %zu bytes of weights",
+                         path, ld.used * sizeof(float));
     ld.arena = m->owned;
     ld.used = 0;
     bind_all(&ld, m);
@@ -525,12 +490,13 @@ static int bind_extras(bert_model *m, const char *dir, const char *prefix, float
             FILE *pb = fopen(bin, "rb");
             if (pb) {
                 fclose(pb);
-                return fail(BERT_EUNSUPPORTED, err, err_len,
-                            "%s: Dense weights in pytorch_model.bin are not supported; save the "
-                            "model again with sentence-transformers to get model.safetensors",
-                            bin);
+                return bert_fail(
+                    BERT_EUNSUPPORTED, err, err_len,
+                    "%s: Dense weights in pytorch_model.bin are not supported; save the "
+                    "model again with sentence-transformers to get model.safetensors",
+                    bin);
             }
-            return fail(st == ST_EIO ? BERT_EIO : BERT_EFORMAT, err, err_len, "%s", why);
+            return bert_fail(st == ST_EIO ? BERT_EIO : BERT_EFORMAT, err, err_len, "%s", why);
         }
         float *w = TAKE((int64_t)d->out_features * d->in_features);
         float *b = d->bias ? TAKE(d->out_features) : NULL;
@@ -561,43 +527,9 @@ static int load_extras(bert_model *m, const char *dir, const char *prefix, char 
         return rc;
     m->extra = malloc(n * sizeof(float));
     if (!m->extra)
-        return fail(BERT_ENOMEM, err, err_len, "cannot allocate the head's weights");
+        return bert_fail(BERT_ENOMEM, err, err_len, "cannot allocate the head's weights");
     m->extra_floats = n;
     return bind_extras(m, dir, prefix, m->extra, &n, err, err_len);
-}
-
-struct bert_workspace {
-    int max_tokens; /* T_max */
-    int nthreads;
-    int32_t *pos;  /* (T) position of each token within its sequence */
-    float *x;      /* (T, C) residual stream */
-    float *h;      /* (T, C) pre-norm: a sublayer's normalised input; NULL post-norm */
-    float *qkv;    /* (T, QN) [Q | K | V] per token; overlaps ffn */
-    float *att;    /* (T, AO) attention output, heads side by side; overlaps ffn */
-    float *ffn;    /* (T, G·F) FFN hidden activations; overlaps qkv and att */
-    void *attn_ws; /* [attn_bytes] attention backend scratch */
-    size_t attn_bytes;
-    void *gemm_ws; /* [gemm_bytes] the linear layers' scratch, one GEMM at a time */
-    size_t gemm_bytes;
-    float *vec; /* (nthreads, 2, scratch_dim) each worker's vectors for pooling,
-                   Dense modules and the classifier head */
-    void *mem;  /* the one allocation everything above is carved from */
-    size_t bytes;
-    int raw; /* pool without normalising (bert_workspace_set_raw) */
-    /* Observation (bert_workspace_set_attn_tap, bert_workspace_stage_ns). */
-    bert_attn_tap_fn tap;
-    void *tap_ctx;
-    int tap_layer;
-    bert_stage_ns stages;
-    /* Calibration (bert_load_plan with smoothing): when set, forward records
-     * max |input| per channel of each GEMM, calib[(l·4 + which)·F + k]. */
-    float *calib;
-};
-
-/* Floats per (layer, GEMM) slot of the calibration record: the widest input. */
-static int calib_stride(const bert_config *c) {
-    const int a = (int)attn_width(c), w = c->intermediate_size > a ? c->intermediate_size : a;
-    return w > c->hidden_size ? w : c->hidden_size;
 }
 
 /* Each linear layer's (N, K): output and input widths. */
@@ -639,8 +571,8 @@ static int pack_with(bert_model *m, const gemm_precision *p, const float *smooth
                                why, sizeof why) ||
             gemm_pack_smoothed(p[lo], w->ffn_out_w, w->ffn_out_b, s[lo], N[lo], K[lo], &w->ffn_out,
                                why, sizeof why))
-            return fail(BERT_ENOMEM, err, err_len, "layer %d: cannot pack the %s weights: %s", l,
-                        gemm_precision_name(m->precision), why);
+            return bert_fail(BERT_ENOMEM, err, err_len, "layer %d: cannot pack the %s weights: %s",
+                             l, gemm_precision_name(m->precision), why);
         m->packed_bytes += gemm_weights_bytes(w->qkv) + gemm_weights_bytes(w->attn_o) +
                            gemm_weights_bytes(w->ffn_in) + gemm_weights_bytes(w->ffn_out);
     }
@@ -681,7 +613,7 @@ static int calibrate(bert_model *m, const float *alpha, float *smooth, char *err
     int32_t ids[CALIB_SEQS * CALIB_LEN], cu[CALIB_SEQS + 1];
     float *out = malloc(sizeof(float) * (size_t)CALIB_SEQS * (size_t)m->cfg.output_dim);
     if (!rc && !out)
-        rc = fail(BERT_ENOMEM, err, err_len, "out of memory");
+        rc = bert_fail(BERT_ENOMEM, err, err_len, "out of memory");
     if (!rc) {
         uint32_t r = 12345u;
         const int first = V > 1000 ? 1000 : 0;
@@ -737,7 +669,7 @@ static int pack_layers(bert_model *m, char *err, size_t err_len) {
     float *smooth = malloc(sizeof(float) * (size_t)m->cfg.num_layers * BERT_NLINEAR *
                            (size_t)calib_stride(&m->cfg));
     if (!smooth)
-        return fail(BERT_ENOMEM, err, err_len, "out of memory");
+        return bert_fail(BERT_ENOMEM, err, err_len, "out of memory");
     int rc = calibrate(m, m->plan.alpha, smooth, err, err_len);
     if (!rc)
         rc = pack_with(m, m->plan.p, smooth, m->plan.alpha, err, err_len);
@@ -782,12 +714,16 @@ static size_t vector_list(bert_model *m, const float ***v, size_t *len) {
         VEC(&w->ln1_b, C);
         VEC(&w->ln2_w, C);
         VEC(&w->ln2_b, C);
+        VEC(&w->q_norm_w, (size_t)c->head_dim);
+        VEC(&w->k_norm_w, (size_t)c->head_dim);
+        VEC(&w->ln1p_w, C);
+        VEC(&w->ln2p_w, C);
     }
 #undef VEC
     return n;
 }
 #define VECTORS_FIXED     5
-#define VECTORS_PER_LAYER 4
+#define VECTORS_PER_LAYER 8
 
 /* After a reduced precision has packed the linear layers, the model keeps
  * nothing of the file: the embedding tables move to bf16 (a lookup widens a
@@ -813,7 +749,7 @@ static int compact_weights(bert_model *m, char *err, size_t err_len) {
         free(vlen);
         free(vec);
         free(emb);
-        return fail(BERT_ENOMEM, err, err_len, "cannot allocate the bf16 embedding tables");
+        return bert_fail(BERT_ENOMEM, err, err_len, "cannot allocate the bf16 embedding tables");
     }
     for (size_t i = 0; i < V * C; i++)
         emb[i] = float_to_bf16(m->wte[i]);
@@ -854,7 +790,7 @@ static int make_rel_bias(bert_model *m, char *err, size_t err_len) {
     m->rel_bias_floats = (size_t)c->num_heads * (2 * (size_t)c->max_positions - 1);
     m->rel_bias = malloc(m->rel_bias_floats * sizeof(float));
     if (!m->rel_bias)
-        return fail(BERT_ENOMEM, err, err_len, "cannot allocate the relative position bias");
+        return bert_fail(BERT_ENOMEM, err, err_len, "cannot allocate the relative position bias");
     enc_pos_bucket_bias(&c->pos_buckets, m->rel_table, c->num_heads, c->max_positions, m->rel_bias);
     return BERT_OK;
 }
@@ -867,14 +803,14 @@ static int make_rope(bert_model *m, char *err, size_t err_len) {
     if (c->norm == ENC_NORM_LAYER && !c->norm_bias) {
         m->zeros = calloc((size_t)c->hidden_size, sizeof(float));
         if (!m->zeros)
-            return fail(BERT_ENOMEM, err, err_len, "out of memory");
+            return bert_fail(BERT_ENOMEM, err, err_len, "out of memory");
     }
     if (!c->rope)
         return BERT_OK;
     const int two = c->rope_theta[1] != c->rope_theta[0];
     for (int i = 0; i <= two; i++) {
         if (enc_rope_init(&m->rope[i], c->rope_theta[i], c->max_positions, c->head_dim) < 0)
-            return fail(BERT_ENOMEM, err, err_len, "cannot allocate the RoPE tables");
+            return bert_fail(BERT_ENOMEM, err, err_len, "cannot allocate the RoPE tables");
         m->rope_floats += 2 * (size_t)c->max_positions * (size_t)(c->head_dim / 2);
     }
     if (!two)
@@ -915,20 +851,20 @@ int bert_load_plan(const char *dir, const bert_plan *plan, bert_model **out, cha
     for (int i = 0; i < BERT_NLINEAR; i++) {
         const char *why = gemm_unsupported(plan->p[i]);
         if (why)
-            return fail(BERT_EUNSUPPORTED, err, err_len, "precision %s: %s",
-                        gemm_precision_name(plan->p[i]), why);
+            return bert_fail(BERT_EUNSUPPORTED, err, err_len, "precision %s: %s",
+                             gemm_precision_name(plan->p[i]), why);
         lowest = plan->p[i] > lowest ? plan->p[i] : lowest;
     }
     bert_model *m = calloc(1, sizeof *m);
     if (!m)
-        return fail(BERT_ENOMEM, err, err_len, "out of memory");
+        return bert_fail(BERT_ENOMEM, err, err_len, "out of memory");
     m->precision = lowest;
     m->plan = *plan;
     int rc = bert_config_load(dir, &m->cfg, err, err_len);
     if (!rc) {
         m->layers = calloc((size_t)m->cfg.num_layers, sizeof *m->layers);
         rc = m->layers ? load_weights(m, dir, err, err_len)
-                       : fail(BERT_ENOMEM, err, err_len, "out of memory");
+                       : bert_fail(BERT_ENOMEM, err, err_len, "out of memory");
     }
     if (!rc)
         rc = make_rel_bias(m, err, err_len);
@@ -1010,566 +946,4 @@ attn_shape bert_attn_shape(const bert_config *c, int max_tokens) {
         .kv_heads = c->num_kv_heads == c->num_heads ? 0 : c->num_kv_heads,
         .window = any_sliding(c) ? c->window : 0,
     };
-}
-
-/* ---- workspace ---------------------------------------------------------------- */
-
-const float *bert_workspace_hidden(const bert_workspace *ws) {
-    return ws->x; /* pooling only reads the residual stream */
-}
-
-static size_t round64(size_t n) {
-    return (n + 63) / 64 * 64;
-}
-
-int bert_workspace_create(const bert_model *m, int max_tokens, int nthreads,
-                          const attn_backend *const *backends, size_t nbackends,
-                          bert_workspace **out, char *err, size_t err_len) {
-    *out = NULL;
-    const bert_config *c = &m->cfg;
-    if (max_tokens < 1 || nthreads < 1)
-        return fail(BERT_EINPUT, err, err_len, "max_tokens and nthreads must be >= 1");
-    const attn_shape bound = bert_attn_shape(c, max_tokens);
-    /* A model with sliding-window layers runs full-attention layers too:
-     * scratch for both. */
-    attn_shape full = bound;
-    full.window = 0;
-    size_t attn_bytes = 0;
-    for (size_t i = 0; i < nbackends; i++) {
-        char why[256] = "";
-        if (attn_backend_supports(backends[i], &bound, why, sizeof why) != ATTN_OK)
-            return fail(BERT_EUNSUPPORTED, err, err_len,
-                        "attention backend %s cannot run this model's batches: %s",
-                        backends[i]->name, why);
-        size_t b = backends[i]->workspace_size(&bound, nthreads);
-        attn_bytes = b > attn_bytes ? b : attn_bytes;
-        b = backends[i]->workspace_size(&full, nthreads);
-        attn_bytes = b > attn_bytes ? b : attn_bytes;
-    }
-
-    size_t gemm_bytes = 0;
-    for (int l = 0; l < c->num_layers; l++) {
-        const bert_layer *w = &m->layers[l];
-        const gemm_weights *const all[] = {w->qkv, w->attn_o, w->ffn_in, w->ffn_out};
-        for (int i = 0; i < 4; i++) {
-            const size_t b = gemm_scratch_bytes(all[i], max_tokens, nthreads);
-            gemm_bytes = b > gemm_bytes ? b : gemm_bytes;
-        }
-    }
-
-    /* The FFN activations are live only after attention's are dead, so
-     * they share one region: per token max(QN + AO, G·F) floats (BERT:
-     * max(3C + C, F)). */
-    const size_t T = (size_t)max_tokens, C = (size_t)c->hidden_size;
-    const size_t QN = (size_t)qkv_rows(c), AO = (size_t)attn_width(c), GF = (size_t)ffn_rows(c);
-    const size_t shared = QN + AO > GF ? QN + AO : GF;
-    const size_t sizes[] = {
-        round64(T * sizeof(int32_t)),                           /* pos */
-        round64((c->pre_norm ? 2 : 1) * T * C * sizeof(float)), /* x, and h pre-norm */
-        round64(T * shared * sizeof(float)),                    /* qkv + att, or ffn */
-        round64(attn_bytes),
-        round64(gemm_bytes),
-        round64((size_t)nthreads * 2 * (size_t)m->scratch_dim * sizeof(float)), /* vec */
-    };
-    size_t total = 0;
-    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
-        total += sizes[i];
-
-    bert_workspace *ws = calloc(1, sizeof *ws);
-    void *mem = aligned_alloc(64, total);
-    if (!ws || !mem) {
-        free(ws);
-        free(mem);
-        return fail(BERT_ENOMEM, err, err_len, "cannot allocate a %zu-byte model workspace", total);
-    }
-    /* Touched at once, so the workspace is resident from the start rather
-     * than growing with the first batch that reaches each page (a step in
-     * RSS minutes into serving, and page faults on the hot path). */
-    memset(mem, 0, total);
-    char *p = mem;
-    ws->pos = (void *)p;
-    p += sizes[0];
-    ws->x = (void *)p;
-    ws->h = c->pre_norm ? ws->x + T * C : NULL;
-    p += sizes[1];
-    ws->qkv = (void *)p;
-    ws->att = ws->qkv + T * QN;
-    ws->ffn = (void *)p;
-    p += sizes[2];
-    ws->attn_ws = attn_bytes ? p : NULL;
-    ws->attn_bytes = attn_bytes;
-    p += sizes[3];
-    ws->gemm_ws = gemm_bytes ? p : NULL;
-    ws->gemm_bytes = gemm_bytes;
-    p += sizes[4];
-    ws->vec = (void *)p;
-    ws->mem = mem;
-    ws->bytes = total;
-    ws->max_tokens = max_tokens;
-    ws->nthreads = nthreads;
-    *out = ws;
-    return BERT_OK;
-}
-
-void bert_workspace_free(bert_workspace *ws) {
-    if (!ws)
-        return;
-    free(ws->mem);
-    free(ws);
-}
-
-size_t bert_workspace_bytes(const bert_workspace *ws) {
-    return ws->bytes;
-}
-int bert_workspace_max_tokens(const bert_workspace *ws) {
-    return ws->max_tokens;
-}
-void bert_workspace_set_raw(bert_workspace *ws, int raw) {
-    ws->raw = raw != 0;
-}
-
-void bert_workspace_set_attn_tap(bert_workspace *ws, int layer, bert_attn_tap_fn fn, void *ctx) {
-    ws->tap = fn;
-    ws->tap_ctx = ctx;
-    ws->tap_layer = layer;
-}
-
-const bert_stage_ns *bert_workspace_stage_ns(const bert_workspace *ws) {
-    return &ws->stages;
-}
-
-/* Monotonic nanoseconds, for the stage times. */
-static uint64_t stage_clock(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
-
-/* ---- layers (each one parallel loop on the pool) ------------------------------- */
-
-/* Splits [0, n) into ntasks near-equal blocks; task i gets [*lo, *hi). */
-static void block(size_t n, size_t ntasks, size_t i, size_t *lo, size_t *hi) {
-    *lo = n * i / ntasks;
-    *hi = n * (i + 1) / ntasks;
-}
-
-/* Elementwise loops get a few blocks per worker so a slow worker is evened
- * out by the pool's dynamic hand-out. */
-static size_t row_tasks(const attn_parallel *par, size_t rows) {
-    size_t n = (size_t)par->nthreads * 4;
-    return n < rows ? n : rows;
-}
-
-static float bf16_to_float(uint16_t h) {
-    const uint32_t bits = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
-typedef struct embed_ctx {
-    const bert_model *m;
-    const int32_t *ids;   /* (T) */
-    const int32_t *types; /* (T) or NULL: all type 0 */
-    const int32_t *pos;   /* (T) */
-    float *x;             /* (T, C) */
-    size_t T, ntasks;
-} embed_ctx;
-
-/* x[t] = LayerNorm(wte[id] + wtt[type] + wpe[pos]), summed in PyTorch's order;
- * without a position table (RoPE) or a type table the terms are left out,
- * without an embedding norm (emb_ln_w NULL) the sum is x. */
-static void embed_task(void *arg, size_t task, int worker) {
-    (void)worker;
-    const embed_ctx *c = arg;
-    const bert_model *m = c->m;
-    const int C = m->cfg.hidden_size;
-    size_t t0, t1;
-    block(c->T, c->ntasks, task, &t0, &t1);
-    for (size_t t = t0; t < t1; t++) {
-        float *xt = c->x + t * C; /* (C) */
-        /* (C), or NULL without a token type table (MPNet: word + position) */
-        const float *tt = m->wtt ? m->wtt + (c->types ? (size_t)c->types[t] * C : 0) : NULL;
-        if (m->wte16 && !m->wpe16) {
-            const uint16_t *we = m->wte16 + (size_t)c->ids[t] * C; /* (C) */
-            for (int i = 0; i < C; i++)
-                xt[i] = bf16_to_float(we[i]) + (tt ? tt[i] : 0.0f);
-        } else if (m->wte16) {
-            const uint16_t *we = m->wte16 + (size_t)c->ids[t] * C; /* (C) */
-            const uint16_t *pe = m->wpe16 + (size_t)c->pos[t] * C; /* (C) */
-            for (int i = 0; i < C; i++)
-                xt[i] = (bf16_to_float(we[i]) + (tt ? tt[i] : 0.0f)) + bf16_to_float(pe[i]);
-        } else if (!m->wpe) {
-            const float *we = m->wte + (size_t)c->ids[t] * C; /* (C) */
-            for (int i = 0; i < C; i++)
-                xt[i] = we[i] + (tt ? tt[i] : 0.0f);
-        } else {
-            const float *we = m->wte + (size_t)c->ids[t] * C; /* (C) */
-            const float *pe = m->wpe + (size_t)c->pos[t] * C; /* (C) */
-            for (int i = 0; i < C; i++)
-                xt[i] = (we[i] + (tt ? tt[i] : 0.0f)) + pe[i];
-        }
-        if (m->emb_ln_w)
-            enc_norm_row(m->cfg.norm, xt, xt, m->emb_ln_w, m->emb_ln_b ? m->emb_ln_b : m->zeros, C,
-                         m->cfg.layer_norm_eps);
-    }
-}
-
-typedef struct pool_ctx {
-    const bert_model *m;
-    int normalize;
-    const float *x;    /* (T, C) */
-    const int32_t *cu; /* (B + 1) */
-    float *vec;        /* (nthreads, 2, scratch_dim) */
-    float *out;        /* (B, output_dim) */
-} pool_ctx;
-
-/* y (n) = act(W x + b) with W (n, k) as PyTorch stores it, summed in double. */
-static void linear_vec(const float *w, const float *bias, const float *x, int k, int n, float *y,
-                       int tanh_act) {
-    for (int r = 0; r < n; r++) {
-        const float *wr = w + (size_t)r * k;
-        double acc = 0.0;
-        for (int i = 0; i < k; i++)
-            acc += (double)wr[i] * x[i];
-        float v = (float)acc + (bias ? bias[r] : 0.0f);
-        y[r] = tanh_act ? tanhf(v) : v;
-    }
-}
-
-/* One sequence into its pooled vector o (C): the mode of the Pooling
- * module. */
-static void pool_seq(const bert_config *cfg, const float *xs, int32_t len, float *o) {
-    const int C = cfg->hidden_size;
-    if (cfg->pooling == BERT_POOL_CLS || cfg->pooling == BERT_POOL_LASTTOKEN) {
-        const int32_t t = cfg->pooling == BERT_POOL_CLS ? 0 : len - 1;
-        memcpy(o, xs + (size_t)t * C, (size_t)C * sizeof *o);
-        return;
-    }
-    if (cfg->pooling == BERT_POOL_MAX) {
-        memcpy(o, xs, (size_t)C * sizeof *o);
-        for (int32_t t = 1; t < len; t++)
-            for (int i = 0; i < C; i++)
-                o[i] = fmaxf(o[i], xs[(size_t)t * C + i]);
-        return;
-    }
-    /* Mean or mean over sqrt(len): sums in double, a slice of columns at a
-     * time, walking the tokens row by row so the reads stay contiguous. */
-    const double den = cfg->pooling == BERT_POOL_MEAN ? (double)len : sqrt((double)len);
-    enum { SLICE = 64 };
-    for (int i0 = 0; i0 < C; i0 += SLICE) {
-        const int n = C - i0 < SLICE ? C - i0 : SLICE;
-        double acc[SLICE] = {0};
-        for (int32_t t = 0; t < len; t++)
-            for (int i = 0; i < n; i++)
-                acc[i] += xs[(size_t)t * C + i0 + i];
-        for (int i = 0; i < n; i++)
-            o[i0 + i] = (float)(acc[i] / den);
-    }
-}
-
-/* One sequence: a classifier's logits from its first token, or an
- * embedder's pooled vector through the Dense modules, then, unless the
- * workspace is raw, L2 normalisation (bert_l2_normalize). */
-static void pool_task(void *arg, size_t b, int worker) {
-    const pool_ctx *c = arg;
-    const bert_model *m = c->m;
-    const bert_config *cfg = &m->cfg;
-    const int C = cfg->hidden_size, D = cfg->output_dim;
-    const int32_t start = c->cu[b], len = c->cu[b + 1] - start;
-    const float *xs = c->x + (size_t)start * C; /* (len, C) the sequence's tokens */
-    float *o = c->out + b * (size_t)D;          /* (D) */
-    float *v0 = c->vec + (size_t)worker * 2 * m->scratch_dim, *v1 = v0 + m->scratch_dim;
-    if (cfg->head != BERT_HEAD_NONE) {
-        linear_vec(m->head_w1, m->head_b1, xs, C, C, v0, 1);
-        linear_vec(m->head_w2, m->head_b2, v0, C, cfg->num_labels, o, 0);
-        return;
-    }
-    if (cfg->ndense == 0) {
-        pool_seq(cfg, xs, len, o);
-    } else {
-        pool_seq(cfg, xs, len, v0);
-        for (int i = 0; i < cfg->ndense; i++) {
-            const bert_dense *d = &cfg->dense[i];
-            float *y = i == cfg->ndense - 1 ? o : v1;
-            linear_vec(m->dense[i].w, m->dense[i].b, v0, d->in_features, d->out_features, y,
-                       d->act == BERT_ACT_TANH);
-            float *swap = v0;
-            v0 = v1;
-            v1 = swap;
-        }
-    }
-    if (c->normalize)
-        bert_l2_normalize(o, D);
-}
-
-void bert_l2_normalize(float *v, int n) {
-    double norm = 0.0;
-    for (int i = 0; i < n; i++)
-        norm += (double)v[i] * v[i];
-    norm = sqrt(norm);
-    const float inv = (float)(1.0 / (norm > 1e-12 ? norm : 1e-12));
-    for (int i = 0; i < n; i++)
-        v[i] *= inv;
-}
-
-/* ---- forward ------------------------------------------------------------------- */
-
-/* Checks the batch and fills pos (T) with each token's position. */
-static int check_batch(const bert_model *m, bert_workspace *ws, const int32_t *ids,
-                       const int32_t *types, const int32_t *cu, int B, int32_t *max_len, char *err,
-                       size_t err_len) {
-    const bert_config *c = &m->cfg;
-    if (!ids || !cu || B < 1)
-        return fail(BERT_EINPUT, err, err_len, "empty batch or missing ids / cu_seqlens");
-    if (cu[0] != 0)
-        return fail(BERT_EINPUT, err, err_len, "cu_seqlens[0] must be 0");
-    *max_len = 0;
-    for (int b = 0; b < B; b++) {
-        if (cu[b + 1] <= cu[b] || cu[b + 1] > ws->max_tokens)
-            return fail(BERT_EINPUT, err, err_len,
-                        "sequence %d: empty, or the batch exceeds the workspace's %d tokens", b,
-                        ws->max_tokens);
-        const int32_t len = cu[b + 1] - cu[b];
-        if (len > c->max_positions)
-            return fail(BERT_EINPUT, err, err_len,
-                        "sequence %d has %d tokens; the model takes at most %d", b, len,
-                        c->max_positions);
-        *max_len = len > *max_len ? len : *max_len;
-        /* BERT: 0, 1, 2, ... RoBERTa: offset, offset + 1, ... counting only
-         * tokens that are not the padding id, which itself sits at position
-         * padding_idx (create_position_ids_from_input_ids). */
-        int32_t next = c->position_offset;
-        for (int32_t i = 0; i < len; i++) {
-            const int32_t id = ids[cu[b] + i];
-            if (id < 0 || id >= c->vocab_size)
-                return fail(BERT_EINPUT, err, err_len,
-                            "sequence %d token %d: id %d outside the vocabulary [0, %d)", b, i, id,
-                            c->vocab_size);
-            if (types && (types[cu[b] + i] < 0 || types[cu[b] + i] >= c->type_vocab_size))
-                return fail(BERT_EINPUT, err, err_len,
-                            "sequence %d token %d: token type %d outside [0, %d)", b, i,
-                            types[cu[b] + i], c->type_vocab_size);
-            ws->pos[cu[b] + i] = id == c->position_pad_id ? id : next++;
-        }
-    }
-    return BERT_OK;
-}
-
-/* Records max |x[t][k]| over the T rows (K wide at stride ld) into the
- * calibration slot of (layer, which); nothing unless calibrating. */
-static void calib_note(bert_workspace *ws, int layer, bert_linear which, const float *x, int T,
-                       int K, size_t ld, int stride) {
-    if (!ws->calib)
-        return;
-    float *a = ws->calib + ((size_t)layer * BERT_NLINEAR + which) * (size_t)stride;
-    for (int t = 0; t < T; t++)
-        for (int k = 0; k < K; k++)
-            a[k] = fmaxf(a[k], fabsf(x[(size_t)t * ld + k]));
-}
-
-/* ---- the pre-norm blocks, each one parallel loop over tokens ---- */
-typedef struct rows_ctx {
-    const bert_model *m;
-    const float *w, *b; /* a norm's weight and bias */
-    const float *in;    /* (T, C) */
-    float *out;         /* (T, C), may be in */
-    float *qkv;         /* (T, QN): RoPE rotates Q and K in place */
-    const enc_rope *rope;
-    const int32_t *pos; /* (T) */
-    float *ffn;         /* (T, G·F): the gated activation */
-    size_t T, ntasks;
-} rows_ctx;
-
-static void norm_task(void *arg, size_t task, int worker) {
-    (void)worker;
-    const rows_ctx *c = arg;
-    const bert_config *cfg = &c->m->cfg;
-    const size_t C = (size_t)cfg->hidden_size;
-    size_t t0, t1;
-    block(c->T, c->ntasks, task, &t0, &t1);
-    for (size_t t = t0; t < t1; t++)
-        enc_norm_row(cfg->norm, c->out + t * C, c->in + t * C, c->w, c->b ? c->b : c->m->zeros,
-                     (int)C, cfg->layer_norm_eps);
-}
-
-/* Q's H heads and K's Hkv heads of every token rotated by its position
- * within its sequence. */
-static void rope_task(void *arg, size_t task, int worker) {
-    (void)worker;
-    const rows_ctx *c = arg;
-    const bert_config *cfg = &c->m->cfg;
-    const size_t QN = (size_t)qkv_rows(cfg), AO = (size_t)attn_width(cfg);
-    size_t t0, t1;
-    block(c->T, c->ntasks, task, &t0, &t1);
-    for (size_t t = t0; t < t1; t++) {
-        enc_rope_apply(c->rope, c->qkv + t * QN, cfg->num_heads, c->pos[t]);
-        enc_rope_apply(c->rope, c->qkv + t * QN + AO, cfg->num_kv_heads, c->pos[t]);
-    }
-}
-
-static void glu_task(void *arg, size_t task, int worker) {
-    (void)worker;
-    const rows_ctx *c = arg;
-    const bert_config *cfg = &c->m->cfg;
-    const size_t GF = (size_t)ffn_rows(cfg);
-    size_t t0, t1;
-    block(c->T, c->ntasks, task, &t0, &t1);
-    enc_glu_rows(cfg->mlp, c->ffn + t0 * GF, t1 - t0, cfg->intermediate_size, GF);
-}
-
-static void run_rows(const attn_parallel *par, rows_ctx *c, void (*fn)(void *, size_t, int)) {
-    c->ntasks = row_tasks(par, c->T);
-    par->parallel_for(par->impl, c->ntasks, fn, c);
-}
-
-/* out = norm(in) with weight w and bias b, row by row. */
-static void norm_rows(const bert_model *m, const attn_parallel *par, const float *w, const float *b,
-                      const float *in, float *out, int T) {
-    rows_ctx c = {.m = m, .w = w, .b = b, .in = in, .out = out, .T = (size_t)T};
-    run_rows(par, &c, norm_task);
-}
-
-int bert_forward(const bert_model *m, bert_workspace *ws, const attn_backend *attn,
-                 const attn_parallel *par, const int32_t *ids, const int32_t *cu_seqlens, int batch,
-                 float *out, char *err, size_t err_len) {
-    return bert_forward_types(m, ws, attn, par, ids, NULL, cu_seqlens, batch, out, err, err_len);
-}
-
-int bert_forward_types(const bert_model *m, bert_workspace *ws, const attn_backend *attn,
-                       const attn_parallel *par, const int32_t *ids, const int32_t *type_ids,
-                       const int32_t *cu_seqlens, int batch, float *out, char *err,
-                       size_t err_len) {
-    const bert_config *cfg = &m->cfg;
-    const int C = cfg->hidden_size, F = cfg->intermediate_size, H = cfg->num_heads;
-    const int D = cfg->head_dim, Hkv = cfg->num_kv_heads, GF = (int)ffn_rows(cfg);
-    const size_t QN = (size_t)qkv_rows(cfg), AO = (size_t)attn_width(cfg);
-    const int S = calib_stride(cfg);
-    const float eps = cfg->layer_norm_eps;
-    if (!attn || !par || !out || par->nthreads > ws->nthreads)
-        return fail(BERT_EINPUT, err, err_len,
-                    "missing backend, pool or output, or more threads than the workspace's %d",
-                    ws->nthreads);
-    int32_t max_len = 0;
-    int rc = check_batch(m, ws, ids, type_ids, cu_seqlens, batch, &max_len, err, err_len);
-    if (rc)
-        return rc;
-    const int T = cu_seqlens[batch];
-
-    /* Q, K and V are read in place from the fused projection. */
-    attn_problem ap;
-    const attn_shape shape = {.batch = batch,
-                              .total_tokens = T,
-                              .max_seqlen = max_len,
-                              .heads = H,
-                              .head_dim = D,
-                              .causal = cfg->causal,
-                              .rel_bias = m->rel_bias != NULL,
-                              .kv_heads = Hkv == H ? 0 : Hkv};
-    attn_problem_dense(&ap, shape, cu_seqlens, ws->qkv, ws->qkv + AO, ws->qkv + AO + Hkv * D,
-                       ws->att);
-    ap.q_stride = ap.k_stride = ap.v_stride = QN;
-    ap.out_stride = AO;
-    ap.rel_bias = m->rel_bias;
-    ap.rel_span = cfg->max_positions;
-
-    bert_stage_ns *st = &ws->stages;
-    *st = (bert_stage_ns){0};
-    uint64_t t0 = stage_clock(), t1;
-/* Adds the time since the last mark to one stage and moves the mark. */
-#define STAGE(field) (t1 = stage_clock(), st->field += t1 - t0, t0 = t1)
-
-    embed_ctx ec = {.m = m,
-                    .ids = ids,
-                    .types = type_ids,
-                    .pos = ws->pos,
-                    .x = ws->x,
-                    .T = (size_t)T,
-                    .ntasks = row_tasks(par, (size_t)T)};
-    par->parallel_for(par->impl, ec.ntasks, embed_task, &ec);
-    STAGE(embeddings);
-
-    for (int l = 0; l < cfg->num_layers; l++) {
-        const bert_layer *w = &m->layers[l];
-        ap.shape.window = cfg->sliding[l] ? cfg->window : 0;
-        /* Pre-norm: the attention reads norm(x), except where the family
-         * has no norm there (ModernBERT's layer 0). */
-        const float *in = ws->x;
-        if (cfg->pre_norm && w->ln1_w) {
-            norm_rows(m, par, w->ln1_w, w->ln1_b, ws->x, ws->h, T);
-            in = ws->h;
-            STAGE(norms);
-        }
-        calib_note(ws, l, BERT_LINEAR_QKV, in, T, C, (size_t)C, S);
-        gemm_run(w->qkv, par, in, C, ws->qkv, QN, T, NULL, ws->gemm_ws);
-        if (cfg->rope) {
-            rows_ctx rc_rope = {.m = m,
-                                .qkv = ws->qkv,
-                                .rope = &m->rope[cfg->sliding[l]],
-                                .pos = ws->pos,
-                                .T = (size_t)T};
-            run_rows(par, &rc_rope, rope_task);
-        }
-        STAGE(qkv);
-        st->attn_flops += attn_flops(&ap);
-        rc = attn->forward(&ap, ws->attn_ws, ws->attn_bytes, par);
-        STAGE(attention);
-        if (rc != ATTN_OK)
-            return fail(BERT_EATTN, err, err_len, "layer %d: attention backend %s: %s", l,
-                        attn->name, attn_strerror(rc));
-        if (ws->tap && l == ws->tap_layer) {
-            ws->tap(&ap, l, ws->tap_ctx);
-            t0 = stage_clock(); /* the tap's copy is verification's cost, no stage's */
-        }
-        if (cfg->pre_norm) {
-            /* x += att · W_oᵀ; x += W_out · act(W_in · norm(x)). */
-            const gemm_epilogue add = {.residual = ws->x, .ld_residual = (size_t)C};
-            calib_note(ws, l, BERT_LINEAR_ATTN_OUT, ws->att, T, (int)AO, AO, S);
-            gemm_run(w->attn_o, par, ws->att, AO, ws->x, C, T, &add, ws->gemm_ws);
-            STAGE(out_proj);
-            norm_rows(m, par, w->ln2_w, w->ln2_b, ws->x, ws->h, T);
-            STAGE(norms);
-            const gemm_epilogue gelu = {.act = GEMM_ACT_GELU};
-            const int gated = enc_mlp_gated(cfg->mlp);
-            calib_note(ws, l, BERT_LINEAR_FFN_IN, ws->h, T, C, (size_t)C, S);
-            gemm_run(w->ffn_in, par, ws->h, C, ws->ffn, GF, T, gated ? NULL : &gelu, ws->gemm_ws);
-            if (gated) {
-                rows_ctx rc_glu = {.m = m, .ffn = ws->ffn, .T = (size_t)T};
-                run_rows(par, &rc_glu, glu_task);
-            }
-            calib_note(ws, l, BERT_LINEAR_FFN_OUT, ws->ffn, T, F, (size_t)GF, S);
-            gemm_run(w->ffn_out, par, ws->ffn, GF, ws->x, C, T, &add, ws->gemm_ws);
-            STAGE(ffn);
-            continue;
-        }
-        /* x = LayerNorm(x + att · W_oᵀ + b_o), written over x. */
-        const gemm_epilogue ln1 = {
-            .residual = ws->x, .ld_residual = C, .ln_w = w->ln1_w, .ln_b = w->ln1_b, .ln_eps = eps};
-        calib_note(ws, l, BERT_LINEAR_ATTN_OUT, ws->att, T, C, (size_t)C, S);
-        gemm_run(w->attn_o, par, ws->att, C, ws->x, C, T, &ln1, ws->gemm_ws);
-        STAGE(out_proj);
-        const gemm_epilogue gelu = {.act = GEMM_ACT_GELU};
-        calib_note(ws, l, BERT_LINEAR_FFN_IN, ws->x, T, C, (size_t)C, S);
-        gemm_run(w->ffn_in, par, ws->x, C, ws->ffn, F, T, &gelu, ws->gemm_ws);
-        const gemm_epilogue ln2 = {
-            .residual = ws->x, .ld_residual = C, .ln_w = w->ln2_w, .ln_b = w->ln2_b, .ln_eps = eps};
-        calib_note(ws, l, BERT_LINEAR_FFN_OUT, ws->ffn, T, F, (size_t)F, S);
-        gemm_run(w->ffn_out, par, ws->ffn, F, ws->x, C, T, &ln2, ws->gemm_ws);
-        STAGE(ffn);
-    }
-    if (cfg->final_norm) {
-        norm_rows(m, par, m->final_w, m->final_b, ws->x, ws->x, T);
-        STAGE(norms);
-    }
-
-    pool_ctx pc = {.m = m,
-                   .normalize = cfg->normalize && !ws->raw,
-                   .x = ws->x,
-                   .cu = cu_seqlens,
-                   .vec = ws->vec,
-                   .out = out};
-    par->parallel_for(par->impl, (size_t)batch, pool_task, &pc);
-    STAGE(pooling);
-#undef STAGE
-    return BERT_OK;
 }

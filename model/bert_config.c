@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -83,11 +84,15 @@ static int read_head(const json_t *j, const char *path, const char *type, bert_c
     if (!arch)
         return BERT_OK;
     const char *task = strstr(arch, "For");
-    if (!task || strcmp(task, "ForMaskedLM") == 0 || strcmp(task, "ForPreTraining") == 0)
+    /* A decoder's checkpoint saved from its language model (Qwen3ForCausalLM)
+     * is the base model sentence-transformers loads; the LM head is unused. */
+    const int decoder = strcmp(type, "qwen3") == 0 || strcmp(type, "gemma3_text") == 0;
+    if (!task || strcmp(task, "ForMaskedLM") == 0 || strcmp(task, "ForPreTraining") == 0 ||
+        (decoder && strcmp(task, "ForCausalLM") == 0))
         return BERT_OK;
     const int bert = strcmp(type, "bert") == 0;
-    /* MPNet and ModernBERT are served as embedders only. */
-    const int mpnet = strcmp(type, "mpnet") == 0 || strcmp(type, "modernbert") == 0;
+    /* MPNet, ModernBERT and the decoders are served as embedders only. */
+    const int mpnet = strcmp(type, "mpnet") == 0 || strcmp(type, "modernbert") == 0 || decoder;
     if (strcmp(arch, "BertForSequenceClassification") == 0 && bert)
         c->head = BERT_HEAD_POOLER;
     else if ((strcmp(arch, "RobertaForSequenceClassification") == 0 ||
@@ -99,7 +104,7 @@ static int read_head(const json_t *j, const char *path, const char *type, bert_c
                     "%s: architecture \"%s\" (model_type \"%s\") is not supported; supported "
                     "heads: BertForSequenceClassification, RobertaForSequenceClassification, "
                     "XLMRobertaForSequenceClassification, or a base model as an embedder (MPNet, "
-                    "ModernBERT: an embedder only)",
+                    "ModernBERT, Qwen3, Gemma3: an embedder only)",
                     path, arch, type);
     /* HF writes id2label and derives num_labels from it. */
     const json_t *id2label = json_object_get(j, "id2label");
@@ -167,7 +172,9 @@ static int get_bool(const json_t *o, const char *key, int def) {
  * the default rotation is computed). */
 static int read_rope_theta(const json_t *j, const char *path, const char *type, const char *old_key,
                            double def, double *theta, char *err, size_t err_len) {
-    const json_t *params = json_object_get(json_object_get(j, "rope_parameters"), type);
+    const json_t *all = json_object_get(j, "rope_parameters");
+    /* One set for every layer (Qwen3) or one per layer type. */
+    const json_t *params = json_object_get(all, "rope_theta") ? all : json_object_get(all, type);
     const json_t *scaling = json_object_get(j, "rope_scaling");
     if (scaling && !json_is_null(scaling))
         return fail(BERT_EUNSUPPORTED, err, err_len,
@@ -294,6 +301,138 @@ static int read_modernbert(const json_t *j, const char *path, bert_config *c, ch
     return BERT_OK;
 }
 
+/* The hyper-parameters a decoder's config.json (Qwen3Config,
+ * Gemma3TextConfig) names alike; head_dim defaults to C / H. */
+static int read_decoder(const json_t *j, const char *path, bert_config *c, char *err,
+                        size_t err_len) {
+    static const struct {
+        const char *key;
+        long lo, hi;
+        size_t field;
+    } ints[] = {
+        {"vocab_size", 1, 1 << 24, offsetof(bert_config, vocab_size)},
+        {"hidden_size", 1, 1 << 16, offsetof(bert_config, hidden_size)},
+        {"num_hidden_layers", 1, BERT_MAX_LAYERS, offsetof(bert_config, num_layers)},
+        {"num_attention_heads", 1, 1024, offsetof(bert_config, num_heads)},
+        {"num_key_value_heads", 1, 1024, offsetof(bert_config, num_kv_heads)},
+        {"intermediate_size", 1, 1 << 18, offsetof(bert_config, intermediate_size)},
+        {"max_position_embeddings", 1, 1 << 20, offsetof(bert_config, max_positions)},
+    };
+    int rc = BERT_OK;
+    for (size_t i = 0; !rc && i < sizeof ints / sizeof ints[0]; i++)
+        rc = get_int(j, path, ints[i].key, ints[i].lo, ints[i].hi,
+                     (int *)((char *)c + ints[i].field), err, err_len);
+    if (rc)
+        return rc;
+    c->head_dim = c->hidden_size / c->num_heads;
+    const json_t *hd = json_object_get(j, "head_dim");
+    if (hd && !json_is_null(hd))
+        rc = get_int(j, path, "head_dim", 2, 1 << 12, &c->head_dim, err, err_len);
+    double eps = 1e-6;
+    if (!rc)
+        rc = get_num(j, path, "rms_norm_eps", 1e-6, 0.0, 1.0, &eps, err, err_len);
+    if (!rc && (c->num_heads % c->num_kv_heads != 0 || c->head_dim % 2 != 0))
+        rc = fail(BERT_EFORMAT, err, err_len,
+                  "%s: num_attention_heads %d must be a multiple of num_key_value_heads %d, and "
+                  "head_dim %d even",
+                  path, c->num_heads, c->num_kv_heads, c->head_dim);
+    const json_t *softcap = json_object_get(j, "attn_logit_softcapping");
+    if (!rc && softcap && !json_is_null(softcap))
+        rc = fail(BERT_EUNSUPPORTED, err, err_len,
+                  "%s: attn_logit_softcapping is not supported (only none)", path);
+    c->layer_norm_eps = (float)eps;
+    c->pre_norm = c->norm_first = c->final_norm = 1;
+    c->emb_norm = 0;
+    c->norm_bias = 0;
+    c->attn_bias = get_bool(j, "attention_bias", 0);
+    c->mlp_bias = 0;
+    c->abs_positions = 0;
+    c->rope = 1;
+    c->qk_norm = 1;
+    c->token_type_table = 0;
+    c->type_vocab_size = 1;
+    c->position_pad_id = -1;
+    return rc;
+}
+
+/* Qwen3Config: a causal decoder with RMSNorm, SwiGLU (hidden_act "silu"),
+ * one RoPE θ, no sliding window (use_sliding_window is refused). */
+static int read_qwen3(const json_t *j, const char *path, bert_config *c, char *err,
+                      size_t err_len) {
+    int rc = read_decoder(j, path, c, err, err_len);
+    const char *act = json_string_value(json_object_get(j, "hidden_act"));
+    if (!rc && (!act || strcmp(act, "silu") != 0))
+        rc = fail(BERT_EUNSUPPORTED, err, err_len,
+                  "%s: hidden_act \"%s\" is not supported (only \"silu\")", path,
+                  act ? act : "(missing)");
+    if (!rc && get_bool(j, "use_sliding_window", 0))
+        rc = fail(BERT_EUNSUPPORTED, err, err_len,
+                  "%s: use_sliding_window is not supported (only full causal attention)", path);
+    if (!rc)
+        rc = read_rope_theta(j, path, "full_attention", "rope_theta", 10000.0, &c->rope_theta[0],
+                             err, err_len);
+    c->rope_theta[1] = c->rope_theta[0];
+    c->family = BERT_FAMILY_QWEN3;
+    c->layout = BERT_LAYOUT_QWEN3;
+    c->norm = ENC_NORM_RMS;
+    c->mlp = ENC_MLP_SWIGLU;
+    c->causal = 1;
+    return rc;
+}
+
+/* Gemma3TextConfig with use_bidirectional_attention (EmbeddingGemma): the
+ * sliding layers see |i − j| < sliding_window / 2 + 1, the window the
+ * config keeps for bidirectional attention and its mask's predicate, so
+ * window = sliding_window / 2; θ rope_theta on full layers and
+ * rope_local_base_freq on sliding ones. A causal Gemma3 is refused. */
+static int read_gemma3(const json_t *j, const char *path, bert_config *c, char *err,
+                       size_t err_len) {
+    int rc = read_decoder(j, path, c, err, err_len);
+    const char *act = json_string_value(json_object_get(j, "hidden_activation"));
+    if (!rc && (!act || strcmp(act, "gelu_pytorch_tanh") != 0))
+        rc = fail(BERT_EUNSUPPORTED, err, err_len,
+                  "%s: hidden_activation \"%s\" is not supported (only \"gelu_pytorch_tanh\")",
+                  path, act ? act : "(missing)");
+    if (!rc && !get_bool(j, "use_bidirectional_attention", 0))
+        rc = fail(BERT_EUNSUPPORTED, err, err_len,
+                  "%s: a causal Gemma3 (use_bidirectional_attention false) is not supported; "
+                  "EmbeddingGemma's bidirectional one is",
+                  path);
+    double window = 4096, scalar = 256, pattern = 6;
+    if (!rc)
+        rc = get_num(j, path, "sliding_window", 4096, 1.0, 1 << 20, &window, err, err_len);
+    if (!rc)
+        rc = get_num(j, path, "query_pre_attn_scalar", 256, 0.0, 1e9, &scalar, err, err_len);
+    if (!rc)
+        rc = get_num(j, path, "sliding_window_pattern", 6, 0.0, BERT_MAX_LAYERS, &pattern, err,
+                     err_len);
+    if (!rc)
+        rc = read_rope_theta(j, path, "full_attention", "rope_theta", 1000000.0, &c->rope_theta[0],
+                             err, err_len);
+    if (!rc)
+        rc = read_rope_theta(j, path, "sliding_attention", "rope_local_base_freq", 10000.0,
+                             &c->rope_theta[1], err, err_len);
+    if (!rc && (window != (int)window || pattern != (int)pattern))
+        rc = fail(BERT_EFORMAT, err, err_len,
+                  "%s: sliding_window and sliding_window_pattern must be integers", path);
+    /* Gemma3TextConfig: layer i slides when (i + 1) % pattern != 0; the
+     * shift by one is read_layer_types' i % n with the layers counted from 1. */
+    if (!rc && !json_object_get(j, "layer_types"))
+        for (int l = 0; l < c->num_layers; l++)
+            c->sliding[l] = (unsigned char)((l + 1) % (int)pattern != 0);
+    else if (!rc)
+        rc = read_layer_types(j, path, c, 1, err, err_len);
+    c->window = (int)window / 2;
+    c->attn_scale = (float)(1.0 / sqrt(scalar));
+    c->emb_scale = (float)sqrt((double)c->hidden_size);
+    c->family = BERT_FAMILY_GEMMA3;
+    c->layout = BERT_LAYOUT_GEMMA3;
+    c->norm = ENC_NORM_RMS_GEMMA;
+    c->mlp = ENC_MLP_GEGLU_TANH;
+    c->post_norms = 1;
+    return rc;
+}
+
 static int read_hyperparameters(const char *dir, bert_config *c, char *err, size_t err_len) {
     json_t *j;
     int rc = load_json(dir, "config.json", &j, err, err_len);
@@ -323,6 +462,14 @@ static int read_hyperparameters(const char *dir, bert_config *c, char *err, size
         json_decref(j);
         return rc;
     }
+    if (type && (strcmp(type, "qwen3") == 0 || strcmp(type, "gemma3_text") == 0)) {
+        rc = strcmp(type, "qwen3") == 0 ? read_qwen3(j, path, c, err, err_len)
+                                        : read_gemma3(j, path, c, err, err_len);
+        if (!rc)
+            rc = read_head(j, path, type, c, err, err_len);
+        json_decref(j);
+        return rc;
+    }
     const char *act = json_string_value(json_object_get(j, "hidden_act"));
     const char *pos = json_string_value(json_object_get(j, "position_embedding_type"));
     const json_t *eps = json_object_get(j, "layer_norm_eps");
@@ -336,7 +483,7 @@ static int read_hyperparameters(const char *dir, bert_config *c, char *err, size
     if (!type || (strcmp(type, "bert") != 0 && !roberta))
         rc = fail(BERT_EUNSUPPORTED, err, err_len,
                   "%s: model_type \"%s\" is not supported (only \"bert\", \"roberta\", "
-                  "\"xlm-roberta\", \"mpnet\" or \"modernbert\")",
+                  "\"xlm-roberta\", \"mpnet\", \"modernbert\", \"qwen3\" or \"gemma3_text\")",
                   path, type ? type : "(missing)");
     else if (!act || strcmp(act, "gelu") != 0)
         rc = fail(BERT_EUNSUPPORTED, err, err_len,

@@ -69,12 +69,16 @@ typedef enum bert_layout {
     BERT_LAYOUT_BERT,       /* BERT, RoBERTa, XLM-R: attention.self.query, attention.output.dense */
     BERT_LAYOUT_MPNET,      /* MPNet: attention.attn.q .. .o, encoder.relative_attention_bias */
     BERT_LAYOUT_MODERNBERT, /* ModernBERT: layers.N.attn.Wqkv (fused), mlp.Wi (fused GeGLU) */
+    BERT_LAYOUT_QWEN3,      /* Qwen3: layers.N.self_attn.q_proj .. o_proj, mlp.gate_proj .. */
+    BERT_LAYOUT_GEMMA3,     /* Gemma3: Qwen3's names and four norms per layer */
 } bert_layout;
 
 /* The families this encoder composes from the blocks below, for /info. */
 typedef enum bert_family {
     BERT_FAMILY_BERT,       /* post-norm BERT, RoBERTa, XLM-R, MPNet */
     BERT_FAMILY_MODERNBERT, /* pre-norm, RoPE, GeGLU, alternating sliding-window layers */
+    BERT_FAMILY_QWEN3,      /* a causal decoder: RMSNorm, q/k norm, RoPE, SwiGLU, GQA */
+    BERT_FAMILY_GEMMA3,     /* bidirectional Gemma3: Gemma's RMSNorm around each sublayer */
 } bert_family;
 
 /* The most layers a config may declare (num_hidden_layers' bound). */
@@ -116,6 +120,13 @@ typedef struct bert_config {
     int head_dim;            /* D: Q is H·D wide, K and V Hkv·D each */
     int num_kv_heads;        /* Hkv; H % Hkv == 0 (H: no grouping) */
     int causal;
+    /* qk_norm: Q and K normalised per head (a D-wide norm) before RoPE;
+     * post_norms: each sublayer's output normalised before it is added to
+     * the residual stream (Gemma3's post-attention and post-feedforward
+     * norms); emb_scale: the embedding row times this (Gemma: √C; 0: none);
+     * attn_scale: the softmax scale (0: 1/√D; Gemma: query_pre_attn_scalar^−½). */
+    int qk_norm, post_norms;
+    float emb_scale, attn_scale;
     /* RoPE (rope 1): θ of the full-attention layers [0] and of the
      * sliding-window ones [1]. */
     int rope;
@@ -156,7 +167,12 @@ typedef struct bert_config {
  * token types, relative position buckets in attention; an embedder only), or
  * "modernbert" (pre-norm, bias-free LayerNorms, RoPE with a global and a
  * local θ, GeGLU, sliding-window attention on all but every n-th layer, no
- * token types; an embedder only). A directory whose
+ * token types; an embedder only), "qwen3" (a causal decoder embedder:
+ * RMSNorm, per-head q/k RMSNorm, RoPE, SwiGLU, grouped K/V heads, D from
+ * head_dim) or "gemma3_text" with use_bidirectional_attention (EmbeddingGemma:
+ * Gemma's RMSNorm before and after each sublayer, q/k norm, the embedding
+ * scaled by √C, GeGLU with tanh GELU, sliding layers with their own θ,
+ * query_pre_attn_scalar). A directory whose
  * architecture is BertForSequenceClassification, RobertaForSequenceClassification or
  * XLMRobertaForSequenceClassification is a classifier and needs no
  * modules.json. Anything outside what forward computes (another

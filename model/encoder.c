@@ -57,11 +57,20 @@ static const char *norm_desc(const bert_config *c) {
     static const char *const pre[] = {[ENC_NORM_LAYER] = "pre-layernorm",
                                       [ENC_NORM_RMS] = "pre-rmsnorm",
                                       [ENC_NORM_RMS_GEMMA] = "pre-rmsnorm (gemma)"};
-    return c->pre_norm ? pre[c->norm] : post[c->norm];
+    static const char *const both[] = {[ENC_NORM_LAYER] = "pre- and post-layernorm",
+                                       [ENC_NORM_RMS] = "pre- and post-rmsnorm",
+                                       [ENC_NORM_RMS_GEMMA] = "pre- and post-rmsnorm (gemma)"};
+    return c->pre_norm && c->post_norms ? both[c->norm]
+           : c->pre_norm                ? pre[c->norm]
+                                        : post[c->norm];
 }
 
 static void bert_fill_info(const bert_config *c, encoder_info *i) {
-    i->family = c->family == BERT_FAMILY_MODERNBERT ? "modernbert" : "bert";
+    static const char *const families[] = {[BERT_FAMILY_BERT] = "bert",
+                                           [BERT_FAMILY_MODERNBERT] = "modernbert",
+                                           [BERT_FAMILY_QWEN3] = "qwen3",
+                                           [BERT_FAMILY_GEMMA3] = "gemma3"};
+    i->family = families[c->family];
     i->architecture = c->architecture;
     i->task = c->head == BERT_HEAD_NONE ? ENCODER_TASK_EMBED : ENCODER_TASK_CLASSIFY;
     i->output_dim = c->output_dim;
@@ -158,8 +167,8 @@ static int bert_fam_forward(const void *m, void *ws, const attn_backend *attn,
     return bert_forward_types(m, ws, attn, par, ids, type_ids, cu, batch, out, err, err_len);
 }
 
-static const char *const bert_model_types[] = {"bert",  "roberta",    "xlm-roberta",
-                                               "mpnet", "modernbert", NULL};
+static const char *const bert_model_types[] = {"bert",       "roberta", "xlm-roberta", "mpnet",
+                                               "modernbert", "qwen3",   "gemma3_text", NULL};
 
 static const encoder_family family_bert = {
     .name = "bert",

@@ -6,10 +6,12 @@
  * functions, never a family's own config. A new family is a table in
  * encoder.c and its own files on the model side.
  *
- * Families today: "bert", which serves config.json model_type "bert",
- * "roberta", "xlm-roberta" and "mpnet", and "modernbert" (model/bert.h,
- * composed from the blocks of model/blocks.h and model/position.h; MPNet and
- * ModernBERT as embedders only), as
+ * One family table today, "bert" (model/bert.h), which serves config.json
+ * model_type "bert", "roberta", "xlm-roberta", "mpnet", "modernbert",
+ * "qwen3" and "gemma3_text", each composed from the blocks of
+ * model/blocks.h and model/position.h (encoder_info.family names which:
+ * "bert", "modernbert", "qwen3", "gemma3"; all but BERT's as embedders
+ * only), as
  *   - an embedder: a sentence-transformers directory (modules.json:
  *     Transformer, Pooling, Dense modules, Normalize), out: the pooled
  *     vector;
@@ -35,7 +37,7 @@ typedef enum encoder_task { ENCODER_TASK_EMBED, ENCODER_TASK_CLASSIFY } encoder_
 
 /* The model the server serves, as the directory describes it. */
 typedef struct encoder_info {
-    const char *family;       /* "bert", "modernbert" */
+    const char *family;       /* "bert", "modernbert", "qwen3", "gemma3" */
     const char *model_type;   /* config.json's: "bert", "roberta", "xlm-roberta" */
     const char *architecture; /* config.json "architectures"[0], "" when absent */
     encoder_task task;

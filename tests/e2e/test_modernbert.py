@@ -17,15 +17,12 @@ measures them (fp32 1 - 1e-6; int8 0.99). bf16 is refused at start: the
 service accepts bf16 at a cosine of 0.9999 against fp32 on its own
 check (server/ops/engine.c), which this tiny random checkpoint misses
 (0.9998; the unit test measures its bf16 at 1 - 5.8e-4 against float64)."""
-import json
-import math
 import os
-import subprocess
 
 import pytest
-import requests
 
-from conftest import BIN, JSON, ROOT, Server, free_port, golden
+from conftest import ROOT, golden
+from family_serve import check, cosine, info_blocks, openai_vectors, post, serve, start_refused
 
 MODEL_DIR = os.path.join(ROOT, "tests", "golden", "modernbert-tiny-model")
 
@@ -44,49 +41,23 @@ SETTINGS = [
 ]
 
 
-def cosine(a, b):
-    ab = sum(x * y for x, y in zip(a, b))
-    return ab / math.sqrt(sum(x * x for x in a) * sum(y * y for y in b))
-
-
-def post(server, path, body):
-    return requests.post(server.url(path), data=json.dumps(body), headers=JSON, timeout=60)
-
-
 @pytest.fixture(scope="module", params=SETTINGS, ids=[s[0] for s in SETTINGS])
 def served(tmp_path_factory, request):
     name, settings, flags, floor = request.param
-    lacks = [f for f in (flags or "").split() if f not in open("/proc/cpuinfo").read().split()]
-    if lacks:
-        pytest.skip("NOT RUN: this CPU lacks %s, which %s needs" % (" ".join(lacks), name))
-    if settings.get("engine") == "cpu-avx512":
-        settings = dict(settings, plugin_dir=os.path.join(os.path.dirname(
-            os.environ["ATTNSERVE_BIN"]), "engines"))
-    s = Server(str(tmp_path_factory.mktemp("modernbert")), model=MODEL_DIR, **settings)
+    s = serve(tmp_path_factory, MODEL_DIR, "modernbert", settings, flags)
     yield s, name, settings, floor
     s.check_clean_exit(s.stop())
 
 
-def check(vectors, floor, name):
-    assert len(vectors) == len(CASES)
-    for v, c in zip(vectors, CASES):
-        assert len(v) == 64
-        assert cosine(v, c["embedding"]) >= floor, (name, len(c["ids"]), repr(c["text"][:40]))
-    worst = min(cosine(v, c["embedding"]) for v, c in zip(vectors, CASES))
-    print("modernbert e2e %s: %d inputs, min cosine 1 - %.2g" % (name, len(CASES), 1.0 - worst))
-
-
 def test_openai_embeddings(served):
     s, name, settings, floor = served
-    r = post(s, "/v1/embeddings", {"input": [c["text"] for c in CASES]})
-    assert r.status_code == 200, r.text
+    r, vectors = openai_vectors(s, [c["text"] for c in CASES])
     want = {"x-engine": settings.get("engine", "cpu"),
             "x-precision": settings.get("precision", "fp32")}
     assert {k: r.headers.get(k) for k in want} == want
     # Only a backend with the window can serve it, whatever was asked.
     assert r.headers.get("x-attention-backend") == "naive"
-    data = sorted(r.json()["data"], key=lambda d: d["index"])
-    check([d["embedding"] for d in data], floor, name)
+    check(vectors, CASES, floor, "modernbert e2e " + name, 64)
 
 
 def test_tei_embed_one_at_a_time(served):
@@ -108,31 +79,15 @@ def test_the_ids_are_the_reference_tokenizers(served):
 
 def test_info_says_what_runs(served):
     s, _, _, _ = served
-    r = requests.get(s.url("/info"), timeout=10)
-    assert r.status_code == 200, r.text
-    info = r.json()
-    models = info.get("models") or [info.get("model")]
-    m = [x for x in models if x and x.get("model_type") == "modernbert"][0]
-    assert {k: m[k] for k in ("family", "position", "norm", "mlp", "attention", "kv_heads",
-                              "window")} == {
+    assert info_blocks(s, "modernbert") == {
         "family": "modernbert", "position": "rope", "norm": "pre-layernorm", "mlp": "geglu",
         "attention": "bidirectional", "kv_heads": 4, "window": 8}
-
-
-def start(tmp_path, **settings):
-    cfg = tmp_path / "cfg.json"
-    cfg.write_text(json.dumps(dict({"host": "127.0.0.1", "port": free_port(), "threads": 1,
-                                    "model": MODEL_DIR}, **settings)))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ATTNSERVE_")}
-    r = subprocess.run([BIN, "--config", str(cfg)], capture_output=True, text=True, timeout=60,
-                       env=env)
-    return r.returncode, r.stdout + r.stderr
 
 
 def test_bf16_is_refused_below_its_floor(tmp_path):
     if "avx512_bf16" not in open("/proc/cpuinfo").read().split():
         pytest.skip("NOT RUN: this CPU lacks avx512_bf16")
-    rc, log = start(tmp_path, precision="bf16", engine="cpu")
+    rc, log = start_refused(tmp_path, MODEL_DIR, precision="bf16", engine="cpu")
     assert rc == 2, log
     assert "bf16: lowest cosine" in log and "below the floor 0.9999" in log, log
 
@@ -141,6 +96,6 @@ def test_a_backend_without_the_window_is_refused_at_start(tmp_path):
     # A backend that cannot keep the window is refused by name: the service
     # falls back to one that can (fallback_backends' default), or, with none
     # to fall back to, stops the start with the reason.
-    rc, log = start(tmp_path, backend="fused", fallback_backends="fused")
+    rc, log = start_refused(tmp_path, MODEL_DIR, backend="fused", fallback_backends="fused")
     assert rc == 2, log
     assert "backend 'fused' does not keep a sliding window" in log, log

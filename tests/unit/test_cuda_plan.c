@@ -433,6 +433,8 @@ static const dir_case model_dirs[] = {
     {"tests/golden/st-lasttoken-tiny", "\"lasttoken\""},
     {"tests/golden/mpnet-tiny-model", "relative buckets"},
     {"tests/golden/modernbert-tiny-model", "modernbert family"},
+    {"tests/golden/qwen3-tiny-model", "qwen3 family"},
+    {"tests/golden/gemma3-tiny-model", "gemma3 family"},
 };
 
 Test(cuda_plan, model_directories_refused_or_kept) {
@@ -560,7 +562,7 @@ Test(cuda_plugin, init_refuses_models_it_cannot_compute) {
         refused++;
     }
     cr_assert_eq(refused, to_refuse);
-    cr_assert_geq(refused, 7);
+    cr_assert_geq(refused, 9);
 }
 
 /* An unknown gpu_attention is refused by init before any CUDA call, so

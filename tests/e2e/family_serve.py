@@ -1,0 +1,70 @@
+"""What the e2e files of the families beyond BERT share: serve a tiny
+checkpoint with some settings, compare vectors with a golden set at a floor,
+start the binary expecting a refusal. Each family's file (test_qwen3.py,
+test_gemma3.py) says what it checks."""
+import json
+import math
+import os
+import subprocess
+
+import pytest
+import requests
+
+from conftest import BIN, JSON, Server, free_port
+
+
+def cosine(a, b):
+    ab = sum(x * y for x, y in zip(a, b))
+    return ab / math.sqrt(sum(x * x for x in a) * sum(y * y for y in b))
+
+
+def post(server, path, body):
+    return requests.post(server.url(path), data=json.dumps(body), headers=JSON, timeout=60)
+
+
+def serve(tmp_path_factory, model, name, settings, flags):
+    """A Server for model with settings, or a skip naming the CPU flags it lacks."""
+    lacks = [f for f in (flags or "").split() if f not in open("/proc/cpuinfo").read().split()]
+    if lacks:
+        pytest.skip("NOT RUN: this CPU lacks %s, which %s needs" % (" ".join(lacks), name))
+    if settings.get("engine") == "cpu-avx512":
+        settings = dict(settings, plugin_dir=os.path.join(os.path.dirname(
+            os.environ["ATTNSERVE_BIN"]), "engines"))
+    return Server(str(tmp_path_factory.mktemp(name)), model=model, **settings)
+
+
+def check(vectors, cases, floor, label, dim):
+    assert len(vectors) == len(cases)
+    for v, c in zip(vectors, cases):
+        assert len(v) == dim
+        assert cosine(v, c["embedding"]) >= floor, (label, len(c["ids"]), repr(c["text"][:40]))
+    worst = min(cosine(v, c["embedding"]) for v, c in zip(vectors, cases))
+    print("%s: %d inputs, min cosine 1 - %.2g" % (label, len(cases), 1.0 - worst))
+
+
+def openai_vectors(server, texts):
+    r = post(server, "/v1/embeddings", {"input": texts})
+    assert r.status_code == 200, r.text
+    return r, [d["embedding"] for d in sorted(r.json()["data"], key=lambda d: d["index"])]
+
+
+def start_refused(tmp_path, model, **settings):
+    """Starts the binary with settings; returns (exit status, log)."""
+    cfg = tmp_path / "cfg.json"
+    cfg.write_text(json.dumps(dict({"host": "127.0.0.1", "port": free_port(), "threads": 1,
+                                    "model": model}, **settings)))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ATTNSERVE_")}
+    r = subprocess.run([BIN, "--config", str(cfg)], capture_output=True, text=True, timeout=60,
+                       env=env)
+    return r.returncode, r.stdout + r.stderr
+
+
+def info_blocks(server, model_type):
+    """The /info entry of the model of model_type: what runs."""
+    r = requests.get(server.url("/info"), timeout=10)
+    assert r.status_code == 200, r.text
+    info = r.json()
+    models = info.get("models") or [info.get("model")]
+    m = [x for x in models if x and x.get("model_type") == model_type][0]
+    return {k: m[k] for k in ("family", "position", "norm", "mlp", "attention", "kv_heads",
+                              "window")}
