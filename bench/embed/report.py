@@ -29,7 +29,8 @@ pairs/s per document length and documents per query; the largest and mean
 three ratios, without the embedding targets' marks (those are stated for
 embeddings).
 
-    report.py [--chart PNG] [--note TEXT] attnserve.jsonl [peers.jsonl] [accuracy.jsonl]
+    report.py [--chart PNG] [--note TEXT] [--backend fused] attnserve.jsonl [peers.jsonl]
+        [accuracy.jsonl]
 """
 import argparse
 import collections
@@ -52,10 +53,16 @@ TARGETS = [("attnserve-fp32", None, 1.1, None),
            ("attnserve-int8", "onnxruntime-int8", 1.0, 0.99)]
 
 
+# The attention backend whose rows are attnserve's engines (--backend): fused,
+# or naive for a model fused refuses (sliding windows, grouped K/V heads).
+PRIMARY = ["fused"]
+
+
 def engine_key(r):
-    """attnserve's rows are named by precision (and backend when not fused)."""
+    """attnserve's rows are named by precision (and backend when not the
+    primary one)."""
     if "precision" in r and r["backend"] not in dict(ENGINES) and r["backend"] != "attnserve":
-        b = "" if r["backend"] == "fused" else r["backend"] + "-"
+        b = "" if r["backend"] == PRIMARY[0] else r["backend"] + "-"
         return f"attnserve-{b}{r['precision']}"
     if r["backend"] == "attnserve":
         return f"attnserve-{r['precision']}"
@@ -375,8 +382,11 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--chart")
     p.add_argument("--note", default="")
+    p.add_argument("--backend", default="fused",
+                   help="the attention backend whose rows are attnserve's (default fused)")
     p.add_argument("files", nargs="+")
     a = p.parse_args()
+    PRIMARY[0] = a.backend
     cases, acc, meta = load(a.files)
     if not cases:
         print("no results", file=sys.stderr)

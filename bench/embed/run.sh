@@ -202,7 +202,7 @@ bench_model() {
     echo
     echo "## $title"
     echo
-    "${PY:-python3}" "$HERE/report.py" ${chart:+--chart "$chart"} \
+    "${PY:-python3}" "$HERE/report.py" ${chart:+--chart "$chart"} --backend "${backends%%,*}" \
         --note "load average (1, 5, 15 min) at start $start_load, at end $(load)" \
         "$out/attnserve.jsonl" "$out/peers.jsonl" "$out/accuracy.jsonl"
 }
