@@ -121,6 +121,12 @@ has() { case " $MODELS " in *" $1 "*) return 0 ;; esac; return 1; }
 # The venv serves the peers and makes the random-weight models.
 VENV_PY=""
 RANDOM_MODELS="xlmr rerank modernbert modernbert-long qwen3"
+for m in $MODELS; do
+    case " minilm $RANDOM_MODELS " in
+    *" $m "*) ;;
+    *) echo "bench-embed: MODELS: no section '$m' (the sections: minilm $RANDOM_MODELS)" >&2; exit 2 ;;
+    esac
+done
 has_random() {
     for m in $RANDOM_MODELS; do has "$m" && return 0; done
     return 1
