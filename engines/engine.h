@@ -47,7 +47,7 @@
  * ENGINE_API_VERSION, then update the assert. (A change that keeps the size,
  * a field renamed or reordered, needs the bump all the same.) */
 #if UINTPTR_MAX == 0xffffffffffffffffu /* the sizes below are LP64's */
-_Static_assert(sizeof(encoder_info) == 160, "encoder_info changed: bump ENGINE_API_VERSION");
+_Static_assert(sizeof(encoder_info) == 168, "encoder_info changed: bump ENGINE_API_VERSION");
 _Static_assert(sizeof(encoder_stage_ns) == 64, "encoder_stage_ns changed: bump ENGINE_API_VERSION");
 _Static_assert(sizeof(attn_backend) == 72, "attn_backend changed: bump ENGINE_API_VERSION");
 _Static_assert(sizeof(attn_problem) == 136, "attn_problem changed: bump ENGINE_API_VERSION");

@@ -17,7 +17,8 @@ static const engine_iface *const builtin[] = {&engine_cpu};
 static engine_entry entries[ENGINE_MAX];
 static size_t n_entries;
 
-static const char *const precision_names[GEMM_NPRECISIONS] = {"fp32", "bf16", "int8"};
+static const char *const precision_names[GEMM_NPRECISIONS] = {"fp32", "bf16", "int8", "fp16",
+                                                              "tf32"};
 
 const char *engine_precision_name(gemm_precision p) {
     return (int)p >= 0 && p < GEMM_NPRECISIONS ? precision_names[p] : "unknown";
@@ -199,7 +200,8 @@ static int pick_precision(const engine_iface *t, const char *precision, gemm_pre
     }
     int p = engine_precision_parse(precision);
     if (p < 0) {
-        snprintf(err, err_len, "unknown precision '%s' (valid: fp32, bf16, int8, auto)", precision);
+        snprintf(err, err_len, "unknown precision '%s' (valid: fp32, bf16, int8, fp16, tf32, auto)",
+                 precision);
         return ENGINE_EINVAL;
     }
     const char *why = engine_precision_unsupported(t, (gemm_precision)p);

@@ -54,7 +54,11 @@ struct gemm_weights {
 #endif
 };
 
-static const char *const names[GEMM_NPRECISIONS] = {"fp32", "bf16", "int8"};
+static const char *const names[GEMM_NPRECISIONS] = {"fp32", "bf16", "int8", "fp16", "tf32"};
+
+int gemm_precision_gpu_only(gemm_precision p) {
+    return p == GEMM_FP16 || p == GEMM_TF32;
+}
 
 const char *gemm_precision_name(gemm_precision p) {
     return (int)p >= 0 && p < GEMM_NPRECISIONS ? names[p] : "unknown";
@@ -93,6 +97,11 @@ const char *gemm_unsupported(gemm_precision p) {
 #else
         return "int8 kernels not built";
 #endif
+    case GEMM_FP16:
+        return "fp16 is a GPU precision (engine: cuda); the cpu engine runs fp32, bf16 and int8";
+    case GEMM_TF32:
+        return "tf32 is a GPU precision (engine: cuda: fp32 with TF32 tensor-core GEMMs); the cpu "
+               "engine runs fp32, bf16 and int8";
     default:
         return "unknown precision";
     }

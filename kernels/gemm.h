@@ -31,8 +31,21 @@
 #include "parallel.h"
 
 /* The names are the `precision` setting's values, so scripts can rely on
- * them: "fp32", "bf16", "int8". */
-typedef enum gemm_precision { GEMM_FP32, GEMM_BF16, GEMM_INT8, GEMM_NPRECISIONS } gemm_precision;
+ * them: "fp32", "bf16", "int8", "fp16", "tf32". fp16 (weights and
+ * activations in half) and tf32 (fp32 with the GEMMs' inputs rounded to
+ * TF32 on tensor cores) are GPU precisions: gemm_unsupported refuses them
+ * by name on the CPU (gemm_precision_gpu_only). */
+typedef enum gemm_precision {
+    GEMM_FP32,
+    GEMM_BF16,
+    GEMM_INT8,
+    GEMM_FP16,
+    GEMM_TF32,
+    GEMM_NPRECISIONS
+} gemm_precision;
+
+/* Whether p is a precision only a GPU engine runs (fp16, tf32). */
+int gemm_precision_gpu_only(gemm_precision p);
 
 const char *gemm_precision_name(gemm_precision p);
 /* -1 when name is none of the above. */

@@ -2,13 +2,16 @@
 # classifier and sentence-transformers module checkpoints under tests/golden/
 # and task_outputs.json (tests/golden/make_task_models.py), the tiny MPNet
 # embedder with its vectors (tests/golden/make_mpnet_model.py), and the tiny
-# ModernBERT, Qwen3-Embedding and EmbeddingGemma embedders with their float64
-# vectors (tests/golden/make_<family>_model.py, sharing
+# ModernBERT (embedder and cross-encoder), Qwen3-Embedding, EmbeddingGemma and
+# NomicBERT checkpoints with their float64 vectors and logits
+# (tests/golden/make_modernbert_model.py, make_modernbert_reranker.py,
+# make_qwen3_model.py, make_gemma3_model.py, make_nomic_bert_model.py, sharing
 # tests/golden/family_models.py). They are committed, so `make test` never
 # needs this; torch, transformers and sentence-transformers come from PyPI
 # into the bench's virtualenv (bench/embed/peers.py installs it on first use).
 TASK_MODEL_SCRIPTS := make_task_models.py make_mpnet_model.py make_modernbert_model.py \
-                      make_modernbert_reranker.py make_qwen3_model.py make_gemma3_model.py
+                      make_modernbert_reranker.py make_qwen3_model.py make_gemma3_model.py \
+                      make_nomic_bert_model.py
 
 .PHONY: task-models
 task-models:

@@ -453,7 +453,28 @@ static int bind_extras(bert_model *m, const char *dir, const char *prefix, float
     *used = 0;
 #define TAKE(n)                                                                                    \
     (arena ? arena + (*used += (size_t)(n)) - (size_t)(n) : (*used += (size_t)(n), NULL))
-    if (c->head != BERT_HEAD_NONE) {
+    if (c->head == BERT_HEAD_MODERNBERT) {
+        const int nb = c->norm_bias;
+        float *p[6] = {TAKE(C * C), c->head_bias ? TAKE(C) : NULL,
+                       TAKE(C),     nb ? TAKE(C) : NULL,
+                       TAKE(N * C), TAKE(N)};
+        int rc = copy_tensor(m->file, path, "head.dense.weight", C, C, p[0], err, err_len);
+        if (!rc && c->head_bias)
+            rc = copy_tensor(m->file, path, "head.dense.bias", C, 0, p[1], err, err_len);
+        rc = rc ? rc : copy_tensor(m->file, path, "head.norm.weight", C, 0, p[2], err, err_len);
+        if (!rc && nb)
+            rc = copy_tensor(m->file, path, "head.norm.bias", C, 0, p[3], err, err_len);
+        rc = rc ? rc : copy_tensor(m->file, path, "classifier.weight", N, C, p[4], err, err_len);
+        rc = rc ? rc : copy_tensor(m->file, path, "classifier.bias", N, 0, p[5], err, err_len);
+        if (rc)
+            return rc;
+        m->head_w1 = p[0];
+        m->head_b1 = p[1];
+        m->head_ln_w = p[2];
+        m->head_ln_b = p[3];
+        m->head_w2 = p[4];
+        m->head_b2 = p[5];
+    } else if (c->head != BERT_HEAD_NONE) {
         char w1[96], b1[96];
         const char *w2 =
             c->head == BERT_HEAD_POOLER ? "classifier.weight" : "classifier.out_proj.weight";

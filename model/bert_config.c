@@ -65,6 +65,12 @@ static int get_int(const json_t *o, const char *path, const char *key, long lo, 
     return BERT_OK;
 }
 
+/* A boolean field with a default when absent. */
+static int get_bool(const json_t *o, const char *key, int def) {
+    const json_t *v = json_object_get(o, key);
+    return json_is_boolean(v) ? json_is_true(v) : def;
+}
+
 /* config.json "architectures": a *ForSequenceClassification head this
  * encoder computes sets head and num_labels; another task head is refused
  * by name. Base models ("BertModel", "XLMRobertaModel") and the pre-training
@@ -92,19 +98,35 @@ static int read_head(const json_t *j, const char *path, const char *type, bert_c
         return BERT_OK;
     const int bert = strcmp(type, "bert") == 0;
     /* MPNet, ModernBERT and the decoders are served as embedders only. */
-    const int mpnet = strcmp(type, "mpnet") == 0 || strcmp(type, "modernbert") == 0 || decoder;
+    const int modernbert = strcmp(type, "modernbert") == 0;
+    const int mpnet = strcmp(type, "mpnet") == 0 || modernbert || decoder;
+    const char *cpool = json_string_value(json_object_get(j, "classifier_pooling"));
+    const char *cact = json_string_value(json_object_get(j, "classifier_activation"));
     if (strcmp(arch, "BertForSequenceClassification") == 0 && bert)
         c->head = BERT_HEAD_POOLER;
-    else if ((strcmp(arch, "RobertaForSequenceClassification") == 0 ||
-              strcmp(arch, "XLMRobertaForSequenceClassification") == 0) &&
-             !bert && !mpnet)
+    else if (strcmp(arch, "ModernBertForSequenceClassification") == 0 && modernbert) {
+        /* ModernBertConfig's defaults: cls pooling, gelu (erf). */
+        if (cact && strcmp(cact, "gelu") != 0)
+            return fail(BERT_EUNSUPPORTED, err, err_len,
+                        "%s: classifier_activation \"%s\" is not supported (only \"gelu\")", path,
+                        cact);
+        if (cpool && strcmp(cpool, "cls") != 0 && strcmp(cpool, "mean") != 0)
+            return fail(BERT_EUNSUPPORTED, err, err_len,
+                        "%s: classifier_pooling \"%s\" is not supported (only cls or mean)", path,
+                        cpool);
+        c->head = BERT_HEAD_MODERNBERT;
+        c->head_bias = get_bool(j, "classifier_bias", 0);
+        c->pooling = cpool && strcmp(cpool, "mean") == 0 ? BERT_POOL_MEAN : BERT_POOL_CLS;
+    } else if ((strcmp(arch, "RobertaForSequenceClassification") == 0 ||
+                strcmp(arch, "XLMRobertaForSequenceClassification") == 0) &&
+               !bert && !mpnet)
         c->head = BERT_HEAD_ROBERTA;
     else
         return fail(BERT_EUNSUPPORTED, err, err_len,
                     "%s: architecture \"%s\" (model_type \"%s\") is not supported; supported "
                     "heads: BertForSequenceClassification, RobertaForSequenceClassification, "
-                    "XLMRobertaForSequenceClassification, or a base model as an embedder (MPNet, "
-                    "ModernBERT, Qwen3, Gemma3: an embedder only)",
+                    "XLMRobertaForSequenceClassification, ModernBertForSequenceClassification, or "
+                    "a base model as an embedder (MPNet, Qwen3, Gemma3: an embedder only)",
                     path, arch, type);
     /* HF writes id2label and derives num_labels from it. */
     const json_t *id2label = json_object_get(j, "id2label");
@@ -158,12 +180,6 @@ static int get_num(const json_t *o, const char *path, const char *key, double de
                     key, lo, hi);
     *out = json_number_value(v);
     return BERT_OK;
-}
-
-/* A boolean field with a default when absent. */
-static int get_bool(const json_t *o, const char *key, int def) {
-    const json_t *v = json_object_get(o, key);
-    return json_is_boolean(v) ? json_is_true(v) : def;
 }
 
 /* RoPE's θ of one layer type: transformers 5 writes rope_parameters
@@ -779,7 +795,8 @@ int bert_config_load(const char *dir, bert_config *cfg, char *err, size_t err_le
     if (!rc && cfg->head != BERT_HEAD_NONE) {
         /* A classifier (a plain HF directory, as CrossEncoder saves it) reads
          * its first token; no sentence-transformers modules apply. */
-        cfg->pooling = BERT_POOL_CLS;
+        if (cfg->head != BERT_HEAD_MODERNBERT) /* which pools as its config says */
+            cfg->pooling = BERT_POOL_CLS;
         cfg->output_dim = cfg->num_labels;
     } else if (!rc)
         rc = read_modules(dir, cfg, err, err_len);

@@ -50,6 +50,10 @@ typedef enum bert_head {
     BERT_HEAD_POOLER,  /* BertForSequenceClassification: bert.pooler.dense, classifier */
     BERT_HEAD_ROBERTA, /* (XLM-)RobertaForSequenceClassification: classifier.dense,
                           classifier.out_proj */
+    /* ModernBertForSequenceClassification: logits = W2 · norm(gelu(W1 · p
+     * (+ b1))) + b2 on p, the first token or the mean of the tokens
+     * (classifier_pooling, in pooling); head.dense, head.norm, classifier. */
+    BERT_HEAD_MODERNBERT,
 } bert_head;
 
 /* A sentence-transformers Dense module: y = act(W x + b), W (out, in). */
@@ -150,6 +154,7 @@ typedef struct bert_config {
     char architecture[64];
     bert_head head;
     int num_labels;
+    int head_bias; /* BERT_HEAD_MODERNBERT: head.dense has a bias (classifier_bias) */
     /* Floats forward writes per sequence: num_labels for a classifier, the
      * last Dense module's out_features, or hidden_size. */
     int output_dim;

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "kernels/gelu.h"
 #include "kernels/gemm.h"
 #include "model/bert_impl.h"
 
@@ -286,6 +287,16 @@ static void pool_task(void *arg, size_t b, int worker) {
     const float *xs = c->x + (size_t)start * C; /* (len, C) the sequence's tokens */
     float *o = c->out + b * (size_t)D;          /* (D) */
     float *v0 = c->vec + (size_t)worker * 2 * m->scratch_dim, *v1 = v0 + m->scratch_dim;
+    if (cfg->head == BERT_HEAD_MODERNBERT) {
+        /* p pooled as classifier_pooling says, then W2 · norm(gelu(W1 p)). */
+        pool_seq(cfg, xs, len, v0);
+        linear_vec(m->head_w1, m->head_b1, v0, C, C, v1, 0);
+        bert_gelu(v1, 1, (size_t)C, (size_t)C);
+        enc_norm_row(ENC_NORM_LAYER, v1, v1, m->head_ln_w, m->head_ln_b ? m->head_ln_b : m->zeros,
+                     C, cfg->layer_norm_eps);
+        linear_vec(m->head_w2, m->head_b2, v1, C, cfg->num_labels, o, 0);
+        return;
+    }
     if (cfg->head != BERT_HEAD_NONE) {
         linear_vec(m->head_w1, m->head_b1, xs, C, C, v0, 1);
         linear_vec(m->head_w2, m->head_b2, v0, C, cfg->num_labels, o, 0);

@@ -81,8 +81,9 @@ struct bert_model {
      * the mapping: they run once per sequence, not per token. */
     float *extra;
     size_t extra_floats;
-    const float *head_w1, *head_b1; /* (C, C), (C): pooler / classifier.dense */
-    const float *head_w2, *head_b2; /* (N, C), (N): classifier / classifier.out_proj */
+    const float *head_w1, *head_b1;     /* (C, C), (C): pooler / classifier.dense */
+    const float *head_w2, *head_b2;     /* (N, C), (N): classifier / classifier.out_proj */
+    const float *head_ln_w, *head_ln_b; /* (C): ModernBERT's head.norm (bias NULL without) */
     struct {
         const float *w, *b; /* (out, in), (out) or NULL without bias */
     } dense[BERT_MAX_DENSE];

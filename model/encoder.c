@@ -94,6 +94,7 @@ static void bert_fill_info(const bert_config *c, encoder_info *i) {
     i->mlp = enc_mlp_name(c->mlp);
     i->attention = c->causal ? "causal" : "bidirectional";
     i->num_kv_heads = c->num_kv_heads;
+    i->types_unused = !c->token_type_table;
     i->window = 0;
     for (int l = 0; c->window > 0 && l < c->num_layers; l++)
         i->window = c->sliding[l] ? c->window : i->window;

@@ -10,14 +10,15 @@
  * model_type "bert", "roberta", "xlm-roberta", "mpnet", "modernbert",
  * "qwen3" and "gemma3_text", each composed from the blocks of
  * model/blocks.h and model/position.h (encoder_info.family names which:
- * "bert", "modernbert", "qwen3", "gemma3"; all but BERT's as embedders
- * only), as
+ * "bert", "modernbert", "qwen3", "gemma3"; MPNet, Qwen3 and Gemma3 as
+ * embedders only), as
  *   - an embedder: a sentence-transformers directory (modules.json:
  *     Transformer, Pooling, Dense modules, Normalize), out: the pooled
  *     vector;
  *   - a classifier: a plain HF directory whose config.json "architectures"
- *     is BertForSequenceClassification, RobertaForSequenceClassification or
- *     XLMRobertaForSequenceClassification (a sentence-transformers
+ *     is BertForSequenceClassification, RobertaForSequenceClassification,
+ *     XLMRobertaForSequenceClassification or
+ *     ModernBertForSequenceClassification (a sentence-transformers
  *     CrossEncoder is one), out: the raw logits.
  * Every call returns a BERT_* code of model/bert_config.h with a message. */
 #ifndef MODEL_ENCODER_H
@@ -80,6 +81,11 @@ typedef struct encoder_info {
     const char *attention;
     int32_t num_kv_heads;
     int32_t window;
+    /* true: the model has no token type table and takes no type ids
+     * (MPNet, ModernBERT, Qwen3, Gemma3), so the type ids a pair template
+     * gives the second text are dropped, as transformers' forward never
+     * receives them; false: they must be within type_vocab_size. */
+    bool types_unused;
 } encoder_info;
 
 /* ---- the directory's description, without weights ------------------------------ */

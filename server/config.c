@@ -85,7 +85,8 @@ typedef struct setting {
 static const char *backend_values[ATTN_MAX_BACKENDS + 2];
 static const char *const log_level_values[] = {"debug", "info", "warn", "error", NULL};
 static const char *const log_format_values[] = {"text", "json", NULL};
-static const char *const precision_values[] = {"fp32", "bf16", "int8", "auto", NULL};
+static const char *const precision_values[] = {"fp32", "bf16", "int8", "fp16",
+                                               "tf32", "auto", NULL};
 static const char *const gpu_attention_values[] = {"auto", "flash", "flash2", "cudnn", NULL};
 
 static void backend_values_fill(void) {
@@ -172,8 +173,8 @@ static const setting settings[] = {
      * 1e-12, which is what users compare against; bf16 and int8 trade that
      * for speed only when asked (auto included). */
     ENUM(precision, "fp32", precision_values, RESTART,
-         "Precision of the encoder's GEMMs (fp32, bf16, int8); auto picks the fastest the engine "
-         "runs on this CPU and that passes its start-up check."),
+         "Precision of the encoder's GEMMs (fp32, bf16, int8; fp16 and tf32 on a GPU engine only); "
+         "auto picks the fastest the engine runs on this CPU and that passes its start-up check."),
     /* Handed to the engine (engine_options.gpu_attention); restart only,
      * since the kernel's plan and workspace are built at start. */
     ENUM(gpu_attention, "auto", gpu_attention_values, RESTART,
@@ -657,9 +658,10 @@ static int model_option(config_model *all, size_t idx, const char *key, size_t k
                 memcpy(m->precision, *p, strlen(*p) + 1); /* "auto" or shorter */
                 return 0;
             }
-        return fail(err, err_len,
-                    "model \"%s\": precision \"%s\" is not one of fp32, bf16, int8, auto", m->name,
-                    v);
+        return fail(
+            err, err_len,
+            "model \"%s\": precision \"%s\" is not one of fp32, bf16, int8, fp16, tf32, auto",
+            m->name, v);
     }
 #undef KEY
     return fail(err, err_len,

@@ -5,7 +5,8 @@
  * cuda_plan.c, which the unit tests check on every machine.
  *
  * Load: the weights are converted on the host to the precision's type
- * (bf16, or fp32 for the fp32 option; LayerNorm vectors stay fp32) and
+ * (bf16 or fp16, or fp32 for the fp32 and tf32 options; LayerNorm vectors
+ * stay fp32) and
  * uploaded once into one device allocation; the workspace for the bounds is
  * one more device allocation and one pinned host buffer; nothing is
  * allocated after init.
@@ -16,15 +17,19 @@
  * fp32 a warp-per-query kernel), the output GEMM with bias and residual in
  * the epilogue (beta = 1 on the residual stream) then LayerNorm, the FFN-in
  * GEMM with bias then exact GELU, the FFN-out GEMM with bias and residual
- * then LayerNorm; pooling (and normalising); the pooled vectors come back in
- * one copy. cuBLASLt's GELU epilogue is the tanh approximation, not the erf
- * form BERT uses, hence GELU as a kernel of its own. Stage times come from
- * CUDA events; NVTX ranges name the stages for nsys.
+ * then LayerNorm; pooling (any of sentence-transformers' modes), then either
+ * a classifier head (two fp32 GEMMs on the first token, tanh between) or the
+ * Dense modules (fp32 GEMMs, tanh where the module says), then Normalize;
+ * the output vectors (engine_output_dim floats each) come back in one copy.
+ * cuBLASLt's GELU epilogue is the tanh approximation, not the erf form BERT
+ * uses, hence GELU as a kernel of its own. Stage times come from CUDA
+ * events; NVTX ranges name the stages for nsys.
  *
- * What runs is the encoder and mean or first-token pooling: init refuses,
- * from encoder_describe's description and before touching the device, a
- * classifier, Dense modules and other pooling modes (cuda_refuse_model),
- * so out always holds hidden_size floats per sequence, engine_output_dim. */
+ * What follows the encoder is model/bert.c's, in the same order and, like
+ * there, in fp32 whatever the precision: pooling, then a classifier's head
+ * (raw logits, never normalised) or the Dense modules, then Normalize. init
+ * refuses, from encoder_describe's description and before touching the
+ * device, what the kernels do not compute (cuda_refuse_model). */
 #include "engines/engine.h"
 
 #include "cuda_cudnn.h"
@@ -61,8 +66,14 @@ typedef struct cuda_ctx {
     cudaStream_t stream;
     cublasLtHandle_t lt;
     cublasLtMatmulDesc_t mm[2]; /* [0]: bias epilogue, beta 0; [1]: the same, used with beta 1 */
+    /* The fp32 GEMMs after pooling (head, Dense): [0] with the bias
+     * epilogue, [1] without (a Dense module without bias). */
+    cublasLtMatmulDesc_t mv[2];
     cudaEvent_t *ev;
     int nev;
+    /* Tokens of the last forward that succeeded (0: none): its hidden
+     * states stay in the workspace's x until the next forward. */
+    int32_t last_T;
     encoder_stage_ns stages;
     const char *lt_status; /* cuBLASLt's status name of the last failed call */
                            /* Shadow verification (fp32 only, see cuda_set_attn_tap): layer
@@ -100,16 +111,6 @@ static int cuda_score(char *why, size_t why_len) {
     struct cudaDeviceProp prop;
     const char *name = cudaGetDeviceProperties(&prop, 0) == cudaSuccess ? prop.name : NULL;
     return cuda_score_from(0, NULL, n, major, minor, name, why, why_len);
-}
-
-static const char *cuda_precision_unsupported(gemm_precision p) {
-    switch (p) {
-    case GEMM_FP32:
-    case GEMM_BF16:
-        return NULL;
-    default:
-        return "the cuda engine runs fp32 and bf16 (int8 is a CPU precision)";
-    }
 }
 
 /* ---- weights ----------------------------------------------------------------- */
@@ -185,6 +186,63 @@ static int put_layer(upload *u, const cuda_layer_offsets *o, int l, const bert_c
     return rc;
 }
 
+/* The classifier head's tensors (model.safetensors, by HF's names: the
+ * pooler under the encoder's prefix, the classifier at the top level) or
+ * each Dense module's (its own model.safetensors, "linear.weight" and
+ * "linear.bias"), all fp32, as model/bert.c's bind_extras reads them. */
+static int put_extras(upload *u, const cuda_weight_layout *wl, const bert_config *m,
+                      const char *dir) {
+    const int64_t C = m->hidden_size, N = m->num_labels;
+    const cuda_head_offsets *h = &wl->head;
+    if (m->head != BERT_HEAD_NONE) {
+        const int pooler = m->head == BERT_HEAD_POOLER;
+        /* The pooler is the encoder's (under its prefix); the classifier,
+         * classifier.dense with it, is the head's own, at the top level. */
+        const char *prefix = u->prefix;
+        u->prefix = pooler ? prefix : "";
+        int rc = put(u, h->w1, CUDA_DT_F32,
+                     pooler ? "pooler.dense.weight" : "classifier.dense.weight", C, C);
+        rc = rc ? rc
+                : put(u, h->b1, CUDA_DT_F32, pooler ? "pooler.dense.bias" : "classifier.dense.bias",
+                      C, 0);
+        u->prefix = "";
+        rc = rc ? rc
+                : put(u, h->w2, CUDA_DT_F32,
+                      pooler ? "classifier.weight" : "classifier.out_proj.weight", N, C);
+        rc = rc ? rc
+                : put(u, h->b2, CUDA_DT_F32,
+                      pooler ? "classifier.bias" : "classifier.out_proj.bias", N, 0);
+        u->prefix = prefix;
+        return rc;
+    }
+    for (int i = 0; i < m->ndense; i++) {
+        const bert_dense *d = &m->dense[i];
+        char path[4096];
+        if ((size_t)snprintf(path, sizeof path, "%s/%s/model.safetensors", dir, d->path) >=
+            sizeof path) {
+            snprintf(u->err, u->err_len, "%s/%s: path too long", dir, d->path);
+            return -1;
+        }
+        st_file *f = NULL;
+        if (st_open(path, &f, u->err, u->err_len) < 0)
+            return -1;
+        upload du = {.f = f,
+                     .prefix = "",
+                     .host = u->host,
+                     .path = path,
+                     .err = u->err,
+                     .err_len = u->err_len};
+        int rc =
+            put(&du, h->dense_w[i], CUDA_DT_F32, "linear.weight", d->out_features, d->in_features);
+        if (!rc && d->bias)
+            rc = put(&du, h->dense_b[i], CUDA_DT_F32, "linear.bias", d->out_features, 0);
+        st_close(f);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
 /* Builds the weights' image on the host and uploads it. */
 static int load_weights(cuda_ctx *c, const char *dir, char *err, size_t err_len) {
     char path[4096];
@@ -227,6 +285,7 @@ static int load_weights(cuda_ctx *c, const char *dir, char *err, size_t err_len)
     rc = rc ? rc : put(&u, c->wl.emb_ln_b, CUDA_DT_F32, "embeddings.LayerNorm.bias", C, 0);
     for (int l = 0; !rc && l < m->num_layers; l++)
         rc = put_layer(&u, &c->wl.layers[l], l, m, t);
+    rc = rc ? rc : put_extras(&u, &c->wl, m, dir);
     st_close(f);
     if (rc) {
         free(u.host);
@@ -252,9 +311,12 @@ static void cuda_free_ctx(void *ctx) {
         if (c->ev[i])
             cudaEventDestroy(c->ev[i]);
     free(c->ev);
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 2; i++) {
         if (c->mm[i])
             cublasLtMatmulDescDestroy(c->mm[i]);
+        if (c->mv[i])
+            cublasLtMatmulDescDestroy(c->mv[i]);
+    }
     if (c->lt)
         cublasLtDestroy(c->lt);
     if (c->stream)
@@ -280,6 +342,18 @@ static void cuda_free_ctx(void *ctx) {
     } while (0)
 
 static int choose_attention(cuda_ctx *c, cuda_attn_choice choice, char *err, size_t err_len);
+
+/* A GEMM descriptor y = x · Wᵀ (+ bias with CUBLASLT_EPILOGUE_BIAS),
+ * accumulated and scaled in fp32 (compute CUBLAS_COMPUTE_32F, or the
+ * tf32 option's CUBLAS_COMPUTE_32F_FAST_TF32). Nonzero when cuBLASLt
+ * refuses it. */
+static int make_desc(cublasLtMatmulDesc_t *d, cublasComputeType_t compute, cublasLtEpilogue_t epi) {
+    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    return cublasLtMatmulDescCreate(d, compute, CUDA_R_32F) ||
+           cublasLtMatmulDescSetAttribute(*d, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta) ||
+           cublasLtMatmulDescSetAttribute(*d, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb) ||
+           cublasLtMatmulDescSetAttribute(*d, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
+}
 
 static int cuda_init(const engine_options *opt, void **out, char *err, size_t err_len) {
     *out = NULL;
@@ -330,7 +404,7 @@ static int cuda_init(const engine_options *opt, void **out, char *err, size_t er
         free(c);
         return ENGINE_EUNSUPPORTED;
     }
-    c->dt = opt->precision == GEMM_BF16 ? CUDA_DT_BF16 : CUDA_DT_F32;
+    c->dt = cuda_precision_dtype(opt->precision);
     if (cuda_weight_layout_make(m, c->dt, &c->wl, err, err_len) < 0 ||
         cuda_workspace_plan_make(m, c->dt, opt->max_tokens, opt->max_seqs, &c->plan, err, err_len) <
             0) {
@@ -382,18 +456,17 @@ static int cuda_init(const engine_options *opt, void **out, char *err, size_t er
         cuda_free_ctx(c);
         return ENGINE_EUNSUPPORTED;
     }
-    for (int i = 0; i < 2; i++) {
-        const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-        const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-        if (cublasLtMatmulDescCreate(&c->mm[i], CUBLAS_COMPUTE_32F, CUDA_R_32F) ||
-            cublasLtMatmulDescSetAttribute(c->mm[i], CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta) ||
-            cublasLtMatmulDescSetAttribute(c->mm[i], CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb) ||
-            cublasLtMatmulDescSetAttribute(c->mm[i], CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
-                                           sizeof epi)) {
-            snprintf(err, err_len, "cuBLASLt refused the GEMM descriptor");
-            cuda_free_ctx(c);
-            return ENGINE_EUNSUPPORTED;
-        }
+    /* The encoder's GEMMs in tf32 where asked; the vectors' after pooling
+     * always true fp32, as the CPU engine keeps them. */
+    const cublasComputeType_t enc =
+        cuda_precision_tf32(opt->precision) ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    if (make_desc(&c->mm[0], enc, CUBLASLT_EPILOGUE_BIAS) ||
+        make_desc(&c->mm[1], enc, CUBLASLT_EPILOGUE_BIAS) ||
+        make_desc(&c->mv[0], CUBLAS_COMPUTE_32F, CUBLASLT_EPILOGUE_BIAS) ||
+        make_desc(&c->mv[1], CUBLAS_COMPUTE_32F, CUBLASLT_EPILOGUE_DEFAULT)) {
+        snprintf(err, err_len, "cuBLASLt refused the GEMM descriptor");
+        cuda_free_ctx(c);
+        return ENGINE_EUNSUPPORTED;
     }
     rc = load_weights(c, opt->model_dir, err, err_len);
     if (rc == ENGINE_OK)
@@ -445,6 +518,34 @@ static int cuda_set_attn_tap(void *ctx, int layer, engine_attn_tap_fn fn, void *
     return 0;
 }
 
+/* The last forward's hidden states, (T, C) fp32, copied back when asked
+ * (a copy per forward would cost every batch T·C elements of transfer): x
+ * is untouched from the last layer's LayerNorm to the next forward. The
+ * half-width types land in the upper half of the fp32 region and widen
+ * in place from the front: element i's write (bytes 4i..4i+3) never reaches
+ * a later element's read (2T·C + 2j, j > i). NULL before a forward or when
+ * the copy fails. */
+static const float *cuda_hidden(void *ctx) {
+    cuda_ctx *c = ctx;
+    if (c->last_T <= 0)
+        return NULL;
+    const size_t n = (size_t)c->last_T * (size_t)c->cfg.hidden_size;
+    const size_t es = cuda_dtype_size(c->dt);
+    float *dst = at(c->host, c->plan.host_hidden);
+    unsigned char *raw = (unsigned char *)dst + (es == 2 ? 2 * n : 0);
+    if (cudaMemcpyAsync(raw, c->ws + c->plan.x, n * es, cudaMemcpyDeviceToHost, c->stream) !=
+            cudaSuccess ||
+        cudaStreamSynchronize(c->stream) != cudaSuccess)
+        return NULL;
+    if (es == 2)
+        for (size_t i = 0; i < n; i++) {
+            uint16_t h;
+            memcpy(&h, raw + 2 * i, 2);
+            dst[i] = c->dt == CUDA_DT_BF16 ? cuda_bf16_to_f32(h) : cuda_f16_to_f32(h);
+        }
+    return dst;
+}
+
 static void cuda_stage_ns(void *ctx, encoder_stage_ns *out) {
     *out = ((cuda_ctx *)ctx)->stages;
 }
@@ -455,11 +556,11 @@ typedef struct gemm_shape {
     cublasLtMatmulHeuristicResult_t algo;
 } gemm_shape;
 
-/* Layouts and the heuristic's algorithm of y(T, n) = x(T, k) · W(n, k)ᵀ:
- * column-major, that is D(n×T) = Wᵀ... with A = W seen as (k×n), ld k,
- * transposed, and B = x seen as (k×T), ld k. */
-static int shape_make(cuda_ctx *c, gemm_shape *s, int n, int k, int T, int beta1) {
-    const int t = cuda_type(c->dt);
+/* Layouts and the heuristic's algorithm of y(T, n) = x(T, k) · W(n, k)ᵀ in
+ * element type t under desc: column-major, that is D(n×T) = Wᵀ... with A = W
+ * seen as (k×n), ld k, transposed, and B = x seen as (k×T), ld k. */
+static int shape_make_for(cuda_ctx *c, gemm_shape *s, cublasLtMatmulDesc_t desc, int t, int n,
+                          int k, int T) {
     memset(s, 0, sizeof *s);
     if (cublasLtMatrixLayoutCreate(&s->a, t, (uint64_t)k, (uint64_t)n, k) ||
         cublasLtMatrixLayoutCreate(&s->b, t, (uint64_t)k, (uint64_t)T, k) ||
@@ -472,14 +573,20 @@ static int shape_make(cuda_ctx *c, gemm_shape *s, int n, int k, int T, int beta1
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb,
                                          sizeof wsb);
     int found = 0;
-    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(c->lt, c->mm[beta1], s->a, s->b, s->d,
-                                                             s->d, pref, 1, &s->algo, &found);
+    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(c->lt, desc, s->a, s->b, s->d, s->d,
+                                                             pref, 1, &s->algo, &found);
     cublasLtMatmulPreferenceDestroy(pref);
     if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
         c->lt_status = st != CUBLAS_STATUS_SUCCESS ? cublasLtGetStatusName(st) : "no algorithm";
         return -1;
     }
     return 0;
+}
+
+/* An encoder GEMM's shape, in the activations' type (beta1: with the
+ * residual). */
+static int shape_make(cuda_ctx *c, gemm_shape *s, int n, int k, int T, int beta1) {
+    return shape_make_for(c, s, c->mm[beta1], cuda_type(c->dt), n, k, T);
 }
 
 static void shape_free(gemm_shape *s) {
@@ -508,6 +615,35 @@ static int gemm(cuda_ctx *c, const gemm_shape *s, size_t w_off, size_t b_off, co
         return -1;
     }
     return 0;
+}
+
+/* d (B, n) = act(x (B, k) · W(n, k)ᵀ + b) in fp32 on the weights at w_off
+ * (and b_off; SIZE_MAX: no bias), act tanh when tanh_act: model/bert.c's
+ * linear_vec for a batch of vectors. */
+static int vec_linear(cuda_ctx *c, size_t w_off, size_t b_off, int n, int k, int32_t B,
+                      const float *x, float *d, int tanh_act) {
+    const int bias = b_off != SIZE_MAX;
+    cublasLtMatmulDesc_t desc = c->mv[bias ? 0 : 1];
+    gemm_shape s;
+    int rc = shape_make_for(c, &s, desc, CUDA_R_32F, n, k, B);
+    const void *bp = c->w + (bias ? b_off : 0);
+    if (!rc && bias &&
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp))
+        rc = -1;
+    if (!rc) {
+        const float alpha = 1.0f, beta = 0.0f;
+        const cublasStatus_t st =
+            cublasLtMatmul(c->lt, desc, &alpha, c->w + w_off, s.a, x, s.b, &beta, d, s.d, d, s.d,
+                           &s.algo.algo, c->ws + c->plan.lt_ws, c->plan.lt_ws_bytes, c->stream);
+        if (st != CUBLAS_STATUS_SUCCESS) {
+            c->lt_status = cublasLtGetStatusName(st);
+            rc = -1;
+        }
+    }
+    shape_free(&s);
+    if (!rc && tanh_act && cuda_tanh_f32(d, (int64_t)B * n, c->stream) != 0)
+        rc = -1;
+    return rc;
 }
 
 /* Copies the tapped layer's attention back as fp32 and hands it over. */
@@ -569,6 +705,7 @@ static int cuda_forward(void *ctx, const engine_batch *bt, const attn_backend *a
     const bert_config *m = &c->cfg;
     const cuda_workspace_plan *pl = &c->plan;
     const int32_t B = bt->batch;
+    c->last_T = 0;
     if (cuda_check_batch(bt->cu_seqlens, B, m->max_positions, pl->max_tokens, pl->max_seqs, err,
                          err_len) < 0)
         return ENGINE_EINPUT;
@@ -672,18 +809,40 @@ static int cuda_forward(void *ctx, const engine_batch *bt, const attn_backend *a
         POP();
     }
     PUSH("cuda.pooling");
-    float *pooled = at(c->ws, pl->pooled);
-    FWD(cuda_pool(dt, x, d_cu, B, C, m->pooling == BERT_POOL_CLS, m->normalize && !bt->raw, pooled,
-                  c->stream),
+    /* Pooling, then a classifier's head or the Dense modules, then
+     * Normalize: model/bert.c's pool_task for the whole batch, in fp32, the
+     * vectors going back and forth between pooled and pooled2. */
+    float *v = at(c->ws, pl->pooled), *v2 = at(c->ws, pl->pooled2);
+    const bool projected = m->head != BERT_HEAD_NONE || m->ndense > 0;
+    const bool norm = m->head == BERT_HEAD_NONE && m->normalize && !bt->raw;
+    FWD(cuda_pool(dt, x, d_cu, B, C, cuda_pool_mode(m), norm && !projected, v, c->stream),
         "pooling");
+    const cuda_head_offsets *ho = &c->wl.head;
+    if (m->head != BERT_HEAD_NONE) {
+        FWD(vec_linear(c, ho->w1, ho->b1, C, C, B, v, v2, 1), "the classifier head");
+        FWD(vec_linear(c, ho->w2, ho->b2, m->num_labels, C, B, v2, v, 0), "the classifier head");
+    }
+    for (int i = 0; m->head == BERT_HEAD_NONE && i < m->ndense; i++) {
+        const bert_dense *dm = &m->dense[i];
+        FWD(vec_linear(c, ho->dense_w[i], ho->dense_b[i], dm->out_features, dm->in_features, B, v,
+                       v2, dm->act == BERT_ACT_TANH),
+            "a Dense module");
+        float *swap = v;
+        v = v2;
+        v2 = swap;
+    }
+    const int Dout = m->output_dim;
+    if (norm && projected)
+        FWD(cuda_l2_normalize(v, B, Dout, c->stream), "Normalize");
     POP();
     cudaEventRecord(c->ev[++e], c->stream);
     float *h_out = at(c->host, pl->host_in_bytes);
-    FWD(cudaMemcpyAsync(h_out, pooled, (size_t)B * C * sizeof(float), cudaMemcpyDeviceToHost,
+    FWD(cudaMemcpyAsync(h_out, v, (size_t)B * Dout * sizeof(float), cudaMemcpyDeviceToHost,
                         c->stream),
         "copying the vectors back");
     FWD(cudaStreamSynchronize(c->stream), "the forward");
-    memcpy(bt->out, h_out, (size_t)B * C * sizeof(float));
+    memcpy(bt->out, h_out, (size_t)B * Dout * sizeof(float));
+    c->last_T = T;
 
     /* Stage times from the events (device time, summed over layers). */
     encoder_stage_ns s = {0};
@@ -890,7 +1049,7 @@ static int choose_attention(cuda_ctx *c, cuda_attn_choice choice, char *err, siz
     const size_t dl = sizeof c->attn_detail;
     if (c->dt == CUDA_DT_F32) {
         c->attn_name = "fp32";
-        snprintf(d, dl, "fp32 precision runs the fp32 kernel%s",
+        snprintf(d, dl, "fp32 and tf32 run the fp32 kernel%s",
                  choice == CUDA_ATTN_CUDNN || choice == CUDA_ATTN_FLASH2
                      ? " (cudnn and flash2 take fp16/bf16)"
                      : "");
@@ -1008,6 +1167,7 @@ static const engine_iface engine_cuda = {
     .forward = cuda_forward,
     .memory = cuda_memory,
     .set_attn_tap = cuda_set_attn_tap,
+    .hidden = cuda_hidden,
     .stage_ns = cuda_stage_ns,
     .attn_kernel = cuda_attn_kernel,
 };

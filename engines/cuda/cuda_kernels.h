@@ -61,10 +61,29 @@ int cuda_attention_ref(int dtype, const cuda_attn_args *a, int32_t T, void *stre
 int cuda_flash_smem_bytes(int head_dim);
 int cuda_flash_prepare(void);
 
-/* pooled[b] = mean (or first token, cls != 0) of x over sequence b, then
- * divided by its L2 norm unless raw: fp32 (B, C). */
-int cuda_pool(int dtype, const void *x, const int32_t *cu_seqlens, int32_t B, int32_t C, int cls,
+/* sentence-transformers' pooling modes, as model/bert.c's pool_seq computes
+ * them (a classifier reads its first token: CUDA_POOL_CLS). */
+enum {
+    CUDA_POOL_MEAN,      /* the mean over the tokens */
+    CUDA_POOL_CLS,       /* the first token */
+    CUDA_POOL_MAX,       /* elementwise max over the tokens (fmaxf, from the first) */
+    CUDA_POOL_MEAN_SQRT, /* the sum over the tokens / sqrt(tokens) */
+    CUDA_POOL_LAST       /* the last token */
+};
+
+/* pooled[b] = the pooling (CUDA_POOL_*) of x over sequence b, then divided
+ * by its L2 norm when normalize: fp32 (B, C). */
+int cuda_pool(int dtype, const void *x, const int32_t *cu_seqlens, int32_t B, int32_t C, int mode,
               int normalize, float *pooled, void *stream);
+
+/* In place, fp32 (B, n): each row divided by max(its L2 norm, 1e-12), as
+ * model/bert.c's bert_l2_normalize (the Normalize module after Dense
+ * modules). */
+int cuda_l2_normalize(float *v, int32_t B, int32_t n, void *stream);
+
+/* In place, fp32: v = tanh(v) (a Dense module's or a classifier head's
+ * activation, after cuBLASLt's GEMM with its bias). */
+int cuda_tanh_f32(float *v, int64_t n, void *stream);
 
 #ifdef __cplusplus
 }

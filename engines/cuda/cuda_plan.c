@@ -27,6 +27,26 @@ const char *cuda_dtype_name(cuda_dtype t) {
     return "?";
 }
 
+const char *cuda_precision_unsupported(gemm_precision p) {
+    switch (p) {
+    case GEMM_FP32:
+    case GEMM_TF32:
+    case GEMM_BF16:
+    case GEMM_FP16:
+        return NULL;
+    default:
+        return "the cuda engine runs fp32, tf32, bf16 and fp16 (int8 is a CPU precision)";
+    }
+}
+
+cuda_dtype cuda_precision_dtype(gemm_precision p) {
+    return p == GEMM_BF16 ? CUDA_DT_BF16 : p == GEMM_FP16 ? CUDA_DT_F16 : CUDA_DT_F32;
+}
+
+int cuda_precision_tf32(gemm_precision p) {
+    return p == GEMM_TF32;
+}
+
 /* Reserves n elements of size bytes at the next aligned offset of *at.
  * Returns the offset, or SIZE_MAX once anything has overflowed (sticky). */
 static size_t take(size_t *at, size_t n, size_t size) {
@@ -46,7 +66,8 @@ int cuda_weight_layout_make(const bert_config *c, cuda_dtype dtype, cuda_weight_
     memset(out, 0, sizeof *out);
     if (c->num_layers <= 0 || c->hidden_size <= 0 || c->intermediate_size <= 0 ||
         c->vocab_size <= 0 || c->max_positions <= 0 || c->position_offset < 0 ||
-        c->type_vocab_size <= 0) {
+        c->type_vocab_size <= 0 || (c->head != BERT_HEAD_NONE && c->num_labels <= 0) ||
+        c->ndense < 0 || c->ndense > BERT_MAX_DENSE) {
         snprintf(err, err_len, "model shape outside what the engine lays out");
         return -1;
     }
@@ -79,6 +100,24 @@ int cuda_weight_layout_make(const bert_config *c, cuda_dtype dtype, cuda_weight_
         o->ffn_out_b = take(&at, C, e);
         o->ln2_w = take(&at, C, f);
         o->ln2_b = take(&at, C, f);
+    }
+    cuda_head_offsets *h = &out->head;
+    h->w1 = h->b1 = h->w2 = h->b2 = SIZE_MAX;
+    for (int i = 0; i < BERT_MAX_DENSE; i++)
+        h->dense_w[i] = h->dense_b[i] = SIZE_MAX;
+    if (c->head != BERT_HEAD_NONE) {
+        const size_t N = (size_t)c->num_labels;
+        h->w1 = take(&at, C * C, f);
+        h->b1 = take(&at, C, f);
+        h->w2 = take(&at, N * C, f);
+        h->b2 = take(&at, N, f);
+    } else {
+        for (int i = 0; i < c->ndense && i < BERT_MAX_DENSE; i++) {
+            const bert_dense *d = &c->dense[i];
+            h->dense_w[i] = take(&at, (size_t)d->out_features * (size_t)d->in_features, f);
+            if (d->bias)
+                h->dense_b[i] = take(&at, (size_t)d->out_features, f);
+        }
     }
     const size_t end = take(&at, 0, 1);
     if (end == SIZE_MAX) {
@@ -134,7 +173,15 @@ int cuda_workspace_plan_make(const bert_config *c, cuda_dtype act, int32_t max_t
     out->att = take(&at, T * C, e);
     out->tmp = take(&at, T * C, e);
     out->ffn = take(&at, T * F, e);
-    out->pooled = take(&at, B * C, sizeof(float));
+    /* The widest vector after the encoder, as model/bert.c's scratch_dim. */
+    int32_t vec = c->hidden_size;
+    if (c->head != BERT_HEAD_NONE && c->num_labels > vec)
+        vec = c->num_labels;
+    for (int i = 0; i < c->ndense && i < BERT_MAX_DENSE; i++)
+        vec = c->dense[i].out_features > vec ? c->dense[i].out_features : vec;
+    out->vec_dim = vec;
+    out->pooled = take(&at, B * (size_t)vec, sizeof(float));
+    out->pooled2 = take(&at, B * (size_t)vec, sizeof(float));
     /* cuBLASLt picks faster algorithms when it may use scratch; 32 MiB is
      * what NVIDIA recommends for Hopper (4 MiB suffices before it). */
     out->lt_ws_bytes = (size_t)32 << 20;
@@ -144,7 +191,15 @@ int cuda_workspace_plan_make(const bert_config *c, cuda_dtype act, int32_t max_t
         snprintf(err, err_len, "the workspace's size overflows");
         return -1;
     }
-    out->host_bytes = out->host_in_bytes + B * C * sizeof(float);
+    const size_t D = c->output_dim > 0 ? (size_t)c->output_dim : C;
+    size_t host = out->host_in_bytes;
+    take(&host, B * D, sizeof(float));
+    out->host_hidden = take(&host, T * C, sizeof(float));
+    out->host_bytes = take(&host, 0, 1);
+    if (out->host_bytes == SIZE_MAX) {
+        snprintf(err, err_len, "the workspace's size overflows");
+        return -1;
+    }
     return 0;
 }
 
@@ -256,35 +311,38 @@ int cuda_refuse_model(const encoder_info *i, char *why, size_t why_len) {
                  i->model_type ? i->model_type : "(unknown)", i->position_bias);
         return -1;
     }
-    if (i->task != ENCODER_TASK_EMBED) {
-        snprintf(why, why_len,
-                 "%s is a classifier (%d labels): the cuda engine computes embeddings only, "
-                 "not a classification head",
-                 i->architecture && i->architecture[0] ? i->architecture : "the model",
-                 (int)i->num_labels);
-        return -1;
-    }
-    if (i->dense_modules > 0) {
-        snprintf(why, why_len,
-                 "the model has %d Dense module(s) after pooling: the cuda engine does not run "
-                 "Dense modules",
-                 (int)i->dense_modules);
-        return -1;
-    }
+    static const char *const pools[] = {"mean", "cls", "max", "mean_sqrt_len_tokens", "lasttoken"};
     const char *p = i->pooling ? i->pooling : "(none)";
-    if (strcmp(p, "mean") != 0 && strcmp(p, "cls") != 0) {
-        snprintf(why, why_len, "pooling \"%s\": the cuda engine pools by \"mean\" or \"cls\" only",
-                 p);
-        return -1;
-    }
-    if (i->output_dim != i->hidden_size) {
+    size_t k = 0;
+    while (k < sizeof pools / sizeof pools[0] && strcmp(p, pools[k]) != 0)
+        k++;
+    if (k == sizeof pools / sizeof pools[0]) {
         snprintf(why, why_len,
-                 "output of %d floats per sequence: the cuda engine writes the hidden size (%d)",
-                 (int)i->output_dim, (int)i->hidden_size);
+                 "pooling \"%s\": the cuda engine pools by mean, cls, max, "
+                 "mean_sqrt_len_tokens or lasttoken",
+                 p);
         return -1;
     }
     why[0] = '\0';
     return 0;
+}
+
+int cuda_pool_mode(const bert_config *c) {
+    if (c->head != BERT_HEAD_NONE)
+        return CUDA_POOL_CLS;
+    switch (c->pooling) {
+    case BERT_POOL_CLS:
+        return CUDA_POOL_CLS;
+    case BERT_POOL_MAX:
+        return CUDA_POOL_MAX;
+    case BERT_POOL_MEAN_SQRT_LEN:
+        return CUDA_POOL_MEAN_SQRT;
+    case BERT_POOL_LASTTOKEN:
+        return CUDA_POOL_LAST;
+    case BERT_POOL_MEAN:
+        break;
+    }
+    return CUDA_POOL_MEAN;
 }
 
 int cuda_head_dim_supported(int d) {

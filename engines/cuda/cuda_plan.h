@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "engines/cuda/cuda_kernels.h"
+#include "kernels/gemm.h"
 #include "model/bert_config.h"
 #include "model/encoder.h"
 
@@ -36,6 +37,19 @@ typedef enum cuda_dtype { CUDA_DT_F32, CUDA_DT_F16, CUDA_DT_BF16 } cuda_dtype;
 size_t cuda_dtype_size(cuda_dtype t);
 const char *cuda_dtype_name(cuda_dtype t);
 
+/* The `precision` setting on the engine: NULL for the ones it runs (fp32,
+ * tf32, bf16, fp16), otherwise why not. */
+const char *cuda_precision_unsupported(gemm_precision p);
+/* The weights' and activations' type of a precision the engine runs: bf16
+ * and fp16 store in half width (the same kernels, templated on the type);
+ * fp32 and tf32 in fp32. */
+cuda_dtype cuda_precision_dtype(gemm_precision p);
+/* Whether the encoder's GEMMs compute with CUBLAS_COMPUTE_32F_FAST_TF32
+ * (inputs rounded to TF32 on tensor cores, fp32 accumulation): tf32 only.
+ * Attention (the fp32 kernel), LayerNorm and the fp32 GEMMs after pooling
+ * stay true fp32 in every precision. */
+int cuda_precision_tf32(gemm_precision p);
+
 /* ---- weights: one device allocation, offsets in bytes ------------------------ */
 typedef struct cuda_layer_offsets {
     size_t qkv_w, qkv_b;         /* (3C, C) rows Q then K then V, (3C) */
@@ -46,6 +60,16 @@ typedef struct cuda_layer_offsets {
     size_t ln2_w, ln2_b;         /* fp32 (C) */
 } cuda_layer_offsets;
 
+/* What follows pooling, always fp32 as model/bert.c keeps it (it runs once
+ * per sequence, not per token): a classifier head's two linear layers, or
+ * the Dense modules in order. An offset is SIZE_MAX where there is no such
+ * tensor (no head, fewer Dense modules, a Dense module without bias). */
+typedef struct cuda_head_offsets {
+    size_t w1, b1; /* (C, C), (C): bert.pooler.dense / classifier.dense */
+    size_t w2, b2; /* (N, C), (N): classifier / classifier.out_proj */
+    size_t dense_w[BERT_MAX_DENSE], dense_b[BERT_MAX_DENSE]; /* (out, in), (out) */
+} cuda_head_offsets;
+
 typedef struct cuda_weight_layout {
     cuda_dtype dtype;
     size_t wte;                 /* (V, C) */
@@ -54,7 +78,8 @@ typedef struct cuda_weight_layout {
     size_t emb_ln_w, emb_ln_b;  /* fp32 (C) */
     cuda_layer_offsets *layers; /* [L], owned */
     int nlayers;
-    size_t bytes; /* the whole allocation */
+    cuda_head_offsets head; /* after the layers */
+    size_t bytes;           /* the whole allocation */
 } cuda_weight_layout;
 
 /* Lays the model out in dtype. Returns 0, or -1 when out of host memory or
@@ -74,20 +99,27 @@ typedef struct cuda_workspace_plan {
      * sequences: lengths int32 (B_max), ragged offsets int64 (B_max + 1)
      * into the QKV rows and into the output rows. */
     size_t sdpa_seq, sdpa_off_qkv, sdpa_off_o;
-    size_t x;      /* act (T_max, C): residual stream */
-    size_t qkv;    /* act (T_max, 3C) */
-    size_t att;    /* act (T_max, C): attention output */
-    size_t tmp;    /* act (T_max, C): GEMM output before LayerNorm */
-    size_t ffn;    /* act (T_max, F) */
-    size_t pooled; /* fp32 (B_max, C) */
-    size_t lt_ws;  /* cuBLASLt's scratch */
+    size_t x;   /* act (T_max, C): residual stream */
+    size_t qkv; /* act (T_max, 3C) */
+    size_t att; /* act (T_max, C): attention output */
+    size_t tmp; /* act (T_max, C): GEMM output before LayerNorm */
+    size_t ffn; /* act (T_max, F) */
+    /* fp32 (B_max, vec_dim) each: the pooled vectors, then the classifier
+     * head or the Dense modules ping-pong between the two. */
+    size_t pooled, pooled2;
+    int32_t vec_dim; /* the widest vector: C, num_labels or a Dense module's out */
+    size_t lt_ws;    /* cuBLASLt's scratch */
     size_t lt_ws_bytes;
     size_t device_bytes;
     /* Pinned host staging: ids, positions, cu_seqlens, tiles and the cudnn
      * arrays go up in one copy (laid out as on the device, from ids to
-     * sdpa_off_o), pooled comes back. */
-    size_t host_in_bytes; /* ids .. sdpa_off_o end */
-    size_t host_bytes;    /* host_in_bytes + the pooled vectors */
+     * sdpa_off_o), the output vectors (B_max, output_dim) come back, and
+     * the last hidden states (T_max, C) as fp32 when asked for (the
+     * engine's hidden slot: TEI's /embed_all, a classifier's start-up
+     * check). */
+    size_t host_in_bytes; /* ids .. sdpa_off_o end; the output vectors start here */
+    size_t host_hidden;   /* fp32 (T_max, C), after the output vectors */
+    size_t host_bytes;    /* the whole pinned buffer */
 } cuda_workspace_plan;
 
 /* The workspace for batches of up to max_tokens tokens in max_seqs sequences
@@ -138,14 +170,18 @@ int cuda_score_from(int err, const char *err_string, int count, int cc_major, in
                     const char *device_name, char *why, size_t why_len);
 
 /* Whether the engine computes what info (encoder_describe's) describes:
- * the kernels end at a mean or first-token pooled vector of hidden_size
- * floats (then the Normalize module), so a classifier (its head would be
- * skipped: refused naming the architecture), any Dense module (skipped:
- * vectors of another size) and any other pooling mode (averaged instead)
- * are refused rather than answered with other vectors. Returns 0, or -1
- * with why naming what is refused. Called by init before any CUDA call, so
- * it is reached, and tested, on machines without a device. */
+ * every pooling mode model/bert.c computes (mean, cls, max,
+ * mean_sqrt_len_tokens, lasttoken), Dense modules, Normalize and both
+ * classifier heads are; a position bias in attention (MPNet's) and any
+ * other pooling name are refused rather than answered with other vectors.
+ * Returns 0, or -1 with why naming what is refused. Called by init before
+ * any CUDA call, so it is reached, and tested, on machines without a
+ * device. */
 int cuda_refuse_model(const encoder_info *info, char *why, size_t why_len);
+
+/* The pooling kernel's mode (cuda_kernels.h's CUDA_POOL_*) for a model: a
+ * classifier reads its first token whatever the Pooling module says. */
+int cuda_pool_mode(const bert_config *c);
 
 /* Head sizes the attention kernel is compiled for. */
 int cuda_head_dim_supported(int d);

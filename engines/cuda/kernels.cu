@@ -2,7 +2,8 @@
 // exact GELU, FlashAttention-2-style varlen attention on tensor cores (flash:
 // WMMA with S and O in shared memory; flash2: mma.sync with S, P and O in
 // registers), an fp32 attention (the fp32 path and the self-test's
-// reference) and pooling.
+// reference), pooling and the fp32 vector kernels after it (Normalize,
+// tanh).
 // The GEMMs are cuBLASLt's (cuda_engine.c). Launchers are declared in
 // cuda_kernels.h; the dtype codes are cuda_plan.h's cuda_dtype
 // (0 fp32, 1 fp16, 2 bf16).
@@ -93,8 +94,11 @@ __global__ void gelu_kernel(T *x, int64_t n) {
 }
 
 // ---- pooling ------------------------------------------------------------------------
+// One block per sequence. Mean and mean/sqrt(len) sum in fp32 (len is at
+// most max_positions, so the sum's relative error stays below len·2^-24);
+// max starts from the first token and takes fmaxf, as pool_seq does.
 template <typename T>
-__global__ void pool_kernel(const T *x, const int32_t *cu, int C, int cls, int normalize,
+__global__ void pool_kernel(const T *x, const int32_t *cu, int C, int mode, int normalize,
                             float *pooled) {
     __shared__ float red[32];
     const int b = blockIdx.x;
@@ -103,13 +107,17 @@ __global__ void pool_kernel(const T *x, const int32_t *cu, int C, int cls, int n
     float ss = 0.0f;
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
         float v;
-        if (cls)
+        if (mode == CUDA_POOL_CLS || mode == CUDA_POOL_LAST) {
+            v = to_f(x[(size_t)(mode == CUDA_POOL_CLS ? start : start + len - 1) * C + c]);
+        } else if (mode == CUDA_POOL_MAX) {
             v = to_f(x[(size_t)start * C + c]);
-        else {
+            for (int t = 1; t < len; t++)
+                v = fmaxf(v, to_f(x[(size_t)(start + t) * C + c]));
+        } else {
             v = 0.0f;
             for (int t = 0; t < len; t++)
                 v += to_f(x[(size_t)(start + t) * C + c]);
-            v /= (float)len;
+            v /= mode == CUDA_POOL_MEAN ? (float)len : sqrtf((float)len);
         }
         o[c] = v;
         ss += v * v;
@@ -120,6 +128,24 @@ __global__ void pool_kernel(const T *x, const int32_t *cu, int C, int cls, int n
     const float inv = 1.0f / fmaxf(sqrtf(block_sum(ss, red)), 1e-12f);
     for (int c = threadIdx.x; c < C; c += blockDim.x)
         o[c] *= inv;
+}
+
+// One block per row: v[b] /= max(||v[b]||, 1e-12).
+__global__ void l2_normalize_kernel(float *v, int n) {
+    __shared__ float red[32];
+    float *o = v + (size_t)blockIdx.x * n;
+    float ss = 0.0f;
+    for (int c = threadIdx.x; c < n; c += blockDim.x)
+        ss += o[c] * o[c];
+    const float inv = 1.0f / fmaxf(sqrtf(block_sum(ss, red)), 1e-12f);
+    for (int c = threadIdx.x; c < n; c += blockDim.x)
+        o[c] *= inv;
+}
+
+__global__ void tanh_kernel(float *v, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        v[i] = tanhf(v[i]);
 }
 
 // ---- attention ------------------------------------------------------------------------
@@ -687,9 +713,9 @@ template <typename T> int launch_gelu(void *x, int64_t n, cudaStream_t s) {
 }
 
 template <typename T>
-int launch_pool(const void *x, const int32_t *cu, int32_t B, int32_t C, int cls, int normalize,
+int launch_pool(const void *x, const int32_t *cu, int32_t B, int32_t C, int mode, int normalize,
                 float *pooled, cudaStream_t s) {
-    pool_kernel<T><<<B, 256, 0, s>>>((const T *)x, cu, C, cls, normalize, pooled);
+    pool_kernel<T><<<B, 256, 0, s>>>((const T *)x, cu, C, mode, normalize, pooled);
     return (int)cudaGetLastError();
 }
 
@@ -731,9 +757,23 @@ extern "C" int cuda_gelu(int dtype, void *x, int64_t n, void *stream) {
 }
 
 extern "C" int cuda_pool(int dtype, const void *x, const int32_t *cu_seqlens, int32_t B, int32_t C,
-                         int cls, int normalize, float *pooled, void *stream) {
+                         int mode, int normalize, float *pooled, void *stream) {
+    if (mode < CUDA_POOL_MEAN || mode > CUDA_POOL_LAST)
+        return (int)cudaErrorInvalidValue;
     DISPATCH(dtype,
-             launch_pool<DT>(x, cu_seqlens, B, C, cls, normalize, pooled, (cudaStream_t)stream))
+             launch_pool<DT>(x, cu_seqlens, B, C, mode, normalize, pooled, (cudaStream_t)stream))
+}
+
+extern "C" int cuda_l2_normalize(float *v, int32_t B, int32_t n, void *stream) {
+    l2_normalize_kernel<<<B, 256, 0, (cudaStream_t)stream>>>(v, n);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int cuda_tanh_f32(float *v, int64_t n, void *stream) {
+    const int64_t blocks = (n + 255) / 256;
+    tanh_kernel<<<(unsigned)(blocks < 65535 ? blocks : 65535), 256, 0, (cudaStream_t)stream>>>(v,
+                                                                                               n);
+    return (int)cudaGetLastError();
 }
 
 extern "C" int cuda_attention_ref(int dtype, const cuda_attn_args *a, int32_t T, void *stream) {

@@ -143,9 +143,13 @@ static int tokenize(const score_api *s, embed_job *job, int32_t i, const score_i
                       "post_processor has no \"pair\")");
     if (rc != TOK_OK)
         return job_tokens_refuse(rc, i, o.error_at, SRV_EMEMORY, r);
-    /* A pair template that types the second text 1 on a model with one
+    /* A model without a type table (ModernBERT) never sees the types its
+     * tokenizer's pair template gives (transformers' forward takes none).
+     * Otherwise a template that types the second text 1 on a model with one
      * token type (a tokenizer and model that do not belong together) would
      * index past the model's type embeddings. */
+    for (int32_t k = 0; s->types_unused && k < o.n; k++)
+        o.type_ids[k] = 0;
     for (int32_t k = 0; k < o.n; k++)
         if (o.type_ids[k] < 0 || o.type_ids[k] >= s->type_vocab_size)
             return refuse(r, SRV_EINVALID,

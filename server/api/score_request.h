@@ -25,6 +25,7 @@ typedef struct score_api {
     const char *const *labels;
     int32_t max_length;      /* tokens of a pair or text, special tokens included */
     int32_t type_vocab_size; /* token type ids the model has: [0, this) */
+    bool types_unused;       /* the model takes no type ids: a template's are dropped */
     bool multi_label;        /* config.json problem_type multi_label_classification */
     /* Several models: every model's score_api in the configured order (as
      * eapi->peers), so a request naming a model is answered by that one;

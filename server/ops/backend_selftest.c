@@ -317,6 +317,11 @@ static bool run_gemms(FILE *out, const attn_parallel *par, int nthreads) {
     bool ok = true;
     for (int p = 0; p < GEMM_NPRECISIONS; p++) {
         const gemm_precision prec = (gemm_precision)p;
+        if (gemm_precision_gpu_only(prec)) {
+            fprintf(out, "%-9s not a CPU precision: %s\n", gemm_precision_name(prec),
+                    gemm_unsupported(prec));
+            continue;
+        }
         if (gemm_error_bound(prec, 1, 1.0, 1.0) < 0) {
             fprintf(out,
                     "%-9s not checked here: no element bound (checked at start against fp32)\n",

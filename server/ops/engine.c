@@ -70,7 +70,11 @@ static void log_blas(const engine_iface *iface, gemm_precision p) {
  * tokens, so short and long sequences and every layer are covered) through
  * both, and the lowest cosine between their pooled vectors
  * must reach the precision's floor. The floors are the accuracy each
- * precision is accepted at (docs/engines.md): bf16 0.9999, int8 0.99. One
+ * precision is accepted at (docs/engines.md): bf16 0.9999, int8 0.99, and
+ * for the GPU's fp16 and tf32 0.99999: they round to 10 explicit mantissa
+ * bits (unit roundoff 2^-11) where bf16 keeps 7 (2^-8), so the relative
+ * error is 8x and 1 - cosine (its square) 64x below bf16's: 1.6e-6 for
+ * bf16's 1e-4, and the floor leaves 6x above that. One
  * that fails is refused (a named precision stops the start; `auto` moves on
  * to the next faster-to-slower precision, fp32 last, which is the
  * reference and needs no check). */
@@ -79,7 +83,10 @@ static const int32_t check_lens[CHECK_SEQS] = {8, 31, 64, 128};
 #define CHECK_TOKENS (8 + 31 + 64 + 128)
 
 static double precision_floor(gemm_precision p) {
-    return p == GEMM_BF16 ? 0.9999 : p == GEMM_INT8 ? 0.99 : 1.0;
+    return p == GEMM_BF16                     ? 0.9999
+           : p == GEMM_INT8                   ? 0.99
+           : p == GEMM_FP16 || p == GEMM_TF32 ? 0.99999
+                                              : 1.0;
 }
 
 static double cosine(const float *a, const float *b, int n) {
@@ -201,7 +208,11 @@ static int create_checked(srv_engine *e, const engine_iface *iface, gemm_precisi
  * one tried; err says why. */
 static int create_precisions(srv_engine *e, const engine_iface *iface, gemm_precision *precision,
                              const srv_engine_options *o, char *err, size_t err_len) {
-    static const gemm_precision by_speed[] = {GEMM_INT8, GEMM_BF16, GEMM_FP32};
+    /* fp16 and tf32 are tried only when named: auto falls back to the
+     * precisions below the one it picked (p < *precision), and these two
+     * sit above int8 in gemm_precision. */
+    static const gemm_precision by_speed[] = {GEMM_INT8, GEMM_BF16, GEMM_FP32, GEMM_FP16,
+                                              GEMM_TF32};
     const bool is_auto = !o->precision || strcmp(o->precision, "auto") == 0;
     int rc = ENGINE_EUNSUPPORTED;
     for (size_t i = 0; i < sizeof by_speed / sizeof by_speed[0]; i++) {

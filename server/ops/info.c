@@ -80,8 +80,9 @@ static int tei_info(const app *a, json_t *info) {
     const encoder_info *m = engine_model(srv_engine_instance(sm->engine));
     const char *prec = srv_engine_precision(sm->engine);
     const char *dtype = !strcmp(prec, "bf16")   ? "bfloat16"
+                        : !strcmp(prec, "fp16") ? "float16"
                         : !strcmp(prec, "int8") ? "int8"
-                                                : "float32";
+                                                : "float32"; /* fp32, and tf32's fp32 storage */
     /* TEI's model_type: {"embedding": {"pooling"}}, or for a classifier
      * {"classifier" | "reranker": {"id2label", "label2id"}}, a reranker being
      * a classifier with one label, as TEI decides. */

@@ -211,6 +211,7 @@ int models_start(app *a, served_model *sm, const attn_backend *backend,
     s->labels = m->labels;
     s->multi_label = m->problem_type && strcmp(m->problem_type, "multi_label_classification") == 0;
     s->type_vocab_size = m->type_vocab_size > 0 ? m->type_vocab_size : 1;
+    s->types_unused = m->types_unused;
     s->max_length = embed_max_seq_length(e);
     if (compat_api_init(&sm->compat, e, sm->path, err, sizeof err) != 0) {
         log_error("cannot read the model's prompts", LOG_KV("model", sm->name),

@@ -495,7 +495,11 @@ static bool fill_slot(verifier *v, const attn_problem *p, int32_t npick) {
                             .heads = s->heads,
                             .head_dim = s->head_dim,
                             .causal = s->causal,
-                            .rel_bias = s->rel_bias};
+                            .rel_bias = s->rel_bias,
+                            /* The reference must compute the backend's
+                             * attention: the same K/V grouping and window. */
+                            .kv_heads = s->kv_heads,
+                            .window = s->window};
     v->scale = p->scale;
     v->nrows = nrows;
     return true;

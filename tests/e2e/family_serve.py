@@ -68,3 +68,24 @@ def info_blocks(server, model_type):
     m = [x for x in models if x and x.get("model_type") == model_type][0]
     return {k: m[k] for k in ("family", "position", "norm", "mlp", "attention", "kv_heads",
                               "window")}
+
+
+def check_shadow_verification(tmp_path, model, texts, backend="naive"):
+    """Every batch's attention checked against the reference (sample rate 1):
+    the verifier must carry the problem's grouped heads and window, or it
+    would hold the backend to another attention and count mismatches."""
+    from conftest import wait_for
+    s = Server(str(tmp_path), model=model, backend=backend, fallback_backends=backend,
+               verify_sample_rate=1.0, verify_mismatch_threshold=1)
+    try:
+        for t in texts:
+            r = post(s, "/embed", {"inputs": t, "truncate": True})
+            assert r.status_code == 200, r.text
+        wait_for(lambda: s.metric("attnserve_verify_batches_total", backend=backend)
+                 + s.metric("attnserve_verify_skipped_total") >= len(texts),
+                 timeout=30, what="every batch checked or skipped")
+        m = s.metrics()
+        assert m[("attnserve_verify_batches_total", (("backend", backend),))] >= len(texts) // 2
+        assert m[("attnserve_verify_mismatches_total", (("backend", backend),))] == 0
+    finally:
+        s.check_clean_exit(s.stop())

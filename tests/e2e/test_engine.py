@@ -115,7 +115,7 @@ def test_without_plugins_the_builtin_cpu_engine_serves_fp32(start_server):
     assert i["name"] == "cpu" and i["precision"] == "fp32"
     assert i["engine_setting"] == "auto" and i["precision_setting"] == "fp32"
     assert i["plugin_dir"] == "none" and i["plugin_dirs_looked_in"] == []
-    assert i["api_version"] == 5
+    assert i["api_version"] == 6
     assert i["precision_check"] == "fp32: the reference"
     assert [(e["name"], e["origin"], e["offered"]) for e in i["engines"]] == \
         [("cpu", "built-in", True)]
@@ -176,7 +176,7 @@ def test_broken_plugins_listed_with_reasons(start_server):
     assert set(by_name) == {"cpu", "instant", "no-cpu", "no_symbol", "old_api", "picky"}
     assert sorted(n for n, e in by_name.items() if e["offered"]) == ["cpu", "instant", "picky"]
     assert "no symbol attnserve_engine_plugin" in by_name["no_symbol"]["reason"]
-    assert "engine API version 1, this binary speaks version 5" in by_name["old_api"]["reason"]
+    assert "engine API version 1, this binary speaks version 6" in by_name["old_api"]["reason"]
     assert "scores 0 on this machine" in by_name["no-cpu"]["reason"]
     assert by_name["no-cpu"]["precisions"] == []
     log = s.log_text()
@@ -210,7 +210,12 @@ def test_refused_engine_or_precision_stops_the_start(tmp_path):
         p = run_bin(tmp_path, "--precision=" + precision)
         assert p.returncode == 2, p.stdout + p.stderr
         assert "cannot run %s" % precision in p.stdout + p.stderr
-    p = run_bin(tmp_path, "--precision=fp16")
+    # The GPU's precisions are names the cpu engine refuses as such.
+    for precision in ("fp16", "tf32"):
+        p = run_bin(tmp_path, "--precision=" + precision)
+        assert p.returncode == 2, p.stdout + p.stderr
+        assert "cannot run %s: %s is a GPU precision" % (precision, precision) in p.stdout + p.stderr
+    p = run_bin(tmp_path, "--precision=fp8")
     assert p.returncode == 2 and "precision" in p.stdout + p.stderr
     p = run_bin(tmp_path, "--help")
     assert p.returncode == 0

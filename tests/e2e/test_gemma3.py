@@ -15,7 +15,8 @@ import os
 import pytest
 
 from conftest import ROOT, golden
-from family_serve import check, info_blocks, openai_vectors, post, serve, start_refused
+from family_serve import (check, check_shadow_verification, info_blocks, openai_vectors, post,
+                         serve, start_refused)
 
 MODEL_DIR = os.path.join(ROOT, "tests", "golden", "gemma3-tiny-model")
 GOLDEN = golden("gemma3_embeddings.json")
@@ -77,3 +78,8 @@ def test_a_backend_without_the_window_is_refused_at_start(tmp_path):
     rc, log = start_refused(tmp_path, MODEL_DIR, backend="fused", fallback_backends="fused")
     assert rc == 2, log
     assert "backend 'fused' does not" in log, log
+
+
+def test_shadow_verification_agrees(tmp_path):
+    check_shadow_verification(tmp_path, MODEL_DIR,
+                              [c["text"] for c in CASES if len(c["ids"]) > 17])

@@ -22,7 +22,8 @@ import os
 import pytest
 
 from conftest import ROOT, golden
-from family_serve import check, cosine, info_blocks, openai_vectors, post, serve, start_refused
+from family_serve import (check, check_shadow_verification, cosine, info_blocks, openai_vectors,
+                         post, serve, start_refused)
 
 MODEL_DIR = os.path.join(ROOT, "tests", "golden", "modernbert-tiny-model")
 
@@ -99,3 +100,35 @@ def test_a_backend_without_the_window_is_refused_at_start(tmp_path):
     rc, log = start_refused(tmp_path, MODEL_DIR, backend="fused", fallback_backends="fused")
     assert rc == 2, log
     assert "backend 'fused' does not keep a sliding window" in log, log
+
+
+RERANK_DIR = os.path.join(ROOT, "tests", "golden", "modernbert-rerank-tiny")
+RERANK = golden("modernbert_rerank_scores.json")["cases"]
+
+
+@pytest.fixture(scope="module")
+def reranker(tmp_path_factory):
+    s = serve(tmp_path_factory, RERANK_DIR, "modernbert-rerank", {"backend": "auto"}, None)
+    yield s
+    s.check_clean_exit(s.stop())
+
+
+def test_the_cross_encoder_reranks_as_sentence_transformers(reranker):
+    # ModernBertForSequenceClassification: logits within 1e-4 of float64
+    # (tests/unit/test_model_modernbert.c), scores CrossEncoder's sigmoid.
+    worst = 0.0
+    for c in RERANK:
+        r = post(reranker, "/rerank", {"query": c["text"], "texts": [c["text_pair"]],
+                                       "raw_scores": True})
+        assert r.status_code == 200, r.text
+        worst = max(worst, abs(r.json()[0]["score"] - c["logit"]))
+        r = post(reranker, "/rerank", {"query": c["text"], "texts": [c["text_pair"]]})
+        assert r.status_code == 200, r.text
+        worst = max(worst, abs(r.json()[0]["score"] - c["cross_encoder_score"]))
+    assert worst <= 1e-4, worst
+    print("modernbert rerank e2e: worst |score - reference| %.2g" % worst)
+
+
+def test_shadow_verification_agrees(tmp_path):
+    check_shadow_verification(tmp_path, MODEL_DIR,
+                              [c["text"] for c in CASES if len(c["ids"]) > 17])

@@ -16,7 +16,8 @@ import os
 import pytest
 
 from conftest import ROOT, golden
-from family_serve import check, cosine, info_blocks, openai_vectors, post, serve, start_refused
+from family_serve import (check, check_shadow_verification, cosine, info_blocks, openai_vectors,
+                         post, serve, start_refused)
 
 MODEL_DIR = os.path.join(ROOT, "tests", "golden", "qwen3-tiny-model")
 GOLDEN = golden("qwen3_embeddings.json")
@@ -80,3 +81,8 @@ def test_a_backend_without_grouped_heads_is_refused_at_start(tmp_path):
     assert rc == 2, log
     assert "backend 'fused' does not group query heads" in log, log
 
+
+
+def test_shadow_verification_agrees(tmp_path):
+    check_shadow_verification(tmp_path, MODEL_DIR,
+                              [c["text"] for c in CASES if len(c["ids"]) > 17])

@@ -272,6 +272,8 @@ def test_selftest_command_checks_every_precisions_gemms(tmp_path):
     else:
         assert "not offered on this CPU: " in other["bf16"], p.stdout
     assert "no element bound" in other["int8"], p.stdout
+    for gpu in ("fp16", "tf32"):
+        assert "not a CPU precision: %s is a GPU precision" % gpu in other[gpu], p.stdout
     assert "FAIL" not in p.stdout
 
 

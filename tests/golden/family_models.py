@@ -1,29 +1,33 @@
-"""What make_modernbert_model.py, make_qwen3_model.py and make_gemma3_model.py
-share: the texts, the random weights, the rewriting of the files
-sentence-transformers saves into the published checkpoints' layout, the
-float64 reference run and the golden's metadata.
+"""What the newer families' generators share (make_modernbert_model.py,
+make_modernbert_reranker.py, make_qwen3_model.py, make_gemma3_model.py,
+make_nomic_bert_model.py): the texts, the random weights, the rewriting of
+the files sentence-transformers saves into the published checkpoints'
+layout, the float64 reference run, the sensitivity runs and the golden's
+metadata.
 
 The texts are the multilingual paragraphs of make_family_tokenizers.py (the
 corpus its tokenizers were trained on, read through its corpus()), an empty
 text, "The" (one content token in all three family tokenizers), and joins of
-the paragraphs of 60 to 460 tokens: past every sliding window the models
+the paragraphs of 60 to 500 tokens: past every sliding window the models
 have, and within their 512 positions with a prompt in front.
 
 The reference: transformers casts to float32 inside a float64 model in a
 few places (the RoPE tables and ModernBERT's rotation, Qwen3's and Gemma3's
 RMSNorm, the eager attention's softmax). exact_float64() replaces those
-steps, on the loaded modules, by the same formulas in float64, and the
-attention runs through SDPA (its CPU math path keeps float64 throughout).
-The golden is then the model's exact value to about 1e-15, and a test may
-measure its own error against it. The goldens record how far the run as
-transformers ships it (float64 with its float32 steps) lies from it, which
-bounds what the replaced steps could change.
+steps, on the loaded modules, by the same formulas in float64, the
+attention runs through SDPA (its CPU math path keeps float64 throughout),
+and an operation that gives any other floating dtype fails the run. The
+golden is then the model's value in float64 arithmetic, and a test may
+measure its own error against it. The goldens record how far the runs as
+transformers ships them (float64 with its float32 steps, and float32) lie
+from it: under 1e-6 per component, which bounds what the replaced steps change.
 """
 import json
 import os
 import platform
 import shutil
 import sys
+import tempfile
 import types
 from contextlib import contextmanager
 
@@ -33,6 +37,8 @@ import tokenizers
 import torch
 import transformers
 from sentence_transformers import SentenceTransformer
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -59,8 +65,11 @@ def texts():
 
 def tokenizer_file(family):
     """The committed fam-<family>/tokenizer.json (make_family_tokenizers.py
-    keeps it, as two trainings need not give the same pieces)."""
-    return os.path.join(HERE, "fam-" + family, "tokenizer.json")
+    keeps it, as two trainings need not give the same pieces); nomic_bert
+    has BERT's WordPiece layout, which bert-cls-tiny's tokenizer has
+    (make_task_models.py)."""
+    return os.path.join(HERE, "bert-cls-tiny" if family == "nomic_bert" else "fam-" + family,
+                        "tokenizer.json")
 
 
 def randomise(model, seed, spread):
@@ -144,6 +153,21 @@ def finish_dir(out, family, dim, pooling, denses=0, prompts=None, max_tokens=MAX
     })
 
 
+def make_dir(build, out, family, dim, pooling, config, tokenizer_config, denses=0,
+             prompts=None):
+    """Saves build(tmp) (a SentenceTransformer built on a checkpoint in tmp)
+    to out in the published layout (finish_dir), with config.json and
+    tokenizer_config.json the given objects: saving writes transformers 5's
+    layouts over them."""
+    with tempfile.TemporaryDirectory() as tmp:
+        st = build(tmp)
+        shutil.rmtree(out, ignore_errors=True)
+        st.save(out)
+    finish_dir(out, family, dim, pooling, denses, prompts)
+    write_json(os.path.join(out, "config.json"), config)
+    write_json(os.path.join(out, "tokenizer_config.json"), tokenizer_config)
+
+
 def to_float16(model):
     """Weights as float16 on disk (the service reads F16 tensors): half the
     size of float32, and the float64 reference runs on exactly the stored
@@ -184,10 +208,23 @@ def _modernbert_rotary(q, k, cos, sin, unsqueeze_dim=1):
     return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
 
 
+class _Float64Only(TorchDispatchMode):
+    """Fails on any operation that gives a floating tensor other than
+    float64: the proof that exact_float64() left no float32 step."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in tree_leaves(out):
+            if isinstance(t, torch.Tensor) and t.is_floating_point():
+                assert t.dtype == torch.float64, "%s gave %s" % (func, t.dtype)
+        return out
+
+
 @contextmanager
 def exact_float64(st):
     """st (a SentenceTransformer) in float64 with transformers' float32
-    steps replaced by float64 ones (module docstring)."""
+    steps replaced by float64 ones (module docstring); inside it, an
+    operation that gives a float32 (or any other non-float64) tensor fails."""
     from transformers.models.modernbert import modeling_modernbert
     st.to(torch.float64)
     patched = 0
@@ -206,7 +243,8 @@ def exact_float64(st):
     saved = modeling_modernbert.apply_rotary_pos_emb
     modeling_modernbert.apply_rotary_pos_emb = _modernbert_rotary
     try:
-        yield st
+        with _Float64Only():
+            yield st
     finally:
         modeling_modernbert.apply_rotary_pos_emb = saved
 
@@ -241,8 +279,10 @@ def layer_masks(st, n):
 
 def check_masks(st, n, predicates):
     """Checks that layer i's mask is predicates[layer_types[i]](d), d the
-    tensor of i - j, and returns the layer types found."""
-    types_ = st[0].auto_model.config.layer_types
+    tensor of i - j (layer type None where the config has no layer_types),
+    and returns the layer types found."""
+    model = st[0].auto_model
+    types_ = getattr(model.config, "layer_types", None) or [None] * len(model.layers)
     pos = torch.arange(n)
     d = pos[:, None] - pos[None, :]
     for i, (m, t) in enumerate(zip(layer_masks(st, n), types_)):
@@ -324,11 +364,60 @@ def versions():
     }
 
 
-def write_golden(path, meta, sets):
-    """meta (model, made_by, ...) with the versions and sets (name -> cases)
-    as the golden JSON tests/unit/golden_embeddings.c reads."""
-    golden = dict(meta, versions=versions(), precision=(
+def reference_sets(st, family, text_list, sets):
+    """sets: golden set name -> prompt name (None: no prompt). Checks the
+    ids against the family tokenizer and runs st exactly in float64.
+    Returns (name -> cases, name -> vectors)."""
+    cases_, vectors = {}, {}
+    for name, prompt in sets.items():
+        ids = token_ids(st, text_list, prompt)
+        check_ids(family, text_list, ids, st.prompts[prompt] if prompt else "")
+        with exact_float64(st):
+            vectors[name] = embed(st, text_list, prompt)
+        cases_[name] = cases(text_list, ids, vectors[name])
+    return cases_, vectors
+
+
+def sensitivity(path, text_list, golden, changes):
+    """changes: name -> change(st). Each change is made on the directory
+    loaded afresh, so none carries over; returns name -> the lowest cosine
+    over the inputs between the changed model's vectors and golden's."""
+    out = {}
+    for name, change in changes.items():
+        st = load(path)
+        with exact_float64(st):
+            change(st)
+            out[name] = min_cosine(embed(st, text_list), golden)
+    return out
+
+
+def norm_weights_set(value):
+    """A sensitivity change: every norm weight set to value (1 for
+    LayerNorm and Qwen3's RMSNorm, 0 for Gemma's 1 + weight)."""
+    def change(st):
+        with torch.no_grad():
+            for n, p in st.named_parameters():
+                if "norm" in n.lower() and n.endswith("weight"):
+                    p.fill_(value)
+    return change
+
+
+def write_golden(path, meta, sets, out_dir):
+    """meta (masking, sensitivity, ...) with the model directory, the
+    script, the versions and sets (name -> cases) as the golden JSON
+    tests/unit/golden_embeddings.c reads; prints what was made."""
+    golden = {"model": os.path.relpath(out_dir, os.path.dirname(os.path.dirname(HERE))),
+              "made_by": os.path.relpath(os.path.abspath(sys.argv[0]),
+                                         os.path.dirname(os.path.dirname(HERE))),
+              "max_tokens": MAX_TOKENS,
+              "attention": "sdpa (exact in float64 on the CPU; the eager path's softmax is "
+                           "float32 in ModernBERT, Qwen3 and Gemma3)"}
+    golden.update(meta, versions=versions(), precision=(
         "float64; RoPE tables, RMSNorm and ModernBERT's rotation in float64 in place of "
         "transformers' float32 steps, SDPA attention (tests/golden/family_models.py)"))
     golden.update(sets)
     golden_io.dump(golden, path)
+    lengths = [len(c["ids"]) for s in sets.values() for c in s]
+    print(f"{out_dir}: {dir_size(out_dir)} bytes; {len(lengths)} cases, tokens "
+          f"{min(lengths)}..{max(lengths)}; sensitivity {meta.get('sensitivity')}; "
+          f"shipped {meta.get('shipped_run_error')}", file=sys.stderr)

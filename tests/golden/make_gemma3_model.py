@@ -31,9 +31,6 @@ Usage (the bench's venv, as `make task-models` makes it):
     PY tests/golden/make_gemma3_model.py
 """
 import os
-import shutil
-import sys
-import tempfile
 
 import torch
 from sentence_transformers import SentenceTransformer, models
@@ -183,85 +180,48 @@ def masking(st):
                          "handed in a forward"}
 
 
-def sensitivity(text_list, golden):
-    out = {}
+def window_global(st):
+    st[0].auto_model.config.sliding_window = 4 * fm.MAX_TOKENS
 
-    def changed(name, change):
-        st = fm.load(OUT)
-        with fm.exact_float64(st):
-            change(st)
-            out[name] = fm.min_cosine(fm.embed(st, text_list), golden)
 
-    def window_global(st):
-        st[0].auto_model.config.sliding_window = 4 * fm.MAX_TOKENS
+def causal(st):
+    st[0].auto_model.config.use_bidirectional_attention = False
+    for layer in st[0].auto_model.layers:
+        layer.self_attn.is_causal = True
 
-    def causal(st):
-        st[0].auto_model.config.use_bidirectional_attention = False
-        for layer in st[0].auto_model.layers:
-            layer.self_attn.is_causal = True
 
-    def thetas(st):
-        rp = st[0].auto_model.config.rope_parameters
-        rp["full_attention"]["rope_theta"], rp["sliding_attention"]["rope_theta"] = 1e4, 1e6
+def thetas_swapped(st):
+    rp = st[0].auto_model.config.rope_parameters
+    rp["full_attention"]["rope_theta"], rp["sliding_attention"]["rope_theta"] = 1e4, 1e6
 
-    def norms_identity(st):
-        with torch.no_grad():
-            for n, p in st.named_parameters():
-                if "norm" in n:
-                    p.zero_()
 
-    def no_embed_scale(st):
-        st[0].auto_model.embed_tokens.embed_scale.fill_(1.0)
-
-    changed("window_made_global", window_global)
-    changed("attention_made_causal", causal)
-    changed("rope_thetas_swapped", thetas)
-    changed("norm_weights_zero", norms_identity)
-    changed("embed_scale_left_out", no_embed_scale)
-    return out
+def no_embed_scale(st):
+    st[0].auto_model.embed_tokens.embed_scale.fill_(1.0)
 
 
 def main():
     text_list = fm.texts()
-    with tempfile.TemporaryDirectory() as tmp:
-        st = build(tmp)
-        shutil.rmtree(OUT, ignore_errors=True)
-        st.save(OUT)
-    fm.finish_dir(OUT, FAMILY, 64, "mean_tokens", denses=2, prompts=PROMPTS)
-    # Saving wrote transformers 5's layouts over these.
-    fm.write_json(os.path.join(OUT, "config.json"), config_json(tokenizer()))
-    fm.write_json(os.path.join(OUT, "tokenizer_config.json"), tokenizer_config())
-
+    fm.make_dir(build, OUT, FAMILY, 64, "mean_tokens", config_json(tokenizer()),
+                tokenizer_config(), denses=2, prompts=PROMPTS)
     st = fm.load(OUT)
     assert [type(m).__name__ for m in st] == ["Transformer", "Pooling", "Dense", "Dense",
                                               "Normalize"], list(st)
     assert st.prompts == PROMPTS, st.prompts
     check_config(st)
-    sets, vectors = {}, {}
-    for name, prompt in (("mean_normalized", None), ("query_mean_normalized", "query"),
-                         ("document_mean_normalized", "document")):
-        ids = fm.token_ids(st, text_list, prompt)
-        fm.check_ids(FAMILY, text_list, ids, PROMPTS[prompt] if prompt else "")
-        with fm.exact_float64(st):
-            vectors[name] = fm.embed(st, text_list, prompt)
-        sets[name] = fm.cases(text_list, ids, vectors[name])
+    sets, vectors = fm.reference_sets(st, FAMILY, text_list, {
+        "mean_normalized": None, "query_mean_normalized": "query",
+        "document_mean_normalized": "document"})
     plain = vectors["mean_normalized"]
-    sens = sensitivity(text_list, plain)
-    shipped = fm.shipped_error(OUT, text_list, plain)
-    lengths = [len(c["ids"]) for s in sets.values() for c in s]
+    sens = fm.sensitivity(OUT, text_list, plain, {
+        "window_made_global": window_global, "attention_made_causal": causal,
+        "rope_thetas_swapped": thetas_swapped, "norm_weights_zero": fm.norm_weights_set(0.0),
+        "embed_scale_left_out": no_embed_scale})
     fm.write_golden(GOLDEN, {
-        "model": "tests/golden/gemma3-tiny-model",
-        "made_by": "tests/golden/make_gemma3_model.py",
-        "max_tokens": fm.MAX_TOKENS,
         "prompts": {k: PROMPTS[k] for k in ("query", "document")},
-        "attention": "sdpa (exact in float64 on the CPU; eager's softmax is float32)",
         "masking": masking(st),
         "sensitivity": sens,
-        "shipped_run_error": shipped,
-    }, sets)
-    print(f"{OUT}: {fm.dir_size(OUT)} bytes; {len(text_list)} inputs, tokens "
-          f"{min(lengths)}..{max(lengths)}; sensitivity {sens}; shipped {shipped}",
-          file=sys.stderr)
+        "shipped_run_error": fm.shipped_error(OUT, text_list, plain),
+    }, sets, OUT)
 
 
 if __name__ == "__main__":

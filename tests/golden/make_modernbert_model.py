@@ -28,9 +28,6 @@ Usage (the bench's venv, as `make task-models` makes it):
     PY tests/golden/make_modernbert_model.py
 """
 import os
-import shutil
-import sys
-import tempfile
 
 import torch
 from sentence_transformers import SentenceTransformer, models
@@ -159,59 +156,34 @@ def masking(st):
 
 def main():
     text_list = fm.texts()
-    with tempfile.TemporaryDirectory() as tmp:
-        st = build(tmp)
-        shutil.rmtree(OUT, ignore_errors=True)
-        st.save(OUT)
-    fm.finish_dir(OUT, FAMILY, 64, "mean_tokens")
-    # Saving wrote transformers 5's layouts over these.
-    fm.write_json(os.path.join(OUT, "config.json"), config_json(tokenizer()))
-    fm.write_json(os.path.join(OUT, "tokenizer_config.json"), tokenizer_config())
-
+    fm.make_dir(build, OUT, FAMILY, 64, "mean_tokens", config_json(tokenizer()),
+                tokenizer_config())
     st = fm.load(OUT)
     assert [type(m).__name__ for m in st] == ["Transformer", "Pooling", "Normalize"], list(st)
     check_config(st)
-    ids = fm.token_ids(st, text_list)
-    fm.check_ids(FAMILY, text_list, ids)
+    sets, vectors = fm.reference_sets(st, FAMILY, text_list, {"mean_normalized": None})
+    mean = vectors["mean_normalized"]
     with fm.exact_float64(st):
-        mean = fm.embed(st, text_list)
         cls_st = SentenceTransformer(modules=[st[0], models.Pooling(64, "cls"),
                                               models.Normalize()], device="cpu")
-        cls = fm.embed(cls_st, text_list)
-        cfg = st[0].auto_model.config
-        sens = {}
-        cfg.local_attention = 4 * fm.MAX_TOKENS
-        sens["window_made_global"] = fm.min_cosine(fm.embed(st, text_list), mean)
-        cfg.local_attention = LOCAL_ATTENTION
-        rp = cfg.rope_parameters
-        rp["full_attention"]["rope_theta"], rp["sliding_attention"]["rope_theta"] = 10000.0, 160000.0
-        sens["rope_thetas_swapped"] = fm.min_cosine(fm.embed(st, text_list), mean)
-        rp["full_attention"]["rope_theta"], rp["sliding_attention"]["rope_theta"] = 160000.0, 10000.0
-        with torch.no_grad():
-            saved = {n: p.clone() for n, p in st.named_parameters() if "norm" in n}
-            for n, p in st.named_parameters():
-                if "norm" in n:
-                    p.fill_(1.0)
-            sens["norm_weights_one"] = fm.min_cosine(fm.embed(st, text_list), mean)
-            for n, p in st.named_parameters():
-                if "norm" in n:
-                    p.copy_(saved[n])
-        assert fm.max_abs(fm.embed(st, text_list), mean) == 0.0
-    shipped = fm.shipped_error(OUT, text_list, mean)
-    lengths = [len(i) for i in ids]
+        sets["cls_normalized"] = fm.cases(text_list, [c["ids"] for c in sets["mean_normalized"]],
+                                          fm.embed(cls_st, text_list))
+
+    def window_global(st):
+        st[0].auto_model.config.local_attention = 4 * fm.MAX_TOKENS
+
+    def thetas_swapped(st):
+        rp = st[0].auto_model.config.rope_parameters
+        rp["full_attention"]["rope_theta"], rp["sliding_attention"]["rope_theta"] = 1e4, 1.6e5
+
+    sens = fm.sensitivity(OUT, text_list, mean, {
+        "window_made_global": window_global, "rope_thetas_swapped": thetas_swapped,
+        "norm_weights_one": fm.norm_weights_set(1.0)})
     fm.write_golden(GOLDEN, {
-        "model": "tests/golden/modernbert-tiny-model",
-        "made_by": "tests/golden/make_modernbert_model.py",
-        "max_tokens": fm.MAX_TOKENS,
-        "attention": "sdpa (exact in float64 on the CPU; eager's softmax is float32)",
         "masking": masking(st),
         "sensitivity": sens,
-        "shipped_run_error": shipped,
-    }, {"mean_normalized": fm.cases(text_list, ids, mean),
-        "cls_normalized": fm.cases(text_list, ids, cls)})
-    print(f"{OUT}: {fm.dir_size(OUT)} bytes; {len(text_list)} inputs, tokens "
-          f"{min(lengths)}..{max(lengths)}; sensitivity {sens}; shipped {shipped}",
-          file=sys.stderr)
+        "shipped_run_error": fm.shipped_error(OUT, text_list, mean),
+    }, sets, OUT)
 
 
 if __name__ == "__main__":

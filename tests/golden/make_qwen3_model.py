@@ -25,9 +25,6 @@ Usage (the bench's venv, as `make task-models` makes it):
     PY tests/golden/make_qwen3_model.py
 """
 import os
-import shutil
-import sys
-import tempfile
 
 import torch
 from sentence_transformers import SentenceTransformer, models
@@ -143,35 +140,14 @@ def interleave_kv(st):
         a.o_proj.weight.data = o[:, perm].reshape(-1, HEADS * HEAD_DIM).contiguous()
 
 
-def sensitivity(text_list, golden):
-    """Each changed model is loaded afresh, so nothing carries over."""
-    out = {}
+def bidirectional(st):
+    st[0].auto_model.config.is_causal = False
+    for layer in st[0].auto_model.layers:
+        layer.self_attn.is_causal = False
 
-    def changed(name, change):
-        st = fm.load(OUT)
-        with fm.exact_float64(st):
-            change(st)
-            out[name] = fm.min_cosine(fm.embed(st, text_list), golden)
 
-    def bidirectional(st):
-        st[0].auto_model.config.is_causal = False
-        for layer in st[0].auto_model.layers:
-            layer.self_attn.is_causal = False
-
-    def theta(st):
-        st[0].auto_model.config.rope_parameters["rope_theta"] = 1e4
-
-    def norms_one(st):
-        with torch.no_grad():
-            for n, p in st.named_parameters():
-                if "norm" in n:
-                    p.fill_(1.0)
-
-    changed("attention_made_bidirectional", bidirectional)
-    changed("rope_theta_1e4", theta)
-    changed("rms_norm_weights_one", norms_one)
-    changed("kv_heads_interleaved", interleave_kv)
-    return out
+def theta_1e4(st):
+    st[0].auto_model.config.rope_parameters["rope_theta"] = 1e4
 
 
 def masking(st):
@@ -184,46 +160,28 @@ def masking(st):
 
 def main():
     text_list = fm.texts()
-    with tempfile.TemporaryDirectory() as tmp:
-        st = build(tmp)
-        shutil.rmtree(OUT, ignore_errors=True)
-        st.save(OUT)
-    fm.finish_dir(OUT, FAMILY, 64, "lasttoken", prompts=PROMPTS)
-    # Saving wrote transformers 5's layouts over these.
-    fm.write_json(os.path.join(OUT, "config.json"), config_json(tokenizer()))
-    fm.write_json(os.path.join(OUT, "tokenizer_config.json"), tokenizer_config())
-
+    fm.make_dir(build, OUT, FAMILY, 64, "lasttoken", config_json(tokenizer()),
+                tokenizer_config(), prompts=PROMPTS)
     st = fm.load(OUT)
     assert [type(m).__name__ for m in st] == ["Transformer", "Pooling", "Normalize"], list(st)
     assert st.prompts == PROMPTS, st.prompts
     check_config(st)
-    ids = fm.token_ids(st, text_list)
-    qids = fm.token_ids(st, text_list, "query")
-    fm.check_ids(FAMILY, text_list, ids)
-    fm.check_ids(FAMILY, text_list, qids, PROMPTS["query"])
+    sets, vectors = fm.reference_sets(st, FAMILY, text_list, {
+        "lasttoken_normalized": None, "query_lasttoken_normalized": "query"})
     eot = st.tokenizer.convert_tokens_to_ids("<|endoftext|>")
-    assert all(i[-1] == eot for i in ids + qids)
+    assert all(c["ids"][-1] == eot for s in sets.values() for c in s)
+    plain = vectors["lasttoken_normalized"]
     with fm.exact_float64(st):
-        plain = fm.embed(st, text_list)
-        query = fm.embed(st, text_list, "query")
         assert fm.max_abs(fm.embed(st, text_list, "document"), plain) == 0.0
-    sens = sensitivity(text_list, plain)
-    shipped = fm.shipped_error(OUT, text_list, plain)
-    lengths = [len(i) for i in ids + qids]
+    sens = fm.sensitivity(OUT, text_list, plain, {
+        "attention_made_bidirectional": bidirectional, "rope_theta_1e4": theta_1e4,
+        "rms_norm_weights_one": fm.norm_weights_set(1.0), "kv_heads_interleaved": interleave_kv})
     fm.write_golden(GOLDEN, {
-        "model": "tests/golden/qwen3-tiny-model",
-        "made_by": "tests/golden/make_qwen3_model.py",
-        "max_tokens": fm.MAX_TOKENS,
         "prompts": PROMPTS,
-        "attention": "sdpa (exact in float64 on the CPU; eager's softmax is float32)",
         "masking": masking(st),
         "sensitivity": sens,
-        "shipped_run_error": shipped,
-    }, {"lasttoken_normalized": fm.cases(text_list, ids, plain),
-        "query_lasttoken_normalized": fm.cases(text_list, qids, query)})
-    print(f"{OUT}: {fm.dir_size(OUT)} bytes; {len(text_list)} inputs, tokens "
-          f"{min(lengths)}..{max(lengths)}; sensitivity {sens}; shipped {shipped}",
-          file=sys.stderr)
+        "shipped_run_error": fm.shipped_error(OUT, text_list, plain),
+    }, sets, OUT)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,9 @@
 #           and CUDA's own (that machine has CUDA 13 in /usr/local/cuda);
 #   models/<name>-fp16/  MODEL_DIR with its F32 tensors stored as F16
 #           (scripts/model_to_fp16.py), the only copy of the model that fits;
+#   models/task/  the tiny task models reshaped to heads of 32
+#           (tests/gpu/task_models.py), which gpu-engine checks against the
+#           CPU engine (about 2 MB unpacked);
 #   BUNDLE  what was built, from which commit, and BUILD's name.
 # Checked before the archive is written: no binary carries DT_RPATH (which
 # LD_LIBRARY_PATH cannot override; the binaries' RUNPATH to Debian's
@@ -83,10 +86,12 @@ done
 
 MODEL_NAME=$(basename "$MODEL")-fp16
 python3 scripts/model_to_fp16.py "$MODEL" "$STAGE/models/$MODEL_NAME"
+python3 tests/gpu/task_models.py "$STAGE/models/task" >/dev/null
 
 {
     echo "build=$BUILD"
     echo "model=models/$MODEL_NAME"
+    echo "tasks=models/task"
     echo "commit=$(git rev-parse HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo ' (with uncommitted changes)')"
     echo "made=$(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -n)"
     echo "binaries=$BINS"

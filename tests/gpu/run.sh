@@ -24,8 +24,11 @@
 #   attention    gpu-attn: our flash, flash2 and fp32 kernels and cuDNN's
 #                within their derived bounds, then TFLOP/s (8x512 and 1x4096
 #                at d64/d128, MiniLM's 128x64 at d32)
-#   engine       gpu-engine: golden cosines fp32/bf16 against the CPU engine,
-#                embeddings/s at 128 x 64 tokens
+#   engine       gpu-engine: golden cosines fp32/bf16 against the CPU engine;
+#                the task models (tests/gpu/task_models.py: the tiny
+#                classifiers, Dense and pooling models with heads of 32)
+#                fp32/bf16 against the CPU engine; embeddings/s at 128 x 64
+#                tokens
 #   torch-embed  PyTorch's embeddings/s on that batch, eager and compiled
 #   sdpa         PyTorch SDPA's flash, cuDNN and memory-efficient TFLOP/s on
 #                gpu-attn's shapes
@@ -102,6 +105,12 @@ if [ -n "$BUNDLE" ]; then
     fi
     BUILD=$(sed -n 's/^build=//p' "$WORK/BUNDLE")
     MODEL=$(sed -n 's/^model=//p' "$WORK/BUNDLE")
+    TASKS=$(sed -n 's/^tasks=//p' "$WORK/BUNDLE")
+    # A bundle from before the task models: made here from the tree.
+    if [ -z "$TASKS" ]; then
+        TASKS=$WORK/models/task
+        timeout 60 python3 "$REPO/tests/gpu/task_models.py" "$TASKS" >/dev/null || TASKS=
+    fi
     echo "bundle: $(grep -E '^(commit|made)=' "$WORK/BUNDLE" | tr '\n' ' ')"
     # The tests' relative paths (golden files, the task models, the default
     # model's description) resolve from the unpacked root, beside BUILD.
@@ -128,6 +137,8 @@ else
     MODEL=${MODEL:-models/all-MiniLM-L6-v2}
     BUDGET_S=$((BUDGET_S + 400)) step build 400 make -j"$JOBS" cuda gpu-checks build/attnserve build/unit-tests
     [ -f "$MODEL/model.safetensors" ] || timeout 120 make model >/dev/null 2>&1
+    TASKS=build/gpu-task-models
+    timeout 60 python3 tests/gpu/task_models.py "$TASKS" >/dev/null || TASKS=
     SECONDS=0 # the checks' budget starts once they are built
 fi
 
@@ -149,7 +160,9 @@ if [ $? = 3 ] && grep -q "^attention correctness: passed" "$RESULTS/attention.lo
     record attention ok "ours passed; ${why:-cudnn NOT RUN}"
 fi
 if [ -f "$MODEL/model.safetensors" ]; then
-    step engine 150 "${OURS[@]}" "$BUILD/gpu-engine" "$BUILD/gpu-engines" "$MODEL"
+    # Without TASKS (an older bundle) gpu-engine says the task models were
+    # NOT RUN.
+    step engine 150 "${OURS[@]}" "$BUILD/gpu-engine" "$BUILD/gpu-engines" "$MODEL" ${TASKS:+"$TASKS"}
     step torch-embed 150 python3 tests/gpu/torch_embed.py "$MODEL"
 else
     not_run engine "$MODEL is absent (make model fetches it; the bundle carries an fp16 copy)"

@@ -84,13 +84,19 @@ def correctness():
                                        if worst is not None else "",
                                        "; " + why("attention") if why("attention") else "")
              if checked else why("attention")]]
-    for p in ("fp32", "bf16"):
+    for p in ("fp32", "bf16", "fp16", "tf32"):
         m = re.search(r"^golden %s: lowest cosine vs cpu fp32 (\S+), vs PyTorch (\S+)(.*?), floor "
                       r"(\S+)\s+(ok|FAILED)" % p, engine, re.M)
         rows.append(["gpu-engine golden %s" % p, status("engine"),
                      "%s: cosine vs cpu fp32 %s (floor %s), vs PyTorch %s%s" % (
                          m.group(5), m.group(1), m.group(4), m.group(2), m.group(3))
                      if m else why("engine")])
+    tasks = re.findall(r"^task (\S+) (fp32|bf16|fp16|tf32): .*\s(ok|FAILED)$", engine, re.M)
+    rows.append(["gpu-engine task models", status("engine"),
+                 "%d/%d within bounds vs cpu fp32%s" % (
+                     sum(v == "ok" for _, _, v in tasks), len(tasks),
+                     "".join("; %s %s FAILED" % (m, p) for m, p, v in tasks if v != "ok"))
+                 if tasks else find(r"^(task models: NOT RUN.*)$", engine, 1, why("engine"))])
     rows.append(["service engine=cuda", status("service"),
                  "; ".join(filter(None, [
                      find(r"^(status .*)$", read("service.log"), 1, ""),
@@ -117,11 +123,14 @@ def throughput():
     cuda32, cuda16, cpu = (m.group(1), m.group(2), m.group(4)) if m else ("-", "-", "-")
     eager = find(r"torch eager bf16 sdpa: (\d+)", t)
     comp = find(r"torch compile reduce-overhead bf16 sdpa: (\d+)", t)
-    rows = [["attnserve cuda bf16 (engine)", cuda16], ["attnserve cuda fp32 (engine)", cuda32],
+    half = find(r"cuda fp16 (\d+), cuda tf32 \d+", e)
+    tf32 = find(r"cuda fp16 \d+, cuda tf32 (\d+)", e)
+    rows = [["attnserve cuda bf16 (engine)", cuda16], ["attnserve cuda fp16 (engine)", half],
+            ["attnserve cuda fp32 (engine)", cuda32], ["attnserve cuda tf32 (engine)", tf32],
             ["attnserve cpu fp32 (engine, 16 threads)", cpu],
             ["PyTorch eager bf16 sdpa", eager], ["PyTorch torch.compile reduce-overhead", comp]]
     rows[0].append(why("engine"))
-    rows[3].append(why("torch-embed"))
+    rows[5].append(why("torch-embed"))
     table("embeddings/s, MiniLM, batch 128 x 64 tokens (median; engine %s, torch %s)"
           % (status("engine"), status("torch-embed")), ["who", "embeddings/s", ""], rows)
 

@@ -7,6 +7,9 @@
  * repository root (the model directories are relative to it). Where the
  * plugin was not built they are reported skipped, never passed. */
 #include <criterion/criterion.h>
+#include <dirent.h>
+#include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -123,6 +126,114 @@ Test(cuda_plan, weight_layout_refuses_nonsense_shapes) {
     cr_assert(strstr(err, "overflow"), "%s", err);
 }
 
+/* What follows pooling is laid out fp32 after the layers, whatever the
+ * precision, as model/bert.c keeps it: a classifier's two linear layers, or
+ * each Dense module (its bias only where it has one); absent tensors are
+ * SIZE_MAX. */
+Test(cuda_plan, weight_layout_heads_and_dense_modules) {
+    bert_config c = minilm();
+    cuda_weight_layout base, w;
+    char err[256];
+    cr_assert_eq(cuda_weight_layout_make(&c, CUDA_DT_BF16, &base, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(base.head.w1, SIZE_MAX);
+    cr_assert_eq(base.head.b2, SIZE_MAX);
+    for (int i = 0; i < BERT_MAX_DENSE; i++)
+        cr_assert(base.head.dense_w[i] == SIZE_MAX && base.head.dense_b[i] == SIZE_MAX);
+    const size_t C = 384, f = 4;
+
+    c.head = BERT_HEAD_ROBERTA;
+    c.num_labels = 3;
+    cr_assert_eq(cuda_weight_layout_make(&c, CUDA_DT_BF16, &w, err, sizeof err), 0, "%s", err);
+    const region rh[] = {{0, base.bytes},
+                         {w.head.w1, C * C * f},
+                         {w.head.b1, C * f},
+                         {w.head.w2, 3 * C * f},
+                         {w.head.b2, 3 * f}};
+    check_regions(rh, sizeof rh / sizeof rh[0], w.bytes);
+    cr_assert_eq(w.head.dense_w[0], SIZE_MAX, "a classifier's Dense modules are not run");
+    cuda_weight_layout_free(&w);
+    c.num_labels = 0;
+    cr_assert_eq(cuda_weight_layout_make(&c, CUDA_DT_BF16, &w, err, sizeof err), -1);
+
+    c = minilm();
+    c.ndense = 2;
+    c.dense[0] = (bert_dense){.in_features = 384, .out_features = 256, .bias = 1};
+    c.dense[1] = (bert_dense){.in_features = 256, .out_features = 128, .bias = 0};
+    cr_assert_eq(cuda_weight_layout_make(&c, CUDA_DT_F32, &w, err, sizeof err), 0, "%s", err);
+    const region rd[] = {{0, w.layers[5].ln2_b + C * f},
+                         {w.head.dense_w[0], 256 * C * f},
+                         {w.head.dense_b[0], 256 * f},
+                         {w.head.dense_w[1], 128 * 256 * f}};
+    check_regions(rd, sizeof rd / sizeof rd[0], w.bytes);
+    cr_assert_eq(w.head.dense_b[1], SIZE_MAX);
+    cr_assert_eq(w.head.w1, SIZE_MAX);
+    cuda_weight_layout_free(&w);
+    cuda_weight_layout_free(&base);
+    c.ndense = BERT_MAX_DENSE + 1;
+    cr_assert_eq(cuda_weight_layout_make(&c, CUDA_DT_F32, &w, err, sizeof err), -1);
+}
+
+/* The vectors after pooling: two buffers as wide as the widest of the
+ * hidden size, the labels and the Dense modules' outputs; the host gets
+ * output_dim floats per sequence back. */
+Test(cuda_plan, workspace_vectors_fit_heads_and_dense_modules) {
+    bert_config c = minilm();
+    cuda_workspace_plan p;
+    char err[256];
+    const int32_t B = 64;
+    c.ndense = 2;
+    c.dense[0] = (bert_dense){.in_features = 384, .out_features = 1024, .bias = 1};
+    c.dense[1] = (bert_dense){.in_features = 1024, .out_features = 128, .bias = 1};
+    c.output_dim = 128;
+    cr_assert_eq(cuda_workspace_plan_make(&c, CUDA_DT_BF16, 4096, B, &p, err, sizeof err), 0, "%s",
+                 err);
+    cr_assert_eq(p.vec_dim, 1024);
+    const region r[] = {{p.ffn, 4096 * 1536 * 2},
+                        {p.pooled, B * 1024 * 4},
+                        {p.pooled2, B * 1024 * 4},
+                        {p.lt_ws, p.lt_ws_bytes}};
+    check_regions(r, sizeof r / sizeof r[0], p.device_bytes);
+    const region h[] = {{p.host_in_bytes, B * 128 * 4}, {p.host_hidden, (size_t)4096 * 384 * 4}};
+    check_regions(h, 2, p.host_bytes);
+    cr_assert_lt(p.host_hidden, p.host_in_bytes + B * 128 * 4 + CUDA_PLAN_ALIGN);
+
+    c = minilm();
+    c.head = BERT_HEAD_POOLER;
+    c.num_labels = c.output_dim = 1000;
+    cr_assert_eq(cuda_workspace_plan_make(&c, CUDA_DT_F32, 4096, B, &p, err, sizeof err), 0, "%s",
+                 err);
+    cr_assert_eq(p.vec_dim, 1000);
+    cr_assert_geq(p.host_hidden, p.host_in_bytes + B * 1000 * 4);
+    cr_assert_lt(p.host_hidden, p.host_in_bytes + B * 1000 * 4 + CUDA_PLAN_ALIGN);
+    c.num_labels = c.output_dim = 2;
+    cr_assert_eq(cuda_workspace_plan_make(&c, CUDA_DT_F32, 4096, B, &p, err, sizeof err), 0, "%s",
+                 err);
+    cr_assert_eq(p.vec_dim, 384);
+    cr_assert_geq(p.host_hidden, p.host_in_bytes + B * 2 * 4);
+    cr_assert_lt(p.host_hidden, p.host_in_bytes + B * 2 * 4 + CUDA_PLAN_ALIGN);
+}
+
+/* Every Pooling mode maps to its kernel mode; a classifier reads its first
+ * token whatever the Pooling module says. */
+Test(cuda_plan, pool_modes) {
+    bert_config c = minilm();
+    const struct {
+        bert_pooling p;
+        int mode;
+    } m[] = {{BERT_POOL_MEAN, CUDA_POOL_MEAN},
+             {BERT_POOL_CLS, CUDA_POOL_CLS},
+             {BERT_POOL_MAX, CUDA_POOL_MAX},
+             {BERT_POOL_MEAN_SQRT_LEN, CUDA_POOL_MEAN_SQRT},
+             {BERT_POOL_LASTTOKEN, CUDA_POOL_LAST}};
+    for (size_t i = 0; i < sizeof m / sizeof m[0]; i++) {
+        c.pooling = m[i].p;
+        c.head = BERT_HEAD_NONE;
+        cr_assert_eq(cuda_pool_mode(&c), m[i].mode, "pooling %d", (int)m[i].p);
+        c.head = BERT_HEAD_POOLER;
+        cr_assert_eq(cuda_pool_mode(&c), CUDA_POOL_CLS, "classifier, pooling %d", (int)m[i].p);
+    }
+}
+
 Test(cuda_plan, workspace_regions) {
     const bert_config c = minilm();
     cuda_workspace_plan p;
@@ -146,6 +257,7 @@ Test(cuda_plan, workspace_regions) {
         {p.tmp, T * C * e},
         {p.ffn, T * F * e},
         {p.pooled, B * C * 4},
+        {p.pooled2, B * C * 4},
         {p.lt_ws, p.lt_ws_bytes},
     };
     check_regions(r, sizeof r / sizeof r[0], p.device_bytes);
@@ -154,12 +266,36 @@ Test(cuda_plan, workspace_regions) {
     cr_assert_geq(p.host_in_bytes, p.tiles + 2 * (size_t)p.max_tiles * 4);
     cr_assert_geq(p.host_in_bytes, p.sdpa_off_o + (B + 1) * 8);
     cr_assert_leq(p.host_in_bytes, p.x);
-    cr_assert_eq(p.host_bytes, p.host_in_bytes + B * C * 4);
+    /* The output vectors, then the hidden states (fp32), each aligned. */
+    const region h[] = {
+        {0, p.host_in_bytes}, {p.host_in_bytes, B * C * 4}, {p.host_hidden, T * C * 4}};
+    check_regions(h, sizeof h / sizeof h[0], p.host_bytes);
+    cr_assert_leq(p.host_bytes, p.host_hidden + T * C * 4 + CUDA_PLAN_ALIGN);
     /* max_seqs 0 (or above max_tokens): as many sequences as tokens. */
     cr_assert_eq(cuda_workspace_plan_make(&c, CUDA_DT_F32, 100, 0, &p, err, sizeof err), 0);
     cr_assert_eq(p.max_seqs, 100);
     cr_assert_eq(cuda_workspace_plan_make(&c, CUDA_DT_F32, 0, 1, &p, err, sizeof err), -1);
     cr_assert(strstr(err, "max_tokens"), "%s", err);
+}
+
+/* The precisions the engine runs and the type each stores in: fp16 the
+ * same path as bf16 in half, tf32 fp32 storage with TF32 GEMMs. */
+Test(cuda_plan, precisions) {
+    const struct {
+        gemm_precision p;
+        cuda_dtype t;
+        int tf32;
+    } ok[] = {{GEMM_FP32, CUDA_DT_F32, 0},
+              {GEMM_TF32, CUDA_DT_F32, 1},
+              {GEMM_BF16, CUDA_DT_BF16, 0},
+              {GEMM_FP16, CUDA_DT_F16, 0}};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        cr_assert_null(cuda_precision_unsupported(ok[i].p), "%s", gemm_precision_name(ok[i].p));
+        cr_assert_eq(cuda_precision_dtype(ok[i].p), ok[i].t, "%s", gemm_precision_name(ok[i].p));
+        cr_assert_eq(cuda_precision_tf32(ok[i].p), ok[i].tf32, "%s", gemm_precision_name(ok[i].p));
+    }
+    const char *why = cuda_precision_unsupported(GEMM_INT8);
+    cr_assert(why && strstr(why, "int8 is a CPU precision"), "%s", why ? why : "(null)");
 }
 
 Test(cuda_plan, gpu_attention_names) {
@@ -353,9 +489,9 @@ Test(cuda_plan, score_names_the_cause) {
     cr_assert_str_eq(why, "");
 }
 
-/* What the kernels compute is mean or first-token pooling of hidden_size
- * floats, then Normalize: each other kind of model is refused on its own,
- * naming what is refused. */
+/* What the kernels compute: every Pooling mode model/bert.c has, Dense
+ * modules, Normalize and both classifier heads; refused are a position bias
+ * in attention and any other pooling name, naming what is refused. */
 Test(cuda_plan, models_refused_by_what_the_kernels_cannot_compute) {
     const encoder_info ok = {.architecture = "BertModel",
                              .task = ENCODER_TASK_EMBED,
@@ -365,41 +501,35 @@ Test(cuda_plan, models_refused_by_what_the_kernels_cannot_compute) {
                              .normalize = true};
     char why[512] = "x";
     cr_assert_eq(cuda_refuse_model(&ok, why, sizeof why), 0, "%s", why);
-    encoder_info i = ok;
-    i.pooling = "cls";
-    cr_assert_eq(cuda_refuse_model(&i, why, sizeof why), 0, "%s", why);
+    static const char *const kept[] = {"cls", "max", "mean_sqrt_len_tokens", "lasttoken"};
+    for (size_t k = 0; k < sizeof kept / sizeof kept[0]; k++) {
+        encoder_info i = ok;
+        i.pooling = kept[k];
+        cr_assert_eq(cuda_refuse_model(&i, why, sizeof why), 0, "%s: %s", kept[k], why);
+    }
 
-    i = ok;
+    encoder_info i = ok;
     i.architecture = "BertForSequenceClassification";
     i.task = ENCODER_TASK_CLASSIFY;
     i.num_labels = 3;
     i.output_dim = 3;
     i.pooling = "cls";
-    cr_assert_eq(cuda_refuse_model(&i, why, sizeof why), -1);
-    cr_assert(strstr(why, "BertForSequenceClassification") && strstr(why, "classifier"), "%s", why);
-    /* A classifier whose logits happen to be hidden_size wide is still one. */
-    i.num_labels = i.output_dim = 384;
-    cr_assert_eq(cuda_refuse_model(&i, why, sizeof why), -1);
+    cr_assert_eq(cuda_refuse_model(&i, why, sizeof why), 0, "%s", why);
 
     i = ok;
-    i.dense_modules = 1;
+    i.dense_modules = 2;
     i.output_dim = 256;
-    cr_assert_eq(cuda_refuse_model(&i, why, sizeof why), -1);
-    cr_assert(strstr(why, "Dense"), "%s", why);
-    i.output_dim = 384; /* a square Dense module still changes the vectors */
-    cr_assert_eq(cuda_refuse_model(&i, why, sizeof why), -1);
-    cr_assert(strstr(why, "Dense"), "%s", why);
+    cr_assert_eq(cuda_refuse_model(&i, why, sizeof why), 0, "%s", why);
 
-    static const char *const other[] = {"max", "mean_sqrt_len_tokens", "lasttoken", "weightedmean"};
+    static const char *const other[] = {"weightedmean", "mean_max", ""};
     for (size_t k = 0; k < sizeof other / sizeof other[0]; k++) {
         i = ok;
         i.pooling = other[k];
         cr_assert_eq(cuda_refuse_model(&i, why, sizeof why), -1, "%s", other[k]);
         cr_assert(strstr(why, other[k]) && strstr(why, "pooling"), "%s", why);
     }
-    /* Whatever else makes the output another size than the hidden states. */
     i = ok;
-    i.output_dim = 128;
+    i.pooling = NULL;
     cr_assert_eq(cuda_refuse_model(&i, why, sizeof why), -1);
     /* MPNet: its relative position bias is not in the engine's attention. */
     i = ok;
@@ -417,24 +547,28 @@ Test(cuda_plan, models_refused_by_what_the_kernels_cannot_compute) {
 }
 
 /* The model directories the service serves, described by encoder_describe
- * as the engine's init does: the refused ones are refused naming why, and
- * the embedders with mean or cls pooling are kept. */
+ * as the engine's init does: MPNet is refused for its position bias, the
+ * families beyond BERT's by name; the classifiers, the Dense modules and
+ * every pooling are kept. The plugin's
+ * init then refuses the tiny ones for their head size (8: the attention
+ * kernels take 32, 64 or 128), before any CUDA call. */
 typedef struct dir_case {
     const char *dir;
-    const char *names; /* in the reason; NULL: accepted */
+    const char *names; /* in cuda_refuse_model's reason; NULL: kept */
+    const char *init;  /* in the plugin's init's refusal; NULL: not refused by the model */
 } dir_case;
 
 static const dir_case model_dirs[] = {
-    {"models/all-MiniLM-L6-v2", NULL},
-    {"tests/golden/bert-cls-tiny", "BertForSequenceClassification"},
-    {"tests/golden/xlmr-cls-tiny", "XLMRobertaForSequenceClassification"},
-    {"tests/golden/st-dense-max-tiny", "Dense"},
-    {"tests/golden/st-meansqrt-tiny", "Dense"},
-    {"tests/golden/st-lasttoken-tiny", "\"lasttoken\""},
-    {"tests/golden/mpnet-tiny-model", "relative buckets"},
-    {"tests/golden/modernbert-tiny-model", "modernbert family"},
-    {"tests/golden/qwen3-tiny-model", "qwen3 family"},
-    {"tests/golden/gemma3-tiny-model", "gemma3 family"},
+    {"models/all-MiniLM-L6-v2", NULL, NULL},
+    {"tests/golden/bert-cls-tiny", NULL, "head size 8"},
+    {"tests/golden/xlmr-cls-tiny", NULL, "head size 8"},
+    {"tests/golden/st-dense-max-tiny", NULL, "head size 8"},
+    {"tests/golden/st-meansqrt-tiny", NULL, "head size 8"},
+    {"tests/golden/st-lasttoken-tiny", NULL, "head size 8"},
+    {"tests/golden/mpnet-tiny-model", "relative buckets", "relative buckets"},
+    {"tests/golden/modernbert-tiny-model", "modernbert family", "modernbert family"},
+    {"tests/golden/qwen3-tiny-model", "qwen3 family", "qwen3 family"},
+    {"tests/golden/gemma3-tiny-model", "gemma3 family", "gemma3 family"},
 };
 
 Test(cuda_plan, model_directories_refused_or_kept) {
@@ -532,14 +666,15 @@ Test(cuda_plugin, refused_without_a_device) {
     cr_log_info("cuda plugin refused as expected: %s", e->reason);
 }
 
-/* init refuses the models the kernels cannot compute before any CUDA call,
- * so the plugin's own refusal is checked here without a device: with
- * ENGINE_EUNSUPPORTED and the reason, whatever the machine. */
+/* init refuses the models the kernels cannot compute (their description,
+ * their head size) before any CUDA call, so the plugin's own refusal is
+ * checked here without a device: with ENGINE_EUNSUPPORTED and the reason,
+ * whatever the machine. */
 Test(cuda_plugin, init_refuses_models_it_cannot_compute) {
     struct stat st;
     if (stat(CUDA_PLUGIN, &st) != 0)
         cr_skip_test("%s was not built (no nvcc here; `make cuda` builds it): the plugin's "
-                     "refusal of classifiers, Dense modules and other pooling was NOT checked",
+                     "refusal of models it cannot compute was NOT checked",
                      CUDA_PLUGIN);
     char err[512] = "";
     engine_registry_init(NULL, err, sizeof err);
@@ -548,7 +683,7 @@ Test(cuda_plugin, init_refuses_models_it_cannot_compute) {
     int refused = 0, to_refuse = 0;
     for (size_t k = 0; k < sizeof model_dirs / sizeof model_dirs[0]; k++) {
         const dir_case *d = &model_dirs[k];
-        if (!d->names)
+        if (!d->init)
             continue;
         to_refuse++;
         const engine_options o = {
@@ -558,7 +693,7 @@ Test(cuda_plugin, init_refuses_models_it_cannot_compute) {
         const int rc = e->iface->init(&o, &ctx, err, sizeof err);
         cr_assert_eq(rc, ENGINE_EUNSUPPORTED, "%s: %s (%s)", d->dir, engine_strerror(rc), err);
         cr_assert_null(ctx);
-        cr_assert(strstr(err, d->names), "%s: %s", d->dir, err);
+        cr_assert(strstr(err, d->init), "%s: %s", d->dir, err);
         refused++;
     }
     cr_assert_eq(refused, to_refuse);
@@ -588,4 +723,92 @@ Test(cuda_plugin, init_refuses_an_unknown_gpu_attention) {
     cr_assert_eq(rc, ENGINE_EINVAL, "%s (%s)", engine_strerror(rc), err);
     cr_assert_null(ctx);
     cr_assert(strstr(err, "gpu_attention 'cudnn9'") && strstr(err, "cudnn"), "%s", err);
+}
+
+/* tests/gpu/task_models.py's copy, made here: dst gets a symlink to each of
+ * src's entries but config.json, written with num_attention_heads =
+ * hidden_size / 32 (heads the attention kernels take). */
+static void heads_of_32(const char *src, const char *dst) {
+    DIR *d = opendir(src);
+    cr_assert_not_null(d, "%s", src);
+    const struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.' || strcmp(e->d_name, "config.json") == 0)
+            continue;
+        char from[PATH_MAX], rel[PATH_MAX], to[PATH_MAX];
+        snprintf(rel, sizeof rel, "%s/%s", src, e->d_name);
+        cr_assert_not_null(realpath(rel, from), "%s", rel);
+        snprintf(to, sizeof to, "%s/%s", dst, e->d_name);
+        cr_assert_eq(symlink(from, to), 0, "%s", to);
+    }
+    closedir(d);
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/config.json", src);
+    json_error_t jerr;
+    json_t *cfg = json_load_file(path, 0, &jerr);
+    cr_assert_not_null(cfg, "%s: %s", path, jerr.text);
+    const json_int_t C = json_integer_value(json_object_get(cfg, "hidden_size"));
+    cr_assert(C > 0 && C % 32 == 0, "%s: hidden_size %lld", path, (long long)C);
+    json_object_set_new(cfg, "num_attention_heads", json_integer(C / 32));
+    snprintf(path, sizeof path, "%s/config.json", dst);
+    cr_assert_eq(json_dump_file(cfg, path, 0), 0, "%s", path);
+    json_decref(cfg);
+}
+
+static void remove_dir(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    const struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        char p[PATH_MAX];
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        if (e->d_name[0] != '.')
+            unlink(p);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+/* The classifier, Dense and pooling models with heads the kernels take pass
+ * every check init makes before touching the device: without one, init
+ * stops at the first CUDA call; with one (the GPU run), it loads them, the
+ * head's and the Dense modules' weights included, in every precision. */
+Test(cuda_plugin, init_takes_the_task_models_up_to_the_device) {
+    struct stat st;
+    if (stat(CUDA_PLUGIN, &st) != 0)
+        cr_skip_test("%s was not built (no nvcc here; `make cuda` builds it): the plugin's "
+                     "init on the task models was NOT checked",
+                     CUDA_PLUGIN);
+    char err[512] = "";
+    engine_registry_init(NULL, err, sizeof err);
+    const engine_entry *e = engine_registry_load(CUDA_PLUGIN);
+    cr_assert_not_null(e->iface, "the plugin did not load: %s", e->reason);
+    static const char *const models[] = {"bert-cls-tiny", "xlmr-cls-tiny", "st-dense-max-tiny",
+                                         "st-meansqrt-tiny", "st-lasttoken-tiny"};
+    static const gemm_precision ps[] = {GEMM_FP32, GEMM_TF32, GEMM_BF16, GEMM_FP16};
+    for (size_t k = 0; k < sizeof models / sizeof models[0]; k++) {
+        char src[256], dst[] = "/tmp/attnserve-cuda-task-XXXXXX";
+        snprintf(src, sizeof src, "tests/golden/%s", models[k]);
+        cr_assert_not_null(mkdtemp(dst));
+        heads_of_32(src, dst);
+        for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) {
+            const engine_options o = {
+                .model_dir = dst, .precision = ps[i], .max_tokens = 256, .max_seqs = 8};
+            void *ctx = NULL;
+            err[0] = '\0';
+            const int rc = e->iface->init(&o, &ctx, err, sizeof err);
+            if (e->offered) {
+                cr_assert_eq(rc, ENGINE_OK, "%s %s: %s (%s)", models[k], gemm_precision_name(ps[i]),
+                             engine_strerror(rc), err);
+                e->iface->free(ctx);
+                continue;
+            }
+            cr_assert_neq(rc, ENGINE_OK);
+            cr_assert_null(ctx);
+            cr_assert(strstr(err, "selecting device 0"), "%s %s: %s", models[k],
+                      gemm_precision_name(ps[i]), err);
+        }
+        remove_dir(dst);
+    }
 }

@@ -73,8 +73,17 @@ Test(engine_registry, reduced_precision_refused_with_reason) {
             cr_assert_eq(p, reduced[i]);
         }
     }
-    cr_assert_eq(engine_select("cpu", "fp16", &t, &p, err, sizeof err), ENGINE_EINVAL);
-    cr_assert(strstr(err, "fp32, bf16, int8, auto"), "%s", err);
+    /* The GPU's precisions are names the cpu engine refuses as such. */
+    static const char *const gpu_only[] = {"fp16", "tf32"};
+    for (size_t i = 0; i < 2; i++) {
+        cr_assert_eq(engine_select("cpu", gpu_only[i], &t, &p, err, sizeof err),
+                     ENGINE_EUNSUPPORTED);
+        cr_assert(strstr(err, "engine 'cpu' cannot run") && strstr(err, gpu_only[i]) &&
+                      strstr(err, "is a GPU precision") && strstr(err, "fp32, bf16 and int8"),
+                  "%s", err);
+    }
+    cr_assert_eq(engine_select("cpu", "fp8", &t, &p, err, sizeof err), ENGINE_EINVAL);
+    cr_assert(strstr(err, "fp32, bf16, int8, fp16, tf32, auto"), "%s", err);
     cr_assert_eq(engine_select("gpu", "fp32", &t, &p, err, sizeof err), ENGINE_EUNKNOWN);
     cr_assert(strstr(err, "valid: cpu, auto"), "%s", err);
 }

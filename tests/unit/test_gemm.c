@@ -565,6 +565,14 @@ Test(gemm, names_round_trip) {
     cr_assert_str_eq(gemm_precision_name(GEMM_FP32), "fp32");
     cr_assert_str_eq(gemm_precision_name(GEMM_BF16), "bf16");
     cr_assert_str_eq(gemm_precision_name(GEMM_INT8), "int8");
+    cr_assert_str_eq(gemm_precision_name(GEMM_FP16), "fp16");
+    cr_assert_str_eq(gemm_precision_name(GEMM_TF32), "tf32");
+    /* GPU precisions: never run here, refused by name. */
+    cr_assert(gemm_precision_gpu_only(GEMM_FP16) && gemm_precision_gpu_only(GEMM_TF32));
+    cr_assert(!gemm_precision_gpu_only(GEMM_FP32) && !gemm_precision_gpu_only(GEMM_BF16) &&
+              !gemm_precision_gpu_only(GEMM_INT8));
+    cr_assert(strstr(gemm_unsupported(GEMM_FP16), "fp16 is a GPU precision"));
+    cr_assert(strstr(gemm_unsupported(GEMM_TF32), "tf32 is a GPU precision"));
     cr_assert_eq(gemm_precision_parse("auto"), -1);
     cr_assert_eq(gemm_precision_parse(NULL), -1);
     cr_assert_null(gemm_unsupported(GEMM_FP32));

@@ -27,6 +27,7 @@
  * (the_local_theta_matters), and without RoPE's rotation (rope_matters,
  * all θ so large the rotation is the identity up to position 459). */
 #include <criterion/criterion.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -204,6 +205,19 @@ Test(modernbert, the_final_norm_matters, .init = make_variant, .fini = remove_va
     cr_assert_lt(hi, MIN_BF16);
 }
 
+/* gte-modernbert-base pools the first token: the same checkpoint with its
+ * Pooling module set to CLS gives the golden's cls_normalized vectors. */
+Test(modernbert, cls_pooling, .init = make_variant, .fini = remove_variant) {
+    fam_edit_json(tmpdir, "1_Pooling/config.json", "pooling_mode_mean_tokens", "false");
+    fam_edit_json(tmpdir, "1_Pooling/config.json", "pooling_mode_cls_token", "true");
+    golden_set g = load_golden("cls_normalized");
+    float *out = fam_embed_all(tmpdir, &g, "naive", GEMM_FP32, THREADS, NULL);
+    cr_assert_not_null(out);
+    fam_check_against(&g, out, "modernbert cls naive fp32", MIN_COSINE);
+    free(out);
+    golden_set_free(&g);
+}
+
 /* ---- refusals ----------------------------------------------------------------- */
 
 static void expect_config_error(int code, const char *want) {
@@ -215,9 +229,15 @@ static void expect_config_error(int code, const char *want) {
 }
 
 Test(modernbert, refusals, .init = make_variant, .fini = remove_variant) {
+    fam_edit_json(tmpdir, "config.json", "architectures", "[\"ModernBertForTokenClassification\"]");
+    expect_config_error(BERT_EUNSUPPORTED, "ModernBertForTokenClassification");
     fam_edit_json(tmpdir, "config.json", "architectures",
                   "[\"ModernBertForSequenceClassification\"]");
-    expect_config_error(BERT_EUNSUPPORTED, "ModernBertForSequenceClassification");
+    fam_edit_json(tmpdir, "config.json", "classifier_pooling", "\"max\"");
+    expect_config_error(BERT_EUNSUPPORTED, "classifier_pooling \"max\"");
+    fam_edit_json(tmpdir, "config.json", "classifier_pooling", "\"mean\"");
+    fam_edit_json(tmpdir, "config.json", "classifier_activation", "\"silu\"");
+    expect_config_error(BERT_EUNSUPPORTED, "classifier_activation \"silu\"");
     fam_edit_json(tmpdir, "config.json", "architectures", "[\"ModernBertModel\"]");
     fam_edit_json(tmpdir, "config.json", "hidden_activation", "\"silu\"");
     expect_config_error(BERT_EUNSUPPORTED, "hidden_activation \"silu\"");
@@ -257,4 +277,67 @@ Test(modernbert, tokenizer_gives_the_golden_ids) {
     }
     tok_free(t);
     golden_set_free(&g);
+}
+
+/* ---- the cross-encoder ------------------------------------------------------- */
+
+/* tests/golden/modernbert-rerank-tiny: ModernBertForSequenceClassification
+ * (the same encoder, mean classifier_pooling, head.dense without a bias,
+ * erf GELU, head.norm without a bias, one label), with the float64 logits
+ * of 7 query-document pairs (tests/golden/make_modernbert_reranker.py).
+ * |Δlogit| <= 1e-4, test_task_models.c's derivation for a head of two fp32
+ * mat-vecs on a state ~1e-5 relative from float64 with O(1) logits
+ * (measured 9.5e-7); the window made global moves a logit by 1.3 (the
+ * golden's sensitivity). The tokenizer's pair template gives the ids. */
+#define MB_RERANK        "tests/golden/modernbert-rerank-tiny"
+#define MB_RERANK_GOLDEN "tests/golden/modernbert_rerank_scores.json"
+#define MAX_LOGIT_DIFF   1e-4
+
+Test(modernbert, the_cross_encoder_gives_the_logits) {
+    json_error_t jerr;
+    json_t *root = json_load_file(MB_RERANK_GOLDEN, 0, &jerr);
+    cr_assert_not_null(root, "%s: %s", MB_RERANK_GOLDEN, jerr.text);
+    const json_t *cases = json_object_get(root, "cases");
+    encoder *e = NULL;
+    char err[512] = "";
+    cr_assert_eq(encoder_load(MB_RERANK, GEMM_FP32, &e, err, sizeof err), BERT_OK, "%s", err);
+    const encoder_info *info = encoder_get_info(e);
+    cr_assert_eq(info->task, ENCODER_TASK_CLASSIFY);
+    cr_assert_eq(info->output_dim, 1);
+    cr_assert_str_eq(info->pooling, "mean");
+    const attn_backend *be = attn_backend_find("naive");
+    encoder_workspace *ws = NULL;
+    cr_assert_eq(encoder_workspace_create(e, 512, 1, &be, 1, &ws, err, sizeof err), BERT_OK, "%s",
+                 err);
+    tok_tokenizer *t = NULL;
+    cr_assert_eq(tok_load(&t, MB_RERANK, err, sizeof err), 0, "%s", err);
+    int32_t ids[512];
+    double worst = 0.0;
+    size_t i;
+    const json_t *c;
+    json_array_foreach(cases, i, c) {
+        const char *a = json_string_value(json_object_get(c, "text"));
+        const char *b = json_string_value(json_object_get(c, "text_pair"));
+        const json_t *want_ids = json_object_get(c, "ids");
+        tok_output o = {.ids = ids, .capacity = 512};
+        cr_assert_eq(tok_encode_pair(t, a, strlen(a), b, strlen(b), TOK_TRUNCATE_NONE, &o), 0);
+        cr_assert_eq((size_t)o.n, json_array_size(want_ids), "pair %zu: %d ids", i, o.n);
+        for (int k = 0; k < o.n; k++)
+            cr_assert_eq(ids[k], json_integer_value(json_array_get(want_ids, (size_t)k)),
+                         "pair %zu id %d", i, k);
+        const int32_t cu[2] = {0, o.n};
+        float logit = 0.0f;
+        cr_assert_eq(encoder_forward(e, ws, be, &attn_parallel_serial, ids, NULL, cu, 1, &logit,
+                                     err, sizeof err),
+                     BERT_OK, "%s", err);
+        const double d = fabs(logit - json_real_value(json_object_get(c, "logit")));
+        cr_expect_leq(d, MAX_LOGIT_DIFF, "pair %zu: logit %.7g", i, logit);
+        worst = fmax(worst, d);
+    }
+    fprintf(stderr, "modernbert cross-encoder: %zu pairs, max |dlogit| %.2g\n",
+            json_array_size(cases), worst);
+    tok_free(t);
+    encoder_workspace_free(ws);
+    encoder_free(e);
+    json_decref(root);
 }
