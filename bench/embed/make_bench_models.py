@@ -173,23 +173,24 @@ def family_spread(name, p):
 
 def make_family(out, family, sizes, pooling, seed):
     """A full-size family embedder: the golden script's config.json with
-    sizes written over it, random weights in float32, the golden script's
-    sentence-transformers layout (finish_dir) with max_seq_length
-    FAMILY_MAX_SEQ."""
+    sizes written over it, random weights in float32, saved in the golden
+    models' published layout (family_models.make_dir) with
+    sentence_bert_config.json's max_seq_length FAMILY_MAX_SEQ."""
     import torch
+    import transformers
     from sentence_transformers import SentenceTransformer, models
 
     sys.path.insert(0, GOLDEN)
     import family_models as fm
     gold = __import__("make_%s_model" % family)
-    import transformers
 
     tok = gold.tokenizer()
     tok.model_max_length = FAMILY_MAX_SEQ
     cfg = dict(gold.config_json(tok), **sizes, torch_dtype="float32")
     tok_cfg = dict(gold.tokenizer_config(), model_max_length=FAMILY_MAX_SEQ)
     cls = {"modernbert": transformers.ModernBertModel, "qwen3": transformers.Qwen3Model}[family]
-    with tempfile.TemporaryDirectory() as tmp:
+
+    def build(tmp):
         fm.write_json(os.path.join(tmp, "config.json"), cfg)
         model = cls(cls.config_class.from_pretrained(tmp))
         fm.randomise(model, seed, family_spread)
@@ -197,17 +198,16 @@ def make_family(out, family, sizes, pooling, seed):
         tok.save_pretrained(tmp)
         transformer = models.Transformer(tmp, max_seq_length=FAMILY_MAX_SEQ)
         dim = transformer.get_word_embedding_dimension()
-        st = SentenceTransformer(
+        return SentenceTransformer(
             modules=[transformer, models.Pooling(dim, pooling), models.Normalize()],
             device="cpu", similarity_fn_name="cosine")
-        st.save(out)
-    prompts = getattr(gold, "PROMPTS", None)
-    fm.finish_dir(out, family, cfg["hidden_size"],
-                  {"mean": "mean_tokens", "lasttoken": "lasttoken"}[pooling], prompts=prompts,
-                  max_tokens=FAMILY_MAX_SEQ)
-    # Saving wrote transformers 5's layouts over these.
-    fm.write_json(os.path.join(out, "config.json"), cfg)
-    fm.write_json(os.path.join(out, "tokenizer_config.json"), tok_cfg)
+
+    fm.make_dir(build, out, family, cfg["hidden_size"],
+                {"mean": "mean_tokens", "lasttoken": "lasttoken"}[pooling], cfg, tok_cfg,
+                prompts=getattr(gold, "PROMPTS", None))
+    # make_dir writes the golden models' 512; the published ones say 8192.
+    fm.write_json(os.path.join(out, "sentence_bert_config.json"),
+                  {"max_seq_length": FAMILY_MAX_SEQ, "do_lower_case": False})
     st = SentenceTransformer(out, device="cpu")
     m = st[0].auto_model
     assert type(m) is cls and m.dtype == torch.float32, (type(m), m.dtype)

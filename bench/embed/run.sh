@@ -37,17 +37,18 @@
 #           MODERNBERT_LENGTHS (default "12 128") x MODERNBERT_BATCHES
 #           (default 1,8): about 0.22 GFLOP a token;
 #   modernbert-long  the same model at MODERNBERT_LONG_LENGTHS (default
-#           2048) x MODERNBERT_LONG_BATCHES (default 4), where the local
+#           2048) x MODERNBERT_LONG_BATCHES (default 1), where the local
 #           windows cover a sixteenth of each input;
 #   qwen3   a Qwen3-Embedding-0.6B-shaped embedder (28 layers, hidden 1024,
 #           8 K/V heads for 16 query heads, causal, last-token pooling) with
 #           random weights, at QWEN3_LENGTHS (default "12 128") x
 #           QWEN3_BATCHES (default 4): about 1.2 GFLOP a token, so 128 x 4
 #           is some 0.6 TFLOP a forward.
-# The family models run on FAMILY_BACKENDS (default naive): the attention
-# backend that keeps a sliding window and groups query heads over fewer K/V
-# heads (fused and bf16 refuse these models' batches, and bench_embed stops
-# at a backend that refuses).
+# The family models need an attention backend that keeps a sliding window
+# and groups query heads over fewer K/V heads (bench_embed stops at a
+# backend that refuses a model's batches). They run on FAMILY_BACKENDS when
+# it is set; else on BACKENDS when its first backend runs a one-input
+# forward of the model, else on naive (which has both), said so.
 # The random-weight models are made once by make_bench_models.py in the
 # peers' venv and cached in BENCH_MODELS_DIR (default
 # ~/.cache/attnserve/bench-embed/models); without the venv those sections
@@ -91,10 +92,10 @@ RERANK_LENGTHS=${RERANK_LENGTHS:-"64 256"}
 MODERNBERT_LENGTHS=${MODERNBERT_LENGTHS:-"12 128"}
 MODERNBERT_BATCHES=${MODERNBERT_BATCHES:-1,8}
 MODERNBERT_LONG_LENGTHS=${MODERNBERT_LONG_LENGTHS:-2048}
-MODERNBERT_LONG_BATCHES=${MODERNBERT_LONG_BATCHES:-4}
+MODERNBERT_LONG_BATCHES=${MODERNBERT_LONG_BATCHES:-1}
 QWEN3_LENGTHS=${QWEN3_LENGTHS:-"12 128"}
 QWEN3_BATCHES=${QWEN3_BATCHES:-4}
-FAMILY_BACKENDS=${FAMILY_BACKENDS:-naive}
+FAMILY_BACKENDS=${FAMILY_BACKENDS:-}
 BENCH_MODELS_DIR=${BENCH_MODELS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/attnserve/bench-embed/models}
 BACKENDS=${BACKENDS:-fused}
 PRECISIONS=${PRECISIONS:-fp32,bf16,int8}
@@ -243,8 +244,23 @@ if has rerank; then
         "$RERANK_QUERY"
 fi
 
-# The family models last: the backends that take them from here on.
-section_backends=$FAMILY_BACKENDS
+# family_backends DIR: the attention backends to run the family model DIR
+# on (the header's rule).
+family_backends() {
+    if [ -n "$FAMILY_BACKENDS" ]; then
+        echo "$FAMILY_BACKENDS"
+    elif "$BENCH" --model "$1" --threads "$THREADS" --backends "${BACKENDS%%,*}" --lengths 16 \
+        --batches 1 --reps 1 --budget 1 --no-gemm >/dev/null 2>"$OUT/probe.log"; then
+        echo "$BACKENDS"
+    else
+        echo "bench-embed: $(basename "$1"): $(tail -1 "$OUT/probe.log"); running it on naive" >&2
+        echo naive
+    fi
+}
+
+if has modernbert || has modernbert-long; then
+    section_backends=$(family_backends "$BENCH_MODELS_DIR/modernbert-base-random")
+fi
 if has modernbert; then
     bench_model \
         "ModernBERT-base shape (22 layers, hidden 768; random weights) embeddings, in process" \
@@ -258,6 +274,7 @@ if has modernbert-long; then
         "$MODERNBERT_LONG_BATCHES" "$OUT/modernbert-long" ""
 fi
 if has qwen3; then
+    section_backends=$(family_backends "$BENCH_MODELS_DIR/qwen3-0.6b-random")
     bench_model \
         "Qwen3-Embedding-0.6B shape (28 layers, hidden 1024; random weights) embeddings, in process" \
         "$BENCH_MODELS_DIR/qwen3-0.6b-random" "$QWEN3_LENGTHS" "$QWEN3_BATCHES" "$OUT/qwen3" ""
