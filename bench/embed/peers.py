@@ -220,9 +220,11 @@ def export_onnx(model_dir, path, rerank=False):
         out = "logits"
     else:
         # use_cache off: a decoder (Qwen3) would otherwise build a KV cache
-        # in the graph that nothing reads.
+        # in the graph that nothing reads. Only where the config has the key:
+        # an encoder's model (ModernBERT) takes no such argument.
+        cache = {"use_cache": False} if "use_cache" in model_config(model_dir) else {}
         enc = Encoder(AutoModel.from_pretrained(model_dir, attn_implementation="eager",
-                                                use_cache=False)).eval()
+                                                **cache)).eval()
         out = "embedding"
     ids = torch.ones(2, 8, dtype=torch.long)
     args = (ids, torch.ones_like(ids)) + ((torch.zeros_like(ids),) if types else ())
