@@ -246,9 +246,12 @@ bench-http: $(BIN)
 # Embeddings in process against sentence-transformers, ONNX Runtime and
 # OpenVINO: all-MiniLM-L6-v2, a 12-layer XLM-R-shaped embedder and a
 # cross-encoder's rerank (query x 32 documents), the last two with random
-# weights made once in the bench venv. Knobs (MODELS, XLMR_LENGTHS,
-# RERANK_DOCS, REPS, ...) are in bench/embed/run.sh's header, e.g.
-# make bench-embed MODELS="xlmr rerank" REPS=3 BUDGET=2 GEMM=0.
+# weights made once in the bench venv; on request (MODELS) ModernBERT-base-
+# and Qwen3-Embedding-0.6B-shaped embedders, also random. Knobs (MODELS,
+# XLMR_LENGTHS, RERANK_DOCS, QWEN3_BATCHES, REPS, ...) are in
+# bench/embed/run.sh's header, e.g.
+# make bench-embed MODELS="xlmr rerank" REPS=3 BUDGET=2 GEMM=0, or
+# make bench-embed MODELS="modernbert qwen3" REPS=3 BUDGET=1 GEMM=0 HTTP=0.
 bench-embed: $(BIN) model
 	bench/embed/run.sh $(BIN) $(MODEL_DIR)
 

@@ -6,7 +6,9 @@
  * each, so a text of n - 2 words is exactly n tokens with [CLS] and [SEP];
  * with a vocabulary where fewer than 32 of them are one piece (a small
  * SentencePiece model), words of up to 8 pieces are drawn and counted by
- * their pieces instead, so the texts still have exactly n tokens. Every text
+ * their pieces instead, so the texts still have exactly n tokens. A word is
+ * counted both alone (the first of a text) and after a space (the others):
+ * a byte-level BPE (ModernBERT's, Qwen3's) gives " w" pieces of its own. Every text
  * is checked with the tokenizer before anything is timed. A case
  * (backend × threads × length × batch) is one warm-up run, then the median of
  * the reps; one run tokenizes the batch on the calling thread (as a request
@@ -71,7 +73,7 @@
 #include "model/tokenizer.h"
 
 #define MAX_LIST 16
-#define TOK_CAP  512
+#define TOK_CAP  8192 /* the longest input: the family models' 8192 positions */
 
 /* ---- options ------------------------------------------------------------------------ */
 
@@ -231,36 +233,43 @@ typedef struct {
     size_t len;
 } query_text;
 
-/* The words texts are drawn from, and how many pieces each is alone. */
+/* The words texts are drawn from, and how many pieces each is alone (as
+ * a text's first word) and after a space (as any other). */
 typedef struct {
     const char *word[NWORDS];
-    int pieces[NWORDS];
+    int first[NWORDS], pieces[NWORDS];
     int n;
 } word_list;
 
-/* Pieces of w alone, special tokens left out; 0 when w does not encode. */
-static int word_pieces(const tok_tokenizer *tok, const char *w) {
+/* Pieces of w, after a space when spaced, special tokens left out; 0 when
+ * it does not encode. */
+static int word_pieces(const tok_tokenizer *tok, const char *w, int spaced) {
+    char text[32];
     int32_t ids[16];
     tok_output out = {.ids = ids, .capacity = 16};
-    if (tok_encode(tok, w, strlen(w), 0, &out) != TOK_OK)
+    const int n = snprintf(text, sizeof text, "%s%s", spaced ? " " : "", w);
+    if (n < 0 || (size_t)n >= sizeof text || tok_encode(tok, text, (size_t)n, 0, &out) != TOK_OK)
         return 0;
     return out.n - tok_num_special(tok);
 }
 
-/* The single-piece words when the vocabulary has 32 of them, so that one
- * word is one token; else (a small SentencePiece vocabulary cuts most
- * English words) every word of up to 8 pieces, counted by its pieces. */
+/* The single-piece words (alone and after a space) when the vocabulary has
+ * 32 of them, so that one word is one token; else (a small SentencePiece
+ * or BPE vocabulary cuts most English words) every word of up to 8 pieces,
+ * counted by its pieces. */
 static int choose_words(const tok_tokenizer *tok, word_list *wl) {
-    int pieces[NWORDS], single = 0;
+    int first[NWORDS], pieces[NWORDS], single = 0;
     for (size_t w = 0; w < NWORDS; w++) {
-        pieces[w] = word_pieces(tok, WORDS[w]);
-        single += pieces[w] == 1;
+        first[w] = word_pieces(tok, WORDS[w], 0);
+        pieces[w] = word_pieces(tok, WORDS[w], 1);
+        single += first[w] == 1 && pieces[w] == 1;
     }
     const int max_pieces = single >= 32 ? 1 : 8;
     wl->n = 0;
     for (size_t w = 0; w < NWORDS; w++)
-        if (pieces[w] >= 1 && pieces[w] <= max_pieces) {
+        if (first[w] >= 1 && first[w] <= max_pieces && pieces[w] >= 1 && pieces[w] <= max_pieces) {
             wl->word[wl->n] = WORDS[w];
+            wl->first[wl->n] = first[w];
             wl->pieces[wl->n++] = pieces[w];
         }
     if (single == 0 || wl->n < 32) {
@@ -289,10 +298,11 @@ static char *make_text(const word_list *wl, int nbody, int i, size_t *len) {
     size_t n = 0;
     for (int left = nbody, k = 0; left > 0; k++) {
         state = state * 1664525u + 1013904223u;
+        const int *cost = k ? wl->pieces : wl->first;
         int w = (int)((state >> 8) % (unsigned)wl->n);
-        while (wl->pieces[w] > left)
+        while (cost[w] > left)
             w = (w + 1) % wl->n;
-        left -= wl->pieces[w];
+        left -= cost[w];
         if (k)
             s[n++] = ' ';
         memcpy(s + n, wl->word[w], strlen(wl->word[w]));

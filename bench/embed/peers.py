@@ -12,9 +12,10 @@ re-runs itself there. Exit status 3 means the packages could not be installed
 
 ONNX Runtime runs the model exported once with torch.onnx (input ids,
 attention mask and, for a model with more than one token type, token types
-in: an XLM-R graph has no token_type_ids input, as Optimum exports it; mean
-pooling and L2 normalisation inside the graph, as the sentence-transformers
-modules say), cached beside the venv,
+in: an XLM-R, ModernBERT or Qwen3 graph has no token_type_ids input, as
+Optimum exports it; the pooling the sentence-transformers modules name —
+mean, CLS or last token — and their L2 normalisation inside the graph),
+cached beside the venv,
 with graph optimisations ORT_ENABLE_ALL; its int8 peer is that graph after
 `quant_pre_process` and `quantize_dynamic` (QInt8 weights, per-tensor dynamic
 activations: ONNX Runtime's default, what its documentation shows a user).
@@ -145,18 +146,45 @@ def model_config(model_dir):
 
 def uses_token_types(model_dir):
     """BERT reads a pair's segments as token types; RoBERTa and XLM-R have
-    one type, and their exported graphs (Optimum's too) take no such input."""
-    return model_config(model_dir).get("type_vocab_size", 2) > 1
+    one type, and their exported graphs (Optimum's too) take no such input.
+    A config without type_vocab_size (ModernBERT, Qwen3) has no token-type
+    table at all."""
+    return model_config(model_dir).get("type_vocab_size", 1) > 1
+
+
+# 1_Pooling/config.json's mode, in sentence-transformers 2-5's boolean keys
+# ("pooling_mode_<name>": true) or 6's one "pooling_mode" name.
+POOLING = {"mean_tokens": "mean", "mean": "mean", "cls_token": "cls", "cls": "cls",
+           "lasttoken": "lasttoken"}
+
+
+def st_pooling(model_dir):
+    """What the sentence-transformers modules after the encoder compute: the
+    pooling ("mean", "cls" or "lasttoken") and whether a Normalize follows."""
+    with open(os.path.join(model_dir, "modules.json")) as f:
+        mods = json.load(f)
+    path = next(m["path"] for m in mods if m["type"].endswith(".Pooling"))
+    with open(os.path.join(model_dir, path, "config.json")) as f:
+        cfg = json.load(f)
+    names = [cfg["pooling_mode"]] if "pooling_mode" in cfg else [
+        k[len("pooling_mode_"):] for k, v in cfg.items() if k.startswith("pooling_mode_") and v is True]
+    if len(names) != 1 or names[0] not in POOLING:
+        raise ValueError(f"{model_dir}: pooling {names}: the graph has mean, CLS and last-token")
+    return POOLING[names[0]], any(m["type"].endswith(".Normalize") for m in mods)
 
 
 def export_onnx(model_dir, path, rerank=False):
-    """Exports the encoder to path: with mean pooling and L2 normalisation
-    (what the model's sentence-transformers modules compute), or for a
-    cross-encoder its sequence-classification logits."""
+    """Exports the encoder to path: with the pooling and L2 normalisation
+    the model's sentence-transformers modules compute (st_pooling), or for a
+    cross-encoder its sequence-classification logits. Last-token pooling
+    takes each row's last unmasked token: the inputs are padded on the right
+    (padded_tokenizer), and a causal model's real tokens never see the
+    padding after them."""
     import torch
     from transformers import AutoModel, AutoModelForSequenceClassification
 
     types = uses_token_types(model_dir)
+    mode, normalize = ("mean", True) if rerank else st_pooling(model_dir)
 
     class Encoder(torch.nn.Module):
         def __init__(self, bert):
@@ -164,11 +192,18 @@ def export_onnx(model_dir, path, rerank=False):
             self.bert = bert
 
         def forward(self, input_ids, attention_mask, token_type_ids=None):
+            extra = {"token_type_ids": token_type_ids} if types else {}
             h = self.bert(input_ids=input_ids, attention_mask=attention_mask,
-                          token_type_ids=token_type_ids).last_hidden_state
-            m = attention_mask.unsqueeze(-1).to(h.dtype)
-            pooled = (h * m).sum(1) / m.sum(1).clamp(min=1e-9)
-            return torch.nn.functional.normalize(pooled, p=2, dim=1)
+                          **extra).last_hidden_state
+            if mode == "cls":
+                pooled = h[:, 0]
+            elif mode == "lasttoken":
+                last = attention_mask.sum(1) - 1
+                pooled = h[torch.arange(h.shape[0]), last]
+            else:
+                m = attention_mask.unsqueeze(-1).to(h.dtype)
+                pooled = (h * m).sum(1) / m.sum(1).clamp(min=1e-9)
+            return torch.nn.functional.normalize(pooled, p=2, dim=1) if normalize else pooled
 
     class Scorer(torch.nn.Module):
         def __init__(self, model):
@@ -184,7 +219,12 @@ def export_onnx(model_dir, path, rerank=False):
             model_dir, attn_implementation="eager")).eval()
         out = "logits"
     else:
-        enc = Encoder(AutoModel.from_pretrained(model_dir, attn_implementation="eager")).eval()
+        # use_cache off: a decoder (Qwen3) would otherwise build a KV cache
+        # in the graph that nothing reads. Only where the config has the key:
+        # an encoder's model (ModernBERT) takes no such argument.
+        cache = {"use_cache": False} if "use_cache" in model_config(model_dir) else {}
+        enc = Encoder(AutoModel.from_pretrained(model_dir, attn_implementation="eager",
+                                                **cache)).eval()
         out = "embedding"
     ids = torch.ones(2, 8, dtype=torch.long)
     args = (ids, torch.ones_like(ids)) + ((torch.zeros_like(ids),) if types else ())
@@ -246,14 +286,21 @@ def make_cross_encoder(model_dir, threads):
 
 
 def padded_tokenizer(model_dir):
-    """The model's own tokenizer.json, padding each batch to its longest input
-    with the model's padding token (what a user of these runtimes does;
-    XLM-R numbers positions past its padding id, so the id matters)."""
+    """The model's own tokenizer.json, padding each batch on the right to its
+    longest input with the model's padding token (what a user of these
+    runtimes does; XLM-R numbers positions past its padding id, so the id
+    matters): config.json's pad_token_id, else tokenizer_config.json's
+    pad_token (Qwen3's config names none)."""
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_file(os.path.join(model_dir, "tokenizer.json"))
     tok.no_truncation()
-    pad_id = model_config(model_dir).get("pad_token_id", 0)
+    pad_id = model_config(model_dir).get("pad_token_id")
+    if pad_id is None:
+        tc = os.path.join(model_dir, "tokenizer_config.json")
+        pad = json.load(open(tc)).get("pad_token") if os.path.exists(tc) else None
+        pad_id = tok.token_to_id(pad) if isinstance(pad, str) else None
+        pad_id = 0 if pad_id is None else pad_id
     tok.enable_padding(pad_id=pad_id, pad_token=tok.id_to_token(pad_id))
     return tok
 

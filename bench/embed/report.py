@@ -29,7 +29,8 @@ pairs/s per document length and documents per query; the largest and mean
 three ratios, without the embedding targets' marks (those are stated for
 embeddings).
 
-    report.py [--chart PNG] [--note TEXT] attnserve.jsonl [peers.jsonl] [accuracy.jsonl]
+    report.py [--chart PNG] [--note TEXT] [--backend fused] attnserve.jsonl [peers.jsonl]
+        [accuracy.jsonl]
 """
 import argparse
 import collections
@@ -52,10 +53,16 @@ TARGETS = [("attnserve-fp32", None, 1.1, None),
            ("attnserve-int8", "onnxruntime-int8", 1.0, 0.99)]
 
 
+# The attention backend whose rows are attnserve's engines (--backend): fused,
+# or naive for a model fused refuses (sliding windows, grouped K/V heads).
+PRIMARY = ["fused"]
+
+
 def engine_key(r):
-    """attnserve's rows are named by precision (and backend when not fused)."""
+    """attnserve's rows are named by precision (and backend when not the
+    primary one)."""
     if "precision" in r and r["backend"] not in dict(ENGINES) and r["backend"] != "attnserve":
-        b = "" if r["backend"] == "fused" else r["backend"] + "-"
+        b = "" if r["backend"] == PRIMARY[0] else r["backend"] + "-"
         return f"attnserve-{b}{r['precision']}"
     if r["backend"] == "attnserve":
         return f"attnserve-{r['precision']}"
@@ -94,6 +101,12 @@ def load(paths):
             if r.get("kind") == "round":
                 rnd = r["round"]
             elif r.get("kind") == "case":
+                # Both sides print inputs/s to one decimal; at a few
+                # inputs/s (a 2048-token input, Qwen3's 128 x 4) that
+                # rounding moves a ratio by up to a fifth, so it is taken
+                # again from the median milliseconds (three decimals).
+                if r.get("ms") and r.get("batch"):
+                    r["inputs_per_s"] = r["batch"] * 1e3 / r["ms"]
                 rounds.setdefault((engine_key(r), r["tokens_per_input"], r["batch"]), {})[rnd] = r
             elif r.get("kind") == "accuracy":
                 acc[(engine_key(r), r["tokens_per_input"])] = r
@@ -103,7 +116,9 @@ def load(paths):
 
 
 def fmt(v):
-    return "–" if v is None else (f"{v:.0f}" if v >= 100 else f"{v:.1f}")
+    if v is None:
+        return "–"
+    return f"{v:.0f}" if v >= 100 else f"{v:.1f}" if v >= 1 else f"{v:.2f}"
 
 
 def present(cases, acc):
@@ -375,8 +390,11 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--chart")
     p.add_argument("--note", default="")
+    p.add_argument("--backend", default="fused",
+                   help="the attention backend whose rows are attnserve's (default fused)")
     p.add_argument("files", nargs="+")
     a = p.parse_args()
+    PRIMARY[0] = a.backend
     cases, acc, meta = load(a.files)
     if not cases:
         print("no results", file=sys.stderr)

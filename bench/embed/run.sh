@@ -10,13 +10,14 @@
 # Prints a section of side-by-side tables per model and writes
 # bench/embed_throughput.png (MiniLM's). Last, MiniLM's inputs through the
 # server's POST /v1/embeddings under concurrent load (http.sh; HTTP=0 skips
-# it). Raw results stay in BUILD/bench-embed/ (MiniLM's) and its xlmr/ and
-# rerank/ folders.
+# it). Raw results stay in BUILD/bench-embed/ (MiniLM's) and its xlmr/,
+# rerank/, modernbert/, modernbert-long/ and qwen3/ folders.
 #
 #   bench/embed/run.sh build/attnserve models/all-MiniLM-L6-v2
 #   THREADS=2 LENGTHS="12 64" BATCHES=1,32 REPS=3 PEERS=0 bench/embed/run.sh build/attnserve
 #   REPS=3 BUDGET=2 GEMM=0 HTTP=0 make bench-embed      (the short run bench/README.md records)
 #   MODELS="xlmr rerank" XLMR_LENGTHS="12 64" XLMR_BATCHES=1,8 REPS=3 BUDGET=2 GEMM=0 make bench-embed
+#   MODELS="modernbert qwen3" REPS=3 BUDGET=1 GEMM=0 HTTP=0 make bench-embed
 #
 # MODELS (default "minilm xlmr rerank") picks the sections:
 #   minilm  MODEL_DIR (all-MiniLM-L6-v2) at LENGTHS (default "12 64 256")
@@ -30,8 +31,25 @@
 #           of RERANK_DOCS documents (default 32; a comma list times several)
 #           of RERANK_LENGTHS tokens (default "64 256"), one call per query;
 #           the table is pairs/s and the accuracy the largest |logit
-#           difference| against CrossEncoder fp32.
-# The two random-weight models are made once by make_bench_models.py in the
+#           difference| against CrossEncoder fp32;
+#   modernbert  a ModernBERT-base-shaped embedder (22 layers, hidden 768,
+#           local 128-token windows, mean pooling) with random weights, at
+#           MODERNBERT_LENGTHS (default "12 128") x MODERNBERT_BATCHES
+#           (default 1,8): about 0.22 GFLOP a token;
+#   modernbert-long  the same model at MODERNBERT_LONG_LENGTHS (default
+#           2048) x MODERNBERT_LONG_BATCHES (default 1), where the local
+#           windows cover a sixteenth of each input;
+#   qwen3   a Qwen3-Embedding-0.6B-shaped embedder (28 layers, hidden 1024,
+#           8 K/V heads for 16 query heads, causal, last-token pooling) with
+#           random weights, at QWEN3_LENGTHS (default "12 128") x
+#           QWEN3_BATCHES (default 4): about 1.2 GFLOP a token, so 128 x 4
+#           is some 0.6 TFLOP a forward.
+# The family models need an attention backend that keeps a sliding window
+# and groups query heads over fewer K/V heads (bench_embed stops at a
+# backend that refuses a model's batches). They run on FAMILY_BACKENDS when
+# it is set; else on BACKENDS when its first backend runs a one-input
+# forward of the model, else on naive (which has both), said so.
+# The random-weight models are made once by make_bench_models.py in the
 # peers' venv and cached in BENCH_MODELS_DIR (default
 # ~/.cache/attnserve/bench-embed/models); without the venv those sections
 # are skipped, said so.
@@ -71,6 +89,13 @@ XLMR_BATCHES=${XLMR_BATCHES:-1,32}
 RERANK_QUERY=${RERANK_QUERY:-12}
 RERANK_DOCS=${RERANK_DOCS:-32}
 RERANK_LENGTHS=${RERANK_LENGTHS:-"64 256"}
+MODERNBERT_LENGTHS=${MODERNBERT_LENGTHS:-"12 128"}
+MODERNBERT_BATCHES=${MODERNBERT_BATCHES:-1,8}
+MODERNBERT_LONG_LENGTHS=${MODERNBERT_LONG_LENGTHS:-2048}
+MODERNBERT_LONG_BATCHES=${MODERNBERT_LONG_BATCHES:-1}
+QWEN3_LENGTHS=${QWEN3_LENGTHS:-"12 128"}
+QWEN3_BATCHES=${QWEN3_BATCHES:-4}
+FAMILY_BACKENDS=${FAMILY_BACKENDS:-}
 BENCH_MODELS_DIR=${BENCH_MODELS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/attnserve/bench-embed/models}
 BACKENDS=${BACKENDS:-fused}
 PRECISIONS=${PRECISIONS:-fp32,bf16,int8}
@@ -96,7 +121,18 @@ has() { case " $MODELS " in *" $1 "*) return 0 ;; esac; return 1; }
 
 # The venv serves the peers and makes the random-weight models.
 VENV_PY=""
-if [ "$PEERS" = 1 ] || has xlmr || has rerank; then
+RANDOM_MODELS="xlmr rerank modernbert modernbert-long qwen3"
+for m in $MODELS; do
+    case " minilm $RANDOM_MODELS " in
+    *" $m "*) ;;
+    *) echo "bench-embed: MODELS: no section '$m' (the sections: minilm $RANDOM_MODELS)" >&2; exit 2 ;;
+    esac
+done
+has_random() {
+    for m in $RANDOM_MODELS; do has "$m" && return 0; done
+    return 1
+}
+if [ "$PEERS" = 1 ] || has_random; then
     if python3 "$HERE/peers.py" --inputs /dev/null --setup-only; then
         VENV_PY=$(python3 -c 'import sys; sys.path.insert(0, sys.argv[1]); import peers; print(peers.default_venv())' "$HERE")/bin/python
     else
@@ -111,9 +147,12 @@ echo "bench-embed: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, $THR
 
 # bench_model TITLE DIR LENGTHS BATCHES OUT_DIR CHART [PAIRS_QUERY]: one
 # model's section. With PAIRS_QUERY the model is a cross-encoder and every
-# text is a document paired with one query of that many tokens.
+# text is a document paired with one query of that many tokens. The
+# attention backends are $section_backends.
+section_backends=$BACKENDS
 bench_model() {
     title=$1 dir=$2 lengths=$3 batches=$4 out=$5 chart=$6 pairs=${7:-}
+    backends=$section_backends
     pair_opt="" rerank_opt=""
     if [ -n "$pairs" ]; then
         pair_opt="--pairs $pairs"
@@ -135,7 +174,7 @@ bench_model() {
     if [ -n "$PY" ]; then
         echo "bench-embed: $title: accuracy of every engine against fp32 sentence-transformers (load $(load))" >&2
         for len in $lengths; do cat "$out/inputs-$len.jsonl"; done >"$out/inputs-all.jsonl"
-        "$BENCH" --model "$dir" $pair_opt --threads "$THREADS" --backends "${BACKENDS%%,*}" \
+        "$BENCH" --model "$dir" $pair_opt --threads "$THREADS" --backends "${backends%%,*}" \
             --precisions "$PRECISIONS" --lengths "$(echo $lengths | tr ' ' ,)" --batches "$max_batch" \
             --dump-embeddings "$out/embeddings.jsonl" >&2
         "$PY" "$HERE/peers.py" --inputs "$out/inputs-all.jsonl" --model "$dir" --threads "$THREADS" \
@@ -152,9 +191,9 @@ bench_model() {
         for batch in $(echo "$batches" | tr , ' '); do
             round=1
             while [ "$round" -le "$ROUNDS" ]; do
-                echo "bench-embed: $title: $len-token inputs, batch $batch, round $round of $ROUNDS: attnserve ($BACKENDS)${PY:+, then peers} (load $(load))" >&2
+                echo "bench-embed: $title: $len-token inputs, batch $batch, round $round of $ROUNDS: attnserve ($backends)${PY:+, then peers} (load $(load))" >&2
                 echo "{\"kind\": \"round\", \"round\": $round}" >>"$out/attnserve.jsonl"
-                "$BENCH" --json --model "$dir" $pair_opt --threads "$THREADS" --backends "$BACKENDS" \
+                "$BENCH" --json --model "$dir" $pair_opt --threads "$THREADS" --backends "$backends" \
                     --precisions "$PRECISIONS" $GEMM_OPT \
                     --lengths "$len" --batches "$batch" --reps "$REPS" --budget "$BUDGET" >>"$out/attnserve.jsonl"
                 round=$((round + 1))
@@ -170,7 +209,7 @@ bench_model() {
     echo
     echo "## $title"
     echo
-    "${PY:-python3}" "$HERE/report.py" ${chart:+--chart "$chart"} \
+    "${PY:-python3}" "$HERE/report.py" ${chart:+--chart "$chart"} --backend "${backends%%,*}" \
         --note "load average (1, 5, 15 min) at start $start_load, at end $(load)" \
         "$out/attnserve.jsonl" "$out/peers.jsonl" "$out/accuracy.jsonl"
 }
@@ -181,13 +220,18 @@ if has minilm; then
 fi
 
 # The random-weight models, made (once) in the venv.
-if has xlmr || has rerank; then
+if has_random; then
     if [ -z "$VENV_PY" ]; then
-        echo "bench-embed: no venv to make the XLM-R and cross-encoder models; those sections skipped" >&2
-        MODELS=$(echo " $MODELS " | sed 's/ xlmr / /; s/ rerank / /')
+        echo "bench-embed: no venv to make the random-weight models ($RANDOM_MODELS); those sections skipped" >&2
+        for m in $RANDOM_MODELS; do MODELS=$(echo " $MODELS " | sed "s/ $m / /"); done
     else
+        want=""
+        has xlmr && want="$want,xlmr-base-random"
+        has rerank && want="$want,ce-minilm-random"
+        { has modernbert || has modernbert-long; } && want="$want,modernbert-base-random"
+        has qwen3 && want="$want,qwen3-0.6b-random"
         HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 "$VENV_PY" "$HERE/make_bench_models.py" \
-            --out "$BENCH_MODELS_DIR" --minilm "$MODEL" >/dev/null
+            --out "$BENCH_MODELS_DIR" --minilm "$MODEL" --models "${want#,}" >/dev/null
     fi
 fi
 if has xlmr; then
@@ -198,6 +242,42 @@ if has rerank; then
     bench_model "Rerank: ms-marco-MiniLM-L-6-v2 shape (random weights), one $RERANK_QUERY-token query × $RERANK_DOCS documents, in process" \
         "$BENCH_MODELS_DIR/ce-minilm-random" "$RERANK_LENGTHS" "$RERANK_DOCS" "$OUT/rerank" "" \
         "$RERANK_QUERY"
+fi
+
+# family_backends DIR: the attention backends to run the family model DIR
+# on (the header's rule).
+family_backends() {
+    if [ -n "$FAMILY_BACKENDS" ]; then
+        echo "$FAMILY_BACKENDS"
+    elif "$BENCH" --model "$1" --threads "$THREADS" --backends "${BACKENDS%%,*}" --lengths 16 \
+        --batches 1 --reps 1 --budget 1 --no-gemm >/dev/null 2>"$OUT/probe.log"; then
+        echo "$BACKENDS"
+    else
+        echo "bench-embed: $(basename "$1"): $(tail -1 "$OUT/probe.log"); running it on naive" >&2
+        echo naive
+    fi
+}
+
+if has modernbert || has modernbert-long; then
+    section_backends=$(family_backends "$BENCH_MODELS_DIR/modernbert-base-random")
+fi
+if has modernbert; then
+    bench_model \
+        "ModernBERT-base shape (22 layers, hidden 768; random weights) embeddings, in process" \
+        "$BENCH_MODELS_DIR/modernbert-base-random" "$MODERNBERT_LENGTHS" "$MODERNBERT_BATCHES" \
+        "$OUT/modernbert" ""
+fi
+if has modernbert-long; then
+    bench_model \
+        "ModernBERT-base shape (random weights), long inputs, in process" \
+        "$BENCH_MODELS_DIR/modernbert-base-random" "$MODERNBERT_LONG_LENGTHS" \
+        "$MODERNBERT_LONG_BATCHES" "$OUT/modernbert-long" ""
+fi
+if has qwen3; then
+    section_backends=$(family_backends "$BENCH_MODELS_DIR/qwen3-0.6b-random")
+    bench_model \
+        "Qwen3-Embedding-0.6B shape (28 layers, hidden 1024; random weights) embeddings, in process" \
+        "$BENCH_MODELS_DIR/qwen3-0.6b-random" "$QWEN3_LENGTHS" "$QWEN3_BATCHES" "$OUT/qwen3" ""
 fi
 
 # Through the server: POST /v1/embeddings under concurrent load (HTTP=0 skips).
