@@ -35,10 +35,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "family_golden.h"
 #include "golden_embeddings.h"
 #include "kernels/attention.h"
 #include "kernels/gemm.h"
-#include "kernels/threadpool.h"
 #include "model/bert.h"
 #include "model/encoder.h"
 #include "model/position.h"
@@ -66,76 +66,20 @@ static golden_set load_golden(void) {
     return g;
 }
 
-static double cosine(const float *a, const float *b, int n) {
-    double ab = 0, aa = 0, bb = 0;
-    for (int i = 0; i < n; i++) {
-        ab += (double)a[i] * b[i];
-        aa += (double)a[i] * a[i];
-        bb += (double)b[i] * b[i];
-    }
-    return ab / sqrt(aa * bb);
-}
-
 /* Every golden input in one packed batch through the encoder interface (what
- * the cpu engine calls) with backend `name` and precision p; returns the
- * vectors (n × dim), or NULL when the precision or backend is not offered
- * here (said on stderr). */
+ * the cpu engine calls), as fam_embed_all does, on a shape that must carry
+ * the relative position bias. */
 static float *embed_all(const golden_set *g, const char *name, gemm_precision p) {
-    const char *why = gemm_unsupported(p);
-    if (why) {
-        fprintf(stderr, "mpnet %s %s: skipped: %s\n", name, gemm_precision_name(p), why);
-        return NULL;
-    }
-    encoder *e = NULL;
+    encoder_desc *d = NULL;
     char err[512] = "";
-    cr_assert_eq(encoder_load(MPNET_DIR, p, &e, err, sizeof err), BERT_OK, "%s", err);
-    const encoder_info *info = encoder_get_info(e);
-    cr_assert_eq(info->output_dim, g->dim);
-    int32_t *cu = calloc((size_t)g->n + 1, sizeof *cu);
+    cr_assert_eq(encoder_describe(MPNET_DIR, &d, err, sizeof err), BERT_OK, "%s", err);
+    int tokens = 0;
     for (int b = 0; b < g->n; b++)
-        cu[b + 1] = cu[b] + g->len[b];
-    int32_t *ids = malloc((size_t)cu[g->n] * sizeof *ids);
-    for (int b = 0; b < g->n; b++)
-        memcpy(ids + cu[b], g->ids[b], (size_t)g->len[b] * sizeof *ids);
-    const attn_backend *be = attn_backend_find(name);
-    cr_assert_not_null(be, "no attention backend %s", name);
-    const attn_shape shape = encoder_attn_shape(info, cu[g->n]);
+        tokens += g->len[b];
+    const attn_shape shape = encoder_attn_shape(encoder_desc_info(d), tokens);
+    encoder_desc_free(d);
     cr_assert(shape.rel_bias, "MPNet's shape must carry the relative position bias");
-    float *out = NULL;
-    if (attn_backend_supports(be, &shape, err, sizeof err) != ATTN_OK) {
-        fprintf(stderr, "mpnet %s %s: skipped: %s\n", name, gemm_precision_name(p), err);
-        cr_assert(strstr(err, "AVX512_BF16"), "%s refused MPNet: %s", name, err);
-    } else {
-        encoder_workspace *ws = NULL;
-        cr_assert_eq(encoder_workspace_create(e, cu[g->n], THREADS, &be, 1, &ws, err, sizeof err),
-                     BERT_OK, "%s", err);
-        tp_pool *pool = tp_create(THREADS);
-        const attn_parallel par = tp_parallel(pool);
-        out = malloc((size_t)g->n * (size_t)g->dim * sizeof *out);
-        cr_assert_eq(encoder_forward(e, ws, be, &par, ids, NULL, cu, g->n, out, err, sizeof err),
-                     BERT_OK, "forward with %s: %s", name, err);
-        tp_destroy(pool);
-        encoder_workspace_free(ws);
-    }
-    encoder_free(e);
-    free(ids);
-    free(cu);
-    return out;
-}
-
-/* The lowest cosine of out against the golden vectors, each at >= floor. */
-static double check_against(const golden_set *g, const float *out, const char *label,
-                            double floor) {
-    double lo = 1.0;
-    for (int i = 0; i < g->n; i++) {
-        const double c = cosine(out + (size_t)i * g->dim, g->emb[i], g->dim);
-        cr_expect_geq(c, floor, "%s: input %d (%d tokens): cosine 1 - %.3g", label, i, g->len[i],
-                      1.0 - c);
-        lo = fmin(lo, c);
-    }
-    fprintf(stderr, "mpnet golden %s: %d inputs: min cosine 1 - %.2g (floor 1 - %.2g)\n", label,
-            g->n, 1.0 - lo, 1.0 - floor);
-    return lo;
+    return fam_embed_all(MPNET_DIR, g, name, p, THREADS, NULL);
 }
 
 static void check_golden(const char *name, gemm_precision p, double floor) {
@@ -143,8 +87,8 @@ static void check_golden(const char *name, gemm_precision p, double floor) {
     float *out = embed_all(&g, name, p);
     if (out) {
         char label[64];
-        snprintf(label, sizeof label, "%s %s", name, gemm_precision_name(p));
-        check_against(&g, out, label, floor);
+        snprintf(label, sizeof label, "mpnet %s %s", name, gemm_precision_name(p));
+        fam_check_against(&g, out, label, floor);
     }
     free(out);
     golden_set_free(&g);
@@ -220,14 +164,14 @@ Test(mpnet, golden_int8) {
         float *f32 = embed_all(&g, names[k], GEMM_FP32);
         double lo = 1.0;
         for (int i = 0; i < g.n; i++) {
-            const double c = cosine(i8 + (size_t)i * g.dim, f32 + (size_t)i * g.dim, g.dim);
+            const double c = fam_cosine(i8 + (size_t)i * g.dim, f32 + (size_t)i * g.dim, g.dim);
             cr_expect_geq(c, MPNET_INT8_FLOOR, "%s int8: input %d: cosine vs fp32 %.6f", names[k],
                           i, c);
             lo = fmin(lo, c);
         }
         char label[64];
-        snprintf(label, sizeof label, "%s int8", names[k]);
-        const double lo_torch = check_against(&g, i8, label, MPNET_INT8_FLOOR);
+        snprintf(label, sizeof label, "mpnet %s int8", names[k]);
+        const double lo_torch = fam_check_against(&g, i8, label, MPNET_INT8_FLOOR);
         fprintf(stderr, "mpnet %s int8: lowest cosine vs fp32 %.6f, vs PyTorch %.6f\n", names[k],
                 lo, lo_torch);
         free(f32);
@@ -269,7 +213,7 @@ Test(mpnet, the_bias_moves_the_vectors, .init = make_variant, .fini = remove_var
         cr_assert_eq(encoder_forward(e, ws, be, &attn_parallel_serial, g.ids[i], NULL, cu, 1, out,
                                      err, sizeof err),
                      BERT_OK, "%s", err);
-        const double c = cosine(out, g.emb[i], g.dim);
+        const double c = fam_cosine(out, g.emb[i], g.dim);
         if (g.len[i] > 2)
             hi = fmax(hi, c);
     }
