@@ -154,6 +154,27 @@ void fam_expect_off_floor(const fam_model *m, const char *set, const char *dir, 
     cr_assert_lt(hi, floor);
 }
 
+double fam_best_cosine_each(encoder *e, const attn_backend *be, const golden_set *g, int max_tokens,
+                            int min_len) {
+    encoder_workspace *ws = NULL;
+    char err[512] = "";
+    cr_assert_eq(encoder_workspace_create(e, max_tokens, 1, &be, 1, &ws, err, sizeof err), BERT_OK,
+                 "%s", err);
+    float *out = malloc((size_t)g->dim * sizeof *out);
+    double hi = -1.0;
+    for (int i = 0; i < g->n; i++) {
+        const int32_t cu[2] = {0, g->len[i]};
+        cr_assert_eq(encoder_forward(e, ws, be, &attn_parallel_serial, g->ids[i], NULL, cu, 1, out,
+                                     err, sizeof err),
+                     BERT_OK, "%s", err);
+        if (g->len[i] > min_len)
+            hi = fmax(hi, fam_cosine(out, g->emb[i], g->dim));
+    }
+    free(out);
+    encoder_workspace_free(ws);
+    return hi;
+}
+
 void fam_tokenizer_gives_the_golden_ids(const fam_model *m, const char *set) {
     golden_set g = fam_load_golden(m, set);
     tok_tokenizer *t = NULL;

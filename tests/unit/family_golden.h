@@ -9,7 +9,9 @@
 #define TEST_FAMILY_GOLDEN_H
 
 #include "golden_embeddings.h"
+#include "kernels/attention.h"
 #include "kernels/gemm.h"
+#include "model/encoder.h"
 
 /* One family's checkpoint and golden file. */
 typedef struct fam_model {
@@ -70,6 +72,12 @@ double fam_best_cosine(const fam_model *m, const char *set, const char *dir, int
  * stays below floor; said on stderr as "<family> <what>: ...". */
 void fam_expect_off_floor(const fam_model *m, const char *set, const char *dir, int min_len,
                           double floor, const char *what);
+
+/* Each input of g alone through e with backend be (one thread, a workspace
+ * of max_tokens): the highest cosine any input of more than min_len tokens
+ * reaches against g's vectors. */
+double fam_best_cosine_each(encoder *e, const attn_backend *be, const golden_set *g, int max_tokens,
+                            int min_len);
 
 /* The C tokenizer of m's model gives the ids of every input of `set`. */
 void fam_tokenizer_gives_the_golden_ids(const fam_model *m, const char *set);
