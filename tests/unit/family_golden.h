@@ -79,6 +79,10 @@ void fam_expect_off_floor(const fam_model *m, const char *set, const char *dir, 
 double fam_best_cosine_each(encoder *e, const attn_backend *be, const golden_set *g, int max_tokens,
                             int min_len);
 
+/* The C tokenizer of the model at dir gives the ids of every input of g
+ * (an output of capacity ids). */
+void fam_check_token_ids(const char *dir, const golden_set *g, int capacity);
+
 /* The C tokenizer of m's model gives the ids of every input of `set`. */
 void fam_tokenizer_gives_the_golden_ids(const fam_model *m, const char *set);
 

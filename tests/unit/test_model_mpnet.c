@@ -253,16 +253,6 @@ Test(mpnet, a_backend_without_the_bias_is_refused) {
  * at max_seq_length 384 as sentence-transformers does). */
 Test(mpnet, tokenizer_gives_the_golden_ids) {
     golden_set g = load_golden();
-    tok_tokenizer *t = NULL;
-    char err[512] = "";
-    cr_assert_eq(tok_load(&t, MPNET_DIR, err, sizeof err), 0, "%s", err);
-    int32_t ids[384];
-    tok_output o = {.ids = ids, .capacity = 384};
-    for (int i = 0; i < g.n; i++) {
-        cr_assert_eq(tok_encode(t, g.text[i], g.text_len[i], 1, &o), 0, "input %d", i);
-        cr_expect(o.n == g.len[i] && memcmp(ids, g.ids[i], (size_t)o.n * sizeof *ids) == 0,
-                  "input %d: %d ids differ from the golden's %d", i, o.n, g.len[i]);
-    }
-    tok_free(t);
+    fam_check_token_ids(MPNET_DIR, &g, 384);
     golden_set_free(&g);
 }
