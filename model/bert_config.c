@@ -65,6 +65,24 @@ static int get_int(const json_t *o, const char *path, const char *key, long lo, 
     return BERT_OK;
 }
 
+/* An integer field of bert_config (its offset) that config.json names key,
+ * required within [lo, hi]. */
+typedef struct {
+    const char *key;
+    long lo, hi;
+    size_t field;
+} int_field;
+
+/* get_int for each of the n fields in order, up to the first that fails. */
+static int get_ints(const json_t *o, const char *path, const int_field *f, size_t n, bert_config *c,
+                    char *err, size_t err_len) {
+    int rc = BERT_OK;
+    for (size_t i = 0; !rc && i < n; i++)
+        rc = get_int(o, path, f[i].key, f[i].lo, f[i].hi, (int *)((char *)c + f[i].field), err,
+                     err_len);
+    return rc;
+}
+
 /* A boolean field with a default when absent. */
 static int get_bool(const json_t *o, const char *key, int def) {
     const json_t *v = json_object_get(o, key);
@@ -245,11 +263,7 @@ static int read_layer_types(const json_t *j, const char *path, bert_config *c, i
  * bidirectional mask's predicate), no token types, positions 0, 1, ... */
 static int read_modernbert(const json_t *j, const char *path, bert_config *c, char *err,
                            size_t err_len) {
-    static const struct {
-        const char *key;
-        long lo, hi;
-        size_t field;
-    } ints[] = {
+    static const int_field ints[] = {
         {"vocab_size", 1, 1 << 24, offsetof(bert_config, vocab_size)},
         {"hidden_size", 1, 1 << 16, offsetof(bert_config, hidden_size)},
         {"num_hidden_layers", 1, BERT_MAX_LAYERS, offsetof(bert_config, num_layers)},
@@ -257,10 +271,7 @@ static int read_modernbert(const json_t *j, const char *path, bert_config *c, ch
         {"intermediate_size", 1, 1 << 18, offsetof(bert_config, intermediate_size)},
         {"max_position_embeddings", 1, 1 << 20, offsetof(bert_config, max_positions)},
     };
-    int rc = BERT_OK;
-    for (size_t i = 0; !rc && i < sizeof ints / sizeof ints[0]; i++)
-        rc = get_int(j, path, ints[i].key, ints[i].lo, ints[i].hi,
-                     (int *)((char *)c + ints[i].field), err, err_len);
+    int rc = get_ints(j, path, ints, sizeof ints / sizeof ints[0], c, err, err_len);
     if (rc)
         return rc;
     const char *act = json_string_value(json_object_get(j, "hidden_activation"));
@@ -323,11 +334,7 @@ static int read_modernbert(const json_t *j, const char *path, bert_config *c, ch
  * Gemma3TextConfig) names alike; head_dim defaults to C / H. */
 static int read_decoder(const json_t *j, const char *path, bert_config *c, char *err,
                         size_t err_len) {
-    static const struct {
-        const char *key;
-        long lo, hi;
-        size_t field;
-    } ints[] = {
+    static const int_field ints[] = {
         {"vocab_size", 1, 1 << 24, offsetof(bert_config, vocab_size)},
         {"hidden_size", 1, 1 << 16, offsetof(bert_config, hidden_size)},
         {"num_hidden_layers", 1, BERT_MAX_LAYERS, offsetof(bert_config, num_layers)},
@@ -336,10 +343,7 @@ static int read_decoder(const json_t *j, const char *path, bert_config *c, char 
         {"intermediate_size", 1, 1 << 18, offsetof(bert_config, intermediate_size)},
         {"max_position_embeddings", 1, 1 << 20, offsetof(bert_config, max_positions)},
     };
-    int rc = BERT_OK;
-    for (size_t i = 0; !rc && i < sizeof ints / sizeof ints[0]; i++)
-        rc = get_int(j, path, ints[i].key, ints[i].lo, ints[i].hi,
-                     (int *)((char *)c + ints[i].field), err, err_len);
+    int rc = get_ints(j, path, ints, sizeof ints / sizeof ints[0], c, err, err_len);
     if (rc)
         return rc;
     c->head_dim = c->hidden_size / c->num_heads;
@@ -655,26 +659,21 @@ static int read_hyperparameters(const char *dir, bert_config *c, char *err, size
         c->layer_norm_eps = (float)json_number_value(eps);
     /* Bounds keep every size product the loader and forward form far from
      * overflow. */
-    static const struct {
-        const char *key;
-        long lo, hi;
-        size_t field;
-    } ints[] = {
+    static const int_field ints[] = {
         {"vocab_size", 1, 1 << 24, offsetof(bert_config, vocab_size)},
         {"hidden_size", 1, 1 << 16, offsetof(bert_config, hidden_size)},
         {"num_hidden_layers", 1, 1024, offsetof(bert_config, num_layers)},
         {"num_attention_heads", 1, 1024, offsetof(bert_config, num_heads)},
         {"intermediate_size", 1, 1 << 18, offsetof(bert_config, intermediate_size)},
         {"max_position_embeddings", 1, 1 << 20, offsetof(bert_config, max_positions)},
-        {"type_vocab_size", 1, 1 << 16, offsetof(bert_config, type_vocab_size)},
     };
     /* MPNet has no token type table (MPNetConfig has no type_vocab_size). */
     c->token_type_table = !mpnet;
     c->type_vocab_size = 1;
-    for (size_t i = 0; !rc && i < sizeof ints / sizeof ints[0]; i++)
-        if (!mpnet || ints[i].field != offsetof(bert_config, type_vocab_size))
-            rc = get_int(j, path, ints[i].key, ints[i].lo, ints[i].hi,
-                         (int *)((char *)c + ints[i].field), err, err_len);
+    if (!rc)
+        rc = get_ints(j, path, ints, sizeof ints / sizeof ints[0], c, err, err_len);
+    if (!rc && !mpnet)
+        rc = get_int(j, path, "type_vocab_size", 1, 1 << 16, &c->type_vocab_size, err, err_len);
     if (!rc && mpnet)
         rc = read_mpnet(j, path, c, err, err_len);
     c->position_pad_id = -1;

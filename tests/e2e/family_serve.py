@@ -33,6 +33,64 @@ def serve(tmp_path_factory, model, name, settings, flags):
     return Server(str(tmp_path_factory.mktemp(name)), model=model, **settings)
 
 
+FP32 = 1.0 - 1e-6
+
+
+def settings(bf16=None, int8=0.99):
+    """The settings each family is served with: (name, settings, CPU flags
+    needed, floor). bf16 only where the service accepts it for the model
+    (its floor then; None: refused at start, as the family's file shows)."""
+    rows = [
+        ("naive", {"backend": "naive"}, None, FP32),
+        ("fused", {"backend": "fused"}, None, FP32),
+        ("auto", {"backend": "auto"}, None, FP32),
+    ]
+    if bf16 is not None:
+        rows.append(("bf16", {"precision": "bf16", "backend": "fused"}, "avx512_bf16", bf16))
+    return rows + [
+        ("int8", {"precision": "int8", "backend": "fused"}, "avx512_vnni", int8),
+        ("cpu-avx512", {"engine": "cpu-avx512", "backend": "fused"},
+         "avx512f avx512dq avx512bw avx512vl", FP32),
+    ]
+
+
+def served_fixture(model, name, rows):
+    """A module-scoped fixture `served` over rows (settings()): (server,
+    setting's name, settings, floor) for each, stopped cleanly after."""
+    @pytest.fixture(scope="module", params=rows, ids=[r[0] for r in rows])
+    def served(tmp_path_factory, request):
+        label, cfg, flags, floor = request.param
+        s = serve(tmp_path_factory, model, name, cfg, flags)
+        yield s, label, cfg, floor
+        s.check_clean_exit(s.stop())
+    return served
+
+
+def check_openai_embeddings(served, cases, family, dim=64, engine=False):
+    """cases' texts through /v1/embeddings at the setting's floor, answered
+    with the precision asked (and, with engine, the engine asked) and the
+    backend asked, `auto` as fused."""
+    s, name, cfg, floor = served
+    r, vectors = openai_vectors(s, [c["text"] for c in cases])
+    want = {"x-precision": cfg.get("precision", "fp32")}
+    if engine:
+        want["x-engine"] = cfg.get("engine", "cpu")
+    assert {k: r.headers.get(k) for k in want} == want
+    # auto: fused, the fastest fp32 backend, keeps windows and grouped heads.
+    assert r.headers.get("x-attention-backend") == {"auto": "fused"}.get(
+        cfg["backend"], cfg["backend"])
+    check(vectors, cases, floor, family + " e2e " + name, dim)
+
+
+def check_ids(served, cases):
+    """/tokenize gives the reference tokenizer's ids of every case."""
+    s = served[0]
+    r = post(s, "/tokenize", {"inputs": [c["text"] for c in cases]})
+    assert r.status_code == 200, r.text
+    for toks, c in zip(r.json(), cases):
+        assert [t["id"] for t in toks] == c["ids"], repr(c["text"][:40])
+
+
 def check(vectors, cases, floor, label, dim):
     assert len(vectors) == len(cases)
     for v, c in zip(vectors, cases):
@@ -63,6 +121,15 @@ def start_refused(tmp_path, model, binary=None, **settings):
     r = subprocess.run([binary or BIN, "--config", str(cfg)], capture_output=True, text=True,
                        timeout=60, env=env)
     return r.returncode, r.stdout + r.stderr
+
+
+def check_faulty_refused(tmp_path, model, reason):
+    """FAULTY with its faulty backend and no other to fall back to stops the
+    start (status 2), saying reason."""
+    rc, log = start_refused(tmp_path, model, binary=FAULTY, backend="faulty",
+                            fallback_backends="faulty")
+    assert rc == 2, log
+    assert reason in log, log
 
 
 def info_blocks(server, model_type):

@@ -22,8 +22,9 @@ import os
 import pytest
 
 from conftest import ROOT, golden
-from family_serve import (FAULTY, check, check_shadow_verification, cosine, info_blocks,
-                         openai_vectors, post, serve, start_refused)
+from family_serve import (check_faulty_refused, check_ids, check_openai_embeddings,
+                          check_shadow_verification, cosine, info_blocks, post, serve,
+                          served_fixture, settings, start_refused)
 
 MODEL_DIR = os.path.join(ROOT, "tests", "golden", "modernbert-tiny-model")
 
@@ -31,37 +32,15 @@ GOLDEN = golden("modernbert_embeddings.json")
 # The empty text is the unit tests' (the API refuses an empty input).
 CASES = [c for c in GOLDEN["mean_normalized"] if c["text"]]
 
-# (name, settings, CPU flags needed, floor). Only backends that keep a
-# sliding window run ModernBERT; `auto` must pick one.
-SETTINGS = [
-    ("naive", {"backend": "naive"}, None, 1.0 - 1e-6),
-    ("fused", {"backend": "fused"}, None, 1.0 - 1e-6),
-    ("auto", {"backend": "auto"}, None, 1.0 - 1e-6),
-    ("int8", {"precision": "int8", "backend": "fused"}, "avx512_vnni", 0.99),
-    ("cpu-avx512", {"engine": "cpu-avx512", "backend": "fused"},
-     "avx512f avx512dq avx512bw avx512vl", 1.0 - 1e-6),
-]
-
-
-@pytest.fixture(scope="module", params=SETTINGS, ids=[s[0] for s in SETTINGS])
-def served(tmp_path_factory, request):
-    name, settings, flags, floor = request.param
-    s = serve(tmp_path_factory, MODEL_DIR, "modernbert", settings, flags)
-    yield s, name, settings, floor
-    s.check_clean_exit(s.stop())
+# Only backends that keep a sliding window run ModernBERT; `auto` must pick
+# one.
+SETTINGS = settings()
+served = served_fixture(MODEL_DIR, "modernbert", SETTINGS)
 
 
 def test_openai_embeddings(served):
-    s, name, settings, floor = served
-    r, vectors = openai_vectors(s, [c["text"] for c in CASES])
-    want = {"x-engine": settings.get("engine", "cpu"),
-            "x-precision": settings.get("precision", "fp32")}
-    assert {k: r.headers.get(k) for k in want} == want
     # Only a backend with the window can serve it, whatever was asked.
-    # auto: fused, the fastest fp32 backend, keeps windows and grouped heads.
-    assert r.headers.get("x-attention-backend") == {"auto": "fused"}.get(
-        settings["backend"], settings["backend"])
-    check(vectors, CASES, floor, "modernbert e2e " + name, 64)
+    check_openai_embeddings(served, CASES, "modernbert", engine=True)
 
 
 def test_tei_embed_one_at_a_time(served):
@@ -74,11 +53,7 @@ def test_tei_embed_one_at_a_time(served):
 
 
 def test_the_ids_are_the_reference_tokenizers(served):
-    s, _, _, _ = served
-    r = post(s, "/tokenize", {"inputs": [c["text"] for c in CASES]})
-    assert r.status_code == 200, r.text
-    for toks, c in zip(r.json(), CASES):
-        assert [t["id"] for t in toks] == c["ids"], repr(c["text"][:40])
+    check_ids(served, CASES)
 
 
 def test_info_says_what_runs(served):
@@ -100,10 +75,7 @@ def test_a_backend_without_the_window_is_refused_at_start(tmp_path):
     # A backend that cannot keep the window is refused by name: the service
     # falls back to one that can (fallback_backends' default), or, with none
     # to fall back to, stops the start with the reason.
-    rc, log = start_refused(tmp_path, MODEL_DIR, binary=FAULTY, backend="faulty",
-                            fallback_backends="faulty")
-    assert rc == 2, log
-    assert "backend 'faulty' does not keep a sliding window" in log, log
+    check_faulty_refused(tmp_path, MODEL_DIR, "backend 'faulty' does not keep a sliding window")
 
 
 RERANK_DIR = os.path.join(ROOT, "tests", "golden", "modernbert-rerank-tiny")

@@ -16,41 +16,22 @@ import os
 import pytest
 
 from conftest import ROOT, golden
-from family_serve import (FAULTY, check, check_shadow_verification, cosine, info_blocks,
-                         openai_vectors, post, serve, start_refused)
+from family_serve import (check, check_faulty_refused, check_ids, check_openai_embeddings,
+                          check_shadow_verification, cosine, info_blocks, openai_vectors, post,
+                          served_fixture, settings)
 
 MODEL_DIR = os.path.join(ROOT, "tests", "golden", "qwen3-tiny-model")
 GOLDEN = golden("qwen3_embeddings.json")
 CASES = [c for c in GOLDEN["lasttoken_normalized"] if c["text"]]
 QUERY = [c for c in GOLDEN["query_lasttoken_normalized"] if c["text"]]
 
-SETTINGS = [
-    ("naive", {"backend": "naive"}, None, 1.0 - 1e-6),
-    ("fused", {"backend": "fused"}, None, 1.0 - 1e-6),
-    ("auto", {"backend": "auto"}, None, 1.0 - 1e-6),
-    ("int8", {"precision": "int8", "backend": "fused"}, "avx512_vnni", 0.99),
-    ("cpu-avx512", {"engine": "cpu-avx512", "backend": "fused"},
-     "avx512f avx512dq avx512bw avx512vl", 1.0 - 1e-6),
-]
-
-
-@pytest.fixture(scope="module", params=SETTINGS, ids=[s[0] for s in SETTINGS])
-def served(tmp_path_factory, request):
-    name, settings, flags, floor = request.param
-    s = serve(tmp_path_factory, MODEL_DIR, "qwen3", settings, flags)
-    yield s, name, settings, floor
-    s.check_clean_exit(s.stop())
+SETTINGS = settings()
+served = served_fixture(MODEL_DIR, "qwen3", SETTINGS)
 
 
 def test_openai_embeddings(served):
-    s, name, settings, floor = served
-    r, vectors = openai_vectors(s, [c["text"] for c in CASES])
-    assert r.headers.get("x-precision") == settings.get("precision", "fp32")
     # Only a backend with grouped K/V heads can serve it, whatever was asked.
-    # auto: fused, the fastest fp32 backend, keeps windows and grouped heads.
-    assert r.headers.get("x-attention-backend") == {"auto": "fused"}.get(
-        settings["backend"], settings["backend"])
-    check(vectors, CASES, floor, "qwen3 e2e " + name, 64)
+    check_openai_embeddings(served, CASES, "qwen3")
 
 
 def test_the_query_prompt_through_prompt_name(served):
@@ -65,11 +46,7 @@ def test_the_query_prompt_through_prompt_name(served):
 
 
 def test_the_ids_are_the_reference_tokenizers(served):
-    s, _, _, _ = served
-    r = post(s, "/tokenize", {"inputs": [c["text"] for c in CASES]})
-    assert r.status_code == 200, r.text
-    for toks, c in zip(r.json(), CASES):
-        assert [t["id"] for t in toks] == c["ids"], repr(c["text"][:40])
+    check_ids(served, CASES)
 
 
 def test_info_says_what_runs(served):
@@ -80,10 +57,7 @@ def test_info_says_what_runs(served):
 
 
 def test_a_backend_without_grouped_heads_is_refused_at_start(tmp_path):
-    rc, log = start_refused(tmp_path, MODEL_DIR, binary=FAULTY, backend="faulty",
-                            fallback_backends="faulty")
-    assert rc == 2, log
-    assert "backend 'faulty' does not group query heads" in log, log
+    check_faulty_refused(tmp_path, MODEL_DIR, "backend 'faulty' does not group query heads")
 
 
 

@@ -2,7 +2,6 @@
 #include "family_golden.h"
 
 #include <criterion/criterion.h>
-#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +11,7 @@
 #include "kernels/threadpool.h"
 #include "model/bert_config.h"
 #include "model/encoder.h"
+#include "model/tokenizer.h"
 
 double fam_cosine(const float *a, const float *b, int n) {
     double ab = 0, aa = 0, bb = 0;
@@ -80,59 +80,118 @@ double fam_check_against(const golden_set *g, const float *out, const char *labe
     return lo;
 }
 
-void fam_copy_model(const char *src, char *dir) {
-    char cmd[512];
-    strcpy(dir, "/tmp/attn-family-XXXXXX");
-    cr_assert_not_null(mkdtemp(dir));
-    snprintf(cmd, sizeof cmd, "cp -r %s/. %s/", src, dir);
-    cr_assert_eq(system(cmd), 0);
+golden_set fam_load_golden(const fam_model *m, const char *set) {
+    golden_set g;
+    char err[512] = "";
+    cr_assert_eq(golden_set_load_from(m->golden, set, &g, err, sizeof err), 0, "%s", err);
+    return g;
 }
 
-void fam_remove_model(const char *dir) {
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    cr_assert_eq(system(cmd), 0);
+void fam_check_golden(const fam_model *m, const char *set, const char *name, gemm_precision p,
+                      double floor) {
+    if (m->refused && m->refused(m->dir, name)) {
+        fprintf(stderr, "%s %s: skipped: refused for a capability of the model\n", m->family, name);
+        return;
+    }
+    golden_set g = fam_load_golden(m, set);
+    float *out = fam_embed_all(m->dir, &g, name, p, m->threads, m->allowed_refusal);
+    if (out) {
+        char label[128];
+        snprintf(label, sizeof label, "%s %s %s %s", m->family, set, name, gemm_precision_name(p));
+        fam_check_against(&g, out, label, floor);
+    }
+    free(out);
+    golden_set_free(&g);
 }
 
-void fam_fill_tensor(const char *dir, const char *name, int one) {
-    char path[512];
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    FILE *f = fopen(path, "r+b");
-    cr_assert_not_null(f, "%s", path);
-    uint64_t hlen = 0;
-    cr_assert_eq(fread(&hlen, 8, 1, f), 1);
-    char *h = calloc(hlen + 1, 1);
-    cr_assert_eq(fread(h, 1, hlen, f), hlen);
-    json_t *j = json_loads(h, 0, NULL);
-    cr_assert_not_null(j);
-    const json_t *t = json_object_get(j, name);
-    const json_t *off = json_object_get(t, "data_offsets");
-    const char *dtype = json_string_value(json_object_get(t, "dtype"));
-    cr_assert(json_array_size(off) == 2 && dtype, "%s has no %s", path, name);
-    /* 1.0 in each dtype, little-endian; 0.0 is all zero bytes in all. */
-    const unsigned char f32[4] = {0, 0, 0x80, 0x3f}, f16[2] = {0, 0x3c}, b16[2] = {0x80, 0x3f};
-    const unsigned char *v = !strcmp(dtype, "F32") ? f32 : !strcmp(dtype, "F16") ? f16 : b16;
-    const int width = !strcmp(dtype, "F32") ? 4 : 2;
-    cr_assert(!strcmp(dtype, "F32") || !strcmp(dtype, "F16") || !strcmp(dtype, "BF16"), "%s: %s",
-              name, dtype);
-    const long lo = (long)json_integer_value(json_array_get(off, 0));
-    const long hi = (long)json_integer_value(json_array_get(off, 1));
-    cr_assert_eq(fseek(f, 8 + (long)hlen + lo, SEEK_SET), 0);
-    for (long i = lo; i < hi; i++)
-        cr_assert_neq(fputc(one ? v[(i - lo) % width] : 0, f), EOF);
-    fclose(f);
-    json_decref(j);
-    free(h);
+void fam_golden_every_backend(const fam_model *m, gemm_precision p, double floor,
+                              double floor_bf16) {
+    for (const attn_backend *const *b = attn_backends(); *b; b++)
+        for (const char *const *set = m->sets; *set; set++)
+            fam_check_golden(m, *set, (*b)->name, p,
+                             (*b)->precision == ATTN_PREC_BF16 ? floor_bf16 : floor);
 }
 
-void fam_edit_json(const char *dir, const char *rel, const char *key, const char *value) {
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s", dir, rel);
-    json_t *j = json_load_file(path, 0, NULL);
-    cr_assert_not_null(j, "%s", path);
-    json_t *v = json_loads(value, JSON_DECODE_ANY, NULL);
-    cr_assert_not_null(v, "%s", value);
-    json_object_set_new(j, key, v);
-    cr_assert_eq(json_dump_file(j, path, 0), 0);
-    json_decref(j);
+void fam_golden_int8(const fam_model *m, const char *set, double floor) {
+    golden_set g = fam_load_golden(m, set);
+    float *i8 = fam_embed_all(m->dir, &g, "naive", GEMM_INT8, m->threads, NULL);
+    if (i8) {
+        float *f32 = fam_embed_all(m->dir, &g, "naive", GEMM_FP32, m->threads, NULL);
+        double lo = 1.0;
+        for (int i = 0; i < g.n; i++) {
+            const double c = fam_cosine(i8 + (size_t)i * g.dim, f32 + (size_t)i * g.dim, g.dim);
+            cr_expect_geq(c, floor, "int8: input %d: cosine vs fp32 %.6f", i, c);
+            lo = fmin(lo, c);
+        }
+        char label[64];
+        snprintf(label, sizeof label, "%s int8", m->family);
+        const double lo_torch = fam_check_against(&g, i8, label, floor);
+        fprintf(stderr, "%s int8: lowest cosine vs fp32 %.6f, vs PyTorch %.6f\n", m->family, lo,
+                lo_torch);
+        free(f32);
+    }
+    free(i8);
+    golden_set_free(&g);
+}
+
+double fam_best_cosine(const fam_model *m, const char *set, const char *dir, int min_len) {
+    golden_set g = fam_load_golden(m, set);
+    float *out = fam_embed_all(dir, &g, "naive", GEMM_FP32, 1, NULL);
+    cr_assert_not_null(out);
+    double hi = -1.0;
+    for (int i = 0; i < g.n; i++)
+        if (g.len[i] > min_len)
+            hi = fmax(hi, fam_cosine(out + (size_t)i * g.dim, g.emb[i], g.dim));
+    free(out);
+    golden_set_free(&g);
+    return hi;
+}
+
+void fam_expect_off_floor(const fam_model *m, const char *set, const char *dir, int min_len,
+                          double floor, const char *what) {
+    const double hi = fam_best_cosine(m, set, dir, min_len);
+    fprintf(stderr, "%s %s: inputs reach cosine %.6f at most\n", m->family, what, hi);
+    cr_assert_lt(hi, floor);
+}
+
+double fam_best_cosine_each(encoder *e, const attn_backend *be, const golden_set *g, int max_tokens,
+                            int min_len) {
+    encoder_workspace *ws = NULL;
+    char err[512] = "";
+    cr_assert_eq(encoder_workspace_create(e, max_tokens, 1, &be, 1, &ws, err, sizeof err), BERT_OK,
+                 "%s", err);
+    float *out = malloc((size_t)g->dim * sizeof *out);
+    double hi = -1.0;
+    for (int i = 0; i < g->n; i++) {
+        const int32_t cu[2] = {0, g->len[i]};
+        cr_assert_eq(encoder_forward(e, ws, be, &attn_parallel_serial, g->ids[i], NULL, cu, 1, out,
+                                     err, sizeof err),
+                     BERT_OK, "%s", err);
+        if (g->len[i] > min_len)
+            hi = fmax(hi, fam_cosine(out, g->emb[i], g->dim));
+    }
+    free(out);
+    encoder_workspace_free(ws);
+    return hi;
+}
+
+void fam_check_token_ids(const char *dir, const golden_set *g, int capacity) {
+    tok_tokenizer *t = NULL;
+    char err[512] = "";
+    cr_assert_eq(tok_load(&t, dir, err, sizeof err), 0, "%s", err);
+    int32_t *ids = malloc((size_t)capacity * sizeof *ids);
+    tok_output o = {.ids = ids, .capacity = capacity};
+    for (int i = 0; i < g->n; i++) {
+        cr_assert_eq(tok_encode(t, g->text[i], g->text_len[i], 1, &o), 0, "input %d", i);
+        cr_expect(o.n == g->len[i] && memcmp(ids, g->ids[i], (size_t)o.n * sizeof *ids) == 0,
+                  "input %d: %d ids differ from the golden's %d", i, o.n, g->len[i]);
+    }
+    free(ids);
+    tok_free(t);
+}
+
+void fam_tokenizer_gives_the_golden_ids(const fam_model *m, const char *set) {
+    golden_set g = fam_load_golden(m, set);
+    fam_check_token_ids(m->dir, &g, 512);
+    golden_set_free(&g);
 }

@@ -69,8 +69,10 @@ void variant_set_json(const char *dir, const char *rel, const char *key, const c
     json_decref(j);
 }
 
-/* The header's data_offsets count from the end of the header. */
-void variant_zero_tensor(const char *dir, const char *name) {
+/* dir/model.safetensors opened for update at tensor name's first byte, its
+ * byte count in *bytes and its dtype in dtype (16 bytes). The header's
+ * data_offsets count from the end of the header. */
+static FILE *open_tensor(const char *dir, const char *name, long *bytes, char *dtype) {
     char path[512];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     FILE *f = fopen(path, "r+b");
@@ -81,16 +83,41 @@ void variant_zero_tensor(const char *dir, const char *name) {
     cr_assert_eq(fread(h, 1, hlen, f), hlen);
     json_t *j = json_loads(h, 0, NULL);
     cr_assert_not_null(j);
-    const json_t *off = json_object_get(json_object_get(j, name), "data_offsets");
+    const json_t *t = json_object_get(j, name);
+    const json_t *off = json_object_get(t, "data_offsets");
     cr_assert(json_array_size(off) == 2, "%s has no %s", path, name);
+    const char *dt = json_string_value(json_object_get(t, "dtype"));
+    snprintf(dtype, 16, "%s", dt ? dt : "");
     const long lo = (long)json_integer_value(json_array_get(off, 0));
-    const long hi = (long)json_integer_value(json_array_get(off, 1));
+    *bytes = (long)json_integer_value(json_array_get(off, 1)) - lo;
     cr_assert_eq(fseek(f, 8 + (long)hlen + lo, SEEK_SET), 0);
-    for (long i = lo; i < hi; i++)
-        cr_assert_eq(fputc(0, f), 0);
-    fclose(f);
     json_decref(j);
     free(h);
+    return f;
+}
+
+void variant_zero_tensor(const char *dir, const char *name) {
+    char dtype[16];
+    long bytes = 0;
+    FILE *f = open_tensor(dir, name, &bytes, dtype);
+    for (long i = 0; i < bytes; i++)
+        cr_assert_eq(fputc(0, f), 0);
+    fclose(f);
+}
+
+void variant_fill_tensor(const char *dir, const char *name, int one) {
+    char dtype[16];
+    long bytes = 0;
+    FILE *f = open_tensor(dir, name, &bytes, dtype);
+    /* 1.0 in each dtype, little-endian; 0.0 is all zero bytes in all. */
+    const unsigned char f32[4] = {0, 0, 0x80, 0x3f}, f16[2] = {0, 0x3c}, b16[2] = {0x80, 0x3f};
+    const unsigned char *v = !strcmp(dtype, "F32") ? f32 : !strcmp(dtype, "F16") ? f16 : b16;
+    const int width = !strcmp(dtype, "F32") ? 4 : 2;
+    cr_assert(!strcmp(dtype, "F32") || !strcmp(dtype, "F16") || !strcmp(dtype, "BF16"), "%s: %s",
+              name, dtype);
+    for (long i = 0; i < bytes; i++)
+        cr_assert_neq(fputc(one ? v[i % width] : 0, f), EOF);
+    fclose(f);
 }
 
 void variant_expect_config_error(const char *dir, int code, const char *want) {

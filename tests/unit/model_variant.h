@@ -25,6 +25,9 @@ void variant_write(const char *dir, const char *rel, const char *text);
 void variant_set_json(const char *dir, const char *rel, const char *key, const char *value);
 /* Overwrites tensor name of dir/model.safetensors with zero bytes, in place. */
 void variant_zero_tensor(const char *dir, const char *name);
+/* Overwrites tensor name of dir/model.safetensors with its dtype's value
+ * `one ? 1.0 : 0.0` in place (F32, F16 or BF16). */
+void variant_fill_tensor(const char *dir, const char *name, int one);
 
 /* bert_config_load(dir) must fail with code and a message containing want. */
 void variant_expect_config_error(const char *dir, int code, const char *want);

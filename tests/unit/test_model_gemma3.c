@@ -34,7 +34,7 @@
 #include "kernels/attention.h"
 #include "model/bert.h"
 #include "model/encoder.h"
-#include "model/tokenizer.h"
+#include "model_variant.h"
 
 #define G3_DIR     "tests/golden/gemma3-tiny-model"
 #define G3_GOLDEN  "tests/golden/gemma3_embeddings.json"
@@ -45,13 +45,6 @@
  * this model's floor, not a promise for embeddinggemma-300m). */
 #define GEMMA3_INT8_FLOOR 0.99
 #define THREADS           2
-
-static golden_set load_golden(const char *set) {
-    golden_set g;
-    char err[512] = "";
-    cr_assert_eq(golden_set_load_from(G3_GOLDEN, set, &g, err, sizeof err), 0, "%s", err);
-    return g;
-}
 
 /* Backends that lack the window or grouped K/V heads are refused by name
  * (the first capability each lacks is what it names). */
@@ -65,21 +58,14 @@ static int refused_for_a_capability(const char *dir, const char *name) {
     return rc != ATTN_OK && (strstr(err, "window") || strstr(err, "group query heads"));
 }
 
-static void check_golden(const char *set, const char *name, gemm_precision p, double floor) {
-    if (refused_for_a_capability(G3_DIR, name)) {
-        fprintf(stderr, "gemma3 %s: skipped: refused for the window or grouped heads\n", name);
-        return;
-    }
-    golden_set g = load_golden(set);
-    float *out = fam_embed_all(G3_DIR, &g, name, p, THREADS, NULL);
-    if (out) {
-        char label[96];
-        snprintf(label, sizeof label, "gemma3 %s %s %s", set, name, gemm_precision_name(p));
-        fam_check_against(&g, out, label, floor);
-    }
-    free(out);
-    golden_set_free(&g);
-}
+static const char *const sets[] = {"mean_normalized", "query_mean_normalized",
+                                   "document_mean_normalized", NULL};
+static const fam_model gemma3 = {.family = "gemma3",
+                                 .dir = G3_DIR,
+                                 .golden = G3_GOLDEN,
+                                 .sets = sets,
+                                 .threads = THREADS,
+                                 .refused = refused_for_a_capability};
 
 TestSuite(gemma3, .timeout = 300);
 
@@ -114,125 +100,60 @@ Test(gemma3, reads_the_config) {
 }
 
 Test(gemma3, golden_every_backend) {
-    static const char *const sets[] = {"mean_normalized", "query_mean_normalized",
-                                       "document_mean_normalized"};
-    for (const attn_backend *const *b = attn_backends(); *b; b++)
-        for (size_t k = 0; k < 3; k++)
-            check_golden(sets[k], (*b)->name, GEMM_FP32,
-                         (*b)->precision == ATTN_PREC_BF16 ? MIN_BF16 : MIN_COSINE);
+    fam_golden_every_backend(&gemma3, GEMM_FP32, MIN_COSINE, MIN_BF16);
 }
 
 Test(gemma3, golden_bf16) {
-    static const char *const sets[] = {"mean_normalized", "query_mean_normalized",
-                                       "document_mean_normalized"};
-    for (const attn_backend *const *b = attn_backends(); *b; b++)
-        for (size_t k = 0; k < 3; k++)
-            check_golden(sets[k], (*b)->name, GEMM_BF16, MIN_BF16);
+    fam_golden_every_backend(&gemma3, GEMM_BF16, MIN_BF16, MIN_BF16);
 }
 
 Test(gemma3, golden_int8) {
-    golden_set g = load_golden("mean_normalized");
-    float *i8 = fam_embed_all(G3_DIR, &g, "naive", GEMM_INT8, THREADS, NULL);
-    if (i8) {
-        float *f32 = fam_embed_all(G3_DIR, &g, "naive", GEMM_FP32, THREADS, NULL);
-        double lo = 1.0;
-        for (int i = 0; i < g.n; i++) {
-            const double c = fam_cosine(i8 + (size_t)i * g.dim, f32 + (size_t)i * g.dim, g.dim);
-            cr_expect_geq(c, GEMMA3_INT8_FLOOR, "int8: input %d: cosine vs fp32 %.6f", i, c);
-            lo = fmin(lo, c);
-        }
-        const double lo_torch = fam_check_against(&g, i8, "gemma3 int8", GEMMA3_INT8_FLOOR);
-        fprintf(stderr, "gemma3 int8: lowest cosine vs fp32 %.6f, vs PyTorch %.6f\n", lo, lo_torch);
-        free(f32);
-    }
-    free(i8);
-    golden_set_free(&g);
+    fam_golden_int8(&gemma3, "mean_normalized", GEMMA3_INT8_FLOOR);
 }
 
 /* ---- each block matters ------------------------------------------------------ */
 
-static char tmpdir[64];
+static char tmpdir[VARIANT_DIR_LEN];
 static void make_variant(void) {
-    fam_copy_model(G3_DIR, tmpdir);
+    variant_copy(tmpdir, G3_DIR);
 }
 static void remove_variant(void) {
-    fam_remove_model(tmpdir);
-}
-
-/* The highest cosine any input of more than min_len tokens reaches against
- * the golden with the model at dir (fp32, naive). */
-static double best_cosine(const char *dir, int min_len) {
-    golden_set g = load_golden("mean_normalized");
-    float *out = fam_embed_all(dir, &g, "naive", GEMM_FP32, 1, NULL);
-    cr_assert_not_null(out);
-    double hi = -1.0;
-    for (int i = 0; i < g.n; i++)
-        if (g.len[i] > min_len)
-            hi = fmax(hi, fam_cosine(out + (size_t)i * g.dim, g.emb[i], g.dim));
-    free(out);
-    golden_set_free(&g);
-    return hi;
+    variant_remove(tmpdir);
 }
 
 Test(gemma3, the_window_matters, .init = make_variant, .fini = remove_variant) {
-    fam_edit_json(tmpdir, "config.json", "layer_types",
-                  "[\"full_attention\", \"full_attention\", \"full_attention\", "
-                  "\"full_attention\"]");
-    const double hi = best_cosine(tmpdir, 17);
-    fprintf(stderr, "gemma3 without the window: inputs reach cosine %.6f at most\n", hi);
-    cr_assert_lt(hi, MIN_BF16);
+    variant_set_json(tmpdir, "config.json", "layer_types",
+                     "[\"full_attention\", \"full_attention\", \"full_attention\", "
+                     "\"full_attention\"]");
+    fam_expect_off_floor(&gemma3, "mean_normalized", tmpdir, 17, MIN_BF16, "without the window");
 }
 
 Test(gemma3, the_local_theta_matters, .init = make_variant, .fini = remove_variant) {
-    fam_edit_json(tmpdir, "config.json", "rope_theta", "10000.0");
-    fam_edit_json(tmpdir, "config.json", "rope_local_base_freq", "1000000.0");
-    const double hi = best_cosine(tmpdir, 2);
-    fprintf(stderr, "gemma3 with the θ swapped: inputs reach cosine %.6f at most\n", hi);
+    variant_set_json(tmpdir, "config.json", "rope_theta", "10000.0");
+    variant_set_json(tmpdir, "config.json", "rope_local_base_freq", "1000000.0");
     /* Short inputs barely rotate: every input past two tokens leaves the
      * fp32 floor the golden tests hold (measured: 0.99918 at most). */
-    cr_assert_lt(hi, MIN_COSINE);
+    fam_expect_off_floor(&gemma3, "mean_normalized", tmpdir, 2, MIN_COSINE, "with the θ swapped");
 }
 
 /* Zero weights are Gemma's norm without its learned scale (1 + 0). */
 Test(gemma3, the_post_norms_matter, .init = make_variant, .fini = remove_variant) {
-    fam_fill_tensor(tmpdir, "layers.0.post_feedforward_layernorm.weight", 0);
-    fam_fill_tensor(tmpdir, "layers.0.post_attention_layernorm.weight", 0);
-    const double hi = best_cosine(tmpdir, 2);
-    fprintf(stderr, "gemma3 with layer 0's post norms plain: inputs reach cosine %.6f at most\n",
-            hi);
-    cr_assert_lt(hi, MIN_BF16);
+    variant_fill_tensor(tmpdir, "layers.0.post_feedforward_layernorm.weight", 0);
+    variant_fill_tensor(tmpdir, "layers.0.post_attention_layernorm.weight", 0);
+    fam_expect_off_floor(&gemma3, "mean_normalized", tmpdir, 2, MIN_BF16,
+                         "with layer 0's post norms plain");
 }
 
 /* ---- refusals ----------------------------------------------------------------- */
 
-static void expect_config_error(int code, const char *want) {
-    bert_config c;
-    char err[512] = "";
-    const int rc = bert_config_load(tmpdir, &c, err, sizeof err);
-    cr_assert_eq(rc, code, "got %s (%s), wanted %s", bert_strerror(rc), err, bert_strerror(code));
-    cr_assert_not_null(strstr(err, want), "message '%s' lacks '%s'", err, want);
-}
-
 Test(gemma3, refusals, .init = make_variant, .fini = remove_variant) {
-    fam_edit_json(tmpdir, "config.json", "use_bidirectional_attention", "false");
-    expect_config_error(BERT_EUNSUPPORTED, "causal Gemma3");
-    fam_edit_json(tmpdir, "config.json", "use_bidirectional_attention", "true");
-    fam_edit_json(tmpdir, "config.json", "attn_logit_softcapping", "50.0");
-    expect_config_error(BERT_EUNSUPPORTED, "attn_logit_softcapping");
+    variant_set_json(tmpdir, "config.json", "use_bidirectional_attention", "false");
+    variant_expect_config_error(tmpdir, BERT_EUNSUPPORTED, "causal Gemma3");
+    variant_set_json(tmpdir, "config.json", "use_bidirectional_attention", "true");
+    variant_set_json(tmpdir, "config.json", "attn_logit_softcapping", "50.0");
+    variant_expect_config_error(tmpdir, BERT_EUNSUPPORTED, "attn_logit_softcapping");
 }
 
 Test(gemma3, tokenizer_gives_the_golden_ids) {
-    golden_set g = load_golden("mean_normalized");
-    tok_tokenizer *t = NULL;
-    char err[512] = "";
-    cr_assert_eq(tok_load(&t, G3_DIR, err, sizeof err), 0, "%s", err);
-    int32_t ids[512];
-    tok_output o = {.ids = ids, .capacity = 512};
-    for (int i = 0; i < g.n; i++) {
-        cr_assert_eq(tok_encode(t, g.text[i], g.text_len[i], 1, &o), 0, "input %d", i);
-        cr_expect(o.n == g.len[i] && memcmp(ids, g.ids[i], (size_t)o.n * sizeof *ids) == 0,
-                  "input %d: %d ids differ from the golden's %d", i, o.n, g.len[i]);
-    }
-    tok_free(t);
-    golden_set_free(&g);
+    fam_tokenizer_gives_the_golden_ids(&gemma3, "mean_normalized");
 }

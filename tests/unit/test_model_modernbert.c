@@ -38,6 +38,7 @@
 #include "model/bert.h"
 #include "model/encoder.h"
 #include "model/tokenizer.h"
+#include "model_variant.h"
 
 #define MB_DIR     "tests/golden/modernbert-tiny-model"
 #define MB_GOLDEN  "tests/golden/modernbert_embeddings.json"
@@ -51,24 +52,13 @@
 /* Backends without a sliding window are refused by name, not run. */
 #define NO_WINDOW "window"
 
-static golden_set load_golden(const char *set) {
-    golden_set g;
-    char err[512] = "";
-    cr_assert_eq(golden_set_load_from(MB_GOLDEN, set, &g, err, sizeof err), 0, "%s", err);
-    return g;
-}
-
-static void check_golden(const char *name, gemm_precision p, double floor) {
-    golden_set g = load_golden("mean_normalized");
-    float *out = fam_embed_all(MB_DIR, &g, name, p, THREADS, NO_WINDOW);
-    if (out) {
-        char label[64];
-        snprintf(label, sizeof label, "modernbert %s %s", name, gemm_precision_name(p));
-        fam_check_against(&g, out, label, floor);
-    }
-    free(out);
-    golden_set_free(&g);
-}
+static const char *const sets[] = {"mean_normalized", NULL};
+static const fam_model modernbert = {.family = "modernbert",
+                                     .dir = MB_DIR,
+                                     .golden = MB_GOLDEN,
+                                     .sets = sets,
+                                     .threads = THREADS,
+                                     .allowed_refusal = NO_WINDOW};
 
 TestSuite(modernbert, .timeout = 300);
 
@@ -106,111 +96,71 @@ Test(modernbert, reads_the_config) {
 }
 
 Test(modernbert, golden_naive) {
-    check_golden("naive", GEMM_FP32, MIN_COSINE);
+    fam_check_golden(&modernbert, "mean_normalized", "naive", GEMM_FP32, MIN_COSINE);
 }
 
 /* Every backend that keeps the window, fp32: those without are refused by
  * name (fam_embed_all checks the reason). */
 Test(modernbert, golden_every_backend) {
-    for (const attn_backend *const *b = attn_backends(); *b; b++)
-        check_golden((*b)->name, GEMM_FP32,
-                     (*b)->precision == ATTN_PREC_BF16 ? MIN_BF16 : MIN_COSINE);
+    fam_golden_every_backend(&modernbert, GEMM_FP32, MIN_COSINE, MIN_BF16);
 }
 
 Test(modernbert, golden_bf16) {
-    for (const attn_backend *const *b = attn_backends(); *b; b++)
-        check_golden((*b)->name, GEMM_BF16, MIN_BF16);
+    fam_golden_every_backend(&modernbert, GEMM_BF16, MIN_BF16, MIN_BF16);
 }
 
 /* int8 against fp32 (the same C model) and against PyTorch. */
 Test(modernbert, golden_int8) {
-    golden_set g = load_golden("mean_normalized");
-    float *i8 = fam_embed_all(MB_DIR, &g, "naive", GEMM_INT8, THREADS, NULL);
-    if (i8) {
-        float *f32 = fam_embed_all(MB_DIR, &g, "naive", GEMM_FP32, THREADS, NULL);
-        double lo = 1.0;
-        for (int i = 0; i < g.n; i++) {
-            const double c = fam_cosine(i8 + (size_t)i * g.dim, f32 + (size_t)i * g.dim, g.dim);
-            cr_expect_geq(c, MODERNBERT_INT8_FLOOR, "int8: input %d: cosine vs fp32 %.6f", i, c);
-            lo = fmin(lo, c);
-        }
-        const double lo_torch = fam_check_against(&g, i8, "modernbert int8", MODERNBERT_INT8_FLOOR);
-        fprintf(stderr, "modernbert int8: lowest cosine vs fp32 %.6f, vs PyTorch %.6f\n", lo,
-                lo_torch);
-        free(f32);
-    }
-    free(i8);
-    golden_set_free(&g);
+    fam_golden_int8(&modernbert, "mean_normalized", MODERNBERT_INT8_FLOOR);
 }
 
 /* ---- each block matters ------------------------------------------------------ */
 
-static char tmpdir[64];
+static char tmpdir[VARIANT_DIR_LEN];
 static void make_variant(void) {
-    fam_copy_model(MB_DIR, tmpdir);
+    variant_copy(tmpdir, MB_DIR);
 }
 static void remove_variant(void) {
-    fam_remove_model(tmpdir);
-}
-
-/* The highest cosine any input of more than min_len tokens reaches against
- * the golden with the model at dir (fp32, naive). */
-static double best_cosine(const char *dir, int min_len) {
-    golden_set g = load_golden("mean_normalized");
-    float *out = fam_embed_all(dir, &g, "naive", GEMM_FP32, 1, NULL);
-    cr_assert_not_null(out);
-    double hi = -1.0;
-    for (int i = 0; i < g.n; i++)
-        if (g.len[i] > min_len)
-            hi = fmax(hi, fam_cosine(out + (size_t)i * g.dim, g.emb[i], g.dim));
-    free(out);
-    golden_set_free(&g);
-    return hi;
+    variant_remove(tmpdir);
 }
 
 /* With every layer global, no input longer than the window (17 tokens and
  * up) stays within the bf16 floor. */
 Test(modernbert, the_window_matters, .init = make_variant, .fini = remove_variant) {
-    fam_edit_json(tmpdir, "config.json", "global_attn_every_n_layers", "1");
-    const double hi = best_cosine(tmpdir, 17);
-    fprintf(stderr, "modernbert without the window: inputs reach cosine %.6f at most\n", hi);
-    cr_assert_lt(hi, MIN_BF16);
+    variant_set_json(tmpdir, "config.json", "global_attn_every_n_layers", "1");
+    fam_expect_off_floor(&modernbert, "mean_normalized", tmpdir, 17, MIN_BF16,
+                         "without the window");
 }
 
 Test(modernbert, the_local_theta_matters, .init = make_variant, .fini = remove_variant) {
-    fam_edit_json(tmpdir, "config.json", "global_rope_theta", "10000.0");
-    fam_edit_json(tmpdir, "config.json", "local_rope_theta", "160000.0");
-    const double hi = best_cosine(tmpdir, 2);
-    fprintf(stderr, "modernbert with the θ swapped: inputs reach cosine %.6f at most\n", hi);
-    cr_assert_lt(hi, MIN_BF16);
+    variant_set_json(tmpdir, "config.json", "global_rope_theta", "10000.0");
+    variant_set_json(tmpdir, "config.json", "local_rope_theta", "160000.0");
+    fam_expect_off_floor(&modernbert, "mean_normalized", tmpdir, 2, MIN_BF16, "with the θ swapped");
 }
 
 /* θ 1e12 on both layer kinds: the rotation of all but the first pair of
  * each head's dimensions is all but the identity, so the vectors see
  * positions almost only through the window: RoPE off, in effect. */
 Test(modernbert, rope_matters, .init = make_variant, .fini = remove_variant) {
-    fam_edit_json(tmpdir, "config.json", "global_rope_theta", "1000000000000.0");
-    fam_edit_json(tmpdir, "config.json", "local_rope_theta", "1000000000000.0");
-    const double hi = best_cosine(tmpdir, 2);
-    fprintf(stderr, "modernbert with θ 1e12: inputs reach cosine %.6f at most\n", hi);
-    cr_assert_lt(hi, MIN_BF16);
+    variant_set_json(tmpdir, "config.json", "global_rope_theta", "1000000000000.0");
+    variant_set_json(tmpdir, "config.json", "local_rope_theta", "1000000000000.0");
+    fam_expect_off_floor(&modernbert, "mean_normalized", tmpdir, 2, MIN_BF16, "with θ 1e12");
 }
 
 /* The final norm is applied: with its weight set to one the vectors leave
  * the floor (the checkpoint's weights are random, far from one). */
 Test(modernbert, the_final_norm_matters, .init = make_variant, .fini = remove_variant) {
-    fam_fill_tensor(tmpdir, "final_norm.weight", 1);
-    const double hi = best_cosine(tmpdir, 2);
-    fprintf(stderr, "modernbert with the final norm's weight one: cosine %.6f at most\n", hi);
-    cr_assert_lt(hi, MIN_BF16);
+    variant_fill_tensor(tmpdir, "final_norm.weight", 1);
+    fam_expect_off_floor(&modernbert, "mean_normalized", tmpdir, 2, MIN_BF16,
+                         "with the final norm's weight one");
 }
 
 /* gte-modernbert-base pools the first token: the same checkpoint with its
  * Pooling module set to CLS gives the golden's cls_normalized vectors. */
 Test(modernbert, cls_pooling, .init = make_variant, .fini = remove_variant) {
-    fam_edit_json(tmpdir, "1_Pooling/config.json", "pooling_mode_mean_tokens", "false");
-    fam_edit_json(tmpdir, "1_Pooling/config.json", "pooling_mode_cls_token", "true");
-    golden_set g = load_golden("cls_normalized");
+    variant_set_json(tmpdir, "1_Pooling/config.json", "pooling_mode_mean_tokens", "false");
+    variant_set_json(tmpdir, "1_Pooling/config.json", "pooling_mode_cls_token", "true");
+    golden_set g = fam_load_golden(&modernbert, "cls_normalized");
     float *out = fam_embed_all(tmpdir, &g, "naive", GEMM_FP32, THREADS, NULL);
     cr_assert_not_null(out);
     fam_check_against(&g, out, "modernbert cls naive fp32", MIN_COSINE);
@@ -220,30 +170,23 @@ Test(modernbert, cls_pooling, .init = make_variant, .fini = remove_variant) {
 
 /* ---- refusals ----------------------------------------------------------------- */
 
-static void expect_config_error(int code, const char *want) {
-    bert_config c;
-    char err[512] = "";
-    const int rc = bert_config_load(tmpdir, &c, err, sizeof err);
-    cr_assert_eq(rc, code, "got %s (%s), wanted %s", bert_strerror(rc), err, bert_strerror(code));
-    cr_assert_not_null(strstr(err, want), "message '%s' lacks '%s'", err, want);
-}
-
 Test(modernbert, refusals, .init = make_variant, .fini = remove_variant) {
-    fam_edit_json(tmpdir, "config.json", "architectures", "[\"ModernBertForTokenClassification\"]");
-    expect_config_error(BERT_EUNSUPPORTED, "ModernBertForTokenClassification");
-    fam_edit_json(tmpdir, "config.json", "architectures",
-                  "[\"ModernBertForSequenceClassification\"]");
-    fam_edit_json(tmpdir, "config.json", "classifier_pooling", "\"max\"");
-    expect_config_error(BERT_EUNSUPPORTED, "classifier_pooling \"max\"");
-    fam_edit_json(tmpdir, "config.json", "classifier_pooling", "\"mean\"");
-    fam_edit_json(tmpdir, "config.json", "classifier_activation", "\"silu\"");
-    expect_config_error(BERT_EUNSUPPORTED, "classifier_activation \"silu\"");
-    fam_edit_json(tmpdir, "config.json", "architectures", "[\"ModernBertModel\"]");
-    fam_edit_json(tmpdir, "config.json", "hidden_activation", "\"silu\"");
-    expect_config_error(BERT_EUNSUPPORTED, "hidden_activation \"silu\"");
-    fam_edit_json(tmpdir, "config.json", "hidden_activation", "\"gelu\"");
-    fam_edit_json(tmpdir, "config.json", "rope_scaling", "{\"rope_type\": \"yarn\"}");
-    expect_config_error(BERT_EUNSUPPORTED, "rope_scaling");
+    variant_set_json(tmpdir, "config.json", "architectures",
+                     "[\"ModernBertForTokenClassification\"]");
+    variant_expect_config_error(tmpdir, BERT_EUNSUPPORTED, "ModernBertForTokenClassification");
+    variant_set_json(tmpdir, "config.json", "architectures",
+                     "[\"ModernBertForSequenceClassification\"]");
+    variant_set_json(tmpdir, "config.json", "classifier_pooling", "\"max\"");
+    variant_expect_config_error(tmpdir, BERT_EUNSUPPORTED, "classifier_pooling \"max\"");
+    variant_set_json(tmpdir, "config.json", "classifier_pooling", "\"mean\"");
+    variant_set_json(tmpdir, "config.json", "classifier_activation", "\"silu\"");
+    variant_expect_config_error(tmpdir, BERT_EUNSUPPORTED, "classifier_activation \"silu\"");
+    variant_set_json(tmpdir, "config.json", "architectures", "[\"ModernBertModel\"]");
+    variant_set_json(tmpdir, "config.json", "hidden_activation", "\"silu\"");
+    variant_expect_config_error(tmpdir, BERT_EUNSUPPORTED, "hidden_activation \"silu\"");
+    variant_set_json(tmpdir, "config.json", "hidden_activation", "\"gelu\"");
+    variant_set_json(tmpdir, "config.json", "rope_scaling", "{\"rope_type\": \"yarn\"}");
+    variant_expect_config_error(tmpdir, BERT_EUNSUPPORTED, "rope_scaling");
 }
 
 /* A backend without the window is refused by name at the workspace. */
@@ -264,19 +207,7 @@ Test(modernbert, a_backend_without_the_window_is_refused) {
 
 /* The C tokenizer on the model directory gives the golden ids. */
 Test(modernbert, tokenizer_gives_the_golden_ids) {
-    golden_set g = load_golden("mean_normalized");
-    tok_tokenizer *t = NULL;
-    char err[512] = "";
-    cr_assert_eq(tok_load(&t, MB_DIR, err, sizeof err), 0, "%s", err);
-    int32_t ids[512];
-    tok_output o = {.ids = ids, .capacity = 512};
-    for (int i = 0; i < g.n; i++) {
-        cr_assert_eq(tok_encode(t, g.text[i], g.text_len[i], 1, &o), 0, "input %d", i);
-        cr_expect(o.n == g.len[i] && memcmp(ids, g.ids[i], (size_t)o.n * sizeof *ids) == 0,
-                  "input %d: %d ids differ from the golden's %d", i, o.n, g.len[i]);
-    }
-    tok_free(t);
-    golden_set_free(&g);
+    fam_tokenizer_gives_the_golden_ids(&modernbert, "mean_normalized");
 }
 
 /* ---- the cross-encoder ------------------------------------------------------- */

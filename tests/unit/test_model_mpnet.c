@@ -35,10 +35,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "family_golden.h"
 #include "golden_embeddings.h"
 #include "kernels/attention.h"
 #include "kernels/gemm.h"
-#include "kernels/threadpool.h"
 #include "model/bert.h"
 #include "model/encoder.h"
 #include "model/position.h"
@@ -66,76 +66,20 @@ static golden_set load_golden(void) {
     return g;
 }
 
-static double cosine(const float *a, const float *b, int n) {
-    double ab = 0, aa = 0, bb = 0;
-    for (int i = 0; i < n; i++) {
-        ab += (double)a[i] * b[i];
-        aa += (double)a[i] * a[i];
-        bb += (double)b[i] * b[i];
-    }
-    return ab / sqrt(aa * bb);
-}
-
 /* Every golden input in one packed batch through the encoder interface (what
- * the cpu engine calls) with backend `name` and precision p; returns the
- * vectors (n × dim), or NULL when the precision or backend is not offered
- * here (said on stderr). */
+ * the cpu engine calls), as fam_embed_all does, on a shape that must carry
+ * the relative position bias. */
 static float *embed_all(const golden_set *g, const char *name, gemm_precision p) {
-    const char *why = gemm_unsupported(p);
-    if (why) {
-        fprintf(stderr, "mpnet %s %s: skipped: %s\n", name, gemm_precision_name(p), why);
-        return NULL;
-    }
-    encoder *e = NULL;
+    encoder_desc *d = NULL;
     char err[512] = "";
-    cr_assert_eq(encoder_load(MPNET_DIR, p, &e, err, sizeof err), BERT_OK, "%s", err);
-    const encoder_info *info = encoder_get_info(e);
-    cr_assert_eq(info->output_dim, g->dim);
-    int32_t *cu = calloc((size_t)g->n + 1, sizeof *cu);
+    cr_assert_eq(encoder_describe(MPNET_DIR, &d, err, sizeof err), BERT_OK, "%s", err);
+    int tokens = 0;
     for (int b = 0; b < g->n; b++)
-        cu[b + 1] = cu[b] + g->len[b];
-    int32_t *ids = malloc((size_t)cu[g->n] * sizeof *ids);
-    for (int b = 0; b < g->n; b++)
-        memcpy(ids + cu[b], g->ids[b], (size_t)g->len[b] * sizeof *ids);
-    const attn_backend *be = attn_backend_find(name);
-    cr_assert_not_null(be, "no attention backend %s", name);
-    const attn_shape shape = encoder_attn_shape(info, cu[g->n]);
+        tokens += g->len[b];
+    const attn_shape shape = encoder_attn_shape(encoder_desc_info(d), tokens);
+    encoder_desc_free(d);
     cr_assert(shape.rel_bias, "MPNet's shape must carry the relative position bias");
-    float *out = NULL;
-    if (attn_backend_supports(be, &shape, err, sizeof err) != ATTN_OK) {
-        fprintf(stderr, "mpnet %s %s: skipped: %s\n", name, gemm_precision_name(p), err);
-        cr_assert(strstr(err, "AVX512_BF16"), "%s refused MPNet: %s", name, err);
-    } else {
-        encoder_workspace *ws = NULL;
-        cr_assert_eq(encoder_workspace_create(e, cu[g->n], THREADS, &be, 1, &ws, err, sizeof err),
-                     BERT_OK, "%s", err);
-        tp_pool *pool = tp_create(THREADS);
-        const attn_parallel par = tp_parallel(pool);
-        out = malloc((size_t)g->n * (size_t)g->dim * sizeof *out);
-        cr_assert_eq(encoder_forward(e, ws, be, &par, ids, NULL, cu, g->n, out, err, sizeof err),
-                     BERT_OK, "forward with %s: %s", name, err);
-        tp_destroy(pool);
-        encoder_workspace_free(ws);
-    }
-    encoder_free(e);
-    free(ids);
-    free(cu);
-    return out;
-}
-
-/* The lowest cosine of out against the golden vectors, each at >= floor. */
-static double check_against(const golden_set *g, const float *out, const char *label,
-                            double floor) {
-    double lo = 1.0;
-    for (int i = 0; i < g->n; i++) {
-        const double c = cosine(out + (size_t)i * g->dim, g->emb[i], g->dim);
-        cr_expect_geq(c, floor, "%s: input %d (%d tokens): cosine 1 - %.3g", label, i, g->len[i],
-                      1.0 - c);
-        lo = fmin(lo, c);
-    }
-    fprintf(stderr, "mpnet golden %s: %d inputs: min cosine 1 - %.2g (floor 1 - %.2g)\n", label,
-            g->n, 1.0 - lo, 1.0 - floor);
-    return lo;
+    return fam_embed_all(MPNET_DIR, g, name, p, THREADS, NULL);
 }
 
 static void check_golden(const char *name, gemm_precision p, double floor) {
@@ -143,8 +87,8 @@ static void check_golden(const char *name, gemm_precision p, double floor) {
     float *out = embed_all(&g, name, p);
     if (out) {
         char label[64];
-        snprintf(label, sizeof label, "%s %s", name, gemm_precision_name(p));
-        check_against(&g, out, label, floor);
+        snprintf(label, sizeof label, "mpnet %s %s", name, gemm_precision_name(p));
+        fam_check_against(&g, out, label, floor);
     }
     free(out);
     golden_set_free(&g);
@@ -220,14 +164,14 @@ Test(mpnet, golden_int8) {
         float *f32 = embed_all(&g, names[k], GEMM_FP32);
         double lo = 1.0;
         for (int i = 0; i < g.n; i++) {
-            const double c = cosine(i8 + (size_t)i * g.dim, f32 + (size_t)i * g.dim, g.dim);
+            const double c = fam_cosine(i8 + (size_t)i * g.dim, f32 + (size_t)i * g.dim, g.dim);
             cr_expect_geq(c, MPNET_INT8_FLOOR, "%s int8: input %d: cosine vs fp32 %.6f", names[k],
                           i, c);
             lo = fmin(lo, c);
         }
         char label[64];
-        snprintf(label, sizeof label, "%s int8", names[k]);
-        const double lo_torch = check_against(&g, i8, label, MPNET_INT8_FLOOR);
+        snprintf(label, sizeof label, "mpnet %s int8", names[k]);
+        const double lo_torch = fam_check_against(&g, i8, label, MPNET_INT8_FLOOR);
         fprintf(stderr, "mpnet %s int8: lowest cosine vs fp32 %.6f, vs PyTorch %.6f\n", names[k],
                 lo, lo_torch);
         free(f32);
@@ -258,25 +202,9 @@ Test(mpnet, the_bias_moves_the_vectors, .init = make_variant, .fini = remove_var
     encoder *e = NULL;
     char err[512] = "";
     cr_assert_eq(encoder_load(tmpdir, GEMM_FP32, &e, err, sizeof err), BERT_OK, "%s", err);
-    const attn_backend *be = attn_backend_find("naive");
-    encoder_workspace *ws = NULL;
-    cr_assert_eq(encoder_workspace_create(e, 384, 1, &be, 1, &ws, err, sizeof err), BERT_OK, "%s",
-                 err);
-    float *out = malloc((size_t)g.dim * sizeof *out);
-    double hi = -1.0;
-    for (int i = 0; i < g.n; i++) {
-        const int32_t cu[2] = {0, g.len[i]};
-        cr_assert_eq(encoder_forward(e, ws, be, &attn_parallel_serial, g.ids[i], NULL, cu, 1, out,
-                                     err, sizeof err),
-                     BERT_OK, "%s", err);
-        const double c = cosine(out, g.emb[i], g.dim);
-        if (g.len[i] > 2)
-            hi = fmax(hi, c);
-    }
+    const double hi = fam_best_cosine_each(e, attn_backend_find("naive"), &g, 384, 2);
     cr_assert_lt(hi, MIN_BF16, "without the bias an input still reaches cosine %.6f", hi);
     fprintf(stderr, "mpnet without the bias: inputs reach cosine %.6f at most\n", hi);
-    free(out);
-    encoder_workspace_free(ws);
     encoder_free(e);
     golden_set_free(&g);
 }
@@ -325,16 +253,6 @@ Test(mpnet, a_backend_without_the_bias_is_refused) {
  * at max_seq_length 384 as sentence-transformers does). */
 Test(mpnet, tokenizer_gives_the_golden_ids) {
     golden_set g = load_golden();
-    tok_tokenizer *t = NULL;
-    char err[512] = "";
-    cr_assert_eq(tok_load(&t, MPNET_DIR, err, sizeof err), 0, "%s", err);
-    int32_t ids[384];
-    tok_output o = {.ids = ids, .capacity = 384};
-    for (int i = 0; i < g.n; i++) {
-        cr_assert_eq(tok_encode(t, g.text[i], g.text_len[i], 1, &o), 0, "input %d", i);
-        cr_expect(o.n == g.len[i] && memcmp(ids, g.ids[i], (size_t)o.n * sizeof *ids) == 0,
-                  "input %d: %d ids differ from the golden's %d", i, o.n, g.len[i]);
-    }
-    tok_free(t);
+    fam_check_token_ids(MPNET_DIR, &g, 384);
     golden_set_free(&g);
 }

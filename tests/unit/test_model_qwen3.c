@@ -29,7 +29,7 @@
 #include "kernels/attention.h"
 #include "model/bert.h"
 #include "model/encoder.h"
-#include "model/tokenizer.h"
+#include "model_variant.h"
 
 #define Q3_DIR     "tests/golden/qwen3-tiny-model"
 #define Q3_GOLDEN  "tests/golden/qwen3_embeddings.json"
@@ -41,25 +41,14 @@
 #define QWEN3_INT8_FLOOR 0.99
 #define THREADS          2
 
-static golden_set load_golden(const char *set) {
-    golden_set g;
-    char err[512] = "";
-    cr_assert_eq(golden_set_load_from(Q3_GOLDEN, set, &g, err, sizeof err), 0, "%s", err);
-    return g;
-}
-
-static void check_golden(const char *set, const char *name, gemm_precision p, double floor) {
-    golden_set g = load_golden(set);
-    /* Backends without grouped K/V heads are refused by name, not run. */
-    float *out = fam_embed_all(Q3_DIR, &g, name, p, THREADS, "group query heads");
-    if (out) {
-        char label[96];
-        snprintf(label, sizeof label, "qwen3 %s %s %s", set, name, gemm_precision_name(p));
-        fam_check_against(&g, out, label, floor);
-    }
-    free(out);
-    golden_set_free(&g);
-}
+static const char *const sets[] = {"lasttoken_normalized", "query_lasttoken_normalized", NULL};
+/* Backends without grouped K/V heads are refused by name, not run. */
+static const fam_model qwen3 = {.family = "qwen3",
+                                .dir = Q3_DIR,
+                                .golden = Q3_GOLDEN,
+                                .sets = sets,
+                                .threads = THREADS,
+                                .allowed_refusal = "group query heads"};
 
 TestSuite(qwen3, .timeout = 300);
 
@@ -93,77 +82,37 @@ Test(qwen3, reads_the_config) {
 }
 
 Test(qwen3, golden_every_backend) {
-    for (const attn_backend *const *b = attn_backends(); *b; b++) {
-        const double floor = (*b)->precision == ATTN_PREC_BF16 ? MIN_BF16 : MIN_COSINE;
-        check_golden("lasttoken_normalized", (*b)->name, GEMM_FP32, floor);
-        check_golden("query_lasttoken_normalized", (*b)->name, GEMM_FP32, floor);
-    }
+    fam_golden_every_backend(&qwen3, GEMM_FP32, MIN_COSINE, MIN_BF16);
 }
 
 Test(qwen3, golden_bf16) {
-    for (const attn_backend *const *b = attn_backends(); *b; b++) {
-        check_golden("lasttoken_normalized", (*b)->name, GEMM_BF16, MIN_BF16);
-        check_golden("query_lasttoken_normalized", (*b)->name, GEMM_BF16, MIN_BF16);
-    }
+    fam_golden_every_backend(&qwen3, GEMM_BF16, MIN_BF16, MIN_BF16);
 }
 
 Test(qwen3, golden_int8) {
-    golden_set g = load_golden("lasttoken_normalized");
-    float *i8 = fam_embed_all(Q3_DIR, &g, "naive", GEMM_INT8, THREADS, NULL);
-    if (i8) {
-        float *f32 = fam_embed_all(Q3_DIR, &g, "naive", GEMM_FP32, THREADS, NULL);
-        double lo = 1.0;
-        for (int i = 0; i < g.n; i++) {
-            const double c = fam_cosine(i8 + (size_t)i * g.dim, f32 + (size_t)i * g.dim, g.dim);
-            cr_expect_geq(c, QWEN3_INT8_FLOOR, "int8: input %d: cosine vs fp32 %.6f", i, c);
-            lo = fmin(lo, c);
-        }
-        const double lo_torch = fam_check_against(&g, i8, "qwen3 int8", QWEN3_INT8_FLOOR);
-        fprintf(stderr, "qwen3 int8: lowest cosine vs fp32 %.6f, vs PyTorch %.6f\n", lo, lo_torch);
-        free(f32);
-    }
-    free(i8);
-    golden_set_free(&g);
+    fam_golden_int8(&qwen3, "lasttoken_normalized", QWEN3_INT8_FLOOR);
 }
 
 /* ---- each block matters ------------------------------------------------------ */
 
-static char tmpdir[64];
+static char tmpdir[VARIANT_DIR_LEN];
 static void make_variant(void) {
-    fam_copy_model(Q3_DIR, tmpdir);
+    variant_copy(tmpdir, Q3_DIR);
 }
 static void remove_variant(void) {
-    fam_remove_model(tmpdir);
-}
-
-/* The highest cosine any input of more than two tokens reaches against the
- * golden with the model at dir (fp32, naive). */
-static double best_cosine(const char *dir) {
-    golden_set g = load_golden("lasttoken_normalized");
-    float *out = fam_embed_all(dir, &g, "naive", GEMM_FP32, 1, NULL);
-    cr_assert_not_null(out);
-    double hi = -1.0;
-    for (int i = 0; i < g.n; i++)
-        if (g.len[i] > 2)
-            hi = fmax(hi, fam_cosine(out + (size_t)i * g.dim, g.emb[i], g.dim));
-    free(out);
-    golden_set_free(&g);
-    return hi;
+    variant_remove(tmpdir);
 }
 
 Test(qwen3, rope_matters, .init = make_variant, .fini = remove_variant) {
-    fam_edit_json(tmpdir, "config.json", "rope_theta", "10000");
-    const double hi = best_cosine(tmpdir);
-    fprintf(stderr, "qwen3 with θ 1e4: inputs reach cosine %.6f at most\n", hi);
-    cr_assert_lt(hi, MIN_BF16);
+    variant_set_json(tmpdir, "config.json", "rope_theta", "10000");
+    fam_expect_off_floor(&qwen3, "lasttoken_normalized", tmpdir, 2, MIN_BF16, "with θ 1e4");
 }
 
 Test(qwen3, the_qk_norm_matters, .init = make_variant, .fini = remove_variant) {
-    fam_fill_tensor(tmpdir, "layers.0.self_attn.q_norm.weight", 1);
-    fam_fill_tensor(tmpdir, "layers.0.self_attn.k_norm.weight", 1);
-    const double hi = best_cosine(tmpdir);
-    fprintf(stderr, "qwen3 with layer 0's q/k norms one: inputs reach cosine %.6f at most\n", hi);
-    cr_assert_lt(hi, MIN_BF16);
+    variant_fill_tensor(tmpdir, "layers.0.self_attn.q_norm.weight", 1);
+    variant_fill_tensor(tmpdir, "layers.0.self_attn.k_norm.weight", 1);
+    fam_expect_off_floor(&qwen3, "lasttoken_normalized", tmpdir, 2, MIN_BF16,
+                         "with layer 0's q/k norms one");
 }
 
 /* naive with the causal mask dropped: a table whose forward hands naive
@@ -178,7 +127,7 @@ static int bidirectional_forward(const attn_problem *p, void *ws, size_t bytes,
 /* The same model with every query seeing every key of its sequence leaves
  * the floor: the causal flag reaches the backend and matters. */
 Test(qwen3, causal_attention_matters) {
-    golden_set g = load_golden("lasttoken_normalized");
+    golden_set g = fam_load_golden(&qwen3, "lasttoken_normalized");
     encoder *e = NULL;
     char err[512] = "";
     cr_assert_eq(encoder_load(Q3_DIR, GEMM_FP32, &e, err, sizeof err), BERT_OK, "%s", err);
@@ -186,61 +135,27 @@ Test(qwen3, causal_attention_matters) {
     attn_backend bidir = *attn_backend_find("naive");
     bidir.name = "bidirectional";
     bidir.forward = bidirectional_forward;
-    const attn_backend *be = &bidir;
-    encoder_workspace *ws = NULL;
-    cr_assert_eq(encoder_workspace_create(e, 512, 1, &be, 1, &ws, err, sizeof err), BERT_OK, "%s",
-                 err);
-    float *out = malloc((size_t)g.dim * sizeof *out);
-    double hi = -1.0;
-    for (int i = 0; i < g.n; i++) {
-        const int32_t cu[2] = {0, g.len[i]};
-        cr_assert_eq(encoder_forward(e, ws, be, &attn_parallel_serial, g.ids[i], NULL, cu, 1, out,
-                                     err, sizeof err),
-                     BERT_OK, "%s", err);
-        if (g.len[i] > 2)
-            hi = fmax(hi, fam_cosine(out, g.emb[i], g.dim));
-    }
+    const double hi = fam_best_cosine_each(e, &bidir, &g, 512, 2);
     fprintf(stderr, "qwen3 bidirectional: inputs reach cosine %.6f at most\n", hi);
     cr_assert_lt(hi, MIN_BF16);
-    free(out);
-    encoder_workspace_free(ws);
     encoder_free(e);
     golden_set_free(&g);
 }
 
 /* ---- refusals ----------------------------------------------------------------- */
 
-static void expect_config_error(int code, const char *want) {
-    bert_config c;
-    char err[512] = "";
-    const int rc = bert_config_load(tmpdir, &c, err, sizeof err);
-    cr_assert_eq(rc, code, "got %s (%s), wanted %s", bert_strerror(rc), err, bert_strerror(code));
-    cr_assert_not_null(strstr(err, want), "message '%s' lacks '%s'", err, want);
-}
-
 Test(qwen3, refusals, .init = make_variant, .fini = remove_variant) {
-    fam_edit_json(tmpdir, "config.json", "use_sliding_window", "true");
-    expect_config_error(BERT_EUNSUPPORTED, "use_sliding_window");
-    fam_edit_json(tmpdir, "config.json", "use_sliding_window", "false");
-    fam_edit_json(tmpdir, "config.json", "num_key_value_heads", "3");
-    expect_config_error(BERT_EFORMAT, "num_key_value_heads 3");
-    fam_edit_json(tmpdir, "config.json", "num_key_value_heads", "2");
-    fam_edit_json(tmpdir, "config.json", "architectures", "[\"Qwen3ForSequenceClassification\"]");
-    expect_config_error(BERT_EUNSUPPORTED, "Qwen3ForSequenceClassification");
+    variant_set_json(tmpdir, "config.json", "use_sliding_window", "true");
+    variant_expect_config_error(tmpdir, BERT_EUNSUPPORTED, "use_sliding_window");
+    variant_set_json(tmpdir, "config.json", "use_sliding_window", "false");
+    variant_set_json(tmpdir, "config.json", "num_key_value_heads", "3");
+    variant_expect_config_error(tmpdir, BERT_EFORMAT, "num_key_value_heads 3");
+    variant_set_json(tmpdir, "config.json", "num_key_value_heads", "2");
+    variant_set_json(tmpdir, "config.json", "architectures",
+                     "[\"Qwen3ForSequenceClassification\"]");
+    variant_expect_config_error(tmpdir, BERT_EUNSUPPORTED, "Qwen3ForSequenceClassification");
 }
 
 Test(qwen3, tokenizer_gives_the_golden_ids) {
-    golden_set g = load_golden("lasttoken_normalized");
-    tok_tokenizer *t = NULL;
-    char err[512] = "";
-    cr_assert_eq(tok_load(&t, Q3_DIR, err, sizeof err), 0, "%s", err);
-    int32_t ids[512];
-    tok_output o = {.ids = ids, .capacity = 512};
-    for (int i = 0; i < g.n; i++) {
-        cr_assert_eq(tok_encode(t, g.text[i], g.text_len[i], 1, &o), 0, "input %d", i);
-        cr_expect(o.n == g.len[i] && memcmp(ids, g.ids[i], (size_t)o.n * sizeof *ids) == 0,
-                  "input %d: %d ids differ from the golden's %d", i, o.n, g.len[i]);
-    }
-    tok_free(t);
-    golden_set_free(&g);
+    fam_tokenizer_gives_the_golden_ids(&qwen3, "lasttoken_normalized");
 }
