@@ -37,6 +37,7 @@
 #include "model/bert.h"
 #include "model/encoder.h"
 #include "model/tokenizer.h"
+#include "model_variant.h"
 
 #define NB_DIR     "tests/golden/nomic-bert-tiny-model"
 #define NB_GOLDEN  "tests/golden/nomic_bert_embeddings.json"
@@ -157,12 +158,12 @@ Test(nomic, golden_int8) {
 
 /* ---- each block matters ------------------------------------------------------ */
 
-static char tmpdir[64];
+static char tmpdir[VARIANT_DIR_LEN];
 static void make_variant(void) {
-    fam_copy_model(NB_DIR, tmpdir);
+    variant_copy(tmpdir, NB_DIR);
 }
 static void remove_variant(void) {
-    fam_remove_model(tmpdir);
+    variant_remove(tmpdir);
 }
 
 /* The highest cosine any input reaches against the golden with the model
@@ -184,9 +185,9 @@ static double best_cosine(const char *dir) {
  * model then sees no order at all. Both keys are set, as the config
  * carries nomic's and transformers' (rope_parameters wins). */
 Test(nomic, rope_matters, .init = make_variant, .fini = remove_variant) {
-    fam_edit_json(tmpdir, "config.json", "rotary_emb_base", "1000000000000.0");
-    fam_edit_json(tmpdir, "config.json", "rope_parameters",
-                  "{\"rope_theta\": 1000000000000.0, \"rope_type\": \"default\"}");
+    variant_set_json(tmpdir, "config.json", "rotary_emb_base", "1000000000000.0");
+    variant_set_json(tmpdir, "config.json", "rope_parameters",
+                     "{\"rope_theta\": 1000000000000.0, \"rope_type\": \"default\"}");
     const double hi = best_cosine(tmpdir);
     fprintf(stderr, "nomic_bert with θ 1e12: inputs reach cosine %.6f at most\n", hi);
     cr_assert_lt(hi, NOMIC_BF16_FLOOR);
@@ -323,7 +324,7 @@ Test(nomic, transformers_names, .init = make_variant, .fini = remove_variant) {
     check_set(tmpdir, "mean_normalized", "naive", GEMM_FP32, MIN_COSINE);
     /* The renamed tensors are the ones read: a gate of zeros moves every
      * vector off the floor. */
-    fam_fill_tensor(tmpdir, "layers.0.mlp.gate_proj.weight", 0);
+    variant_fill_tensor(tmpdir, "layers.0.mlp.gate_proj.weight", 0);
     cr_assert_lt(best_cosine(tmpdir), NOMIC_BF16_FLOOR);
 }
 
@@ -338,29 +339,29 @@ static void expect_config_error(int code, const char *want) {
 }
 
 Test(nomic, refusals, .init = make_variant, .fini = remove_variant) {
-    fam_edit_json(tmpdir, "config.json", "rotary_emb_fraction", "0.5");
+    variant_set_json(tmpdir, "config.json", "rotary_emb_fraction", "0.5");
     expect_config_error(BERT_EUNSUPPORTED, "rotary_emb_fraction 0.5");
-    fam_edit_json(tmpdir, "config.json", "rotary_emb_fraction", "1.0");
-    fam_edit_json(tmpdir, "config.json", "rotary_emb_interleaved", "true");
+    variant_set_json(tmpdir, "config.json", "rotary_emb_fraction", "1.0");
+    variant_set_json(tmpdir, "config.json", "rotary_emb_interleaved", "true");
     expect_config_error(BERT_EUNSUPPORTED, "rotary_emb_interleaved");
-    fam_edit_json(tmpdir, "config.json", "rotary_emb_interleaved", "false");
-    fam_edit_json(tmpdir, "config.json", "rotary_scaling_factor", "2.0");
+    variant_set_json(tmpdir, "config.json", "rotary_emb_interleaved", "false");
+    variant_set_json(tmpdir, "config.json", "rotary_scaling_factor", "2.0");
     expect_config_error(BERT_EUNSUPPORTED, "rotary_scaling_factor");
-    fam_edit_json(tmpdir, "config.json", "rotary_scaling_factor", "null");
-    fam_edit_json(tmpdir, "config.json", "prenorm", "true");
+    variant_set_json(tmpdir, "config.json", "rotary_scaling_factor", "null");
+    variant_set_json(tmpdir, "config.json", "prenorm", "true");
     expect_config_error(BERT_EUNSUPPORTED, "prenorm");
-    fam_edit_json(tmpdir, "config.json", "prenorm", "false");
-    fam_edit_json(tmpdir, "config.json", "activation_function", "\"gelu\"");
+    variant_set_json(tmpdir, "config.json", "prenorm", "false");
+    variant_set_json(tmpdir, "config.json", "activation_function", "\"gelu\"");
     expect_config_error(BERT_EUNSUPPORTED, "activation_function \"gelu\"");
-    fam_edit_json(tmpdir, "config.json", "activation_function", "\"swiglu\"");
-    fam_edit_json(tmpdir, "config.json", "mlp_fc2_bias", "true");
+    variant_set_json(tmpdir, "config.json", "activation_function", "\"swiglu\"");
+    variant_set_json(tmpdir, "config.json", "mlp_fc2_bias", "true");
     expect_config_error(BERT_EUNSUPPORTED, "mlp_fc1_bias false with mlp_fc2_bias true");
-    fam_edit_json(tmpdir, "config.json", "mlp_fc2_bias", "false");
-    fam_edit_json(tmpdir, "config.json", "head_dim", "32");
+    variant_set_json(tmpdir, "config.json", "mlp_fc2_bias", "false");
+    variant_set_json(tmpdir, "config.json", "head_dim", "32");
     expect_config_error(BERT_EUNSUPPORTED, "head_dim");
-    fam_edit_json(tmpdir, "config.json", "head_dim", "16");
-    fam_edit_json(tmpdir, "config.json", "architectures",
-                  "[\"NomicBertForSequenceClassification\"]");
+    variant_set_json(tmpdir, "config.json", "head_dim", "16");
+    variant_set_json(tmpdir, "config.json", "architectures",
+                     "[\"NomicBertForSequenceClassification\"]");
     expect_config_error(BERT_EUNSUPPORTED, "NomicBertForSequenceClassification");
 }
 
