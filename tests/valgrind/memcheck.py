@@ -8,7 +8,7 @@ every start-up failure path.
    mid-body and while queued), and exits 0 on SIGTERM.
 2. Start-up failures: a bad flag, bad values, a missing, malformed or
    contradicting config file, a missing, truncated or corrupt model, the port
-   already in use, max_batch_tokens below the model's length, an unreadable or
+   already in use, max_batch_tokens below the model's max_seq_length, an unreadable or
    empty api_key_file, ... each exits with its documented status and says
    why; --help, --version and --print-config exit 0.
 
@@ -306,8 +306,8 @@ def startup_cases(d):
          "cannot load the model"),
         ("bad model config.json", [c, cfg("mcfg", model=bad_model_config)], None, 2,
          "cannot load the model"),
-        ("max_batch_tokens below model length", [c, cfg("mbt", max_batch_tokens=256)], None, 2,
-         "below the model's maximum input length"),
+        ("max_batch_tokens below max_seq_length", [c, cfg("mbt", max_batch_tokens=255)], None, 2,
+         "below the model's max_seq_length"),
         ("missing api_key_file", [c, cfg("nokeys", api_key_file=os.path.join(d, "nope"))],
          None, 2, "api_key_file"),
         ("api_key_file is a directory", [c, cfg("dirkeys", api_key_file=d)], None, 2,
