@@ -442,14 +442,15 @@ FUSED_INLINE void blocks(const fused_ctx *c, const fused_ws *w, int32_t start, i
 }
 
 /* A sequence with a window that limits it and one without, each its own
- * function (query_block's note). */
-static void blocks_windowed(const fused_ctx *c, const fused_ws *w, int32_t start, int32_t len,
-                            int h, int32_t q0) {
+ * function (query_block's note), named with the path's suffix so that a
+ * profile attributes the kernel's time to its SIMD path. */
+static void FUSED_NAME(fused_blocks_windowed)(const fused_ctx *c, const fused_ws *w, int32_t start,
+                                              int32_t len, int h, int32_t q0) {
     blocks(c, w, start, len, h, q0, 1);
 }
 
-static void blocks_unwindowed(const fused_ctx *c, const fused_ws *w, int32_t start, int32_t len,
-                              int h, int32_t q0) {
+static void FUSED_NAME(fused_blocks)(const fused_ctx *c, const fused_ws *w, int32_t start,
+                                     int32_t len, int h, int32_t q0) {
     blocks(c, w, start, len, h, q0, 0);
 }
 
@@ -461,9 +462,9 @@ void FUSED_NAME(fused_task)(void *ctx, size_t task, int worker) {
     const int32_t start = c->p->cu_seqlens[b], len = c->p->cu_seqlens[b + 1] - start;
     const fused_ws w = fused_worker_ws(c, worker);
     if (fused_reach_of(&c->p->shape, len).windowed)
-        blocks_windowed(c, &w, start, len, h, q0);
+        FUSED_NAME(fused_blocks_windowed)(c, &w, start, len, h, q0);
     else
-        blocks_unwindowed(c, &w, start, len, h, q0);
+        FUSED_NAME(fused_blocks)(c, &w, start, len, h, q0);
 }
 
 #undef FUSED_INLINE

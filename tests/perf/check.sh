@@ -5,9 +5,10 @@
 #
 #     perf record -g -p "$(pidof attnserve)" -- sleep 10 && perf report --no-children
 #
-# (for PERF_SECONDS, default 5) and checks the report: the fused kernel's task
-# function for this CPU's SIMD path (fused_task_avx512 / _avx2 / _portable)
-# holds at least MIN_KERNEL_PCT of the samples, and samples in attnserve's own
+# (for PERF_SECONDS, default 5) and checks the report: the fused kernel's
+# functions for this CPU's SIMD path (fused_task_avx512, fused_blocks_avx512,
+# ...: their names end in the path, _avx512 / _avx2 / _portable) hold at
+# least MIN_KERNEL_PCT of the samples, and samples in attnserve's own
 # code that perf cannot name ("[unknown]" symbols of the attnserve DSO) stay
 # under MAX_UNKNOWN_PCT — frame pointers and symbols are in the default build
 # and there is no JIT code. Exits 0 when both hold, 1 otherwise, 77 (skip)
@@ -90,11 +91,14 @@ for line in open(path):
     if not m:
         continue
     pct, d, sym = float(m.group(1)), m.group(2), m.group(3)
-    if sym == "fused_task_" + simd:
+    # The kernel's functions carry the path's suffix (fused_task_avx512,
+    # fused_blocks_avx512, ...); GCC may add a clone suffix (.isra.0).
+    base = re.sub(r"\.(isra|constprop|part|cold)\.\d+$", "", sym)
+    if base.startswith("fused_") and base.endswith("_" + simd):
         kernel += pct
     if d == dso and (sym.startswith("0x") or sym == "[unknown]"):
         unknown += pct
-print("perf-check: fused_task_%s %.1f%% of samples (need >= %g), unnamed %s code %.2f%% (need < %g)"
+print("perf-check: fused_*_%s %.1f%% of samples (need >= %g), unnamed %s code %.2f%% (need < %g)"
       % (simd, kernel, min_kernel, dso, unknown, max_unknown))
 sys.exit(0 if kernel >= min_kernel and unknown < max_unknown else 1)
 PY
