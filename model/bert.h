@@ -57,7 +57,8 @@ typedef enum bert_linear {
 /* How the linear layers are packed: each kind for its own precision, the
  * same in every encoder layer, and for int8 each kind's SmoothQuant
  * strength α (0: none). With α > 0 the model is first run in fp32 on a fixed synthetic
- * calibration batch (pseudo-random word pieces, never user or test data)
+ * calibration batch (pseudo-random word pieces, never user or test data, each
+ * sequence framed as the directory's tokenizer frames it: bert_config_frame)
  * that records a_k, the largest |input| of every GEMM's input channel k; the
  * int8 GEMMs then quantise x_k / s_k and W[·,k]·s_k with
  * s_k = a_k^α / w_k^(1−α), w_k the largest |W[·,k]| (gemm_pack_smoothed):
