@@ -5,7 +5,9 @@
  * modules.json, the pooling config), keeps the weights memory-mapped and runs
  * the encoder on a variable-length packed batch — no padding is ever
  * computed — with attention through a backend from kernels/attention.h. It
- * knows nothing of HTTP, tokenisation or scheduling.
+ * knows nothing of HTTP, tokenisation or scheduling, but for the special
+ * tokens the directory's tokenizer adds, which frame int8's calibration
+ * batch (bert_config_frame).
  *
  * Dimension letters used in shape comments:
  *   B sequences in the batch, T tokens in the batch, C hidden size,
