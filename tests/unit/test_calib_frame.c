@@ -6,16 +6,23 @@
  * Each expected framing is written out from the checkpoint's tokenizer.json
  * post-processor (or vocab.txt for MiniLM), and checked again against
  * tok_encode of another text, so neither a wrong table nor a framing read
- * off one lucky text passes. */
+ * off one lucky text passes; and the int8 load is shown to calibrate with
+ * it (calibration_reads_the_tokenizer). */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "kernels/backends.h"
+#include "kernels/gemm.h"
+#include "kernels/parallel.h"
+#include "model/bert.h"
 #include "model/bert_config.h"
 #include "model/tokenizer.h"
+#include "model_variant.h"
 
 typedef struct frame_case {
     const char *dir;
@@ -117,4 +124,55 @@ Test(calib_frame, a_directory_without_a_tokenizer_is_guessed) {
     cr_expect_eq(f.source, BERT_FRAME_GUESS);
     cr_expect_eq(f.nlead + f.ntrail, 0);
     rmdir(dir);
+}
+
+/* The int8 vectors of one fixed sequence after loading dir (Qwen3's
+ * output_dim floats into out); skips where this CPU has no int8 GEMMs. */
+static void int8_vector(const char *dir, float *out, int n) {
+    char err[512];
+    bert_model *m = NULL;
+    const int rc = bert_load_precision(dir, GEMM_INT8, &m, err, sizeof err);
+    if (rc == BERT_EUNSUPPORTED)
+        cr_skip_test("int8 is not available here: %s; calibration's framing was NOT checked", err);
+    cr_assert_eq(rc, BERT_OK, "%s: %s", dir, err);
+    cr_assert_eq(bert_get_config(m)->output_dim, n);
+    const attn_backend *be = &attn_backend_naive;
+    bert_workspace *ws = NULL;
+    cr_assert_eq(bert_workspace_create(m, 16, 1, &be, 1, &ws, err, sizeof err), BERT_OK, "%s", err);
+    const int32_t ids[6] = {1010, 1020, 1030, 1040, 1050, 1200}, cu[2] = {0, 6};
+    cr_assert_eq(bert_forward(m, ws, be, &attn_parallel_serial, ids, cu, 1, out, err, sizeof err),
+                 BERT_OK, "%s", err);
+    bert_workspace_free(ws);
+    bert_free(m);
+}
+
+/* Qwen3's tokenizer frames a sequence as text <|endoftext|>, without a BOS:
+ * the same directory without its tokenizer.json is calibrated with the old
+ * [CLS] 101 ... [SEP] 102 guess, and its int8 vectors move; a copy with
+ * the tokenizer gives the original's bits. */
+Test(calib_frame, calibration_reads_the_tokenizer) {
+    const char *src = "tests/golden/qwen3-tiny-model";
+    bert_config cfg;
+    load_config(src, &cfg);
+    const int n = cfg.output_dim;
+    float *a = malloc(3 * sizeof(float) * (size_t)n);
+    cr_assert_not_null(a);
+    float *same = a + n, *guessed = a + 2 * n;
+    int8_vector(src, a, n);
+    char dir[VARIANT_DIR_LEN];
+    variant_copy(dir, src);
+    int8_vector(dir, same, n);
+    char path[VARIANT_DIR_LEN + 32];
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    cr_assert_eq(unlink(path), 0);
+    int8_vector(dir, guessed, n);
+    variant_remove(dir);
+    cr_expect_eq(memcmp(a, same, sizeof(float) * (size_t)n), 0, "a copy calibrates differently");
+    float diff = 0.0f;
+    for (int i = 0; i < n; i++)
+        diff = fmaxf(diff, fabsf(a[i] - guessed[i]));
+    cr_expect_gt(diff, 0.0f, "the tokenizer's framing did not reach calibration");
+    fprintf(stderr, "calib_frame qwen3 int8: largest change without the tokenizer %.3g\n",
+            (double)diff);
+    free(a);
 }
