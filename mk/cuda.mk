@@ -10,7 +10,8 @@
 #       compiler, position-independent with hidden visibility like the
 #       cpu-avx512 plugin. model/encoder.c's family table names the CPU
 #       encoder's load and forward, so those come along (never called here)
-#       with what they call, each file with the core's per-file ISA flags,
+#       with what they call (the tokenizer too: bert_config_frame), each
+#       file with the core's per-file ISA flags,
 #       and OpenBLAS is linked. It links libcudart and libcublasLt from
 #       CUDA_HOME (rpath set), never the core: on a machine without the
 #       driver (libcuda.so) the plugin still loads, cudaGetDeviceCount fails
@@ -35,6 +36,7 @@ CUDA_PLUGIN := $(BUILD)/gpu-engines/cuda.so
 CUDA_C_SRC := engines/cuda/cuda_engine.c engines/cuda/cuda_plan.c engines/cuda/cuda_cudnn.c \
               model/encoder.c \
               model/bert.c model/bert_forward.c model/bert_config.c model/blocks.c model/position.c model/safetensors.c kernels/gelu.c \
+              $(wildcard model/tok*.c model/unicode*.c) \
               kernels/gelu_avx2.c kernels/gelu_avx512.c kernels/attention.c kernels/simd.c \
               kernels/naive.c kernels/threadpool.c $(wildcard kernels/gemm*.c)
 CUDA_C_OBJ := $(CUDA_C_SRC:%.c=$(BUILD)/obj-plugin/cuda/%.o)

@@ -23,8 +23,11 @@ PLUGIN_CFLAGS := $(CFLAGS) -fPIC -fvisibility=hidden
 # precisions this tree has), GELU, safetensors, the attention problem
 # helpers and CPUID. Attention backends are not in it (the core hands the
 # engine the backend in force), but for the naive one and the serial pool
-# that int8's calibration forward runs at load.
+# that int8's calibration forward runs at load, and the tokenizer
+# (model/tok*.c, model/unicode*.c), whose specials frame that forward's
+# sequences (bert_config_frame).
 CPU_AVX512_SRC := engines/cpu.c model/encoder.c model/bert.c model/bert_forward.c model/bert_config.c model/blocks.c model/position.c model/safetensors.c \
+                  $(wildcard model/tok*.c model/unicode*.c) \
                   kernels/gelu.c \
                   kernels/gelu_avx2.c kernels/gelu_avx512.c kernels/attention.c kernels/simd.c \
                   kernels/naive.c kernels/threadpool.c \
@@ -54,6 +57,7 @@ $(BUILD)/test-engines/%.so: tests/engines/%.c $(BUILD)/flags
 # those come along, never called, each file with the core's per-file ISA
 # flags (not cpu-avx512's AVX-512 everywhere), so it loads on any x86-64.
 INSTANT_SRC := model/encoder.c model/bert.c model/bert_forward.c model/bert_config.c model/blocks.c model/position.c model/safetensors.c kernels/gelu.c \
+               $(wildcard model/tok*.c model/unicode*.c) \
                kernels/gelu_avx2.c kernels/gelu_avx512.c kernels/attention.c kernels/simd.c \
                kernels/naive.c kernels/threadpool.c $(wildcard kernels/gemm*.c)
 INSTANT_OBJ := $(INSTANT_SRC:%.c=$(BUILD)/obj-plugin/portable/%.o)

@@ -640,15 +640,16 @@ static void unpack(bert_model *m) {
     }
 }
 
-/* The calibration batch: CALIB_SEQS sequences of CALIB_LEN tokens, [CLS]
- * (101 in BERT's WordPiece vocabulary), word pieces drawn by a fixed LCG from
- * the ids past the specials, [SEP] (102). */
+/* The calibration batch: CALIB_SEQS sequences of CALIB_LEN tokens, word
+ * pieces drawn by a fixed LCG from the ids past the specials, framed by the
+ * special tokens the model's tokenizer adds (bert_config_frame). */
 #define CALIB_SEQS 8
 #define CALIB_LEN  64
 
 /* smooth = a^α / w^(1−α) per GEMM input channel (see bert_plan), from one
  * fp32 forward over the calibration batch. */
-static int calibrate(bert_model *m, const float *alpha, float *smooth, char *err, size_t err_len) {
+static int calibrate(bert_model *m, const char *dir, const float *alpha, float *smooth, char *err,
+                     size_t err_len) {
     const int L = m->cfg.num_layers;
     const int V = m->cfg.vocab_size, S = calib_stride(&m->cfg);
     const int len = CALIB_LEN < m->cfg.max_positions ? CALIB_LEN : m->cfg.max_positions;
@@ -672,14 +673,15 @@ static int calibrate(bert_model *m, const float *alpha, float *smooth, char *err
         for (int t = 0; t < CALIB_SEQS * len; t++) {
             r = r * 1664525u + 1013904223u;
             ids[t] = first + (int32_t)((r >> 8) % (uint32_t)(V - first));
-            /* Each sequence framed as the tokenizer frames it, whose first
-             * token carries the largest activations: BERT's [CLS] 101 and
-             * [SEP] 102, RoBERTa's and XLM-R's <s> 0 and </s> 2. */
-            const int roberta = m->cfg.position_offset > 0;
-            if (V > 102 && t % len == 0)
-                ids[t] = roberta ? 0 : 101;
-            else if (V > 102 && t % len == len - 1)
-                ids[t] = roberta ? 2 : 102;
+        }
+        /* Each sequence framed as the tokenizer frames it: its first token
+         * (an attention sink) carries the largest activations, so a batch
+         * without the model's own specials under-estimates exactly those. */
+        bert_frame f;
+        bert_config_frame(dir, &m->cfg, &f);
+        for (int b = 0; f.nlead + f.ntrail < len && b < CALIB_SEQS; b++) {
+            memcpy(ids + b * len, f.lead, (size_t)f.nlead * sizeof *ids);
+            memcpy(ids + (b + 1) * len - f.ntrail, f.trail, (size_t)f.ntrail * sizeof *ids);
         }
         memset(smooth, 0, sizeof(float) * (size_t)L * BERT_NLINEAR * S);
         ws->calib = smooth; /* forward fills it with the activation maxima */
@@ -710,7 +712,7 @@ static int calibrate(bert_model *m, const float *alpha, float *smooth, char *err
 }
 
 /* Packs the linear layers as m->plan says, calibrating first for smoothing. */
-static int pack_layers(bert_model *m, char *err, size_t err_len) {
+static int pack_layers(bert_model *m, const char *dir, char *err, size_t err_len) {
     int smoothed = 0;
     for (int i = 0; i < BERT_NLINEAR; i++)
         smoothed |= m->plan.p[i] == GEMM_INT8 && m->plan.alpha[i] > 0.0f;
@@ -720,7 +722,7 @@ static int pack_layers(bert_model *m, char *err, size_t err_len) {
                            (size_t)calib_stride(&m->cfg));
     if (!smooth)
         return bert_fail(BERT_ENOMEM, err, err_len, "out of memory");
-    int rc = calibrate(m, m->plan.alpha, smooth, err, err_len);
+    int rc = calibrate(m, dir, m->plan.alpha, smooth, err, err_len);
     if (!rc)
         rc = pack_with(m, m->plan.p, smooth, m->plan.alpha, err, err_len);
     free(smooth);
@@ -921,7 +923,7 @@ int bert_load_plan(const char *dir, const bert_plan *plan, bert_model **out, cha
     if (!rc)
         rc = make_rope(m, err, err_len);
     if (!rc)
-        rc = pack_layers(m, err, err_len);
+        rc = pack_layers(m, dir, err, err_len);
     /* Only when no linear layer reads the fp32 tensors in place. */
     int compact = 1;
     for (int i = 0; i < BERT_NLINEAR; i++)

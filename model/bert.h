@@ -5,7 +5,9 @@
  * modules.json, the pooling config), keeps the weights memory-mapped and runs
  * the encoder on a variable-length packed batch — no padding is ever
  * computed — with attention through a backend from kernels/attention.h. It
- * knows nothing of HTTP, tokenisation or scheduling.
+ * knows nothing of HTTP, tokenisation or scheduling, but for the special
+ * tokens the directory's tokenizer adds, which frame int8's calibration
+ * batch (bert_config_frame).
  *
  * Dimension letters used in shape comments:
  *   B sequences in the batch, T tokens in the batch, C hidden size,
@@ -57,7 +59,8 @@ typedef enum bert_linear {
 /* How the linear layers are packed: each kind for its own precision, the
  * same in every encoder layer, and for int8 each kind's SmoothQuant
  * strength α (0: none). With α > 0 the model is first run in fp32 on a fixed synthetic
- * calibration batch (pseudo-random word pieces, never user or test data)
+ * calibration batch (pseudo-random word pieces, never user or test data, each
+ * sequence framed as the directory's tokenizer frames it: bert_config_frame)
  * that records a_k, the largest |input| of every GEMM's input channel k; the
  * int8 GEMMs then quantise x_k / s_k and W[·,k]·s_k with
  * s_k = a_k^α / w_k^(1−α), w_k the largest |W[·,k]| (gemm_pack_smoothed):

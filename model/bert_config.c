@@ -14,6 +14,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "model/tokenizer.h"
+
 const char *bert_strerror(int err) {
     switch (err) {
 #define BERT_ERR_CASE(name, code, msg)                                                             \
@@ -938,4 +940,52 @@ int bert_config_load(const char *dir, bert_config *cfg, char *err, size_t err_le
     if (!rc)
         rc = read_max_seq_length(dir, cfg, err, err_len);
     return rc;
+}
+
+/* ---- the calibration batch's framing ---------------------------------------- */
+
+/* The specials t puts around a text's pieces, read off tok_encode's special
+ * mask (tok_pair_text_encode finds a text's pieces the same way). Any text
+ * with a piece will do: "a" is a piece, or the unknown token, in every
+ * vocabulary. Leaves f empty when the framing is not usable. */
+static void frame_from_tokenizer(const tok_tokenizer *t, int vocab_size, bert_frame *f) {
+    enum { CAP = 2 * BERT_FRAME_MAX + 8 };
+    int32_t ids[CAP];
+    uint8_t special[CAP];
+    tok_output o = {.ids = ids, .special = special, .capacity = CAP};
+    if (tok_encode(t, "a", 1, 1, &o) != TOK_OK)
+        return;
+    int lead = 0, trail = 0;
+    while (lead < o.n && special[lead])
+        lead++;
+    while (trail < o.n - lead && special[o.n - 1 - trail])
+        trail++;
+    if (lead == o.n || lead > BERT_FRAME_MAX || trail > BERT_FRAME_MAX)
+        return;
+    for (int i = 0; i < o.n; i++)
+        if ((i < lead || i >= o.n - trail) && (ids[i] < 0 || ids[i] >= vocab_size))
+            return;
+    memcpy(f->lead, ids, (size_t)lead * sizeof *ids);
+    memcpy(f->trail, ids + o.n - trail, (size_t)trail * sizeof *ids);
+    f->nlead = lead;
+    f->ntrail = trail;
+}
+
+void bert_config_frame(const char *dir, const bert_config *cfg, bert_frame *f) {
+    *f = (bert_frame){.source = BERT_FRAME_TOKENIZER};
+    tok_tokenizer *t = NULL;
+    if (tok_load(&t, dir, NULL, 0) == TOK_OK) {
+        frame_from_tokenizer(t, cfg->vocab_size, f);
+        tok_free(t);
+        return;
+    }
+    /* Nothing says how this model's sequences are framed: BERT's WordPiece
+     * ids, or RoBERTa's and XLM-R's, which number positions from an offset. */
+    f->source = BERT_FRAME_GUESS;
+    if (cfg->vocab_size > 102) {
+        const int roberta = cfg->position_offset > 0;
+        f->lead[0] = roberta ? 0 : 101;
+        f->trail[0] = roberta ? 2 : 102;
+        f->nlead = f->ntrail = 1;
+    }
 }

@@ -6,6 +6,7 @@
 #define MODEL_BERT_CONFIG_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "model/blocks.h"
 #include "model/position.h"
@@ -194,5 +195,30 @@ typedef struct bert_config {
  * BERT_EUNSUPPORTED naming it; a missing file BERT_EIO; a malformed one
  * BERT_EFORMAT. */
 int bert_config_load(const char *dir, bert_config *cfg, char *err, size_t err_len);
+
+/* ---- the calibration batch's framing ---------------------------------------- */
+/* The special tokens put around one sequence: what int8 calibration frames
+ * its synthetic sequences with, since the first token (an attention sink)
+ * carries the largest activations. */
+#define BERT_FRAME_MAX 4
+typedef enum bert_frame_source {
+    BERT_FRAME_TOKENIZER, /* what dir's tokenizer adds (tok_encode's special mask) */
+    BERT_FRAME_GUESS,     /* no usable tokenizer: BERT's or RoBERTa's, by cfg */
+} bert_frame_source;
+typedef struct bert_frame {
+    int32_t lead[BERT_FRAME_MAX], trail[BERT_FRAME_MAX];
+    int nlead, ntrail;
+    bert_frame_source source;
+} bert_frame;
+
+/* The framing of one sequence as dir's tokenizer (model/tokenizer.h: its
+ * post-processor, or vocab.txt's [CLS] and [SEP]) gives it: the special
+ * tokens before and after a short text's pieces. A tokenizer that adds ids
+ * outside cfg's vocabulary, or more than BERT_FRAME_MAX on a side, frames
+ * nothing: those cannot be the model's own. Only when dir has no tokenizer
+ * this code loads is the framing guessed as before tokenizers were read:
+ * [CLS] 101 ... [SEP] 102, or <s> 0 ... </s> 2 for RoBERTa's position
+ * numbering, and nothing for a vocabulary without those ids. */
+void bert_config_frame(const char *dir, const bert_config *cfg, bert_frame *f);
 
 #endif

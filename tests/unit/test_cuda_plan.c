@@ -569,6 +569,7 @@ static const dir_case model_dirs[] = {
     {"tests/golden/modernbert-tiny-model", "modernbert family", "modernbert family"},
     {"tests/golden/qwen3-tiny-model", "qwen3 family", "qwen3 family"},
     {"tests/golden/gemma3-tiny-model", "gemma3 family", "gemma3 family"},
+    {"tests/golden/nomic-bert-tiny-model", "nomic_bert family", "nomic_bert family"},
 };
 
 Test(cuda_plan, model_directories_refused_or_kept) {
