@@ -5,10 +5,12 @@
 # ModernBERT (embedder and cross-encoder), Qwen3-Embedding, EmbeddingGemma and
 # NomicBERT checkpoints with their float64 vectors and logits
 # (tests/golden/make_modernbert_model.py, make_modernbert_reranker.py,
-# make_qwen3_model.py, make_gemma3_model.py, make_nomic_bert_model.py, sharing
-# tests/golden/family_models.py). They are committed, so `make test` never
-# needs this; torch, transformers and sentence-transformers come from PyPI
-# into the bench's virtualenv (bench/embed/peers.py installs it on first use).
+# make_qwen3_model.py, make_gemma3_model.py, make_nomic_bert_model.py); all
+# but make_task_models.py share tests/golden/family_models.py, as
+# make_xlmr_model.py and make_roberta_model.py do. They are committed, so
+# `make test` never needs this; torch, transformers and sentence-transformers
+# come from PyPI into the bench's virtualenv (bench/embed/peers.py installs it
+# on first use).
 TASK_MODEL_SCRIPTS := make_task_models.py make_mpnet_model.py make_modernbert_model.py \
                       make_modernbert_reranker.py make_qwen3_model.py make_gemma3_model.py \
                       make_nomic_bert_model.py

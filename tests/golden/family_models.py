@@ -1,9 +1,21 @@
-"""What the newer families' generators share (make_modernbert_model.py,
-make_modernbert_reranker.py, make_qwen3_model.py, make_gemma3_model.py,
-make_nomic_bert_model.py): the texts, the random weights, the rewriting of
-the files sentence-transformers saves into the published checkpoints'
-layout, the float64 reference run, the sensitivity runs and the golden's
-metadata.
+"""What the generators of the tiny random-weight checkpoints share.
+
+Every one draws random weights (randomise) and saves a sentence-transformers
+directory (save_dir, sentence_model) whose size it prints (dir_size). The
+first ones, make_xlmr_model.py, make_roberta_model.py and
+make_mpnet_model.py, save the directory as sentence-transformers writes it
+and record the float32 vectors it computes (load_as_saved, encode,
+write_float32_golden). The newer families' ones, make_modernbert_model.py,
+make_modernbert_reranker.py, make_qwen3_model.py, make_gemma3_model.py and
+make_nomic_bert_model.py, rewrite the saved files into the published
+checkpoints' layout (make_dir) and record a float64 reference run with its
+sensitivity runs (write_golden); the rest of this text is about them.
+
+Each is run with an environment that has torch, transformers and
+sentence-transformers: the bench's venv, which `make task-models` makes
+(~/.cache/attnserve/bench-embed/venv; it runs every generator but the XLM-R
+and RoBERTa ones), as
+    PY tests/golden/make_NAME.py
 
 The texts are the multilingual paragraphs of make_family_tokenizers.py (the
 corpus its tokenizers were trained on, read through its corpus()), an empty
@@ -36,7 +48,8 @@ import sentence_transformers
 import tokenizers
 import torch
 import transformers
-from sentence_transformers import SentenceTransformer
+from sentence_transformers import SentenceTransformer, models
+from transformers import PreTrainedTokenizerFast
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
@@ -72,15 +85,138 @@ def tokenizer_file(family):
                         "tokenizer.json")
 
 
+def golden_dir(name):
+    """The path of name in tests/golden."""
+    return os.path.join(HERE, name)
+
+
+def padded_vocab(tok):
+    """The embedding table's rows: tok's vocabulary padded to a multiple of
+    64, as the published checkpoints pad theirs."""
+    return (len(tok) + 63) // 64 * 64
+
+
+def fast_tokenizer(family, **special):
+    """The committed family tokenizer as transformers' fast tokenizer, with
+    the special tokens named in special."""
+    return PreTrainedTokenizerFast(tokenizer_file=tokenizer_file(family),
+                                   model_max_length=MAX_TOKENS,
+                                   model_input_names=["input_ids", "attention_mask"], **special)
+
+
 def randomise(model, seed, spread):
     """Draws every parameter again: spread(name, p) gives the tensor it
     takes. Spreads far above the default initialisation make each tensor
-    move the vectors far past the tests' floors."""
-    torch.manual_seed(seed)
+    move the vectors far past the tests' floors. seed None carries on from
+    torch's current state (roberta_dir seeds before building the model,
+    whose initialisation draws first)."""
+    if seed is not None:
+        torch.manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
             p.copy_(spread(name, p))
     model.eval()
+
+
+def encoder_spread(name, p):
+    """The spread of the first tiny embedders (XLM-R, RoBERTa, MPNet):
+    every tensor, biases and LayerNorms included, large enough that
+    attention mixes tokens and every position row (and relative bucket)
+    matters, so a wrong position numbering or a skipped tensor moves the
+    vectors far past the tests' floors. normal_ draws as the committed
+    weights were drawn."""
+    if "LayerNorm.weight" in name:
+        return 1.0 + 0.2 * torch.randn_like(p)
+    if "relative_attention_bias" in name:
+        # Larger than the scores' spread, so each bucket steers attention
+        # and the vectors depend on every one of them.
+        return torch.empty_like(p).normal_(0.0, 4.0)
+    if "embeddings" in name:
+        return torch.empty_like(p).normal_(0.0, 0.5)
+    return torch.empty_like(p).normal_(0.0, 0.15)
+
+
+def family_spread(name, p, embeddings):
+    """The newer families' spread: norm weights about 1, the token
+    embeddings (the tensor whose name holds embeddings) N(0, 1), and every
+    other tensor 0.2 N(0, 1): scores of a few units, so attention is far
+    from uniform and the masking and the rotation steer it."""
+    if "norm" in name:
+        return 1.0 + 0.3 * torch.randn_like(p)
+    if embeddings in name:
+        return torch.randn_like(p)
+    return 0.2 * torch.randn_like(p)
+
+
+def roberta_dir(path, classes, tokenizer_path, seed, max_tokens, **config):
+    """A tiny RoBERTa-layout encoder (classes: its tokenizer, config and
+    model classes) with the tokenizer in tokenizer_path, saved to path, as
+    a SentenceTransformer with mean pooling: 2 layers, hidden 64, 4 heads,
+    max_tokens + 2 position rows (padding_idx 1, then max_tokens positions),
+    config the class's other settings. torch is seeded before the model is
+    built and encoder_spread draws on from there, as the committed weights
+    were drawn."""
+    tokenizer_cls, config_cls, model_cls = classes
+    tok = tokenizer_cls(tokenizer_file=tokenizer_path)
+    assert tok.pad_token_id == 1 and tok.bos_token_id == 0 and tok.eos_token_id == 2
+    cfg = config_cls(vocab_size=len(tok), hidden_size=64, num_hidden_layers=2,
+                     num_attention_heads=4, intermediate_size=128, hidden_act="gelu",
+                     max_position_embeddings=max_tokens + 2, type_vocab_size=1,
+                     layer_norm_eps=1e-5, pad_token_id=1, bos_token_id=0, eos_token_id=2,
+                     **config)
+    torch.manual_seed(seed)
+    model = model_cls(cfg, add_pooling_layer=False)
+    randomise(model, None, encoder_spread)
+    model.save_pretrained(path, safe_serialization=True)
+    tok.model_max_length = max_tokens
+    tok.save_pretrained(path)
+    return sentence_model(path, "mean", max_tokens)
+
+
+def random_checkpoint(path, cls, config, tok, seed, spread):
+    """Writes config as path/config.json, builds cls (a transformers model
+    class) from it with weights drawn by randomise(seed, spread), and saves
+    it there in float16 (to_float16) with tok. Returns the model."""
+    write_json(os.path.join(path, "config.json"), config)
+    model = cls(cls.config_class.from_pretrained(path))
+    randomise(model, seed, spread)
+    to_float16(model).save_pretrained(path, safe_serialization=True)
+    tok.save_pretrained(path)
+    return model
+
+
+def sentence_model(path, pooling, max_tokens=MAX_TOKENS, dense=(), **kwargs):
+    """The SentenceTransformer of the checkpoint in path: Transformer,
+    Pooling (mode pooling), the Dense modules dense, Normalize; kwargs go to
+    SentenceTransformer."""
+    transformer = models.Transformer(path, max_seq_length=max_tokens)
+    dim = transformer.get_word_embedding_dimension()
+    return SentenceTransformer(
+        modules=[transformer, models.Pooling(dim, pooling), *dense, models.Normalize()],
+        device="cpu", **kwargs)
+
+
+def save_dir(build, out):
+    """Saves build(tmp) (a SentenceTransformer built on a checkpoint in tmp)
+    as the directory out, replacing it."""
+    with tempfile.TemporaryDirectory() as tmp:
+        st = build(tmp)
+        shutil.rmtree(out, ignore_errors=True)
+        st.save(out)
+
+
+def remove_files(path, names):
+    """Removes the files names in path that exist (the model card, the slow
+    tokenizers' files, ...)."""
+    for name in names:
+        if os.path.exists(os.path.join(path, name)):
+            os.remove(os.path.join(path, name))
+
+
+def copy_tokenizer(path, family):
+    """The committed tokenizer.json byte for byte (transformers' save
+    rewrites it)."""
+    shutil.copyfile(tokenizer_file(family), os.path.join(path, "tokenizer.json"))
 
 
 def rewrite_json(path, fn):
@@ -122,17 +258,15 @@ def finish_dir(out, family, dim, pooling, denses=0, prompts=None, max_tokens=MAX
     sentence_bert_config.json as {max_seq_length, do_lower_case}, and
     config_sentence_transformers.json with the prompts. The directory is
     read back through sentence-transformers afterwards, so it must load."""
-    for name in ("README.md", "vocab.txt", "merges.txt", "vocab.json", "special_tokens_map.json",
-                 "chat_template.jinja"):
-        if os.path.exists(os.path.join(out, name)):
-            os.remove(os.path.join(out, name))
-    shutil.copyfile(tokenizer_file(family), os.path.join(out, "tokenizer.json"))
+    remove_files(out, ("README.md", "vocab.txt", "merges.txt", "vocab.json",
+                       "special_tokens_map.json", "chat_template.jinja"))
+    copy_tokenizer(out, family)
     mods = [("", "Transformer"), ("1_Pooling", "Pooling")]
     mods += [("%d_Dense" % (2 + i), "Dense") for i in range(denses)]
     mods += [("%d_Normalize" % (2 + denses), "Normalize")]
     write_json(os.path.join(out, "modules.json"),
-               [{"idx": i, "name": str(i), "path": path, "type": "sentence_transformers.models." + t}
-                for i, (path, t) in enumerate(mods)])
+               [{"idx": i, "name": str(i), "path": path,
+                 "type": "sentence_transformers.models." + t} for i, (path, t) in enumerate(mods)])
     write_json(os.path.join(out, "1_Pooling", "config.json"), pooling_config(dim, pooling))
     for path, t in mods:
         if t == "Dense":
@@ -155,14 +289,10 @@ def finish_dir(out, family, dim, pooling, denses=0, prompts=None, max_tokens=MAX
 
 def make_dir(build, out, family, dim, pooling, config, tokenizer_config, denses=0,
              prompts=None):
-    """Saves build(tmp) (a SentenceTransformer built on a checkpoint in tmp)
-    to out in the published layout (finish_dir), with config.json and
-    tokenizer_config.json the given objects: saving writes transformers 5's
-    layouts over them."""
-    with tempfile.TemporaryDirectory() as tmp:
-        st = build(tmp)
-        shutil.rmtree(out, ignore_errors=True)
-        st.save(out)
+    """Saves build(tmp) to out (save_dir) in the published layout
+    (finish_dir), with config.json and tokenizer_config.json the given
+    objects: saving writes transformers 5's layouts over them."""
+    save_dir(build, out)
     finish_dir(out, family, dim, pooling, denses, prompts)
     write_json(os.path.join(out, "config.json"), config)
     write_json(os.path.join(out, "tokenizer_config.json"), tokenizer_config)
@@ -176,6 +306,7 @@ def to_float16(model):
 
 
 def dir_size(path):
+    """The bytes of every file under path."""
     return sum(os.path.getsize(os.path.join(d, n)) for d, _, ns in os.walk(path) for n in ns)
 
 
@@ -290,6 +421,40 @@ def check_masks(st, n, predicates):
     return types_
 
 
+def check_modules(st, names, prompts=None):
+    """Checks st's modules are of the classes names, and its prompts."""
+    assert [type(m).__name__ for m in st] == names, list(st)
+    if prompts is not None:
+        assert st.prompts == prompts, st.prompts
+
+
+def load_as_saved(path):
+    """The directory of the first tiny embedders as sentence-transformers
+    loads it (float32), checked to be Transformer, Pooling, Normalize."""
+    st = SentenceTransformer(path, device="cpu")
+    check_modules(st, ["Transformer", "Pooling", "Normalize"])
+    return st
+
+
+def unpadded_ids(features):
+    """The ids of each row of tokenized features, padding left out."""
+    return [[int(t) for t, m in zip(row, mask) if m]
+            for row, mask in zip(features["input_ids"].tolist(),
+                                 features["attention_mask"].tolist())]
+
+
+def encode(st, text_list):
+    """The first tiny embedders' golden cases, one a text: the text, its ids
+    and its vector as st computes it in batches of 8 (float32, 9 digits;
+    not normalised by encode: the Normalize module already made it a unit
+    vector)."""
+    ids = unpadded_ids(st.tokenize(text_list))
+    emb = st.encode(text_list, batch_size=8, convert_to_numpy=True, normalize_embeddings=False)
+    return [{"text": t, "ids": i,
+             "embedding": [float(f"{x:.9g}") for x in np.asarray(v, dtype=np.float32)]}
+            for t, i, v in zip(text_list, ids, emb)]
+
+
 def load(path, dtype=torch.float64):
     """The directory as sentence-transformers loads it, on the CPU, with
     SDPA attention (float64 inside, where eager's softmax is float32)."""
@@ -312,12 +477,7 @@ def embed(st, text_list, prompt_name=None):
 def token_ids(st, text_list, prompt_name=None):
     """The ids sentence-transformers feeds the model (prompt included)."""
     prompt = st.prompts[prompt_name] if prompt_name else ""
-    ids = []
-    for t in text_list:
-        f = st.tokenize([prompt + t])
-        ids.append([int(i) for i, m in zip(f["input_ids"][0].tolist(),
-                                           f["attention_mask"][0].tolist()) if m])
-    return ids
+    return [unpadded_ids(st.tokenize([prompt + t]))[0] for t in text_list]
 
 
 def check_ids(family, text_list, ids, prompt=""):
@@ -354,14 +514,33 @@ def shipped_error(path, text_list, ref, prompt_name=None):
 
 
 def versions():
+    """The versions a golden was made with, recorded in it."""
     return {
         "python": platform.python_version(),
         "torch": torch.__version__,
         "sentence_transformers": sentence_transformers.__version__,
         "transformers": transformers.__version__,
         "tokenizers": tokenizers.__version__,
-        "numpy": np.__version__,
     }
+
+
+def repo_path(path):
+    """path relative to the repository's root, as the goldens name files."""
+    return os.path.relpath(os.path.abspath(path), os.path.dirname(os.path.dirname(HERE)))
+
+
+def write_float32_golden(path, out_dir, max_tokens, sets, extra=None):
+    """The first tiny embedders' golden JSON: the model directory, the
+    script, the versions, sets (name -> cases) and extra (name -> any other
+    value); prints what was made."""
+    golden = {"model": repo_path(out_dir), "max_tokens": max_tokens,
+              "made_by": repo_path(sys.argv[0]), "versions": versions()}
+    golden.update(sets)
+    golden.update(extra or {})
+    golden_io.dump(golden, path)
+    lengths = [len(c["ids"]) for s in sets.values() for c in s]
+    print(f"{out_dir}: {dir_size(out_dir)} bytes; {len(lengths)} cases, tokens "
+          f"{min(lengths)}..{max(lengths)}", file=sys.stderr)
 
 
 def reference_sets(st, family, text_list, sets):
@@ -402,17 +581,26 @@ def norm_weights_set(value):
     return change
 
 
+def write_embedding_golden(path, out_dir, text_list, sets, golden, masking, changes,
+                           prompts=None):
+    """write_golden of an embedder's sets, with its prompts (the query and
+    document ones), masking, the sensitivity of golden (the vectors of
+    text_list without a prompt) to changes, and the shipped runs' error."""
+    meta = {"prompts": {k: prompts[k] for k in ("query", "document")}} if prompts else {}
+    meta.update(masking=masking, sensitivity=sensitivity(out_dir, text_list, golden, changes),
+                shipped_run_error=shipped_error(out_dir, text_list, golden))
+    write_golden(path, meta, sets, out_dir)
+
+
 def write_golden(path, meta, sets, out_dir):
     """meta (masking, sensitivity, ...) with the model directory, the
     script, the versions and sets (name -> cases) as the golden JSON
     tests/unit/golden_embeddings.c reads; prints what was made."""
-    golden = {"model": os.path.relpath(out_dir, os.path.dirname(os.path.dirname(HERE))),
-              "made_by": os.path.relpath(os.path.abspath(sys.argv[0]),
-                                         os.path.dirname(os.path.dirname(HERE))),
+    golden = {"model": repo_path(out_dir), "made_by": repo_path(sys.argv[0]),
               "max_tokens": MAX_TOKENS,
               "attention": "sdpa (exact in float64 on the CPU; the eager path's softmax is "
                            "float32 in ModernBERT, Qwen3 and Gemma3)"}
-    golden.update(meta, versions=versions(), precision=(
+    golden.update(meta, versions=dict(versions(), numpy=np.__version__), precision=(
         "float64; RoPE tables, RMSNorm and ModernBERT's rotation in float64 in place of "
         "transformers' float32 steps, SDPA attention (tests/golden/family_models.py)"))
     golden.update(sets)

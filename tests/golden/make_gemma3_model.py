@@ -25,22 +25,17 @@ the mask transformers hands each layer in a forward shows it; "sensitivity"
 the lowest cosine, over the inputs, between the golden and the same model
 with one feature changed (the window made global, attention made causal,
 the RoPE thetas swapped, every norm weight 0 so the norms scale by 1, the
-sqrt(hidden) embedding scale left out): each far below any test floor.
-
-Usage (the bench's venv, as `make task-models` makes it):
-    PY tests/golden/make_gemma3_model.py
+sqrt(hidden) embedding scale left out): each far below any test floor. Run
+as family_models.py says.
 """
-import os
-
 import torch
-from sentence_transformers import SentenceTransformer, models
-from transformers import Gemma3TextConfig, Gemma3TextModel, PreTrainedTokenizerFast
+from sentence_transformers import models
+from transformers import Gemma3TextModel
 
 import family_models as fm
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-OUT = os.path.join(HERE, "gemma3-tiny-model")
-GOLDEN = os.path.join(HERE, "gemma3_embeddings.json")
+OUT = fm.golden_dir("gemma3-tiny-model")
+GOLDEN = fm.golden_dir("gemma3_embeddings.json")
 FAMILY = "gemma3"
 SLIDING_WINDOW = 16
 LAYER_TYPES = ["sliding_attention", "sliding_attention", "full_attention", "sliding_attention"]
@@ -76,10 +71,8 @@ def spread(name, p):
 
 
 def tokenizer():
-    return PreTrainedTokenizerFast(tokenizer_file=fm.tokenizer_file(FAMILY), bos_token="<bos>",
-                                   eos_token="<eos>", pad_token="<pad>", unk_token="<unk>",
-                                   mask_token="<mask>", model_max_length=fm.MAX_TOKENS,
-                                   model_input_names=["input_ids", "attention_mask"])
+    return fm.fast_tokenizer(FAMILY, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>",
+                             unk_token="<unk>", mask_token="<mask>")
 
 
 def config_json(tok):
@@ -114,7 +107,7 @@ def config_json(tok):
         "sliding_window": SLIDING_WINDOW,
         "use_bidirectional_attention": True,
         "use_cache": True,
-        "vocab_size": (len(tok) + 63) // 64 * 64,
+        "vocab_size": fm.padded_vocab(tok),
     }
 
 
@@ -130,12 +123,8 @@ def tokenizer_config():
 
 
 def build(tmp):
-    fm.write_json(os.path.join(tmp, "config.json"), config_json(tokenizer()))
-    model = Gemma3TextModel(Gemma3TextConfig.from_pretrained(tmp))
-    fm.randomise(model, 20261207, spread)
-    fm.to_float16(model).save_pretrained(tmp, safe_serialization=True)
-    tokenizer().save_pretrained(tmp)
-    transformer = models.Transformer(tmp, max_seq_length=fm.MAX_TOKENS)
+    tok = tokenizer()
+    fm.random_checkpoint(tmp, Gemma3TextModel, config_json(tok), tok, 20261207, spread)
     dense = [models.Dense(64, DENSE, bias=False, activation_function=torch.nn.Identity()),
              models.Dense(DENSE, 64, bias=False, activation_function=torch.nn.Identity())]
     torch.manual_seed(20261208)
@@ -144,9 +133,7 @@ def build(tmp):
             w = d.linear.weight
             w.copy_(torch.randn_like(w) / w.shape[1] ** 0.5)
             fm.to_float16(d)
-    return SentenceTransformer(
-        modules=[transformer, models.Pooling(64, "mean")] + dense + [models.Normalize()],
-        device="cpu", prompts=PROMPTS)
+    return fm.sentence_model(tmp, "mean", dense=dense, prompts=PROMPTS)
 
 
 def check_config(st):
@@ -204,24 +191,16 @@ def main():
     fm.make_dir(build, OUT, FAMILY, 64, "mean_tokens", config_json(tokenizer()),
                 tokenizer_config(), denses=2, prompts=PROMPTS)
     st = fm.load(OUT)
-    assert [type(m).__name__ for m in st] == ["Transformer", "Pooling", "Dense", "Dense",
-                                              "Normalize"], list(st)
-    assert st.prompts == PROMPTS, st.prompts
+    fm.check_modules(st, ["Transformer", "Pooling", "Dense", "Dense", "Normalize"], PROMPTS)
     check_config(st)
     sets, vectors = fm.reference_sets(st, FAMILY, text_list, {
         "mean_normalized": None, "query_mean_normalized": "query",
         "document_mean_normalized": "document"})
     plain = vectors["mean_normalized"]
-    sens = fm.sensitivity(OUT, text_list, plain, {
+    fm.write_embedding_golden(GOLDEN, OUT, text_list, sets, plain, masking(st), {
         "window_made_global": window_global, "attention_made_causal": causal,
         "rope_thetas_swapped": thetas_swapped, "norm_weights_zero": fm.norm_weights_set(0.0),
-        "embed_scale_left_out": no_embed_scale})
-    fm.write_golden(GOLDEN, {
-        "prompts": {k: PROMPTS[k] for k in ("query", "document")},
-        "masking": masking(st),
-        "sensitivity": sens,
-        "shipped_run_error": fm.shipped_error(OUT, text_list, plain),
-    }, sets, OUT)
+        "embed_scale_left_out": no_embed_scale}, PROMPTS)
 
 
 if __name__ == "__main__":

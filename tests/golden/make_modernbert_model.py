@@ -22,48 +22,34 @@ the same model (checked).
 The golden's "sensitivity" holds the lowest cosine, over the inputs, between
 the golden and the same model with one feature changed (the window made
 global, the two RoPE thetas swapped, the norms' weights set to 1): each far
-below any test floor, so a test cannot pass with that feature wrong.
-
-Usage (the bench's venv, as `make task-models` makes it):
-    PY tests/golden/make_modernbert_model.py
+below any test floor, so a test cannot pass with that feature wrong. Run as
+family_models.py says.
 """
-import os
-
-import torch
 from sentence_transformers import SentenceTransformer, models
-from transformers import ModernBertConfig, ModernBertModel, PreTrainedTokenizerFast
+from transformers import ModernBertModel
 
 import family_models as fm
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-OUT = os.path.join(HERE, "modernbert-tiny-model")
-GOLDEN = os.path.join(HERE, "modernbert_embeddings.json")
+OUT = fm.golden_dir("modernbert-tiny-model")
+GOLDEN = fm.golden_dir("modernbert_embeddings.json")
 FAMILY = "modernbert"
 LOCAL_ATTENTION = 16
 LAYERS = 4
 
 
 def spread(name, p):
-    if "norm" in name:
-        return 1.0 + 0.3 * torch.randn_like(p)
-    if "tok_embeddings" in name:
-        return torch.randn_like(p)
-    # Wqkv, attention Wo, Wi, mlp Wo: scores of a few units, so attention is
-    # far from uniform and both the window and the rotation steer it.
-    return 0.2 * torch.randn_like(p)
+    # Wqkv, attention Wo, Wi and mlp Wo take the 0.2 spread: both the window
+    # and the rotation steer attention.
+    return fm.family_spread(name, p, "tok_embeddings")
 
 
 def tokenizer():
-    tok = PreTrainedTokenizerFast(tokenizer_file=fm.tokenizer_file(FAMILY), cls_token="[CLS]",
-                                  sep_token="[SEP]", pad_token="[PAD]", mask_token="[MASK]",
-                                  unk_token="[UNK]", model_max_length=fm.MAX_TOKENS,
-                                  model_input_names=["input_ids", "attention_mask"])
-    return tok
+    return fm.fast_tokenizer(FAMILY, cls_token="[CLS]", sep_token="[SEP]", pad_token="[PAD]",
+                             mask_token="[MASK]", unk_token="[UNK]")
 
 
 def config_json(tok):
     """nomic-ai/modernbert-embed-base's config.json keys, tiny values."""
-    vocab_size = (len(tok) + 63) // 64 * 64
     cls, sep, pad = (tok.convert_tokens_to_ids(t) for t in ("[CLS]", "[SEP]", "[PAD]"))
     return {
         "architectures": ["ModernBertModel"],
@@ -103,7 +89,7 @@ def config_json(tok):
         "sep_token_id": sep,
         "tie_word_embeddings": True,
         "torch_dtype": "float16",
-        "vocab_size": vocab_size,
+        "vocab_size": fm.padded_vocab(tok),
     }
 
 
@@ -117,18 +103,9 @@ def tokenizer_config():
 
 
 def build(tmp):
-    want = config_json(tokenizer())
-    fm.write_json(os.path.join(tmp, "config.json"), want)
-    cfg = ModernBertConfig.from_pretrained(tmp)
-    model = ModernBertModel(cfg)
-    fm.randomise(model, 20261205, spread)
-    fm.to_float16(model).save_pretrained(tmp, safe_serialization=True)
-    tokenizer().save_pretrained(tmp)
-    transformer = models.Transformer(tmp, max_seq_length=fm.MAX_TOKENS)
-    dim = transformer.get_word_embedding_dimension()
-    return SentenceTransformer(
-        modules=[transformer, models.Pooling(dim, "mean"), models.Normalize()], device="cpu",
-        similarity_fn_name="cosine")
+    tok = tokenizer()
+    fm.random_checkpoint(tmp, ModernBertModel, config_json(tok), tok, 20261205, spread)
+    return fm.sentence_model(tmp, "mean", similarity_fn_name="cosine")
 
 
 def check_config(st):
@@ -159,7 +136,7 @@ def main():
     fm.make_dir(build, OUT, FAMILY, 64, "mean_tokens", config_json(tokenizer()),
                 tokenizer_config())
     st = fm.load(OUT)
-    assert [type(m).__name__ for m in st] == ["Transformer", "Pooling", "Normalize"], list(st)
+    fm.check_modules(st, ["Transformer", "Pooling", "Normalize"])
     check_config(st)
     sets, vectors = fm.reference_sets(st, FAMILY, text_list, {"mean_normalized": None})
     mean = vectors["mean_normalized"]
@@ -176,14 +153,9 @@ def main():
         rp = st[0].auto_model.config.rope_parameters
         rp["full_attention"]["rope_theta"], rp["sliding_attention"]["rope_theta"] = 1e4, 1.6e5
 
-    sens = fm.sensitivity(OUT, text_list, mean, {
+    fm.write_embedding_golden(GOLDEN, OUT, text_list, sets, mean, masking(st), {
         "window_made_global": window_global, "rope_thetas_swapped": thetas_swapped,
         "norm_weights_one": fm.norm_weights_set(1.0)})
-    fm.write_golden(GOLDEN, {
-        "masking": masking(st),
-        "sensitivity": sens,
-        "shipped_run_error": fm.shipped_error(OUT, text_list, mean),
-    }, sets, OUT)
 
 
 if __name__ == "__main__":

@@ -10,10 +10,8 @@ sentence-transformers' CrossEncoder gives with its default activation
 (sigmoid for one label) in float32.
 
 The backbone is make_modernbert_model.py's (the same config.json keys, sizes,
-window and tokenizer), drawn again with another seed.
-
-Usage (the bench's venv, as `make task-models` makes it):
-    PY tests/golden/make_modernbert_reranker.py
+window and tokenizer), drawn again with another seed. Run as
+family_models.py says.
 """
 import os
 import shutil
@@ -22,15 +20,14 @@ import numpy as np
 import tokenizers
 import torch
 from sentence_transformers import CrossEncoder
-from transformers import (AutoModelForSequenceClassification, AutoTokenizer, ModernBertConfig,
+from transformers import (AutoModelForSequenceClassification, AutoTokenizer,
                           ModernBertForSequenceClassification)
 
 import family_models as fm
 import make_modernbert_model as mb
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-OUT = os.path.join(HERE, "modernbert-rerank-tiny")
-GOLDEN = os.path.join(HERE, "modernbert_rerank_scores.json")
+OUT = fm.golden_dir("modernbert-rerank-tiny")
+GOLDEN = fm.golden_dir("modernbert_rerank_scores.json")
 
 
 def pairs():
@@ -60,18 +57,13 @@ def config_json(tok):
 def main():
     shutil.rmtree(OUT, ignore_errors=True)
     os.makedirs(OUT)
-    want = config_json(mb.tokenizer())
-    fm.write_json(os.path.join(OUT, "config.json"), want)
-    cfg = ModernBertConfig.from_pretrained(OUT)
-    assert cfg.num_labels == 1 and cfg.classifier_pooling == "mean"
-    model = ModernBertForSequenceClassification(cfg)
-    fm.randomise(model, 20261209, spread)
-    fm.to_float16(model).save_pretrained(OUT, safe_serialization=True)
-    mb.tokenizer().save_pretrained(OUT)
-    for name in ("special_tokens_map.json", "README.md"):
-        if os.path.exists(os.path.join(OUT, name)):
-            os.remove(os.path.join(OUT, name))
-    shutil.copyfile(fm.tokenizer_file(mb.FAMILY), os.path.join(OUT, "tokenizer.json"))
+    tok = mb.tokenizer()
+    want = config_json(tok)
+    model = fm.random_checkpoint(OUT, ModernBertForSequenceClassification, want, tok, 20261209,
+                                 spread)
+    assert model.config.num_labels == 1 and model.config.classifier_pooling == "mean"
+    fm.remove_files(OUT, ("special_tokens_map.json", "README.md"))
+    fm.copy_tokenizer(OUT, mb.FAMILY)
     fm.write_json(os.path.join(OUT, "config.json"), want)
     fm.write_json(os.path.join(OUT, "tokenizer_config.json"), mb.tokenizer_config())
 

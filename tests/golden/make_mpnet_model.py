@@ -22,14 +22,9 @@ attention bias table among them, is drawn with a spread that makes it move
 the vectors far past the tests' floors; inputs reach 384 tokens, so distances
 past max_distance 128 (the clamped buckets) are exercised.
 
-Usage (an environment with torch, transformers, tokenizers and
-sentence-transformers, as `make task-models` makes):
-    PY tests/golden/make_mpnet_model.py
+Run as family_models.py says.
 """
-import json
 import os
-import sys
-import tempfile
 
 import tokenizers
 import torch
@@ -38,12 +33,10 @@ from tokenizers.processors import TemplateProcessing
 from transformers import MPNetConfig, MPNetModel, MPNetTokenizerFast
 from transformers.models.mpnet.modeling_mpnet import MPNetEncoder
 
-import golden_io
-import tiny_model
+import family_models as fm
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-OUT = os.path.join(HERE, "mpnet-tiny-model")
-GOLDEN = os.path.join(HERE, "mpnet_embeddings.json")
+OUT = fm.golden_dir("mpnet-tiny-model")
+GOLDEN = fm.golden_dir("mpnet_embeddings.json")
 MAX_TOKENS = 384  # all-mpnet-base-v2's max_seq_length
 POSITIONS = 512   # its max_position_embeddings is 514: padding_idx 1, then 512
 RANGE = 1100      # relative positions whose bucket the golden records
@@ -98,25 +91,25 @@ def mpnet_tokenizer():
     return tok, inner
 
 
-def build(tmp):
-    tok, inner = mpnet_tokenizer()
+def build(tmp, tok):
+    """The random MPNetModel and tok, saved to tmp, as a
+    SentenceTransformer."""
     cfg = MPNetConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2,
                       num_attention_heads=4, intermediate_size=64, hidden_act="gelu",
                       max_position_embeddings=POSITIONS + 2, layer_norm_eps=1e-5,
                       relative_attention_num_buckets=32, pad_token_id=1, bos_token_id=0,
                       eos_token_id=2)
     model = MPNetModel(cfg, add_pooling_layer=False)
-    torch.manual_seed(20261205)
-    tiny_model.randomise(model)
+    fm.randomise(model, 20261205, fm.encoder_spread)
     model.save_pretrained(tmp, safe_serialization=True)
     tok.save_pretrained(tmp)
-    return inner
+    return fm.sentence_model(tmp, "mean", MAX_TOKENS)
 
 
 def main():
-    with tempfile.TemporaryDirectory() as tmp:
-        inner = build(tmp)
-        tiny_model.save_mean_normalized(tmp, OUT, MAX_TOKENS, ("README.md", "vocab.txt"))
+    tok, inner = mpnet_tokenizer()
+    fm.save_dir(lambda tmp: build(tmp, tok), OUT)
+    fm.remove_files(OUT, ("README.md", "vocab.txt"))
     # transformers' MPNetTokenizerFast saves a RobertaProcessing; the
     # checkpoints on the Hub carry the TemplateProcessing `tokenizers` writes,
     # which is what the directory keeps (the same ids, checked below).
@@ -124,16 +117,10 @@ def main():
     # sentence-transformers 6 keeps max_seq_length in tokenizer_config.json's
     # model_max_length; all-mpnet-base-v2 on the Hub (and the service) has it
     # in sentence_bert_config.json: written there too.
-    sbert = os.path.join(OUT, "sentence_bert_config.json")
-    with open(sbert, encoding="utf-8") as f:
-        conf = json.load(f)
-    conf["max_seq_length"] = MAX_TOKENS
-    with open(sbert, "w", encoding="utf-8") as f:
-        json.dump(conf, f, indent=2)
-        f.write("\n")
+    fm.rewrite_json(os.path.join(OUT, "sentence_bert_config.json"),
+                    lambda c: dict(c, max_seq_length=MAX_TOKENS))
 
-    st = tiny_model.load(OUT)
-    cases = tiny_model.encode(st, TEXTS)
+    cases = fm.encode(fm.load_as_saved(OUT), TEXTS)
     lengths = [len(c["ids"]) for c in cases]
     plain = tokenizers.Tokenizer.from_file(os.path.join(OUT, "tokenizer.json"))
     for c in cases:
@@ -143,20 +130,9 @@ def main():
     assert max(lengths) == MAX_TOKENS and sum(n > 129 for n in lengths) >= 3, lengths
     rel = torch.arange(-RANGE, RANGE + 1)
     buckets = MPNetEncoder.relative_position_bucket(rel).tolist()
-    golden = {
-        "model": "tests/golden/mpnet-tiny-model",
-        "max_tokens": MAX_TOKENS,
-        "made_by": "tests/golden/make_mpnet_model.py",
-        "versions": tiny_model.versions(),
-        "mean_normalized": cases,
-        # buckets[i] is the bucket of relative position (key - query) i - RANGE.
-        "bucket_range": RANGE,
-        "buckets": buckets,
-    }
-    golden_io.dump(golden, GOLDEN)
-    size = tiny_model.dir_size(OUT)
-    print(f"{OUT}: {size} bytes; {len(TEXTS)} inputs, tokens {min(lengths)}..{max(lengths)}",
-          file=sys.stderr)
+    # buckets[i] is the bucket of relative position (key - query) i - RANGE.
+    fm.write_float32_golden(GOLDEN, OUT, MAX_TOKENS, {"mean_normalized": cases},
+                            {"bucket_range": RANGE, "buckets": buckets})
 
 
 if __name__ == "__main__":

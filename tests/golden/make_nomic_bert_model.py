@@ -20,23 +20,19 @@ checked to hold exactly the tensors written.
 residual add, eps 1e-12), RoPE over the whole head with base 1000, SwiGLU
 intermediate 128 (silu(fc12 x) * fc11 x), no biases but the LayerNorms',
 token type embeddings (type 0 for every token). The vocabulary is
-bert-cls-tiny's WordPiece (make_task_models.py).
-
-Usage (the bench's venv, as `make task-models` makes it):
-    PY tests/golden/make_nomic_bert_model.py
+bert-cls-tiny's WordPiece (make_task_models.py). Run as family_models.py
+says.
 """
 import os
 
 import torch
 from safetensors.torch import save_file
-from sentence_transformers import SentenceTransformer, models
-from transformers import BertTokenizerFast, NomicBertConfig, NomicBertModel
+from transformers import BertTokenizerFast, NomicBertModel
 
 import family_models as fm
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-OUT = os.path.join(HERE, "nomic-bert-tiny-model")
-GOLDEN = os.path.join(HERE, "nomic_bert_embeddings.json")
+OUT = fm.golden_dir("nomic-bert-tiny-model")
+GOLDEN = fm.golden_dir("nomic_bert_embeddings.json")
 FAMILY = "nomic_bert"
 LAYERS, HIDDEN, HEADS, INTER = 2, 64, 4, 128
 # nomic-ai/nomic-embed-text-v1.5's config_sentence_transformers.json prompts.
@@ -118,7 +114,7 @@ def config_json(tok):
         "use_flash_attn": True,
         "use_rms_norm": False,
         "use_xentropy": True,
-        "vocab_size": (len(tok) + 63) // 64 * 64,
+        "vocab_size": fm.padded_vocab(tok),
     }
 
 
@@ -154,15 +150,9 @@ def tokenizer_config():
 
 
 def build(tmp):
-    fm.write_json(os.path.join(tmp, "config.json"), config_json(tokenizer()))
-    model = NomicBertModel(NomicBertConfig.from_pretrained(tmp))
-    fm.randomise(model, 20261210, spread)
-    fm.to_float16(model).save_pretrained(tmp, safe_serialization=True)
-    tokenizer().save_pretrained(tmp)
-    transformer = models.Transformer(tmp, max_seq_length=fm.MAX_TOKENS)
-    st = SentenceTransformer(
-        modules=[transformer, models.Pooling(HIDDEN, "mean"), models.Normalize()], device="cpu",
-        prompts=PROMPTS)
+    tok = tokenizer()
+    model = fm.random_checkpoint(tmp, NomicBertModel, config_json(tok), tok, 20261210, spread)
+    st = fm.sentence_model(tmp, "mean", prompts=PROMPTS)
     return st, {k: v.clone() for k, v in model.state_dict().items()}
 
 
@@ -197,8 +187,7 @@ def main():
     save_file(nomic_names(state), os.path.join(OUT, "model.safetensors"), metadata={"format": "pt"})
 
     st = fm.load(OUT)
-    assert [type(m).__name__ for m in st] == ["Transformer", "Pooling", "Normalize"], list(st)
-    assert st.prompts == PROMPTS, st.prompts
+    fm.check_modules(st, ["Transformer", "Pooling", "Normalize"], PROMPTS)
     model = st[0].auto_model
     assert type(model).__name__ == "NomicBertModel"
     loaded = model.state_dict()
@@ -207,15 +196,9 @@ def main():
     sets, vectors = fm.reference_sets(st, FAMILY, text_list, {
         "mean_normalized": None, "query_mean_normalized": "query"})
     plain = vectors["mean_normalized"]
-    sens = fm.sensitivity(OUT, text_list, plain, {
+    fm.write_embedding_golden(GOLDEN, OUT, text_list, sets, plain, masking(st), {
         "rope_base_10000": rope_base_10000, "fc11_fc12_swapped": fc11_fc12_swapped,
-        "norm_weights_one": fm.norm_weights_set(1.0)})
-    fm.write_golden(GOLDEN, {
-        "prompts": {k: PROMPTS[k] for k in ("query", "document")},
-        "masking": masking(st),
-        "sensitivity": sens,
-        "shipped_run_error": fm.shipped_error(OUT, text_list, plain),
-    }, sets, OUT)
+        "norm_weights_one": fm.norm_weights_set(1.0)}, PROMPTS)
 
 
 if __name__ == "__main__":

@@ -19,22 +19,16 @@ tests/golden/fam-qwen3 (make_family_tokenizers.py), which appends
 The golden's "sensitivity" holds the lowest cosine, over the inputs, between
 the golden and the same model with one feature changed (attention made
 bidirectional, RoPE theta 1e4, every RMSNorm weight set to 1, KV heads
-assigned h % 2 in place of h // 2): each far below any test floor.
-
-Usage (the bench's venv, as `make task-models` makes it):
-    PY tests/golden/make_qwen3_model.py
+assigned h % 2 in place of h // 2): each far below any test floor. Run as
+family_models.py says.
 """
-import os
-
 import torch
-from sentence_transformers import SentenceTransformer, models
-from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3Model
+from transformers import Qwen3Model
 
 import family_models as fm
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-OUT = os.path.join(HERE, "qwen3-tiny-model")
-GOLDEN = os.path.join(HERE, "qwen3_embeddings.json")
+OUT = fm.golden_dir("qwen3-tiny-model")
+GOLDEN = fm.golden_dir("qwen3_embeddings.json")
 FAMILY = "qwen3"
 HEADS, KV_HEADS, HEAD_DIM = 4, 2, 32
 # Qwen/Qwen3-Embedding-0.6B's config_sentence_transformers.json prompts.
@@ -47,18 +41,11 @@ def spread(name, p):
     if "q_norm" in name or "k_norm" in name:
         # Scores of several units: attention far from uniform.
         return 1.5 + 0.5 * torch.randn_like(p)
-    if "norm" in name:
-        return 1.0 + 0.3 * torch.randn_like(p)
-    if "embed_tokens" in name:
-        return torch.randn_like(p)
-    return 0.2 * torch.randn_like(p)
+    return fm.family_spread(name, p, "embed_tokens")
 
 
 def tokenizer():
-    return PreTrainedTokenizerFast(tokenizer_file=fm.tokenizer_file(FAMILY),
-                                   eos_token="<|im_end|>", pad_token="<|endoftext|>",
-                                   model_max_length=fm.MAX_TOKENS,
-                                   model_input_names=["input_ids", "attention_mask"])
+    return fm.fast_tokenizer(FAMILY, eos_token="<|im_end|>", pad_token="<|endoftext|>")
 
 
 def config_json(tok):
@@ -89,7 +76,7 @@ def config_json(tok):
         "torch_dtype": "float16",
         "use_cache": True,
         "use_sliding_window": False,
-        "vocab_size": (len(tok) + 63) // 64 * 64,
+        "vocab_size": fm.padded_vocab(tok),
     }
 
 
@@ -105,16 +92,9 @@ def tokenizer_config():
 
 
 def build(tmp):
-    want = config_json(tokenizer())
-    fm.write_json(os.path.join(tmp, "config.json"), want)
-    model = Qwen3Model(Qwen3Config.from_pretrained(tmp))
-    fm.randomise(model, 20261206, spread)
-    fm.to_float16(model).save_pretrained(tmp, safe_serialization=True)
-    tokenizer().save_pretrained(tmp)
-    transformer = models.Transformer(tmp, max_seq_length=fm.MAX_TOKENS)
-    return SentenceTransformer(
-        modules=[transformer, models.Pooling(64, "lasttoken"), models.Normalize()],
-        device="cpu", prompts=PROMPTS)
+    tok = tokenizer()
+    fm.random_checkpoint(tmp, Qwen3Model, config_json(tok), tok, 20261206, spread)
+    return fm.sentence_model(tmp, "lasttoken", prompts=PROMPTS)
 
 
 def check_config(st):
@@ -163,8 +143,7 @@ def main():
     fm.make_dir(build, OUT, FAMILY, 64, "lasttoken", config_json(tokenizer()),
                 tokenizer_config(), prompts=PROMPTS)
     st = fm.load(OUT)
-    assert [type(m).__name__ for m in st] == ["Transformer", "Pooling", "Normalize"], list(st)
-    assert st.prompts == PROMPTS, st.prompts
+    fm.check_modules(st, ["Transformer", "Pooling", "Normalize"], PROMPTS)
     check_config(st)
     sets, vectors = fm.reference_sets(st, FAMILY, text_list, {
         "lasttoken_normalized": None, "query_lasttoken_normalized": "query"})
@@ -173,15 +152,10 @@ def main():
     plain = vectors["lasttoken_normalized"]
     with fm.exact_float64(st):
         assert fm.max_abs(fm.embed(st, text_list, "document"), plain) == 0.0
-    sens = fm.sensitivity(OUT, text_list, plain, {
+    fm.write_embedding_golden(GOLDEN, OUT, text_list, sets, plain, masking(st), {
         "attention_made_bidirectional": bidirectional, "rope_theta_1e4": theta_1e4,
-        "rms_norm_weights_one": fm.norm_weights_set(1.0), "kv_heads_interleaved": interleave_kv})
-    fm.write_golden(GOLDEN, {
-        "prompts": PROMPTS,
-        "masking": masking(st),
-        "sensitivity": sens,
-        "shipped_run_error": fm.shipped_error(OUT, text_list, plain),
-    }, sets, OUT)
+        "rms_norm_weights_one": fm.norm_weights_set(1.0), "kv_heads_interleaved": interleave_kv},
+        PROMPTS)
 
 
 if __name__ == "__main__":

@@ -8,29 +8,19 @@ vectors sentence-transformers computes with it, truncating on the right
 left ("left_truncated": long runs of newlines among them, whose byte-level
 pieces have empty offset spans).
 
-The weights are drawn as make_xlmr_model.py draws them (tiny_model.py's
-randomise: every tensor with a spread that makes attention mix tokens and
-every position row matter). 2 layers, hidden 64, 4 heads: about 0.4 MB in
-fp32, committed, so `make test` needs none of these packages.
-
-Usage (an environment with torch, transformers and sentence-transformers;
-~/.cache/attnserve/bench-embed/venv made by `make bench-embed` has them):
-    PY tests/golden/make_roberta_model.py
+The weights are drawn as make_xlmr_model.py draws them (family_models.py's
+encoder_spread: every tensor with a spread that makes attention mix tokens
+and every position row matter). 2 layers, hidden 64, 4 heads: about 0.4 MB
+in fp32, committed, so `make test` needs none of these packages. Run as
+family_models.py says.
 """
-import os
-import sys
-import tempfile
-
-import torch
 from transformers import RobertaConfig, RobertaModel, RobertaTokenizerFast
 
-import golden_io
-import tiny_model
+import family_models as fm
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-TOKENIZER = os.path.join(HERE, "roberta-tiny", "tokenizer.json")
-OUT = os.path.join(HERE, "roberta-tiny-model")
-GOLDEN = os.path.join(HERE, "roberta_embeddings.json")
+TOKENIZER = fm.golden_dir("roberta-tiny/tokenizer.json")
+OUT = fm.golden_dir("roberta-tiny-model")
+GOLDEN = fm.golden_dir("roberta_embeddings.json")
 
 # 130 position rows: padding_idx 1 and then 128 positions.
 MAX_TOKENS = 128
@@ -65,56 +55,24 @@ LEFT = [
 
 
 def build(tmp):
-    tok = RobertaTokenizerFast(tokenizer_file=TOKENIZER)
-    assert tok.pad_token_id == 1 and tok.bos_token_id == 0 and tok.eos_token_id == 2
-    cfg = RobertaConfig(
-        vocab_size=len(tok),
-        hidden_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=128,
-        hidden_act="gelu",
-        max_position_embeddings=MAX_TOKENS + 2,
-        type_vocab_size=1,
-        layer_norm_eps=1e-5,
-        pad_token_id=1,
-        bos_token_id=0,
-        eos_token_id=2,
-    )
-    torch.manual_seed(20261202)
-    model = RobertaModel(cfg, add_pooling_layer=False)
-    tiny_model.randomise(model)
-    model.save_pretrained(tmp, safe_serialization=True)
-    tok.model_max_length = MAX_TOKENS
-    tok.save_pretrained(tmp)
+    """The random RobertaModel and the fast tokenizer, saved to tmp, as a
+    SentenceTransformer."""
+    return fm.roberta_dir(tmp, (RobertaTokenizerFast, RobertaConfig, RobertaModel), TOKENIZER,
+                          20261202, MAX_TOKENS)
 
 
 def main():
-    with tempfile.TemporaryDirectory() as tmp:
-        build(tmp)
-        tiny_model.save_mean_normalized(tmp, OUT, MAX_TOKENS,
-                                        ("README.md", "vocab.json", "merges.txt"))
-
-    st = tiny_model.load(OUT)
-    right = tiny_model.encode(st, TEXTS)
+    fm.save_dir(build, OUT)
+    fm.remove_files(OUT, ("README.md", "vocab.json", "merges.txt"))
+    st = fm.load_as_saved(OUT)
+    right = fm.encode(st, TEXTS)
     st.tokenizer.truncation_side = "left"
-    left = tiny_model.encode(st, LEFT)
+    left = fm.encode(st, LEFT)
     for c in left:
         assert len(c["ids"]) == MAX_TOKENS and c["ids"][0] == 0 and c["ids"][-1] == 2, c["text"]
-    golden = {
-        "model": "tests/golden/roberta-tiny-model",
-        "max_tokens": MAX_TOKENS,
-        "made_by": "tests/golden/make_roberta_model.py",
-        "versions": tiny_model.versions(),
-        "mean_normalized": right,
-        "left_truncated": left,
-    }
-    lengths = [len(c["ids"]) for c in right]
-    assert max(lengths) == MAX_TOKENS, lengths
-    golden_io.dump(golden, GOLDEN)
-    size = tiny_model.dir_size(OUT)
-    print(f"{OUT}: {size} bytes; {len(TEXTS)} + {len(LEFT)} inputs, tokens "
-          f"{min(lengths)}..{max(lengths)}", file=sys.stderr)
+    assert max(len(c["ids"]) for c in right) == MAX_TOKENS
+    fm.write_float32_golden(GOLDEN, OUT, MAX_TOKENS,
+                            {"mean_normalized": right, "left_truncated": left})
 
 
 if __name__ == "__main__":

@@ -11,26 +11,15 @@ LayerNorms included, is drawn with a spread large enough that attention
 mixes tokens and every position row matters, so a wrong position numbering
 or a skipped tensor moves the vectors far past the test's floor. The model
 is 2 layers, hidden 64, 4 heads, about 0.4 MB in fp32, and is committed, so
-`make test` needs none of these packages.
-
-Usage (an environment with torch, transformers and sentence-transformers;
-~/.cache/attnserve/bench-embed/venv made by `make bench-embed` has them):
-    PY tests/golden/make_xlmr_model.py
+`make test` needs none of these packages. Run as family_models.py says.
 """
-import os
-import sys
-import tempfile
-
-import torch
 from transformers import XLMRobertaConfig, XLMRobertaModel, XLMRobertaTokenizerFast
 
-import golden_io
-import tiny_model
+import family_models as fm
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-TOKENIZER = os.path.join(HERE, "xlmr-tiny", "tokenizer.json")
-OUT = os.path.join(HERE, "xlmr-tiny-model")
-GOLDEN = os.path.join(HERE, "xlmr_embeddings.json")
+TOKENIZER = fm.golden_dir("xlmr-tiny/tokenizer.json")
+OUT = fm.golden_dir("xlmr-tiny-model")
+GOLDEN = fm.golden_dir("xlmr_embeddings.json")
 
 # 130 position rows: padding_idx 1 and then 128 positions, so the longest
 # input (truncated by sentence-transformers at 128) uses the table's last row.
@@ -74,56 +63,21 @@ TEXTS = [
 
 
 def build(tmp):
-    """The random XLMRobertaModel and the fast tokenizer, saved to tmp."""
-    tok = XLMRobertaTokenizerFast(tokenizer_file=TOKENIZER)
-    assert tok.pad_token_id == 1 and tok.bos_token_id == 0 and tok.eos_token_id == 2
-    cfg = XLMRobertaConfig(
-        vocab_size=len(tok),
-        hidden_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=128,
-        hidden_act="gelu",
-        max_position_embeddings=MAX_TOKENS + 2,
-        type_vocab_size=1,
-        layer_norm_eps=1e-5,
-        pad_token_id=1,
-        bos_token_id=0,
-        eos_token_id=2,
-        add_pooling_layer=False,
-    )
-    torch.manual_seed(20260513)
-    model = XLMRobertaModel(cfg, add_pooling_layer=False)
-    tiny_model.randomise(model)
-    model.save_pretrained(tmp, safe_serialization=True)
-    tok.model_max_length = MAX_TOKENS
-    tok.save_pretrained(tmp)
+    """The random XLMRobertaModel and the fast tokenizer, saved to tmp, as
+    a SentenceTransformer."""
+    return fm.roberta_dir(tmp, (XLMRobertaTokenizerFast, XLMRobertaConfig, XLMRobertaModel),
+                          TOKENIZER, 20260513, MAX_TOKENS, add_pooling_layer=False)
 
 
 def main():
-    with tempfile.TemporaryDirectory() as tmp:
-        build(tmp)
-        # The model card and the slow tokenizer's leftovers are not needed.
-        tiny_model.save_mean_normalized(tmp, OUT, MAX_TOKENS,
-                                        ("README.md", "sentencepiece.bpe.model"))
-
-    st = tiny_model.load(OUT)
-    cases = tiny_model.encode(st, TEXTS)
+    fm.save_dir(build, OUT)
+    # The model card and the slow tokenizer's leftovers are not needed.
+    fm.remove_files(OUT, ("README.md", "sentencepiece.bpe.model"))
+    cases = fm.encode(fm.load_as_saved(OUT), TEXTS)
     ids = [c["ids"] for c in cases]
-    golden = {
-        "model": "tests/golden/xlmr-tiny-model",
-        "max_tokens": MAX_TOKENS,
-        "made_by": "tests/golden/make_xlmr_model.py",
-        "versions": tiny_model.versions(),
-        "mean_normalized": cases,
-    }
-    lengths = [len(i) for i in ids]
-    assert max(lengths) == MAX_TOKENS, lengths
+    assert max(len(i) for i in ids) == MAX_TOKENS, ids
     assert any(1 in i for i in ids), "no input holds the padding id"
-    golden_io.dump(golden, GOLDEN)
-    size = tiny_model.dir_size(OUT)
-    print(f"{OUT}: {size} bytes; {len(TEXTS)} inputs, tokens {min(lengths)}..{max(lengths)}",
-          file=sys.stderr)
+    fm.write_float32_golden(GOLDEN, OUT, MAX_TOKENS, {"mean_normalized": cases})
 
 
 if __name__ == "__main__":
