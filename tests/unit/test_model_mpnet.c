@@ -35,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attn_ref.h"
 #include "family_golden.h"
 #include "golden_embeddings.h"
 #include "kernels/attention.h"
@@ -226,20 +227,13 @@ Test(mpnet, refuses_task_heads, .init = make_variant, .fini = remove_variant) {
 }
 
 /* A backend table that does not add the bias cannot be given MPNet. */
-static int accept_all(const attn_shape *s, char *why, size_t why_len) {
-    (void)s;
-    (void)why;
-    (void)why_len;
-    return ATTN_OK;
-}
-
 Test(mpnet, a_backend_without_the_bias_is_refused) {
     encoder *e = NULL;
     char err[512] = "";
     cr_assert_eq(encoder_load(MPNET_DIR, GEMM_FP32, &e, err, sizeof err), BERT_OK, "%s", err);
     attn_backend old = *attn_backend_find("fused");
     old.name = "old";
-    old.supports = accept_all;
+    old.supports = attn_accept_all;
     old.rel_bias = 0;
     const attn_backend *be = &old;
     encoder_workspace *ws = NULL;

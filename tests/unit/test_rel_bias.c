@@ -21,7 +21,6 @@
 #include "kernels/attention.h"
 #include "kernels/backends.h"
 #include "kernels/reference.h"
-#include "kernels/simd.h"
 #include "kernels/threadpool.h"
 #include "model/position.h"
 
@@ -35,12 +34,8 @@ static void bcase_make(bcase *c, uint64_t seed, const int32_t *lens, int batch, 
                        int causal, int32_t span, int pad, int buckets) {
     test_rng r = {seed};
     memset(c, 0, sizeof *c);
-    c->cu = calloc((size_t)batch + 1, sizeof *c->cu);
-    int32_t maxlen = 0;
-    for (int b = 0; b < batch; b++) {
-        c->cu[b + 1] = c->cu[b] + lens[b];
-        maxlen = lens[b] > maxlen ? lens[b] : maxlen;
-    }
+    int32_t maxlen;
+    c->cu = attn_cu_seqlens(lens, batch, &maxlen);
     const int32_t T = c->cu[batch];
     const size_t stride = (size_t)heads * D + (size_t)pad, n = (size_t)(T > 0 ? T : 1) * stride;
     c->q = malloc(n * sizeof(float));
@@ -134,41 +129,24 @@ Test(rel_bias, naive) {
 }
 
 Test(rel_bias, fused_every_path, .timeout = 300) {
-    for (int path = ATTN_SIMD_PORTABLE; path <= (int)attn_simd_detect(); path++) {
-        cr_assert_eq(attn_simd_force((attn_simd)path), 0);
-        every_case(&attn_backend_fused, attn_simd_name((attn_simd)path));
-    }
-    attn_simd_unforce();
+    attn_on_every_path(every_case, &attn_backend_fused);
 }
 
 Test(rel_bias, bf16, .timeout = 300) {
     const attn_shape s = {
         .batch = 1, .total_tokens = 8, .max_seqlen = 8, .heads = 1, .head_dim = 16, .rel_bias = 1};
-    char why[256] = "";
-    if (attn_backend_supports(&attn_backend_bf16, &s, why, sizeof why) != ATTN_OK) {
-        /* Refused for the CPU, never for the bias. */
-        cr_assert(strstr(why, "AVX512_BF16"), "%s", why);
-        cr_log_warn("bf16 backend not offered here: %s", why);
-        return;
-    }
-    every_case(&attn_backend_bf16, "avx512bf16");
+    if (attn_bf16_offered(&s))
+        every_case(&attn_backend_bf16, "avx512bf16");
 }
 
 /* A backend table that does not say it adds the bias is refused for a shape
  * that carries one, by name, and `auto` passes over it; the contract's check
  * refuses a biased problem without its vector or with a short span. */
-static int accept_all(const attn_shape *s, char *why, size_t why_len) {
-    (void)s;
-    (void)why;
-    (void)why_len;
-    return ATTN_OK;
-}
-
 Test(rel_bias, capability_and_problem_checks) {
     attn_backend old = attn_backend_fused;
     old.name = "old";
     old.rel_bias = 0;
-    old.supports = accept_all;
+    old.supports = attn_accept_all;
     const attn_shape s = {
         .batch = 1, .total_tokens = 4, .max_seqlen = 4, .heads = 1, .head_dim = 8, .rel_bias = 1};
     char why[256] = "";
