@@ -12,16 +12,7 @@
 #include "model/bert_config.h"
 #include "model/encoder.h"
 #include "model/tokenizer.h"
-
-double fam_cosine(const float *a, const float *b, int n) {
-    double ab = 0, aa = 0, bb = 0;
-    for (int i = 0; i < n; i++) {
-        ab += (double)a[i] * b[i];
-        aa += (double)a[i] * a[i];
-        bb += (double)b[i] * b[i];
-    }
-    return ab / sqrt(aa * bb);
-}
+#include "tests/golden/golden_io.h"
 
 float *fam_embed_all(const char *dir, const golden_set *g, const char *name, gemm_precision p,
                      int threads, const char *allowed_refusal) {
@@ -70,7 +61,7 @@ float *fam_embed_all(const char *dir, const golden_set *g, const char *name, gem
 double fam_check_against(const golden_set *g, const float *out, const char *label, double floor) {
     double lo = 1.0;
     for (int i = 0; i < g->n; i++) {
-        const double c = fam_cosine(out + (size_t)i * g->dim, g->emb[i], g->dim);
+        const double c = golden_cosine(out + (size_t)i * g->dim, g->emb[i], g->dim);
         cr_expect_geq(c, floor, "%s: input %d (%d tokens): cosine 1 - %.3g", label, i, g->len[i],
                       1.0 - c);
         lo = fmin(lo, c);
@@ -119,7 +110,7 @@ void fam_golden_int8(const fam_model *m, const char *set, double floor) {
         float *f32 = fam_embed_all(m->dir, &g, "naive", GEMM_FP32, m->threads, NULL);
         double lo = 1.0;
         for (int i = 0; i < g.n; i++) {
-            const double c = fam_cosine(i8 + (size_t)i * g.dim, f32 + (size_t)i * g.dim, g.dim);
+            const double c = golden_cosine(i8 + (size_t)i * g.dim, f32 + (size_t)i * g.dim, g.dim);
             cr_expect_geq(c, floor, "int8: input %d: cosine vs fp32 %.6f", i, c);
             lo = fmin(lo, c);
         }
@@ -141,7 +132,7 @@ double fam_best_cosine(const fam_model *m, const char *set, const char *dir, int
     double hi = -1.0;
     for (int i = 0; i < g.n; i++)
         if (g.len[i] > min_len)
-            hi = fmax(hi, fam_cosine(out + (size_t)i * g.dim, g.emb[i], g.dim));
+            hi = fmax(hi, golden_cosine(out + (size_t)i * g.dim, g.emb[i], g.dim));
     free(out);
     golden_set_free(&g);
     return hi;
@@ -168,7 +159,7 @@ double fam_best_cosine_each(encoder *e, const attn_backend *be, const golden_set
                                      err, sizeof err),
                      BERT_OK, "%s", err);
         if (g->len[i] > min_len)
-            hi = fmax(hi, fam_cosine(out, g->emb[i], g->dim));
+            hi = fmax(hi, golden_cosine(out, g->emb[i], g->dim));
     }
     free(out);
     encoder_workspace_free(ws);

@@ -29,9 +29,6 @@ typedef struct fam_model {
     int (*refused)(const char *dir, const char *backend);
 } fam_model;
 
-/* cos(a, b) over n floats, summed in double. */
-double fam_cosine(const float *a, const float *b, int n);
-
 /* Every input of g in one packed batch through the model at dir, with
  * backend `name` and precision p, on `threads` workers: the vectors (n ×
  * dim, malloc'd), or NULL when this CPU lacks the precision or the backend

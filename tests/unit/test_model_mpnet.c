@@ -165,7 +165,7 @@ Test(mpnet, golden_int8) {
         float *f32 = embed_all(&g, names[k], GEMM_FP32);
         double lo = 1.0;
         for (int i = 0; i < g.n; i++) {
-            const double c = fam_cosine(i8 + (size_t)i * g.dim, f32 + (size_t)i * g.dim, g.dim);
+            const double c = golden_cosine(i8 + (size_t)i * g.dim, f32 + (size_t)i * g.dim, g.dim);
             cr_expect_geq(c, MPNET_INT8_FLOOR, "%s int8: input %d: cosine vs fp32 %.6f", names[k],
                           i, c);
             lo = fmin(lo, c);

@@ -38,6 +38,7 @@
 #include "model/encoder.h"
 #include "model/tokenizer.h"
 #include "model_variant.h"
+#include "tests/golden/golden_io.h"
 
 #define NB_DIR     "tests/golden/nomic-bert-tiny-model"
 #define NB_GOLDEN  "tests/golden/nomic_bert_embeddings.json"
@@ -143,7 +144,7 @@ Test(nomic, golden_int8) {
         float *f32 = fam_embed_all(NB_DIR, &g, "naive", GEMM_FP32, THREADS, NULL);
         double lo = 1.0;
         for (int i = 0; i < g.n; i++) {
-            const double c = fam_cosine(i8 + (size_t)i * g.dim, f32 + (size_t)i * g.dim, g.dim);
+            const double c = golden_cosine(i8 + (size_t)i * g.dim, f32 + (size_t)i * g.dim, g.dim);
             cr_expect_geq(c, NOMIC_INT8_FLOOR, "int8: input %d: cosine vs fp32 %.6f", i, c);
             lo = fmin(lo, c);
         }
@@ -174,7 +175,7 @@ static double best_cosine(const char *dir) {
     cr_assert_not_null(out);
     double hi = -1.0;
     for (int i = 0; i < g.n; i++)
-        hi = fmax(hi, fam_cosine(out + (size_t)i * g.dim, g.emb[i], g.dim));
+        hi = fmax(hi, golden_cosine(out + (size_t)i * g.dim, g.emb[i], g.dim));
     free(out);
     golden_set_free(&g);
     return hi;

@@ -93,16 +93,6 @@ static void xgolden_free(xgolden *g) {
     free(g->emb);
 }
 
-static double cosine(const float *a, const float *b, int n) {
-    double ab = 0, aa = 0, bb = 0;
-    for (int i = 0; i < n; i++) {
-        ab += (double)a[i] * b[i];
-        aa += (double)a[i] * a[i];
-        bb += (double)b[i] * b[i];
-    }
-    return ab / sqrt(aa * bb);
-}
-
 /* Every golden input in one packed batch through backend `name` with the
  * linear layers in precision p; each vector against PyTorch's to >= floor. */
 static void check_golden(const char *name, gemm_precision p, double floor) {
@@ -134,7 +124,7 @@ static void check_golden(const char *name, gemm_precision p, double floor) {
 
     double min_cos = 1.0;
     for (int i = 0; i < g.n; i++) {
-        const double c = cosine(out + (size_t)i * C, g.emb[i], C);
+        const double c = golden_cosine(out + (size_t)i * C, g.emb[i], C);
         cr_expect_geq(c, floor, "%s %s, input %d (%d tokens): cosine 1 - %.3g", name,
                       gemm_precision_name(p), i, g.len[i], 1.0 - c);
         min_cos = fmin(min_cos, c);
