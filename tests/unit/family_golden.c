@@ -78,21 +78,23 @@ golden_set fam_load_golden(const fam_model *m, const char *set) {
     return g;
 }
 
-void fam_check_golden(const fam_model *m, const char *set, const char *name, gemm_precision p,
-                      double floor) {
+double fam_check_golden(const fam_model *m, const char *set, const char *name, gemm_precision p,
+                        double floor) {
     if (m->refused && m->refused(m->dir, name)) {
         fprintf(stderr, "%s %s: skipped: refused for a capability of the model\n", m->family, name);
-        return;
+        return 2.0;
     }
     golden_set g = fam_load_golden(m, set);
     float *out = fam_embed_all(m->dir, &g, name, p, m->threads, m->allowed_refusal);
+    double lo = 2.0;
     if (out) {
         char label[128];
         snprintf(label, sizeof label, "%s %s %s %s", m->family, set, name, gemm_precision_name(p));
-        fam_check_against(&g, out, label, floor);
+        lo = fam_check_against(&g, out, label, floor);
     }
     free(out);
     golden_set_free(&g);
+    return lo;
 }
 
 void fam_golden_every_backend(const fam_model *m, gemm_precision p, double floor,

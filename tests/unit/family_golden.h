@@ -46,9 +46,10 @@ double fam_check_against(const golden_set *g, const float *out, const char *labe
 golden_set fam_load_golden(const fam_model *m, const char *set);
 
 /* Set `set` through m's model with backend `name` and precision p, each
- * vector expected >= floor (skipped as fam_embed_all and m->refused say). */
-void fam_check_golden(const fam_model *m, const char *set, const char *name, gemm_precision p,
-                      double floor);
+ * vector expected >= floor (skipped as fam_embed_all and m->refused say):
+ * the lowest cosine, or 2 where skipped. */
+double fam_check_golden(const fam_model *m, const char *set, const char *name, gemm_precision p,
+                        double floor);
 
 /* fam_check_golden on every backend and every set of m, at precision p:
  * floor for the fp32 backends, floor_bf16 for those that compute in bf16. */

@@ -36,9 +36,7 @@
 #include "kernels/attention.h"
 #include "model/bert.h"
 #include "model/encoder.h"
-#include "model/tokenizer.h"
 #include "model_variant.h"
-#include "tests/golden/golden_io.h"
 
 #define NB_DIR     "tests/golden/nomic-bert-tiny-model"
 #define NB_GOLDEN  "tests/golden/nomic_bert_embeddings.json"
@@ -54,27 +52,12 @@
 #define NOMIC_INT8_FLOOR 0.99
 #define THREADS          2
 
-static golden_set load_golden(const char *set) {
-    golden_set g;
-    char err[512] = "";
-    cr_assert_eq(golden_set_load_from(NB_GOLDEN, set, &g, err, sizeof err), 0, "%s", err);
-    return g;
-}
-
-static double check_set(const char *dir, const char *set, const char *name, gemm_precision p,
-                        double floor) {
-    golden_set g = load_golden(set);
-    float *out = fam_embed_all(dir, &g, name, p, THREADS, NULL);
-    double lo = 2.0;
-    if (out) {
-        char label[96];
-        snprintf(label, sizeof label, "nomic_bert %s %s %s", set, name, gemm_precision_name(p));
-        lo = fam_check_against(&g, out, label, floor);
-    }
-    free(out);
-    golden_set_free(&g);
-    return lo;
-}
+static const char *const nomic_sets[] = {"mean_normalized", NULL};
+static const fam_model nomic = {.family = "nomic_bert",
+                                .dir = NB_DIR,
+                                .golden = NB_GOLDEN,
+                                .sets = nomic_sets,
+                                .threads = THREADS};
 
 TestSuite(nomic, .timeout = 300);
 
@@ -113,48 +96,30 @@ Test(nomic, reads_the_config) {
 }
 
 Test(nomic, golden_naive) {
-    check_set(NB_DIR, "mean_normalized", "naive", GEMM_FP32, MIN_COSINE);
+    fam_check_golden(&nomic, "mean_normalized", "naive", GEMM_FP32, MIN_COSINE);
 }
 
 /* The "search_query: " prompt's ids are in the golden set's ids: the same
  * forward on longer inputs. */
 Test(nomic, golden_query_prompt) {
-    check_set(NB_DIR, "query_mean_normalized", "naive", GEMM_FP32, MIN_COSINE);
+    fam_check_golden(&nomic, "query_mean_normalized", "naive", GEMM_FP32, MIN_COSINE);
 }
 
 Test(nomic, golden_every_backend) {
-    for (const attn_backend *const *b = attn_backends(); *b; b++)
-        check_set(NB_DIR, "mean_normalized", (*b)->name, GEMM_FP32,
-                  (*b)->precision == ATTN_PREC_BF16 ? NOMIC_BF16_FLOOR : MIN_COSINE);
+    fam_golden_every_backend(&nomic, GEMM_FP32, MIN_COSINE, NOMIC_BF16_FLOOR);
 }
 
 Test(nomic, golden_bf16) {
     double lo = 2.0;
     for (const attn_backend *const *b = attn_backends(); *b; b++)
-        lo =
-            fmin(lo, check_set(NB_DIR, "mean_normalized", (*b)->name, GEMM_BF16, NOMIC_BF16_FLOOR));
+        lo = fmin(lo, fam_check_golden(&nomic, "mean_normalized", (*b)->name, GEMM_BF16,
+                                       NOMIC_BF16_FLOOR));
     fprintf(stderr, "nomic_bert bf16: lowest cosine vs PyTorch over the backends %.6f\n", lo);
 }
 
 /* int8 against fp32 (the same C model) and against PyTorch. */
 Test(nomic, golden_int8) {
-    golden_set g = load_golden("mean_normalized");
-    float *i8 = fam_embed_all(NB_DIR, &g, "naive", GEMM_INT8, THREADS, NULL);
-    if (i8) {
-        float *f32 = fam_embed_all(NB_DIR, &g, "naive", GEMM_FP32, THREADS, NULL);
-        double lo = 1.0;
-        for (int i = 0; i < g.n; i++) {
-            const double c = golden_cosine(i8 + (size_t)i * g.dim, f32 + (size_t)i * g.dim, g.dim);
-            cr_expect_geq(c, NOMIC_INT8_FLOOR, "int8: input %d: cosine vs fp32 %.6f", i, c);
-            lo = fmin(lo, c);
-        }
-        const double lo_torch = fam_check_against(&g, i8, "nomic_bert int8", NOMIC_INT8_FLOOR);
-        fprintf(stderr, "nomic_bert int8: lowest cosine vs fp32 %.6f, vs PyTorch %.6f\n", lo,
-                lo_torch);
-        free(f32);
-    }
-    free(i8);
-    golden_set_free(&g);
+    fam_golden_int8(&nomic, "mean_normalized", NOMIC_INT8_FLOOR);
 }
 
 /* ---- each block matters ------------------------------------------------------ */
@@ -167,18 +132,17 @@ static void remove_variant(void) {
     variant_remove(tmpdir);
 }
 
-/* The highest cosine any input reaches against the golden with the model
- * at dir (fp32, naive). */
-static double best_cosine(const char *dir) {
-    golden_set g = load_golden("mean_normalized");
-    float *out = fam_embed_all(dir, &g, "naive", GEMM_FP32, 1, NULL);
-    cr_assert_not_null(out);
-    double hi = -1.0;
-    for (int i = 0; i < g.n; i++)
-        hi = fmax(hi, golden_cosine(out + (size_t)i * g.dim, g.emb[i], g.dim));
-    free(out);
-    golden_set_free(&g);
-    return hi;
+/* The highest cosine any input reaches against the golden with the edited
+ * copy (fp32, naive; every golden input has more than 0 tokens). */
+static double best_cosine(void) {
+    return fam_best_cosine(&nomic, "mean_normalized", tmpdir, 0);
+}
+
+/* The edited copy holds the golden at the fp32 floor (naive). */
+static void copy_gives_the_golden(void) {
+    fam_model copy = nomic;
+    copy.dir = tmpdir;
+    fam_check_golden(&copy, "mean_normalized", "naive", GEMM_FP32, MIN_COSINE);
 }
 
 /* θ 1e12: the rotation of all but the first pair of each head's
@@ -189,7 +153,7 @@ Test(nomic, rope_matters, .init = make_variant, .fini = remove_variant) {
     variant_set_json(tmpdir, "config.json", "rotary_emb_base", "1000000000000.0");
     variant_set_json(tmpdir, "config.json", "rope_parameters",
                      "{\"rope_theta\": 1000000000000.0, \"rope_type\": \"default\"}");
-    const double hi = best_cosine(tmpdir);
+    const double hi = best_cosine();
     fprintf(stderr, "nomic_bert with θ 1e12: inputs reach cosine %.6f at most\n", hi);
     cr_assert_lt(hi, NOMIC_BF16_FLOOR);
 }
@@ -250,7 +214,7 @@ static void rename_tensors(const char *dir, const rename_rule *rules, int nrules
 Test(nomic, swiglu_gate_is_fc12, .init = make_variant, .fini = remove_variant) {
     const rename_rule swap[] = {{"mlp.fc11.", {"mlp.fc12."}, 0}, {"mlp.fc12.", {"mlp.fc11."}, 0}};
     rename_tensors(tmpdir, swap, 2);
-    const double hi = best_cosine(tmpdir);
+    const double hi = best_cosine();
     fprintf(stderr, "nomic_bert with fc11 and fc12 swapped: inputs reach cosine %.6f at most\n",
             hi);
     cr_assert_lt(hi, NOMIC_BF16_FLOOR);
@@ -274,7 +238,7 @@ Test(nomic, transformers_names, .init = make_variant, .fini = remove_variant) {
     /* Two passes: the layer prefix, then the module within it. */
     rename_tensors(tmpdir, hf, 1);
     rename_tensors(tmpdir, hf + 1, (int)(sizeof hf / sizeof hf[0]) - 1);
-    check_set(tmpdir, "mean_normalized", "naive", GEMM_FP32, MIN_COSINE);
+    copy_gives_the_golden();
     /* And with transformers' config alone: nomic's keys gone, the biases
      * (none) and θ (rope_parameters) from transformers' defaults. */
     static const char *const nomic_only[] = {"n_embd",
@@ -296,11 +260,11 @@ Test(nomic, transformers_names, .init = make_variant, .fini = remove_variant) {
         cr_assert_eq(json_object_del(cfg, nomic_only[i]), 0, "%s", nomic_only[i]);
     cr_assert_eq(json_dump_file(cfg, path, 0), 0);
     json_decref(cfg);
-    check_set(tmpdir, "mean_normalized", "naive", GEMM_FP32, MIN_COSINE);
+    copy_gives_the_golden();
     /* The renamed tensors are the ones read: a gate of zeros moves every
      * vector off the floor. */
     variant_fill_tensor(tmpdir, "layers.0.mlp.gate_proj.weight", 0);
-    cr_assert_lt(best_cosine(tmpdir), NOMIC_BF16_FLOOR);
+    cr_assert_lt(best_cosine(), NOMIC_BF16_FLOOR);
 }
 
 /* ---- refusals ----------------------------------------------------------------- */
@@ -342,17 +306,5 @@ Test(nomic, the_cuda_engine_refuses_it_by_name) {
 
 /* The C tokenizer on the model directory gives the golden ids. */
 Test(nomic, tokenizer_gives_the_golden_ids) {
-    golden_set g = load_golden("mean_normalized");
-    tok_tokenizer *t = NULL;
-    char err[512] = "";
-    cr_assert_eq(tok_load(&t, NB_DIR, err, sizeof err), 0, "%s", err);
-    int32_t ids[512];
-    tok_output o = {.ids = ids, .capacity = 512};
-    for (int i = 0; i < g.n; i++) {
-        cr_assert_eq(tok_encode(t, g.text[i], g.text_len[i], 1, &o), 0, "input %d", i);
-        cr_expect(o.n == g.len[i] && memcmp(ids, g.ids[i], (size_t)o.n * sizeof *ids) == 0,
-                  "input %d: %d ids differ from the golden's %d", i, o.n, g.len[i]);
-    }
-    tok_free(t);
-    golden_set_free(&g);
+    fam_tokenizer_gives_the_golden_ids(&nomic, "mean_normalized");
 }
