@@ -124,6 +124,14 @@ attn_check attn_check_every_row(attn_precision prec, const attn_problem *p) {
     return res;
 }
 
+attn_check attn_run_and_check(const attn_backend *b, const attn_problem *p) {
+    char why[256] = "";
+    cr_assert_eq(attn_backend_supports(b, &p->shape, why, sizeof why), ATTN_OK, "%s: %s", b->name,
+                 why);
+    cr_assert_eq(attn_run_backend(b, p, 2), ATTN_OK, "%s", b->name);
+    return attn_check_every_row(b->precision, p);
+}
+
 int32_t *attn_cu_seqlens(const int32_t *lens, int batch, int32_t *maxlen) {
     int32_t *cu = calloc((size_t)batch + 1, sizeof *cu);
     *maxlen = 0;

@@ -37,6 +37,12 @@ int attn_run_backend(const attn_backend *b, const attn_problem *p, int nthreads)
  * the bound of precision prec (attn_check_rows_as). */
 attn_check attn_check_every_row(attn_precision prec, const attn_problem *p);
 
+/* Backend b on p, asserted to support p's shape and to run (on two
+ * threads), then every row checked as attn_check_every_row does at b's own
+ * precision: the check, which the caller asserts with its case in the
+ * message. */
+attn_check attn_run_and_check(const attn_backend *b, const attn_problem *p);
+
 /* cu_seqlens (batch + 1, calloc'd) of a batch packing sequences of the
  * given lengths; *maxlen receives the longest. */
 int32_t *attn_cu_seqlens(const int32_t *lens, int batch, int32_t *maxlen);

@@ -69,6 +69,14 @@ void variant_set_json(const char *dir, const char *rel, const char *key, const c
     json_decref(j);
 }
 
+/* dir/model.safetensors opened in mode (asserted), its path in path. */
+static FILE *open_weights(const char *dir, const char *mode, char path[512]) {
+    snprintf(path, 512, "%s/model.safetensors", dir);
+    FILE *f = fopen(path, mode);
+    cr_assert_not_null(f, "%s", path);
+    return f;
+}
+
 /* The JSON header of safetensors file f (path), read from its start: its
  * byte count in *hlen, so the tensor data starts at 8 + *hlen. */
 static json_t *read_header(FILE *f, const char *path, uint64_t *hlen) {
@@ -85,9 +93,7 @@ static json_t *read_header(FILE *f, const char *path, uint64_t *hlen) {
 
 json_t *variant_read_safetensors(const char *dir, char **data, size_t *data_len) {
     char path[512];
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f, "%s", path);
+    FILE *f = open_weights(dir, "rb", path);
     uint64_t hlen;
     json_t *j = read_header(f, path, &hlen);
     cr_assert_eq(fseek(f, 0, SEEK_END), 0);
@@ -103,14 +109,12 @@ json_t *variant_read_safetensors(const char *dir, char **data, size_t *data_len)
 
 void variant_write_safetensors(const char *dir, const json_t *header, const char *data,
                                size_t data_len, int pad) {
-    char path[512];
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
     char *text = json_dumps(header, JSON_COMPACT);
     cr_assert_not_null(text);
     size_t len = strlen(text);
     const uint64_t hlen = pad ? (len + 7) / 8 * 8 : len;
-    FILE *f = fopen(path, "wb");
-    cr_assert_not_null(f, "%s", path);
+    char path[512];
+    FILE *f = open_weights(dir, "wb", path);
     cr_assert_eq(fwrite(&hlen, 8, 1, f), 1);
     cr_assert_eq(fwrite(text, 1, len, f), len);
     for (; len < hlen; len++)
@@ -125,9 +129,7 @@ void variant_write_safetensors(const char *dir, const json_t *header, const char
  * data_offsets count from the end of the header. */
 static FILE *open_tensor(const char *dir, const char *name, long *bytes, char *dtype) {
     char path[512];
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    FILE *f = fopen(path, "r+b");
-    cr_assert_not_null(f, "%s", path);
+    FILE *f = open_weights(dir, "r+b", path);
     uint64_t hlen;
     json_t *j = read_header(f, path, &hlen);
     const json_t *t = json_object_get(j, name);

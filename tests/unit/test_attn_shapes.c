@@ -111,10 +111,7 @@ static void run_case(const attn_backend *b, const char *path, const int32_t *len
     scase_make(&c, seed, lens, batch, heads, kv_heads, D, causal, window, pad);
     char why[256] = "";
     cr_assert_eq(attn_problem_check(&c.p, why, sizeof why), ATTN_OK, "%s", why);
-    cr_assert_eq(attn_backend_supports(b, &c.p.shape, why, sizeof why), ATTN_OK, "%s: %s", b->name,
-                 why);
-    cr_assert_eq(attn_run_backend(b, &c.p, 2), ATTN_OK, "%s", b->name);
-    const attn_check res = attn_check_every_row(b->precision, &c.p);
+    const attn_check res = attn_run_and_check(b, &c.p);
     cr_assert_eq(res.bad, 0,
                  "%s/%s B=%d H=%d Hkv=%d D=%d causal=%d window=%d: %lld of %lld past the "
                  "bound; worst token %d head %d dim %d got %.9g want %.9g bound %.3g",
@@ -341,10 +338,7 @@ static void window_and_bias(const attn_backend *b, const char *path) {
             c.p.rel_span = span;
             char why[256] = "";
             cr_assert_eq(attn_problem_check(&c.p, why, sizeof why), ATTN_OK, "%s", why);
-            cr_assert_eq(attn_backend_supports(b, &c.p.shape, why, sizeof why), ATTN_OK, "%s: %s",
-                         b->name, why);
-            cr_assert_eq(attn_run_backend(b, &c.p, 2), ATTN_OK, "%s", b->name);
-            const attn_check res = attn_check_every_row(b->precision, &c.p);
+            const attn_check res = attn_run_and_check(b, &c.p);
             cr_assert(res.elements > 0 && res.bad == 0,
                       "%s/%s causal=%d window=%d with a bias: %lld of %lld past the bound; worst "
                       "token %d head %d dim %d got %.9g want %.9g bound %.3g",

@@ -88,11 +88,7 @@ static void run_case(const attn_backend *b, const char *path, const int32_t *len
                      uint64_t seed) {
     bcase c;
     bcase_make(&c, seed, lens, batch, heads, D, causal, span, pad, buckets);
-    char why[256] = "";
-    cr_assert_eq(attn_backend_supports(b, &c.p.shape, why, sizeof why), ATTN_OK, "%s: %s", b->name,
-                 why);
-    cr_assert_eq(attn_run_backend(b, &c.p, 2), ATTN_OK, "%s", b->name);
-    const attn_check res = attn_check_every_row(b->precision, &c.p);
+    const attn_check res = attn_run_and_check(b, &c.p);
     cr_assert_eq(res.bad, 0,
                  "%s/%s B=%d H=%d D=%d causal=%d span=%d buckets=%d: %lld of %lld past the "
                  "bound; worst token %d head %d dim %d got %.9g want %.9g bound %.3g",
