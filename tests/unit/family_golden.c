@@ -188,3 +188,15 @@ void fam_tokenizer_gives_the_golden_ids(const fam_model *m, const char *set) {
     fam_check_token_ids(m->dir, &g, 512);
     golden_set_free(&g);
 }
+
+void fam_expect_backend_refused(const char *dir, const attn_backend *old, const char *want) {
+    encoder *e = NULL;
+    char err[512] = "";
+    cr_assert_eq(encoder_load(dir, GEMM_FP32, &e, err, sizeof err), BERT_OK, "%s", err);
+    const attn_backend *be = old;
+    encoder_workspace *ws = NULL;
+    cr_assert_eq(encoder_workspace_create(e, 64, 1, &be, 1, &ws, err, sizeof err),
+                 BERT_EUNSUPPORTED);
+    cr_assert(strstr(err, "old") && strstr(err, want), "%s", err);
+    encoder_free(e);
+}

@@ -84,4 +84,9 @@ void fam_check_token_ids(const char *dir, const golden_set *g, int capacity);
 /* The C tokenizer of m's model gives the ids of every input of `set`. */
 void fam_tokenizer_gives_the_golden_ids(const fam_model *m, const char *set);
 
+/* The model at dir (fp32) refuses backend table old, named "old" and
+ * lacking a capability the model needs, when a workspace is made for it:
+ * BERT_EUNSUPPORTED with a message naming the table and want. */
+void fam_expect_backend_refused(const char *dir, const attn_backend *old, const char *want);
+
 #endif
