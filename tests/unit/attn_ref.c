@@ -134,6 +134,7 @@ attn_check attn_run_and_check(const attn_backend *b, const attn_problem *p) {
 
 int32_t *attn_cu_seqlens(const int32_t *lens, int batch, int32_t *maxlen) {
     int32_t *cu = calloc((size_t)batch + 1, sizeof *cu);
+    cr_assert_not_null(cu);
     *maxlen = 0;
     for (int b = 0; b < batch; b++) {
         cu[b + 1] = cu[b] + lens[b];
