@@ -99,16 +99,6 @@ static int golden_load(golden *g) {
     return 0;
 }
 
-static double cosine(const float *a, const float *b, int n) {
-    double ab = 0, aa = 0, bb = 0;
-    for (int i = 0; i < n; i++) {
-        ab += (double)a[i] * b[i];
-        aa += (double)a[i] * a[i];
-        bb += (double)b[i] * b[i];
-    }
-    return ab / sqrt(aa * bb);
-}
-
 int main(int argc, char **argv) {
     const char *dir = "models/all-MiniLM-L6-v2", *shapes_arg = "12x1,12x32,64x32,256x32";
     const char *time_arg = NULL;
@@ -187,8 +177,8 @@ int main(int argc, char **argv) {
         }
         double mn = 2, mean = 0, mnt = 2, meant = 0;
         for (int i = 0; i < g.n; i++) {
-            const double c = cosine(o + (size_t)i * C, out + (size_t)i * C, C);
-            const double t = cosine(o + (size_t)i * C, g.emb + (size_t)i * C, C);
+            const double c = golden_cosine(o + (size_t)i * C, out + (size_t)i * C, C);
+            const double t = golden_cosine(o + (size_t)i * C, g.emb + (size_t)i * C, C);
             mn = fmin(mn, c);
             mnt = fmin(mnt, t);
             mean += c / g.n;

@@ -471,6 +471,43 @@ static void norm_rows(const bert_model *m, const attn_parallel *par, const float
     run_rows(par, &c, norm_task);
 }
 
+/* ws->ffn = act(W_in · in) for layer l, in either block order (in is
+ * norm(x) before a pre-norm block's MLP, x itself in a post-norm one): the
+ * GELU rides the GEMM's epilogue; a gated MLP (NomicBERT's SwiGLU) writes
+ * act(a) · g over a's half of each 2F-wide row, which W_out reads at that
+ * stride. Notes the inputs of both MLP linears for calibration. */
+static void ffn_up(const bert_model *m, bert_workspace *ws, const attn_parallel *par, int l,
+                   const float *in, int T) {
+    const bert_config *cfg = &m->cfg;
+    const int C = cfg->hidden_size, GF = (int)ffn_rows(cfg), S = calib_stride(cfg);
+    const gemm_epilogue gelu = {.act = GEMM_ACT_GELU};
+    const int gated = enc_mlp_gated(cfg->mlp);
+    calib_note(ws, l, BERT_LINEAR_FFN_IN, in, T, C, (size_t)C, S);
+    gemm_run(m->layers[l].ffn_in, par, in, C, ws->ffn, GF, T, gated ? NULL : &gelu, ws->gemm_ws);
+    if (gated) {
+        rows_ctx rc_glu = {.m = m, .ffn = ws->ffn, .T = (size_t)T};
+        run_rows(par, &rc_glu, glu_task);
+    }
+    calib_note(ws, l, BERT_LINEAR_FFN_OUT, ws->ffn, T, cfg->intermediate_size, (size_t)GF, S);
+}
+
+/* A pre-norm sublayer's output y · Wᵀ (y ldy apart) added to x: in the
+ * GEMM's epilogue, or, where the family normalises that output first
+ * (post_w, Gemma 3's post norms), through h and add_norm_task. */
+static void add_sublayer(const bert_model *m, bert_workspace *ws, const attn_parallel *par,
+                         const gemm_weights *W, const float *y, size_t ldy, const float *post_w,
+                         int T) {
+    const size_t C = (size_t)m->cfg.hidden_size;
+    if (post_w) {
+        gemm_run(W, par, y, ldy, ws->h, C, T, NULL, ws->gemm_ws);
+        rows_ctx post = {.m = m, .w = post_w, .ffn = ws->h, .out = ws->x, .T = (size_t)T};
+        run_rows(par, &post, add_norm_task);
+    } else {
+        const gemm_epilogue add = {.residual = ws->x, .ld_residual = C};
+        gemm_run(W, par, y, ldy, ws->x, C, T, &add, ws->gemm_ws);
+    }
+}
+
 int bert_forward(const bert_model *m, bert_workspace *ws, const attn_backend *attn,
                  const attn_parallel *par, const int32_t *ids, const int32_t *cu_seqlens, int batch,
                  float *out, char *err, size_t err_len) {
@@ -482,7 +519,7 @@ int bert_forward_types(const bert_model *m, bert_workspace *ws, const attn_backe
                        const int32_t *cu_seqlens, int batch, float *out, char *err,
                        size_t err_len) {
     const bert_config *cfg = &m->cfg;
-    const int C = cfg->hidden_size, F = cfg->intermediate_size, H = cfg->num_heads;
+    const int C = cfg->hidden_size, H = cfg->num_heads;
     const int D = cfg->head_dim, Hkv = cfg->num_kv_heads, GF = (int)ffn_rows(cfg);
     const size_t QN = (size_t)qkv_rows(cfg), AO = (size_t)attn_width(cfg);
     const int S = calib_stride(cfg);
@@ -569,33 +606,13 @@ int bert_forward_types(const bert_model *m, bert_workspace *ws, const attn_backe
         if (cfg->pre_norm) {
             /* x += att · W_oᵀ; x += W_out · act(W_in · norm(x)); with post
              * norms each sublayer's output is normalised (in h) first. */
-            const gemm_epilogue add = {.residual = ws->x, .ld_residual = (size_t)C};
-            rows_ctx post = {.m = m, .ffn = ws->h, .out = ws->x, .T = (size_t)T};
             calib_note(ws, l, BERT_LINEAR_ATTN_OUT, ws->att, T, (int)AO, AO, S);
-            if (w->ln1p_w) {
-                gemm_run(w->attn_o, par, ws->att, AO, ws->h, C, T, NULL, ws->gemm_ws);
-                post.w = w->ln1p_w;
-                run_rows(par, &post, add_norm_task);
-            } else
-                gemm_run(w->attn_o, par, ws->att, AO, ws->x, C, T, &add, ws->gemm_ws);
+            add_sublayer(m, ws, par, w->attn_o, ws->att, AO, w->ln1p_w, T);
             STAGE(out_proj);
             norm_rows(m, par, w->ln2_w, w->ln2_b, ws->x, ws->h, T);
             STAGE(norms);
-            const gemm_epilogue gelu = {.act = GEMM_ACT_GELU};
-            const int gated = enc_mlp_gated(cfg->mlp);
-            calib_note(ws, l, BERT_LINEAR_FFN_IN, ws->h, T, C, (size_t)C, S);
-            gemm_run(w->ffn_in, par, ws->h, C, ws->ffn, GF, T, gated ? NULL : &gelu, ws->gemm_ws);
-            if (gated) {
-                rows_ctx rc_glu = {.m = m, .ffn = ws->ffn, .T = (size_t)T};
-                run_rows(par, &rc_glu, glu_task);
-            }
-            calib_note(ws, l, BERT_LINEAR_FFN_OUT, ws->ffn, T, F, (size_t)GF, S);
-            if (w->ln2p_w) {
-                gemm_run(w->ffn_out, par, ws->ffn, GF, ws->h, C, T, NULL, ws->gemm_ws);
-                post.w = w->ln2p_w;
-                run_rows(par, &post, add_norm_task);
-            } else
-                gemm_run(w->ffn_out, par, ws->ffn, GF, ws->x, C, T, &add, ws->gemm_ws);
+            ffn_up(m, ws, par, l, ws->h, T);
+            add_sublayer(m, ws, par, w->ffn_out, ws->ffn, (size_t)GF, w->ln2p_w, T);
             STAGE(ffn);
             continue;
         }
@@ -605,20 +622,10 @@ int bert_forward_types(const bert_model *m, bert_workspace *ws, const attn_backe
         calib_note(ws, l, BERT_LINEAR_ATTN_OUT, ws->att, T, C, (size_t)C, S);
         gemm_run(w->attn_o, par, ws->att, C, ws->x, C, T, &ln1, ws->gemm_ws);
         STAGE(out_proj);
-        /* x = LayerNorm(x + W_out · act(W_in · x) + b_out); a gated MLP
-         * (NomicBERT's SwiGLU) writes act(a) · g over a's half of each
-         * 2F-wide row, which W_out reads at that stride. */
-        const gemm_epilogue gelu = {.act = GEMM_ACT_GELU};
-        const int gated = enc_mlp_gated(cfg->mlp);
-        calib_note(ws, l, BERT_LINEAR_FFN_IN, ws->x, T, C, (size_t)C, S);
-        gemm_run(w->ffn_in, par, ws->x, C, ws->ffn, GF, T, gated ? NULL : &gelu, ws->gemm_ws);
-        if (gated) {
-            rows_ctx rc_glu = {.m = m, .ffn = ws->ffn, .T = (size_t)T};
-            run_rows(par, &rc_glu, glu_task);
-        }
+        /* x = LayerNorm(x + W_out · act(W_in · x) + b_out). */
+        ffn_up(m, ws, par, l, ws->x, T);
         const gemm_epilogue ln2 = {
             .residual = ws->x, .ld_residual = C, .ln_w = w->ln2_w, .ln_b = w->ln2_b, .ln_eps = eps};
-        calib_note(ws, l, BERT_LINEAR_FFN_OUT, ws->ffn, T, F, (size_t)GF, S);
         gemm_run(w->ffn_out, par, ws->ffn, GF, ws->x, C, T, &ln2, ws->gemm_ws);
         STAGE(ffn);
     }

@@ -15,4 +15,8 @@
  * it and error->source set to path. */
 json_t *golden_load_json(const char *path, size_t flags, json_error_t *error);
 
+/* cos(a, b) over n floats, summed in double: how the tests and benchmarks
+ * hold a vector to its golden or to another precision's. */
+double golden_cosine(const float *a, const float *b, int n);
+
 #endif

@@ -1,10 +1,14 @@
 /* attn_ref.c — float64 reference attention for the tests. */
 #include "attn_ref.h"
 
+#include <criterion/criterion.h>
+
+#include "kernels/simd.h"
 #include "kernels/threadpool.h"
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 uint64_t rng_next(test_rng *r) {
     r->s ^= r->s >> 12;
@@ -118,4 +122,48 @@ attn_check attn_check_every_row(attn_precision prec, const attn_problem *p) {
     free(rows);
     free(scratch);
     return res;
+}
+
+attn_check attn_run_and_check(const attn_backend *b, const attn_problem *p) {
+    char why[256] = "";
+    cr_assert_eq(attn_backend_supports(b, &p->shape, why, sizeof why), ATTN_OK, "%s: %s", b->name,
+                 why);
+    cr_assert_eq(attn_run_backend(b, p, 2), ATTN_OK, "%s", b->name);
+    return attn_check_every_row(b->precision, p);
+}
+
+int32_t *attn_cu_seqlens(const int32_t *lens, int batch, int32_t *maxlen) {
+    int32_t *cu = calloc((size_t)batch + 1, sizeof *cu);
+    cr_assert_not_null(cu);
+    *maxlen = 0;
+    for (int b = 0; b < batch; b++) {
+        cu[b + 1] = cu[b] + lens[b];
+        *maxlen = lens[b] > *maxlen ? lens[b] : *maxlen;
+    }
+    return cu;
+}
+
+int attn_accept_all(const attn_shape *s, char *why, size_t why_len) {
+    (void)s;
+    (void)why;
+    (void)why_len;
+    return ATTN_OK;
+}
+
+void attn_on_every_path(void (*each)(const attn_backend *b, const char *path),
+                        const attn_backend *b) {
+    for (int path = ATTN_SIMD_PORTABLE; path <= (int)attn_simd_detect(); path++) {
+        cr_assert_eq(attn_simd_force((attn_simd)path), 0);
+        each(b, attn_simd_name((attn_simd)path));
+    }
+    attn_simd_unforce();
+}
+
+int attn_bf16_offered(const attn_shape *s) {
+    char why[256] = "";
+    if (attn_backend_supports(&attn_backend_bf16, s, why, sizeof why) == ATTN_OK)
+        return 1;
+    cr_assert(strstr(why, "AVX512_BF16"), "%s", why);
+    cr_log_warn("bf16 backend not offered here: %s", why);
+    return 0;
 }

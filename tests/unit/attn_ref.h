@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "kernels/attention.h"
+#include "kernels/backends.h"
 #include "kernels/reference.h"
 
 /* xorshift64*: deterministic across platforms, so a failing case can be
@@ -35,5 +36,29 @@ int attn_run_backend(const attn_backend *b, const attn_problem *p, int nthreads)
 /* Every row of p's output against kernels/reference.c's float64 rows, by
  * the bound of precision prec (attn_check_rows_as). */
 attn_check attn_check_every_row(attn_precision prec, const attn_problem *p);
+
+/* Backend b on p, asserted to support p's shape and to run (on two
+ * threads), then every row checked as attn_check_every_row does at b's own
+ * precision: the check, which the caller asserts with its case in the
+ * message. */
+attn_check attn_run_and_check(const attn_backend *b, const attn_problem *p);
+
+/* cu_seqlens (batch + 1, calloc'd) of a batch packing sequences of the
+ * given lengths; *maxlen receives the longest. */
+int32_t *attn_cu_seqlens(const int32_t *lens, int batch, int32_t *maxlen);
+
+/* A supports() that takes every shape: a test backend table built on it is
+ * refused only by what its capability flags (gqa, window, rel_bias) say. */
+int attn_accept_all(const attn_shape *s, char *why, size_t why_len);
+
+/* Runs each(b, path name) on every SIMD path this CPU runs, forced in
+ * turn, then lets the detection choose again. */
+void attn_on_every_path(void (*each)(const attn_backend *b, const char *path),
+                        const attn_backend *b);
+
+/* Whether the bf16 backend runs shape s here. Where it does not, the
+ * refusal must be for the CPU (no AVX512_BF16), never for what s carries
+ * (grouped heads, a window, a bias), and is logged as a warning. */
+int attn_bf16_offered(const attn_shape *s);
 
 #endif

@@ -12,16 +12,7 @@
 #include "model/bert_config.h"
 #include "model/encoder.h"
 #include "model/tokenizer.h"
-
-double fam_cosine(const float *a, const float *b, int n) {
-    double ab = 0, aa = 0, bb = 0;
-    for (int i = 0; i < n; i++) {
-        ab += (double)a[i] * b[i];
-        aa += (double)a[i] * a[i];
-        bb += (double)b[i] * b[i];
-    }
-    return ab / sqrt(aa * bb);
-}
+#include "tests/golden/golden_io.h"
 
 float *fam_embed_all(const char *dir, const golden_set *g, const char *name, gemm_precision p,
                      int threads, const char *allowed_refusal) {
@@ -70,7 +61,7 @@ float *fam_embed_all(const char *dir, const golden_set *g, const char *name, gem
 double fam_check_against(const golden_set *g, const float *out, const char *label, double floor) {
     double lo = 1.0;
     for (int i = 0; i < g->n; i++) {
-        const double c = fam_cosine(out + (size_t)i * g->dim, g->emb[i], g->dim);
+        const double c = golden_cosine(out + (size_t)i * g->dim, g->emb[i], g->dim);
         cr_expect_geq(c, floor, "%s: input %d (%d tokens): cosine 1 - %.3g", label, i, g->len[i],
                       1.0 - c);
         lo = fmin(lo, c);
@@ -87,21 +78,23 @@ golden_set fam_load_golden(const fam_model *m, const char *set) {
     return g;
 }
 
-void fam_check_golden(const fam_model *m, const char *set, const char *name, gemm_precision p,
-                      double floor) {
+double fam_check_golden(const fam_model *m, const char *set, const char *name, gemm_precision p,
+                        double floor) {
     if (m->refused && m->refused(m->dir, name)) {
         fprintf(stderr, "%s %s: skipped: refused for a capability of the model\n", m->family, name);
-        return;
+        return 2.0;
     }
     golden_set g = fam_load_golden(m, set);
     float *out = fam_embed_all(m->dir, &g, name, p, m->threads, m->allowed_refusal);
+    double lo = 2.0;
     if (out) {
         char label[128];
         snprintf(label, sizeof label, "%s %s %s %s", m->family, set, name, gemm_precision_name(p));
-        fam_check_against(&g, out, label, floor);
+        lo = fam_check_against(&g, out, label, floor);
     }
     free(out);
     golden_set_free(&g);
+    return lo;
 }
 
 void fam_golden_every_backend(const fam_model *m, gemm_precision p, double floor,
@@ -119,7 +112,7 @@ void fam_golden_int8(const fam_model *m, const char *set, double floor) {
         float *f32 = fam_embed_all(m->dir, &g, "naive", GEMM_FP32, m->threads, NULL);
         double lo = 1.0;
         for (int i = 0; i < g.n; i++) {
-            const double c = fam_cosine(i8 + (size_t)i * g.dim, f32 + (size_t)i * g.dim, g.dim);
+            const double c = golden_cosine(i8 + (size_t)i * g.dim, f32 + (size_t)i * g.dim, g.dim);
             cr_expect_geq(c, floor, "int8: input %d: cosine vs fp32 %.6f", i, c);
             lo = fmin(lo, c);
         }
@@ -141,7 +134,7 @@ double fam_best_cosine(const fam_model *m, const char *set, const char *dir, int
     double hi = -1.0;
     for (int i = 0; i < g.n; i++)
         if (g.len[i] > min_len)
-            hi = fmax(hi, fam_cosine(out + (size_t)i * g.dim, g.emb[i], g.dim));
+            hi = fmax(hi, golden_cosine(out + (size_t)i * g.dim, g.emb[i], g.dim));
     free(out);
     golden_set_free(&g);
     return hi;
@@ -168,7 +161,7 @@ double fam_best_cosine_each(encoder *e, const attn_backend *be, const golden_set
                                      err, sizeof err),
                      BERT_OK, "%s", err);
         if (g->len[i] > min_len)
-            hi = fmax(hi, fam_cosine(out, g->emb[i], g->dim));
+            hi = fmax(hi, golden_cosine(out, g->emb[i], g->dim));
     }
     free(out);
     encoder_workspace_free(ws);
@@ -194,4 +187,16 @@ void fam_tokenizer_gives_the_golden_ids(const fam_model *m, const char *set) {
     golden_set g = fam_load_golden(m, set);
     fam_check_token_ids(m->dir, &g, 512);
     golden_set_free(&g);
+}
+
+void fam_expect_backend_refused(const char *dir, const attn_backend *old, const char *want) {
+    encoder *e = NULL;
+    char err[512] = "";
+    cr_assert_eq(encoder_load(dir, GEMM_FP32, &e, err, sizeof err), BERT_OK, "%s", err);
+    const attn_backend *be = old;
+    encoder_workspace *ws = NULL;
+    cr_assert_eq(encoder_workspace_create(e, 64, 1, &be, 1, &ws, err, sizeof err),
+                 BERT_EUNSUPPORTED);
+    cr_assert(strstr(err, "old") && strstr(err, want), "%s", err);
+    encoder_free(e);
 }

@@ -29,9 +29,6 @@ typedef struct fam_model {
     int (*refused)(const char *dir, const char *backend);
 } fam_model;
 
-/* cos(a, b) over n floats, summed in double. */
-double fam_cosine(const float *a, const float *b, int n);
-
 /* Every input of g in one packed batch through the model at dir, with
  * backend `name` and precision p, on `threads` workers: the vectors (n ×
  * dim, malloc'd), or NULL when this CPU lacks the precision or the backend
@@ -49,9 +46,10 @@ double fam_check_against(const golden_set *g, const float *out, const char *labe
 golden_set fam_load_golden(const fam_model *m, const char *set);
 
 /* Set `set` through m's model with backend `name` and precision p, each
- * vector expected >= floor (skipped as fam_embed_all and m->refused say). */
-void fam_check_golden(const fam_model *m, const char *set, const char *name, gemm_precision p,
-                      double floor);
+ * vector expected >= floor (skipped as fam_embed_all and m->refused say):
+ * the lowest cosine, or 2 where skipped. */
+double fam_check_golden(const fam_model *m, const char *set, const char *name, gemm_precision p,
+                        double floor);
 
 /* fam_check_golden on every backend and every set of m, at precision p:
  * floor for the fp32 backends, floor_bf16 for those that compute in bf16. */
@@ -85,5 +83,10 @@ void fam_check_token_ids(const char *dir, const golden_set *g, int capacity);
 
 /* The C tokenizer of m's model gives the ids of every input of `set`. */
 void fam_tokenizer_gives_the_golden_ids(const fam_model *m, const char *set);
+
+/* The model at dir (fp32) refuses backend table old, named "old" and
+ * lacking a capability the model needs, when a workspace is made for it:
+ * BERT_EUNSUPPORTED with a message naming the table and want. */
+void fam_expect_backend_refused(const char *dir, const attn_backend *old, const char *want);
 
 #endif

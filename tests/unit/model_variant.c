@@ -69,20 +69,69 @@ void variant_set_json(const char *dir, const char *rel, const char *key, const c
     json_decref(j);
 }
 
+/* dir/model.safetensors opened in mode (asserted), its path in path. */
+static FILE *open_weights(const char *dir, const char *mode, char path[512]) {
+    snprintf(path, 512, "%s/model.safetensors", dir);
+    FILE *f = fopen(path, mode);
+    cr_assert_not_null(f, "%s", path);
+    return f;
+}
+
+/* The JSON header of safetensors file f (path), read from its start: its
+ * byte count in *hlen, so the tensor data starts at 8 + *hlen. */
+static json_t *read_header(FILE *f, const char *path, uint64_t *hlen) {
+    *hlen = 0;
+    cr_assert_eq(fread(hlen, 8, 1, f), 1, "%s", path);
+    cr_assert_lt(*hlen, 1u << 20, "%s", path);
+    char *h = calloc(*hlen + 1, 1);
+    cr_assert_eq(fread(h, 1, *hlen, f), *hlen, "%s", path);
+    json_t *j = json_loads(h, 0, NULL);
+    cr_assert_not_null(j, "%s", path);
+    free(h);
+    return j;
+}
+
+json_t *variant_read_safetensors(const char *dir, char **data, size_t *data_len) {
+    char path[512];
+    FILE *f = open_weights(dir, "rb", path);
+    uint64_t hlen;
+    json_t *j = read_header(f, path, &hlen);
+    cr_assert_eq(fseek(f, 0, SEEK_END), 0);
+    const long end = ftell(f);
+    cr_assert_geq(end, 8 + (long)hlen, "%s", path);
+    *data_len = (size_t)(end - 8 - (long)hlen);
+    *data = malloc(*data_len + 1);
+    cr_assert_eq(fseek(f, 8 + (long)hlen, SEEK_SET), 0);
+    cr_assert_eq(fread(*data, 1, *data_len, f), *data_len, "%s", path);
+    fclose(f);
+    return j;
+}
+
+void variant_write_safetensors(const char *dir, const json_t *header, const char *data,
+                               size_t data_len, int pad) {
+    char *text = json_dumps(header, JSON_COMPACT);
+    cr_assert_not_null(text);
+    size_t len = strlen(text);
+    const uint64_t hlen = pad ? (len + 7) / 8 * 8 : len;
+    char path[512];
+    FILE *f = open_weights(dir, "wb", path);
+    cr_assert_eq(fwrite(&hlen, 8, 1, f), 1);
+    cr_assert_eq(fwrite(text, 1, len, f), len);
+    for (; len < hlen; len++)
+        cr_assert_neq(fputc(' ', f), EOF);
+    cr_assert_eq(fwrite(data, 1, data_len, f), data_len);
+    cr_assert_eq(fclose(f), 0, "%s", path);
+    free(text);
+}
+
 /* dir/model.safetensors opened for update at tensor name's first byte, its
  * byte count in *bytes and its dtype in dtype (16 bytes). The header's
  * data_offsets count from the end of the header. */
 static FILE *open_tensor(const char *dir, const char *name, long *bytes, char *dtype) {
     char path[512];
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    FILE *f = fopen(path, "r+b");
-    cr_assert_not_null(f, "%s", path);
-    uint64_t hlen = 0;
-    cr_assert_eq(fread(&hlen, 8, 1, f), 1);
-    char *h = calloc(hlen + 1, 1);
-    cr_assert_eq(fread(h, 1, hlen, f), hlen);
-    json_t *j = json_loads(h, 0, NULL);
-    cr_assert_not_null(j);
+    FILE *f = open_weights(dir, "r+b", path);
+    uint64_t hlen;
+    json_t *j = read_header(f, path, &hlen);
     const json_t *t = json_object_get(j, name);
     const json_t *off = json_object_get(t, "data_offsets");
     cr_assert(json_array_size(off) == 2, "%s has no %s", path, name);
@@ -92,7 +141,6 @@ static FILE *open_tensor(const char *dir, const char *name, long *bytes, char *d
     *bytes = (long)json_integer_value(json_array_get(off, 1)) - lo;
     cr_assert_eq(fseek(f, 8 + (long)hlen + lo, SEEK_SET), 0);
     json_decref(j);
-    free(h);
     return f;
 }
 

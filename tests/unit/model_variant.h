@@ -5,6 +5,7 @@
 #ifndef TEST_MODEL_VARIANT_H
 #define TEST_MODEL_VARIANT_H
 
+#include <jansson.h>
 #include <stddef.h>
 
 #define VARIANT_DIR_LEN 64
@@ -28,6 +29,16 @@ void variant_zero_tensor(const char *dir, const char *name);
 /* Overwrites tensor name of dir/model.safetensors with its dtype's value
  * `one ? 1.0 : 0.0` in place (F32, F16 or BF16). */
 void variant_fill_tensor(const char *dir, const char *name, int one);
+
+/* dir/model.safetensors read whole: its JSON header, returned, and its
+ * tensor data in *data (data_len bytes, malloc'd), whose offsets the
+ * header's data_offsets give. */
+json_t *variant_read_safetensors(const char *dir, char **data, size_t *data_len);
+/* dir/model.safetensors written anew from header and data; with pad, the
+ * header's JSON is padded with spaces to a multiple of 8 bytes, as
+ * safetensors' writer aligns it. */
+void variant_write_safetensors(const char *dir, const json_t *header, const char *data,
+                               size_t data_len, int pad);
 
 /* bert_config_load(dir) must fail with code and a message containing want. */
 void variant_expect_config_error(const char *dir, int code, const char *want);

@@ -52,12 +52,8 @@ static void case_free(test_case *c) {
 static void case_make(test_case *c, test_rng *r, const int32_t *lens, int batch, int heads,
                       int head_dim, int causal, float amp, int pad) {
     memset(c, 0, sizeof *c);
-    c->cu = calloc((size_t)batch + 1, sizeof *c->cu);
-    int32_t maxlen = 0;
-    for (int b = 0; b < batch; b++) {
-        c->cu[b + 1] = c->cu[b] + lens[b];
-        maxlen = lens[b] > maxlen ? lens[b] : maxlen;
-    }
+    int32_t maxlen;
+    c->cu = attn_cu_seqlens(lens, batch, &maxlen);
     const int32_t T = c->cu[batch];
     const size_t stride = (size_t)heads * head_dim + (size_t)pad;
     const size_t n = (size_t)(T > 0 ? T : 1) * stride;

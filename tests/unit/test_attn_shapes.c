@@ -30,7 +30,6 @@
 #include "kernels/backends.h"
 #include "kernels/bf16attn_impl.h"
 #include "kernels/reference.h"
-#include "kernels/simd.h"
 #include "kernels/threadpool.h"
 
 typedef struct {
@@ -45,12 +44,8 @@ static void scase_make(scase *c, uint64_t seed, const int32_t *lens, int batch, 
                        int kv_heads, int D, int causal, int32_t window, int pad) {
     test_rng r = {seed};
     memset(c, 0, sizeof *c);
-    c->cu = calloc((size_t)batch + 1, sizeof *c->cu);
-    int32_t maxlen = 0;
-    for (int b = 0; b < batch; b++) {
-        c->cu[b + 1] = c->cu[b] + lens[b];
-        maxlen = lens[b] > maxlen ? lens[b] : maxlen;
-    }
+    int32_t maxlen;
+    c->cu = attn_cu_seqlens(lens, batch, &maxlen);
     const int32_t T = c->cu[batch];
     const size_t q_w = (size_t)heads * D, kv_w = (size_t)kv_heads * D;
     const size_t stride = q_w + 2 * kv_w + (size_t)pad;
@@ -116,10 +111,7 @@ static void run_case(const attn_backend *b, const char *path, const int32_t *len
     scase_make(&c, seed, lens, batch, heads, kv_heads, D, causal, window, pad);
     char why[256] = "";
     cr_assert_eq(attn_problem_check(&c.p, why, sizeof why), ATTN_OK, "%s", why);
-    cr_assert_eq(attn_backend_supports(b, &c.p.shape, why, sizeof why), ATTN_OK, "%s: %s", b->name,
-                 why);
-    cr_assert_eq(attn_run_backend(b, &c.p, 2), ATTN_OK, "%s", b->name);
-    const attn_check res = attn_check_every_row(b->precision, &c.p);
+    const attn_check res = attn_run_and_check(b, &c.p);
     cr_assert_eq(res.bad, 0,
                  "%s/%s B=%d H=%d Hkv=%d D=%d causal=%d window=%d: %lld of %lld past the "
                  "bound; worst token %d head %d dim %d got %.9g want %.9g bound %.3g",
@@ -220,18 +212,11 @@ Test(attn_shapes, flops_count_the_window) {
     cr_assert_float_eq(attn_flops(&p), 4.0 * pairs * 4 * 2, 1e-9);
 }
 
-static int accept_all(const attn_shape *s, char *why, size_t why_len) {
-    (void)s;
-    (void)why;
-    (void)why_len;
-    return ATTN_OK;
-}
-
 Test(attn_shapes, capability_and_problem_checks) {
     attn_backend old = attn_backend_naive;
     old.name = "old";
     old.gqa = old.window = 0;
-    old.supports = accept_all;
+    old.supports = attn_accept_all;
     attn_shape s = {.batch = 1, .total_tokens = 4, .max_seqlen = 4, .heads = 4, .head_dim = 8};
     char why[256] = "";
     cr_assert_eq(attn_backend_supports(&old, &s, why, sizeof why), ATTN_OK);
@@ -269,11 +254,7 @@ Test(attn_shapes, capability_and_problem_checks) {
 /* The fused backend on every SIMD path this CPU runs: each path has its own
  * tile masks and lane widths (8 on AVX2, 16 on AVX-512). */
 Test(attn_shapes, fused_every_path, .timeout = 600) {
-    for (int path = ATTN_SIMD_PORTABLE; path <= (int)attn_simd_detect(); path++) {
-        cr_assert_eq(attn_simd_force((attn_simd)path), 0);
-        every_case(&attn_backend_fused, attn_simd_name((attn_simd)path));
-    }
-    attn_simd_unforce();
+    attn_on_every_path(every_case, &attn_backend_fused);
 }
 
 Test(attn_shapes, bf16, .timeout = 300) {
@@ -284,14 +265,8 @@ Test(attn_shapes, bf16, .timeout = 300) {
                           .head_dim = 16,
                           .kv_heads = 1,
                           .window = 2};
-    char why[256] = "";
-    if (attn_backend_supports(&attn_backend_bf16, &s, why, sizeof why) != ATTN_OK) {
-        /* Refused for the CPU, never for the grouping or the window. */
-        cr_assert(strstr(why, "AVX512_BF16"), "%s", why);
-        cr_log_warn("bf16 backend not offered here: %s", why);
-        return;
-    }
-    every_case(&attn_backend_bf16, "avx512bf16");
+    if (attn_bf16_offered(&s))
+        every_case(&attn_backend_bf16, "avx512bf16");
 }
 
 /* A window's point is O(L·w) work: a task touches only the key tiles some
@@ -329,21 +304,16 @@ static void far_tiles_unread(const attn_backend *b, const char *path, int32_t br
     }
 }
 
+static void far_tiles_unread_fused(const attn_backend *b, const char *path) {
+    far_tiles_unread(b, path, FUSED_BR);
+}
+
 Test(attn_shapes, window_skips_far_tiles) {
-    for (int path = ATTN_SIMD_PORTABLE; path <= (int)attn_simd_detect(); path++) {
-        cr_assert_eq(attn_simd_force((attn_simd)path), 0);
-        far_tiles_unread(&attn_backend_fused, attn_simd_name((attn_simd)path), FUSED_BR);
-    }
-    attn_simd_unforce();
+    attn_on_every_path(far_tiles_unread_fused, &attn_backend_fused);
     const attn_shape s = {
         .batch = 1, .total_tokens = 8, .max_seqlen = 8, .heads = 2, .head_dim = 16, .window = 2};
-    char why[256] = "";
-    if (attn_backend_supports(&attn_backend_bf16, &s, why, sizeof why) != ATTN_OK) {
-        cr_assert(strstr(why, "AVX512_BF16"), "%s", why);
-        cr_log_warn("bf16 backend not offered here: %s", why);
-        return;
-    }
-    far_tiles_unread(&attn_backend_bf16, "avx512bf16", BF16ATTN_BR);
+    if (attn_bf16_offered(&s))
+        far_tiles_unread(&attn_backend_bf16, "avx512bf16", BF16ATTN_BR);
 }
 
 /* A window together with grouped K/V heads and a relative position bias
@@ -368,10 +338,7 @@ static void window_and_bias(const attn_backend *b, const char *path) {
             c.p.rel_span = span;
             char why[256] = "";
             cr_assert_eq(attn_problem_check(&c.p, why, sizeof why), ATTN_OK, "%s", why);
-            cr_assert_eq(attn_backend_supports(b, &c.p.shape, why, sizeof why), ATTN_OK, "%s: %s",
-                         b->name, why);
-            cr_assert_eq(attn_run_backend(b, &c.p, 2), ATTN_OK, "%s", b->name);
-            const attn_check res = attn_check_every_row(b->precision, &c.p);
+            const attn_check res = attn_run_and_check(b, &c.p);
             cr_assert(res.elements > 0 && res.bad == 0,
                       "%s/%s causal=%d window=%d with a bias: %lld of %lld past the bound; worst "
                       "token %d head %d dim %d got %.9g want %.9g bound %.3g",
@@ -385,11 +352,7 @@ static void window_and_bias(const attn_backend *b, const char *path) {
 
 Test(attn_shapes, window_with_rel_bias, .timeout = 300) {
     window_and_bias(&attn_backend_naive, "portable");
-    for (int path = ATTN_SIMD_PORTABLE; path <= (int)attn_simd_detect(); path++) {
-        cr_assert_eq(attn_simd_force((attn_simd)path), 0);
-        window_and_bias(&attn_backend_fused, attn_simd_name((attn_simd)path));
-    }
-    attn_simd_unforce();
+    attn_on_every_path(window_and_bias, &attn_backend_fused);
     const attn_shape s = {.batch = 1,
                           .total_tokens = 8,
                           .max_seqlen = 8,
@@ -398,11 +361,6 @@ Test(attn_shapes, window_with_rel_bias, .timeout = 300) {
                           .rel_bias = 1,
                           .kv_heads = 1,
                           .window = 2};
-    char why[256] = "";
-    if (attn_backend_supports(&attn_backend_bf16, &s, why, sizeof why) != ATTN_OK) {
-        cr_assert(strstr(why, "AVX512_BF16"), "%s", why);
-        cr_log_warn("bf16 backend not offered here: %s", why);
-        return;
-    }
-    window_and_bias(&attn_backend_bf16, "avx512bf16");
+    if (attn_bf16_offered(&s))
+        window_and_bias(&attn_backend_bf16, "avx512bf16");
 }

@@ -80,12 +80,8 @@ static void bcase_make(bcase *c, uint64_t seed, const int32_t *lens, int batch, 
                        int causal, float amp, int pad) {
     test_rng r = {seed};
     memset(c, 0, sizeof *c);
-    c->cu = calloc((size_t)batch + 1, sizeof *c->cu);
-    int32_t maxlen = 0;
-    for (int b = 0; b < batch; b++) {
-        c->cu[b + 1] = c->cu[b] + lens[b];
-        maxlen = lens[b] > maxlen ? lens[b] : maxlen;
-    }
+    int32_t maxlen;
+    c->cu = attn_cu_seqlens(lens, batch, &maxlen);
     const int32_t T = c->cu[batch];
     const size_t stride = (size_t)heads * D + (size_t)pad;
     c->n = (size_t)(T > 0 ? T : 1) * stride;

@@ -14,6 +14,7 @@
 #include "engines/engine.h"
 #include "golden_embeddings.h"
 #include "kernels/threadpool.h"
+#include "tests/golden/golden_io.h"
 
 #ifndef ATTN_BUILD_DIR
 #define ATTN_BUILD_DIR "build"
@@ -210,16 +211,6 @@ static void inputs_free(inputs *in) {
     free(in->golden);
 }
 
-static double cosine(const float *a, const float *b, int n) {
-    double ab = 0, aa = 0, bb = 0;
-    for (int i = 0; i < n; i++) {
-        ab += (double)a[i] * b[i];
-        aa += (double)a[i] * a[i];
-        bb += (double)b[i] * b[i];
-    }
-    return ab / sqrt(aa * bb);
-}
-
 static engine *make(const engine_iface *t, tp_pool *pool, const attn_backend *const *backends,
                     size_t nb) {
     const engine_options o = {.model_dir = MODEL_DIR,
@@ -245,8 +236,8 @@ static void check_golden(engine *e, tp_pool *pool, const inputs *in, float *out)
     cr_assert_eq(engine_forward(e, &b, attn_backend_find("fused"), &par, NULL, err, sizeof err),
                  ENGINE_OK, "%s: %s", engine_name(e), err);
     for (int i = 0; i < in->n; i++) {
-        double c =
-            cosine(out + (size_t)i * (size_t)in->C, in->golden + (size_t)i * (size_t)in->C, in->C);
+        double c = golden_cosine(out + (size_t)i * (size_t)in->C,
+                                 in->golden + (size_t)i * (size_t)in->C, in->C);
         cr_assert_geq(c, MIN_COSINE, "%s: input %d cosine %.8f", engine_name(e), i, c);
     }
 }
@@ -270,7 +261,7 @@ Test(engine_forward, plugin_engine_matches_pytorch_and_builtin, .timeout = 120) 
     check_golden(builtin, pool, &in, a);
     check_golden(plugin, pool, &in, b);
     for (int i = 0; i < in.n; i++) {
-        double c = cosine(a + (size_t)i * (size_t)in.C, b + (size_t)i * (size_t)in.C, in.C);
+        double c = golden_cosine(a + (size_t)i * (size_t)in.C, b + (size_t)i * (size_t)in.C, in.C);
         cr_assert_geq(c, MIN_COSINE, "input %d: plugin vs built-in cosine %.8f", i, c);
     }
     engine_memory m;

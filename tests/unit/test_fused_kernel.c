@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attn_ref.h"
 #include "kernels/attention.h"
 #include "kernels/backends.h"
 #include "kernels/fused_impl.h"
@@ -53,14 +54,8 @@ static float *filled(size_t n, float value_or_nan) {
 
 static batch make_batch(int B, const int32_t *lens, int H, int D, int causal, int pad) {
     batch b = {0};
-    b.cu = malloc(((size_t)B + 1) * sizeof *b.cu);
-    cr_assert(b.cu);
-    b.cu[0] = 0;
-    int32_t maxlen = 0;
-    for (int i = 0; i < B; i++) {
-        b.cu[i + 1] = b.cu[i] + lens[i];
-        maxlen = lens[i] > maxlen ? lens[i] : maxlen;
-    }
+    int32_t maxlen;
+    b.cu = attn_cu_seqlens(lens, B, &maxlen);
     const int32_t T = b.cu[B];
     const size_t row = (size_t)H * D + (size_t)pad;
     const size_t n = (size_t)(T > 0 ? T : 1) * row;

@@ -21,6 +21,7 @@
 #include "kernels/threadpool.h"
 #include "model/bert.h"
 #include "model_variant.h"
+#include "tests/golden/golden_io.h"
 
 #define MODEL_DIR      "models/all-MiniLM-L6-v2"
 #define MIN_COSINE     0.99999
@@ -85,16 +86,6 @@ static int32_t pack(const golden_set *g, const int *idx, int n, int32_t **ids, i
     return (*cu)[n];
 }
 
-static double cosine(const float *a, const float *b, int n) {
-    double ab = 0, aa = 0, bb = 0;
-    for (int i = 0; i < n; i++) {
-        ab += (double)a[i] * b[i];
-        aa += (double)a[i] * a[i];
-        bb += (double)b[i] * b[i];
-    }
-    return ab / sqrt(aa * bb);
-}
-
 /* Runs every input of set through `name` with the linear layers in precision
  * p, in one packed batch, and checks each against PyTorch's fp32 vectors to
  * cosine >= floor. Returns the smallest cosine. */
@@ -121,7 +112,7 @@ static double check_golden_at(const char *dir, const char *set, const char *name
 
     double min_cos = 1.0, max_abs = 0.0;
     for (int i = 0; i < g.n; i++) {
-        const double c = cosine(out + (size_t)i * C, g.emb[i], C);
+        const double c = golden_cosine(out + (size_t)i * C, g.emb[i], C);
         for (int d = 0; d < C; d++)
             max_abs = fmax(max_abs, fabs(out[(size_t)i * C + d] - g.emb[i][d]));
         cr_expect_geq(c, floor, "%s %s, %s input %d (%d tokens): cosine %.8f", name,
@@ -276,7 +267,7 @@ Test(model, golden_on_every_simd_path) {
                          BERT_OK, "%s", err);
             double min_cos = 1.0;
             for (int b = 0; b < n; b++) {
-                const double c = cosine(out + (size_t)b * C, g.emb[idx[b]], C);
+                const double c = golden_cosine(out + (size_t)b * C, g.emb[idx[b]], C);
                 cr_expect_geq(c, MIN_COSINE, "%s on %s, input %d: cosine %.8f", both[k]->name,
                               attn_simd_name(paths[p]), idx[b], c);
                 min_cos = fmin(min_cos, c);

@@ -64,16 +64,6 @@ static golden golden_load(void) {
     return g;
 }
 
-static double cosine(const float *a, const float *b, int n) {
-    double ab = 0, aa = 0, bb = 0;
-    for (int i = 0; i < n; i++) {
-        ab += (double)a[i] * b[i];
-        aa += (double)a[i] * a[i];
-        bb += (double)b[i] * b[i];
-    }
-    return ab / sqrt(aa * bb);
-}
-
 /* Every golden input through a model of precision p in one batch. */
 static float *embed_all(gemm_precision p, const golden *g, const attn_parallel *par,
                         bert_model **keep) {
@@ -121,8 +111,8 @@ Test(model_int8, golden_within_the_floor_and_batch_independent) {
     float *f32 = embed_all(GEMM_FP32, &g, &par, NULL), *i8 = embed_all(GEMM_INT8, &g, &par, &m8);
     double lo = 1.0, mean = 0.0, lo_torch = 1.0;
     for (int i = 0; i < g.n; i++) {
-        const double c = cosine(i8 + (size_t)i * C, f32 + (size_t)i * C, C);
-        const double t = cosine(i8 + (size_t)i * C, g.emb + (size_t)i * C, C);
+        const double c = golden_cosine(i8 + (size_t)i * C, f32 + (size_t)i * C, C);
+        const double t = golden_cosine(i8 + (size_t)i * C, g.emb + (size_t)i * C, C);
         cr_expect_geq(c, INT8_FLOOR, "input %d (%d tokens): cosine vs fp32 %.6f", i,
                       g.cu[i + 1] - g.cu[i], c);
         cr_expect_geq(t, INT8_FLOOR, "input %d: cosine vs PyTorch %.6f", i, t);

@@ -35,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attn_ref.h"
 #include "family_golden.h"
 #include "golden_embeddings.h"
 #include "kernels/attention.h"
@@ -164,7 +165,7 @@ Test(mpnet, golden_int8) {
         float *f32 = embed_all(&g, names[k], GEMM_FP32);
         double lo = 1.0;
         for (int i = 0; i < g.n; i++) {
-            const double c = fam_cosine(i8 + (size_t)i * g.dim, f32 + (size_t)i * g.dim, g.dim);
+            const double c = golden_cosine(i8 + (size_t)i * g.dim, f32 + (size_t)i * g.dim, g.dim);
             cr_expect_geq(c, MPNET_INT8_FLOOR, "%s int8: input %d: cosine vs fp32 %.6f", names[k],
                           i, c);
             lo = fmin(lo, c);
@@ -226,27 +227,12 @@ Test(mpnet, refuses_task_heads, .init = make_variant, .fini = remove_variant) {
 }
 
 /* A backend table that does not add the bias cannot be given MPNet. */
-static int accept_all(const attn_shape *s, char *why, size_t why_len) {
-    (void)s;
-    (void)why;
-    (void)why_len;
-    return ATTN_OK;
-}
-
 Test(mpnet, a_backend_without_the_bias_is_refused) {
-    encoder *e = NULL;
-    char err[512] = "";
-    cr_assert_eq(encoder_load(MPNET_DIR, GEMM_FP32, &e, err, sizeof err), BERT_OK, "%s", err);
     attn_backend old = *attn_backend_find("fused");
     old.name = "old";
-    old.supports = accept_all;
+    old.supports = attn_accept_all;
     old.rel_bias = 0;
-    const attn_backend *be = &old;
-    encoder_workspace *ws = NULL;
-    cr_assert_eq(encoder_workspace_create(e, 64, 1, &be, 1, &ws, err, sizeof err),
-                 BERT_EUNSUPPORTED);
-    cr_assert(strstr(err, "old") && strstr(err, "relative position bias"), "%s", err);
-    encoder_free(e);
+    fam_expect_backend_refused(MPNET_DIR, &old, "relative position bias");
 }
 
 /* The C tokenizer on the model directory gives the golden ids (truncating

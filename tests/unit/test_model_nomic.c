@@ -36,7 +36,6 @@
 #include "kernels/attention.h"
 #include "model/bert.h"
 #include "model/encoder.h"
-#include "model/tokenizer.h"
 #include "model_variant.h"
 
 #define NB_DIR     "tests/golden/nomic-bert-tiny-model"
@@ -53,27 +52,12 @@
 #define NOMIC_INT8_FLOOR 0.99
 #define THREADS          2
 
-static golden_set load_golden(const char *set) {
-    golden_set g;
-    char err[512] = "";
-    cr_assert_eq(golden_set_load_from(NB_GOLDEN, set, &g, err, sizeof err), 0, "%s", err);
-    return g;
-}
-
-static double check_set(const char *dir, const char *set, const char *name, gemm_precision p,
-                        double floor) {
-    golden_set g = load_golden(set);
-    float *out = fam_embed_all(dir, &g, name, p, THREADS, NULL);
-    double lo = 2.0;
-    if (out) {
-        char label[96];
-        snprintf(label, sizeof label, "nomic_bert %s %s %s", set, name, gemm_precision_name(p));
-        lo = fam_check_against(&g, out, label, floor);
-    }
-    free(out);
-    golden_set_free(&g);
-    return lo;
-}
+static const char *const nomic_sets[] = {"mean_normalized", NULL};
+static const fam_model nomic = {.family = "nomic_bert",
+                                .dir = NB_DIR,
+                                .golden = NB_GOLDEN,
+                                .sets = nomic_sets,
+                                .threads = THREADS};
 
 TestSuite(nomic, .timeout = 300);
 
@@ -112,48 +96,30 @@ Test(nomic, reads_the_config) {
 }
 
 Test(nomic, golden_naive) {
-    check_set(NB_DIR, "mean_normalized", "naive", GEMM_FP32, MIN_COSINE);
+    fam_check_golden(&nomic, "mean_normalized", "naive", GEMM_FP32, MIN_COSINE);
 }
 
 /* The "search_query: " prompt's ids are in the golden set's ids: the same
  * forward on longer inputs. */
 Test(nomic, golden_query_prompt) {
-    check_set(NB_DIR, "query_mean_normalized", "naive", GEMM_FP32, MIN_COSINE);
+    fam_check_golden(&nomic, "query_mean_normalized", "naive", GEMM_FP32, MIN_COSINE);
 }
 
 Test(nomic, golden_every_backend) {
-    for (const attn_backend *const *b = attn_backends(); *b; b++)
-        check_set(NB_DIR, "mean_normalized", (*b)->name, GEMM_FP32,
-                  (*b)->precision == ATTN_PREC_BF16 ? NOMIC_BF16_FLOOR : MIN_COSINE);
+    fam_golden_every_backend(&nomic, GEMM_FP32, MIN_COSINE, NOMIC_BF16_FLOOR);
 }
 
 Test(nomic, golden_bf16) {
     double lo = 2.0;
     for (const attn_backend *const *b = attn_backends(); *b; b++)
-        lo =
-            fmin(lo, check_set(NB_DIR, "mean_normalized", (*b)->name, GEMM_BF16, NOMIC_BF16_FLOOR));
+        lo = fmin(lo, fam_check_golden(&nomic, "mean_normalized", (*b)->name, GEMM_BF16,
+                                       NOMIC_BF16_FLOOR));
     fprintf(stderr, "nomic_bert bf16: lowest cosine vs PyTorch over the backends %.6f\n", lo);
 }
 
 /* int8 against fp32 (the same C model) and against PyTorch. */
 Test(nomic, golden_int8) {
-    golden_set g = load_golden("mean_normalized");
-    float *i8 = fam_embed_all(NB_DIR, &g, "naive", GEMM_INT8, THREADS, NULL);
-    if (i8) {
-        float *f32 = fam_embed_all(NB_DIR, &g, "naive", GEMM_FP32, THREADS, NULL);
-        double lo = 1.0;
-        for (int i = 0; i < g.n; i++) {
-            const double c = fam_cosine(i8 + (size_t)i * g.dim, f32 + (size_t)i * g.dim, g.dim);
-            cr_expect_geq(c, NOMIC_INT8_FLOOR, "int8: input %d: cosine vs fp32 %.6f", i, c);
-            lo = fmin(lo, c);
-        }
-        const double lo_torch = fam_check_against(&g, i8, "nomic_bert int8", NOMIC_INT8_FLOOR);
-        fprintf(stderr, "nomic_bert int8: lowest cosine vs fp32 %.6f, vs PyTorch %.6f\n", lo,
-                lo_torch);
-        free(f32);
-    }
-    free(i8);
-    golden_set_free(&g);
+    fam_golden_int8(&nomic, "mean_normalized", NOMIC_INT8_FLOOR);
 }
 
 /* ---- each block matters ------------------------------------------------------ */
@@ -166,18 +132,17 @@ static void remove_variant(void) {
     variant_remove(tmpdir);
 }
 
-/* The highest cosine any input reaches against the golden with the model
- * at dir (fp32, naive). */
-static double best_cosine(const char *dir) {
-    golden_set g = load_golden("mean_normalized");
-    float *out = fam_embed_all(dir, &g, "naive", GEMM_FP32, 1, NULL);
-    cr_assert_not_null(out);
-    double hi = -1.0;
-    for (int i = 0; i < g.n; i++)
-        hi = fmax(hi, fam_cosine(out + (size_t)i * g.dim, g.emb[i], g.dim));
-    free(out);
-    golden_set_free(&g);
-    return hi;
+/* The highest cosine any input reaches against the golden with the edited
+ * copy (fp32, naive; every golden input has more than 0 tokens). */
+static double best_cosine(void) {
+    return fam_best_cosine(&nomic, "mean_normalized", tmpdir, 0);
+}
+
+/* The edited copy holds the golden at the fp32 floor (naive). */
+static void copy_gives_the_golden(void) {
+    fam_model copy = nomic;
+    copy.dir = tmpdir;
+    fam_check_golden(&copy, "mean_normalized", "naive", GEMM_FP32, MIN_COSINE);
 }
 
 /* θ 1e12: the rotation of all but the first pair of each head's
@@ -188,7 +153,7 @@ Test(nomic, rope_matters, .init = make_variant, .fini = remove_variant) {
     variant_set_json(tmpdir, "config.json", "rotary_emb_base", "1000000000000.0");
     variant_set_json(tmpdir, "config.json", "rope_parameters",
                      "{\"rope_theta\": 1000000000000.0, \"rope_type\": \"default\"}");
-    const double hi = best_cosine(tmpdir);
+    const double hi = best_cosine();
     fprintf(stderr, "nomic_bert with θ 1e12: inputs reach cosine %.6f at most\n", hi);
     cr_assert_lt(hi, NOMIC_BF16_FLOOR);
 }
@@ -204,22 +169,9 @@ typedef struct rename_rule {
 } rename_rule;
 
 static void rename_tensors(const char *dir, const rename_rule *rules, int nrules) {
-    char path[512];
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f, "%s", path);
-    uint64_t hlen = 0;
-    cr_assert_eq(fread(&hlen, 8, 1, f), 1);
-    char *h = calloc(hlen + 1, 1);
-    cr_assert_eq(fread(h, 1, hlen, f), hlen);
-    cr_assert_eq(fseek(f, 0, SEEK_END), 0);
-    const long data_len = ftell(f) - 8 - (long)hlen;
-    char *data = malloc((size_t)data_len);
-    cr_assert_eq(fseek(f, 8 + (long)hlen, SEEK_SET), 0);
-    cr_assert_eq(fread(data, 1, (size_t)data_len, f), (size_t)data_len);
-    fclose(f);
-    json_t *j = json_loads(h, 0, NULL);
-    cr_assert_not_null(j);
+    char *data;
+    size_t data_len;
+    json_t *j = variant_read_safetensors(dir, &data, &data_len);
     json_t *out = json_object();
     const char *name;
     json_t *t;
@@ -251,23 +203,10 @@ static void rename_tensors(const char *dir, const rename_rule *rules, int nrules
                                           lo + (hi - lo) / n * k, lo + (hi - lo) / n * (k + 1)));
         }
     }
-    char *text = json_dumps(out, JSON_COMPACT);
-    size_t len = strlen(text);
-    const size_t padded = (len + 7) / 8 * 8;
-    f = fopen(path, "wb");
-    cr_assert_not_null(f);
-    const uint64_t plen = padded;
-    cr_assert_eq(fwrite(&plen, 8, 1, f), 1);
-    cr_assert_eq(fwrite(text, 1, len, f), len);
-    for (; len < padded; len++)
-        cr_assert_neq(fputc(' ', f), EOF);
-    cr_assert_eq(fwrite(data, 1, (size_t)data_len, f), (size_t)data_len);
-    fclose(f);
-    free(text);
+    variant_write_safetensors(dir, out, data, data_len, 1);
     json_decref(out);
     json_decref(j);
     free(data);
-    free(h);
 }
 
 /* fc12 is the gate (under silu), fc11 the linear half: swapped, every
@@ -275,7 +214,7 @@ static void rename_tensors(const char *dir, const rename_rule *rules, int nrules
 Test(nomic, swiglu_gate_is_fc12, .init = make_variant, .fini = remove_variant) {
     const rename_rule swap[] = {{"mlp.fc11.", {"mlp.fc12."}, 0}, {"mlp.fc12.", {"mlp.fc11."}, 0}};
     rename_tensors(tmpdir, swap, 2);
-    const double hi = best_cosine(tmpdir);
+    const double hi = best_cosine();
     fprintf(stderr, "nomic_bert with fc11 and fc12 swapped: inputs reach cosine %.6f at most\n",
             hi);
     cr_assert_lt(hi, NOMIC_BF16_FLOOR);
@@ -299,7 +238,7 @@ Test(nomic, transformers_names, .init = make_variant, .fini = remove_variant) {
     /* Two passes: the layer prefix, then the module within it. */
     rename_tensors(tmpdir, hf, 1);
     rename_tensors(tmpdir, hf + 1, (int)(sizeof hf / sizeof hf[0]) - 1);
-    check_set(tmpdir, "mean_normalized", "naive", GEMM_FP32, MIN_COSINE);
+    copy_gives_the_golden();
     /* And with transformers' config alone: nomic's keys gone, the biases
      * (none) and θ (rope_parameters) from transformers' defaults. */
     static const char *const nomic_only[] = {"n_embd",
@@ -321,48 +260,37 @@ Test(nomic, transformers_names, .init = make_variant, .fini = remove_variant) {
         cr_assert_eq(json_object_del(cfg, nomic_only[i]), 0, "%s", nomic_only[i]);
     cr_assert_eq(json_dump_file(cfg, path, 0), 0);
     json_decref(cfg);
-    check_set(tmpdir, "mean_normalized", "naive", GEMM_FP32, MIN_COSINE);
+    copy_gives_the_golden();
     /* The renamed tensors are the ones read: a gate of zeros moves every
      * vector off the floor. */
     variant_fill_tensor(tmpdir, "layers.0.mlp.gate_proj.weight", 0);
-    cr_assert_lt(best_cosine(tmpdir), NOMIC_BF16_FLOOR);
+    cr_assert_lt(best_cosine(), NOMIC_BF16_FLOOR);
 }
 
 /* ---- refusals ----------------------------------------------------------------- */
 
-static void expect_config_error(int code, const char *want) {
-    bert_config c;
-    char err[512] = "";
-    const int rc = bert_config_load(tmpdir, &c, err, sizeof err);
-    cr_assert_eq(rc, code, "got %s (%s), wanted %s", bert_strerror(rc), err, bert_strerror(code));
-    cr_assert_not_null(strstr(err, want), "message '%s' lacks '%s'", err, want);
-}
-
 Test(nomic, refusals, .init = make_variant, .fini = remove_variant) {
-    variant_set_json(tmpdir, "config.json", "rotary_emb_fraction", "0.5");
-    expect_config_error(BERT_EUNSUPPORTED, "rotary_emb_fraction 0.5");
-    variant_set_json(tmpdir, "config.json", "rotary_emb_fraction", "1.0");
-    variant_set_json(tmpdir, "config.json", "rotary_emb_interleaved", "true");
-    expect_config_error(BERT_EUNSUPPORTED, "rotary_emb_interleaved");
-    variant_set_json(tmpdir, "config.json", "rotary_emb_interleaved", "false");
-    variant_set_json(tmpdir, "config.json", "rotary_scaling_factor", "2.0");
-    expect_config_error(BERT_EUNSUPPORTED, "rotary_scaling_factor");
-    variant_set_json(tmpdir, "config.json", "rotary_scaling_factor", "null");
-    variant_set_json(tmpdir, "config.json", "prenorm", "true");
-    expect_config_error(BERT_EUNSUPPORTED, "prenorm");
-    variant_set_json(tmpdir, "config.json", "prenorm", "false");
-    variant_set_json(tmpdir, "config.json", "activation_function", "\"gelu\"");
-    expect_config_error(BERT_EUNSUPPORTED, "activation_function \"gelu\"");
-    variant_set_json(tmpdir, "config.json", "activation_function", "\"swiglu\"");
-    variant_set_json(tmpdir, "config.json", "mlp_fc2_bias", "true");
-    expect_config_error(BERT_EUNSUPPORTED, "mlp_fc1_bias false with mlp_fc2_bias true");
-    variant_set_json(tmpdir, "config.json", "mlp_fc2_bias", "false");
-    variant_set_json(tmpdir, "config.json", "head_dim", "32");
-    expect_config_error(BERT_EUNSUPPORTED, "head_dim");
-    variant_set_json(tmpdir, "config.json", "head_dim", "16");
+    /* Each key set to what the forward does not run, refused by name, then
+     * put back to the supported value before the next. */
+    static const struct {
+        const char *key, *bad, *good, *want;
+    } cases[] = {
+        {"rotary_emb_fraction", "0.5", "1.0", "rotary_emb_fraction 0.5"},
+        {"rotary_emb_interleaved", "true", "false", "rotary_emb_interleaved"},
+        {"rotary_scaling_factor", "2.0", "null", "rotary_scaling_factor"},
+        {"prenorm", "true", "false", "prenorm"},
+        {"activation_function", "\"gelu\"", "\"swiglu\"", "activation_function \"gelu\""},
+        {"mlp_fc2_bias", "true", "false", "mlp_fc1_bias false with mlp_fc2_bias true"},
+        {"head_dim", "32", "16", "head_dim"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        variant_set_json(tmpdir, "config.json", cases[i].key, cases[i].bad);
+        variant_expect_config_error(tmpdir, BERT_EUNSUPPORTED, cases[i].want);
+        variant_set_json(tmpdir, "config.json", cases[i].key, cases[i].good);
+    }
     variant_set_json(tmpdir, "config.json", "architectures",
                      "[\"NomicBertForSequenceClassification\"]");
-    expect_config_error(BERT_EUNSUPPORTED, "NomicBertForSequenceClassification");
+    variant_expect_config_error(tmpdir, BERT_EUNSUPPORTED, "NomicBertForSequenceClassification");
 }
 
 /* The cuda engine runs the BERT family only: NomicBERT, post-norm like
@@ -378,17 +306,5 @@ Test(nomic, the_cuda_engine_refuses_it_by_name) {
 
 /* The C tokenizer on the model directory gives the golden ids. */
 Test(nomic, tokenizer_gives_the_golden_ids) {
-    golden_set g = load_golden("mean_normalized");
-    tok_tokenizer *t = NULL;
-    char err[512] = "";
-    cr_assert_eq(tok_load(&t, NB_DIR, err, sizeof err), 0, "%s", err);
-    int32_t ids[512];
-    tok_output o = {.ids = ids, .capacity = 512};
-    for (int i = 0; i < g.n; i++) {
-        cr_assert_eq(tok_encode(t, g.text[i], g.text_len[i], 1, &o), 0, "input %d", i);
-        cr_expect(o.n == g.len[i] && memcmp(ids, g.ids[i], (size_t)o.n * sizeof *ids) == 0,
-                  "input %d: %d ids differ from the golden's %d", i, o.n, g.len[i]);
-    }
-    tok_free(t);
-    golden_set_free(&g);
+    fam_tokenizer_gives_the_golden_ids(&nomic, "mean_normalized");
 }

@@ -93,16 +93,6 @@ static void xgolden_free(xgolden *g) {
     free(g->emb);
 }
 
-static double cosine(const float *a, const float *b, int n) {
-    double ab = 0, aa = 0, bb = 0;
-    for (int i = 0; i < n; i++) {
-        ab += (double)a[i] * b[i];
-        aa += (double)a[i] * a[i];
-        bb += (double)b[i] * b[i];
-    }
-    return ab / sqrt(aa * bb);
-}
-
 /* Every golden input in one packed batch through backend `name` with the
  * linear layers in precision p; each vector against PyTorch's to >= floor. */
 static void check_golden(const char *name, gemm_precision p, double floor) {
@@ -134,7 +124,7 @@ static void check_golden(const char *name, gemm_precision p, double floor) {
 
     double min_cos = 1.0;
     for (int i = 0; i < g.n; i++) {
-        const double c = cosine(out + (size_t)i * C, g.emb[i], C);
+        const double c = golden_cosine(out + (size_t)i * C, g.emb[i], C);
         cr_expect_geq(c, floor, "%s %s, input %d (%d tokens): cosine 1 - %.3g", name,
                       gemm_precision_name(p), i, g.len[i], 1.0 - c);
         min_cos = fmin(min_cos, c);
@@ -252,24 +242,9 @@ Test(xlmr, refuses_other_pooling_modes, .init = make_variant, .fini = remove_var
  * the vectors must not move at all. */
 Test(xlmr, reads_roberta_prefixed_weights, .init = make_variant, .fini = remove_variant) {
     variant_set_json(tmpdir, "config.json", "model_type", "\"roberta\"");
-    char path[512];
-    snprintf(path, sizeof path, "%s/model.safetensors", tmpdir);
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f);
-    uint64_t hlen = 0;
-    cr_assert_eq(fread(&hlen, 8, 1, f), 1);
-    cr_assert_lt(hlen, 1u << 20);
-    char *hdr = malloc(hlen + 1);
-    cr_assert_eq(fread(hdr, 1, hlen, f), hlen);
-    hdr[hlen] = 0;
-    fseek(f, 0, SEEK_END);
-    const long data_len = ftell(f) - 8 - (long)hlen;
-    char *data = malloc((size_t)data_len);
-    fseek(f, 8 + (long)hlen, SEEK_SET);
-    cr_assert_eq(fread(data, 1, (size_t)data_len, f), (size_t)data_len);
-    fclose(f);
-    json_t *in = json_loads(hdr, 0, NULL), *out = json_object();
-    cr_assert_not_null(in);
+    char *data;
+    size_t data_len;
+    json_t *in = variant_read_safetensors(tmpdir, &data, &data_len), *out = json_object();
     const char *key;
     json_t *v;
     json_object_foreach(in, key, v) {
@@ -277,17 +252,8 @@ Test(xlmr, reads_roberta_prefixed_weights, .init = make_variant, .fini = remove_
         snprintf(name, sizeof name, "%s%s", strcmp(key, "__metadata__") ? "roberta." : "", key);
         json_object_set(out, name, v);
     }
-    char *text = json_dumps(out, JSON_COMPACT);
-    const uint64_t olen = strlen(text);
-    f = fopen(path, "wb");
-    cr_assert_not_null(f);
-    fwrite(&olen, 8, 1, f);
-    fwrite(text, 1, olen, f);
-    fwrite(data, 1, (size_t)data_len, f);
-    fclose(f);
-    free(text);
+    variant_write_safetensors(tmpdir, out, data, data_len, 0);
     free(data);
-    free(hdr);
     json_decref(in);
     json_decref(out);
 

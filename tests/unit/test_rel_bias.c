@@ -21,7 +21,6 @@
 #include "kernels/attention.h"
 #include "kernels/backends.h"
 #include "kernels/reference.h"
-#include "kernels/simd.h"
 #include "kernels/threadpool.h"
 #include "model/position.h"
 
@@ -35,12 +34,8 @@ static void bcase_make(bcase *c, uint64_t seed, const int32_t *lens, int batch, 
                        int causal, int32_t span, int pad, int buckets) {
     test_rng r = {seed};
     memset(c, 0, sizeof *c);
-    c->cu = calloc((size_t)batch + 1, sizeof *c->cu);
-    int32_t maxlen = 0;
-    for (int b = 0; b < batch; b++) {
-        c->cu[b + 1] = c->cu[b] + lens[b];
-        maxlen = lens[b] > maxlen ? lens[b] : maxlen;
-    }
+    int32_t maxlen;
+    c->cu = attn_cu_seqlens(lens, batch, &maxlen);
     const int32_t T = c->cu[batch];
     const size_t stride = (size_t)heads * D + (size_t)pad, n = (size_t)(T > 0 ? T : 1) * stride;
     c->q = malloc(n * sizeof(float));
@@ -93,11 +88,7 @@ static void run_case(const attn_backend *b, const char *path, const int32_t *len
                      uint64_t seed) {
     bcase c;
     bcase_make(&c, seed, lens, batch, heads, D, causal, span, pad, buckets);
-    char why[256] = "";
-    cr_assert_eq(attn_backend_supports(b, &c.p.shape, why, sizeof why), ATTN_OK, "%s: %s", b->name,
-                 why);
-    cr_assert_eq(attn_run_backend(b, &c.p, 2), ATTN_OK, "%s", b->name);
-    const attn_check res = attn_check_every_row(b->precision, &c.p);
+    const attn_check res = attn_run_and_check(b, &c.p);
     cr_assert_eq(res.bad, 0,
                  "%s/%s B=%d H=%d D=%d causal=%d span=%d buckets=%d: %lld of %lld past the "
                  "bound; worst token %d head %d dim %d got %.9g want %.9g bound %.3g",
@@ -134,41 +125,24 @@ Test(rel_bias, naive) {
 }
 
 Test(rel_bias, fused_every_path, .timeout = 300) {
-    for (int path = ATTN_SIMD_PORTABLE; path <= (int)attn_simd_detect(); path++) {
-        cr_assert_eq(attn_simd_force((attn_simd)path), 0);
-        every_case(&attn_backend_fused, attn_simd_name((attn_simd)path));
-    }
-    attn_simd_unforce();
+    attn_on_every_path(every_case, &attn_backend_fused);
 }
 
 Test(rel_bias, bf16, .timeout = 300) {
     const attn_shape s = {
         .batch = 1, .total_tokens = 8, .max_seqlen = 8, .heads = 1, .head_dim = 16, .rel_bias = 1};
-    char why[256] = "";
-    if (attn_backend_supports(&attn_backend_bf16, &s, why, sizeof why) != ATTN_OK) {
-        /* Refused for the CPU, never for the bias. */
-        cr_assert(strstr(why, "AVX512_BF16"), "%s", why);
-        cr_log_warn("bf16 backend not offered here: %s", why);
-        return;
-    }
-    every_case(&attn_backend_bf16, "avx512bf16");
+    if (attn_bf16_offered(&s))
+        every_case(&attn_backend_bf16, "avx512bf16");
 }
 
 /* A backend table that does not say it adds the bias is refused for a shape
  * that carries one, by name, and `auto` passes over it; the contract's check
  * refuses a biased problem without its vector or with a short span. */
-static int accept_all(const attn_shape *s, char *why, size_t why_len) {
-    (void)s;
-    (void)why;
-    (void)why_len;
-    return ATTN_OK;
-}
-
 Test(rel_bias, capability_and_problem_checks) {
     attn_backend old = attn_backend_fused;
     old.name = "old";
     old.rel_bias = 0;
-    old.supports = accept_all;
+    old.supports = attn_accept_all;
     const attn_shape s = {
         .batch = 1, .total_tokens = 4, .max_seqlen = 4, .heads = 1, .head_dim = 8, .rel_bias = 1};
     char why[256] = "";

@@ -113,16 +113,6 @@ static void free_cases(cases *c) {
     json_decref(c->root);
 }
 
-static double cosine(const float *a, const float *b, int n) {
-    double ab = 0, aa = 0, bb = 0;
-    for (int i = 0; i < n; i++) {
-        ab += (double)a[i] * b[i];
-        aa += (double)a[i] * a[i];
-        bb += (double)b[i] * b[i];
-    }
-    return ab / sqrt(aa * bb);
-}
-
 /* The whole batch through encoder_forward on backend `be` in precision p;
  * out gets n · output_dim floats. */
 static void run_at(const cases *c, gemm_precision p, const char *be_name, const int32_t *types,
@@ -169,7 +159,7 @@ static void check_embedder(const char *name, gemm_precision p, const char *be, d
     double min_cos = 1.0, worst_norm = 0.0;
     for (int i = 0; i < c.n; i++) {
         const float *got = out + (size_t)i * c.dim, *want = c.want + (size_t)i * c.dim;
-        const double cs = cosine(got, want, c.dim);
+        const double cs = golden_cosine(got, want, c.dim);
         cr_expect_geq(cs, floor, "%s %s %s case %d: cosine 1 - %.3g", name, be,
                       gemm_precision_name(p), i, 1.0 - cs);
         min_cos = fmin(min_cos, cs);

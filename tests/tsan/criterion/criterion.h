@@ -127,6 +127,7 @@ static inline int cr_tsan_strcmp(const char *a, const char *b) {
 #define cr_expect_str_neq(...)  CR_TSAN_STR_(0, !=, __VA_ARGS__)
 
 #define cr_log_info(...)  cr_tsan_log(__FILE__, __LINE__, __VA_ARGS__)
+#define cr_log_warn(...)  cr_tsan_log(__FILE__, __LINE__, __VA_ARGS__)
 #define cr_skip_test(...) cr_tsan_skip(__FILE__, __LINE__, __VA_ARGS__)
 
 #endif
