@@ -21,6 +21,7 @@ import pytest
 import requests
 
 from conftest import JSON, ROOT, Server, golden, wait_for
+from family_serve import serve
 
 MODEL_DIR = os.path.join(ROOT, "tests", "golden", "mpnet-tiny-model")
 
@@ -52,13 +53,7 @@ def post(server, path, body):
 @pytest.fixture(scope="module", params=SETTINGS, ids=[s[0] for s in SETTINGS])
 def served(tmp_path_factory, request):
     name, settings, flags, floor = request.param
-    lacks = [f for f in (flags or "").split() if f not in open("/proc/cpuinfo").read().split()]
-    if lacks:
-        pytest.skip("NOT RUN: this CPU lacks %s, which %s needs" % (" ".join(lacks), name))
-    if settings.get("engine") == "cpu-avx512":
-        settings = dict(settings, plugin_dir=os.path.join(os.path.dirname(
-            os.environ["ATTNSERVE_BIN"]), "engines"))
-    s = Server(str(tmp_path_factory.mktemp("mpnet")), model=MODEL_DIR, **settings)
+    s = serve(tmp_path_factory, MODEL_DIR, name, settings, flags)
     yield s, name, settings, floor
     s.check_clean_exit(s.stop())
 
