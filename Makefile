@@ -166,8 +166,10 @@ test:
 	@$(MAKE) --no-print-directory e2e
 
 # Criterion leaks a little of its own at exit; tests/lsan.supp names only it.
+# tests/unit/run.sh repeats the failures after Criterion's summary.
 unit: $(UNIT)
-	LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 $(UNIT) --jobs=2
+	LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 \
+	    tests/unit/run.sh $(UNIT) --jobs=2
 
 # ThreadSanitizer: the scheduler and the tests that run threads (pool,
 # attention on the pool, log lines from many threads, concurrent BLAS, the codec

@@ -528,8 +528,8 @@ static void slow_probe_task(void *ctx, size_t task, int worker) {
 Test(threadpool, wakes_sleeping_workers_and_caller, .timeout = 60) {
     /* The pool spins briefly, then sleeps; a lost wake-up of the caller
      * hangs a loop and the timeout fails the test (a helper's would not: the
-     * caller runs the tasks without it, which test_threadpool.c's count of
-     * the helpers' tasks catches). Gaps of 2 ms
+     * caller runs the tasks without it, which test_threadpool.c's
+     * helpers_wake_for_a_task_the_caller_cannot_run catches). Gaps of 2 ms
      * outlast the spin, so every loop starts with the helpers asleep, and the
      * 2 ms task makes whoever waits for it sleep too. */
     for (int n = 2; n <= 5; n++) {
