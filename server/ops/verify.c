@@ -136,10 +136,11 @@ struct verifier {
     verify_options opt;
     pthread_t thread;
     bool started;
+    bool waiting; /* the checker has reached its first wait (under mu) */
 
     pthread_mutex_t mu;
     pthread_cond_t cv;      /* checker: slot FULL or stopping */
-    pthread_cond_t idle_cv; /* verify_wait_idle: slot FREE */
+    pthread_cond_t idle_cv; /* verify_wait_idle: slot FREE; verify_create: waiting */
     int state;
     bool stopping;
 
@@ -273,6 +274,11 @@ static void *checker_main(void *arg) {
     if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10) != 0)
         log_debug("cannot lower the checker thread's priority");
     pthread_mutex_lock(&v->mu);
+    /* verify_create returns once it sees this, which is when the wait below
+     * has let go of the lock: a capture right after it must not find the
+     * lock held by a checker still starting and skip its sample. */
+    v->waiting = true;
+    pthread_cond_broadcast(&v->idle_cv);
     for (;;) {
         while (v->state != SLOT_FULL && !v->stopping)
             pthread_cond_wait(&v->cv, &v->mu);
@@ -360,6 +366,10 @@ verifier *verify_create(const verify_options *opt, char *err, size_t err_len) {
         return NULL;
     }
     v->started = true;
+    pthread_mutex_lock(&v->mu);
+    while (!v->waiting)
+        pthread_cond_wait(&v->idle_cv, &v->mu);
+    pthread_mutex_unlock(&v->mu);
     return v;
 }
 

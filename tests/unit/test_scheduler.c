@@ -390,15 +390,20 @@ Test(scheduler, full_batch_skips_the_linger) {
 }
 
 Test(scheduler, linger_after_a_batch_gathers_late_arrivals) {
-    const uint32_t wait_us = 1000 * 1000; /* long enough that both arrive within it */
-    start(limits(1000, 64, wait_us, 64), true);
+    const uint32_t wait_us = 1000 * 1000;
+    /* Both arrive within the linger that follows the blocker, so they wait
+     * for its end and run together. The linger is endless while they are
+     * submitted and 1 s after: a test thread descheduled for a second
+     * between the two submits cannot split them, and the lowered linger,
+     * counted from the blocker's end, is what the batch waits for. */
+    start(limits(1000, 64, FOREVER_US, 64), true);
     block();
     open_gate();
     WAIT_FOR(H, H->completions == 1);
-    /* Both arrive within the linger that follows the blocker (the second one
-     * right after the first), so they wait for its end and run together. */
     cr_assert_eq(submit(1, 4, 1, 0), SCHED_OK);
     cr_assert_eq(submit(2, 4, 1, 0), SCHED_OK);
+    const sched_limits lowered = limits(1000, 64, wait_us, 64);
+    cr_assert_eq(sched_set_limits(H->s, &lowered), SCHED_OK);
     WAIT_FOR(H, H->completions == 3);
     expect_batch(1, (int[]){1, 2}, 2);
     sched_req *r = &H->reqs[1].req;
