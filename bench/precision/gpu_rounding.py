@@ -28,14 +28,24 @@ tests/gpu/gpu_engine.c, measures the kernels).
 
   python3 bench/precision/gpu_rounding.py [--dtype bf16|fp16] [--model DIR]
       [--points all|each]
-Needs torch and safetensors (the benchmark venv has them).
+Runs in the benchmark venv (torch, safetensors), which bench/embed/peers.py
+makes on first use, as `make bench-embed` does.
 """
 import argparse
 import gzip
 import json
+import os
+import sys
 
-import torch
-from safetensors.torch import load_file
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "embed"))
+import peers  # noqa: E402
+
+if __name__ == "__main__" and not peers.in_venv(peers.default_venv()):
+    PY = peers.ensure_venv(peers.default_venv())
+    os.execv(PY, [PY, os.path.abspath(__file__)] + sys.argv[1:])
+
+import torch  # noqa: E402
+from safetensors.torch import load_file  # noqa: E402
 
 POINTS = ["weights", "emb_out", "qkv", "P", "att", "resid_sum", "ffn_pre", "gelu_out", "ln_out",
           "residual"]
