@@ -720,7 +720,14 @@ def test_client_disconnects_while_queued(own_server):
         c.sendall(raw_request("POST", "/v1/embeddings", json.dumps({"input": text}).encode(),
                               headers=["x-request-id: closer-%d" % i]))
         clients.append(c)
-    wait_for(lambda: metric("attnserve_queue_depth") == n + 1, what="the clients to be queued")
+    # Queued behind a slow batch: the first one's, or the second's if the
+    # first ended while they were sent (the second then runs, and its
+    # answer is in results).
+    def queued():
+        m = s.metrics()
+        return (m.get(("attnserve_queue_depth", ()), 0)
+                + m.get(("attnserve_batch_requests_in_flight", ()), 0) + len(results)) == n + 2
+    wait_for(queued, what="the clients to be queued")
     assert metric("attnserve_batch_requests_in_flight") == 1, "the premise: still queued"
     for c in clients:
         c.close()

@@ -29,7 +29,7 @@ import time
 import pytest
 import requests
 
-from conftest import JSON, ROOT, Server, assert_error
+from conftest import JSON, ROOT, Server, assert_error, wait_for
 
 XLMR_DIR = os.path.join(ROOT, "tests", "golden", "xlmr-tiny-model")
 MIN_COSINE = 1.0 - 1e-6
@@ -562,10 +562,13 @@ def test_stream_lines_come_before_the_last_batch_and_a_close_cancels(start_serve
         assert head.startswith(b"HTTP/1.1 200"), head
         first = json.loads(data.split(b"\n")[0])
         assert first["document"] == 0 and first["index"] == 0
-    end = time.time() + 30
-    while time.time() < end and s.metric("attnserve_requests_cancelled_total") == c0:
-        time.sleep(0.05)
+    # Each counter waited for on its own: the cancel is counted on the
+    # scheduler's thread, the drop after it when the connection ends.
+    wait_for(lambda: s.metric("attnserve_requests_cancelled_total") != c0, timeout=30,
+             what="the closed stream's request to be cancelled")
     assert s.metric("attnserve_requests_cancelled_total") == c0 + 1
+    wait_for(lambda: s.metric("attnserve_requests_dropped_total", reason="client_closed") != d0,
+             timeout=30, what="the dropped counter")
     assert s.metric("attnserve_requests_dropped_total", reason="client_closed") == d0 + 1
     assert s.metric("attnserve_embedding_inputs_total") - b0 < n_chunks
     assert post(s, "/v1/embeddings", {"input": "still serving"}).status_code == 200

@@ -178,20 +178,28 @@ def test_429_when_the_queue_is_full(start_server):
 def test_504_when_the_deadline_passes_in_the_queue(start_server):
     s = start_server(request_timeout_ms=60000, max_batch_requests=1, max_wait_us=0)
     results = []
-    slow = threading.Thread(target=lambda: results.append(post_attention(s, slow_body())))
-    slow.start()
-    wait_for(lambda: s.metric("attnserve_batch_requests_in_flight") == 1, what="the slow batch")
-    # Only the request behind the slow one gets the short deadline: with it
+    body = slow_body()
+    slow = [threading.Thread(target=lambda: results.append(post_attention(s, body)))
+            for _ in range(2)]
+    for t in slow:
+        t.start()
+    # One slow batch running and one queued: the small request waits for
+    # the whole of the second, however long the reload below takes.
+    wait_for(lambda: s.metric("attnserve_batch_requests_in_flight") == 1
+             and s.metric("attnserve_queue_depth") == 1, timeout=60, what="the slow batches")
+    # Only the request behind the slow ones gets the short deadline: with it
     # from the start, reading and decoding the slow 2 MB body on a loaded
     # machine used up the slow request's own 100 ms (seen: 120 ms).
     s.reload(request_timeout_ms=100)
     wait_for(lambda: requests.get(s.url("/info"), timeout=5).json()["limits"]["request_timeout_ms"]
              == 100, what="the reloaded deadline")
     r = post_attention(s, SMALL)
-    slow.join(timeout=60)
-    assert results[0].status_code == 200
-    # The premise: the slow batch held the compute thread past the deadline.
-    assert float(results[0].headers["x-inference-time-ms"]) > 150, results[0].headers
+    for t in slow:
+        t.join(timeout=60)
+    assert [x.status_code for x in results] == [200, 200]
+    # The premise: each slow batch held the compute thread past the deadline.
+    for x in results:
+        assert float(x.headers["x-inference-time-ms"]) > 150, x.headers
     assert_error(r, 504, "timeout_error")
     # The deadline counts from arrival, so reading and decoding the body
     # took some of the 100 ms before the queue did.

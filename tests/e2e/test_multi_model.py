@@ -16,7 +16,6 @@ import os
 import socket
 import subprocess
 import threading
-import time
 
 import pytest
 import requests
@@ -286,7 +285,8 @@ def test_interleaved_requests_never_share_a_batch(multi, alone, tmp_path):
     # Every trace line is one model's batch: only that model's kind in it,
     # holding all of the batch's requests.
     batches = delta("attnserve_batches_total")
-    wait_for(lambda: multi.metric("attnserve_trace_lines_total") >= batches, timeout=10,
+    # The count moves before the writer flushes the line: wait for the file.
+    wait_for(lambda: trace.read_text().count("\n") >= batches, timeout=30,
              what="trace lines written")
     multi.reload(trace_file="")
     lines = [json.loads(line) for line in trace.read_text().splitlines()]
@@ -345,7 +345,19 @@ def test_sigterm_drains_requests_to_every_model(start_server):
                                                      "documents": long_texts}))
         threads.append(t)
         t.start()
-    time.sleep(0.05)
+
+    # SIGTERM once all six have reached the server (in flight, less the
+    # scrape itself, or answered): one the client had not sent by the end
+    # of the linger would meet a closed listener, which is the drain's
+    # promise too, not a lost request.
+    def arrived():
+        m = s.metrics()
+        done = sum(v for (name, labels), v in m.items()
+                   if name == "attnserve_http_requests_total"
+                   and dict(labels).get("route") in ("/v1/embeddings", "/v1/rerank"))
+        return m[("attnserve_http_requests_in_flight", ())] - 1 + done >= 6
+
+    wait_for(arrived, timeout=120, what="the six requests to reach the server")
     s.terminate()
     for t in threads:
         t.join()
