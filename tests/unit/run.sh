@@ -12,7 +12,7 @@ if [ $# -lt 1 ]; then
 fi
 BIN=$1
 shift
-LOG=$(mktemp /tmp/attn-unit-XXXXXX)
+LOG=$(mktemp -t attn-unit-XXXXXX)
 trap 'rm -f "$LOG" "$LOG.rc"' EXIT
 # tee shows the output as it comes; the status goes through a file because
 # a POSIX pipeline's status is tee's.
