@@ -99,8 +99,9 @@ class Server:
     # Start-up self-tests every backend before /ready (issue 7): about a second
     # of CPU, several under the sanitizers on a busy machine.
     def wait_ready(self, timeout=None):
-        # ATTNSERVE_E2E_READY_TIMEOUT_S: a ThreadSanitizer build self-tests for
-        # over a minute on a loaded two-core machine (make tsan-http sets it).
+        # ATTNSERVE_E2E_READY_TIMEOUT_S: a sanitizer build self-tests for up to
+        # minutes on a loaded two-core machine (make tsan-http and make asan
+        # set it).
         if timeout is None:
             timeout = float(os.environ.get("ATTNSERVE_E2E_READY_TIMEOUT_S", "30"))
         end = time.time() + timeout
